@@ -1,0 +1,172 @@
+/**
+ * Every failure a client of the HTTP API can see, as tagged errors carrying their wire identity
+ * (HTTP status, errno, message). `toErrorResponse` is the one place they become the error JSON of
+ * protocol-notes §2.5; its table is keyed by every tag of `ApiError`, so an error added to the union
+ * without a mapping does not typecheck.
+ */
+import { Data } from "effect"
+
+export const MORE_INFO = "http://autopush.readthedocs.io/en/latest/http.html#error-codes"
+
+/** 404/102: the `{v1|v2}` segment of `/wpush/...` is something else. */
+export class InvalidApiVersion extends Data.TaggedError("InvalidApiVersion")<{}> {}
+/** 404/102: the endpoint token does not decrypt, or decrypts to the wrong length. */
+export class InvalidToken extends Data.TaggedError("InvalidToken")<{}> {}
+/** 401/109: VAPID / Authorization problems (the message says which). */
+export class InvalidAuth extends Data.TaggedError("InvalidAuth")<{ readonly message: string }> {}
+/** 400/110: encryption headers (and the draft VAPID `Crypto-Key` key) missing or malformed. */
+export class InvalidCryptoHeaders extends Data.TaggedError("InvalidCryptoHeaders")<{ readonly message: string }> {}
+/** 410/106: unknown user, unknown channel, or a user dropped for its router type. */
+export class NoSubscription extends Data.TaggedError("NoSubscription")<{ readonly message: string }> {}
+/** 410/105: the user vanished between storing the message and notifying its node. */
+export class UserDeletedDuringRouting extends Data.TaggedError("UserDeletedDuringRouting")<{}> {}
+/** 410/103: bridge registration API with an unknown uaid. */
+export class UaidNotFound extends Data.TaggedError("UaidNotFound")<{}> {}
+/** 413/104: the body is larger than `max_data_bytes` (or a bridge's converted limit). */
+export class PayloadTooLarge extends Data.TaggedError("PayloadTooLarge")<{ readonly message: string }> {}
+/** 400/111: TTL header missing or not an integer. */
+export class MissingTtl extends Data.TaggedError("MissingTtl")<{}> {}
+/** 400/114: TTL below zero. */
+export class NegativeTtl extends Data.TaggedError("NegativeTtl")<{}> {}
+/** 400/113: Topic header too long or outside the URL-safe base64 alphabet. */
+export class InvalidTopic extends Data.TaggedError("InvalidTopic")<{ readonly message: string }> {}
+/** 400/108: bridge registration with a router type we do not have. */
+export class InvalidRouterType extends Data.TaggedError("InvalidRouterType")<{}> {}
+/** 400/null: bridge registration with a malformed router token. */
+export class InvalidRouterToken extends Data.TaggedError("InvalidRouterToken")<{}> {}
+/** 400/null: `DELETE /m/{id}` with an id that does not decrypt to a message key. */
+export class InvalidMessageId extends Data.TaggedError("InvalidMessageId")<{}> {}
+/** 400/null: a request body that is not the JSON the route expects. */
+export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{ readonly message: string }> {}
+/** 503/201: storage failed; the sender should retry later. */
+export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
+/** 502/901: a bridge rejected our credentials. */
+export class BridgeAuthFailed extends Data.TaggedError("BridgeAuthFailed")<{ readonly message: string }> {}
+/** 502/902: a bridge could not be reached. */
+export class BridgeUnreachable extends Data.TaggedError("BridgeUnreachable")<{ readonly message: string }> {}
+/** 502/903: a bridge did not answer in time. */
+export class BridgeTimeout extends Data.TaggedError("BridgeTimeout")<{ readonly message: string }> {}
+/** 502/null: a bridge answered with an error we pass along. */
+export class BridgeUpstreamError extends Data.TaggedError("BridgeUpstreamError")<{ readonly message: string }> {}
+/** 404/null: no route for this path. */
+export class RouteNotFound extends Data.TaggedError("RouteNotFound")<{}> {}
+/** 405/null: the path exists, the method does not. */
+export class MethodNotAllowed extends Data.TaggedError("MethodNotAllowed")<{}> {}
+/** 418/999: `/__error__`, the operators' log check. */
+export class LogCheck extends Data.TaggedError("LogCheck")<{}> {}
+/** 500/999: a bug or an unexpected failure; details go to the log, not the wire. */
+export class InternalError extends Data.TaggedError("InternalError")<{ readonly cause?: unknown }> {}
+
+export type ApiError =
+  | InvalidApiVersion
+  | InvalidToken
+  | InvalidAuth
+  | InvalidCryptoHeaders
+  | NoSubscription
+  | UserDeletedDuringRouting
+  | UaidNotFound
+  | PayloadTooLarge
+  | MissingTtl
+  | NegativeTtl
+  | InvalidTopic
+  | InvalidRouterType
+  | InvalidRouterToken
+  | InvalidMessageId
+  | InvalidRequestBody
+  | StorageUnavailable
+  | BridgeAuthFailed
+  | BridgeUnreachable
+  | BridgeTimeout
+  | BridgeUpstreamError
+  | RouteNotFound
+  | MethodNotAllowed
+  | LogCheck
+  | InternalError
+
+export interface ErrorBody {
+  readonly code: number
+  readonly errno: number | null
+  readonly error: string
+  readonly message: string
+  readonly more_info: string
+}
+
+export interface ErrorResponse {
+  readonly status: number
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: ErrorBody
+}
+
+interface WireIdentity<E> {
+  readonly status: number
+  readonly errno: number | null
+  readonly message: (e: E) => string
+}
+
+type ErrorTable = { readonly [K in ApiError["_tag"]]: WireIdentity<Extract<ApiError, { _tag: K }>> }
+
+const fixed = (text: string) => () => text
+const own = (e: { readonly message: string }) => e.message
+
+const table: ErrorTable = {
+  InvalidApiVersion: { status: 404, errno: 102, message: fixed("Invalid API version") },
+  InvalidToken: { status: 404, errno: 102, message: fixed("Invalid token") },
+  InvalidAuth: { status: 401, errno: 109, message: own },
+  InvalidCryptoHeaders: { status: 400, errno: 110, message: own },
+  NoSubscription: { status: 410, errno: 106, message: own },
+  UserDeletedDuringRouting: { status: 410, errno: 105, message: fixed("User was deleted during routing") },
+  UaidNotFound: { status: 410, errno: 103, message: fixed("UAID not found") },
+  PayloadTooLarge: { status: 413, errno: 104, message: own },
+  MissingTtl: { status: 400, errno: 111, message: fixed("Missing TTL value") },
+  NegativeTtl: { status: 400, errno: 114, message: fixed("TTL must be greater than 0") },
+  InvalidTopic: { status: 400, errno: 113, message: own },
+  InvalidRouterType: { status: 400, errno: 108, message: fixed("Invalid router type") },
+  InvalidRouterToken: { status: 400, errno: null, message: fixed("Invalid router token") },
+  InvalidMessageId: { status: 400, errno: null, message: fixed("Invalid message ID") },
+  InvalidRequestBody: { status: 400, errno: null, message: own },
+  StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },
+  BridgeAuthFailed: { status: 502, errno: 901, message: own },
+  BridgeUnreachable: { status: 502, errno: 902, message: own },
+  BridgeTimeout: { status: 502, errno: 903, message: own },
+  BridgeUpstreamError: { status: 502, errno: null, message: own },
+  RouteNotFound: { status: 404, errno: null, message: fixed("Not Found") },
+  MethodNotAllowed: { status: 405, errno: null, message: fixed("Method Not Allowed") },
+  LogCheck: { status: 418, errno: 999, message: fixed("LogCheck") },
+  InternalError: { status: 500, errno: 999, message: fixed("An internal error occurred") }
+}
+
+const REASONS: Readonly<Record<number, string>> = {
+  400: "Bad Request",
+  401: "Unauthorized",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  410: "Gone",
+  413: "Payload Too Large",
+  418: "I'm a teapot",
+  500: "Internal Server Error",
+  502: "Bad Gateway",
+  503: "Service Unavailable"
+}
+
+/** Status and errno of an error, without building the body (metrics, logs). */
+export const wireIdentity = (error: ApiError): { readonly status: number; readonly errno: number | null } =>
+  table[error._tag]
+
+/** The one edge mapping: an API error → status, extra headers and the §2.5 JSON body. */
+export const toErrorResponse = (error: ApiError): ErrorResponse => {
+  const identity = table[error._tag] as WireIdentity<ApiError>
+  const headers: Record<string, string> = {}
+  if (identity.status === 410) headers["cache-control"] = "max-age=86400"
+  if (identity.status === 503) headers["retry-after"] = "120"
+  return {
+    status: identity.status,
+    headers,
+    body: {
+      code: identity.status,
+      errno: identity.errno,
+      error: REASONS[identity.status] ?? "Error",
+      message: identity.message(error),
+      more_info: MORE_INFO
+    }
+  }
+}

@@ -1,0 +1,101 @@
+/**
+ * The Storage service: router records, per-month channel sets and messages (the seed's DynamoDB
+ * layout, protocol-notes §5.5). Two layers implement it, DynamoDB (`dynamodb.ts`) and in-memory
+ * (`memory.ts`), and both pass the one contract suite in `test/storage/`.
+ *
+ * Message tables are named explicitly by every message operation: the router record says which
+ * table a user lives in (`currentMonth`), and the connection node decides when a user moves on.
+ * Every read filters expired items against the Effect `Clock` (TTL deletion is lazy or absent).
+ */
+import { Context, Data, type Effect } from "effect"
+import type { Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+
+export class StorageError extends Data.TaggedError("StorageError")<{
+  readonly operation: string
+  readonly cause: unknown
+}> {}
+
+export interface TimestampPage {
+  readonly messages: ReadonlyArray<Notification>
+  /** Sort key (ms) of the last row read, expired or not: where the next page starts. */
+  readonly lastSortKey?: number | undefined
+}
+
+/** Fields of a router record that `updateUser` may change. */
+export type UserPatch = Partial<Omit<UserRecord, "uaid">>
+
+export interface TableStatus {
+  readonly table: string
+  readonly ok: boolean
+  readonly cause?: string | undefined
+}
+
+export interface StorageService {
+  // ── router table ─────────────────────────────────────────────────────────────────────────────
+  readonly getUser: (uaid: string) => Effect.Effect<UserRecord | undefined, StorageError>
+  /** Write the whole record unless a record with a newer-or-equal `connectedAt` exists; true when written. */
+  readonly registerUser: (user: UserRecord) => Effect.Effect<boolean, StorageError>
+  /** Change fields of an existing record; false when there is no record. */
+  readonly updateUser: (uaid: string, patch: UserPatch) => Effect.Effect<boolean, StorageError>
+  /** Remove the router record and everything the user has in its current message table. */
+  readonly dropUser: (uaid: string) => Effect.Effect<void, StorageError>
+  /** Remove `nodeId` only if both `nodeId` and `connectedAt` still match; true when cleared. */
+  readonly clearNodeId: (uaid: string, nodeId: string, connectedAt: number) => Effect.Effect<boolean, StorageError>
+
+  // ── message tables ───────────────────────────────────────────────────────────────────────────
+  /** The table new users and migrated users go to now (by the Clock; the single table without rotation). */
+  readonly currentMessageTable: Effect.Effect<string>
+  /** Tables a user's `currentMonth` may name and still be served (last month, this month, next when due). */
+  readonly activeMessageTables: Effect.Effect<ReadonlyArray<string>>
+  readonly addChannel: (uaid: string, table: string, channelId: string) => Effect.Effect<void, StorageError>
+  readonly addChannels: (uaid: string, table: string, channelIds: Iterable<string>) => Effect.Effect<void, StorageError>
+  /** True when the channel was there. */
+  readonly removeChannel: (uaid: string, table: string, channelId: string) => Effect.Effect<boolean, StorageError>
+  readonly getChannels: (uaid: string, table: string) => Effect.Effect<ReadonlySet<string>, StorageError>
+  /** Store a message; a topic message replaces the channel's previous message with that topic. */
+  readonly saveMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<void, StorageError>
+  readonly saveMessages: (
+    uaid: string,
+    table: string,
+    messages: ReadonlyArray<Notification>
+  ) => Effect.Effect<void, StorageError>
+  /** Unexpired topic messages, at most `limit`. */
+  readonly fetchTopicMessages: (
+    uaid: string,
+    table: string,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<Notification>, StorageError>
+  /** Unexpired timestamp messages with sort key strictly after `after` (ms), ascending, one page of `limit` rows. */
+  readonly fetchTimestampMessages: (
+    uaid: string,
+    table: string,
+    after: number | undefined,
+    limit: number
+  ) => Effect.Effect<TimestampPage, StorageError>
+  /** Delete one message by its sort key (`chidMessageId`); deleting a missing row is not an error. */
+  readonly deleteMessage: (uaid: string, table: string, sortKey: string) => Effect.Effect<void, StorageError>
+  /** The per-user read cursor (ms sort key of the last timestamp message read) in that table. */
+  readonly getReadCursor: (uaid: string, table: string) => Effect.Effect<number | undefined, StorageError>
+  readonly setReadCursor: (uaid: string, table: string, sortKey: number) => Effect.Effect<void, StorageError>
+
+  // ── maintenance ──────────────────────────────────────────────────────────────────────────────
+  /** Create the router table and the given message tables when missing (with TTL on `expiry`). */
+  readonly createTables: (messageTables: ReadonlyArray<string>) => Effect.Effect<void, StorageError>
+  /** Existence / reachability of the router table and the active message tables. */
+  readonly checkTables: Effect.Effect<ReadonlyArray<TableStatus>, StorageError>
+  /** Message tables that exist with our prefix, oldest first. */
+  readonly listMessageTables: Effect.Effect<ReadonlyArray<string>, StorageError>
+  readonly dropMessageTable: (table: string) => Effect.Effect<void, StorageError>
+  /**
+   * Drop users whose `last_connect` month is `monthsAgo` months before now or older (looking back
+   * `lookbackMonths` months further), via the `last_connect` index; returns how many were dropped.
+   */
+  readonly dropStaleUsers: (options: {
+    readonly monthsAgo: number
+    readonly lookbackMonths: number
+    readonly onProgress?: (dropped: number) => Effect.Effect<void>
+  }) => Effect.Effect<number, StorageError>
+}
+
+export class Storage extends Context.Service<Storage, StorageService>()("autopush/storage/Storage") {}
