@@ -1,0 +1,208 @@
+/**
+ * Endpoint tokens, message ids and VAPID key hashes, byte for byte as autopush (protocol-notes §3):
+ *
+ * - endpoint token: Fernet of `uaid (16 raw bytes) ‖ chid (16)` (v1) or `‖ sha256(raw VAPID key)` (v2);
+ *   the URL carries it with `=` stripped, so parsing re-pads before decrypting.
+ * - message id (`Location` suffix, WS `version`): Fernet of ASCII `01:{uaid}:{chid}:{topic}` or
+ *   `02:{uaid}:{chid}:{sortkey ms}`, uuids in simple hex, padding kept.
+ *
+ * The pure functions take a `MultiFernet`; `EndpointCrypto` binds them to the configured keys.
+ */
+import { createHash, timingSafeEqual } from "node:crypto"
+import { Context, Data, Effect, Layer, Result } from "effect"
+import { hyphenate, parseUuidHex } from "../domain/ids.ts"
+import {
+  type FernetError,
+  type FernetKey,
+  type FernetKeyError,
+  makeMultiFernet,
+  type MultiFernet,
+  padBase64,
+  parseFernetKey
+} from "./fernet.ts"
+
+export type EndpointVersion = "v1" | "v2"
+
+export interface EndpointToken {
+  /** 32 lowercase hex. */
+  readonly uaid: string
+  /** Lowercase hyphenated. */
+  readonly channelId: string
+  /** v2 only: sha256 of the raw VAPID public key the subscription is bound to. */
+  readonly keyHash?: Buffer
+}
+
+/**
+ * A token that does not decrypt under any key (`reason` from Fernet) or decrypts to the wrong
+ * length for its version (`bad-length`). The HTTP edge maps both to 404/102.
+ */
+export class EndpointTokenError extends Data.TaggedError("EndpointTokenError")<{
+  readonly reason: FernetError["reason"] | "bad-length"
+}> {}
+
+export type MessageIdData =
+  | { readonly kind: "topic"; readonly uaid: string; readonly channelId: string; readonly topic: string }
+  | { readonly kind: "timestamp"; readonly uaid: string; readonly channelId: string; readonly sortkeyTimestamp: number }
+
+/** A message id that does not decrypt, or whose plaintext is not a message key. The edge maps it to 400. */
+export class MessageIdError extends Data.TaggedError("MessageIdError")<{
+  readonly reason: FernetError["reason"] | "bad-format"
+}> {}
+
+/** A uuid our own code passed in was not one: a bug, not bad input, so it throws (a defect in Effect). */
+const simpleHex = (uuid: string, what: string): string => {
+  const hex = parseUuidHex(uuid)
+  if (hex === undefined) throw new TypeError(`${what} is not a UUID`)
+  return hex
+}
+
+// ── VAPID keys ───────────────────────────────────────────────────────────────────────────────────
+
+const STD_B64 = /^[A-Za-z0-9+/]+$/
+const URL_B64 = /^[A-Za-z0-9_-]+$/
+
+/**
+ * The raw uncompressed P-256 point (65 bytes, 0x04 first) of a VAPID public key as sent in `k=` or
+ * `Crypto-Key: p256ecdsa=`: standard base64 when it contains `/` or `+`, else base64url, trailing
+ * `=` ignored. Undefined for anything else.
+ */
+export const decodeVapidPublicKey = (key: string): Buffer | undefined => {
+  const s = key.replace(/=+$/, "")
+  const standard = s.includes("/") || s.includes("+")
+  if (!(standard ? STD_B64 : URL_B64).test(s) || s.length % 4 === 1) return undefined
+  const raw = Buffer.from(s, standard ? "base64" : "base64url")
+  return raw.length === 65 && raw[0] === 0x04 ? raw : undefined
+}
+
+export const vapidKeyHash = (rawKey: Uint8Array): Buffer => createHash("sha256").update(rawKey).digest()
+
+/** Whether a v2 token is bound to this raw key (constant time); false for v1 tokens. */
+export const matchesVapidKey = (token: EndpointToken, rawKey: Uint8Array): boolean =>
+  token.keyHash !== undefined && timingSafeEqual(token.keyHash, vapidKeyHash(rawKey))
+
+// ── endpoint tokens ──────────────────────────────────────────────────────────────────────────────
+
+/** The token as it appears in the URL (no `=`); v2 when a raw VAPID key is given. */
+export const makeEndpointToken = (fernet: MultiFernet, uaid: string, channelId: string, rawKey?: Uint8Array): string => {
+  const ids = Buffer.from(simpleHex(uaid, "uaid") + simpleHex(channelId, "channel id"), "hex")
+  const plaintext = rawKey === undefined ? ids : Buffer.concat([ids, vapidKeyHash(rawKey)])
+  return fernet.encrypt(plaintext).replace(/=+$/, "")
+}
+
+/** `{endpointUrl}/wpush/{v1|v2}/{token}`; `endpointUrl` without a trailing slash. */
+export const makeEndpointUrl = (
+  fernet: MultiFernet,
+  endpointUrl: string,
+  uaid: string,
+  channelId: string,
+  rawKey?: Uint8Array
+): string =>
+  `${endpointUrl}/wpush/${rawKey === undefined ? "v1" : "v2"}/${makeEndpointToken(fernet, uaid, channelId, rawKey)}`
+
+export const parseEndpointToken = (
+  fernet: MultiFernet,
+  version: EndpointVersion,
+  token: string
+): Result.Result<EndpointToken, EndpointTokenError> => {
+  const opened = fernet.decrypt(padBase64(token))
+  if (Result.isFailure(opened)) return Result.fail(new EndpointTokenError({ reason: opened.failure.reason }))
+  const plain = opened.success
+  if (plain.length !== (version === "v1" ? 32 : 64)) return Result.fail(new EndpointTokenError({ reason: "bad-length" }))
+  const uaid = plain.toString("hex", 0, 16)
+  const channelId = hyphenate(plain.toString("hex", 16, 32))
+  return Result.succeed(version === "v1" ? { uaid, channelId } : { uaid, channelId, keyHash: plain.subarray(32) })
+}
+
+// ── message ids ──────────────────────────────────────────────────────────────────────────────────
+
+export const makeMessageId = (fernet: MultiFernet, data: MessageIdData): string => {
+  const ids = `${simpleHex(data.uaid, "uaid")}:${simpleHex(data.channelId, "channel id")}`
+  return fernet.encrypt(
+    data.kind === "topic" ? `01:${ids}:${data.topic}` : `02:${ids}:${data.sortkeyTimestamp}`
+  )
+}
+
+const HEX32 = /^[0-9a-fA-F]{32}$/
+const SORTKEY = /^(?:0|[1-9][0-9]*)$/
+
+export const parseMessageId = (fernet: MultiFernet, id: string): Result.Result<MessageIdData, MessageIdError> => {
+  const opened = fernet.decrypt(id)
+  if (Result.isFailure(opened)) return Result.fail(new MessageIdError({ reason: opened.failure.reason }))
+  const parts = opened.success.toString("latin1").split(":")
+  const [kind, uaid, chid, last] = parts
+  if (
+    parts.length !== 4 || uaid === undefined || chid === undefined || last === undefined ||
+    !HEX32.test(uaid) || !HEX32.test(chid) || last === ""
+  ) {
+    return Result.fail(new MessageIdError({ reason: "bad-format" }))
+  }
+  const ids = { uaid: uaid.toLowerCase(), channelId: hyphenate(chid.toLowerCase()) }
+  if (kind === "01") return Result.succeed({ kind: "topic", ...ids, topic: last })
+  // Canonical digits only, so the storage sort key rebuilt from the number is the one we wrote.
+  if (kind === "02" && SORTKEY.test(last) && Number.isSafeInteger(Number(last))) {
+    return Result.succeed({ kind: "timestamp", ...ids, sortkeyTimestamp: Number(last) })
+  }
+  return Result.fail(new MessageIdError({ reason: "bad-format" }))
+}
+
+// ── service ──────────────────────────────────────────────────────────────────────────────────────
+
+/** A configured crypto key that cannot be used; names its position in the list, never its value. */
+export class CryptoKeyConfigError extends Data.TaggedError("CryptoKeyConfigError")<{ readonly message: string }> {}
+
+/** Fixed key for tests only (the Fernet spec's vector key). */
+export const TEST_CRYPTO_KEY = "cw_0x689RpI-jtRR7oE8h_eQsKImvJapLeSbXpwF4e4="
+export const TEST_ENDPOINT_URL = "http://localhost:8082"
+
+export interface EndpointCryptoOptions {
+  /** Fernet key strings, newest first: the first encrypts, all decrypt. */
+  readonly keys: ReadonlyArray<string>
+  /** Public base URL of the endpoint nodes, e.g. `https://updates.push.example.com`. */
+  readonly endpointUrl: string
+}
+
+/** Parse the key list into a MultiFernet, or say which entry is wrong. */
+export const makeKeyRing = (keys: ReadonlyArray<string>): Result.Result<MultiFernet, CryptoKeyConfigError> => {
+  const parsed: Array<FernetKey> = []
+  for (const [index, key] of keys.entries()) {
+    const result: Result.Result<FernetKey, FernetKeyError> = parseFernetKey(key)
+    if (Result.isFailure(result)) {
+      return Result.fail(
+        new CryptoKeyConfigError({ message: `crypto key #${index + 1} of ${keys.length} is invalid: ${result.failure.message}` })
+      )
+    }
+    parsed.push(result.success)
+  }
+  const [first, ...rest] = parsed
+  if (first === undefined) return Result.fail(new CryptoKeyConfigError({ message: "at least one crypto key is required" }))
+  return Result.succeed(makeMultiFernet([first, ...rest]))
+}
+
+export class EndpointCrypto extends Context.Service<EndpointCrypto, {
+  /** Full endpoint URL for a subscription; v2 (bound to the key) when a raw VAPID key is given. */
+  readonly makeEndpoint: (uaid: string, channelId: string, rawKey?: Uint8Array) => Effect.Effect<string>
+  readonly parseEndpoint: (version: EndpointVersion, token: string) => Effect.Effect<EndpointToken, EndpointTokenError>
+  readonly makeMessageId: (data: MessageIdData) => Effect.Effect<string>
+  readonly parseMessageId: (id: string) => Effect.Effect<MessageIdData, MessageIdError>
+}>()("autopush/crypto/EndpointCrypto") {
+  static readonly make = (options: EndpointCryptoOptions): Result.Result<EndpointCrypto["Service"], CryptoKeyConfigError> =>
+    Result.map(makeKeyRing(options.keys), (fernet) => {
+      const endpointUrl = options.endpointUrl.replace(/\/+$/, "")
+      // Encrypting draws a random IV, so the makers are effects (sync: never fail except on a bug).
+      return EndpointCrypto.of({
+        makeEndpoint: (uaid, channelId, rawKey) =>
+          Effect.sync(() => makeEndpointUrl(fernet, endpointUrl, uaid, channelId, rawKey)),
+        parseEndpoint: (version, token) => Effect.fromResult(parseEndpointToken(fernet, version, token)),
+        makeMessageId: (data) => Effect.sync(() => makeMessageId(fernet, data)),
+        parseMessageId: (id) => Effect.fromResult(parseMessageId(fernet, id))
+      })
+    })
+
+  static readonly layer = (options: EndpointCryptoOptions): Layer.Layer<EndpointCrypto, CryptoKeyConfigError> =>
+    Layer.effect(EndpointCrypto, Effect.fromResult(EndpointCrypto.make(options)))
+
+  static readonly layerTest: Layer.Layer<EndpointCrypto> = Layer.succeed(
+    EndpointCrypto,
+    Result.getOrThrow(EndpointCrypto.make({ keys: [TEST_CRYPTO_KEY], endpointUrl: TEST_ENDPOINT_URL }))
+  )
+}

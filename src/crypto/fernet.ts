@@ -1,0 +1,186 @@
+/**
+ * Fernet (https://github.com/fernet/spec), version 0x80, on node:crypto.
+ *
+ *   token = base64url(0x80 ‖ timestamp (u64 BE seconds) ‖ IV (16) ‖ AES-128-CBC/PKCS7 ciphertext ‖ HMAC-SHA256 (32))
+ *   key   = base64url(signing key (16) ‖ encryption key (16))
+ *
+ * Tokens are written and read in canonical padded base64url only; callers that strip `=` (endpoint
+ * URLs) re-pad before decrypting. The primitives are synchronous CPU work returning `Result`, so the
+ * per-request path allocates no Effect; the `EndpointCrypto` service lifts them.
+ */
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHmac,
+  createSecretKey,
+  type KeyObject,
+  randomBytes,
+  timingSafeEqual
+} from "node:crypto"
+import { Data, Result } from "effect"
+
+/**
+ * Why a token was refused.
+ * - `malformed`: not canonical padded base64url, shorter than one block, or ciphertext not a whole
+ *   number of AES blocks (structure, checked before any key is used)
+ * - `bad-version`: first byte is not 0x80
+ * - `bad-signature`: HMAC does not match under any key (tampered, truncated body, or wrong key)
+ * - `expired` / `future`: only with a `ttlSeconds` option — older than the TTL, or stamped more than
+ *   {@link MAX_CLOCK_SKEW_SECONDS} ahead of now
+ * - `bad-padding`: authentic token whose plaintext padding is wrong (a broken encoder, not an attacker)
+ */
+export type FernetErrorReason = "malformed" | "bad-version" | "bad-signature" | "expired" | "future" | "bad-padding"
+
+export class FernetError extends Data.TaggedError("FernetError")<{ readonly reason: FernetErrorReason }> {}
+
+/** A key string that is not 32 bytes of base64url. The message never contains the key. */
+export class FernetKeyError extends Data.TaggedError("FernetKeyError")<{ readonly message: string }> {}
+
+/** Same bound as the reference implementations: a token may be this far ahead of our clock. */
+export const MAX_CLOCK_SKEW_SECONDS = 60
+
+const VERSION = 0x80
+const HEADER = 1 + 8 + 16
+const MAC = 32
+const BLOCK = 16
+
+/**
+ * The two halves of a key as KeyObjects: importing a raw key costs more than the HMAC or AES work
+ * itself (~10 µs per call), so it is done once per key; KeyObjects also never print their material.
+ */
+export interface FernetKey {
+  readonly signing: KeyObject
+  readonly encryption: KeyObject
+}
+
+export const fernetKeyFromBytes = (raw: Uint8Array): FernetKey => {
+  if (raw.length !== 32) throw new RangeError("a Fernet key is 32 bytes")
+  return { signing: createSecretKey(raw.subarray(0, 16)), encryption: createSecretKey(raw.subarray(16)) }
+}
+
+export const padBase64 = (s: string): string => s + "=".repeat((4 - (s.length % 4)) % 4)
+
+/**
+ * Strict base64url: Node's decoder skips characters outside the alphabet and accepts `+`/`/`, so
+ * the input must re-encode to itself (this also rejects trailing data and non-zero filler bits).
+ */
+const decodeBase64Url = (s: string, padding: "required" | "optional"): Buffer | undefined => {
+  const bytes = Buffer.from(s, "base64url")
+  const unpadded = bytes.toString("base64url")
+  if (s === padBase64(unpadded) || (padding === "optional" && s === unpadded)) return bytes
+  return undefined
+}
+
+/** Parse a key string: 32 bytes of base64url, `=` padding optional. */
+export const parseFernetKey = (key: string): Result.Result<FernetKey, FernetKeyError> => {
+  const bytes = decodeBase64Url(key, "optional")
+  if (bytes === undefined) {
+    return Result.fail(new FernetKeyError({ message: "a Fernet key must be URL-safe base64 (A-Z a-z 0-9 - _)" }))
+  }
+  if (bytes.length !== 32) {
+    return Result.fail(new FernetKeyError({ message: `a Fernet key is 32 bytes, this one decodes to ${bytes.length}` }))
+  }
+  return Result.succeed(fernetKeyFromBytes(bytes))
+}
+
+/** A new random key in the canonical 44-character form. */
+export const generateFernetKey = (): string => randomBytes(32).toString("base64url") + "="
+
+export interface EncryptOptions {
+  /** Timestamp to record, seconds since the epoch; default now. Only the spec vectors need to set it. */
+  readonly now?: number
+  /** 16-byte IV; default random. Only the spec vectors need to set it: reusing an IV leaks equality. */
+  readonly iv?: Uint8Array
+}
+
+export interface DecryptOptions {
+  /** Refuse tokens older than this many seconds (and too far in the future). Default: no time check. */
+  readonly ttlSeconds?: number
+  /** "Now" in seconds since the epoch for the TTL check; default the wall clock. */
+  readonly now?: number
+}
+
+const nowSeconds = (): number => Math.floor(Date.now() / 1000)
+
+export const encrypt = (key: FernetKey, plaintext: Uint8Array | string, options?: EncryptOptions): string => {
+  const iv = options?.iv ?? randomBytes(16)
+  const cipher = createCipheriv("aes-128-cbc", key.encryption, iv)
+  const head = cipher.update(plaintext)
+  const tail = cipher.final()
+  const bodyLength = HEADER + head.length + tail.length
+  const token = Buffer.allocUnsafe(bodyLength + MAC)
+  token[0] = VERSION
+  token.writeBigUInt64BE(BigInt(options?.now ?? nowSeconds()), 1)
+  token.set(iv, 9)
+  token.set(head, HEADER)
+  token.set(tail, HEADER + head.length)
+  createHmac("sha256", key.signing).update(token.subarray(0, bodyLength)).digest().copy(token, bodyLength)
+  return padBase64(token.toString("base64url"))
+}
+
+/** Decode and check the key-independent structure, once per token whatever the number of keys. */
+const decodeToken = (token: string): Buffer | FernetErrorReason => {
+  const bytes = decodeBase64Url(token, "required")
+  if (bytes === undefined || bytes.length < HEADER + BLOCK + MAC || (bytes.length - HEADER - MAC) % BLOCK !== 0) {
+    return "malformed"
+  }
+  return bytes[0] === VERSION ? bytes : "bad-version"
+}
+
+/** Verify the HMAC (constant time) before anything else touches the token, then time, then decrypt. */
+const open = (key: FernetKey, bytes: Buffer, options: DecryptOptions | undefined): Buffer | FernetErrorReason => {
+  const macAt = bytes.length - MAC
+  const mac = createHmac("sha256", key.signing).update(bytes.subarray(0, macAt)).digest()
+  if (!timingSafeEqual(mac, bytes.subarray(macAt))) return "bad-signature"
+  if (options?.ttlSeconds !== undefined) {
+    const now = options.now ?? nowSeconds()
+    const stamped = Number(bytes.readBigUInt64BE(1))
+    if (stamped + options.ttlSeconds < now) return "expired"
+    if (stamped > now + MAX_CLOCK_SKEW_SECONDS) return "future"
+  }
+  const decipher = createDecipheriv("aes-128-cbc", key.encryption, bytes.subarray(9, HEADER))
+  const head = decipher.update(bytes.subarray(HEADER, macAt))
+  try {
+    return Buffer.concat([head, decipher.final()])
+  } catch {
+    return "bad-padding"
+  }
+}
+
+const fail = (reason: FernetErrorReason) => Result.fail(new FernetError({ reason }))
+
+/** Try each key; the first whose HMAC matches decides the outcome. */
+const decryptWith = (
+  keys: ReadonlyArray<FernetKey>,
+  token: string,
+  options: DecryptOptions | undefined
+): Result.Result<Buffer, FernetError> => {
+  const bytes = decodeToken(token)
+  if (typeof bytes === "string") return fail(bytes)
+  for (const key of keys) {
+    const opened = open(key, bytes, options)
+    if (opened !== "bad-signature") return typeof opened === "string" ? fail(opened) : Result.succeed(opened)
+  }
+  return fail("bad-signature")
+}
+
+export const decrypt = (
+  key: FernetKey,
+  token: string,
+  options?: DecryptOptions
+): Result.Result<Buffer, FernetError> => decryptWith([key], token, options)
+
+/** Key rotation: encrypt with the first key, decrypt with any. Prepend a new key to rotate. */
+export interface MultiFernet {
+  readonly encrypt: (plaintext: Uint8Array | string, options?: EncryptOptions) => string
+  readonly decrypt: (token: string, options?: DecryptOptions) => Result.Result<Buffer, FernetError>
+}
+
+export const makeMultiFernet = (keys: readonly [FernetKey, ...ReadonlyArray<FernetKey>]): MultiFernet => {
+  const ring = [...keys]
+  const first = keys[0]
+  return {
+    encrypt: (plaintext, options) => encrypt(first, plaintext, options),
+    decrypt: (token, options) => decryptWith(ring, token, options)
+  }
+}
