@@ -22,11 +22,21 @@ export interface Notification {
   readonly headers?: Readonly<Record<string, string>> | undefined
 }
 
-/** Storage sort key: `01:{chid}:{topic}` for topic messages, `02:{sortkey ms}:{chid}` otherwise. */
+/** Milliseconds a timestamp message sorts by. */
+export const sortkeyMs = (n: Notification): number => n.sortkeyTimestamp ?? n.timestamp * 1000
+
+export const topicSortKey = (channelId: string, topic: string): string => `01:${channelId}:${topic}`
+
+/**
+ * `02:{ms}:{chid}` with `ms` zero-padded to 13 digits so keys sort numerically; for every instant from
+ * 2001 to 2286 that is exactly the seed's unpadded key, so tables written by autopush stay readable.
+ */
+export const timestampSortKey = (ms: number, channelId: string): string =>
+  `02:${String(ms).padStart(13, "0")}:${channelId}`
+
+/** The storage sort key (`chidmessageid`) of a message. */
 export const chidMessageId = (n: Notification): string =>
-  n.topic !== undefined
-    ? `01:${n.channelId}:${n.topic}`
-    : `02:${n.sortkeyTimestamp ?? n.timestamp * 1000}:${n.channelId}`
+  n.topic !== undefined ? topicSortKey(n.channelId, n.topic) : timestampSortKey(sortkeyMs(n), n.channelId)
 
 /** Seconds since the epoch at which the message stops being deliverable. */
 export const expiresAt = (n: Notification): number => n.timestamp + n.ttl

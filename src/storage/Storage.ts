@@ -1,13 +1,18 @@
 /**
  * The Storage service: router records, per-month channel sets and messages (the seed's DynamoDB
- * layout, protocol-notes §5.5). Two layers implement it, DynamoDB (`dynamodb.ts`) and in-memory
- * (`memory.ts`), and both pass the one contract suite in `test/storage/`.
+ * layout, protocol-notes §5.5). Two layers implement it, DynamoDB (`dynamodb.ts`: AWS, DynamoDB
+ * Local, Alternator, and the embedded dynalite of `embedded.ts`) and in-memory (`memory.ts`), and
+ * both pass the one contract suite in `test/storage/`.
  *
  * Message tables are named explicitly by every message operation: the router record says which
  * table a user lives in (`currentMonth`), and the connection node decides when a user moves on.
  * Every read filters expired items against the Effect `Clock` (TTL deletion is lazy or absent).
+ *
+ * Tables must exist before use (`createTables`; `createActiveTables` below at start-up); an
+ * operation on a missing table fails with a `StorageError` (cause named `ResourceNotFoundException`).
+ * Table names, rotation and the stale-user month range: `tables.ts`; sort keys: `model.ts`.
  */
-import { Context, Data, type Effect } from "effect"
+import { Context, Data, Effect } from "effect"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 
@@ -73,23 +78,40 @@ export interface StorageService {
     after: number | undefined,
     limit: number
   ) => Effect.Effect<TimestampPage, StorageError>
-  /** Delete one message by its sort key (`chidMessageId`); deleting a missing row is not an error. */
-  readonly deleteMessage: (uaid: string, table: string, sortKey: string) => Effect.Effect<void, StorageError>
+  /**
+   * Delete one message by its sort key (`chidMessageId`, = `messageSortKey` of `model.ts`); deleting
+   * a missing row is not an error.
+   * With `version`, only if the row still holds that message: an ack must not delete the newer
+   * message that replaced a topic meanwhile.
+   */
+  readonly deleteMessage: (
+    uaid: string,
+    table: string,
+    sortKey: string,
+    version?: string
+  ) => Effect.Effect<void, StorageError>
   /** The per-user read cursor (ms sort key of the last timestamp message read) in that table. */
   readonly getReadCursor: (uaid: string, table: string) => Effect.Effect<number | undefined, StorageError>
   readonly setReadCursor: (uaid: string, table: string, sortKey: number) => Effect.Effect<void, StorageError>
 
   // ── maintenance ──────────────────────────────────────────────────────────────────────────────
-  /** Create the router table and the given message tables when missing (with TTL on `expiry`). */
+  /**
+   * Create the router table (with its `AccessIndex` on `last_connect`) and the given message tables
+   * when missing (TTL on `expiry` where the server has TTL); returns once they are ACTIVE.
+   */
   readonly createTables: (messageTables: ReadonlyArray<string>) => Effect.Effect<void, StorageError>
-  /** Existence / reachability of the router table and the active message tables. */
+  /** The router table and the active message tables: missing or not ACTIVE → `ok: false`; unreachable → error. */
   readonly checkTables: Effect.Effect<ReadonlyArray<TableStatus>, StorageError>
   /** Message tables that exist with our prefix, oldest first. */
   readonly listMessageTables: Effect.Effect<ReadonlyArray<string>, StorageError>
+  /** Delete one of our message tables (anything else is refused) and wait until it is gone; a missing one is fine. */
   readonly dropMessageTable: (table: string) => Effect.Effect<void, StorageError>
   /**
    * Drop users whose `last_connect` month is `monthsAgo` months before now or older (looking back
-   * `lookbackMonths` months further), via the `last_connect` index; returns how many were dropped.
+   * `lookbackMonths` months further: months `monthsAgo` … `monthsAgo + lookbackMonths` ago, both
+   * included), via the `last_connect` index, with their rows in their current message table. A user
+   * whose `last_connect` changed meanwhile is kept. `onProgress` gets the running total after each
+   * small batch. Returns how many were dropped.
    */
   readonly dropStaleUsers: (options: {
     readonly monthsAgo: number
@@ -99,3 +121,8 @@ export interface StorageService {
 }
 
 export class Storage extends Context.Service<Storage, StorageService>()("autopush/storage/Storage") {}
+
+/** Create the router table and the active message tables when missing (start-up, tests). */
+export const createActiveTables: Effect.Effect<void, StorageError, Storage> = Storage.use((storage) =>
+  Effect.flatMap(storage.activeMessageTables, storage.createTables)
+)

@@ -1,0 +1,263 @@
+/**
+ * In-memory Storage: the DynamoDB layer's semantics without a server, for tests of the services
+ * above storage. Tables must be created (`createTables`) before use, exactly as with DynamoDB; an
+ * operation on a missing table fails with a `StorageError` whose cause is named
+ * `ResourceNotFoundException`. Each operation runs without yielding, so conditional writes are
+ * atomic as they are on the server.
+ */
+import { Clock, Effect, Layer } from "effect"
+import type { Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+import {
+  expiryOf,
+  isVisible,
+  messageSortKey,
+  META_SORT_KEY,
+  sortKeyMsOf,
+  storedNotification,
+  storedUser,
+  TIMESTAMP_END,
+  timestampLowerBound,
+  TOPIC_END,
+  TOPIC_PREFIX
+} from "./model.ts"
+import { Storage, StorageError, type UserPatch } from "./Storage.ts"
+import {
+  activeTableNames,
+  isMessageTable,
+  lastConnectKeys,
+  messageTablesOf,
+  type StorageOptions,
+  staleMonths,
+  tablesByClock
+} from "./tables.ts"
+
+/** Per user and message table: the meta row (`" "`) and the message rows by sort key. */
+interface UserRows {
+  chids?: ReadonlySet<string>
+  cursor?: number
+  readonly messages: Map<string, Notification>
+}
+
+type MessageTable = Map<string, UserRows>
+
+const STALE_BATCH = 25
+
+const notFound = (operation: string, table: string) =>
+  new StorageError({
+    operation,
+    cause: Object.assign(new Error(`Requested resource not found: ${table}`), { name: "ResourceNotFoundException" })
+  })
+
+export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
+  Layer.sync(Storage, () => {
+    let router: Map<string, UserRecord> | undefined
+    const tables = new Map<string, MessageTable>()
+
+    const routerTable = (operation: string) =>
+      router === undefined ? Effect.fail(notFound(operation, options.routerTable)) : Effect.succeed(router)
+    const messageTable = (operation: string, table: string) => {
+      const t = tables.get(table)
+      return t === undefined ? Effect.fail(notFound(operation, table)) : Effect.succeed(t)
+    }
+    const rowsOf = (t: MessageTable, uaid: string): UserRows => {
+      let rows = t.get(uaid)
+      if (rows === undefined) {
+        rows = { messages: new Map() }
+        t.set(uaid, rows)
+      }
+      return rows
+    }
+    /** Message rows of a user, in sort-key order, with `lo < key < hi`. */
+    const range = (t: MessageTable, uaid: string, lo: string, hi: string) =>
+      Array.from(t.get(uaid)?.messages ?? [])
+        .filter(([key]) => key > lo && key < hi)
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+
+    const getUser = Effect.fnUntraced(function*(uaid: string) {
+      const users = yield* routerTable("getUser")
+      const user = users.get(uaid)
+      return user === undefined ? undefined : storedUser(user)
+    })
+
+    const registerUser = Effect.fnUntraced(function*(user: UserRecord) {
+      const users = yield* routerTable("registerUser")
+      const existing = users.get(user.uaid)
+      if (existing !== undefined && existing.connectedAt >= user.connectedAt) return false
+      users.set(user.uaid, storedUser(user))
+      return true
+    })
+
+    const updateUser = Effect.fnUntraced(function*(uaid: string, patch: UserPatch) {
+      const users = yield* routerTable("updateUser")
+      const existing = users.get(uaid)
+      if (existing === undefined) return false
+      users.set(uaid, storedUser({ ...existing, ...patch, uaid }))
+      return true
+    })
+
+    const deleteUserRows = (uaid: string, table: string | undefined) => {
+      if (table !== undefined) tables.get(table)?.delete(uaid)
+    }
+
+    const dropUser = Effect.fnUntraced(function*(uaid: string) {
+      const users = yield* routerTable("dropUser")
+      deleteUserRows(uaid, users.get(uaid)?.currentMonth)
+      users.delete(uaid)
+    })
+
+    const clearNodeId = Effect.fnUntraced(function*(uaid: string, nodeId: string, connectedAt: number) {
+      const users = yield* routerTable("clearNodeId")
+      const existing = users.get(uaid)
+      if (existing === undefined || existing.nodeId !== nodeId || existing.connectedAt !== connectedAt) return false
+      users.set(uaid, storedUser({ ...existing, nodeId: undefined }))
+      return true
+    })
+
+    const addChannels = Effect.fnUntraced(function*(uaid: string, table: string, channelIds: Iterable<string>) {
+      const t = yield* messageTable("addChannels", table)
+      const added = Array.from(channelIds)
+      if (added.length === 0) return
+      const rows = rowsOf(t, uaid)
+      rows.chids = new Set([...(rows.chids ?? []), ...added])
+    })
+
+    const removeChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
+      const t = yield* messageTable("removeChannel", table)
+      const rows = t.get(uaid)
+      if (rows?.chids === undefined || !rows.chids.has(channelId)) return false
+      const chids = new Set(rows.chids)
+      chids.delete(channelId)
+      if (chids.size === 0) delete rows.chids
+      else rows.chids = chids
+      return true
+    })
+
+    const getChannels = Effect.fnUntraced(function*(uaid: string, table: string) {
+      const t = yield* messageTable("getChannels", table)
+      return new Set(t.get(uaid)?.chids ?? []) as ReadonlySet<string>
+    })
+
+    const save = Effect.fnUntraced(function*(
+      operation: string,
+      uaid: string,
+      table: string,
+      messages: ReadonlyArray<Notification>
+    ) {
+      const t = yield* messageTable(operation, table)
+      if (messages.length === 0) return
+      const rows = rowsOf(t, uaid)
+      for (const message of messages) rows.messages.set(messageSortKey(message), storedNotification(message))
+    })
+
+    const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {
+      const t = yield* messageTable("fetchTopicMessages", table)
+      const now = yield* Clock.currentTimeMillis
+      return range(t, uaid, TOPIC_PREFIX, TOPIC_END)
+        .map(([, message]) => message)
+        .filter((message) => isVisible(expiryOf(message), now))
+        .slice(0, limit)
+    })
+
+    const fetchTimestampMessages = Effect.fnUntraced(function*(
+      uaid: string,
+      table: string,
+      after: number | undefined,
+      limit: number
+    ) {
+      const t = yield* messageTable("fetchTimestampMessages", table)
+      const now = yield* Clock.currentTimeMillis
+      const page = range(t, uaid, timestampLowerBound(after), TIMESTAMP_END).slice(0, limit)
+      const last = page.at(-1)
+      return {
+        messages: page.map(([, message]) => message).filter((message) => isVisible(expiryOf(message), now)),
+        lastSortKey: last === undefined ? undefined : sortKeyMsOf(last[0])
+      }
+    })
+
+    const deleteMessage = Effect.fnUntraced(function*(uaid: string, table: string, sortKey: string, version?: string) {
+      const t = yield* messageTable("deleteMessage", table)
+      const rows = t.get(uaid)
+      if (rows === undefined) return
+      if (version !== undefined) {
+        if (rows.messages.get(sortKey)?.version === version) rows.messages.delete(sortKey)
+      } else if (sortKey === META_SORT_KEY) {
+        delete rows.chids
+        delete rows.cursor
+      } else rows.messages.delete(sortKey)
+    })
+
+    const getReadCursor = Effect.fnUntraced(function*(uaid: string, table: string) {
+      const t = yield* messageTable("getReadCursor", table)
+      return t.get(uaid)?.cursor
+    })
+
+    const setReadCursor = Effect.fnUntraced(function*(uaid: string, table: string, sortKey: number) {
+      const t = yield* messageTable("setReadCursor", table)
+      rowsOf(t, uaid).cursor = sortKey
+    })
+
+    const createTables = Effect.fnUntraced(function*(messageTables: ReadonlyArray<string>) {
+      router ??= new Map()
+      for (const table of messageTables) if (!tables.has(table)) tables.set(table, new Map())
+    })
+
+    const checkTables = Effect.gen(function*() {
+      const active = activeTableNames(options, yield* Clock.currentTimeMillis)
+      const status = (table: string, ok: boolean) => (ok ? { table, ok } : { table, ok, cause: "table not found" })
+      return [status(options.routerTable, router !== undefined), ...active.map((t) => status(t, tables.has(t)))]
+    })
+
+    const dropMessageTable = Effect.fnUntraced(function*(table: string) {
+      if (!isMessageTable(options, table)) {
+        return yield* new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` })
+      }
+      tables.delete(table)
+    })
+
+    const dropStaleUsers = Effect.fnUntraced(function*(args: {
+      readonly monthsAgo: number
+      readonly lookbackMonths: number
+      readonly onProgress?: (dropped: number) => Effect.Effect<void>
+    }) {
+      const users = yield* routerTable("dropStaleUsers")
+      const now = yield* Clock.currentTimeMillis
+      const keys = new Set(staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys))
+      const stale = Array.from(users.values()).filter((u) => u.lastConnect !== undefined && keys.has(u.lastConnect))
+      let dropped = 0
+      for (let i = 0; i < stale.length; i += STALE_BATCH) {
+        for (const user of stale.slice(i, i + STALE_BATCH)) {
+          deleteUserRows(user.uaid, user.currentMonth)
+          users.delete(user.uaid)
+          dropped++
+        }
+        if (args.onProgress !== undefined) yield* args.onProgress(dropped)
+      }
+      return dropped
+    })
+
+    return Storage.of({
+      getUser,
+      registerUser,
+      updateUser,
+      dropUser,
+      clearNodeId,
+      ...tablesByClock(options),
+      addChannel: (uaid, table, channelId) => addChannels(uaid, table, [channelId]),
+      addChannels,
+      removeChannel,
+      getChannels,
+      saveMessage: (uaid, table, message) => save("saveMessage", uaid, table, [message]),
+      saveMessages: (uaid, table, messages) => save("saveMessages", uaid, table, messages),
+      fetchTopicMessages,
+      fetchTimestampMessages,
+      deleteMessage,
+      getReadCursor,
+      setReadCursor,
+      createTables,
+      checkTables,
+      listMessageTables: Effect.sync(() => messageTablesOf(options, tables.keys())),
+      dropMessageTable,
+      dropStaleUsers
+    })
+  })

@@ -1,0 +1,94 @@
+/**
+ * The message-table data model both layers share (seed "DynamoDB Tables", protocol-notes §5.5):
+ * sort keys, key ranges, what a stored item reads back as, and when it is visible.
+ *
+ * Sort keys:
+ * - `" "` — the per-user meta row (`chids`, `current_timestamp`);
+ * - `01:{chid}:{topic}` — topic messages (one per channel and topic, a new one replaces it);
+ * - `02:{ms}:{chid}` — timestamp messages, `ms` = `sortkeyTimestamp ?? timestamp * 1000`.
+ *
+ * `ms` is written as 13 digits, zero-padded. Every instant from 2001-09-09 to 2286-11-20 already has
+ * 13 digits, so for real data this is exactly the seed's unpadded key (tables written by autopush
+ * stay readable); the padding only keeps string order equal to numeric order for small test times.
+ * Negative or ≥ 10^13 values are outside the model.
+ */
+import { chidMessageId, type Notification, sortkeyMs, timestampSortKey, topicSortKey } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+
+export const META_SORT_KEY = " "
+export const TOPIC_PREFIX = "01:"
+/** Upper bound (exclusive) of the topic range: the character after `:` is `;`. */
+export const TOPIC_END = "01;"
+export const TIMESTAMP_PREFIX = "02:"
+/** Upper bound (exclusive) of the timestamp range. */
+export const TIMESTAMP_END = "02;"
+const MS_DIGITS = 13
+
+const formatMs = (ms: number): string => String(ms).padStart(MS_DIGITS, "0")
+
+export { chidMessageId as messageSortKey, sortkeyMs, timestampSortKey, topicSortKey }
+
+/**
+ * Exclusive lower bound of a timestamp page: every key of a later ms is greater, every key of
+ * `after` itself is smaller (`z` sorts after any hex digit or `-`), as PY's `02:{ts}:z`.
+ */
+export const timestampLowerBound = (after: number | undefined): string =>
+  after === undefined ? TIMESTAMP_PREFIX : `${TIMESTAMP_PREFIX}${formatMs(after)}:z`
+
+export interface ParsedSortKey {
+  readonly channelId: string
+  readonly topic?: string
+  readonly sortkeyTimestamp?: number
+}
+
+/** Channel, topic or ms of a message sort key; undefined for the meta row and legacy keys. */
+export const parseSortKey = (key: string): ParsedSortKey | undefined => {
+  const [version, middle, last, ...rest] = key.split(":")
+  if (middle === undefined || last === undefined || rest.length > 0) return undefined
+  if (version === "01") return { channelId: middle, topic: last }
+  if (version === "02" && /^\d+$/.test(middle)) return { channelId: last, sortkeyTimestamp: Number(middle) }
+  return undefined
+}
+
+/** Ms of a timestamp sort key (the `lastSortKey` of a page). */
+export const sortKeyMsOf = (key: string): number | undefined => parseSortKey(key)?.sortkeyTimestamp
+
+/** The DynamoDB TTL attribute (seconds): when the message stops being deliverable. */
+export const expiryOf = (n: Notification): number => n.timestamp + n.ttl
+
+/** Unix seconds of a Clock reading, as compared with `expiry`. */
+export const nowSeconds = (nowMs: number): number => Math.floor(nowMs / 1000)
+
+/** Visible iff `expiry > now` (seconds), i.e. not `isExpired`; rows without `expiry` never expire. */
+export const isVisible = (expiry: number | undefined, nowMs: number): boolean =>
+  expiry === undefined || expiry > nowSeconds(nowMs)
+
+/** `routerData` as it reads back: plain JSON (undefined members dropped). */
+export const plainData = (data: Readonly<Record<string, unknown>>): Record<string, unknown> =>
+  JSON.parse(JSON.stringify(data)) as Record<string, unknown>
+
+/**
+ * A message as it reads back from storage: channel/topic/sort ms come from the sort key (a topic
+ * message has no `sortkeyTimestamp`, a timestamp message always has one), absent optional fields
+ * are absent rather than `undefined`.
+ */
+export const storedNotification = (n: Notification): Notification => {
+  const base: Notification = {
+    channelId: n.channelId,
+    version: n.version,
+    ttl: n.ttl,
+    timestamp: n.timestamp,
+    ...(n.data !== undefined ? { data: n.data } : {}),
+    ...(n.headers !== undefined ? { headers: { ...n.headers } } : {})
+  }
+  return n.topic !== undefined ? { ...base, topic: n.topic } : { ...base, sortkeyTimestamp: sortkeyMs(n) }
+}
+
+/** A router record as it reads back: fields that are `undefined` are absent. */
+export const storedUser = (user: UserRecord): UserRecord => {
+  const out: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(user)) {
+    if (value !== undefined) out[key] = key === "routerData" ? plainData(user.routerData) : value
+  }
+  return out as unknown as UserRecord
+}

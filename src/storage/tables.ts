@@ -1,0 +1,96 @@
+/**
+ * Table naming and the month arithmetic of the seed's table rotation (pure functions; all dates
+ * are UTC).
+ *
+ * - With rotation, message tables are `{prefix}_{YYYY}_{MM}`; the *current* table is this month's;
+ *   the *active* tables are last month's, this month's and, on the last day of a month (when
+ *   "tomorrow" is already in the next month), next month's.
+ * - With `noTableRotation`, there is exactly one message table and it is named exactly `{prefix}`.
+ *   (PY picked "the lexically latest table with the prefix"; a fixed name is deterministic, needs
+ *   no listing at start-up, and an operator migrating a PY single-table deployment sets the prefix
+ *   to that table's full name.)
+ */
+import { Clock, Effect } from "effect"
+
+export interface StorageOptions {
+  /** Name of the router table (seed default `router`). */
+  readonly routerTable: string
+  /** Message tables are `{prefix}_{YYYY}_{MM}`, or exactly `{prefix}` without rotation. */
+  readonly messageTablePrefix: string
+  readonly noTableRotation: boolean
+}
+
+const DAY_MS = 86_400_000
+
+/** Months since year 0 of a UTC instant: `year * 12 + month0`. */
+const monthIndex = (ms: number): number => {
+  const d = new Date(ms)
+  return d.getUTCFullYear() * 12 + d.getUTCMonth()
+}
+
+const pad2 = (n: number): string => String(n).padStart(2, "0")
+
+const tableForIndex = (prefix: string, index: number): string =>
+  `${prefix}_${Math.floor(index / 12)}_${pad2((index % 12) + 1)}`
+
+/** `{prefix}_{YYYY}_{MM}` for the UTC month of `ms`. */
+export const monthTableName = (prefix: string, ms: number): string => tableForIndex(prefix, monthIndex(ms))
+
+/** The table new and migrated users go to at `nowMs`. */
+export const currentTableName = (options: StorageOptions, nowMs: number): string =>
+  options.noTableRotation ? options.messageTablePrefix : monthTableName(options.messageTablePrefix, nowMs)
+
+/** Last month, this month, and next month when tomorrow is in a new month; oldest first. */
+export const activeTableNames = (options: StorageOptions, nowMs: number): ReadonlyArray<string> => {
+  if (options.noTableRotation) return [options.messageTablePrefix]
+  const now = monthIndex(nowMs)
+  const indexes = monthIndex(nowMs + DAY_MS) !== now ? [now - 1, now, now + 1] : [now - 1, now]
+  return indexes.map((i) => tableForIndex(options.messageTablePrefix, i))
+}
+
+/** Whether `name` is one of our message tables: `{prefix}_{YYYY}_{MM}`, or `{prefix}` itself. */
+export const isMessageTable = (options: StorageOptions, name: string): boolean => {
+  if (name === options.messageTablePrefix) return true
+  if (!name.startsWith(`${options.messageTablePrefix}_`)) return false
+  return /^\d{4}_(0[1-9]|1[0-2])$/.test(name.slice(options.messageTablePrefix.length + 1))
+}
+
+/**
+ * Our message tables among `names`, oldest first (`{YYYY}_{MM}` sorts chronologically; the bare
+ * `{prefix}` table, if any, sorts first).
+ */
+export const messageTablesOf = (options: StorageOptions, names: Iterable<string>): ReadonlyArray<string> =>
+  Array.from(names).filter((name) => isMessageTable(options, name)).sort()
+
+/**
+ * The `last_connect` months a stale-user sweep covers: `YYYYMM` of the month `monthsAgo` months
+ * before `nowMs` and of the `lookbackMonths` months before that (so `lookbackMonths + 1` months,
+ * newest first).
+ */
+export const staleMonths = (nowMs: number, monthsAgo: number, lookbackMonths: number): ReadonlyArray<number> => {
+  const first = monthIndex(nowMs) - monthsAgo
+  return Array.from({ length: lookbackMonths + 1 }, (_, i) => {
+    const index = first - i
+    return Math.floor(index / 12) * 100 + (index % 12) + 1
+  })
+}
+
+/** Highest random spread `lastConnectValue` uses (seed: 0-10). */
+export const LAST_CONNECT_SPREAD_MAX = 10
+
+/** Every `last_connect` index key of a `YYYYMM` month: hours 00-23 × spread 0000-0010. */
+export const lastConnectKeys = (yyyymm: number): ReadonlyArray<number> => {
+  const keys: Array<number> = []
+  for (let hour = 0; hour < 24; hour++) {
+    for (let spread = 0; spread <= LAST_CONNECT_SPREAD_MAX; spread++) {
+      keys.push((yyyymm * 100 + hour) * 10_000 + spread)
+    }
+  }
+  return keys
+}
+
+/** `currentMessageTable` / `activeMessageTables` of the service, by the Effect `Clock`. */
+export const tablesByClock = (options: StorageOptions) => ({
+  currentMessageTable: Effect.map(Clock.currentTimeMillis, (ms) => currentTableName(options, ms)),
+  activeMessageTables: Effect.map(Clock.currentTimeMillis, (ms) => activeTableNames(options, ms))
+})

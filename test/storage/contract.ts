@@ -1,0 +1,456 @@
+/**
+ * The one contract every Storage layer passes (in-memory, dynalite, DynamoDB Local). Each test gets
+ * a fresh layer on fresh table names, and a TestClock (which starts at 0: tests that care about
+ * months set it first).
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Exit, Layer, Random } from "effect"
+import { TestClock } from "effect/testing"
+import type { Notification } from "../../src/domain/notification.ts"
+import { lastConnectValue, type UserRecord } from "../../src/domain/user.ts"
+import { messageSortKey, storedNotification } from "../../src/storage/model.ts"
+import { createActiveTables, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
+import type { StorageOptions } from "../../src/storage/tables.ts"
+
+export type MakeStorage = (options: StorageOptions) => Layer.Layer<Storage, StorageError>
+
+/** 2024-05-15T12:00:00Z: mid-month, so two active tables. */
+const T0 = Date.UTC(2024, 4, 15, 12)
+const T0_SECONDS = T0 / 1000
+
+let counter = 0
+const freshOptions = (noTableRotation = false): StorageOptions => {
+  const prefix = `t${Date.now().toString(36)}${(counter++).toString(36)}`
+  return { routerTable: `${prefix}_router`, messageTablePrefix: `${prefix}_message`, noTableRotation }
+}
+
+const uaid = (n: number) => n.toString(16).padStart(32, "0")
+const chid = (n: number) => `00000000-0000-4000-8000-${n.toString(16).padStart(12, "0")}`
+
+const user = (n: number, fields: Partial<UserRecord> = {}): UserRecord => ({
+  uaid: uaid(n),
+  routerType: "webpush",
+  routerData: {},
+  connectedAt: T0,
+  ...fields
+})
+
+const message = (fields: Partial<Notification> & { readonly channelId: string; readonly version: string }) =>
+  ({ ttl: 3600, timestamp: T0_SECONDS, ...fields }) as Notification
+
+const errorName = (e: StorageError): unknown => (e.cause as { readonly name?: unknown } | undefined)?.name
+
+export const storageContract = (name: string, make: MakeStorage) =>
+  describe(`Storage contract: ${name}`, () => {
+    const test = (
+      title: string,
+      body: (s: StorageService, options: StorageOptions) => Effect.Effect<void, unknown, Storage>,
+      setup: { readonly noTableRotation?: boolean; readonly createTables?: boolean } = {}
+    ) =>
+      it.effect(title, () => {
+        const options = freshOptions(setup.noTableRotation)
+        return Effect.gen(function*() {
+          yield* TestClock.setTime(T0)
+          if (setup.createTables !== false) yield* createActiveTables
+          yield* body(yield* Storage, options)
+        }).pipe(Effect.provide(make(options)))
+      })
+
+    // ── tables ──────────────────────────────────────────────────────────────────────────────────
+
+    test("table names follow the Clock: two active tables mid-month, three on the last day", (s, o) =>
+      Effect.gen(function*() {
+        const p = o.messageTablePrefix
+        assert.strictEqual(yield* s.currentMessageTable, `${p}_2024_05`)
+        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2024_04`, `${p}_2024_05`])
+        yield* TestClock.setTime(Date.UTC(2024, 11, 31, 23, 59))
+        assert.strictEqual(yield* s.currentMessageTable, `${p}_2024_12`)
+        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2024_11`, `${p}_2024_12`, `${p}_2025_01`])
+      }), { createTables: false })
+
+    test("create, check, list and drop tables", (s, o) =>
+      Effect.gen(function*() {
+        const before = yield* s.checkTables
+        assert.deepStrictEqual(before.map((t) => t.table), [o.routerTable, ...(yield* s.activeMessageTables)])
+        assert.isTrue(before.every((t) => !t.ok))
+        assert.deepStrictEqual(yield* s.listMessageTables, [])
+
+        const missing = yield* Effect.flip(s.getChannels(uaid(1), yield* s.currentMessageTable))
+        assert.strictEqual(missing.operation, "getChannels")
+        assert.strictEqual(errorName(missing), "ResourceNotFoundException")
+        assert.strictEqual(errorName(yield* Effect.flip(s.getUser(uaid(1)))), "ResourceNotFoundException")
+
+        yield* createActiveTables
+        yield* createActiveTables // idempotent
+        const march = `${o.messageTablePrefix}_2024_03`
+        yield* s.createTables([march])
+        const after = yield* s.checkTables
+        assert.isTrue(after.every((t) => t.ok), JSON.stringify(after))
+        assert.deepStrictEqual(yield* s.listMessageTables, [march, ...(yield* s.activeMessageTables)])
+
+        yield* s.dropMessageTable(march)
+        yield* s.dropMessageTable(march) // gone already: fine
+        assert.deepStrictEqual(yield* s.listMessageTables, yield* s.activeMessageTables)
+        const refused = yield* Effect.flip(s.dropMessageTable(o.routerTable))
+        assert.strictEqual(refused.operation, "dropMessageTable")
+        assert.isTrue((yield* s.checkTables)[0]?.ok)
+      }), { createTables: false })
+
+    test("no_table_rotation: one message table named exactly the prefix", (s, o) =>
+      Effect.gen(function*() {
+        const p = o.messageTablePrefix
+        assert.strictEqual(yield* s.currentMessageTable, p)
+        assert.deepStrictEqual(yield* s.activeMessageTables, [p])
+        const later = Date.UTC(2031, 0, 31, 12)
+        yield* TestClock.setTime(later)
+        assert.strictEqual(yield* s.currentMessageTable, p)
+        assert.deepStrictEqual(yield* s.activeMessageTables, [p])
+        assert.deepStrictEqual(yield* s.listMessageTables, [p])
+        assert.isTrue((yield* s.checkTables).every((t) => t.ok))
+        yield* s.addChannel(uaid(1), p, chid(1))
+        yield* s.saveMessage(uaid(1), p, message({ channelId: chid(1), version: "v1", timestamp: later / 1000 }))
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), p))], [chid(1)])
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid(1), p, undefined, 10)).messages.length, 1)
+      }), { noTableRotation: true })
+
+    // ── router table ────────────────────────────────────────────────────────────────────────────
+
+    test("register: a new record is written, an older or equal one is rejected, a newer one replaces", (s) =>
+      Effect.gen(function*() {
+        assert.isUndefined(yield* s.getUser(uaid(1)))
+        const first = user(1, {
+          nodeId: "http://node-a:8081",
+          lastConnect: lastConnectValue(T0, 3),
+          currentMonth: yield* s.currentMessageTable,
+          recordVersion: 1,
+          routerData: { token: "abc", nested: { n: 1, ok: true, list: ["x", 2, null] } }
+        })
+        assert.isTrue(yield* s.registerUser(first))
+        assert.deepStrictEqual(yield* s.getUser(uaid(1)), first)
+
+        assert.isFalse(yield* s.registerUser(user(1, { connectedAt: T0 - 1, nodeId: "old" })))
+        assert.isFalse(yield* s.registerUser(user(1, { connectedAt: T0, nodeId: "same" })))
+        assert.deepStrictEqual(yield* s.getUser(uaid(1)), first)
+
+        const newer = user(1, { connectedAt: T0 + 1, routerType: "fcm", routerData: { token: "t2" } })
+        assert.isTrue(yield* s.registerUser(newer))
+        assert.deepStrictEqual(yield* s.getUser(uaid(1)), newer) // the whole record: nodeId etc. gone
+      }))
+
+    test("update: patches fields, removes those set to undefined, never creates a record", (s) =>
+      Effect.gen(function*() {
+        assert.isFalse(yield* s.updateUser(uaid(1), { nodeId: "x" }))
+        assert.isFalse(yield* s.updateUser(uaid(1), {}))
+        assert.isUndefined(yield* s.getUser(uaid(1)))
+
+        yield* s.registerUser(user(1, { nodeId: "http://node-a:8081", recordVersion: 0 }))
+        assert.isTrue(yield* s.updateUser(uaid(1), {
+          nodeId: undefined,
+          currentMonth: "m",
+          recordVersion: 1,
+          routerData: { a: [1, { b: "c" }] }
+        }))
+        assert.deepStrictEqual(
+          yield* s.getUser(uaid(1)),
+          user(1, { currentMonth: "m", recordVersion: 1, routerData: { a: [1, { b: "c" }] } })
+        )
+        assert.isTrue(yield* s.updateUser(uaid(1), {}))
+      }))
+
+    test("clearNodeId only when node and connectedAt both match", (s) =>
+      Effect.gen(function*() {
+        assert.isFalse(yield* s.clearNodeId(uaid(1), "http://node-a:8081", T0))
+        yield* s.registerUser(user(1, { nodeId: "http://node-a:8081", currentMonth: "m" }))
+        assert.isFalse(yield* s.clearNodeId(uaid(1), "http://node-b:8081", T0))
+        assert.isFalse(yield* s.clearNodeId(uaid(1), "http://node-a:8081", T0 + 1))
+        assert.strictEqual((yield* s.getUser(uaid(1)))?.nodeId, "http://node-a:8081")
+        assert.isTrue(yield* s.clearNodeId(uaid(1), "http://node-a:8081", T0))
+        assert.deepStrictEqual(yield* s.getUser(uaid(1)), user(1, { currentMonth: "m" }))
+        assert.isFalse(yield* s.clearNodeId(uaid(1), "http://node-a:8081", T0))
+      }))
+
+    test("dropUser removes the record and everything in its current table, nothing else", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        for (const n of [1, 2]) {
+          yield* s.registerUser(user(n, { currentMonth: table }))
+          yield* s.addChannels(uaid(n), table, [chid(1), chid(2)])
+          yield* s.setReadCursor(uaid(n), table, T0)
+          yield* s.saveMessages(uaid(n), table, [
+            message({ channelId: chid(1), version: "a", topic: "t" }),
+            ...Array.from({ length: 30 }, (_, i) => message({ channelId: chid(2), version: `v${i}`, sortkeyTimestamp: T0 + i }))
+          ])
+        }
+        yield* s.dropUser(uaid(1))
+        yield* s.dropUser(uaid(1)) // already gone: fine
+        yield* s.dropUser(uaid(3)) // never existed: fine
+        assert.isUndefined(yield* s.getUser(uaid(1)))
+        assert.strictEqual((yield* s.getChannels(uaid(1), table)).size, 0)
+        assert.isUndefined(yield* s.getReadCursor(uaid(1), table))
+        assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [])
+        assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10), {
+          messages: [],
+          lastSortKey: undefined
+        })
+
+        assert.isDefined(yield* s.getUser(uaid(2)))
+        assert.strictEqual((yield* s.getChannels(uaid(2), table)).size, 2)
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid(2), table, undefined, 50)).messages.length, 30)
+      }))
+
+    test("registerUser race: 64 concurrent writers, the newest connectedAt wins", (s) =>
+      Effect.gen(function*() {
+        const stamps = yield* Random.shuffle(Array.from({ length: 64 }, (_, i) => T0 + i * 7))
+        const results = yield* Effect.forEach(
+          stamps,
+          (connectedAt) => s.registerUser(user(1, { connectedAt, nodeId: `node-${connectedAt}` })),
+          { concurrency: "unbounded" }
+        )
+        const newest = Math.max(...stamps)
+        assert.deepStrictEqual(yield* s.getUser(uaid(1)), user(1, { connectedAt: newest, nodeId: `node-${newest}` }))
+        assert.isTrue(results[stamps.indexOf(newest)])
+      }))
+
+    // ── channels ────────────────────────────────────────────────────────────────────────────────
+
+    test("channels: add, add many, list, remove (true only when present), per table", (s) =>
+      Effect.gen(function*() {
+        const [last, current] = yield* s.activeMessageTables as Effect.Effect<readonly [string, string]>
+        assert.strictEqual((yield* s.getChannels(uaid(1), current)).size, 0)
+        assert.isFalse(yield* s.removeChannel(uaid(1), current, chid(1)))
+
+        yield* s.addChannel(uaid(1), current, chid(1))
+        yield* s.addChannels(uaid(1), current, [chid(2), chid(3), chid(2), chid(1)])
+        yield* s.addChannels(uaid(1), current, [])
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), current))].sort(), [chid(1), chid(2), chid(3)])
+        assert.strictEqual((yield* s.getChannels(uaid(1), last)).size, 0)
+        assert.strictEqual((yield* s.getChannels(uaid(2), current)).size, 0)
+
+        assert.isTrue(yield* s.removeChannel(uaid(1), current, chid(2)))
+        assert.isFalse(yield* s.removeChannel(uaid(1), current, chid(2)))
+        assert.isFalse(yield* s.removeChannel(uaid(1), last, chid(1)))
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), current))].sort(), [chid(1), chid(3)])
+        assert.isTrue(yield* s.removeChannel(uaid(1), current, chid(1)))
+        assert.isTrue(yield* s.removeChannel(uaid(1), current, chid(3)))
+        assert.strictEqual((yield* s.getChannels(uaid(1), current)).size, 0)
+        yield* s.addChannel(uaid(1), current, chid(4))
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), current))], [chid(4)])
+      }))
+
+    test("moving a user to a new month: copy channels, point the record at the new table", (s, o) =>
+      Effect.gen(function*() {
+        const april = `${o.messageTablePrefix}_2024_04`
+        yield* s.registerUser(user(1, { currentMonth: april }))
+        yield* s.addChannels(uaid(1), april, [chid(1), chid(2)])
+        yield* s.setReadCursor(uaid(1), april, T0 - 5000)
+        yield* s.saveMessage(uaid(1), april, message({ channelId: chid(1), version: "old", sortkeyTimestamp: T0 - 1000 }))
+
+        const may = yield* s.currentMessageTable
+        assert.notStrictEqual(may, april)
+        assert.include(yield* s.activeMessageTables, april)
+        yield* s.addChannels(uaid(1), may, yield* s.getChannels(uaid(1), april))
+        assert.isTrue(yield* s.updateUser(uaid(1), { currentMonth: may }))
+
+        assert.strictEqual((yield* s.getUser(uaid(1)))?.currentMonth, may)
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), may))].sort(), [chid(1), chid(2)])
+        assert.isUndefined(yield* s.getReadCursor(uaid(1), may)) // a new month starts without a cursor
+        // the old table still serves what was stored there until it is drained
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid(1), april, undefined, 10)).messages.length, 1)
+
+        yield* s.dropUser(uaid(1)) // only the current month's rows go with the user
+        assert.strictEqual((yield* s.getChannels(uaid(1), may)).size, 0)
+        assert.strictEqual((yield* s.getChannels(uaid(1), april)).size, 2)
+      }))
+
+    // ── messages ────────────────────────────────────────────────────────────────────────────────
+
+    test("topic messages: a new message replaces the channel's topic, read back as stored", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const first = message({ channelId: chid(1), version: "v1", topic: "weather", data: "AAEC", headers: { encoding: "aes128gcm" } })
+        yield* s.saveMessage(uaid(1), table, first)
+        assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [storedNotification(first)])
+
+        const second = message({ channelId: chid(1), version: "v2", topic: "weather", sortkeyTimestamp: T0 })
+        yield* s.saveMessage(uaid(1), table, second)
+        const other = message({ channelId: chid(2), version: "v3", topic: "weather" })
+        const otherTopic = message({ channelId: chid(1), version: "v4", topic: "news", ttl: 60 })
+        yield* s.saveMessages(uaid(1), table, [other, otherTopic])
+        yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "v5", sortkeyTimestamp: T0 }))
+
+        const topics = yield* s.fetchTopicMessages(uaid(1), table, 10)
+        assert.deepStrictEqual(topics, [otherTopic, second, other].map(storedNotification)) // in sort-key order
+        assert.isUndefined(topics[1]?.sortkeyTimestamp)
+        assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 2)).length, 2)
+        assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(2), table, 10), [])
+
+        yield* s.deleteMessage(uaid(1), table, messageSortKey(second), "v1") // a newer message replaced it: kept
+        assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).length, 3)
+        yield* s.deleteMessage(uaid(1), table, messageSortKey(second), "v2")
+        assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [otherTopic, other].map(storedNotification))
+      }))
+
+    test("timestamp messages: ascending, paged by lastSortKey, deleted by sort key", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const stamps = [T0 + 30, T0 + 10, T0 + 50, T0 + 20, T0 + 40]
+        const messages = stamps.map((ms, i) =>
+          message({ channelId: chid(i), version: `v${ms}`, sortkeyTimestamp: ms, data: `d${i}`, headers: { encoding: "aesgcm", encryption: "salt=x", crypto_key: "dh=y" } })
+        )
+        yield* s.saveMessages(uaid(1), table, messages)
+        // without sortkeyTimestamp the key is timestamp * 1000
+        const plain = message({ channelId: chid(9), version: "plain", timestamp: T0_SECONDS + 1 })
+        yield* s.saveMessage(uaid(1), table, plain)
+        yield* s.saveMessage(uaid(1), table, message({ channelId: chid(8), version: "topic", topic: "t" }))
+
+        const all = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
+        const expected = [...messages.map(storedNotification)].sort((a, b) => a.sortkeyTimestamp! - b.sortkeyTimestamp!)
+        assert.deepStrictEqual(all.messages, [...expected, storedNotification(plain)])
+        assert.strictEqual(all.lastSortKey, T0 + 1000)
+        assert.strictEqual(storedNotification(plain).sortkeyTimestamp, T0 + 1000)
+
+        const seen: Array<string> = []
+        let after: number | undefined
+        for (let pages = 0; pages < 10; pages++) {
+          const page = yield* s.fetchTimestampMessages(uaid(1), table, after, 2)
+          seen.push(...page.messages.map((m) => m.version))
+          if (page.lastSortKey === undefined) break
+          assert.isAtMost(page.messages.length, 2)
+          after = page.lastSortKey
+        }
+        assert.deepStrictEqual(seen, [...expected.map((m) => m.version), "plain"])
+
+        const fromCursor = yield* s.fetchTimestampMessages(uaid(1), table, T0 + 20, 10)
+        assert.deepStrictEqual(fromCursor.messages.map((m) => m.sortkeyTimestamp), [T0 + 30, T0 + 40, T0 + 50, T0 + 1000])
+
+        yield* s.deleteMessage(uaid(1), table, messageSortKey(messages[2]!))
+        yield* s.deleteMessage(uaid(1), table, messageSortKey(messages[2]!)) // missing: fine
+        yield* s.deleteMessage(uaid(1), table, messageSortKey(messages[0]!), "other") // not that message: kept
+        const left = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
+        assert.deepStrictEqual(left.messages.map((m) => m.sortkeyTimestamp), [T0 + 10, T0 + 20, T0 + 30, T0 + 40, T0 + 1000])
+      }))
+
+    test("saveMessages: more than one batch, the last message for a key wins", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const batch = Array.from({ length: 40 }, (_, i) =>
+          i % 10 === 9
+            ? message({ channelId: chid(1), version: `topic-${i}`, topic: "same" })
+            : message({ channelId: chid(2), version: `ts-${i}`, sortkeyTimestamp: T0 + i }))
+        yield* s.saveMessages(uaid(1), table, batch)
+        yield* s.saveMessages(uaid(1), table, [])
+        assert.deepStrictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).map((m) => m.version), ["topic-39"])
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 100)).messages.length, 36)
+      }))
+
+    test("read cursor: per user and table, independent of the channel set", (s) =>
+      Effect.gen(function*() {
+        const [last, current] = yield* s.activeMessageTables as Effect.Effect<readonly [string, string]>
+        assert.isUndefined(yield* s.getReadCursor(uaid(1), current))
+        yield* s.setReadCursor(uaid(1), current, T0 + 123)
+        assert.strictEqual(yield* s.getReadCursor(uaid(1), current), T0 + 123)
+        assert.strictEqual((yield* s.getChannels(uaid(1), current)).size, 0)
+        yield* s.addChannel(uaid(1), current, chid(1))
+        yield* s.setReadCursor(uaid(1), current, T0 + 456)
+        assert.strictEqual(yield* s.getReadCursor(uaid(1), current), T0 + 456)
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), current))], [chid(1)])
+        assert.isUndefined(yield* s.getReadCursor(uaid(1), last))
+        assert.isUndefined(yield* s.getReadCursor(uaid(2), current))
+        // the meta row is not a message
+        assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), current, undefined, 10)).messages, [])
+        assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), current, 10), [])
+      }))
+
+    test("expired messages are invisible on every read (expiry <= now)", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        yield* s.saveMessages(uaid(1), table, [
+          message({ channelId: chid(1), version: "short-topic", topic: "a", ttl: 60 }),
+          message({ channelId: chid(2), version: "long-topic", topic: "a", ttl: 3600 }),
+          message({ channelId: chid(1), version: "short", sortkeyTimestamp: T0 + 1, ttl: 60 }),
+          message({ channelId: chid(1), version: "long", sortkeyTimestamp: T0 + 2, ttl: 3600 }),
+          message({ channelId: chid(1), version: "short2", sortkeyTimestamp: T0 + 3, ttl: 60 })
+        ])
+        const versions = (ms: ReadonlyArray<Notification>) => ms.map((m) => m.version)
+
+        yield* TestClock.setTime(T0 + 59_999)
+        assert.deepStrictEqual(versions(yield* s.fetchTopicMessages(uaid(1), table, 10)), ["short-topic", "long-topic"])
+        assert.deepStrictEqual(
+          versions((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages),
+          ["short", "long", "short2"]
+        )
+
+        yield* TestClock.setTime(T0 + 60_000)
+        assert.deepStrictEqual(versions(yield* s.fetchTopicMessages(uaid(1), table, 10)), ["long-topic"])
+        // the limit counts visible topic messages
+        assert.deepStrictEqual(versions(yield* s.fetchTopicMessages(uaid(1), table, 1)), ["long-topic"])
+        const page = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
+        assert.deepStrictEqual(versions(page.messages), ["long"])
+        // a page of expired rows still moves the cursor on
+        const first = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 1)
+        assert.deepStrictEqual(first, { messages: [], lastSortKey: T0 + 1 })
+
+        yield* TestClock.setTime(T0 + 3_600_000)
+        assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [])
+        assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10), {
+          messages: [],
+          lastSortKey: T0 + 3
+        })
+      }))
+
+    // ── maintenance ─────────────────────────────────────────────────────────────────────────────
+
+    test("dropStaleUsers: the users whose last_connect month is in range, with their messages", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const at = (y: number, m: number, hour: number) => Date.UTC(y, m - 1, 10, hour)
+        const stale = [
+          ...Array.from({ length: 30 }, (_, i) => user(100 + i, { lastConnect: lastConnectValue(at(2024, 3, 5), 7) })),
+          user(1, { lastConnect: lastConnectValue(at(2024, 3, 0), 0) }),
+          user(2, { lastConnect: lastConnectValue(at(2024, 2, 23), 10) })
+        ]
+        const kept = [
+          user(3, { lastConnect: lastConnectValue(at(2024, 5, 1), 1) }), // this month
+          user(4, { lastConnect: lastConnectValue(at(2024, 4, 1), 1) }), // one month ago
+          user(5, { lastConnect: lastConnectValue(at(2024, 1, 1), 1) }), // beyond the lookback
+          user(6, {}) // never connected
+        ]
+        yield* Effect.forEach([...stale, ...kept], (u) =>
+          Effect.gen(function*() {
+            yield* s.registerUser({ ...u, currentMonth: table })
+            yield* s.addChannel(u.uaid, table, chid(1))
+            yield* s.saveMessage(u.uaid, table, message({ channelId: chid(1), version: "v", sortkeyTimestamp: T0 }))
+          }), { concurrency: 8 })
+
+        const progress: Array<number> = []
+        const dropped = yield* s.dropStaleUsers({
+          monthsAgo: 2,
+          lookbackMonths: 1,
+          onProgress: (n) => Effect.sync(() => progress.push(n))
+        })
+        assert.strictEqual(dropped, stale.length)
+        assert.strictEqual(progress.at(-1), stale.length)
+        assert.deepStrictEqual(progress, [...progress].sort((a, b) => a - b))
+        for (const u of stale) {
+          assert.isUndefined(yield* s.getUser(u.uaid))
+          assert.strictEqual((yield* s.getChannels(u.uaid, table)).size, 0)
+          assert.deepStrictEqual((yield* s.fetchTimestampMessages(u.uaid, table, undefined, 10)).messages, [])
+        }
+        for (const u of kept) {
+          assert.isDefined(yield* s.getUser(u.uaid))
+          assert.strictEqual((yield* s.getChannels(u.uaid, table)).size, 1)
+        }
+        assert.strictEqual(yield* s.dropStaleUsers({ monthsAgo: 2, lookbackMonths: 1 }), 0)
+        assert.strictEqual(yield* s.dropStaleUsers({ monthsAgo: 4, lookbackMonths: 0 }), 1)
+      }))
+
+    test("operations on a missing message table fail with a StorageError naming the operation", (s) =>
+      Effect.gen(function*() {
+        const exit = yield* Effect.exit(s.saveMessage(uaid(1), "no_such_table_anywhere", message({ channelId: chid(1), version: "v" })))
+        assert.isTrue(Exit.isFailure(exit))
+        const error = yield* Effect.flip(s.fetchTopicMessages(uaid(1), "no_such_table_anywhere", 1))
+        assert.instanceOf(error, StorageError)
+        assert.strictEqual(error.operation, "fetchTopicMessages")
+        assert.strictEqual(errorName(error), "ResourceNotFoundException")
+      }))
+  })

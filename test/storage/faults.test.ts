@@ -1,0 +1,139 @@
+/**
+ * The DynamoDB layer against a server that misbehaves: a proxy in front of dynalite answers some
+ * requests itself with throttling errors or "nothing processed" batch results.
+ */
+import { mkdtempSync, rmSync } from "node:fs"
+import { createServer, request, type IncomingMessage, type Server } from "node:http"
+import type { AddressInfo } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Exit, Scope } from "effect"
+import { afterAll, beforeAll } from "vitest"
+import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { startDynalite } from "../../src/storage/embedded.ts"
+import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
+
+type Fault = "throttle" | "unprocessed"
+
+const dataDir = mkdtempSync(join(tmpdir(), "autopush-faults-"))
+const scope = Effect.runSync(Scope.make())
+let proxy: Server | undefined
+let endpoint = ""
+/** Faults to inject, per operation (`GetItem`, `BatchWriteItem`, ...), used up in order. */
+const faults = new Map<string, Array<Fault>>()
+const seen: Array<string> = []
+
+const body = (req: IncomingMessage) =>
+  new Promise<Buffer>((resolve) => {
+    const chunks: Array<Buffer> = []
+    req.on("data", (c: Buffer) => chunks.push(c))
+    req.on("end", () => resolve(Buffer.concat(chunks)))
+  })
+
+beforeAll(async () => {
+  const upstream = new URL(await Effect.runPromise(Scope.provide(startDynalite(dataDir), scope)))
+  proxy = createServer(async (req, res) => {
+    const payload = await body(req)
+    const operation = String(req.headers["x-amz-target"]).split(".")[1] ?? ""
+    seen.push(operation)
+    const fault = faults.get(operation)?.shift()
+    const reply = (status: number, json: unknown) => {
+      res.writeHead(status, { "content-type": "application/x-amz-json-1.0" })
+      res.end(JSON.stringify(json))
+    }
+    if (fault === "throttle") {
+      return reply(400, {
+        __type: "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+        message: "slow down"
+      })
+    }
+    if (fault === "unprocessed") {
+      return reply(200, { UnprocessedItems: (JSON.parse(payload.toString()) as { RequestItems: unknown }).RequestItems })
+    }
+    const forward = request(
+      { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: req.headers },
+      (up) => {
+        res.writeHead(up.statusCode ?? 500, up.headers)
+        up.pipe(res)
+      }
+    )
+    forward.end(payload)
+  })
+  await new Promise<void>((resolve) => proxy?.listen(0, "127.0.0.1", resolve))
+  endpoint = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`
+})
+
+afterAll(async () => {
+  await new Promise((resolve) => proxy?.close(resolve))
+  await Effect.runPromise(Scope.close(scope, Exit.void))
+  rmSync(dataDir, { recursive: true, force: true })
+})
+
+let n = 0
+const withStorage = <A, E>(effect: Effect.Effect<A, E, Storage>) => {
+  const prefix = `f${Date.now().toString(36)}${n++}`
+  return Effect.gen(function*() {
+    yield* createActiveTables
+    faults.clear()
+    seen.length = 0
+    return yield* effect
+  }).pipe(
+    Effect.provide(layerDynamo({
+      routerTable: `${prefix}_router`,
+      messageTablePrefix: `${prefix}_message`,
+      noTableRotation: false,
+      endpoint,
+      region: "local"
+    }))
+  )
+}
+
+const count = (operation: string) => seen.filter((o) => o === operation).length
+
+describe("DynamoDB layer under faults", () => {
+  it.effect("throttled requests are retried a few times, then succeed", () =>
+    withStorage(Effect.gen(function*() {
+      const s = yield* Storage
+      faults.set("GetItem", ["throttle", "throttle", "throttle"])
+      assert.isUndefined(yield* s.getUser("00000000000000000000000000000001"))
+      assert.strictEqual(count("GetItem"), 4)
+    })))
+
+  it.effect("persistent throttling becomes a StorageError after a bounded number of attempts", () =>
+    withStorage(Effect.gen(function*() {
+      const s = yield* Storage
+      faults.set("GetItem", Array.from({ length: 20 }, () => "throttle" as const))
+      const error = yield* Effect.flip(s.getUser("00000000000000000000000000000001"))
+      assert.strictEqual(error.operation, "getUser")
+      assert.strictEqual((error.cause as Error).name, "ProvisionedThroughputExceededException")
+      assert.strictEqual(count("GetItem"), 5)
+    })))
+
+  it.effect("unprocessed batch items are resubmitted until written", () =>
+    withStorage(Effect.gen(function*() {
+      const s = yield* Storage
+      const table = yield* s.currentMessageTable
+      faults.set("BatchWriteItem", ["unprocessed", "unprocessed"])
+      const messages = Array.from({ length: 30 }, (_, i) => ({
+        channelId: "00000000-0000-4000-8000-000000000001",
+        version: `v${i}`,
+        ttl: 60,
+        timestamp: 1,
+        sortkeyTimestamp: 1000 + i
+      }))
+      yield* s.saveMessages("00000000000000000000000000000001", table, messages)
+      assert.strictEqual(count("BatchWriteItem"), 4) // 2 chunks, the first one twice more
+      const page = yield* s.fetchTimestampMessages("00000000000000000000000000000001", table, undefined, 100)
+      assert.strictEqual(page.messages.length, 30)
+    })))
+
+  it.effect("a failed condition is an answer, not retried", () =>
+    withStorage(Effect.gen(function*() {
+      const s = yield* Storage
+      const user = { uaid: "00000000000000000000000000000001", routerType: "webpush", routerData: {}, connectedAt: 5 }
+      assert.isTrue(yield* s.registerUser(user))
+      assert.isFalse(yield* s.registerUser({ ...user, connectedAt: 4 }))
+      assert.strictEqual(count("PutItem"), 2)
+    })))
+})

@@ -1,0 +1,119 @@
+/**
+ * What the DynamoDB layer writes, read back with the raw SDK: the seed's table and item layout
+ * (protocol-notes §5.5), so tables stay readable by and from autopush.
+ */
+import { DescribeTableCommand, DescribeTimeToLiveCommand, DynamoDBClient, GetItemCommand } from "@aws-sdk/client-dynamodb"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
+
+export const schemaSuite = (name: string, endpoint: () => string, options: { readonly ttl: boolean }) =>
+  describe(`DynamoDB layout: ${name}`, () => {
+    it.effect("tables, index, TTL and items are the seed's", () => {
+      const prefix = `s${Date.now().toString(36)}`
+      const storageOptions = { routerTable: `${prefix}_router`, messageTablePrefix: `${prefix}_message`, noTableRotation: false }
+      const client = new DynamoDBClient({
+        endpoint: endpoint(),
+        region: "local",
+        credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" }
+      })
+      const send = <A>(f: () => Promise<A>) => Effect.promise(f)
+      const uaid = "deadbeef00000000deadbeef00000000"
+      const chid = "00000000-0000-4000-8000-000000000001"
+      const now = Date.UTC(2024, 4, 15, 12)
+      return Effect.gen(function*() {
+        yield* TestClock.setTime(now)
+        yield* createActiveTables
+        const s = yield* Storage
+        const table = yield* s.currentMessageTable
+        assert.strictEqual(table, `${prefix}_message_2024_05`)
+
+        const router = (yield* send(() => client.send(new DescribeTableCommand({ TableName: storageOptions.routerTable })))).Table
+        assert.deepStrictEqual(router?.KeySchema, [{ AttributeName: "uaid", KeyType: "HASH" }])
+        assert.strictEqual(router?.BillingModeSummary?.BillingMode, "PAY_PER_REQUEST")
+        const index = router?.GlobalSecondaryIndexes?.[0]
+        assert.strictEqual(index?.IndexName, "AccessIndex")
+        assert.deepStrictEqual(index?.KeySchema, [{ AttributeName: "last_connect", KeyType: "HASH" }])
+        assert.strictEqual(index?.Projection?.ProjectionType, "KEYS_ONLY")
+
+        const messages = (yield* send(() => client.send(new DescribeTableCommand({ TableName: table })))).Table
+        assert.deepStrictEqual(messages?.KeySchema, [
+          { AttributeName: "uaid", KeyType: "HASH" },
+          { AttributeName: "chidmessageid", KeyType: "RANGE" }
+        ])
+        if (options.ttl) {
+          const ttl = yield* send(() => client.send(new DescribeTimeToLiveCommand({ TableName: table })))
+          assert.strictEqual(ttl.TimeToLiveDescription?.AttributeName, "expiry")
+          assert.strictEqual(ttl.TimeToLiveDescription?.TimeToLiveStatus, "ENABLED")
+        }
+
+        yield* s.registerUser({
+          uaid,
+          routerType: "webpush",
+          routerData: {},
+          connectedAt: now,
+          nodeId: "http://node:8081",
+          lastConnect: 2024051200_07,
+          currentMonth: table,
+          recordVersion: 1
+        })
+        yield* s.addChannel(uaid, table, chid)
+        yield* s.setReadCursor(uaid, table, now)
+        yield* s.saveMessage(uaid, table, {
+          channelId: chid,
+          version: "gAAAA-version",
+          ttl: 60,
+          timestamp: now / 1000,
+          sortkeyTimestamp: now,
+          data: "AAEC",
+          headers: { encoding: "aes128gcm" }
+        })
+        yield* s.saveMessage(uaid, table, { channelId: chid, version: "v2", ttl: 60, timestamp: now / 1000, topic: "news" })
+
+        const get = (TableName: string, Key: Record<string, { S: string }>) =>
+          send(() => client.send(new GetItemCommand({ TableName, Key, ConsistentRead: true }))).pipe(
+            Effect.map((r) => r.Item)
+          )
+        assert.deepStrictEqual(yield* get(storageOptions.routerTable, { uaid: { S: uaid } }), {
+          uaid: { S: uaid },
+          connected_at: { N: String(now) },
+          router_type: { S: "webpush" },
+          router_data: { M: {} },
+          node_id: { S: "http://node:8081" },
+          last_connect: { N: "202405120007" },
+          current_month: { S: table },
+          record_version: { N: "1" }
+        })
+        assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: " " } }), {
+          uaid: { S: uaid },
+          chidmessageid: { S: " " },
+          chids: { SS: [chid] },
+          current_timestamp: { N: String(now) }
+        })
+        assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: `02:${now}:${chid}` } }), {
+          uaid: { S: uaid },
+          chidmessageid: { S: `02:${now}:${chid}` },
+          updateid: { S: "gAAAA-version" },
+          ttl: { N: "60" },
+          timestamp: { N: String(now / 1000) },
+          expiry: { N: String(now / 1000 + 60) },
+          data: { S: "AAEC" },
+          headers: { M: { encoding: { S: "aes128gcm" } } }
+        })
+        assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: `01:${chid}:news` } }), {
+          uaid: { S: uaid },
+          chidmessageid: { S: `01:${chid}:news` },
+          updateid: { S: "v2" },
+          ttl: { N: "60" },
+          timestamp: { N: String(now / 1000) },
+          expiry: { N: String(now / 1000 + 60) },
+          topic: { S: "news" }
+        })
+      }).pipe(
+        Effect.provide(layerDynamo({ ...storageOptions, endpoint: endpoint(), region: "local" })),
+        Effect.ensuring(Effect.sync(() => client.destroy()))
+      )
+    })
+  })
