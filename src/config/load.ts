@@ -1,0 +1,336 @@
+/**
+ * Loading settings: defaults < ini files < environment < flags, every value decoded by the kind of
+ * its option (options.ts) and every error naming the option and where the value came from.
+ *
+ * Within one level, the all-in-one `autopush` reads both the connection and the endpoint sources
+ * (their ini files, `AUTOCONNECT__*` and `AUTOEND__*`); a shared option set in both to different
+ * values is an error rather than a silent winner.
+ */
+import { readFileSync } from "node:fs"
+import { join, resolve } from "node:path"
+import { Data, Duration, Effect, Option, Schema } from "effect"
+import { helpText } from "./docs.ts"
+import {
+  camel,
+  envNamesOf,
+  envPrefix,
+  flagOf,
+  iniFile,
+  isOptionName,
+  optionNames,
+  options,
+  prefixScope,
+  roleScopes,
+  scopeNames,
+  unquote
+} from "./options.ts"
+import type {
+  OptionDef,
+  OptionName,
+  OptionValues,
+  Role,
+  Scope,
+  SecretOption,
+  Settings
+} from "./options.ts"
+
+export class ConfigError extends Data.TaggedError("ConfigError")<{ readonly message: string }> {}
+
+/** `--help` (or `-h`) was given: print `text` and exit 0. */
+export class HelpRequested extends Data.TaggedError("HelpRequested")<{ readonly text: string }> {}
+
+export interface LoadInput {
+  readonly role: Role
+  readonly argv: ReadonlyArray<string>
+  readonly env: Readonly<Record<string, string | undefined>>
+  readonly cwd: string
+  readonly home: string
+  /** Directory of the `/etc/NAME` lookups; `/etc` unless told. */
+  readonly etcDir?: string
+  /** Reads a text file, `undefined` when it does not exist; node:fs unless told. */
+  readonly readFile?: (path: string) => string | undefined
+}
+
+interface Entry {
+  readonly value: unknown
+  readonly source: string
+}
+type Layer = Map<OptionName, Entry>
+
+const fail = (message: string) => Effect.fail(new ConfigError({ message }))
+
+const defOf = (name: OptionName): OptionDef => options[name]
+
+/** The value as it would be configured; how two values are compared. */
+const spell = (name: OptionName, value: unknown): string =>
+  value === undefined ? "" : Schema.encodeSync(defOf(name).kind.codec as Schema.Codec<unknown, string>)(value)
+
+const shown = (name: OptionName, raw: string): string => (defOf(name).secret ? "(secret value)" : JSON.stringify(raw))
+
+/** Decodes one raw value; an empty value means the option's default. */
+const decode = (name: OptionName, input: string, source: string): Effect.Effect<Entry, ConfigError> => {
+  const def = defOf(name)
+  const raw = unquote(input.trim())
+  if (raw === "") return Effect.succeed({ value: def.default(), source })
+  return Option.match(Schema.decodeUnknownOption(def.kind.codec)(raw), {
+    onNone: () => fail(`${name}: ${shown(name, raw)} is not ${def.kind.expected} (from ${source})`),
+    onSome: (value) => Effect.succeed({ value, source })
+  })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ini files
+
+const readIfExists = (path: string): string | undefined => {
+  try {
+    return readFileSync(path, "utf8")
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === "ENOENT" || code === "ENOTDIR") return undefined
+    throw error
+  }
+}
+
+/** Where a file is looked up when no `--config-*` flag names it, in reading order. */
+export const iniLocations = (scope: Scope, where: { cwd: string; home: string; etcDir?: string }): ReadonlyArray<string> => {
+  const name = iniFile[scope]
+  return [
+    ...new Set([
+      join(where.etcDir ?? "/etc", name),
+      join(where.home, `.${name}`),
+      join(where.cwd, `.${name}`),
+      join(where.cwd, "configs", name)
+    ])
+  ]
+}
+
+/** Parses one ini file into `layer` (later lines win). */
+const parseIni = Effect.fnUntraced(function*(scope: Scope, path: string, text: string, layer: Layer) {
+  for (const [index, line] of text.split(/\r?\n/).entries()) {
+    const trimmed = line.trim()
+    if (trimmed === "" || /^[#;]/.test(trimmed) || /^\[.*\]$/.test(trimmed)) continue
+    const source = `${path} line ${index + 1}`
+    const sep = trimmed.search(/[=:]/)
+    const key = (sep < 0 ? trimmed : trimmed.slice(0, sep)).trim().toLowerCase().replaceAll("-", "_")
+    if (!isOptionName(key)) return yield* fail(`unknown option ${JSON.stringify(key)} (from ${source})`)
+    const def = defOf(key)
+    if (def.scope !== "shared" && def.scope !== scope) {
+      return yield* fail(`${key}: belongs in ${iniFile[def.scope]}, not ${iniFile[scope]} (from ${source})`)
+    }
+    if (sep < 0 && def.kind.metavar !== "") return yield* fail(`${key}: needs a value, as in "${key} = …" (from ${source})`)
+    layer.set(key, yield* decode(key, sep < 0 ? "true" : trimmed.slice(sep + 1), source))
+  }
+})
+
+const iniLayer = Effect.fnUntraced(function*(input: LoadInput, scope: Scope, named: string | undefined) {
+  const layer: Layer = new Map()
+  const read = input.readFile ?? readIfExists
+  const paths = named === undefined ? iniLocations(scope, input) : [resolve(input.cwd, named)]
+  for (const path of paths) {
+    const text = yield* Effect.try({
+      try: () => read(path),
+      catch: (error) => new ConfigError({ message: `cannot read ${path}: ${error instanceof Error ? error.message : String(error)}` })
+    })
+    if (text === undefined) {
+      if (named !== undefined) return yield* fail(`--config-${scope}: ${path} does not exist`)
+      continue
+    }
+    yield* parseIni(scope, path, text, layer)
+  }
+  return layer
+})
+
+// ---------------------------------------------------------------------------------------------
+// Environment
+
+const aliasOf = new Map<string, OptionName>(optionNames.flatMap((name) => defOf(name).env.map((env) => [env, name] as const)))
+
+interface EnvLayers {
+  /** Unprefixed aliases (`CRYPTO_KEY`, `AWS_REGION`, …): below every prefixed name. */
+  readonly plain: Layer
+  readonly byScope: Readonly<Record<Scope, Layer>>
+}
+
+const envLayers = Effect.fnUntraced(function*(role: Role, env: LoadInput["env"]) {
+  const layers: EnvLayers = { plain: new Map(), byScope: { shared: new Map(), connection: new Map(), endpoint: new Map() } }
+  const found: Array<{ key: string; raw: string; name: OptionName; scope: Scope | undefined; alias: boolean }> = []
+  for (const [key, raw] of Object.entries(env)) {
+    if (raw === undefined) continue
+    const scope = prefixScope(key)
+    if (scope === undefined) {
+      const name = aliasOf.get(key)
+      if (name !== undefined) found.push({ key, raw, name, scope, alias: true })
+      continue
+    }
+    const suffix = key.slice(envPrefix[scope].length).toLowerCase()
+    const name = isOptionName(suffix) ? suffix : aliasOf.get(key)
+    if (name === undefined) return yield* fail(`unknown environment variable ${key}: there is no option ${JSON.stringify(suffix)}`)
+    const owner = defOf(name).scope
+    if (owner !== "shared" && owner !== scope) {
+      return yield* fail(`${key}: ${name} is an option of the ${owner} node; set ${envPrefix[owner]}${name.toUpperCase()} instead`)
+    }
+    if (roleScopes[role].includes(scope)) found.push({ key, raw, name, scope, alias: name !== suffix })
+  }
+  // Aliases first, so that a canonical name set alongside wins.
+  found.sort((a, b) => Number(b.alias) - Number(a.alias))
+  for (const { key, raw, name, scope } of found) {
+    const layer = scope === undefined ? layers.plain : layers.byScope[scope]
+    layer.set(name, yield* decode(name, raw, `environment ${key}`))
+  }
+  return layers
+})
+
+// ---------------------------------------------------------------------------------------------
+// Flags
+
+/** `--Router-Port` → `router_port` (anything that is not an option name is reported as unknown). */
+const flagKey = (flag: string): string => flag.slice(2).toLowerCase().replaceAll("-", "_")
+
+const flagLayer = Effect.fnUntraced(function*(role: Role, argv: ReadonlyArray<string>) {
+  const layer: Layer = new Map()
+  const configPaths: Partial<Record<Scope, string>> = {}
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] ?? ""
+    if (!arg.startsWith("--") || arg === "--") {
+      const previous = argv[i - 1] ?? ""
+      const previousKey = flagKey(previous)
+      if (previous.startsWith("--") && isOptionName(previousKey) && defOf(previousKey).kind.metavar === "") {
+        return yield* fail(`unexpected argument ${JSON.stringify(arg)}: ${previous} takes no separate value; write ${previous}=${arg}`)
+      }
+      return yield* fail(`unexpected argument ${JSON.stringify(arg)}: options are given as --name value or --name=value (see --help)`)
+    }
+    const eq = arg.indexOf("=")
+    const flag = eq < 0 ? arg : arg.slice(0, eq)
+    const inline = eq < 0 ? undefined : arg.slice(eq + 1)
+    const nextValue = (): string | undefined => {
+      const next = argv[i + 1]
+      if (next === undefined || next.startsWith("--")) return undefined
+      i++
+      return next
+    }
+    const key = flagKey(flag)
+    const configScope = scopeNames.find((scope) => key === `config_${scope}`)
+    if (configScope !== undefined) {
+      if (!roleScopes[role].includes(configScope)) return yield* fail(`${flag}: ${role} does not read ${iniFile[configScope]}`)
+      const path = inline ?? nextValue()
+      if (path === undefined || path === "") return yield* fail(`${flag} needs a file path`)
+      configPaths[configScope] = path
+      continue
+    }
+    if (!isOptionName(key)) return yield* fail(`unknown flag ${flag} (see --help)`)
+    const def = defOf(key)
+    if (!roleScopes[role].includes(def.scope)) return yield* fail(`${flag}: ${key} is an option of the ${def.scope} node; ${role} does not use it`)
+    const raw = def.kind.metavar === "" ? (inline ?? "true") : (inline ?? nextValue())
+    if (raw === undefined) return yield* fail(`${flag} needs a value: ${flag} ${def.kind.metavar} or ${flag}=${def.kind.metavar}`)
+    layer.set(key, yield* decode(key, raw, `flag ${flag}`))
+  }
+  return { layer, configPaths }
+})
+
+// ---------------------------------------------------------------------------------------------
+// Merging and derivation
+
+/** Applies groups of layers in order; within a group, the layers must agree. */
+const merge = Effect.fnUntraced(function*(role: Role, groups: ReadonlyArray<ReadonlyArray<Layer>>) {
+  const merged: Layer = new Map()
+  for (const group of groups) {
+    const seen: Layer = new Map()
+    for (const layer of group) {
+      for (const [name, entry] of layer) {
+        const other = seen.get(name)
+        if (other !== undefined && spell(name, other.value) !== spell(name, entry.value)) {
+          return yield* fail(
+            `${name}: ${shown(name, spell(name, other.value))} (from ${other.source}) and ${shown(name, spell(name, entry.value))} (from ${entry.source}) disagree; ${role} reads both, so set it once`
+          )
+        }
+        seen.set(name, entry)
+      }
+    }
+    for (const [name, entry] of seen) merged.set(name, entry)
+  }
+  return Object.fromEntries(
+    optionNames.map((name) => [name, merged.has(name) ? merged.get(name)?.value : defOf(name).default()])
+  ) as unknown as OptionValues
+})
+
+const DEFAULT_PORT: Readonly<Record<string, number>> = { http: 80, https: 443 }
+const urlHost = (host: string): string => (host.includes(":") && !host.startsWith("[") ? `[${host}]` : host)
+
+/**
+ * Settings from option values: derives `endpoint_url` and `router_url` when unset, resolves
+ * `data_dir` and a file `event_log` against `cwd`, freezes everything.
+ */
+export const deriveSettings = (v: OptionValues, cwd: string): Settings => {
+  const derived: Partial<Record<OptionName, unknown>> = {
+    endpoint_url:
+      v.endpoint_url ??
+      `${v.endpoint_scheme}://${urlHost(v.endpoint_hostname)}${v.endpoint_port === DEFAULT_PORT[v.endpoint_scheme] ? "" : `:${v.endpoint_port}`}`,
+    router_url: v.router_url ?? `${v.router_scheme}://${urlHost(v.router_hostname ?? v.hostname)}:${v.router_port}`,
+    data_dir: resolve(cwd, v.data_dir),
+    event_log: v.event_log === undefined || v.event_log === "-" ? v.event_log : resolve(cwd, v.event_log)
+  }
+  const settings = Object.fromEntries(
+    optionNames.map((name) => {
+      const value = Object.hasOwn(derived, name) ? derived[name] : v[name]
+      return [camel(name), Array.isArray(value) ? Object.freeze([...value]) : value]
+    })
+  )
+  return Object.freeze(settings) as unknown as Settings
+}
+
+/** Defaults with some options replaced, without reading any source: for tests and embedding. */
+export const makeSettings = (overrides: Partial<OptionValues> = {}, cwd: string = process.cwd()): Settings =>
+  deriveSettings(
+    { ...(Object.fromEntries(optionNames.map((name) => [name, defOf(name).default()])) as unknown as OptionValues), ...overrides },
+    cwd
+  )
+
+/** Reads every source of `input.role` and returns its settings. */
+export const loadSettings = Effect.fn("loadSettings")(function*(
+  input: LoadInput
+): Effect.fn.Return<Settings, ConfigError | HelpRequested> {
+  const { role } = input
+  if (input.argv.includes("--help") || input.argv.includes("-h")) return yield* new HelpRequested({ text: helpText(role) })
+  const flags = yield* flagLayer(role, input.argv)
+  const env = yield* envLayers(role, input.env)
+  const iniShared = yield* iniLayer(input, "shared", flags.configPaths.shared)
+  const nodeScopes = roleScopes[role].filter((scope) => scope !== "shared")
+  const iniNodes: Array<Layer> = []
+  for (const scope of nodeScopes) iniNodes.push(yield* iniLayer(input, scope, flags.configPaths[scope]))
+  const values = yield* merge(role, [
+    [iniShared],
+    iniNodes,
+    [env.plain],
+    [env.byScope.shared],
+    nodeScopes.map((scope) => env.byScope[scope]),
+    [flags.layer]
+  ])
+  return deriveSettings(values, input.cwd)
+})
+
+/**
+ * Fails naming every secret that is empty and where it can be set. Which secrets are required
+ * depends on the entrypoint (the all-in-one generates and persists its own keys).
+ */
+export const requireSecrets = (settings: Settings, names: ReadonlyArray<SecretOption>): Effect.Effect<void, ConfigError> => {
+  const missing = names.filter((name) => settings[camel(name)].length === 0)
+  if (missing.length === 0) return Effect.void
+  return fail(
+    missing
+      .map((name) => `${name} is required: set it in ${iniFile[defOf(name).scope]}, ${envNamesOf(name)[0]} or ${flagOf(name)}`)
+      .join("; ")
+  )
+}
+
+/** Settings for the startup log, keyed by option name: secrets replaced, durations in seconds. */
+export const redactedSettings = (settings: Settings): Readonly<Record<OptionName, unknown>> =>
+  Object.fromEntries(
+    optionNames.map((name) => {
+      const value: unknown = settings[camel(name)]
+      if (defOf(name).secret) {
+        const count = Array.isArray(value) ? value.length : value === undefined ? 0 : 1
+        return [name, `[redacted: ${count} key${count === 1 ? "" : "s"}]`]
+      }
+      return [name, Duration.isDuration(value) ? Duration.toSeconds(value) : (value ?? null)]
+    })
+  ) as Record<OptionName, unknown>

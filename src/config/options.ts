@@ -1,0 +1,356 @@
+/**
+ * Every configuration option, in one table. The table drives parsing (ini files, environment,
+ * flags), `--help`, the sample ini files in `config/` and the README table; nothing else lists
+ * options. Names follow the seed (`port`, `router_port`, `crypto_key`, …); `Settings` exposes them
+ * in camelCase.
+ *
+ * Each option has a scope: `shared` options may be set in any ini file and under any environment
+ * prefix; `connection` options belong to autoconnect (`autopush_connection.ini`, `AUTOCONNECT__*`),
+ * `endpoint` options to autoendpoint (`autopush_endpoint.ini`, `AUTOEND__*`).
+ *
+ * A value is always written as a string; its kind decodes it with a Schema codec (and encodes
+ * defaults back for the docs and samples).
+ */
+import { hostname as machineHostname } from "node:os"
+import { Duration, Schema, SchemaTransformation } from "effect"
+
+export type Scope = "shared" | "connection" | "endpoint"
+export type Role = "autopush" | "autoconnect" | "autoendpoint"
+
+/** The scopes a process reads: the all-in-one reads everything. */
+export const roleScopes: Readonly<Record<Role, ReadonlyArray<Scope>>> = {
+  autopush: ["shared", "connection", "endpoint"],
+  autoconnect: ["shared", "connection"],
+  autoendpoint: ["shared", "endpoint"]
+}
+
+/** The ini file of each scope (seed names). */
+export const iniFile: Readonly<Record<Scope, string>> = {
+  shared: "autopush_shared.ini",
+  connection: "autopush_connection.ini",
+  endpoint: "autopush_endpoint.ini"
+}
+
+/** The environment prefix of each scope (autopush-rs style for the two nodes). */
+export const envPrefix: Readonly<Record<Scope, string>> = {
+  shared: "AUTOPUSH__",
+  connection: "AUTOCONNECT__",
+  endpoint: "AUTOEND__"
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kinds of values
+
+export interface Kind<A> {
+  /** Short type name for docs: `integer 1-65535`, `seconds`, `list`, … */
+  readonly type: string
+  /** Completes `"<raw>" is not …` in error messages. */
+  readonly expected: string
+  /** Decodes the raw string (already trimmed and unquoted, never empty); encodes defaults. */
+  readonly codec: Schema.Codec<A, string>
+  /** Placeholder of the value in `--help` ("" for booleans: `--human-logs` alone means true). */
+  readonly metavar: string
+}
+
+const kind = <A>(type: string, expected: string, metavar: string, codec: Schema.Codec<A, string>): Kind<A> => ({
+  type,
+  expected,
+  metavar,
+  codec
+})
+
+const matching = (pattern: RegExp) => Schema.String.check(Schema.isPattern(pattern))
+
+export const text: Kind<string> = kind("string", "a non-empty string", "TEXT", Schema.String)
+
+/** A DNS name or an IP address (IPv6 with or without brackets). */
+export const host: Kind<string> = kind(
+  "host",
+  "a host name or IP address",
+  "HOST",
+  matching(/^(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\]?)$/)
+)
+
+export const integer = (minimum: number, maximum = Number.MAX_SAFE_INTEGER): Kind<number> =>
+  kind(
+    maximum === Number.MAX_SAFE_INTEGER ? `integer ≥ ${minimum}` : `integer ${minimum}-${maximum}`,
+    maximum === Number.MAX_SAFE_INTEGER
+      ? `an integer of at least ${minimum}`
+      : `an integer between ${minimum} and ${maximum}`,
+    "N",
+    matching(/^[+-]?\d{1,16}$/).pipe(
+      Schema.decodeTo(Schema.Int.check(Schema.isBetween({ minimum, maximum })), SchemaTransformation.numberFromString)
+    )
+  )
+
+export const port: Kind<number> = integer(1, 65535)
+
+const SECONDS = /^(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?$/
+const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+
+/** A duration: a number of seconds (fractions allowed), or with a unit suffix ms/s/m/h/d. */
+export const seconds: Kind<Duration.Duration> = kind(
+  "seconds",
+  "a number of seconds (like 5, 0.5, 300ms, 30d)",
+  "SECONDS",
+  matching(SECONDS).pipe(
+    Schema.decodeTo(
+      Schema.Duration,
+      SchemaTransformation.transform({
+        decode: (s: string) => {
+          const [, amount = "0", unit = "s"] = SECONDS.exec(s) ?? []
+          return Duration.millis(Number(amount) * (UNIT_MS[unit] ?? 1_000))
+        },
+        encode: (d: Duration.Duration) => String(Duration.toSeconds(d))
+      })
+    )
+  )
+)
+
+const TRUE = new Set(["true", "yes", "on", "1"])
+
+export const boolean: Kind<boolean> = kind(
+  "boolean",
+  "a boolean (true/false, yes/no, on/off, 1/0)",
+  "",
+  matching(/^(?:true|false|yes|no|on|off|1|0)$/i).pipe(
+    Schema.decodeTo(
+      Schema.Boolean,
+      SchemaTransformation.transform({ decode: (s: string) => TRUE.has(s.toLowerCase()), encode: String })
+    )
+  )
+)
+
+export const oneOf = <const L extends ReadonlyArray<string>>(values: L): Kind<L[number]> =>
+  kind(
+    values.join(" | "),
+    `one of ${values.join(", ")}`,
+    values.join("|"),
+    Schema.String.pipe(
+      Schema.decodeTo(Schema.String, SchemaTransformation.toLowerCase()),
+      Schema.decodeTo(Schema.Literals(values))
+    )
+  )
+
+/** An absolute http(s) URL; a trailing slash is dropped so paths can be appended. */
+export const url: Kind<string> = kind(
+  "url",
+  "an http(s) URL",
+  "URL",
+  Schema.String.check(
+    Schema.makeFilter((s: string) => URL.canParse(s) && /^https?:$/.test(new URL(s).protocol))
+  ).pipe(
+    Schema.decodeTo(
+      Schema.String,
+      SchemaTransformation.transform({ decode: (s: string) => s.replace(/\/+$/, ""), encode: (s: string) => s })
+    )
+  )
+)
+
+/** Strips one pair of matching surrounding quotes (docker env files keep them). */
+export const unquote = (s: string): string => (/^(["']).*\1$/s.test(s) ? s.slice(1, -1).trim() : s)
+
+/** `[a, "b"]`, `a,b` or a single item; items trimmed and unquoted, empty ones dropped. */
+export const splitList = (raw: string): Array<string> => {
+  const inner = raw.trim().replace(/^\[(.*)\]$/s, "$1")
+  return inner.split(",").map((item) => unquote(item.trim())).filter((item) => item !== "")
+}
+
+export const list = (item: Schema.Codec<string> = Schema.String, expected = "a list of strings"): Kind<ReadonlyArray<string>> =>
+  kind(
+    "list",
+    `${expected} ([a,b] or a,b)`,
+    "LIST",
+    Schema.String.pipe(
+      Schema.decodeTo(
+        Schema.Array(item),
+        SchemaTransformation.transform<ReadonlyArray<string>, string>({
+          decode: splitList,
+          encode: (items: ReadonlyArray<string>) => (items.length === 0 ? "" : `[${items.join(",")}]`)
+        })
+      )
+    )
+  )
+
+/** A Fernet key: URL-safe base64 of 32 bytes, as `autokey` prints it. */
+export const isFernetKey = (key: string): boolean =>
+  /^[A-Za-z0-9_-]{43}=?$/.test(key) && Buffer.from(key, "base64url").length === 32
+
+export const fernetKeys: Kind<ReadonlyArray<string>> = list(
+  Schema.String.check(Schema.makeFilter(isFernetKey)),
+  "a list of Fernet keys (URL-safe base64 of 32 bytes, as autokey prints)"
+)
+
+// ---------------------------------------------------------------------------------------------
+// The table
+
+/**
+ * One option. `D` is the type of its default: `A` when it has one, `undefined` when it is unset by
+ * default.
+ */
+export interface OptionDef<A = unknown, D = unknown> {
+  readonly scope: Scope
+  readonly kind: Kind<A>
+  readonly default: () => D
+  /** The default is computed (machine hostname): docs show `defaultText`, samples leave it empty. */
+  readonly computed: boolean
+  /** Docs text for a computed or unset default. */
+  readonly defaultText: string | undefined
+  readonly description: string
+  /** Never printed: redacted in logs, not echoed in error messages. */
+  readonly secret: boolean
+  /** Extra environment names (autopush-rs spellings, the seed's docker `CRYPTO_KEY`, AWS names). */
+  readonly env: ReadonlyArray<string>
+}
+
+interface Extra {
+  readonly secret?: boolean
+  readonly env?: ReadonlyArray<string>
+  readonly defaultText?: string
+}
+
+function opt<A>(scope: Scope, kind: Kind<A>, dflt: A | (() => A), description: string, extra?: Extra): OptionDef<A, A>
+function opt<A>(scope: Scope, kind: Kind<A>, dflt: undefined, description: string, extra?: Extra): OptionDef<A, undefined>
+function opt<A>(
+  scope: Scope,
+  kind: Kind<A>,
+  dflt: A | (() => A) | undefined,
+  description: string,
+  extra: Extra = {}
+): OptionDef<A, A | undefined> {
+  const computed = typeof dflt === "function"
+  return {
+    scope,
+    kind,
+    default: computed ? (dflt as () => A) : () => dflt,
+    computed,
+    defaultText: extra.defaultText,
+    description,
+    secret: extra.secret ?? false,
+    env: extra.env ?? []
+  }
+}
+
+const s = Duration.seconds
+
+export const options = {
+  // shared
+  hostname: opt("shared", host, () => machineHostname(), "Name of this machine; router_url is built from it", {
+    defaultText: "this machine's hostname"
+  }),
+  crypto_key: opt("shared", fernetKeys, [], "Fernet keys for endpoint tokens and message ids; the first encrypts, all decrypt (make one with autokey)", {
+    secret: true,
+    env: ["CRYPTO_KEY", "AUTOCONNECT__CRYPTO_KEY", "AUTOEND__CRYPTO_KEYS"]
+  }),
+  auth_keys: opt("shared", list(), [], "HMAC keys for the bridge registration secrets; the first signs, all verify", {
+    secret: true,
+    env: ["AUTOEND__AUTH_KEYS"]
+  }),
+  router_tablename: opt("shared", text, "router", "DynamoDB table of router records (uaid → node)"),
+  message_tablename: opt("shared", text, "message", "DynamoDB message table name, or prefix of the monthly tables"),
+  no_table_rotation: opt("shared", boolean, false, "Use one message table instead of monthly tables"),
+  storage_endpoint: opt("shared", url, undefined, "DynamoDB endpoint URL (AWS, DynamoDB Local, ScyllaDB Alternator)", {
+    env: ["AWS_ENDPOINT_URL_DYNAMODB"],
+    defaultText: "unset (embedded dynalite under data_dir)"
+  }),
+  aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
+  data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory)"),
+  endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs"),
+  endpoint_hostname: opt("shared", host, "localhost", "Host name in the public endpoint URLs"),
+  endpoint_port: opt("shared", port, 8082, "Port of the endpoint node: where it listens and the port in endpoint URLs"),
+  endpoint_url: opt("shared", url, undefined, "Public base URL of the endpoint node; overrides the three options above", {
+    defaultText: "endpoint_scheme://endpoint_hostname[:endpoint_port]"
+  }),
+  bind_host: opt("shared", host, "0.0.0.0", "Address all listeners bind to"),
+  statsd_host: opt("shared", host, undefined, "StatsD host for metrics", { defaultText: "unset (no StatsD)" }),
+  statsd_port: opt("shared", port, 8125, "StatsD port"),
+  human_logs: opt("shared", boolean, false, "Log human-readable lines instead of MozLog JSON"),
+  log_level: opt("shared", oneOf(["trace", "debug", "info", "warn", "error"]), "info", "Lowest level logged"),
+  max_notification_ttl: opt("shared", seconds, s(2_592_000), "Largest TTL accepted; larger TTLs are capped"),
+  shutdown_timeout: opt("shared", seconds, s(10), "How long a stopping node waits for work in flight"),
+  event_log: opt("shared", text, undefined, "Where domain events are written: - for stdout, or a file path", {
+    defaultText: "unset (not written)"
+  }),
+  // connection
+  port: opt("connection", port, 8080, "Port of the public WebSocket server"),
+  router_port: opt("connection", port, 8081, "Port of the private router HTTP server (endpoint → connection node)"),
+  router_scheme: opt("connection", oneOf(["http", "https"]), "http", "Scheme of router_url"),
+  router_hostname: opt("connection", host, undefined, "Host name in router_url", { defaultText: "hostname" }),
+  router_url: opt("connection", url, undefined, "URL endpoint nodes use to reach this node (stored as node_id)", {
+    defaultText: "router_scheme://router_hostname:router_port"
+  }),
+  hello_timeout: opt("connection", seconds, s(5), "Time a new WebSocket has to send its hello", {
+    env: ["AUTOCONNECT__OPEN_HANDSHAKE_TIMEOUT"]
+  }),
+  auto_ping_interval: opt("connection", seconds, s(300), "Idle time after which the server pings the client"),
+  auto_ping_timeout: opt("connection", seconds, s(4), "Time the client has to answer a server ping"),
+  min_ping_interval: opt("connection", seconds, s(45), "Clients pinging more often than this are closed with 4774"),
+  msg_limit: opt("connection", integer(1), 100, "Stored messages above which a user is dropped and must re-register"),
+  client_channel_capacity: opt("connection", integer(1), 128, "Capacity of each connection's event mailbox"),
+  close_grace: opt("connection", seconds, s(1), "After a close frame, time before the server ends the TCP connection"),
+  // endpoint
+  max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
+  connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
+  request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services")
+} as const
+
+export type Options = typeof options
+export type OptionName = keyof Options
+export type OptionValue<N extends OptionName> = Options[N] extends OptionDef<infer A, infer D> ? A | D : never
+
+/** Options computed after merging when not set. */
+export type DerivedOption = "endpoint_url" | "router_url"
+
+export const optionNames = Object.keys(options) as ReadonlyArray<OptionName>
+
+export const isOptionName = (name: string): name is OptionName => Object.hasOwn(options, name)
+
+export const optionsOf = (scopes: ReadonlyArray<Scope>): ReadonlyArray<OptionName> =>
+  optionNames.filter((name) => scopes.includes(options[name].scope))
+
+export const secretOptionNames = optionNames.filter((name) => options[name].secret)
+/** The secret options (both key lists); a test keeps this in step with the table's `secret` marks. */
+export type SecretOption = "crypto_key" | "auth_keys"
+
+export const flagOf = (name: OptionName): string => `--${name.replaceAll("_", "-")}`
+
+type Camel<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S
+export const camel = <S extends string>(name: S): Camel<S> =>
+  name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()) as Camel<S>
+
+export const scopeNames: ReadonlyArray<Scope> = ["shared", "connection", "endpoint"]
+
+/** The scope whose prefix an environment name carries, if any. */
+export const prefixScope = (key: string): Scope | undefined => scopeNames.find((scope) => key.startsWith(envPrefix[scope]))
+
+/** The environment names that set an option for a role: canonical names, then aliases. */
+export const envNamesOf = (name: OptionName, role: Role = "autopush"): ReadonlyArray<string> => {
+  const def: OptionDef = options[name]
+  const read = roleScopes[role]
+  const canonical = read.filter((scope) => def.scope === "shared" || scope === def.scope)
+  const aliases = def.env.filter((alias) => {
+    const scope = prefixScope(alias)
+    return scope === undefined || read.includes(scope)
+  })
+  return [...new Set([...canonical.map((scope) => envPrefix[scope] + name.toUpperCase()), ...aliases])]
+}
+
+/** The default written as it would be configured ("" when computed or unset). */
+export const defaultSpelling = (name: OptionName): string => {
+  const def: OptionDef = options[name]
+  if (def.computed) return ""
+  const value = def.default()
+  return value === undefined ? "" : Schema.encodeSync(def.kind.codec as Schema.Codec<unknown, string>)(value)
+}
+
+/**
+ * Typed, frozen settings: every option in camelCase (`router_port` → `routerPort`); `endpointUrl`
+ * and `routerUrl` always resolved; durations as `Duration`; lists as readonly arrays; unset
+ * optional options `undefined`.
+ */
+export type Settings = {
+  readonly [N in OptionName as Camel<N>]: N extends DerivedOption ? string : OptionValue<N>
+}
+
+/** Option values keyed by option name, before derivation. */
+export type OptionValues = { readonly [N in OptionName]: OptionValue<N> }
