@@ -1,0 +1,142 @@
+/**
+ * The connection node: the public WebSocket port (`ws`), the private router port, the session
+ * registry and the timer ticker, as one layer owning its servers and session fibers.
+ */
+import { Context, Effect, FiberSet, Layer } from "effect"
+import { createServer, type Server } from "node:http"
+import type { AddressInfo } from "node:net"
+import { WebSocketServer, type WebSocket } from "ws"
+import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
+import { EventLog } from "../observability/EventLog.ts"
+import { decodeClientFrame, isFrameError } from "../protocol/messages.ts"
+import { runSession, SessionHandle, type SessionOptions, type SessionPorts, type Transport } from "../protocol/session.ts"
+import { Storage } from "../storage/Storage.ts"
+import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
+import { makePeers } from "./peers.ts"
+import { NodeRegistry } from "./registry.ts"
+import { SessionTicker } from "./ticker.ts"
+
+export interface ConnectionNodeOptions extends SessionOptions {
+  /** Public WebSocket port (0: any free port). */
+  readonly port: number
+  /** Private router port (0: any free port). */
+  readonly routerPort: number
+  readonly bindHost: string
+  /** After sending a close frame, end TCP after this long (Firefox never answers a close frame). */
+  readonly closeGraceMs: number
+  /** Timer resolution of the ticker. */
+  readonly tickMs: number
+  /** Timeout of requests to other connection nodes. */
+  readonly peerTimeoutMs: number
+  /** Largest client frame accepted (ws closes 1009 beyond it). */
+  readonly maxFrameBytes: number
+}
+
+export class ConnectionNode extends Context.Service<ConnectionNode, {
+  /** Bound ports (useful when configured as 0). */
+  readonly port: number
+  readonly routerPort: number
+}>()("autopush/connection/ConnectionNode") {
+  /**
+   * Serve a connection node. `routerUrlFor(routerPort)` builds this node's router URL once the router
+   * port is bound (tests bind port 0), so node ids always name a reachable port.
+   */
+  static readonly layer = (options: Omit<ConnectionNodeOptions, "routerUrl">, routerUrlFor: (routerPort: number) => string) =>
+    Layer.effect(
+      ConnectionNode,
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const crypto = yield* EndpointCrypto
+        const events = yield* EventLog
+        const registry = yield* NodeRegistry
+        const run = yield* FiberSet.makeRuntime<never>()
+        const runPromise = <A, E>(effect: Effect.Effect<A, E>) =>
+          new Promise<A>((resolve, reject) => run(effect).addObserver((exit) => exit._tag === "Success" ? resolve(exit.value) : reject(exit.cause)))
+
+        const health: HealthSource = {
+          storageStatus: () =>
+            runPromise(
+              storage.checkTables.pipe(
+                Effect.map((tables) => {
+                  const bad = tables.find((t) => !t.ok)
+                  return bad === undefined ? { ok: true } : { ok: false, cause: `${bad.table}: ${bad.cause ?? "unavailable"}` }
+                }),
+                Effect.catchTag("StorageError", (e) => Effect.succeed({ ok: false, cause: e.operation }))
+              )
+            ),
+          logError: (message) => run(Effect.logError(message))
+        }
+
+        const routerServer = createServer((req, res) => handleRouterRequest(req, res, registry, health))
+        const routerPort = yield* listen(routerServer, options.routerPort, options.bindHost)
+        const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
+
+        const ports: SessionPorts = {
+          storage,
+          events,
+          registry,
+          options: sessionOptions,
+          peers: makePeers(options.peerTimeoutMs, (message) => run(Effect.logWarning(message))),
+          endpoints: {
+            makeEndpoint: (uaid, channelId, key) => {
+              if (key === undefined) return crypto.makeEndpoint(uaid, channelId)
+              const raw = decodeVapidPublicKey(key)
+              return raw === undefined ? Effect.succeed(undefined) : crypto.makeEndpoint(uaid, channelId, raw)
+            }
+          }
+        }
+
+        const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, clientTracking: false })
+        const accept = (ws: WebSocket): void => {
+          const handle = new SessionHandle(options.clientChannelCapacity, Number.POSITIVE_INFINITY)
+          registry.track(handle)
+          const mailbox = handle.mailbox
+          ws.on("message", (data, isBinary) => {
+            if (isBinary) return void mailbox.offer({ _tag: "BinaryFrame" })
+            const message = decodeClientFrame(data.toString())
+            mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
+          })
+          ws.on("pong", () => mailbox.offer({ _tag: "Pong" }))
+          ws.on("close", () => mailbox.offer({ _tag: "SocketClosed" }))
+          ws.on("error", () => ws.terminate())
+          run(runSession(ports, wsTransport(ws, options.closeGraceMs), handle).pipe(
+            Effect.ensuring(Effect.sync(() => registry.untrack(handle)))
+          ))
+        }
+        const publicServer = createServer((req, res) => handlePublicRequest(req, res, registry, health))
+        publicServer.on("upgrade", (req, socket, head) => wss.handleUpgrade(req, socket, head, accept))
+        const port = yield* listen(publicServer, options.port, options.bindHost)
+        yield* Effect.logInfo("connection node listening").pipe(
+          Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
+        )
+        return ConnectionNode.of({ port, routerPort })
+      })
+    ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
+}
+
+/** The session's view of a `ws` socket. */
+const wsTransport = (ws: WebSocket, closeGraceMs: number): Transport => ({
+  send: (text) => {
+    if (ws.readyState === ws.OPEN) ws.send(text)
+  },
+  close: (code, reason) => {
+    if (ws.readyState === ws.OPEN) ws.close(code, reason)
+    setTimeout(() => ws.terminate(), closeGraceMs).unref()
+  },
+  ping: () => {
+    if (ws.readyState === ws.OPEN) ws.ping()
+  }
+})
+
+/** Listen for the layer's lifetime; the bound port. Closing drops every open connection. */
+const listen = (server: Server, port: number, host: string) =>
+  Effect.acquireRelease(
+    Effect.callback<number, never>((resume) => {
+      server.listen(port, host, () => resume(Effect.succeed((server.address() as AddressInfo).port)))
+    }),
+    () =>
+      Effect.callback<void>((resume) => {
+        server.close(() => resume(Effect.void))
+        server.closeAllConnections()
+      })
+  )

@@ -1,0 +1,44 @@
+/**
+ * The sessions of this node: every live connection (for timers and shutdown) and, once identified,
+ * the one session per uaid that deliveries go to. A newer session of a uaid kicks the older one.
+ */
+import { Context, Layer } from "effect"
+import type { SessionHandle, SessionRegistry } from "../protocol/session.ts"
+
+export interface NodeRegistryService extends SessionRegistry {
+  /** Every connection, identified or not. */
+  readonly connections: ReadonlySet<SessionHandle>
+  readonly track: (handle: SessionHandle) => void
+  readonly untrack: (handle: SessionHandle) => void
+  readonly get: (uaid: string) => SessionHandle | undefined
+  /** Identified sessions. */
+  readonly count: () => number
+}
+
+export const makeNodeRegistry = (): NodeRegistryService => {
+  const connections = new Set<SessionHandle>()
+  const byUaid = new Map<string, SessionHandle>()
+  return {
+    connections,
+    track: (handle) => void connections.add(handle),
+    untrack: (handle) => void connections.delete(handle),
+    get: (uaid) => byUaid.get(uaid),
+    count: () => byUaid.size,
+    register: (handle) => {
+      const uaid = handle.uaid as string
+      const older = byUaid.get(uaid)
+      if (older !== undefined && older !== handle) older.mailbox.offer({ _tag: "Kick", kind: "ghost" })
+      byUaid.set(uaid, handle)
+    },
+    remove: (handle) => {
+      connections.delete(handle)
+      if (handle.uaid !== undefined && byUaid.get(handle.uaid) === handle) byUaid.delete(handle.uaid)
+    }
+  }
+}
+
+export class NodeRegistry extends Context.Service<NodeRegistry, NodeRegistryService>()(
+  "autopush/connection/NodeRegistry"
+) {
+  static readonly layer = Layer.sync(NodeRegistry, makeNodeRegistry)
+}

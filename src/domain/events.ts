@@ -1,0 +1,24 @@
+/**
+ * Domain events (DESIGN.md §3): every state change of a uaid, versioned by `type`, ordered per uaid.
+ * Metrics, the event log and the per-message lifecycle are derived from these; tests assert on them.
+ * Consumers ignore types they do not know.
+ */
+
+export type DeliverySource = "direct" | "stored"
+
+export type DomainEvent =
+  | { readonly type: "client.hello.1"; readonly uaid: string; readonly data: { readonly kind: "new" | "existing" | "reassigned" } }
+  | { readonly type: "channel.registered.1"; readonly uaid: string; readonly data: { readonly channelId: string } }
+  | { readonly type: "channel.unregistered.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly code?: number | undefined } }
+  | { readonly type: "notification.accepted.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly version: string; readonly ttl: number } }
+  | { readonly type: "notification.stored.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly version: string; readonly reason: "offline" | "disconnect" } }
+  | { readonly type: "notification.delivered.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly version: string; readonly source: DeliverySource } }
+  | { readonly type: "notification.acked.1"; readonly uaid: string; readonly data: { readonly version: string; readonly code: number; readonly source: DeliverySource } }
+  | { readonly type: "notification.nacked.1"; readonly uaid: string; readonly data: { readonly version: string; readonly code: number } }
+  | { readonly type: "notification.expired.1"; readonly uaid: string; readonly data: { readonly version: string } }
+  | { readonly type: "notification.deleted.1"; readonly uaid: string; readonly data: { readonly version: string } }
+  | { readonly type: "uaid.reset.1"; readonly uaid: string; readonly data: { readonly reason: "too_many_messages" | "stale_month" } }
+  | { readonly type: "month.migrated.1"; readonly uaid: string; readonly data: { readonly from: string; readonly to: string } }
+  | { readonly type: "session.closed.1"; readonly uaid: string; readonly data: { readonly code: number; readonly reason: string } }
+
+export type DomainEventType = DomainEvent["type"]

@@ -1,0 +1,39 @@
+/**
+ * Why the server closes a WebSocket, as one tagged error carrying its kind; `closeFrame` is the one
+ * mapping to close code and reason (protocol-notes §1.7 with the decisions of §0). The table is keyed
+ * by every kind, so a new kind without a code does not typecheck.
+ */
+import { Data } from "effect"
+
+export type CloseKind =
+  | "uaid-reset" // msg_limit exceeded or stale month: the next hello gets a new uaid
+  | "invalid-json" // non-JSON, unknown messageType, missing fields
+  | "binary-frame"
+  | "expected-hello" // anything but hello before hello
+  | "already-hello" // a second hello
+  | "already-connected" // a newer connection of this uaid exists
+  | "ghost" // this uaid connected again; this older session goes
+  | "excessive-ping" // client pings faster than min_ping_interval: 4774 tells Firefox to back off
+  | "storage-error"
+  | "hello-timeout"
+  | "pong-timeout"
+  | "shutdown" // node draining: Firefox reconnects elsewhere
+
+export class SessionClose extends Data.TaggedError("SessionClose")<{ readonly kind: CloseKind }> {}
+
+const frames: { readonly [K in CloseKind]: { readonly code: number; readonly reason: string } } = {
+  "uaid-reset": { code: 1000, reason: "UaidReset" },
+  "invalid-json": { code: 1011, reason: "Json" },
+  "binary-frame": { code: 1003, reason: "UnsupportedMessage" },
+  "expected-hello": { code: 1011, reason: "ExpectedHello" },
+  "already-hello": { code: 1011, reason: "AlreadyHello" },
+  "already-connected": { code: 1011, reason: "AlreadyConnected" },
+  ghost: { code: 1011, reason: "Ghost" },
+  "excessive-ping": { code: 4774, reason: "ExcessivePing" },
+  "storage-error": { code: 1011, reason: "StorageError" },
+  "hello-timeout": { code: 1011, reason: "HandshakeTimeout" },
+  "pong-timeout": { code: 1011, reason: "PongTimeout" },
+  shutdown: { code: 1001, reason: "Shutdown" }
+}
+
+export const closeFrame = (kind: CloseKind): { readonly code: number; readonly reason: string } => frames[kind]

@@ -1,0 +1,81 @@
+/**
+ * The one ordered mailbox of a connection. `ws` callbacks and the router port push into it
+ * synchronously; the connection's fiber takes from it. Deliveries are bounded (`capacity`): when the
+ * queue holds that many, `offerDelivery` refuses and the router port answers so the endpoint stores.
+ * Lean on purpose: an idle connection holds one of these, so no Queue/Deferred per connection.
+ */
+import { Effect } from "effect"
+
+export class Mailbox<E> {
+  private items: Array<E> = []
+  private head = 0
+  private waiter: ((effect: Effect.Effect<E>) => void) | undefined = undefined
+  private closed = false
+  /** Deliveries queued and not yet taken. */
+  deliveries = 0
+  readonly capacity: number
+  readonly isDelivery: (event: E) => boolean
+
+  constructor(capacity: number, isDelivery: (event: E) => boolean) {
+    this.capacity = capacity
+    this.isDelivery = isDelivery
+  }
+
+  /** Queue an event; false once the mailbox is closed. */
+  offer(event: E): boolean {
+    if (this.closed) return false
+    const waiter = this.waiter
+    if (waiter !== undefined) {
+      this.waiter = undefined
+      waiter(Effect.succeed(event))
+      return true
+    }
+    if (this.isDelivery(event)) this.deliveries++
+    this.items.push(event)
+    return true
+  }
+
+  /** Queue a delivery unless `capacity` deliveries are already waiting. */
+  offerDelivery(event: E): boolean {
+    return this.deliveries < this.capacity && this.offer(event)
+  }
+
+  /** No more events are accepted (the session is going away); queued ones can still be taken. */
+  close(): void {
+    this.closed = true
+  }
+
+  get isClosed(): boolean {
+    return this.closed
+  }
+
+  get size(): number {
+    return this.items.length - this.head
+  }
+
+  readonly take: Effect.Effect<E> = Effect.suspend(() => {
+    if (this.head < this.items.length) return Effect.succeed(this.shift())
+    return Effect.callback<E>((resume) => {
+      this.waiter = resume
+      return Effect.sync(() => {
+        this.waiter = undefined
+      })
+    })
+  })
+
+  /** Take without waiting, or undefined when empty. */
+  poll(): E | undefined {
+    return this.head < this.items.length ? this.shift() : undefined
+  }
+
+  private shift(): E {
+    const event = this.items[this.head] as E
+    this.items[this.head++] = undefined as E
+    if (this.head === this.items.length) {
+      this.items = []
+      this.head = 0
+    }
+    if (this.isDelivery(event)) this.deliveries--
+    return event
+  }
+}

@@ -1,0 +1,101 @@
+/**
+ * The WebSocket push protocol's frames (protocol-notes §1.1, §1.2): client frames are decoded with
+ * Schema at the edge into `ClientMessage`, or into a `FrameError` naming why the frame is invalid;
+ * server frames are built by the `*Reply` functions in the key order autopush emits.
+ */
+import { Exit, Schema } from "effect"
+import type { Notification } from "../domain/notification.ts"
+
+const Code = Schema.optionalKey(Schema.Number)
+const Broadcasts = Schema.Record(Schema.String, Schema.String)
+
+const Hello = Schema.Struct({
+  uaid: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  channelIDs: Schema.optionalKey(Schema.Array(Schema.String)),
+  broadcasts: Schema.optionalKey(Broadcasts),
+  use_webpush: Schema.optionalKey(Schema.Boolean)
+})
+const Register = Schema.Struct({ channelID: Schema.String, key: Schema.optionalKey(Schema.NullOr(Schema.String)) })
+const Unregister = Schema.Struct({ channelID: Schema.String, code: Code })
+const Ack = Schema.Struct({
+  updates: Schema.Array(Schema.Struct({ channelID: Schema.String, version: Schema.String, code: Code }))
+})
+const Nack = Schema.Struct({ version: Schema.String, code: Code })
+const BroadcastSubscribe = Schema.Struct({ broadcasts: Broadcasts })
+
+const bodies = {
+  hello: Schema.decodeUnknownExit(Hello),
+  register: Schema.decodeUnknownExit(Register),
+  unregister: Schema.decodeUnknownExit(Unregister),
+  ack: Schema.decodeUnknownExit(Ack),
+  nack: Schema.decodeUnknownExit(Nack),
+  broadcast_subscribe: Schema.decodeUnknownExit(BroadcastSubscribe)
+} as const
+
+type Bodies = typeof bodies
+type BodyOf<K extends keyof Bodies> = Bodies[K] extends (input: unknown) => Exit.Exit<infer A, unknown> ? A : never
+
+export type ClientMessage =
+  | { readonly messageType: "ping" }
+  | { readonly [K in keyof Bodies]: { readonly messageType: K } & BodyOf<K> }[keyof Bodies]
+
+export type ClientMessageType = ClientMessage["messageType"]
+
+/** Why a text frame is not a client message; the session closes with 1011 "Json" for all of them. */
+export interface FrameError {
+  readonly _tag: "FrameError"
+  readonly reason: "not-json" | "not-object" | "unknown-type" | "bad-fields"
+  readonly detail: string
+}
+
+const frameError = (reason: FrameError["reason"], detail: string): FrameError => ({ _tag: "FrameError", reason, detail })
+
+const PING: ClientMessage = { messageType: "ping" }
+
+/** Decode one text frame. `{}` and `{"messageType":"ping"}` are pings (the empty object first, as RS). */
+export const decodeClientFrame = (text: string): ClientMessage | FrameError => {
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch {
+    return frameError("not-json", "frame is not JSON")
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    return frameError("not-object", "frame is not a JSON object")
+  }
+  const type = (value as { messageType?: unknown }).messageType
+  if (type === undefined) {
+    return Object.keys(value).length === 0 ? PING : frameError("unknown-type", "missing messageType")
+  }
+  if (type === "ping") return PING
+  if (typeof type !== "string" || !Object.hasOwn(bodies, type)) {
+    return frameError("unknown-type", `unknown messageType ${JSON.stringify(type).slice(0, 40)}`)
+  }
+  const decoded: Exit.Exit<unknown, unknown> = bodies[type as keyof Bodies](value)
+  return Exit.isSuccess(decoded)
+    ? ({ ...(decoded.value as object), messageType: type } as ClientMessage)
+    : frameError("bad-fields", `invalid ${type} message`)
+}
+
+export const isFrameError = (m: ClientMessage | FrameError): m is FrameError => "_tag" in m
+
+// ── server → client ────────────────────────────────────────────────────────────────────────────
+
+export const helloReply = (uaid: string, broadcasts: Readonly<Record<string, unknown>> = {}): string =>
+  JSON.stringify({ messageType: "hello", uaid, status: 200, use_webpush: true, broadcasts })
+
+export const registerReply = (channelID: string, status: number, pushEndpoint: string): string =>
+  JSON.stringify({ messageType: "register", channelID, status, pushEndpoint })
+
+export const unregisterReply = (channelID: string, status: number): string =>
+  JSON.stringify({ messageType: "unregister", channelID, status })
+
+export const PING_REPLY = "{}"
+
+/** The notification frame: internal fields (ttl, topic, timestamps) never reach the client. */
+export const notificationFrame = (n: Notification): string =>
+  JSON.stringify(
+    n.data === undefined
+      ? { messageType: "notification", channelID: n.channelId, version: n.version }
+      : { messageType: "notification", channelID: n.channelId, version: n.version, data: n.data, headers: n.headers ?? {} }
+  )

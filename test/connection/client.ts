@@ -1,0 +1,87 @@
+/** A small WebSocket push client for tests over real sockets, plus a raw HTTP helper. */
+import { request } from "node:http"
+import WebSocket from "ws"
+
+export interface TestClient {
+  readonly ws: WebSocket
+  readonly received: Array<Record<string, unknown>>
+  readonly closed: Promise<{ readonly code: number; readonly reason: string }>
+  readonly send: (message: unknown) => void
+  /** The next frame (after those already taken) matching `predicate`, within `timeoutMs`. */
+  readonly next: (predicate?: (frame: Record<string, unknown>) => boolean, timeoutMs?: number) => Promise<Record<string, unknown>>
+  /** Resolves true if no frame matching `predicate` arrives within `ms`. */
+  readonly quiet: (ms: number, predicate?: (frame: Record<string, unknown>) => boolean) => Promise<boolean>
+  readonly close: () => Promise<void>
+}
+
+export const openClient = (url: string): Promise<TestClient> =>
+  new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, "push-notification")
+    const received: Array<Record<string, unknown>> = []
+    const waiters = new Set<() => void>()
+    let taken = 0
+    ws.on("message", (data) => {
+      received.push(JSON.parse(data.toString()) as Record<string, unknown>)
+      for (const wake of waiters) wake()
+    })
+    const closed = new Promise<{ code: number; reason: string }>((done) =>
+      ws.on("close", (code, reason) => done({ code, reason: reason.toString() }))
+    )
+    const next: TestClient["next"] = (predicate = () => true, timeoutMs = 3000) =>
+      new Promise((done, fail) => {
+        const check = () => {
+          while (taken < received.length) {
+            const frame = received[taken++]!
+            if (predicate(frame)) {
+              waiters.delete(check)
+              clearTimeout(timer)
+              done(frame)
+              return
+            }
+          }
+        }
+        const timer = setTimeout(() => {
+          waiters.delete(check)
+          fail(new Error(`no matching frame within ${timeoutMs} ms; got ${JSON.stringify(received)}`))
+        }, timeoutMs)
+        waiters.add(check)
+        check()
+      })
+    ws.once("error", reject)
+    ws.once("open", () =>
+      resolve({
+        ws,
+        received,
+        closed,
+        send: (message) => ws.send(typeof message === "string" ? message : JSON.stringify(message)),
+        next,
+        quiet: (ms, predicate = () => true) =>
+          new Promise((done) => {
+            const start = received.length
+            setTimeout(() => done(!received.slice(start).some(predicate)), ms)
+          }),
+        close: () =>
+          new Promise((done) => {
+            if (ws.readyState === ws.CLOSED) return done()
+            ws.once("close", () => done())
+            ws.close()
+          })
+      })
+    )
+  })
+
+export const httpRequest = (
+  method: string,
+  url: string,
+  body?: string,
+  headers: Record<string, string> = {}
+): Promise<{ readonly status: number; readonly body: string; readonly headers: Record<string, string | Array<string> | undefined> }> =>
+  new Promise((resolve, reject) => {
+    const req = request(url, { method, headers }, (res) => {
+      const chunks: Array<Buffer> = []
+      res.on("data", (c: Buffer) => chunks.push(c))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), headers: res.headers }))
+    })
+    req.on("error", reject)
+    req.end(body)
+  })

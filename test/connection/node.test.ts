@@ -1,0 +1,215 @@
+/**
+ * The connection node over real sockets: `ws` clients on the public port, HTTP on the router port,
+ * with storage on the in-memory layer and on the DynamoDB layer against dynalite.
+ */
+import { assert, describe, it as vitest } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { connect as tcpConnect } from "node:net"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
+import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
+import { EventLog } from "../../src/observability/EventLog.ts"
+import { layerEmbedded } from "../../src/storage/embedded.ts"
+import { layerMemory } from "../../src/storage/memory.ts"
+import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
+import { httpRequest, openClient } from "./client.ts"
+
+const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
+
+export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
+  port: 0,
+  routerPort: 0,
+  bindHost: "127.0.0.1",
+  helloTimeoutMs: 2_000,
+  autoPingIntervalMs: 300_000,
+  autoPingTimeoutMs: 4_000,
+  minPingIntervalMs: 45_000,
+  msgLimit: 100,
+  clientChannelCapacity: 128,
+  noTableRotation: false,
+  pageSize: 10,
+  closeGraceMs: 200,
+  tickMs: 100,
+  peerTimeoutMs: 1_000,
+  maxFrameBytes: 64 * 1024
+}
+
+const storageOptions = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }
+
+const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
+  ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(
+    Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(Layer.provideMerge(storage))),
+    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer()))
+  )
+
+const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
+  describe(name, () => {
+    const it = { live: (title: string, test: () => Effect.Effect<void, unknown, Storage | EndpointCrypto | ConnectionNode>) =>
+      live(title, () => test().pipe(Effect.provide(nodeLayer(storage())))) }
+    const urls = Effect.gen(function*() {
+      const node = yield* ConnectionNode
+      return {
+        ws: `ws://127.0.0.1:${node.port}/`,
+        router: `http://127.0.0.1:${node.routerPort}`,
+        public: `http://127.0.0.1:${node.port}`
+      }
+    })
+
+    it.live("hello, register, a delivery on the router port, ack; nothing again after reconnect", () =>
+      Effect.gen(function*() {
+        const { ws, router } = yield* urls
+        const crypto = yield* EndpointCrypto
+        const client = yield* Effect.promise(() => openClient(ws))
+        client.send({ messageType: "hello", use_webpush: true })
+        const hello = yield* Effect.promise(() => client.next())
+        const uaid = hello["uaid"] as string
+        client.send({ messageType: "register", channelID: CHID })
+        const register = yield* Effect.promise(() => client.next())
+        assert.strictEqual(register["status"], 200)
+        const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
+        const body = encodeTransportNotification({
+          channelId: CHID,
+          version,
+          ttl: 60,
+          timestamp: Math.floor(Date.now() / 1000),
+          data: "aGVsbG8",
+          headers: { encoding: "aes128gcm" }
+        })
+        const put = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))
+        assert.strictEqual(put.status, 200)
+        const notification = yield* Effect.promise(() => client.next())
+        assert.deepStrictEqual(notification, {
+          messageType: "notification",
+          channelID: CHID,
+          version,
+          data: "aGVsbG8",
+          headers: { encoding: "aes128gcm" }
+        })
+        client.send({ messageType: "ack", updates: [{ channelID: CHID, version, code: 100 }] })
+        yield* Effect.promise(() => client.close())
+
+        const again = yield* Effect.promise(() => openClient(ws))
+        again.send({ messageType: "hello", uaid, use_webpush: true })
+        assert.strictEqual((yield* Effect.promise(() => again.next()))["uaid"], uaid)
+        assert.isTrue(yield* Effect.promise(() => again.quiet(300)))
+        yield* Effect.promise(() => again.close())
+      }))
+
+    it.live("a client that is not connected gets 404 on the router port; unacked messages survive a disconnect", () =>
+      Effect.gen(function*() {
+        const { ws, router } = yield* urls
+        const crypto = yield* EndpointCrypto
+        const storage = yield* Storage
+        const client = yield* Effect.promise(() => openClient(ws))
+        client.send({ messageType: "hello" })
+        const uaid = (yield* Effect.promise(() => client.next()))["uaid"] as string
+        client.send({ messageType: "register", channelID: CHID })
+        yield* Effect.promise(() => client.next())
+        const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
+        const body = encodeTransportNotification({ channelId: CHID, version, ttl: 600, timestamp: Math.floor(Date.now() / 1000) })
+        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))).status, 200)
+        yield* Effect.promise(() => client.next())
+        yield* Effect.promise(() => client.close())
+        // The session saves the unacked message on its way out.
+        let user = yield* storage.getUser(uaid)
+        for (let i = 0; i < 50 && user?.nodeId !== undefined; i++) {
+          yield* Effect.sleep(20)
+          user = yield* storage.getUser(uaid)
+        }
+        assert.isUndefined(user?.nodeId)
+        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))).status, 404)
+        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/notif/${uaid}`))).status, 404)
+        const again = yield* Effect.promise(() => openClient(ws))
+        again.send({ messageType: "hello", uaid })
+        yield* Effect.promise(() => again.next())
+        const redelivered = yield* Effect.promise(() => again.next())
+        assert.strictEqual(redelivered["version"], version)
+        assert.isUndefined(redelivered["data"])
+        // A poke makes a connected client read storage again.
+        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/notif/${uaid}`))).status, 200)
+        yield* Effect.promise(() => again.close())
+      }))
+
+    it.live("DELETE /notif/{uaid}/{connected_at} drops that session only", () =>
+      Effect.gen(function*() {
+        const { ws, router } = yield* urls
+        const storage = yield* Storage
+        const client = yield* Effect.promise(() => openClient(ws))
+        client.send({ messageType: "hello" })
+        const uaid = (yield* Effect.promise(() => client.next()))["uaid"] as string
+        client.send({ messageType: "register", channelID: CHID })
+        yield* Effect.promise(() => client.next())
+        const user = yield* storage.getUser(uaid)
+        const wrong = yield* Effect.promise(() => httpRequest("DELETE", `${router}/notif/${uaid}/${user!.connectedAt + 1}`))
+        assert.strictEqual(wrong.status, 404)
+        const right = yield* Effect.promise(() => httpRequest("DELETE", `${router}/notif/${uaid}/${user!.connectedAt}`))
+        assert.strictEqual(right.status, 200)
+        assert.strictEqual((yield* Effect.promise(() => client.closed)).code, 1011)
+      }))
+
+    it.live("invalid frames close with their code; the server ends TCP itself after a close frame", () =>
+      Effect.gen(function*() {
+        const { ws, public: publicUrl } = yield* urls
+        const client = yield* Effect.promise(() => openClient(ws))
+        client.send("not json")
+        assert.deepStrictEqual(yield* Effect.promise(() => client.closed), { code: 1011, reason: "Json" })
+        // A raw socket that, like Firefox, never answers the server's close frame.
+        const ended = yield* Effect.promise(() => rawClientIgnoringClose(publicUrl))
+        assert.isAtMost(ended.afterCloseFrameMs, 1_000)
+      }))
+
+    it.live("health routes on both ports; router routes are not on the public port", () =>
+      Effect.gen(function*() {
+        const { router, public: publicUrl } = yield* urls
+        for (const base of [router, publicUrl]) {
+          const health = yield* Effect.promise(() => httpRequest("GET", `${base}/__heartbeat__`))
+          assert.strictEqual(health.status, 200)
+          const json = JSON.parse(health.body) as Record<string, unknown>
+          assert.strictEqual(json["status"], "OK")
+          assert.isNumber(json["connections"])
+          assert.strictEqual((yield* Effect.promise(() => httpRequest("GET", `${base}/__lbheartbeat__`))).status, 200)
+          const error = yield* Effect.promise(() => httpRequest("GET", `${base}/__error__`))
+          assert.strictEqual(error.status, 418)
+          assert.strictEqual((JSON.parse(error.body) as Record<string, unknown>)["errno"], 999)
+        }
+        const onPublic = yield* Effect.promise(() => httpRequest("PUT", `${publicUrl}/push/${"0".repeat(32)}`, "{}"))
+        assert.strictEqual(onPublic.status, 404)
+        assert.strictEqual((JSON.parse(onPublic.body) as Record<string, unknown>)["code"], 404)
+      }))
+  })
+
+/** Upgrade by hand, send an invalid text frame, never answer the close frame; when did TCP end? */
+const rawClientIgnoringClose = (httpUrl: string) =>
+  new Promise<{ readonly afterCloseFrameMs: number }>((resolve, reject) => {
+    const url = new URL(httpUrl)
+    const socket = tcpConnect(Number(url.port), url.hostname)
+    let closeFrameAt = 0
+    let upgraded = false
+    socket.on("connect", () => {
+      socket.write(
+        `GET / HTTP/1.1\r\nHost: ${url.host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+          `Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`
+      )
+    })
+    socket.on("data", (chunk: Buffer) => {
+      if (!upgraded) {
+        upgraded = true
+        // A masked text frame "x": not JSON.
+        socket.write(Buffer.from([0x81, 0x81, 1, 2, 3, 4, "x".charCodeAt(0) ^ 1]))
+        return
+      }
+      if ((chunk[0]! & 0x0f) === 0x8) closeFrameAt = Date.now()
+    })
+    socket.on("close", () => (closeFrameAt === 0 ? reject(new Error("no close frame")) : resolve({ afterCloseFrameMs: Date.now() - closeFrameAt })))
+    socket.on("error", () => {})
+  })
+
+const live = vitest.live
+
+describe("connection node", () => {
+  suite("on in-memory storage", () => layerMemory(storageOptions))
+  suite("on dynalite", () => layerEmbedded({ ...storageOptions, dataDir: mkdtempSync(join(tmpdir(), "autopush-node-")) }))
+})

@@ -1,0 +1,411 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Clock, Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { Storage } from "../../src/storage/Storage.ts"
+import { monthTableName } from "../../src/storage/tables.ts"
+import { type Client, type Harness, makeHarness, pump, pushMessage, TestParts, testParts } from "./harness.ts"
+
+const NOW = Date.UTC(2026, 10, 21, 12, 0, 0)
+const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
+const CHID2 = "7dbb5bdb-0845-4535-98c9-0f34a94e2e7b"
+const VAPID_KEY = "BKlyY43YrGTW22IHoLvkIZyrcD3nTsaQGSXe6e7iapBYFrFoaXq0MBacyF0SOIydSR8uvXoH_0WGcyMY0pzLViA="
+
+const setup = (overrides: Parameters<typeof makeHarness>[0] = {}) =>
+  Effect.gen(function*() {
+    yield* TestClock.setTime(NOW)
+    return yield* makeHarness(overrides)
+  })
+
+const hello = (client: Client, uaid?: string) =>
+  client.frame(uaid === undefined ? { messageType: "hello", use_webpush: true } : { messageType: "hello", uaid, use_webpush: true })
+
+/** A connected client with one registered channel; returns its uaid. */
+const subscribed = (harness: Harness, channelIds: ReadonlyArray<string> = [CHID]) =>
+  Effect.gen(function*() {
+    const client = yield* harness.connect()
+    yield* hello(client)
+    for (const channelID of channelIds) yield* client.frame({ messageType: "register", channelID })
+    return { client, uaid: client.of("hello")[0]!["uaid"] as string }
+  })
+
+const ackAll = (client: Client) =>
+  Effect.gen(function*() {
+    const pending = client.of("notification")
+    yield* client.frame({
+      messageType: "ack",
+      updates: pending.map((f) => ({ channelID: f["channelID"] as string, version: f["version"] as string, code: 100 }))
+    })
+  })
+
+describe("session: hello", () => {
+  it.effect("a new client gets a fresh uaid; nothing is written until its first register", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const client = yield* harness.connect()
+      yield* hello(client)
+      const reply = client.of("hello")[0]!
+      assert.match(reply["uaid"] as string, /^[0-9a-f]{32}$/)
+      assert.deepStrictEqual(reply, { messageType: "hello", uaid: reply["uaid"], status: 200, use_webpush: true, broadcasts: {} })
+      const storage = yield* Storage
+      assert.isUndefined(yield* storage.getUser(reply["uaid"] as string))
+      yield* client.frame({ messageType: "register", channelID: CHID })
+      const user = yield* storage.getUser(reply["uaid"] as string)
+      assert.strictEqual(user?.nodeId, "http://node-a:8081")
+      assert.strictEqual(user?.currentMonth, monthTableName("message", NOW))
+      assert.deepStrictEqual([...(yield* storage.getChannels(user!.uaid, user!.currentMonth!))], [CHID])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("a known uaid in any spelling resumes; an unknown or malformed one is reassigned", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { uaid } = yield* subscribed(harness)
+      const hyphenated = `${uaid.slice(0, 8)}-${uaid.slice(8, 12)}-${uaid.slice(12, 16)}-${uaid.slice(16, 20)}-${uaid.slice(20)}`
+      const again = yield* harness.connect()
+      yield* hello(again, hyphenated.toUpperCase())
+      assert.strictEqual(again.of("hello")[0]!["uaid"], uaid)
+      for (const claimed of ["00000000000000000000000000000001", "not-a-uuid", ""]) {
+        const other = yield* harness.connect()
+        yield* hello(other, claimed)
+        assert.notStrictEqual(other.of("hello")[0]!["uaid"], claimed)
+        assert.match(other.of("hello")[0]!["uaid"] as string, /^[0-9a-f]{32}$/)
+      }
+      assert.deepStrictEqual(harness.events.filter((e) => e.type === "client.hello.1").map((e) => e.data), [
+        { kind: "new" },
+        { kind: "existing" },
+        { kind: "reassigned" },
+        { kind: "new" },
+        { kind: "new" }
+      ])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("one live session per uaid: the newer one kicks the older", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client: first, uaid } = yield* subscribed(harness)
+      const second = yield* harness.connect()
+      yield* TestClock.adjust(10)
+      yield* hello(second, uaid)
+      yield* pump(first)
+      assert.deepStrictEqual(first.sent.closed, { code: 1011, reason: "Ghost" })
+      assert.strictEqual(harness.registry.get(uaid), second.handle)
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("a record naming another node makes that node drop its stale session", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      const storage = yield* Storage
+      yield* storage.updateUser(uaid, { nodeId: "http://node-b:8081" })
+      const again = yield* harness.connect()
+      yield* TestClock.adjust(10)
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(harness.pokes, [{ kind: "disconnect", nodeId: "http://node-b:8081", uaid }])
+    }).pipe(Effect.provide(TestParts)))
+})
+
+describe("session: register and unregister", () => {
+  it.effect("v1 and v2 endpoints decode to the uaid and channel; bad input keeps the socket", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const crypto = yield* EndpointCrypto
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.frame({ messageType: "register", channelID: CHID2, key: VAPID_KEY })
+      const [v1, v2] = client.of("register")
+      assert.strictEqual(v1!["status"], 200)
+      const v1Url = new URL(v1!["pushEndpoint"] as string)
+      assert.match(v1Url.pathname, /^\/wpush\/v1\//)
+      const t1 = yield* crypto.parseEndpoint("v1", v1Url.pathname.split("/")[3]!)
+      assert.deepStrictEqual([t1.uaid, t1.channelId], [uaid, CHID])
+      const v2Url = new URL(v2!["pushEndpoint"] as string)
+      const t2 = yield* crypto.parseEndpoint("v2", v2Url.pathname.split("/")[3]!)
+      assert.deepStrictEqual([t2.uaid, t2.channelId], [uaid, CHID2])
+
+      yield* client.frame({ messageType: "register", channelID: CHID.toUpperCase() })
+      yield* client.frame({ messageType: "register", channelID: CHID, key: "not a key" })
+      const replies = client.of("register")
+      assert.deepStrictEqual(replies[2], { messageType: "register", channelID: CHID.toUpperCase(), status: 401, pushEndpoint: "" })
+      assert.deepStrictEqual(replies[3], {
+        messageType: "register",
+        channelID: CHID,
+        status: 400,
+        pushEndpoint: "Failed to generate endpoint"
+      })
+      assert.isUndefined(client.sent.closed)
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("unregister removes the channel and answers 200 even when it was not there", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness, [CHID, CHID2])
+      yield* client.frame({ messageType: "unregister", channelID: CHID, code: 200 })
+      yield* client.frame({ messageType: "unregister", channelID: CHID })
+      assert.deepStrictEqual(client.of("unregister").map((f) => f["status"]), [200, 200])
+      const storage = yield* Storage
+      assert.deepStrictEqual([...(yield* storage.getChannels(uaid, monthTableName("message", NOW)))], [CHID2])
+    }).pipe(Effect.provide(TestParts)))
+})
+
+describe("session: invalid frames and timers", () => {
+  const closes = [
+    { name: "a frame before hello", events: [{ _tag: "Frame", message: { messageType: "ping" } }], code: 1011, reason: "ExpectedHello" },
+    { name: "a bad frame", events: [{ _tag: "BadFrame", detail: "x" }], code: 1011, reason: "Json" },
+    { name: "a binary frame", events: [{ _tag: "BinaryFrame" }], code: 1003, reason: "UnsupportedMessage" },
+    {
+      name: "a second hello",
+      events: [
+        { _tag: "Frame", message: { messageType: "hello" } },
+        { _tag: "Frame", message: { messageType: "hello" } }
+      ],
+      code: 1011,
+      reason: "AlreadyHello"
+    }
+  ] as const
+  for (const c of closes) {
+    it.effect(`${c.name} closes ${c.code} ${c.reason}`, () =>
+      Effect.gen(function*() {
+        const harness = yield* setup()
+        const client = yield* harness.connect()
+        for (const event of c.events) yield* client.feed(event)
+        assert.deepStrictEqual(client.sent.closed, { code: c.code, reason: c.reason })
+        assert.isTrue(client.machine.isClosed)
+      }).pipe(Effect.provide(TestParts)))
+  }
+
+  it.effect("no hello within hello_timeout closes HandshakeTimeout", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const client = yield* harness.connect()
+      assert.strictEqual(client.handle.deadline, (yield* Clock.currentTimeMillis) + 5_000)
+      yield* TestClock.adjust(4_999)
+      yield* client.feed({ _tag: "Tick" })
+      assert.isUndefined(client.sent.closed)
+      yield* TestClock.adjust(1)
+      yield* client.feed({ _tag: "Tick" })
+      assert.deepStrictEqual(client.sent.closed, { code: 1011, reason: "HandshakeTimeout" })
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("keepalive: ping after auto_ping_interval, close when no pong within auto_ping_timeout", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client } = yield* subscribed(harness)
+      yield* TestClock.adjust(300_000)
+      yield* client.feed({ _tag: "Tick" })
+      assert.strictEqual(client.sent.pings, 1)
+      yield* TestClock.adjust(1_000)
+      yield* client.feed({ _tag: "Pong" })
+      yield* TestClock.adjust(300_000)
+      yield* client.feed({ _tag: "Tick" })
+      assert.strictEqual(client.sent.pings, 2)
+      yield* TestClock.adjust(4_000)
+      yield* client.feed({ _tag: "Tick" })
+      assert.deepStrictEqual(client.sent.closed, { code: 1011, reason: "PongTimeout" })
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("client pings are answered with {}; faster than min_ping_interval closes 4774", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client } = yield* subscribed(harness)
+      yield* client.frame({ messageType: "ping" })
+      yield* TestClock.adjust(45_000)
+      yield* client.frame({ messageType: "ping" })
+      assert.strictEqual(client.sent.frames.filter((f) => Object.keys(f).length === 0).length, 2)
+      yield* TestClock.adjust(44_999)
+      yield* client.frame({ messageType: "ping" })
+      assert.deepStrictEqual(client.sent.closed, { code: 4774, reason: "ExcessivePing" })
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("broadcast_subscribe and nack get no reply and keep the socket", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client } = yield* subscribed(harness)
+      const before = client.sent.frames.length
+      yield* client.frame({ messageType: "broadcast_subscribe", broadcasts: { "remote-settings/monitor_changes": "\"0\"" } })
+      yield* client.frame({ messageType: "nack", version: "x", code: 301 })
+      assert.strictEqual(client.sent.frames.length, before)
+      assert.isUndefined(client.sent.closed)
+    }).pipe(Effect.provide(TestParts)))
+})
+
+describe("session: delivery", () => {
+  it.effect("stored messages are drained after hello, deleted on ack, and never come again", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      for (let i = 0; i < 3; i++) {
+        yield* TestClock.adjust(1)
+        yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+      }
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["m0", "m1", "m2"])
+      yield* ackAll(again)
+      yield* again.feed({ _tag: "SocketClosed" })
+      const third = yield* harness.connect()
+      yield* hello(third, uaid)
+      assert.deepStrictEqual(third.of("notification"), [])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("pages: the next page is fetched once the previous one is acked", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      for (let i = 0; i < 25; i++) {
+        yield* TestClock.adjust(1)
+        yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+      }
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.strictEqual(again.of("notification").length, 10)
+      yield* ackAll(again)
+      assert.strictEqual(again.of("notification").length, 20)
+      yield* ackAll(again)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), Array.from({ length: 25 }, (_, i) => `m${i}`))
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("a topic keeps only its newest message; expired messages are never sent", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* pushMessage(harness, uaid, CHID, { topic: "weather", data: "old" })
+      yield* pushMessage(harness, uaid, CHID, { topic: "weather", data: "new" })
+      yield* pushMessage(harness, uaid, CHID, { ttl: 5, data: "short" })
+      yield* TestClock.adjust(5_000)
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["new"])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("acking a topic message keeps the newer message that replaced it meanwhile", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* pushMessage(harness, uaid, CHID, { topic: "t", data: "first" })
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      yield* pushMessage(harness, uaid, CHID, { topic: "t", data: "second", direct: false })
+      yield* again.frame({ messageType: "ack", updates: [{ channelID: CHID, version: again.of("notification")[0]!["version"] as string }] })
+      yield* pump(again)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["first", "second"])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("unacked direct messages are saved on disconnect and delivered on reconnect", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      const a = yield* pushMessage(harness, uaid, CHID, { data: "a" })
+      const b = yield* pushMessage(harness, uaid, CHID, { data: "b" })
+      yield* pushMessage(harness, uaid, CHID, { data: "gone", ttl: 0 })
+      assert.isTrue(a.direct && b.direct)
+      yield* pump(client)
+      assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["a", "b", "gone"])
+      assert.deepStrictEqual(Object.keys(client.of("notification")[0]!).sort(), ["channelID", "data", "headers", "messageType", "version"])
+      yield* client.frame({ messageType: "ack", updates: [{ channelID: CHID, version: a.notification.version }] })
+      yield* client.feed({ _tag: "SocketClosed" })
+      const storage = yield* Storage
+      assert.isUndefined((yield* storage.getUser(uaid))?.nodeId)
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["b"])
+      assert.strictEqual(again.of("notification")[0]!["version"], b.notification.version)
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("an unacked direct topic message is not saved over the newer stored one of its topic", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* pushMessage(harness, uaid, CHID, { topic: "t", data: "older-direct" })
+      yield* TestClock.adjust(1)
+      yield* pushMessage(harness, uaid, CHID, { topic: "t", data: "newer-stored", direct: false })
+      yield* pump(client)
+      assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["older-direct", "newer-stored"])
+      yield* client.feed({ _tag: "SocketClosed" })
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["newer-stored"])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("a delivery beyond client_channel_capacity is refused so the endpoint stores it", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup({ clientChannelCapacity: 2 })
+      const { client, uaid } = yield* subscribed(harness)
+      const results = []
+      for (const data of ["1", "2", "3"]) results.push((yield* pushMessage(harness, uaid, CHID, { data })).direct)
+      assert.deepStrictEqual(results, [true, true, false])
+      yield* pump(client)
+      assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["1", "2", "3"])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("more than msg_limit stored messages drops the user and closes 1000", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup({ msgLimit: 12 })
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      for (let i = 0; i < 15; i++) {
+        yield* TestClock.adjust(1)
+        yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+      }
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      yield* ackAll(again)
+      assert.deepStrictEqual(again.sent.closed, { code: 1000, reason: "UaidReset" })
+      const storage = yield* Storage
+      assert.isUndefined(yield* storage.getUser(uaid))
+      const third = yield* harness.connect()
+      yield* hello(third, uaid)
+      assert.notStrictEqual(third.of("hello")[0]!["uaid"], uaid)
+    }).pipe(Effect.provide(TestParts)))
+})
+
+describe("session: monthly rotation", () => {
+  it.effect("a user on last month's table is drained there, then moved; commands wait until then", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const storage = yield* Storage
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      const lastMonth = monthTableName("message", NOW)
+      yield* pushMessage(harness, uaid, CHID, { data: "old-month", ttl: 2_592_000 })
+      // Next month: the user's table is now last month's.
+      const next = Date.UTC(2026, 11, 2, 12, 0, 0)
+      yield* TestClock.setTime(next)
+      yield* storage.createTables(yield* storage.activeMessageTables)
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["old-month"])
+      yield* again.frame({ messageType: "register", channelID: CHID2 })
+      assert.deepStrictEqual(again.of("register"), [], "register waits for the month switch")
+      // An endpoint that read the old record stores into the old table meanwhile.
+      yield* pushMessage(harness, uaid, CHID, { data: "late", direct: false })
+      yield* ackAll(again)
+      yield* pump(again)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["old-month", "late"])
+      assert.deepStrictEqual(again.of("register"), [], "register waits until the old month is acked")
+      yield* ackAll(again)
+      const user = yield* storage.getUser(uaid)
+      const thisMonth = monthTableName("message", next)
+      assert.strictEqual(user?.currentMonth, thisMonth)
+      assert.deepStrictEqual([...(yield* storage.getChannels(uaid, thisMonth))].sort(), [CHID, CHID2].sort())
+      assert.strictEqual(again.of("register")[0]!["status"], 200)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["old-month", "late"])
+      assert.isTrue(harness.events.some((e) => e.type === "month.migrated.1" && e.data.from === lastMonth))
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("with no_table_rotation nothing moves", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(NOW)
+      const harness = yield* makeHarness({ noTableRotation: true })
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* TestClock.setTime(Date.UTC(2027, 3, 1))
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      const storage = yield* Storage
+      assert.strictEqual((yield* storage.getUser(uaid))?.currentMonth, "message")
+    }).pipe(Effect.provide(testParts(true))))
+})
