@@ -1,0 +1,128 @@
+/**
+ * What every entrypoint shares: read the configuration, pick storage (embedded dynalite unless a
+ * DynamoDB endpoint is configured), make sure the secrets exist, and build the node layers from the
+ * settings. The `bin/` files only choose a role and call `runRole`.
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Duration, Effect, Layer } from "effect"
+import { randomBytes } from "node:crypto"
+import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
+import { homedir } from "node:os"
+import { join } from "node:path"
+import { ConnectionNode } from "../connection/node.ts"
+import { type ConfigError, type HelpRequested, loadSettings, redactedSettings, requireSecrets } from "../config/index.ts"
+import type { Role, Settings } from "../config/index.ts"
+import { EndpointCrypto } from "../crypto/endpoint.ts"
+import { generateFernetKey } from "../crypto/fernet.ts"
+import { EventLog } from "../observability/EventLog.ts"
+import { loggingLayer } from "../observability/logging.ts"
+import { layerDynamo } from "../storage/dynamodb.ts"
+import { layerEmbedded } from "../storage/embedded.ts"
+import { createActiveTables, type Storage, type StorageError } from "../storage/Storage.ts"
+
+const ms = (d: Duration.Duration): number => Duration.toMillis(d)
+
+/** Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint. */
+export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
+  const options = {
+    routerTable: settings.routerTablename,
+    messageTablePrefix: settings.messageTablename,
+    noTableRotation: settings.noTableRotation
+  }
+  if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: settings.dataDir })
+  // Tables on a shared cluster are normally made by the maintenance tool; creating the missing
+  // active ones at start is what the seed did and keeps a fresh DynamoDB Local usable.
+  return Layer.effectDiscard(createActiveTables).pipe(
+    Layer.provideMerge(layerDynamo({ ...options, endpoint: settings.storageEndpoint, region: settings.awsRegion }))
+  )
+}
+
+/**
+ * Secrets of the embedded all-in-one: generated once and kept beside its data (mode 0600), so that
+ * `npm start` needs no configuration and endpoints stay valid across restarts.
+ */
+const embeddedSecrets = (settings: Settings) =>
+  Effect.gen(function*() {
+    const path = join(settings.dataDir, "secrets.json")
+    const stored = yield* Effect.promise(() => readFile(path, "utf8").then((t) => JSON.parse(t) as Record<string, Array<string>>, () => undefined))
+    const secrets = {
+      crypto_key: settings.cryptoKey.length > 0 ? [...settings.cryptoKey] : stored?.["crypto_key"] ?? [generateFernetKey()],
+      auth_keys: settings.authKeys.length > 0 ? [...settings.authKeys] : stored?.["auth_keys"] ?? [randomBytes(32).toString("base64url")]
+    }
+    if (stored === undefined && (settings.cryptoKey.length === 0 || settings.authKeys.length === 0)) {
+      yield* Effect.promise(async () => {
+        await mkdir(settings.dataDir, { recursive: true })
+        await writeFile(path, JSON.stringify(secrets, null, 2), { mode: 0o600 })
+        await chmod(path, 0o600)
+      })
+      yield* Effect.logInfo("generated the crypto and auth keys of this embedded node").pipe(Effect.annotateLogs({ path }))
+    }
+    return { ...settings, cryptoKey: secrets.crypto_key, authKeys: secrets.auth_keys } satisfies Settings
+  })
+
+/** The settings a role runs with, secrets checked (or, embedded all-in-one, provided). */
+export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const settings = yield* loadSettings({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
+    if (role === "autopush" && settings.storageEndpoint === undefined) return yield* embeddedSecrets(settings)
+    yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
+    return settings
+  })
+
+export const cryptoLayer = (settings: Settings) =>
+  EndpointCrypto.layer({ keys: settings.cryptoKey, endpointUrl: settings.endpointUrl })
+
+export const connectionLayer = (settings: Settings) =>
+  ConnectionNode.layer(
+    {
+      port: settings.port,
+      routerPort: settings.routerPort,
+      bindHost: settings.bindHost,
+      helloTimeoutMs: ms(settings.helloTimeout),
+      autoPingIntervalMs: ms(settings.autoPingInterval),
+      autoPingTimeoutMs: ms(settings.autoPingTimeout),
+      minPingIntervalMs: ms(settings.minPingInterval),
+      msgLimit: settings.msgLimit,
+      clientChannelCapacity: settings.clientChannelCapacity,
+      noTableRotation: settings.noTableRotation,
+      pageSize: 10,
+      closeGraceMs: ms(settings.closeGrace),
+      tickMs: 1_000,
+      peerTimeoutMs: ms(settings.connectionTimeout),
+      maxFrameBytes: 64 * 1024
+    },
+    // A configured router URL is used as is; the derived one names the bound port.
+    () => settings.routerUrl
+  )
+
+/** Run a role's layers until SIGINT/SIGTERM; configuration errors print and exit 2, `--help` exits 0. */
+export const runRole = (
+  role: Role,
+  nodes: (settings: Settings) => Layer.Layer<never, unknown, Storage | EndpointCrypto | EventLog>
+) => {
+  const launch = (settings: Settings) => {
+    const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname })
+    const app = nodes(settings).pipe(
+      Layer.provide(Layer.mergeAll(storageLayer(settings), cryptoLayer(settings), EventLog.layer()))
+    )
+    return Effect.gen(function*() {
+      yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({ role, settings: redactedSettings(settings) }))
+      if (settings.storageEndpoint === undefined) {
+        yield* Effect.logInfo("embedded storage (dynalite)").pipe(Effect.annotateLogs({ dataDir: settings.dataDir }))
+      }
+      return yield* Layer.launch(app)
+    }).pipe(Effect.provide(logging))
+  }
+  const program = settingsFor(role, process.argv.slice(2)).pipe(
+    Effect.matchEffect({
+      onFailure: (error: ConfigError | HelpRequested) =>
+        Effect.sync(() => {
+          if (error._tag === "HelpRequested") return void process.stdout.write(`${error.text}\n`)
+          process.stderr.write(`${role}: configuration error: ${error.message}\n`)
+          process.exitCode = 2
+        }),
+      onSuccess: launch
+    })
+  )
+  NodeRuntime.runMain(program)
+}
