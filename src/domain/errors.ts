@@ -40,6 +40,8 @@ export class InvalidMessageId extends Data.TaggedError("InvalidMessageId")<{}> {
 export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{ readonly message: string }> {}
 /** 503/201: storage failed; the sender should retry later. */
 export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
+/** 502/900: the user is registered through a bridge this server has no router for. */
+export class BridgeNotConfigured extends Data.TaggedError("BridgeNotConfigured")<{ readonly message: string }> {}
 /** 502/901: a bridge rejected our credentials. */
 export class BridgeAuthFailed extends Data.TaggedError("BridgeAuthFailed")<{ readonly message: string }> {}
 /** 502/902: a bridge could not be reached. */
@@ -74,6 +76,7 @@ export type ApiError =
   | InvalidMessageId
   | InvalidRequestBody
   | StorageUnavailable
+  | BridgeNotConfigured
   | BridgeAuthFailed
   | BridgeUnreachable
   | BridgeTimeout
@@ -125,6 +128,7 @@ const table: ErrorTable = {
   InvalidMessageId: { status: 400, errno: null, message: fixed("Invalid message ID") },
   InvalidRequestBody: { status: 400, errno: null, message: own },
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },
+  BridgeNotConfigured: { status: 502, errno: 900, message: own },
   BridgeAuthFailed: { status: 502, errno: 901, message: own },
   BridgeUnreachable: { status: 502, errno: 902, message: own },
   BridgeTimeout: { status: 502, errno: 903, message: own },

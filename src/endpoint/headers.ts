@@ -1,0 +1,162 @@
+/**
+ * Every request header the Web Push API reads, parsed in one place (protocol-notes §2.2, §2.3):
+ * `TTL`, `Topic`, the encryption headers (`Content-Encoding`, `Encryption`, `Crypto-Key`,
+ * `Encryption-Key`) and the scheme/parameters of `Authorization`. Each check is a small function
+ * that either returns the parsed value or fails with the error of its row in the validation table.
+ */
+import { Effect } from "effect"
+import { InvalidCryptoHeaders, InvalidTopic, MissingTtl, NegativeTtl } from "../domain/errors.ts"
+
+/** Request headers as the HTTP server hands them over: lower-case names. */
+export type RequestHeaders = Readonly<Record<string, string | undefined>>
+
+/** The URL-safe base64 alphabet with optional trailing padding (Topic, salt, dh). */
+export const B64URL = /^[0-9A-Za-z\-_]+=*$/
+
+// ── `k=v;k=v,k=v` parameter lists ────────────────────────────────────────────────────────────────
+
+export type HeaderParams = ReadonlyArray<readonly [key: string, value: string]>
+
+const trimValue = (value: string): string => value.replace(/^[ "]+|[ "]+$/g, "")
+
+/**
+ * `,`-separated sections of `;`-separated `key=value` items (Crypto-Key, Encryption); keys trimmed,
+ * values trimmed of spaces and quotes. Undefined when an item has no `=`.
+ */
+export const parseParams = (header: string): HeaderParams | undefined => {
+  const params: Array<readonly [string, string]> = []
+  for (const section of header.split(",")) {
+    for (const item of section.split(";")) {
+      const eq = item.indexOf("=")
+      if (eq < 0) return undefined
+      params.push([item.slice(0, eq).trim(), trimValue(item.slice(eq + 1))])
+    }
+  }
+  return params
+}
+
+/** Value of the first item named `key`. */
+export const paramValue = (params: HeaderParams, key: string): string | undefined => {
+  for (const [k, v] of params) if (k === key) return v
+  return undefined
+}
+
+/** Stored/forwarded form of Encryption and Crypto-Key: quotes removed, `=` padding stripped before `,` `;` or the end. */
+export const stripHeaderValue = (value: string): string =>
+  value.replaceAll("\"", "").replace(/([0-9A-Za-z\-_]+)=+([,;]|$)/g, "$1$2")
+
+// ── TTL and Topic ────────────────────────────────────────────────────────────────────────────────
+
+const I64_MIN = -(2n ** 63n)
+const I64_MAX = 2n ** 63n - 1n
+const INTEGER = /^[+-]?\d+$/
+
+/**
+ * Effective TTL: the header must be a 64-bit integer (400/111), not negative (400/114); values above
+ * `maxTtl` are capped.
+ */
+export const ttlOf = (headers: RequestHeaders, maxTtl: number): Effect.Effect<number, MissingTtl | NegativeTtl> => {
+  const raw = headers["ttl"]
+  if (raw === undefined || !INTEGER.test(raw)) return Effect.fail(new MissingTtl())
+  const ttl = BigInt(raw)
+  if (ttl < I64_MIN || ttl > I64_MAX) return Effect.fail(new MissingTtl())
+  if (ttl < 0n) return Effect.fail(new NegativeTtl())
+  return Effect.succeed(ttl > BigInt(maxTtl) ? maxTtl : Number(ttl))
+}
+
+export const MAX_TOPIC_LENGTH = 32
+
+/** Topic: at most 32 characters of the URL-safe base64 alphabet (400/113); absent → undefined. */
+export const topicOf = (headers: RequestHeaders): Effect.Effect<string | undefined, InvalidTopic> => {
+  const topic = headers["topic"]
+  if (topic === undefined) return Effect.succeed(undefined)
+  if (topic.length > MAX_TOPIC_LENGTH) {
+    return Effect.fail(new InvalidTopic({ message: "Topic must be no greater than 32 characters" }))
+  }
+  if (!B64URL.test(topic)) {
+    return Effect.fail(new InvalidTopic({ message: "Topic must be URL and Filename safe Base64 alphabet" }))
+  }
+  return Effect.succeed(topic)
+}
+
+// ── encryption headers ───────────────────────────────────────────────────────────────────────────
+
+/** Encryption headers as stored and forwarded to the client: keys lower-case with `_`. */
+export type EncryptionHeaders = Readonly<Record<string, string>>
+
+const invalid = (message: string) => new InvalidCryptoHeaders({ message })
+
+/** The named item must be present and URL-safe base64 (`aesgcm` salt / dh). */
+const requireItem = (name: string, header: string | undefined, key: string): InvalidCryptoHeaders | undefined => {
+  if (header === undefined) return invalid(`Missing ${name} header`)
+  const params = parseParams(header)
+  if (params === undefined) return invalid(`Invalid ${name} header`)
+  const value = paramValue(params, key)
+  if (value === undefined) return invalid(`Missing ${key} value in ${name} header`)
+  if (!B64URL.test(value)) return invalid(`Invalid ${key} value in ${name} header`)
+  return undefined
+}
+
+/** The named item must be absent (`aes128gcm` keeps salt and dh in the body). */
+const forbidItem = (name: string, header: string | undefined, key: string): InvalidCryptoHeaders | undefined => {
+  if (header === undefined) return undefined
+  const params = parseParams(header)
+  if (params === undefined) return invalid(`Invalid ${name} header`)
+  return paramValue(params, key) === undefined ? undefined : invalid(`Do not include '${key}' header in ${name} header`)
+}
+
+const encodingRules: Readonly<Record<string, (h: EncryptionHeaders) => InvalidCryptoHeaders | undefined>> = {
+  aesgcm: (h) =>
+    requireItem("Encryption", h["encryption"], "salt") ??
+      (h["encryption_key"] !== undefined
+        ? invalid("Encryption-Key header is not valid for webpush draft 02 or later")
+        : undefined) ??
+      (h["crypto_key"] !== undefined ? requireItem("Crypto-Key", h["crypto_key"], "dh") : undefined),
+  aes128gcm: (h) =>
+    forbidItem("aes128gcm Encryption", h["encryption"], "salt") ??
+      forbidItem("aes128gcm Crypto-Key", h["crypto_key"], "dh")
+}
+
+/**
+ * Encryption headers of a notification with a body (400/110 when they do not fit its
+ * `Content-Encoding`, compared case-sensitively); an empty body ignores them all (undefined).
+ */
+export const encryptionOf = (
+  headers: RequestHeaders,
+  hasBody: boolean
+): Effect.Effect<EncryptionHeaders | undefined, InvalidCryptoHeaders> => {
+  if (!hasBody) return Effect.succeed(undefined)
+  const encoding = headers["content-encoding"]
+  if (encoding === undefined) return Effect.fail(invalid("Missing Content-Encoding header"))
+  const rule = Object.hasOwn(encodingRules, encoding) ? encodingRules[encoding] : undefined
+  if (rule === undefined) return Effect.fail(invalid("Unknown Content-Encoding header"))
+  const found: Record<string, string> = { encoding }
+  const encryption = headers["encryption"]
+  const cryptoKey = headers["crypto-key"]
+  const encryptionKey = headers["encryption-key"]
+  if (encryption !== undefined) found["encryption"] = stripHeaderValue(encryption)
+  if (cryptoKey !== undefined) found["crypto_key"] = stripHeaderValue(cryptoKey)
+  if (encryptionKey !== undefined) found["encryption_key"] = encryptionKey
+  const error = rule(found)
+  return error === undefined ? Effect.succeed(found) : Effect.fail(error)
+}
+
+// ── Authorization ────────────────────────────────────────────────────────────────────────────────
+
+/** `Authorization: <scheme> <data>`: scheme lower-cased, data with every space removed. */
+export const splitAuthorization = (header: string): { readonly scheme: string; readonly data: string | undefined } => {
+  const space = header.indexOf(" ")
+  return space < 0
+    ? { scheme: header.toLowerCase(), data: undefined }
+    : { scheme: header.slice(0, space).toLowerCase(), data: header.slice(space + 1).replaceAll(" ", "") }
+}
+
+/** `t=…,k=…` of the RFC 8292 `vapid` scheme: split on `,`, then on the first `=`. */
+export const vapidParams = (data: string): ReadonlyMap<string, string> => {
+  const params = new Map<string, string>()
+  for (const item of data.split(",")) {
+    const eq = item.indexOf("=")
+    if (eq >= 0 && !params.has(item.slice(0, eq))) params.set(item.slice(0, eq), item.slice(eq + 1))
+  }
+  return params
+}

@@ -1,0 +1,71 @@
+/**
+ * Health and Dockerflow routes of the endpoint node (protocol-notes §2.1, §2.8): `/health` and
+ * `/__heartbeat__` (version and storage checks; 503 when a table is not OK), `/__lbheartbeat__`,
+ * `/__version__`, `/status`, and `/__error__` (the operators' log check: an error log line, 418/999).
+ */
+import { Effect } from "effect"
+import { HttpServerResponse } from "effect/http"
+import { LogCheck } from "../domain/errors.ts"
+import { Storage, type TableStatus } from "../storage/Storage.ts"
+import type { EndpointOptions } from "./options.ts"
+
+type CheckStatus = { readonly status: "OK" } | { readonly status: "NOT OK"; readonly cause: string }
+
+const checkStatus = (statuses: ReadonlyArray<TableStatus>): CheckStatus => {
+  const failed = statuses.find((s) => !s.ok)
+  if (statuses.length === 0) return { status: "NOT OK", cause: "not checked" }
+  return failed === undefined ? { status: "OK" } : { status: "NOT OK", cause: failed.cause ?? `${failed.table} unavailable` }
+}
+
+export interface HealthDocument {
+  readonly status: "OK" | "ERROR"
+  readonly version: string
+  readonly router_table: CheckStatus
+  readonly message_table: CheckStatus
+  readonly routers: Readonly<Record<string, boolean>>
+}
+
+export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
+  const storage = yield* Storage
+
+  /** Router table: every checked table that is not a message table; message table: the current one. */
+  const document = Effect.gen(function*() {
+    const [statuses, current, active] = yield* Effect.all([
+      storage.checkTables,
+      storage.currentMessageTable,
+      storage.activeMessageTables
+    ])
+    return {
+      router_table: checkStatus(statuses.filter((s) => !active.includes(s.table))),
+      message_table: checkStatus(statuses.filter((s) => s.table === current))
+    }
+  }).pipe(
+    Effect.catchTag("StorageError", (error) => {
+      const down: CheckStatus = { status: "NOT OK", cause: String(error.cause) }
+      return Effect.succeed({ router_table: down, message_table: down })
+    }),
+    Effect.map((tables): HealthDocument => ({
+      status: tables.router_table.status === "OK" && tables.message_table.status === "OK" ? "OK" : "ERROR",
+      version: options.version,
+      ...tables,
+      routers: { webpush: true, fcm: false, apns: false, adm: false }
+    }))
+  )
+
+  const health = Effect.map(document, (doc) => HttpServerResponse.jsonUnsafe(doc, { status: doc.status === "OK" ? 200 : 503 }))
+
+  const status = Effect.succeed(HttpServerResponse.jsonUnsafe({ status: "OK", version: options.version }))
+
+  const lbHeartbeat = Effect.succeed(HttpServerResponse.empty({ status: 200 }))
+
+  const version = Effect.succeed(HttpServerResponse.jsonUnsafe({
+    build: options.build?.build ?? "unknown",
+    commit: options.build?.commit ?? "unknown",
+    source: options.build?.source ?? "unknown",
+    version: options.version
+  }))
+
+  const logCheck = Effect.logError("Test Critical Message").pipe(Effect.andThen(Effect.fail(new LogCheck())))
+
+  return { health, status, lbHeartbeat, version, logCheck } as const
+})

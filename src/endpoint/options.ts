@@ -1,0 +1,41 @@
+/**
+ * What the endpoint node needs to know, as a plain object: the configuration module maps its
+ * settings onto this (the endpoint does not read configuration itself).
+ */
+
+export interface EndpointOptions {
+  /** Public base URL of the endpoint nodes (`Location` prefix, VAPID `aud`), no trailing slash. */
+  readonly endpointUrl: string
+  /** Port to listen on; 0 picks a free one (read it back with `boundPort`). */
+  readonly port: number
+  /** Interface to bind; undefined binds all. */
+  readonly bindHost?: string | undefined
+  /** Largest notification body accepted, in bytes (413/104 above). */
+  readonly maxDataBytes: number
+  /** Larger TTLs are capped to this (seconds). */
+  readonly maxNotificationTtl: number
+  /** Connect timeout of deliveries to connection nodes (ms). */
+  readonly connectionTimeoutMs: number
+  /** Whole-request timeout of deliveries to connection nodes (ms). */
+  readonly requestTimeoutMs: number
+  /** Reported by `/status`, `/__version__` and the health documents. */
+  readonly version: string
+  /** `/__version__` extras (Dockerflow `version.json`). */
+  readonly build?: { readonly commit?: string; readonly build?: string; readonly source?: string } | undefined
+}
+
+export const defaultEndpointOptions: EndpointOptions = {
+  endpointUrl: "http://localhost:8082",
+  port: 8082,
+  maxDataBytes: 4096,
+  maxNotificationTtl: 2_592_000,
+  connectionTimeoutMs: 1000,
+  requestTimeoutMs: 3000,
+  version: "0.0.0"
+}
+
+/** `scheme://host[:port]` of the endpoint URL: what a VAPID `aud` must name. */
+export const endpointOrigin = (endpointUrl: string): string => new URL(endpointUrl).origin
+
+/** The endpoint URL without trailing slashes (prefix of `Location`). */
+export const endpointBase = (endpointUrl: string): string => endpointUrl.replace(/\/+$/, "")

@@ -1,0 +1,138 @@
+/**
+ * VAPID (RFC 8292, and the draft-01 `WebPush`/`Bearer` form) as the endpoint checks it
+ * (protocol-notes §2.3): `parseVapid` reads `Authorization` (+ `Crypto-Key`), `verifyVapid` checks
+ * the key, the ES256 signature (with `jose`) and the `exp`/`aud` claims. Every failure is 401/109,
+ * except a draft-01 scheme without its `Crypto-Key: p256ecdsa=` key, which is 400/110.
+ */
+import { createPublicKey, type KeyObject } from "node:crypto"
+import { Effect } from "effect"
+import { compactVerify } from "jose"
+import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
+import { InvalidAuth, InvalidCryptoHeaders } from "../domain/errors.ts"
+import { paramValue, parseParams, type RequestHeaders, splitAuthorization, vapidParams } from "./headers.ts"
+
+export interface VapidCredentials {
+  /** `vapid` (RFC 8292), or `webpush` / `bearer` (draft-01, key in `Crypto-Key`). */
+  readonly scheme: "vapid" | "webpush" | "bearer"
+  /** The JWT. */
+  readonly token: string
+  /** The public key as sent (base64url or standard base64, padding tolerated). */
+  readonly publicKey: string
+}
+
+export interface VerifiedVapid {
+  /** Raw uncompressed P-256 point (65 bytes): what a v2 endpoint is bound to. */
+  readonly rawKey: Buffer
+  readonly claims: { readonly exp: number; readonly aud: string; readonly sub?: unknown }
+}
+
+const auth = (message: string) => new InvalidAuth({ message })
+const cryptoHeader = (message: string) => new InvalidCryptoHeaders({ message })
+
+export const CLAIMS_MESSAGE =
+  "Invalid VAPID token: A value in the vapid claims is either missing or incorrectly specified " +
+  "(e.g. \"exp\":\"12345\" or \"sub\":null). Please correct and retry."
+
+/** The draft-01 key: `Crypto-Key: p256ecdsa=<key>` (400/110 when missing or unparsable). */
+const draftKey = (cryptoKey: string | undefined): Effect.Effect<string, InvalidCryptoHeaders> => {
+  if (cryptoKey === undefined) return Effect.fail(cryptoHeader("Missing Crypto-Key header"))
+  const params = parseParams(cryptoKey)
+  if (params === undefined) return Effect.fail(cryptoHeader("Invalid Crypto-Key header"))
+  const key = paramValue(params, "p256ecdsa")
+  return key === undefined ? Effect.fail(cryptoHeader("Missing p256ecdsa in Crypto-Key header")) : Effect.succeed(key)
+}
+
+/** §2.2 #3: the credentials named by `Authorization`, or undefined when there is none. */
+export const parseVapid = (
+  headers: RequestHeaders
+): Effect.Effect<VapidCredentials | undefined, InvalidAuth | InvalidCryptoHeaders> => {
+  const header = headers["authorization"]
+  if (header === undefined) return Effect.succeed(undefined)
+  const { scheme, data } = splitAuthorization(header)
+  if (data === undefined || data === "") return Effect.fail(auth("Missing VAPID token"))
+  switch (scheme) {
+    case "vapid": {
+      const params = vapidParams(data)
+      const publicKey = params.get("k")
+      const token = params.get("t")
+      if (publicKey === undefined) return Effect.fail(auth("Missing VAPID public key"))
+      if (token === undefined) return Effect.fail(auth("Missing VAPID token"))
+      return Effect.succeed({ scheme, token, publicKey })
+    }
+    case "webpush":
+    case "bearer":
+      return Effect.map(draftKey(headers["crypto-key"]), (publicKey) => ({ scheme, token: data, publicKey }))
+    default:
+      return Effect.fail(auth("Unknown auth scheme"))
+  }
+}
+
+/** A P-256 public key object for a raw uncompressed point, or undefined when it is not on the curve. */
+const publicKeyOf = (raw: Buffer): KeyObject | undefined => {
+  try {
+    return createPublicKey({
+      key: {
+        kty: "EC",
+        crv: "P-256",
+        x: raw.subarray(1, 33).toString("base64url"),
+        y: raw.subarray(33).toString("base64url")
+      },
+      format: "jwk"
+    })
+  } catch {
+    return undefined
+  }
+}
+
+const signatureError = (cause: unknown): InvalidAuth => {
+  const code = (cause as { readonly code?: unknown } | null)?.code
+  if (code === "ERR_JOSE_ALG_NOT_ALLOWED") return auth("Invalid VAPID token: the algorithm must be ES256")
+  if (code === "ERR_JWS_SIGNATURE_VERIFICATION_FAILED") return auth("Invalid VAPID token: bad signature")
+  return auth("Invalid VAPID token")
+}
+
+/** Clock skew tolerated on `exp`, as jsonwebtoken's default leeway. */
+export const EXP_LEEWAY_SECONDS = 60
+/** The furthest in the future `exp` may be. */
+export const MAX_EXP_AHEAD_SECONDS = 86_400
+
+const claimsOf = (payload: Uint8Array): VerifiedVapid["claims"] | undefined => {
+  let claims: unknown
+  try {
+    claims = JSON.parse(Buffer.from(payload).toString("utf8"))
+  } catch {
+    return undefined
+  }
+  if (typeof claims !== "object" || claims === null || Array.isArray(claims)) return undefined
+  const { exp, aud, sub } = claims as Record<string, unknown>
+  return Number.isSafeInteger(exp) && (exp as number) >= 0 && typeof aud === "string"
+    ? { exp: exp as number, aud, sub }
+    : undefined
+}
+
+/** `aud` names the endpoint origin: same URL once parsed (so a trailing `/` or a default port is fine). */
+const sameOrigin = (aud: string, origin: string): boolean => URL.parse(aud)?.href === URL.parse(origin)?.href
+
+/**
+ * §2.2 #4: the key decodes to a P-256 point, the JWT is ES256 and signed by it, `exp` is a number
+ * not in the past (60 s leeway) nor more than 24 h ahead, and `aud` is the endpoint origin.
+ */
+export const verifyVapid = Effect.fnUntraced(function*(
+  credentials: VapidCredentials,
+  origin: string,
+  nowSeconds: number
+): Effect.fn.Return<VerifiedVapid, InvalidAuth> {
+  const rawKey = decodeVapidPublicKey(credentials.publicKey)
+  const key = rawKey === undefined ? undefined : publicKeyOf(rawKey)
+  if (rawKey === undefined || key === undefined) return yield* auth("Invalid VAPID public key")
+  const { payload } = yield* Effect.tryPromise({
+    try: () => compactVerify(credentials.token, key, { algorithms: ["ES256"] }),
+    catch: signatureError
+  })
+  const claims = claimsOf(payload)
+  if (claims === undefined) return yield* auth(CLAIMS_MESSAGE)
+  if (claims.exp < nowSeconds - EXP_LEEWAY_SECONDS) return yield* auth("The VAPID token has expired")
+  if (claims.exp > nowSeconds + MAX_EXP_AHEAD_SECONDS) return yield* auth("The VAPID token expiration is too long")
+  if (!sameOrigin(claims.aud, origin)) return yield* auth("Invalid VAPID audience")
+  return { rawKey, claims }
+})

@@ -1,0 +1,214 @@
+/**
+ * `POST /wpush/{v1|v2}/{token}` and `DELETE /m/{message_id}` (protocol-notes §2.2–§2.6).
+ *
+ * A POST is validated as one pipeline of small checks, in the order of §2.2, so that a request that
+ * is wrong in several ways always gets the error of the first rule it breaks. An accepted message is
+ * routed (`WebPushRouter`) and answered `201` with `Location` and the effective `TTL`.
+ */
+import { ByteSize, Clock, Effect } from "effect"
+import { HttpIncomingMessage, type HttpServerRequest, HttpServerResponse } from "effect/http"
+import {
+  type EndpointToken,
+  EndpointCrypto,
+  type EndpointVersion,
+  matchesVapidKey,
+  type MessageIdData
+} from "../crypto/endpoint.ts"
+import {
+  BridgeNotConfigured,
+  InvalidApiVersion,
+  InvalidAuth,
+  InvalidMessageId,
+  InvalidRequestBody,
+  InvalidToken,
+  NoSubscription,
+  PayloadTooLarge,
+  StorageUnavailable
+} from "../domain/errors.ts"
+import type { Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+import { EventLog } from "../observability/EventLog.ts"
+import { WebPushRouter } from "../routers/webpush.ts"
+import { timestampSortKey, topicSortKey } from "../storage/model.ts"
+import { Storage, type StorageError } from "../storage/Storage.ts"
+import { encryptionOf, type RequestHeaders, topicOf, ttlOf } from "./headers.ts"
+import { endpointBase, endpointOrigin, type EndpointOptions } from "./options.ts"
+import { parseVapid, type VerifiedVapid, verifyVapid } from "./vapid.ts"
+
+/** Router types that reach users through a bridge (FCM, APNs, ADM, the test stub). */
+const BRIDGE_TYPES: ReadonlySet<string> = new Set(["fcm", "apns", "adm", "stub"])
+
+const NO_SUBSCRIPTION = "No such subscription"
+
+const storageUnavailable = (error: StorageError) =>
+  Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
+
+/** A token that decrypted but to the wrong length: reported by rule #5, after the VAPID rules. */
+const BAD_LENGTH = "bad-length" as const
+
+/** Storage sort key of a message id's row. */
+const sortKeyOf = (data: MessageIdData): string =>
+  data.kind === "topic"
+    ? topicSortKey(data.channelId, data.topic)
+    : timestampSortKey(data.sortkeyTimestamp, data.channelId)
+
+export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
+  const storage = yield* Storage
+  const crypto = yield* EndpointCrypto
+  const router = yield* WebPushRouter
+  const events = yield* EventLog
+  const origin = endpointOrigin(options.endpointUrl)
+  const locationBase = `${endpointBase(options.endpointUrl)}/m/`
+  const maxBodySize = ByteSize.bytes(options.maxDataBytes)
+
+  // ── the checks, in the order of §2.2 ───────────────────────────────────────────────────────────
+
+  /** #1 */
+  const apiVersionOf = (segment: string | undefined): Effect.Effect<EndpointVersion, InvalidApiVersion> =>
+    segment === undefined || segment === "v1" ? Effect.succeed("v1")
+    : segment === "v2" ? Effect.succeed("v2")
+    : Effect.fail(new InvalidApiVersion())
+
+  /** #2: decrypts under some key (the length is rule #5). */
+  const openToken = (version: EndpointVersion, token: string) =>
+    crypto.parseEndpoint(version, token).pipe(
+      Effect.catchTag("EndpointTokenError", (e) =>
+        e.reason === BAD_LENGTH ? Effect.succeed(BAD_LENGTH) : Effect.fail(new InvalidToken()))
+    )
+
+  /** #3 + #4: credentials parsed, then their JWT verified. */
+  const vapidOf = (headers: RequestHeaders, nowMs: number) =>
+    Effect.flatMap(parseVapid(headers), (credentials) =>
+      credentials === undefined
+        ? Effect.succeed(undefined)
+        : verifyVapid(credentials, origin, Math.floor(nowMs / 1000)))
+
+  /** #5 */
+  const subscriptionOf = (opened: EndpointToken | typeof BAD_LENGTH): Effect.Effect<EndpointToken, InvalidToken> =>
+    opened === BAD_LENGTH ? Effect.fail(new InvalidToken()) : Effect.succeed(opened)
+
+  /** #6: a v2 endpoint only takes messages signed with the key it was made for. */
+  const checkBoundKey = (token: EndpointToken, vapid: VerifiedVapid | undefined): Effect.Effect<void, InvalidAuth> =>
+    token.keyHash === undefined ? Effect.void
+    : vapid === undefined ? Effect.fail(new InvalidAuth({ message: "Missing VAPID public key" }))
+    : matchesVapidKey(token, vapid.rawKey) ? Effect.void
+    : Effect.fail(new InvalidAuth({ message: "VAPID public key mismatch" }))
+
+  /** #7 */
+  const userOf = (uaid: string) =>
+    storage.getUser(uaid).pipe(
+      Effect.catchTag("StorageError", storageUnavailable),
+      Effect.flatMap((user) =>
+        user === undefined ? Effect.fail(new NoSubscription({ message: NO_SUBSCRIPTION })) : Effect.succeed(user))
+    )
+
+  /** Forget a user we can never deliver to, then say so (410/106). */
+  const dropUser = (uaid: string, message: string) =>
+    storage.dropUser(uaid).pipe(
+      Effect.catchTag("StorageError", (error) => Effect.logWarning("dropping a user failed", error)),
+      Effect.andThen(Effect.fail(new NoSubscription({ message })))
+    )
+
+  /** #8: a WebPush user whose message table is still served (seed: stale `current_month` → dropped). */
+  const messageTableOf = Effect.fnUntraced(function*(user: UserRecord) {
+    if (user.routerType === "gcm") return yield* dropUser(user.uaid, "Bridge reports user was not found")
+    if (BRIDGE_TYPES.has(user.routerType)) {
+      return yield* new BridgeNotConfigured({ message: `No ${user.routerType} router is configured` })
+    }
+    if (user.routerType !== "webpush") return yield* dropUser(user.uaid, NO_SUBSCRIPTION)
+    const table = user.currentMonth
+    if (table === undefined || !(yield* storage.activeMessageTables).includes(table)) {
+      return yield* dropUser(user.uaid, NO_SUBSCRIPTION)
+    }
+    return table
+  })
+
+  /** #9 */
+  const checkChannel = (uaid: string, table: string, channelId: string) =>
+    storage.getChannels(uaid, table).pipe(
+      Effect.catchTag("StorageError", storageUnavailable),
+      Effect.flatMap((channels) =>
+        channels.has(channelId) ? Effect.void : Effect.fail(new NoSubscription({ message: NO_SUBSCRIPTION })))
+    )
+
+  const tooLarge = new PayloadTooLarge({ message: `Data payload must be smaller than ${options.maxDataBytes} bytes` })
+
+  /** #10: read the body, at most `max_data_bytes` of it. */
+  const bodyOf = (request: HttpServerRequest.HttpServerRequest) => {
+    const declared = Number(request.headers["content-length"] ?? 0)
+    if (declared > options.maxDataBytes) return Effect.fail(tooLarge)
+    return request.arrayBuffer.pipe(
+      Effect.provideService(HttpIncomingMessage.MaxBodySize, maxBodySize),
+      Effect.map((buffer) => Buffer.from(buffer)),
+      Effect.mapError((error) =>
+        error.reason._tag === "RequestParseError" && error.reason.reason === "BodyTooLarge"
+          ? tooLarge
+          : new InvalidRequestBody({ message: "The request body could not be read" }))
+    )
+  }
+
+  // ── POST ───────────────────────────────────────────────────────────────────────────────────────
+
+  const send = Effect.fnUntraced(function*(
+    request: HttpServerRequest.HttpServerRequest,
+    versionSegment: string | undefined,
+    token: string
+  ) {
+    const headers: RequestHeaders = request.headers
+    const nowMs = yield* Clock.currentTimeMillis
+    const apiVersion = yield* apiVersionOf(versionSegment) //            #1
+    const opened = yield* openToken(apiVersion, token) //                #2
+    const vapid = yield* vapidOf(headers, nowMs) //                       #3, #4
+    const subscription = yield* subscriptionOf(opened) //                #5
+    yield* checkBoundKey(subscription, vapid) //                          #6
+    const user = yield* userOf(subscription.uaid) //                      #7
+    const table = yield* messageTableOf(user) //                          #8
+    yield* checkChannel(user.uaid, table, subscription.channelId) //     #9
+    const body = yield* bodyOf(request) //                                #10
+    const ttl = yield* ttlOf(headers, options.maxNotificationTtl) //     #11–#13
+    const topic = yield* topicOf(headers) //                              #14
+    const encryption = yield* encryptionOf(headers, body.length > 0) //  #15
+
+    const { uaid, channelId } = subscription
+    const messageId = yield* crypto.makeMessageId(
+      topic !== undefined
+        ? { kind: "topic", uaid, channelId, topic }
+        : { kind: "timestamp", uaid, channelId, sortkeyTimestamp: nowMs }
+    )
+    const notification: Notification = {
+      channelId,
+      version: messageId,
+      ttl,
+      timestamp: Math.floor(nowMs / 1000),
+      ...(topic !== undefined ? { topic } : { sortkeyTimestamp: nowMs }),
+      ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
+    }
+    events.record({ type: "notification.accepted.1", uaid, data: { channelId, version: messageId, ttl } })
+    const outcome = yield* router.route(user, table, notification)
+    if (outcome === "stored") {
+      events.record({ type: "notification.stored.1", uaid, data: { channelId, version: messageId, reason: "offline" } })
+    } else if (outcome === "dropped") {
+      events.record({ type: "notification.expired.1", uaid, data: { version: messageId } })
+    }
+    return HttpServerResponse.empty({
+      status: 201,
+      headers: { location: locationBase + messageId, ttl: String(ttl) }
+    })
+  })
+
+  // ── DELETE /m/{message_id} ───────────────────────────────────────────────────────────────────
+
+  const cancel = Effect.fnUntraced(function*(messageId: string) {
+    const data = yield* crypto.parseMessageId(messageId).pipe(Effect.mapError(() => new InvalidMessageId()))
+    const user = yield* storage.getUser(data.uaid).pipe(Effect.catchTag("StorageError", storageUnavailable))
+    if (user?.currentMonth !== undefined) {
+      yield* storage.deleteMessage(data.uaid, user.currentMonth, sortKeyOf(data)).pipe(
+        Effect.catchTag("StorageError", storageUnavailable)
+      )
+      events.record({ type: "notification.deleted.1", uaid: data.uaid, data: { version: messageId } })
+    }
+    return HttpServerResponse.empty({ status: 204 })
+  })
+
+  return { send, cancel } as const
+})

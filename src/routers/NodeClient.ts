@@ -1,0 +1,128 @@
+/**
+ * The endpoint's client for connection nodes' router port (protocol-notes §4): `PUT {node}/push/{uaid}`
+ * hands a notification (the one codec of `domain/router-wire.ts`) to the node holding the client, `PUT {node}/notif/{uaid}` tells it to check
+ * storage. Replies are just a status; a connection or timeout failure is a `NodeTransportError`
+ * (the node is gone). The live layer keeps connections alive per node; tests swap in a fake.
+ */
+import * as http from "node:http"
+import * as https from "node:https"
+import { Context, Data, Effect, Layer } from "effect"
+import { hyphenate } from "../domain/ids.ts"
+import type { Notification } from "../domain/notification.ts"
+import { encodeTransportNotification } from "../domain/router-wire.ts"
+
+export class NodeTransportError extends Data.TaggedError("NodeTransportError")<{
+  readonly nodeId: string
+  readonly reason: "connect-timeout" | "timeout" | "error"
+  readonly cause?: unknown
+}> {}
+
+export interface NodeClientService {
+  /** Deliver to the connected client; the node's status (200 = queued for the client). */
+  readonly push: (nodeId: string, uaid: string, notification: Notification) => Effect.Effect<number, NodeTransportError>
+  /** Ask the node to check storage for this client; the node's status. */
+  readonly notify: (nodeId: string, uaid: string) => Effect.Effect<number, NodeTransportError>
+}
+
+export interface NodeClientOptions {
+  /** Give up when the TCP connection is not up after this long (ms). */
+  readonly connectTimeoutMs: number
+  /** Give up when the whole exchange has not answered after this long (ms). */
+  readonly requestTimeoutMs: number
+  /** Agent for `http:` nodes (default: keep-alive); `https:` nodes always use a keep-alive agent. */
+  readonly httpAgent?: http.Agent | undefined
+}
+
+const nodeUrl = (nodeId: string, action: "push" | "notif", uaid: string): URL =>
+  new URL(`${nodeId.replace(/\/+$/, "")}/${action}/${uaid.length === 32 ? hyphenate(uaid) : uaid}`)
+
+/** A `node:http` client with keep-alive agents: one PUT per call, resolved with the reply's status. */
+export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientService & { readonly close: () => void } => {
+  const agents = {
+    "http:": options.httpAgent ?? new http.Agent({ keepAlive: true }),
+    "https:": new https.Agent({ keepAlive: true })
+  }
+
+  const put = (nodeId: string, url: URL, body: string | undefined) =>
+    Effect.callback<number, NodeTransportError>((resume) => {
+      let settled = false
+      const settle = (effect: Effect.Effect<number, NodeTransportError>) => {
+        if (settled) return
+        settled = true
+        resume(effect)
+      }
+      const fail = (reason: NodeTransportError["reason"], cause?: unknown) =>
+        settle(Effect.fail(new NodeTransportError({ nodeId, reason, cause })))
+      const agent = url.protocol === "https:" ? agents["https:"] : url.protocol === "http:" ? agents["http:"] : undefined
+      if (agent === undefined) return fail("error", new Error(`unsupported node URL ${url.protocol}`))
+      let connectTimer: NodeJS.Timeout | undefined
+      let reason: NodeTransportError["reason"] = "error"
+      const request = (url.protocol === "https:" ? https : http).request(url, {
+        method: "PUT",
+        agent,
+        headers: body === undefined
+          ? { "content-length": 0 }
+          : { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
+      })
+      const abort = (why: NodeTransportError["reason"]) => () => {
+        reason = why
+        request.destroy(new Error(`node ${why}`))
+      }
+      const requestTimer = setTimeout(abort("timeout"), options.requestTimeoutMs)
+      const clear = () => {
+        clearTimeout(requestTimer)
+        clearTimeout(connectTimer)
+      }
+      request.on("socket", (socket) => {
+        if (!socket.connecting) return
+        connectTimer = setTimeout(abort("connect-timeout"), options.connectTimeoutMs)
+        socket.once("connect", () => clearTimeout(connectTimer))
+      })
+      // Settled once the (empty) reply is read and, a tick later, the agent has pooled the socket
+      // again: the next request then reuses it instead of opening another connection.
+      request.on("response", (response) => {
+        response.on("end", () => {
+          clear()
+          process.nextTick(settle, Effect.succeed(response.statusCode ?? 0))
+        })
+        response.on("error", (cause) => {
+          clear()
+          fail(reason, cause)
+        })
+        response.resume()
+      })
+      request.on("error", (cause) => {
+        clear()
+        fail(reason, cause)
+      })
+      request.end(body)
+      return Effect.sync(() => {
+        clear()
+        request.destroy()
+      })
+    })
+
+  /** A node id that is not a URL (or a body that cannot be sent) is a transport failure too. */
+  const call = (nodeId: string, action: "push" | "notif", uaid: string, body: () => string | undefined) =>
+    Effect.suspend(() => put(nodeId, nodeUrl(nodeId, action, uaid), body())).pipe(
+      Effect.catchDefect((cause) => Effect.fail(new NodeTransportError({ nodeId, reason: "error", cause })))
+    )
+
+  return {
+    push: (nodeId, uaid, notification) => call(nodeId, "push", uaid, () => encodeTransportNotification(notification)),
+    notify: (nodeId, uaid) => call(nodeId, "notif", uaid, () => undefined),
+    close: () => {
+      agents["http:"].destroy()
+      agents["https:"].destroy()
+    }
+  }
+}
+
+export class NodeClient extends Context.Service<NodeClient, NodeClientService>()("autopush/routers/NodeClient") {
+  /** The live client; its sockets are closed with the layer. */
+  static readonly layer = (options: NodeClientOptions): Layer.Layer<NodeClient> =>
+    Layer.effect(
+      NodeClient,
+      Effect.acquireRelease(Effect.sync(() => makeHttpNodeClient(options)), (client) => Effect.sync(client.close))
+    )
+}

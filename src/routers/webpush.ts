@@ -1,0 +1,86 @@
+/**
+ * Routing an accepted notification to a WebPush user (protocol-notes §4):
+ *
+ * 1. the user has a `node_id` → `PUT {node}/push/{uaid}`; 200 → delivered ("direct"); another status
+ *    → go on; a transport failure → clear `node_id` (only if it and `connected_at` still match), go on;
+ * 2. TTL 0 → nothing is stored ("dropped");
+ * 3. store in the user's message table (failure → 503/201);
+ * 4. re-read the user: gone → 410/105; connected somewhere → `PUT {node}/notif/{uaid}` so that node
+ *    picks the message up (a client that reconnected while we stored would otherwise miss it).
+ */
+import { Context, Effect, Layer } from "effect"
+import { StorageUnavailable, UserDeletedDuringRouting } from "../domain/errors.ts"
+import type { Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+import { Storage } from "../storage/Storage.ts"
+import { NodeClient } from "./NodeClient.ts"
+
+export type RouteOutcome = "direct" | "stored" | "dropped"
+
+export interface WebPushRouterService {
+  /** Route `notification` to `user`, whose messages live in `table`. */
+  readonly route: (
+    user: UserRecord,
+    table: string,
+    notification: Notification
+  ) => Effect.Effect<RouteOutcome, StorageUnavailable | UserDeletedDuringRouting>
+}
+
+export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterService>()(
+  "autopush/routers/WebPushRouter"
+) {
+  static readonly layer: Layer.Layer<WebPushRouter, never, Storage | NodeClient> = Layer.effect(
+    WebPushRouter,
+    Effect.gen(function*() {
+      const storage = yield* Storage
+      const node = yield* NodeClient
+
+      /** The node is gone: forget it unless the client has reconnected since (then the record changed). */
+      const forgetNode = (uaid: string, nodeId: string, connectedAt: number) =>
+        storage.clearNodeId(uaid, nodeId, connectedAt).pipe(
+          Effect.catch((error) => Effect.logWarning("clearing node_id failed", error)),
+          Effect.asVoid
+        )
+
+      /** Step 1: true when the node took it for its connected client. */
+      const deliverDirect = (user: UserRecord, nodeId: string, notification: Notification) =>
+        node.push(nodeId, user.uaid, notification).pipe(
+          Effect.map((status) => status === 200),
+          Effect.catchTag("NodeTransportError", () => forgetNode(user.uaid, nodeId, user.connectedAt).pipe(Effect.as(false)))
+        )
+
+      /** Step 4: poke the node the user is connected to now, if any. */
+      const pokeCurrentNode = (uaid: string) =>
+        storage.getUser(uaid).pipe(
+          // Unreadable now: the message is stored, the client gets it at its next check.
+          Effect.catchTag("StorageError", () => Effect.succeed(null)),
+          Effect.flatMap((fresh) => {
+            if (fresh === undefined) return Effect.fail(new UserDeletedDuringRouting())
+            if (fresh === null || fresh.nodeId === undefined) return Effect.void
+            const nodeId = fresh.nodeId
+            return node.notify(nodeId, uaid).pipe(
+              Effect.asVoid,
+              Effect.catchTag("NodeTransportError", () => forgetNode(uaid, nodeId, fresh.connectedAt))
+            )
+          })
+        )
+
+      const route = Effect.fnUntraced(function*(
+        user: UserRecord,
+        table: string,
+        notification: Notification
+      ): Effect.fn.Return<RouteOutcome, StorageUnavailable | UserDeletedDuringRouting> {
+        if (user.nodeId !== undefined && (yield* deliverDirect(user, user.nodeId, notification))) return "direct"
+        if (notification.ttl === 0) return "dropped"
+        yield* storage.saveMessage(user.uaid, table, notification).pipe(
+          Effect.tapError((error) => Effect.logError("storing a notification failed", error)),
+          Effect.mapError(() => new StorageUnavailable())
+        )
+        yield* pokeCurrentNode(user.uaid)
+        return "stored"
+      })
+
+      return WebPushRouter.of({ route })
+    })
+  )
+}

@@ -1,0 +1,283 @@
+/**
+ * Routing an accepted POST (protocol-notes §4) through fake connection nodes: direct delivery,
+ * fall-through to storage, clearing a dead node, TTL 0, storage failures, the re-read and the
+ * `/notif` poke; plus what is stored and the message ids handed out.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { EndpointCrypto, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
+import { MORE_INFO } from "../../src/domain/errors.ts"
+import { EventLogMemory } from "../../src/observability/EventLog.ts"
+import { Storage } from "../../src/storage/Storage.ts"
+import {
+  fakeNode,
+  messagesOf,
+  nodeCalls,
+  push,
+  StorageFaults,
+  subscribe,
+  TestEndpoint,
+  withStorageFaults
+} from "./harness.ts"
+
+const BODY = Buffer.from("0123456789abcdef-pretend-ciphertext")
+
+/** The message id of a 201's `Location`. */
+const messageIdOf = (location: string | undefined) => {
+  const prefix = `${TEST_ENDPOINT_URL}/m/`
+  assert.isTrue(location?.startsWith(prefix), `Location ${location}`)
+  return (location ?? "").slice(prefix.length)
+}
+
+describe("routing", () => {
+  layer(TestEndpoint, { excludeTestServices: true })((it) => {
+    it.effect("direct: the node takes it (200) → 201, nothing stored, no poke", () =>
+      Effect.gen(function*() {
+        const nodeId = yield* fakeNode(200)
+        const sub = yield* subscribe({ nodeId })
+        const reply = yield* push(sub, { ttl: 120, "content-encoding": "aes128gcm" }, BODY)
+        assert.strictEqual(reply.status, 201)
+        assert.strictEqual(reply.text, "")
+        assert.strictEqual(reply.headers["ttl"], "120")
+        const id = messageIdOf(reply.headers["location"])
+        const calls = yield* nodeCalls(sub.uaid)
+        assert.deepStrictEqual(calls.map((c) => [c.kind, c.nodeId]), [["push", nodeId]])
+        const sent = calls[0]?.notification
+        assert.deepStrictEqual(sent, {
+          channelId: sub.channelId,
+          version: id,
+          ttl: 120,
+          timestamp: sent?.timestamp ?? 0,
+          sortkeyTimestamp: sent?.sortkeyTimestamp ?? 0,
+          data: BODY.toString("base64url"),
+          headers: { encoding: "aes128gcm" }
+        })
+        assert.approximately(sent?.timestamp ?? 0, Date.now() / 1000, 5)
+        assert.deepStrictEqual(yield* messagesOf(sub), [])
+      }))
+
+    it.effect("node answers 404 → stored, re-read, node poked with /notif", () =>
+      Effect.gen(function*() {
+        const nodeId = yield* fakeNode(404)
+        const sub = yield* subscribe({ nodeId })
+        const reply = yield* push(sub, { ttl: 60 })
+        assert.strictEqual(reply.status, 201)
+        const id = messageIdOf(reply.headers["location"])
+        const calls = yield* nodeCalls(sub.uaid)
+        assert.deepStrictEqual(calls.map((c) => [c.kind, c.nodeId]), [["push", nodeId], ["notify", nodeId]])
+        const stored = yield* messagesOf(sub)
+        assert.strictEqual(stored.length, 1)
+        assert.strictEqual(stored[0]?.version, id)
+        assert.strictEqual(stored[0]?.ttl, 60)
+        assert.isUndefined(stored[0]?.data)
+        assert.isUndefined(stored[0]?.headers)
+        assert.strictEqual((yield* (yield* Storage).getUser(sub.uaid))?.nodeId, nodeId, "node_id kept on 404")
+      }))
+
+    it.effect("node unreachable → node_id cleared, stored, no poke", () =>
+      Effect.gen(function*() {
+        const nodeId = yield* fakeNode("down")
+        const sub = yield* subscribe({ nodeId })
+        const reply = yield* push(sub)
+        assert.strictEqual(reply.status, 201)
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => c.kind), ["push"])
+        assert.isUndefined((yield* (yield* Storage).getUser(sub.uaid))?.nodeId)
+        assert.strictEqual((yield* messagesOf(sub)).length, 1)
+      }))
+
+    it.effect("node_id is not cleared when the client reconnected meanwhile (connected_at changed)", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        let uaid = ""
+        const nodeId = yield* fakeNode((call) =>
+          call.kind === "push"
+            ? storage.updateUser(uaid, { connectedAt: Date.now() + 1000 }).pipe(Effect.orDie, Effect.as("down" as const))
+            : Effect.succeed(200)
+        )
+        const sub = yield* subscribe({ nodeId })
+        uaid = sub.uaid
+        assert.strictEqual((yield* push(sub)).status, 201)
+        assert.strictEqual((yield* storage.getUser(sub.uaid))?.nodeId, nodeId)
+      }))
+
+    it.effect("no node: stored, nobody called", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        assert.strictEqual((yield* push(sub)).status, 201)
+        assert.deepStrictEqual(yield* nodeCalls(sub.uaid), [])
+        assert.strictEqual((yield* messagesOf(sub)).length, 1)
+      }))
+
+    it.effect("TTL 0: tried directly, never stored (201 either way)", () =>
+      Effect.gen(function*() {
+        const offline = yield* subscribe({ nodeId: yield* fakeNode(404) })
+        const reply = yield* push(offline, { ttl: 0 })
+        assert.strictEqual(reply.status, 201)
+        assert.strictEqual(reply.headers["ttl"], "0")
+        assert.deepStrictEqual((yield* nodeCalls(offline.uaid)).map((c) => c.kind), ["push"])
+        assert.deepStrictEqual(yield* messagesOf(offline), [])
+
+        const nobody = yield* subscribe()
+        assert.strictEqual((yield* push(nobody, { ttl: 0 })).status, 201)
+        assert.deepStrictEqual(yield* messagesOf(nobody), [])
+
+        const online = yield* subscribe({ nodeId: yield* fakeNode(200) })
+        assert.strictEqual((yield* push(online, { ttl: 0 })).status, 201)
+        assert.strictEqual((yield* nodeCalls(online.uaid))[0]?.notification?.ttl, 0)
+      }))
+
+    it.effect("TTL above max_notification_ttl is capped", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const reply = yield* push(sub, { ttl: 99_999_999 })
+        assert.strictEqual(reply.status, 201)
+        assert.strictEqual(reply.headers["ttl"], "2592000")
+        assert.strictEqual((yield* messagesOf(sub))[0]?.ttl, 2_592_000)
+      }))
+
+    it.effect("storage failure while saving → 503/201 with Retry-After", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe({ nodeId: yield* fakeNode(404) })
+        const reply = yield* withStorageFaults(["saveMessage"], push(sub))
+        assert.strictEqual(reply.status, 503)
+        assert.strictEqual(reply.headers["retry-after"], "120")
+        assert.deepStrictEqual(reply.json(), {
+          code: 503,
+          errno: 201,
+          error: "Service Unavailable",
+          message: "A database error occurred, retry later",
+          more_info: MORE_INFO
+        })
+      }))
+
+    it.effect("storage failure reading the user → 503/201", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const reply = yield* withStorageFaults(["getUser"], push(sub))
+        assert.strictEqual(reply.status, 503)
+        assert.strictEqual(reply.json().errno, 201)
+      }))
+
+    it.effect("re-read finds the client on another node → that node is poked", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const newNode = yield* fakeNode(200)
+        let uaid = ""
+        const oldNode = yield* fakeNode(() =>
+          storage.updateUser(uaid, { nodeId: newNode, connectedAt: Date.now() + 1 }).pipe(Effect.orDie, Effect.as(404))
+        )
+        const sub = yield* subscribe({ nodeId: oldNode })
+        uaid = sub.uaid
+        assert.strictEqual((yield* push(sub)).status, 201)
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => [c.kind, c.nodeId]), [["push", oldNode], [
+          "notify",
+          newNode
+        ]])
+        assert.strictEqual((yield* messagesOf(sub)).length, 1)
+      }))
+
+    it.effect("poke fails (node gone) → node_id cleared, still 201", () =>
+      Effect.gen(function*() {
+        const nodeId = yield* fakeNode((call) => Effect.succeed(call.kind === "push" ? 404 : "down"))
+        const sub = yield* subscribe({ nodeId })
+        assert.strictEqual((yield* push(sub)).status, 201)
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => c.kind), ["push", "notify"])
+        assert.isUndefined((yield* (yield* Storage).getUser(sub.uaid))?.nodeId)
+      }))
+
+    it.effect("re-read fails → still 201 (stored)", () =>
+      Effect.gen(function*() {
+        const faults = yield* StorageFaults
+        const nodeId = yield* fakeNode(() => Effect.sync(() => faults.set("getUser", "fail")).pipe(Effect.as(404)))
+        const sub = yield* subscribe({ nodeId })
+        const reply = yield* push(sub).pipe(Effect.ensuring(Effect.sync(() => faults.clear())))
+        assert.strictEqual(reply.status, 201)
+        assert.strictEqual((yield* messagesOf(sub)).length, 1)
+      }))
+
+    it.effect("user deleted while routing → 410/105", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        let uaid = ""
+        const nodeId = yield* fakeNode(() => storage.dropUser(uaid).pipe(Effect.orDie, Effect.as(404)))
+        const sub = yield* subscribe({ nodeId })
+        uaid = sub.uaid
+        const reply = yield* push(sub)
+        assert.strictEqual(reply.status, 410)
+        assert.strictEqual(reply.headers["cache-control"], "max-age=86400")
+        assert.deepStrictEqual(reply.json(), {
+          code: 410,
+          errno: 105,
+          error: "Gone",
+          message: "User was deleted during routing",
+          more_info: MORE_INFO
+        })
+      }))
+
+    it.effect("message ids: 02:{sortkey ms} without topic, 01:{topic} with one; a topic replaces", () =>
+      Effect.gen(function*() {
+        const crypto = yield* EndpointCrypto
+        const sub = yield* subscribe()
+        const before = Date.now()
+        const plain = messageIdOf((yield* push(sub)).headers["location"])
+        const parsed = yield* crypto.parseMessageId(plain)
+        assert.strictEqual(parsed.kind, "timestamp")
+        assert.strictEqual(parsed.uaid, sub.uaid)
+        assert.strictEqual(parsed.channelId, sub.channelId)
+        if (parsed.kind === "timestamp") assert.approximately(parsed.sortkeyTimestamp, before, 2000)
+
+        const first = messageIdOf((yield* push(sub, { topic: "weather" })).headers["location"])
+        const second = messageIdOf((yield* push(sub, { topic: "weather" })).headers["location"])
+        assert.notStrictEqual(first, second)
+        assert.deepStrictEqual(yield* crypto.parseMessageId(second), {
+          kind: "topic",
+          uaid: sub.uaid,
+          channelId: sub.channelId,
+          topic: "weather"
+        })
+        const stored = yield* messagesOf(sub)
+        assert.deepStrictEqual(stored.map((m) => [m.version, m.topic]).sort(), [[plain, undefined], [second, "weather"]].sort())
+      }))
+
+    it.effect("stored form: data base64url, encryption headers normalised; empty body keeps no headers", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        yield* push(sub, {
+          "content-encoding": "aesgcm",
+          encryption: "salt=\"c2FsdHNhbHQ=\"",
+          "crypto-key": "dh=\"ZGhkaGRo==\";p256ecdsa=cDI1Ng=="
+        }, BODY)
+        yield* push(sub, { topic: "empty", "content-encoding": "aesgcm", encryption: "salt=abc" })
+        const stored = yield* messagesOf(sub)
+        const withBody = stored.find((m) => m.topic === undefined)
+        assert.strictEqual(withBody?.data, BODY.toString("base64url"))
+        assert.deepStrictEqual(withBody?.headers, {
+          encoding: "aesgcm",
+          encryption: "salt=c2FsdHNhbHQ",
+          crypto_key: "dh=ZGhkaGRo;p256ecdsa=cDI1Ng"
+        })
+        const empty = stored.find((m) => m.topic === "empty")
+        assert.isDefined(empty)
+        assert.isUndefined(empty?.data)
+        assert.isUndefined(empty?.headers)
+      }))
+
+    it.effect("domain events: accepted, then stored or expired", () =>
+      Effect.gen(function*() {
+        const { events } = yield* EventLogMemory
+        const sub = yield* subscribe()
+        const id = messageIdOf((yield* push(sub, { ttl: 30 })).headers["location"])
+        const zero = messageIdOf((yield* push(sub, { ttl: 0 })).headers["location"])
+        assert.deepStrictEqual(events.filter((e) => e.uaid === sub.uaid), [
+          { type: "notification.accepted.1", uaid: sub.uaid, data: { channelId: sub.channelId, version: id, ttl: 30 } },
+          {
+            type: "notification.stored.1",
+            uaid: sub.uaid,
+            data: { channelId: sub.channelId, version: id, reason: "offline" }
+          },
+          { type: "notification.accepted.1", uaid: sub.uaid, data: { channelId: sub.channelId, version: zero, ttl: 0 } },
+          { type: "notification.expired.1", uaid: sub.uaid, data: { version: zero } }
+        ])
+      }))
+  })
+})

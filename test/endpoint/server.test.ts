@@ -1,0 +1,163 @@
+/**
+ * The endpoint server as a whole: health and Dockerflow routes, CORS, 404/405 as error JSON,
+ * the bridge registration routes (400/108 until the bridges exist), the log check.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import { Effect, Layer, Logger } from "effect"
+import { MORE_INFO } from "../../src/domain/errors.ts"
+import { options, request, subscribe, TestEndpoint, withStorageFaults } from "./harness.ts"
+
+const errorBody = (code: number, errno: number | null, error: string, message: string) => ({
+  code,
+  errno,
+  error,
+  message,
+  more_info: MORE_INFO
+})
+
+describe("endpoint server", () => {
+  layer(TestEndpoint, { excludeTestServices: true })((it) => {
+    it.effect("GET /health and /__heartbeat__ report version and storage", () =>
+      Effect.gen(function*() {
+        for (const path of ["/health", "/__heartbeat__"]) {
+          const reply = yield* request({ method: "GET", path })
+          assert.strictEqual(reply.status, 200)
+          assert.match(String(reply.headers["content-type"]), /application\/json/)
+          assert.deepStrictEqual(reply.json(), {
+            status: "OK",
+            version: options.version,
+            router_table: { status: "OK" },
+            message_table: { status: "OK" },
+            routers: { webpush: true, fcm: false, apns: false, adm: false }
+          })
+        }
+      }))
+
+    it.effect("/__heartbeat__ is 503 with the cause when storage fails", () =>
+      Effect.gen(function*() {
+        const reply = yield* withStorageFaults(["checkTables"], request({ method: "GET", path: "/__heartbeat__" }))
+        assert.strictEqual(reply.status, 503)
+        const body = reply.json()
+        assert.strictEqual(body.status, "ERROR")
+        assert.strictEqual(body.router_table.status, "NOT OK")
+        assert.strictEqual(body.message_table.cause, "injected fault")
+      }))
+
+    it.effect("/__lbheartbeat__, /status, /__version__", () =>
+      Effect.gen(function*() {
+        const lb = yield* request({ method: "GET", path: "/__lbheartbeat__" })
+        assert.strictEqual(lb.status, 200)
+        assert.strictEqual(lb.text, "")
+        const status = yield* request({ method: "GET", path: "/status" })
+        assert.deepStrictEqual(status.json(), { status: "OK", version: options.version })
+        const version = yield* request({ method: "GET", path: "/__version__" })
+        assert.deepStrictEqual(Object.keys(version.json()).sort(), ["build", "commit", "source", "version"])
+        assert.strictEqual(version.json().version, options.version)
+      }))
+
+    it.effect("a defect is answered 500/999 error JSON", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const reply = yield* withStorageFaults(["getChannels"], request({ path: sub.path, headers: { ttl: 60 } }), "die")
+        assert.strictEqual(reply.status, 500)
+        assert.deepStrictEqual(reply.json(), errorBody(500, 999, "Internal Server Error", "An internal error occurred"))
+      }))
+
+    it.effect("unknown paths are 404 error JSON", () =>
+      Effect.gen(function*() {
+        for (const [method, path] of [["GET", "/nope"], ["POST", "/wpush"], ["DELETE", "/m"], ["GET", "/"]] as const) {
+          const reply = yield* request({ method, path })
+          assert.strictEqual(reply.status, 404, `${method} ${path}`)
+          assert.deepStrictEqual(reply.json(), errorBody(404, null, "Not Found", "Not Found"))
+        }
+      }))
+
+    it.effect("known paths with another method are 405 error JSON", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const cases = [
+          ["GET", sub.path],
+          ["PUT", sub.path],
+          ["POST", "/m/abc"],
+          ["POST", "/health"],
+          ["DELETE", "/status"],
+          ["PATCH", "/__heartbeat__"],
+          ["PROPFIND", sub.path],
+          ["PROPFIND", "/nope"]
+        ] as const
+        for (const [method, path] of cases) {
+          const reply = yield* request({ method, path })
+          assert.strictEqual(reply.status, 405, `${method} ${path}`)
+          assert.deepStrictEqual(reply.json(), errorBody(405, null, "Method Not Allowed", "Method Not Allowed"))
+        }
+      }))
+
+    it.effect("bridge registration routes answer 400/108 for now", () =>
+      Effect.gen(function*() {
+        const uaid = "8e29d41e-6a7b-4f0c-9b3a-4fbd2d1a9f60"
+        const cases = [
+          ["POST", "/v1/fcm/app/registration"],
+          ["POST", "/v1/apns/app/registration"],
+          ["POST", "/v1/adm/app/registration"],
+          ["GET", `/v1/fcm/app/registration/${uaid}`],
+          ["PUT", `/v1/fcm/app/registration/${uaid}`],
+          ["DELETE", `/v1/fcm/app/registration/${uaid}`],
+          ["POST", `/v1/fcm/app/registration/${uaid}/subscription`],
+          ["DELETE", `/v1/fcm/app/registration/${uaid}/subscription/${uaid}`]
+        ] as const
+        for (const [method, path] of cases) {
+          const reply = yield* request({ method, path, body: "{}" })
+          assert.strictEqual(reply.status, 400, `${method} ${path}`)
+          assert.deepStrictEqual(reply.json(), errorBody(400, 108, "Bad Request", "Invalid router type"))
+        }
+      }))
+
+    it.effect("CORS: any origin, Location and TTL exposed, preflights answered", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const post = yield* request({ path: sub.path, headers: { ttl: 60, origin: "https://app.example" } })
+        assert.strictEqual(post.status, 201)
+        assert.strictEqual(post.headers["access-control-allow-origin"], "*")
+        assert.deepStrictEqual(String(post.headers["access-control-expose-headers"]).split(","), ["location", "ttl"])
+
+        const error = yield* request({ method: "GET", path: "/nope", headers: { origin: "https://app.example" } })
+        assert.strictEqual(error.headers["access-control-allow-origin"], "*")
+
+        const preflight = yield* request({
+          method: "OPTIONS",
+          path: sub.path,
+          headers: {
+            origin: "https://app.example",
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "ttl,topic,content-encoding,authorization"
+          }
+        })
+        assert.strictEqual(preflight.status, 204)
+        assert.strictEqual(preflight.headers["access-control-allow-origin"], "*")
+        assert.strictEqual(preflight.headers["access-control-allow-methods"], "DELETE, GET, POST, PUT")
+        assert.strictEqual(preflight.headers["access-control-max-age"], "3600")
+        assert.strictEqual(preflight.headers["access-control-allow-headers"], "ttl,topic,content-encoding,authorization")
+      }))
+  })
+})
+
+/** Log lines the server writes, captured. */
+const logged: Array<{ readonly level: string; readonly message: string }> = []
+const captureLogs = Logger.layer([
+  Logger.make(({ logLevel, message }) => void logged.push({ level: logLevel, message: JSON.stringify(message) }))
+])
+
+describe("log check", () => {
+  layer(TestEndpoint.pipe(Layer.provide(captureLogs)), { excludeTestServices: true })((it) => {
+    it.effect("/__error__ and /v1/err answer 418/999 and log an error line", () =>
+      Effect.gen(function*() {
+        for (const path of ["/__error__", "/v1/err"]) {
+          logged.length = 0
+          const reply = yield* request({ method: "GET", path })
+          assert.strictEqual(reply.status, 418)
+          assert.deepStrictEqual(reply.json(), errorBody(418, 999, "I'm a teapot", "LogCheck"))
+          assert.deepStrictEqual(logged, [{ level: "Error", message: JSON.stringify(["Test Critical Message"]) }])
+        }
+      }))
+  })
+})
