@@ -5,11 +5,19 @@
 import { Context, Effect, FiberSet, Layer } from "effect"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
-import { WebSocketServer, type WebSocket } from "ws"
+import { type RawData, WebSocketServer, type WebSocket } from "ws"
 import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { decodeClientFrame, isFrameError } from "../protocol/messages.ts"
-import { runSession, SessionHandle, type SessionOptions, type SessionPorts, type Transport } from "../protocol/session.ts"
+import type { Mailbox } from "../protocol/mailbox.ts"
+import {
+  runSession,
+  SessionHandle,
+  type SessionEvent,
+  type SessionOptions,
+  type SessionPorts,
+  type Transport
+} from "../protocol/session.ts"
 import { Storage } from "../storage/Storage.ts"
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
 import { makePeers } from "./peers.ts"
@@ -90,18 +98,13 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         const accept = (ws: WebSocket): void => {
           const handle = new SessionHandle(options.clientChannelCapacity, Number.POSITIVE_INFINITY)
           registry.track(handle)
-          const mailbox = handle.mailbox
-          ws.on("message", (data, isBinary) => {
-            if (isBinary) return void mailbox.offer({ _tag: "BinaryFrame" })
-            const message = decodeClientFrame(data.toString())
-            mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
-          })
-          ws.on("pong", () => mailbox.offer({ _tag: "Pong" }))
-          ws.on("close", () => mailbox.offer({ _tag: "SocketClosed" }))
-          ws.on("error", () => ws.terminate())
-          run(runSession(ports, wsTransport(ws, options.closeGraceMs), handle).pipe(
-            Effect.ensuring(Effect.sync(() => registry.untrack(handle)))
-          ))
+          const transport = new WsTransport(ws, handle.mailbox, options.closeGraceMs)
+          ws.on("message", onMessage)
+          ws.on("pong", onPong)
+          ws.on("close", onClose)
+          ws.on("error", onError)
+          // The session's cleanup takes it out of the registry.
+          run(runSession(ports, transport, handle))
         }
         const publicServer = createServer((req, res) => handlePublicRequest(req, res, registry, health))
         publicServer.on("upgrade", (req, socket, head) => wss.handleUpgrade(req, socket, head, accept))
@@ -114,19 +117,56 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
     ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
 }
 
-/** The session's view of a `ws` socket. */
-const wsTransport = (ws: WebSocket, closeGraceMs: number): Transport => ({
-  send: (text) => {
-    if (ws.readyState === ws.OPEN) ws.send(text)
-  },
-  close: (code, reason) => {
-    if (ws.readyState === ws.OPEN) ws.close(code, reason)
-    setTimeout(() => ws.terminate(), closeGraceMs).unref()
-  },
-  ping: () => {
-    if (ws.readyState === ws.OPEN) ws.ping()
+/**
+ * The session's view of a `ws` socket. It also carries the socket's mailbox, so the `ws` listeners
+ * below are shared functions rather than closures per connection (memory per connection).
+ */
+class WsTransport implements Transport {
+  readonly ws: WebSocket
+  readonly mailbox: Mailbox<SessionEvent>
+  readonly closeGraceMs: number
+
+  constructor(ws: WebSocket, mailbox: Mailbox<SessionEvent>, closeGraceMs: number) {
+    this.ws = ws
+    this.mailbox = mailbox
+    this.closeGraceMs = closeGraceMs
+    transports.set(ws, this)
   }
-})
+
+  send(text: string): void {
+    if (this.ws.readyState === this.ws.OPEN) this.ws.send(text)
+  }
+
+  close(code: number, reason: string): void {
+    const ws = this.ws
+    if (ws.readyState === ws.OPEN) ws.close(code, reason)
+    setTimeout(() => ws.terminate(), this.closeGraceMs).unref()
+  }
+
+  ping(): void {
+    if (this.ws.readyState === this.ws.OPEN) this.ws.ping()
+  }
+}
+
+const transports = new WeakMap<WebSocket, WsTransport>()
+const mailboxOf = (ws: WebSocket) => transports.get(ws)?.mailbox
+
+function onMessage(this: WebSocket, data: RawData, isBinary: boolean): void {
+  const mailbox = mailboxOf(this)
+  if (mailbox === undefined) return
+  if (isBinary) return void mailbox.offer({ _tag: "BinaryFrame" })
+  const message = decodeClientFrame(data.toString())
+  mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
+}
+function onPong(this: WebSocket): void {
+  mailboxOf(this)?.offer({ _tag: "Pong" })
+}
+function onClose(this: WebSocket): void {
+  mailboxOf(this)?.offer({ _tag: "SocketClosed" })
+}
+function onError(this: WebSocket): void {
+  this.terminate()
+}
 
 /** Listen for the layer's lifetime; the bound port. Closing drops every open connection. */
 const listen = (server: Server, port: number, host: string) =>

@@ -9,7 +9,6 @@ export interface NodeRegistryService extends SessionRegistry {
   /** Every connection, identified or not. */
   readonly connections: ReadonlySet<SessionHandle>
   readonly track: (handle: SessionHandle) => void
-  readonly untrack: (handle: SessionHandle) => void
   readonly get: (uaid: string) => SessionHandle | undefined
   /** Identified sessions. */
   readonly count: () => number
@@ -21,7 +20,6 @@ export const makeNodeRegistry = (): NodeRegistryService => {
   return {
     connections,
     track: (handle) => void connections.add(handle),
-    untrack: (handle) => void connections.delete(handle),
     get: (uaid) => byUaid.get(uaid),
     count: () => byUaid.size,
     register: (handle) => {

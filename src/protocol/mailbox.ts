@@ -53,15 +53,16 @@ export class Mailbox<E> {
     return this.items.length - this.head
   }
 
-  readonly take: Effect.Effect<E> = Effect.suspend(() => {
+  /**
+   * The next event, waiting if there is none. No cancel hook: an interrupted take leaves a waiter
+   * whose resume is ignored, and the mailbox is dropped with its session anyway.
+   */
+  take(): Effect.Effect<E> {
     if (this.head < this.items.length) return Effect.succeed(this.shift())
     return Effect.callback<E>((resume) => {
       this.waiter = resume
-      return Effect.sync(() => {
-        this.waiter = undefined
-      })
     })
-  })
+  }
 
   /** Take without waiting, or undefined when empty. */
   poll(): E | undefined {

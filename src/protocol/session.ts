@@ -137,14 +137,21 @@ class State {
   user: UserRecord | undefined = undefined
   /** The message table the user lives in now. */
   table = ""
-  readonly unacked = new Map<string, Unacked>()
+  // Allocated on first use: an idle connection carries none of these (memory per connection).
+  private unackedMap: Map<string, Unacked> | undefined = undefined
+  private newestTopicMap: Map<string, string> | undefined = undefined
+  get unacked(): Map<string, Unacked> {
+    return (this.unackedMap ??= new Map())
+  }
+  /** The last version sent per `chid:topic`: an older unacked topic message must not be saved over it. */
+  get newestTopic(): Map<string, string> {
+    return (this.newestTopicMap ??= new Map())
+  }
   storedOutstanding = 0
   drain: Drain | undefined = undefined
   /** Set while migrating: the month we come from; commands wait in `deferred` until it is done. */
   migrateFrom: string | undefined = undefined
-  deferred: Array<ClientMessage> = []
-  /** The last version sent per `chid:topic`: an older unacked topic message must not be saved over it. */
-  readonly newestTopic = new Map<string, string>()
+  deferred: Array<ClientMessage> | undefined = undefined
   lastActivity: number
   lastClientPing: number | undefined = undefined
   pingSentAt: number | undefined = undefined
@@ -168,7 +175,7 @@ const close = (kind: CloseKind) => Effect.fail(new SessionClose({ kind }))
 export const runSession = (ports: SessionPorts, transport: Transport, handle: SessionHandle) =>
   Effect.flatMap(Clock.currentTimeMillis, (now) => {
     const machine = makeSessionMachine(ports, transport, handle, now)
-    return machine.run().pipe(Effect.ensuring(machine.cleanup()))
+    return machine.run().pipe(Effect.ensuring(Effect.suspend(() => machine.cleanup())))
   })
 
 /** The machine without its loop: tests feed it events one at a time. */
@@ -192,15 +199,19 @@ class Machine {
     this.s = state
   }
 
-  /** Fold mailbox events into the state until the session is closed. */
+  /**
+   * Fold mailbox events into the state until the session is closed. A plain continuation loop rather
+   * than a generator: an idle connection's fiber then holds only its pending `take`.
+   */
   run(): Effect.Effect<void> {
-    const self = this
-    return Effect.gen(function*() {
-      while (self.s.phase !== "closed") {
-        const event = yield* self.handle.mailbox.take
-        yield* self.handleEvent(event, yield* Clock.currentTimeMillis)
-      }
-    })
+    const next: Effect.Effect<void> = Effect.suspend(() =>
+      this.s.phase === "closed"
+        ? Effect.void
+        : Effect.flatMap(this.handle.mailbox.take(), (event) =>
+          Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.andThen(this.handleEvent(event, now), next))
+        )
+    )
+    return next
   }
 
   get isClosed(): boolean {
@@ -321,7 +332,7 @@ class Machine {
       case "unregister":
         if (s.phase === "migrating") {
           // The seed: new commands are accepted only once the month switch is done.
-          s.deferred.push(message)
+          ;(s.deferred ??= []).push(message)
           return Effect.void
         }
         return message.messageType === "register" ? this.onRegister(message, now) : this.onUnregister(message)
@@ -624,8 +635,8 @@ class Machine {
       s.phase = "identified"
       self.record({ type: "month.migrated.1", uaid: s.uaid, data: { from, to } })
       s.drain = { tables: [from, to], phase: "topic", after: undefined, again: false, sentFromStorage: 0 }
-      const deferred = s.deferred
-      s.deferred = []
+      const deferred = s.deferred ?? []
+      s.deferred = undefined
       for (const message of deferred) yield* self.onFrame(message, now)
       if (s.storedOutstanding === 0 && s.drain !== undefined) yield* self.continueDrain()
     })
