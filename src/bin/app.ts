@@ -14,13 +14,18 @@ import { type ConfigError, type HelpRequested, loadSettings, redactedSettings, r
 import type { Role, Settings } from "../config/index.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { generateFernetKey } from "../crypto/fernet.ts"
+import { EndpointServer } from "../endpoint/server.ts"
 import { EventLog } from "../observability/EventLog.ts"
+import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { layerEmbedded } from "../storage/embedded.ts"
 import { createActiveTables, type Storage, type StorageError } from "../storage/Storage.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)
+
+/** dynalite's LevelDB lives in its own folder under `data_dir`, beside the embedded node's secrets. */
+const embeddedDataDir = (settings: Settings): string => join(settings.dataDir, "dynalite")
 
 /** Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint. */
 export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
@@ -29,7 +34,7 @@ export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageEr
     messageTablePrefix: settings.messageTablename,
     noTableRotation: settings.noTableRotation
   }
-  if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: settings.dataDir })
+  if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
   // Tables on a shared cluster are normally made by the maintenance tool; creating the missing
   // active ones at start is what the seed did and keeps a fresh DynamoDB Local usable.
   return Layer.effectDiscard(createActiveTables).pipe(
@@ -55,7 +60,6 @@ const embeddedSecrets = (settings: Settings) =>
         await writeFile(path, JSON.stringify(secrets, null, 2), { mode: 0o600 })
         await chmod(path, 0o600)
       })
-      yield* Effect.logInfo("generated the crypto and auth keys of this embedded node").pipe(Effect.annotateLogs({ path }))
     }
     return { ...settings, cryptoKey: secrets.crypto_key, authKeys: secrets.auth_keys } satisfies Settings
   })
@@ -95,10 +99,29 @@ export const connectionLayer = (settings: Settings) =>
     () => settings.routerUrl
   )
 
+export const endpointLayer = (settings: Settings) =>
+  EndpointServer.layer({
+    endpointUrl: settings.endpointUrl,
+    port: settings.endpointPort,
+    bindHost: settings.bindHost,
+    maxDataBytes: settings.maxDataBytes,
+    maxNotificationTtl: Math.floor(Duration.toSeconds(settings.maxNotificationTtl)),
+    connectionTimeoutMs: ms(settings.connectionTimeout),
+    requestTimeoutMs: ms(settings.requestTimeout),
+    version: versionInfo.version,
+    build: versionInfo
+  }).pipe(
+    Layer.tap(() =>
+      Effect.logInfo("endpoint node listening").pipe(
+        Effect.annotateLogs({ port: settings.endpointPort, endpointUrl: settings.endpointUrl })
+      )
+    )
+  )
+
 /** Run a role's layers until SIGINT/SIGTERM; configuration errors print and exit 2, `--help` exits 0. */
-export const runRole = (
+export const runRole = <A, E>(
   role: Role,
-  nodes: (settings: Settings) => Layer.Layer<never, unknown, Storage | EndpointCrypto | EventLog>
+  nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog>
 ) => {
   const launch = (settings: Settings) => {
     const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname })
@@ -108,7 +131,9 @@ export const runRole = (
     return Effect.gen(function*() {
       yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({ role, settings: redactedSettings(settings) }))
       if (settings.storageEndpoint === undefined) {
-        yield* Effect.logInfo("embedded storage (dynalite)").pipe(Effect.annotateLogs({ dataDir: settings.dataDir }))
+        yield* Effect.logInfo("embedded storage (dynalite); keys of this node are kept beside it").pipe(
+          Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: join(settings.dataDir, "secrets.json") })
+        )
       }
       return yield* Layer.launch(app)
     }).pipe(Effect.provide(logging))
