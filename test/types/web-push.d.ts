@@ -1,4 +1,4 @@
-/** The part of `web-push` (3.6.x, untyped) the endpoint tests use. */
+/** The part of `web-push` (3.6.x, untyped) and `http_ece` (its dependency) the tests use. */
 declare module "web-push" {
   export interface PushSubscription {
     readonly endpoint: string
@@ -36,10 +36,35 @@ declare module "web-push" {
     payload?: string | Buffer | null,
     options?: RequestOptions
   ): RequestDetails
+  export interface SendResult {
+    readonly statusCode: number
+    readonly body: string
+    readonly headers: Readonly<Record<string, string>>
+  }
+  export function sendNotification(
+    subscription: PushSubscription,
+    payload?: string | Buffer | null,
+    options?: RequestOptions
+  ): Promise<SendResult>
   const webpush: {
     generateVAPIDKeys: typeof generateVAPIDKeys
     getVapidHeaders: typeof getVapidHeaders
     generateRequestDetails: typeof generateRequestDetails
+    sendNotification: typeof sendNotification
   }
   export default webpush
+}
+
+declare module "http_ece" {
+  import type { ECDH } from "node:crypto"
+  export interface DecryptParams {
+    readonly version: "aes128gcm" | "aesgcm"
+    readonly privateKey: ECDH
+    readonly authSecret: Buffer
+    readonly dh?: string
+    readonly salt?: string
+  }
+  export function decrypt(buffer: Buffer, params: DecryptParams): Buffer
+  const ece: { decrypt: typeof decrypt }
+  export default ece
 }

@@ -1,0 +1,142 @@
+/**
+ * The real entrypoints as child processes, for end-to-end tests: the all-in-one `autopush` on
+ * embedded storage, or `autoconnect` + `autoendpoint` sharing a dynalite server.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync } from "node:fs"
+import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { generateFernetKey } from "../../src/crypto/fernet.ts"
+
+const root = new URL("../../", import.meta.url).pathname
+
+export interface Deployment {
+  readonly wsUrl: string
+  readonly endpointUrl: string
+  readonly routerUrl: string
+  /** Every line the processes printed, for failure reports. */
+  readonly output: Array<string>
+  readonly restart: () => Promise<void>
+  readonly stop: () => Promise<void>
+}
+
+export const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const server = createServer()
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+    server.on("error", reject)
+  })
+
+const waitFor = async (url: string, output: ReadonlyArray<string>, timeoutMs = 20_000): Promise<void> => {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(url)
+      if (res.ok) return
+    } catch {
+      // not up yet
+    }
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error(`${url} did not come up; output:\n${output.slice(-20).join("\n")}`)
+}
+
+const start = (script: string, args: ReadonlyArray<string>, output: Array<string>, cwd: string): ChildProcess => {
+  const child = spawn(process.execPath, [join(root, script), ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] })
+  const collect = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0))
+  child.stdout?.on("data", collect)
+  child.stderr?.on("data", collect)
+  return child
+}
+
+const stopChild = (child: ChildProcess): Promise<void> =>
+  new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve()
+    child.once("exit", () => resolve())
+    child.kill("SIGTERM")
+    setTimeout(() => child.kill("SIGKILL"), 5_000).unref()
+  })
+
+type Ports = { readonly ws: number; readonly router: number; readonly endpoint: number }
+
+const sharedFlags = (ports: Ports) => [
+  "--endpoint-hostname", "127.0.0.1",
+  "--endpoint-port", String(ports.endpoint),
+  "--bind-host", "127.0.0.1",
+  "--log-level", "debug"
+]
+const connectionFlags = (ports: Ports) => [
+  "--port", String(ports.ws),
+  "--router-port", String(ports.router),
+  "--router-hostname", "127.0.0.1"
+]
+const common = (ports: Ports) => [...sharedFlags(ports), ...connectionFlags(ports)]
+
+/** `npm start`'s process: connection and endpoint node in one, embedded storage in a temp dir. */
+export const startAllInOne = async (): Promise<Deployment> => {
+  const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
+  const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
+  const output: Array<string> = []
+  let child: ChildProcess
+  const up = async () => {
+    child = start("src/bin/autopush.ts", common(ports), output, cwd)
+    await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
+    await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
+  }
+  await up()
+  return {
+    wsUrl: `ws://127.0.0.1:${ports.ws}/`,
+    endpointUrl: `http://127.0.0.1:${ports.endpoint}`,
+    routerUrl: `http://127.0.0.1:${ports.router}`,
+    output,
+    restart: async () => {
+      await stopChild(child)
+      await up()
+    },
+    stop: () => stopChild(child)
+  }
+}
+
+/** `autoconnect` and `autoendpoint` as separate processes sharing one dynalite server process. */
+export const startSeparate = async (): Promise<Deployment> => {
+  const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
+  const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
+  const dynamoPort = await freePort()
+  const output: Array<string> = []
+  const dynalite = spawn(process.execPath, [join(root, "node_modules/dynalite/cli.js"), "--port", String(dynamoPort), "--path", join(cwd, "db")], {
+    stdio: "ignore"
+  })
+  const shared = [
+    ...sharedFlags(ports),
+    "--storage-endpoint", `http://127.0.0.1:${dynamoPort}`,
+    "--crypto-key", generateFernetKey(),
+    "--auth-keys", "e2e-auth-key"
+  ]
+  let connection: ChildProcess
+  let endpoint: ChildProcess
+  const up = async () => {
+    connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports)], output, cwd)
+    await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
+    endpoint = start("src/bin/autoendpoint.ts", shared, output, cwd)
+    await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
+  }
+  await up()
+  return {
+    wsUrl: `ws://127.0.0.1:${ports.ws}/`,
+    endpointUrl: `http://127.0.0.1:${ports.endpoint}`,
+    routerUrl: `http://127.0.0.1:${ports.router}`,
+    output,
+    restart: async () => {
+      await Promise.all([stopChild(connection), stopChild(endpoint)])
+      await up()
+    },
+    stop: async () => {
+      await Promise.all([stopChild(connection), stopChild(endpoint)])
+      await stopChild(dynalite)
+    }
+  }
+}
