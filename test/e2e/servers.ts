@@ -18,6 +18,8 @@ export interface Deployment {
   /** Every line the processes printed, for failure reports. */
   readonly output: Array<string>
   readonly restart: () => Promise<void>
+  /** SIGTERM the process holding the connection node (and wait for it to exit), then start it again. */
+  readonly restartConnection: (between?: () => Promise<void>) => Promise<void>
   readonly stop: () => Promise<void>
 }
 
@@ -97,6 +99,11 @@ export const startAllInOne = async (): Promise<Deployment> => {
       await stopChild(child)
       await up()
     },
+    restartConnection: async (between) => {
+      await stopChild(child)
+      await between?.()
+      await up()
+    },
     stop: () => stopChild(child)
   }
 }
@@ -118,9 +125,12 @@ export const startSeparate = async (): Promise<Deployment> => {
   ]
   let connection: ChildProcess
   let endpoint: ChildProcess
-  const up = async () => {
+  const upConnection = async () => {
     connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports)], output, cwd)
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
+  }
+  const up = async () => {
+    await upConnection()
     endpoint = start("src/bin/autoendpoint.ts", shared, output, cwd)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
   }
@@ -133,6 +143,11 @@ export const startSeparate = async (): Promise<Deployment> => {
     restart: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])
       await up()
+    },
+    restartConnection: async (between) => {
+      await stopChild(connection)
+      await between?.()
+      await upConnection()
     },
     stop: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])
