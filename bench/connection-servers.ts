@@ -62,7 +62,8 @@ const autopush = () => {
       closeGraceMs: 1_000,
       tickMs: 1_000,
       peerTimeoutMs: 1_000,
-      maxFrameBytes: 65_536
+      maxFrameBytes: 65_536,
+      shutdownTimeoutMs: 5_000
     },
     (port) => `http://127.0.0.1:${port}`
   ).pipe(

@@ -93,7 +93,8 @@ export const connectionLayer = (settings: Settings) =>
       closeGraceMs: ms(settings.closeGrace),
       tickMs: 1_000,
       peerTimeoutMs: ms(settings.connectionTimeout),
-      maxFrameBytes: 64 * 1024
+      maxFrameBytes: 64 * 1024,
+      shutdownTimeoutMs: ms(settings.shutdownTimeout)
     },
     // A configured router URL is used as is; the derived one names the bound port.
     () => settings.routerUrl
@@ -108,6 +109,7 @@ export const endpointLayer = (settings: Settings) =>
     maxNotificationTtl: Math.floor(Duration.toSeconds(settings.maxNotificationTtl)),
     connectionTimeoutMs: ms(settings.connectionTimeout),
     requestTimeoutMs: ms(settings.requestTimeout),
+    shutdownTimeoutMs: ms(settings.shutdownTimeout),
     version: versionInfo.version,
     build: versionInfo
   }).pipe(

@@ -21,7 +21,7 @@ import {
 import { Storage } from "../storage/Storage.ts"
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
 import { makePeers } from "./peers.ts"
-import { NodeRegistry } from "./registry.ts"
+import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
 
 export interface ConnectionNodeOptions extends SessionOptions {
@@ -38,6 +38,8 @@ export interface ConnectionNodeOptions extends SessionOptions {
   readonly peerTimeoutMs: number
   /** Largest client frame accepted (ws closes 1009 beyond it). */
   readonly maxFrameBytes: number
+  /** On shutdown, how long sessions get to save their messages and close. */
+  readonly shutdownTimeoutMs: number
 }
 
 export class ConnectionNode extends Context.Service<ConnectionNode, {
@@ -57,7 +59,8 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         const crypto = yield* EndpointCrypto
         const events = yield* EventLog
         const registry = yield* NodeRegistry
-        const run = yield* FiberSet.makeRuntime<never>()
+        const fibers = yield* FiberSet.make()
+        const run = yield* FiberSet.runtime(fibers)<never>()
         const runPromise = <A, E>(effect: Effect.Effect<A, E>) =>
           new Promise<A>((resolve, reject) => run(effect).addObserver((exit) => exit._tag === "Success" ? resolve(exit.value) : reject(exit.cause)))
 
@@ -112,6 +115,8 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         yield* Effect.logInfo("connection node listening").pipe(
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
         )
+        // Registered last, so it runs first on shutdown: while the router port still answers.
+        yield* Effect.addFinalizer(() => drain(publicServer, registry, FiberSet.awaitEmpty(fibers), options.shutdownTimeoutMs))
         return ConnectionNode.of({ port, routerPort })
       })
     ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
@@ -167,6 +172,29 @@ function onClose(this: WebSocket): void {
 function onError(this: WebSocket): void {
   this.terminate()
 }
+
+/**
+ * Graceful drain: stop accepting connections, close every session with 1001 (Firefox reconnects,
+ * elsewhere or here once restarted); each session saves its unacked direct messages and clears its
+ * node id on the way out, and from the moment it closes the router port answers 404 for it, so
+ * endpoints store instead. Waits for the sessions up to `timeoutMs`; the rest are interrupted (their
+ * cleanup still runs).
+ */
+const drain = (
+  publicServer: Server,
+  registry: NodeRegistryService,
+  sessionsDone: Effect.Effect<void>,
+  timeoutMs: number
+) =>
+  Effect.gen(function*() {
+    publicServer.close()
+    const sessions = registry.connections.size
+    for (const handle of registry.connections) handle.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
+    const done = yield* sessionsDone.pipe(Effect.timeoutOption(timeoutMs))
+    yield* Effect.logInfo("connection node drained").pipe(
+      Effect.annotateLogs({ sessions, complete: done._tag === "Some", remaining: registry.connections.size })
+    )
+  })
 
 /** Listen for the layer's lifetime; the bound port. Closing drops every open connection. */
 const listen = (server: Server, port: number, host: string) =>

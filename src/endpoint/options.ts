@@ -18,6 +18,8 @@ export interface EndpointOptions {
   readonly connectionTimeoutMs: number
   /** Whole-request timeout of deliveries to connection nodes (ms). */
   readonly requestTimeoutMs: number
+  /** On shutdown, how long requests in flight get to finish (ms; default 10 s). */
+  readonly shutdownTimeoutMs?: number | undefined
   /** Reported by `/status`, `/__version__` and the health documents. */
   readonly version: string
   /** `/__version__` extras (Dockerflow `version.json`). */

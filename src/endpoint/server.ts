@@ -32,7 +32,8 @@ import type { EventLog } from "../observability/EventLog.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
 import type { Storage } from "../storage/Storage.ts"
-import { makeHealthHandlers } from "./health.ts"
+import { endpointInstrumentation } from "../observability/endpoint.ts"
+import { makeHealthHandlers, metricsResponse } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
 import { makeWebPushHandlers } from "./webpush.ts"
 
@@ -83,34 +84,42 @@ const toApiError = (error: ApiError | HttpServerError.HttpServerError): ApiError
   : KNOWN_METHODS.has(error.reason.request.method) ? new RouteNotFound()
   : new MethodNotAllowed()
 
-/** The edge: typed errors through the one mapping; defects logged and answered 500/999. */
+/** The edge: typed errors through the one mapping (each also given to `onError`); defects logged and answered 500/999. */
 const respondToFailures = <R>(
-  app: Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError | HttpServerError.HttpServerError, R>
+  app: Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError | HttpServerError.HttpServerError, R>,
+  onError: (error: ApiError) => void = () => {}
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, R> =>
   app.pipe(
     Effect.catchCause((cause) => {
       const failure = Cause.findErrorOption(cause)
       if (failure._tag === "Some") {
         const error = toApiError(failure.value)
+        onError(error)
         return error._tag === "InternalError"
           ? Effect.logError("request failed", error.cause).pipe(Effect.as(errorResponse(error)))
           : Effect.succeed(errorResponse(error))
       }
       if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
-      return Effect.logError("request failed unexpectedly", cause).pipe(
-        Effect.as(errorResponse(new InternalError({ cause: Cause.squash(cause) })))
-      )
+      const internal = new InternalError({ cause: Cause.squash(cause) })
+      onError(internal)
+      return Effect.logError("request failed unexpectedly", cause).pipe(Effect.as(errorResponse(internal)))
     })
   )
 
-/** The endpoint's request handler, with CORS and error mapping applied. */
+/**
+ * The endpoint's request handler, with CORS and error mapping applied. When `Metrics` is provided
+ * (the observability layer) it also serves `GET /metrics` and records request and routing metrics.
+ */
 export const makeEndpointApp = (
   options: EndpointOptions
 ): Effect.Effect<HttpApp, never, EndpointServices | Scope.Scope> =>
   Effect.gen(function*() {
+    const observe = yield* endpointInstrumentation
     const routes = HttpRouter.use((router) =>
       Effect.gen(function*() {
-        const webpush = yield* makeWebPushHandlers(options)
+        const webpush = yield* (observe === undefined
+          ? makeWebPushHandlers(options)
+          : observe.withRouting(makeWebPushHandlers(options)))
         const health = yield* makeHealthHandlers(options)
         const send: Handler = Effect.gen(function*() {
           const params = yield* HttpRouter.params
@@ -133,12 +142,14 @@ export const makeEndpointApp = (
           ...resource("/__version__", { GET: health.version }),
           ...resource("/status", { GET: health.status }),
           ...resource("/__error__", { GET: health.logCheck }),
-          ...resource("/v1/err", { GET: health.logCheck })
+          ...resource("/v1/err", { GET: health.logCheck }),
+          ...(observe === undefined ? [] : resource("/metrics", { GET: metricsResponse(observe.metrics) }))
         ])
       })
     )
     const app = yield* HttpRouter.toHttpEffect(routes).pipe(Effect.provideService(HttpRouter.RouterConfig, ROUTER_CONFIG))
-    return endpointCors(respondToFailures(app))
+    if (observe === undefined) return endpointCors(respondToFailures(app))
+    return observe.instrument(endpointCors(respondToFailures(app, observe.onError)))
   })
 
 /** The port the server listens on (useful with port 0). */
@@ -151,7 +162,12 @@ export const EndpointServer = {
   /** Serve the endpoint on `node:http` at `options.port` / `options.bindHost`; exposes the `HttpServer`. */
   layerServer: (options: EndpointOptions) =>
     Layer.unwrap(Effect.map(makeEndpointApp(options), (app) => HttpServer.serve(app))).pipe(
-      Layer.provideMerge(NodeHttpServer.layerServer(createServer, { port: options.port, host: options.bindHost }))
+      Layer.provideMerge(NodeHttpServer.layerServer(createServer, {
+        port: options.port,
+        host: options.bindHost,
+        // On shutdown, requests in flight get this long to finish.
+        gracefulShutdownTimeout: options.shutdownTimeoutMs ?? 10_000
+      }))
     ),
 
   /** `layerServer` with the WebPush router and the live connection-node client. */

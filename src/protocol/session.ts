@@ -656,6 +656,14 @@ class Machine {
     const { storage, registry, peers, options } = this.ports
     return Effect.gen(function*() {
       registry.remove(self.handle)
+      // Deliveries still queued were accepted by the router port (the endpoint did not store them).
+      for (let event = self.handle.mailbox.poll(); event !== undefined; event = self.handle.mailbox.poll()) {
+        if (event._tag === "Delivery" && s.user !== undefined) {
+          s.unacked.set(event.notification.version, { notification: event.notification, table: undefined })
+          const n = event.notification
+          if (n.topic !== undefined) s.newestTopic.set(`${n.channelId}:${n.topic}`, n.version)
+        }
+      }
       if (s.user === undefined) return
       const now = yield* Clock.currentTimeMillis
       const pending: Array<Notification> = []

@@ -34,7 +34,8 @@ export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
   closeGraceMs: 200,
   tickMs: 100,
   peerTimeoutMs: 1_000,
-  maxFrameBytes: 64 * 1024
+  maxFrameBytes: 64 * 1024,
+  shutdownTimeoutMs: 2_000
 }
 
 const storageOptions = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }

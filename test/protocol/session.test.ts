@@ -330,6 +330,19 @@ describe("session: delivery", () => {
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["newer-stored"])
     }).pipe(Effect.provide(TestParts)))
 
+  it.effect("deliveries still queued when the socket closes are saved, not dropped", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      const queued = yield* pushMessage(harness, uaid, CHID, { data: "queued" })
+      assert.isTrue(queued.direct)
+      yield* client.feed({ _tag: "SocketClosed" })
+      assert.deepStrictEqual(client.of("notification"), [])
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["queued"])
+    }).pipe(Effect.provide(TestParts)))
+
   it.effect("a delivery beyond client_channel_capacity is refused so the endpoint stores it", () =>
     Effect.gen(function*() {
       const harness = yield* setup({ clientChannelCapacity: 2 })
