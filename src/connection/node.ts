@@ -2,7 +2,7 @@
  * The connection node: the public WebSocket port (`ws`), the private router port, the session
  * registry and the timer ticker, as one layer owning its servers and session fibers.
  */
-import { Context, Effect, FiberSet, Layer } from "effect"
+import { Context, Effect, FiberSet, Layer, LogLevel, References } from "effect"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { type RawData, WebSocketServer, type WebSocket } from "ws"
@@ -86,6 +86,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           storage,
           events,
           registry,
+          logFrames: LogLevel.isGreaterThanOrEqualTo("Debug", yield* References.MinimumLogLevel),
           options: sessionOptions,
           peers: makePeers(options.peerTimeoutMs, (message) => run(Effect.logWarning(message))),
           endpoints: {

@@ -5,6 +5,7 @@
  */
 import { Exit, Schema } from "effect"
 import type { Notification } from "../domain/notification.ts"
+import { opaqueId } from "../observability/opaque.ts"
 
 const Code = Schema.optionalKey(Schema.Number)
 const Broadcasts = Schema.Record(Schema.String, Schema.String)
@@ -99,3 +100,35 @@ export const notificationFrame = (n: Notification): string =>
       ? { messageType: "notification", channelID: n.channelId, version: n.version }
       : { messageType: "notification", channelID: n.channelId, version: n.version, data: n.data, headers: n.headers ?? {} }
   )
+
+/**
+ * A frame as logs may show it: uaids and message ids replaced by their opaque ids, payloads, keys,
+ * encryption headers and push endpoints left out (they are secrets or carry them).
+ */
+export const describeFrame = (frame: Readonly<Record<string, unknown>>): Record<string, unknown> => {
+  const out: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(frame)) {
+    switch (key) {
+      case "uaid":
+      case "version":
+        out[key] = typeof value === "string" ? opaqueId(value) : value
+        break
+      case "data":
+        out[key] = typeof value === "string" ? `[${value.length} chars]` : value
+        break
+      case "pushEndpoint":
+      case "key":
+      case "headers":
+        out[key] = value === "" || value === undefined ? value : "[omitted]"
+        break
+      case "updates":
+        out[key] = Array.isArray(value)
+          ? value.map((u: Readonly<Record<string, unknown>>) => describeFrame(u))
+          : value
+        break
+      default:
+        out[key] = value
+    }
+  }
+  return out
+}

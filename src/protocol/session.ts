@@ -11,7 +11,7 @@
  *   its new node (if it reconnected elsewhere) is poked;
  * - more than `msgLimit` messages from storage in one drain → the user is dropped, close 1000.
  */
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Schedule } from "effect"
 import type { DomainEvent } from "../domain/events.ts"
 import { isCanonicalChannelId, newUaid, parseChannelId, parseUaid } from "../domain/ids.ts"
 import { chidMessageId, isExpired, type Notification } from "../domain/notification.ts"
@@ -20,8 +20,10 @@ import type { EventLogService } from "../observability/EventLog.ts"
 import type { StorageError, StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind, SessionClose } from "./close.ts"
 import { Mailbox } from "./mailbox.ts"
+import { opaqueId } from "../observability/opaque.ts"
 import {
   type ClientMessage,
+  describeFrame,
   helloReply,
   notificationFrame,
   PING_REPLY,
@@ -90,6 +92,8 @@ export interface SessionPorts {
   readonly peers: Peers
   readonly events: EventLogService
   readonly options: SessionOptions
+  /** Log every frame in and out (log-safe summaries) at debug level. */
+  readonly logFrames: boolean
 }
 
 /** What the node keeps of a session: its mailbox, who it is, and when its next timer is due. */
@@ -154,6 +158,15 @@ class State {
   deferred: Array<ClientMessage> | undefined = undefined
   lastActivity: number
   lastClientPing: number | undefined = undefined
+  // The per-session summary logged at disconnect.
+  directAcked = 0
+  directStored = 0
+  storedRetrieved = 0
+  storedAcked = 0
+  nacks = 0
+  registers = 0
+  unregisters = 0
+  closeReason = "client"
   pingSentAt: number | undefined = undefined
 
   constructor(now: number) {
@@ -191,6 +204,8 @@ class Machine {
   private readonly transport: Transport
   private readonly handle: SessionHandle
   private readonly s: State
+  /** Frames sent during the current step, when `logFrames`. */
+  private sent: Array<unknown> | undefined = undefined
 
   constructor(ports: SessionPorts, transport: Transport, handle: SessionHandle, state: State) {
     this.ports = ports
@@ -220,10 +235,33 @@ class Machine {
 
   /** One transition; a failure closes the session with its close code. */
   handleEvent(event: SessionEvent, now: number): Effect.Effect<void> {
-    return this.step(event, now).pipe(
+    const transition = this.step(event, now).pipe(
       Effect.catchTag("SessionClose", (e) => Effect.sync(() => this.closeWith(e.kind))),
-      Effect.catchTag("StorageError", () => Effect.sync(() => this.closeWith("storage-error")))
+      Effect.catchTag("StorageError", (e) =>
+        Effect.andThen(
+          Effect.logWarning("storage failed; closing the session").pipe(Effect.annotateLogs({ operation: e.operation })),
+          Effect.sync(() => this.closeWith("storage-error"))
+        ))
     )
+    if (!this.ports.logFrames) return transition
+    this.sent = []
+    return Effect.andThen(transition, () => {
+      const sent = this.sent ?? []
+      this.sent = undefined
+      return Effect.logDebug("session event").pipe(
+        Effect.annotateLogs({
+          uaid_hash: this.s.uaid === "" ? null : opaqueId(this.s.uaid),
+          event: event._tag === "Frame" ? describeFrame(event.message) : event._tag,
+          sent: sent
+        })
+      )
+    })
+  }
+
+  /** Send a frame to the client (and keep a log-safe summary of it when logging frames). */
+  private out(text: string): void {
+    this.transport.send(text)
+    this.sent?.push(describeFrame(JSON.parse(text) as Record<string, unknown>))
   }
 
   private record(event: DomainEvent): void {
@@ -263,6 +301,7 @@ class Machine {
   /** Send the close frame and end the session (the transport ends TCP after its grace). */
   closeWith(kind: CloseKind): void {
     const { code, reason } = closeFrame(kind)
+    this.s.closeReason = reason
     this.transport.close(code, reason)
     if (this.s.uaid !== "") {
       this.record({ type: "session.closed.1", uaid: this.s.uaid, data: { code, reason } })
@@ -319,6 +358,7 @@ class Machine {
       case "ack":
         return this.onAck(message.updates)
       case "nack":
+        s.nacks++
         this.record({
           type: "notification.nacked.1",
           uaid: s.uaid,
@@ -345,7 +385,7 @@ class Machine {
       return close("excessive-ping")
     }
     s.lastClientPing = now
-    this.transport.send(PING_REPLY)
+    this.out(PING_REPLY)
     return Effect.void
   }
 
@@ -382,7 +422,7 @@ class Machine {
       registry.register(self.handle)
       s.phase = "identified"
       self.scheduleKeepalive()
-      self.transport.send(helloReply(s.uaid))
+      self.out(helloReply(s.uaid))
       if (s.user === undefined) return
       const current = yield* storage.currentMessageTable
       if (!options.noTableRotation && s.table !== current) {
@@ -417,12 +457,12 @@ class Machine {
     const s = this.s
     return Effect.gen(function*() {
       if (!isCanonicalChannelId(message.channelID)) {
-        self.transport.send(registerReply(message.channelID, 401, ""))
+        self.out(registerReply(message.channelID, 401, ""))
         return
       }
       const endpoint = yield* endpoints.makeEndpoint(s.uaid, message.channelID, message.key ?? undefined)
       if (endpoint === undefined) {
-        self.transport.send(registerReply(message.channelID, 400, "Failed to generate endpoint"))
+        self.out(registerReply(message.channelID, 400, "Failed to generate endpoint"))
         return
       }
       const stored = yield* Effect.gen(function*() {
@@ -444,11 +484,12 @@ class Machine {
         return true
       }).pipe(Effect.catchTag("StorageError", () => Effect.succeed(false)))
       if (!stored) {
-        self.transport.send(registerReply(message.channelID, 500, ""))
+        self.out(registerReply(message.channelID, 500, ""))
         return
       }
+      s.registers++
       self.record({ type: "channel.registered.1", uaid: s.uaid, data: { channelId: message.channelID } })
-      self.transport.send(registerReply(message.channelID, 200, endpoint))
+      self.out(registerReply(message.channelID, 200, endpoint))
     })
   }
 
@@ -457,7 +498,7 @@ class Machine {
     const s = this.s
     const channelId = parseChannelId(message.channelID)
     if (channelId === undefined) {
-      this.transport.send(unregisterReply(message.channelID, 401))
+      this.out(unregisterReply(message.channelID, 401))
       return Effect.void
     }
     return Effect.gen(function*() {
@@ -467,9 +508,10 @@ class Machine {
           Effect.catchTag("StorageError", () => Effect.succeed(false))
         ))
       if (ok) {
+        s.unregisters++
         self.record({ type: "channel.unregistered.1", uaid: s.uaid, data: { channelId, code: message.code } })
       }
-      self.transport.send(unregisterReply(channelId, ok ? 200 : 500))
+      self.out(unregisterReply(channelId, ok ? 200 : 500))
     })
   }
 
@@ -485,7 +527,10 @@ class Machine {
         const n = entry.notification
         if (entry.table !== undefined) {
           s.storedOutstanding--
+          s.storedAcked++
           yield* storage.deleteMessage(s.uaid, entry.table, chidMessageId(n), n.version)
+        } else {
+          s.directAcked++
         }
         self.record({
           type: "notification.acked.1",
@@ -512,19 +557,23 @@ class Machine {
   }
 
   private send(n: Notification, table: string | undefined): void {
+    this.remember(n, table)
+    this.out(notificationFrame(n))
+    this.record({
+      type: "notification.delivered.1",
+      uaid: this.s.uaid,
+      data: { channelId: n.channelId, version: n.version, source: table === undefined ? "direct" : "stored" }
+    })
+  }
+
+  /** Track a message until it is acked. TTL 0 direct messages are fire-and-forget: nothing to save. */
+  private remember(n: Notification, table: string | undefined): void {
     const s = this.s
-    // TTL 0 direct messages are fire-and-forget: nothing to save if the client goes away.
     if (table !== undefined || n.ttl > 0) {
       s.unacked.set(n.version, { notification: n, table })
       if (table !== undefined) s.storedOutstanding++
     }
     if (n.topic !== undefined) s.newestTopic.set(`${n.channelId}:${n.topic}`, n.version)
-    this.transport.send(notificationFrame(n))
-    this.record({
-      type: "notification.delivered.1",
-      uaid: s.uaid,
-      data: { channelId: n.channelId, version: n.version, source: table === undefined ? "direct" : "stored" }
-    })
   }
 
   // ── the storage drain ───────────────────────────────────────────────────────────────────────
@@ -588,6 +637,7 @@ class Machine {
           drain.after = result.lastSortKey
         }
         drain.sentFromStorage += page.length
+        s.storedRetrieved += page.length
         if (drain.sentFromStorage > options.msgLimit) return yield* self.resetUser()
         for (const n of page) {
           if (!s.unacked.has(n.version)) self.send(n, table)
@@ -645,26 +695,21 @@ class Machine {
   // ── the end ─────────────────────────────────────────────────────────────────────────────────
 
   /**
-   * After the socket is gone: leave the registry, save unacked direct messages (re-stamped so they
-   * sort after what is stored and do not collide), clear our node id, and poke the user's node if it
-   * reconnected meanwhile. The messages go to the table the router record names; if the user moved
-   * to a new month while we saved, they follow it (the migrating session may have swept already).
+   * After the socket is gone: leave the registry, save unacked direct messages (and deliveries still
+   * queued) re-stamped so they sort after what is stored and do not collide, clear our node id, and
+   * poke the user's node if it reconnected meanwhile; then log the session summary.
    */
   cleanup(): Effect.Effect<void> {
-    const self = this
     const s = this.s
-    const { storage, registry, peers, options } = this.ports
+    const { storage, registry, options } = this.ports
+    registry.remove(this.handle)
+    if (s.user === undefined) return this.summary()
+    // Deliveries still queued were accepted by the router port (the endpoint did not store them).
+    for (let event = this.handle.mailbox.poll(); event !== undefined; event = this.handle.mailbox.poll()) {
+      if (event._tag === "Delivery") this.remember(event.notification, undefined)
+    }
+    const self = this
     return Effect.gen(function*() {
-      registry.remove(self.handle)
-      // Deliveries still queued were accepted by the router port (the endpoint did not store them).
-      for (let event = self.handle.mailbox.poll(); event !== undefined; event = self.handle.mailbox.poll()) {
-        if (event._tag === "Delivery" && s.user !== undefined) {
-          s.unacked.set(event.notification.version, { notification: event.notification, table: undefined })
-          const n = event.notification
-          if (n.topic !== undefined) s.newestTopic.set(`${n.channelId}:${n.topic}`, n.version)
-        }
-      }
-      if (s.user === undefined) return
       const now = yield* Clock.currentTimeMillis
       const pending: Array<Notification> = []
       for (const { notification, table } of s.unacked.values()) {
@@ -676,10 +721,30 @@ class Machine {
         }
       }
       s.unacked.clear()
-      if (pending.length === 0) {
-        yield* storage.clearNodeId(s.uaid, options.routerUrl, s.connectedAt)
-        return
-      }
+      s.directStored = pending.length
+      const persist = pending.length === 0
+        ? Effect.asVoid(storage.clearNodeId(s.uaid, options.routerUrl, s.connectedAt))
+        : self.persistUnacked(pending)
+      yield* persist.pipe(
+        // Saving unacked messages is worth a few tries; after that the loss is logged loudly.
+        Effect.retry({ times: 3, schedule: Schedule.exponential(100) }),
+        Effect.catchTag("StorageError", (e) =>
+          Effect.logError("could not save unacked messages at disconnect").pipe(
+            Effect.annotateLogs({ operation: e.operation, messages: pending.length })
+          ))
+      )
+    }).pipe(Effect.andThen(() => this.summary()))
+  }
+
+  /**
+   * Save messages of a session that ended into the table the router record names; if the user moved
+   * to a new month meanwhile, they follow it (the migrating session may have swept already).
+   */
+  private persistUnacked(pending: ReadonlyArray<Notification>): Effect.Effect<void, StorageError> {
+    const s = this.s
+    const { storage, peers, options } = this.ports
+    const self = this
+    return Effect.gen(function*() {
       const before = yield* storage.getUser(s.uaid)
       if (before === undefined) return // dropped meanwhile: nobody to keep them for
       const table = before.currentMonth ?? s.table
@@ -694,6 +759,30 @@ class Machine {
         for (const n of pending) yield* storage.deleteMessage(s.uaid, table, chidMessageId(n), n.version)
       }
       if (after?.nodeId !== undefined && after.connectedAt !== s.connectedAt) peers.notify(after.nodeId, s.uaid)
-    }).pipe(Effect.catchTag("StorageError", (e) => Effect.logWarning("session cleanup failed", e.operation)))
+    })
+  }
+
+  /** The per-session summary record (protocol-notes §7), once per identified session. */
+  private summary(): Effect.Effect<void> {
+    const s = this.s
+    if (s.uaid === "") return Effect.void
+    return Clock.currentTimeMillis.pipe(
+      Effect.flatMap((now) =>
+        Effect.logInfo("Session").pipe(
+          Effect.annotateLogs({
+            uaid_hash: opaqueId(s.uaid),
+            connection_time: now - s.createdAt,
+            direct_acked: s.directAcked,
+            direct_storage: s.directStored,
+            stored_retrieved: s.storedRetrieved,
+            stored_acked: s.storedAcked,
+            nacks: s.nacks,
+            registers: s.registers,
+            unregisters: s.unregisters,
+            disconnect_reason: s.closeReason
+          })
+        )
+      )
+    )
   }
 }

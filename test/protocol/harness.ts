@@ -80,6 +80,7 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
       storage,
       events: eventLog,
       registry,
+      logFrames: false,
       options: { ...sessionOptions, ...overrides },
       peers: {
         notify: (nodeId, uaid) => {
