@@ -1,0 +1,41 @@
+/**
+ * Opaque stand-ins for identifiers that must not be written out as they are.
+ *
+ * - A `uaid` is a bearer credential on the WebSocket side: a client that says `hello` with it resumes
+ *   that user and receives its stored messages. Logs must not carry it.
+ * - A message id (`version`) is a Fernet token, and a bearer capability: `DELETE /m/{id}` cancels the
+ *   message. Logs must not carry it either.
+ *
+ * Both are replaced by the first 16 hex digits (64 bits) of their SHA-256: stable across processes
+ * (the endpoint's and the connection node's lines about one message or one user carry the same
+ * value, so they can be joined), not reversible (a uaid has 122 random bits, a message id is
+ * encrypted), and an operator who holds the real id can compute it (`opaqueId`) to grep for it.
+ */
+import { createHash } from "node:crypto"
+
+/** Length of an opaque id in hex digits. */
+export const OPAQUE_ID_LENGTH = 16
+
+const OPAQUE = /^[0-9a-f]{16}$/
+
+export const opaqueId = (value: string): string =>
+  createHash("sha256").update(value).digest("hex").slice(0, OPAQUE_ID_LENGTH)
+
+/** True when `value` has the shape of an `opaqueId` (raw uaids and message ids never do: 32 hex / base64url ≥ 100). */
+export const isOpaqueId = (value: string): boolean => OPAQUE.test(value)
+
+/**
+ * `opaqueId` remembering its last few inputs: the sinks of one event (event log, trace) hash the
+ * same uaid and version one after the other, and a session's events repeat its uaid.
+ */
+export const makeOpaqueIds = (size = 64): ((value: string) => string) => {
+  const cache = new Map<string, string>()
+  return (value) => {
+    const hit = cache.get(value)
+    if (hit !== undefined) return hit
+    const id = opaqueId(value)
+    if (cache.size >= size) cache.delete(cache.keys().next().value as string)
+    cache.set(value, id)
+    return id
+  }
+}
