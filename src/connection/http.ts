@@ -1,13 +1,16 @@
 /**
  * Plain `node:http` handling for the connection node's two ports: the private router API
- * (`PUT /push/{uaid}`, `PUT /notif/{uaid}`, `DELETE /notif/{uaid}/{connected_at}`, router port only)
- * and the health routes (both ports). The router API is the per-notification hot path and only hands
+ * (`PUT /push/{uaid}`, `PUT /notif/{uaid}`, `DELETE /notif/{uaid}/{connected_at}`, router port only),
+ * the operators' routes (`GET /metrics`, `GET /__trace__/{message_id}`, router port only) and the
+ * health routes (both ports). The router API is the per-notification hot path and only hands
  * events to a session's mailbox, so it runs without an HTTP framework in between.
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { decodeTransportNotification } from "../domain/router-wire.ts"
 import { type ApiError, LogCheck, MethodNotAllowed, RouteNotFound, toErrorResponse } from "../domain/errors.ts"
 import { parseUaid } from "../domain/ids.ts"
+import { PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
+import type { RouterObservability } from "../observability/observability.ts"
 import { versionInfo } from "../observability/version.ts"
 import type { NodeRegistryService } from "./registry.ts"
 
@@ -92,12 +95,48 @@ export const handleHealth = (
   }
 }
 
-/** Router API on the private port. */
+/**
+ * `GET /metrics` (Prometheus text) and `GET /__trace__/{message_id}` (a message's lifecycle, 404
+ * once it left the trace window); true when the request was one of them. Absent parts answer 404.
+ */
+const handleOperators = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  path: string,
+  observability: RouterObservability | undefined
+): boolean => {
+  if (observability === undefined || (req.method !== "GET" && req.method !== "HEAD")) return false
+  if (path === "/metrics" && observability.metrics !== undefined) {
+    const text = observability.metrics.prometheus()
+    res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) })
+    res.end(text)
+    return true
+  }
+  const trace = observability.trace
+  if (trace === undefined || !path.startsWith("/__trace__/")) return false
+  const encoded = path.slice("/__trace__/".length)
+  let id: string | undefined
+  try {
+    id = decodeURIComponent(encoded)
+  } catch {
+    id = undefined
+  }
+  const document = id === undefined || id === "" || id.includes("/") ? undefined : trace.lookup(id)
+  if (document === undefined) sendError(res, new RouteNotFound())
+  else sendJson(res, 200, document)
+  return true
+}
+
+/**
+ * Router API on the private port, with `/metrics` and `/__trace__/{message_id}` when `observability`
+ * is given (see `routerObservability`).
+ */
 export const handleRouterRequest = (
   req: IncomingMessage,
   res: ServerResponse,
   registry: NodeRegistryService,
-  health: HealthSource
+  health: HealthSource,
+  observability?: RouterObservability
 ): void => {
   const path = (req.url ?? "/").split("?", 1)[0] as string
   const parts = path.split("/")
@@ -135,6 +174,7 @@ export const handleRouterRequest = (
     }
     return sendError(res, new MethodNotAllowed())
   }
+  if (handleOperators(req, res, path, observability)) return
   if (handleHealth(req, res, path, registry, health)) return
   sendError(res, new RouteNotFound())
 }

@@ -1,11 +1,13 @@
 /**
  * Health and Dockerflow routes of the endpoint node (protocol-notes §2.1, §2.8): `/health` and
  * `/__heartbeat__` (version and storage checks; 503 when a table is not OK), `/__lbheartbeat__`,
- * `/__version__`, `/status`, and `/__error__` (the operators' log check: an error log line, 418/999).
+ * `/__version__`, `/status`, `/__error__` (the operators' log check: an error log line, 418/999),
+ * and `/metrics` (Prometheus text) when metrics are on.
  */
 import { Effect } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { LogCheck } from "../domain/errors.ts"
+import { type MetricsService, PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import { Storage, type TableStatus } from "../storage/Storage.ts"
 import type { EndpointOptions } from "./options.ts"
 
@@ -69,3 +71,7 @@ export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointO
 
   return { health, status, lbHeartbeat, version, logCheck } as const
 })
+
+/** `GET /metrics`: the Prometheus text of the node's registry. */
+export const metricsResponse = (metrics: Pick<MetricsService, "prometheus">) =>
+  Effect.sync(() => HttpServerResponse.text(metrics.prometheus(), { contentType: PROMETHEUS_CONTENT_TYPE }))

@@ -1,6 +1,7 @@
 /**
  * Where domain events go. The live layer hands them to sinks registered at startup (metrics, the
- * JSON-lines event log); the memory layer keeps them for assertions.
+ * JSON-lines event log, the message trace; see `observability.ts`); the memory layer keeps them for
+ * assertions.
  */
 import { Context, Layer } from "effect"
 import type { DomainEvent } from "../domain/events.ts"
@@ -10,16 +11,45 @@ export interface EventLogService {
   readonly record: (event: DomainEvent) => void
 }
 
+/** A consumer of events; `timeMs` is when the event was recorded (wall clock, ms). */
+export type EventSink = (event: DomainEvent, timeMs: number) => void
+
 export class EventLogMemory extends Context.Service<EventLogMemory, { readonly events: Array<DomainEvent> }>()(
   "autopush/observability/EventLogMemory"
 ) {}
 
+/**
+ * `record` over sinks: each event is stamped once and given to every sink in order. A sink that
+ * throws (a bug) is reported once on stderr and does not stop the others, nor the transition that
+ * recorded the event.
+ */
+export const recordTo = (sinks: ReadonlyArray<EventSink>): EventLogService["record"] => {
+  if (sinks.length === 0) return () => {}
+  const reported = new Set<number>()
+  return (event) => {
+    const now = Date.now()
+    for (let i = 0; i < sinks.length; i++) {
+      try {
+        ;(sinks[i] as EventSink)(event, now)
+      } catch (error) {
+        if (!reported.has(i)) {
+          reported.add(i)
+          process.stderr.write(`event sink ${i} failed on ${event.type}: ${String(error)}\n`)
+        }
+      }
+    }
+  }
+}
+
 export class EventLog extends Context.Service<EventLog, EventLogService>()("autopush/observability/EventLog") {
   /** Fan out to the given sinks (none: events are dropped). */
-  static readonly layer = (sinks: ReadonlyArray<(event: DomainEvent) => void> = []) =>
-    Layer.succeed(EventLog, EventLog.of({ record: (event) => sinks.forEach((sink) => sink(event)) }))
+  static readonly layer = (sinks: ReadonlyArray<EventSink> = []) =>
+    Layer.succeed(EventLog, EventLog.of({ record: recordTo(sinks) }))
 
-  /** Keeps every event in order; read them back through `EventLogMemory`. */
+  /**
+   * Keeps every event in order; read them back through `EventLogMemory`. (With metrics and the trace
+   * too: `observabilityLayerMemory` in `observability.ts`.)
+   */
   static readonly layerMemory = Layer.syncContext(() => {
     const events: Array<DomainEvent> = []
     return Context.make(EventLog, EventLog.of({ record: (e) => void events.push(e) })).pipe(

@@ -25,16 +25,22 @@ export const opaqueId = (value: string): string =>
 export const isOpaqueId = (value: string): boolean => OPAQUE.test(value)
 
 /**
- * `opaqueId` remembering its last few inputs: the sinks of one event (event log, trace) hash the
- * same uaid and version one after the other, and a session's events repeat its uaid.
+ * `opaqueId` remembering its last `size` inputs (a SHA-256 costs microseconds; a session's events
+ * repeat its uaid, a message's events its version).
  */
-export const makeOpaqueIds = (size = 64): ((value: string) => string) => {
+export const makeOpaqueIds = (size = 4_096): ((value: string) => string) => {
   const cache = new Map<string, string>()
+  // Inputs in order, as a ring (cheaper than a Map's first key after many deletions).
+  const order: Array<string | undefined> = []
+  let next = 0
   return (value) => {
     const hit = cache.get(value)
     if (hit !== undefined) return hit
     const id = opaqueId(value)
-    if (cache.size >= size) cache.delete(cache.keys().next().value as string)
+    const oldest = order[next]
+    if (oldest !== undefined) cache.delete(oldest)
+    order[next] = value
+    next = (next + 1) % size
     cache.set(value, id)
     return id
   }

@@ -1,0 +1,201 @@
+/**
+ * "What happened to message X?": the lifecycle of recent messages, from the domain events that name
+ * a message id (accepted, routed, stored, delivered, acked, nacked, expired, deleted), kept in a
+ * bounded in-memory window — the last `capacity` messages by first sight; the oldest is forgotten
+ * when a new one arrives. Served as `GET /__trace__/{message_id}` on the connection node's router port.
+ *
+ * A process sees the events it records: in the all-in-one process the endpoint and the connection
+ * node share one event log, so a trace has both halves (accepted, routed → delivered, acked); a
+ * separate endpoint node sees accepted/routed/stored/expired/deleted and a separate connection node
+ * sees delivered/acked/nacked/expired and stored-at-disconnect. Ask both and merge by time.
+ *
+ * The document carries opaque ids only (`opaque.ts`), so a trace can be shared like an event-log
+ * line; a message is hashed once, at first sight (the window is keyed by the message id itself), and
+ * `opaqueOf` lends that hash to the event-log writer.
+ */
+import { Context, Layer } from "effect"
+import type { DomainEvent } from "../domain/events.ts"
+import type { EventSink } from "./EventLog.ts"
+import { isOpaqueId, makeOpaqueIds } from "./opaque.ts"
+
+export interface TraceEntry {
+  readonly time: number
+  readonly type: string
+  readonly data: Readonly<Record<string, unknown>>
+}
+
+/** Where the message is, as far as this process knows. */
+export type TraceState =
+  | "accepted"
+  | "routed"
+  | "stored"
+  | "delivered"
+  | "nacked"
+  | "acked"
+  | "expired"
+  | "deleted"
+  | "failed"
+
+export interface TraceDocument {
+  /** Opaque id of the message. */
+  readonly message: string
+  /** Opaque id of its user. */
+  readonly uaid: string
+  readonly channelId?: string
+  readonly state: TraceState
+  readonly firstSeen: number
+  readonly lastSeen: number
+  readonly events: ReadonlyArray<TraceEntry>
+  /** True when events beyond `maxEventsPerMessage` were left out. */
+  readonly truncated: boolean
+}
+
+export interface MessageTraceService {
+  readonly sink: EventSink
+  /** By message id (the `Location` of a 201) or its opaque id (the event log's `version`). */
+  readonly lookup: (messageId: string) => TraceDocument | undefined
+  /** The opaque id of a message id in the window (no hashing); undefined when not there. */
+  readonly opaqueOf: (messageId: string) => string | undefined
+  readonly size: () => number
+}
+
+export interface MessageTraceOptions {
+  /** Messages retained. Default 10 000. */
+  readonly capacity?: number
+  /** Events retained per message. Default 32. */
+  readonly maxEventsPerMessage?: number
+  readonly opaque?: ((value: string) => string) | undefined
+}
+
+interface Lifecycle {
+  readonly message: string
+  readonly uaid: string
+  channelId: string | undefined
+  state: TraceState
+  readonly firstSeen: number
+  lastSeen: number
+  readonly events: Array<TraceEntry>
+  truncated: boolean
+}
+
+const TERMINAL: ReadonlySet<TraceState> = new Set(["acked", "expired", "deleted", "failed"])
+
+/** The message id an event is about, if any. */
+const versionOf = (event: DomainEvent): string | undefined => {
+  const data = event.data as { readonly version?: unknown }
+  return typeof data.version === "string" ? data.version : undefined
+}
+
+const stateOf = (event: DomainEvent): TraceState | undefined => {
+  switch (event.type) {
+    case "notification.accepted.1":
+      return "accepted"
+    case "notification.routed.1":
+      return event.data.outcome === "failed" ? "failed" : "routed"
+    case "notification.stored.1":
+      return "stored"
+    case "notification.delivered.1":
+      return "delivered"
+    case "notification.nacked.1":
+      return "nacked"
+    case "notification.acked.1":
+      return "acked"
+    case "notification.expired.1":
+      return "expired"
+    case "notification.deleted.1":
+      return "deleted"
+    default:
+      return undefined
+  }
+}
+
+/** A later event moves the state on, except that acked/expired/deleted/failed are final and routed only follows accepted. */
+const nextState = (current: TraceState, next: TraceState): TraceState =>
+  TERMINAL.has(current) ? current
+  : next === "routed" ? (current === "accepted" ? "routed" : current)
+  : next
+
+export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTraceService => {
+  const capacity = Math.max(1, options.capacity ?? 10_000)
+  const maxEvents = Math.max(1, options.maxEventsPerMessage ?? 32)
+  const opaque = options.opaque ?? makeOpaqueIds()
+  /** By message id, in order of first sight. */
+  const window = new Map<string, Lifecycle>()
+  /** Opaque id → message id. */
+  const byOpaque = new Map<string, string>()
+  /**
+   * Message ids in order of first sight, as a ring: the slot to reuse next holds the oldest. (Not
+   * `window.keys().next()`: a Map's iteration walks over the holes its deletions leave.)
+   */
+  const order: Array<string | undefined> = []
+  let next = 0
+
+  const sink: EventSink = (event, timeMs) => {
+    const version = versionOf(event)
+    if (version === undefined) return
+    const state = stateOf(event)
+    if (state === undefined) return
+    let lifecycle = window.get(version)
+    if (lifecycle === undefined) {
+      const oldest = order[next]
+      if (oldest !== undefined) {
+        byOpaque.delete((window.get(oldest) as Lifecycle).message)
+        window.delete(oldest)
+      }
+      order[next] = version
+      next = (next + 1) % capacity
+      const key = opaque(version)
+      byOpaque.set(key, version)
+      lifecycle = {
+        message: key,
+        uaid: opaque(event.uaid),
+        channelId: undefined,
+        state,
+        firstSeen: timeMs,
+        lastSeen: timeMs,
+        events: [],
+        truncated: false
+      }
+      window.set(version, lifecycle)
+    } else {
+      lifecycle.state = nextState(lifecycle.state, state)
+      lifecycle.lastSeen = timeMs
+    }
+    const data: Record<string, unknown> = {}
+    for (const [k, v] of Object.entries(event.data)) {
+      if (k === "version" || v === undefined) continue
+      if (k === "channelId" && typeof v === "string") {
+        lifecycle.channelId ??= v
+        continue
+      }
+      data[k] = v
+    }
+    if (lifecycle.events.length < maxEvents) lifecycle.events.push({ time: timeMs, type: event.type, data })
+    else lifecycle.truncated = true
+  }
+
+  const lookup = (messageId: string): TraceDocument | undefined => {
+    const byHash = isOpaqueId(messageId) ? byOpaque.get(messageId) : undefined
+    const lifecycle = window.get(byHash ?? messageId)
+    if (lifecycle === undefined) return undefined
+    return {
+      message: lifecycle.message,
+      uaid: lifecycle.uaid,
+      ...(lifecycle.channelId !== undefined ? { channelId: lifecycle.channelId } : {}),
+      state: lifecycle.state,
+      firstSeen: lifecycle.firstSeen,
+      lastSeen: lifecycle.lastSeen,
+      events: lifecycle.events.slice(),
+      truncated: lifecycle.truncated
+    }
+  }
+
+  return { sink, lookup, opaqueOf: (messageId) => window.get(messageId)?.message, size: () => window.size }
+}
+
+export class MessageTrace extends Context.Service<MessageTrace, MessageTraceService>()(
+  "autopush/observability/MessageTrace"
+) {
+  static readonly layer = (options: MessageTraceOptions = {}): Layer.Layer<MessageTrace> =>
+    Layer.sync(MessageTrace, () => MessageTrace.of(makeMessageTrace(options)))
+}

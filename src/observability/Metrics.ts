@@ -1,0 +1,329 @@
+/**
+ * Metrics: counters, gauges and timers kept in one in-process registry, rendered as Prometheus text
+ * (`GET /metrics`) and, when a statsd host is configured, forwarded to statsd/DogStatsD (tags as
+ * DogStatsD `|#k:v`, names prefixed with the role, as autopush-rs).
+ *
+ * Recording is synchronous and cheap on purpose: it sits on per-message paths. `counter(name, tags)`
+ * returns a handle (one map lookup); callers on hot paths keep handles. Effect's `Metric` module is
+ * not used: its updates are effects bound to a fiber's context, while events arrive through plain
+ * synchronous sinks, and it has no Prometheus or statsd exporter of its own.
+ *
+ * - counters and timers go to statsd as they happen (through the client's buffer);
+ * - gauges go to statsd every `gaugeIntervalMs` (current values, sampled gauges read then);
+ * - timers are Prometheus histograms in milliseconds.
+ */
+import { Context, Effect, Layer } from "effect"
+import { StatsD } from "hot-shots"
+import { metricInfo, type MetricKind, prometheusLabel, prometheusName } from "./catalog.ts"
+
+export type Tags = Readonly<Record<string, string>>
+
+export interface Counter {
+  readonly inc: (n?: number) => void
+}
+export interface Gauge {
+  readonly set: (value: number) => void
+  readonly add: (delta: number) => void
+}
+export interface Timer {
+  /** One observation, in milliseconds. */
+  readonly record: (ms: number) => void
+}
+
+export interface SeriesSnapshot {
+  readonly name: string
+  readonly kind: MetricKind
+  readonly tags: Tags
+  /** Counter total, gauge value, or timer sum. */
+  readonly value: number
+  /** Timer observations (counters and gauges: 0). */
+  readonly count: number
+}
+
+export interface MetricsService {
+  readonly counter: (name: string, tags?: Tags) => Counter
+  readonly gauge: (name: string, tags?: Tags) => Gauge
+  readonly timer: (name: string, tags?: Tags) => Timer
+  /** A gauge read when it is reported (scrape, statsd flush); returns its unregistration. */
+  readonly sampled: (name: string, tags: Tags, read: () => number) => () => void
+  /** Counter total, gauge value (sampled ones read now) or timer count; undefined if never touched. */
+  readonly value: (name: string, tags?: Tags) => number | undefined
+  readonly snapshot: () => ReadonlyArray<SeriesSnapshot>
+  /** Prometheus text exposition format 0.0.4. */
+  readonly prometheus: () => string
+}
+
+/** `Content-Type` of `prometheus()`. */
+export const PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+/** Histogram bucket bounds of timers, in milliseconds. */
+export const TIMER_BUCKETS: ReadonlyArray<number> = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000]
+
+/** Where counters and timers go as they happen, and gauges when flushed (statsd). */
+export interface MetricsForwarder {
+  readonly count: (name: string, n: number, tags: ReadonlyArray<string>) => void
+  readonly timing: (name: string, ms: number, tags: ReadonlyArray<string>) => void
+  readonly gauge: (name: string, value: number, tags: ReadonlyArray<string>) => void
+}
+
+// ── the registry ────────────────────────────────────────────────────────────────────────────────
+
+const seriesKey = (name: string, tags: Tags): string => {
+  const keys = Object.keys(tags)
+  if (keys.length === 0) return name
+  keys.sort()
+  let key = name
+  for (const k of keys) key += `\u0000${k}=${tags[k]}`
+  return key
+}
+
+const sortedTags = (tags: Tags): Tags => {
+  const out: Record<string, string> = {}
+  for (const k of Object.keys(tags).sort()) out[k] = tags[k] as string
+  return out
+}
+
+class Series implements Counter, Gauge, Timer {
+  readonly name: string
+  readonly kind: MetricKind
+  readonly tags: Tags
+  /** DogStatsD `k:v` tags. */
+  readonly tagList: ReadonlyArray<string>
+  readonly forward: MetricsForwarder | undefined
+  value = 0
+  count = 0
+  readonly buckets: Float64Array | undefined
+  read: (() => number) | undefined = undefined
+
+  constructor(name: string, kind: MetricKind, tags: Tags, forward: MetricsForwarder | undefined) {
+    this.name = name
+    this.kind = kind
+    this.tags = tags
+    this.tagList = Object.entries(tags).map(([k, v]) => `${k}:${v}`)
+    this.forward = forward
+    this.buckets = kind === "timer" ? new Float64Array(TIMER_BUCKETS.length) : undefined
+  }
+
+  inc(n = 1): void {
+    this.value += n
+    this.forward?.count(this.name, n, this.tagList)
+  }
+
+  set(value: number): void {
+    this.value = value
+  }
+
+  add(delta: number): void {
+    this.value += delta
+  }
+
+  record(ms: number): void {
+    this.value += ms
+    this.count++
+    const buckets = this.buckets as Float64Array
+    for (let i = 0; i < TIMER_BUCKETS.length; i++) {
+      if (ms <= (TIMER_BUCKETS[i] as number)) {
+        buckets[i] = (buckets[i] as number) + 1
+        break
+      }
+    }
+    this.forward?.timing(this.name, ms, this.tagList)
+  }
+
+  current(): number {
+    if (this.read === undefined) return this.value
+    try {
+      return this.read()
+    } catch {
+      return Number.NaN
+    }
+  }
+}
+
+const escapeLabelValue = (value: string): string => value.replace(/\\/g, "\\\\").replace(/"/g, "\\\"").replace(/\n/g, "\\n")
+
+const formatNumber = (n: number): string =>
+  Number.isNaN(n) ? "NaN" : n === Number.POSITIVE_INFINITY ? "+Inf" : n === Number.NEGATIVE_INFINITY ? "-Inf" : String(n)
+
+const labels = (tags: Tags, extra?: readonly [string, string]): string => {
+  const parts = Object.entries(tags).map(([k, v]) => `${prometheusLabel(k)}="${escapeLabelValue(v)}"`)
+  if (extra !== undefined) parts.push(`${extra[0]}="${extra[1]}"`)
+  return parts.length === 0 ? "" : `{${parts.join(",")}}`
+}
+
+/** A registry: the in-memory metrics, optionally forwarding to statsd. */
+export const makeMetrics = (forward?: MetricsForwarder): MetricsService & { readonly flushGauges: () => void } => {
+  const series = new Map<string, Series>()
+  const kinds = new Map<string, MetricKind>()
+
+  const get = (name: string, kind: MetricKind, tags: Tags): Series => {
+    const key = seriesKey(name, tags)
+    const found = series.get(key)
+    if (found !== undefined) {
+      if (found.kind !== kind) throw new Error(`metric ${name} is a ${found.kind}, not a ${kind}`)
+      return found
+    }
+    const known = kinds.get(name)
+    if (known !== undefined && known !== kind) throw new Error(`metric ${name} is a ${known}, not a ${kind}`)
+    kinds.set(name, kind)
+    const made = new Series(name, kind, sortedTags(tags), forward)
+    series.set(key, made)
+    return made
+  }
+
+  const NO_TAGS: Tags = {}
+
+  const prometheus = (): string => {
+    const families = new Map<string, Array<Series>>()
+    for (const s of series.values()) {
+      const family = families.get(s.name)
+      family === undefined ? families.set(s.name, [s]) : family.push(s)
+    }
+    const lines: Array<string> = []
+    for (const name of [...families.keys()].sort()) {
+      const members = families.get(name) as Array<Series>
+      const kind = (members[0] as Series).kind
+      const family = prometheusName(name, kind)
+      const help = metricInfo(name)?.help
+      if (help !== undefined) lines.push(`# HELP ${family} ${help.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")}`)
+      lines.push(`# TYPE ${family} ${kind === "timer" ? "histogram" : kind}`)
+      for (const s of members) {
+        if (kind !== "timer") {
+          lines.push(`${family}${labels(s.tags)} ${formatNumber(s.current())}`)
+          continue
+        }
+        let cumulative = 0
+        const buckets = s.buckets as Float64Array
+        for (let i = 0; i < TIMER_BUCKETS.length; i++) {
+          cumulative += buckets[i] as number
+          lines.push(`${family}_bucket${labels(s.tags, ["le", String(TIMER_BUCKETS[i])])} ${cumulative}`)
+        }
+        lines.push(`${family}_bucket${labels(s.tags, ["le", "+Inf"])} ${s.count}`)
+        lines.push(`${family}_sum${labels(s.tags)} ${formatNumber(s.value)}`)
+        lines.push(`${family}_count${labels(s.tags)} ${s.count}`)
+      }
+    }
+    return lines.length === 0 ? "" : `${lines.join("\n")}\n`
+  }
+
+  return {
+    counter: (name, tags = NO_TAGS) => get(name, "counter", tags),
+    gauge: (name, tags = NO_TAGS) => get(name, "gauge", tags),
+    timer: (name, tags = NO_TAGS) => get(name, "timer", tags),
+    sampled: (name, tags, read) => {
+      const s = get(name, "gauge", tags)
+      s.read = read
+      return () => {
+        if (s.read === read) {
+          s.value = 0
+          s.read = undefined
+        }
+      }
+    },
+    value: (name, tags = NO_TAGS) => {
+      const s = series.get(seriesKey(name, tags))
+      return s === undefined ? undefined : s.kind === "timer" ? s.count : s.current()
+    },
+    snapshot: () =>
+      [...series.values()].map((s) => ({
+        name: s.name,
+        kind: s.kind,
+        tags: s.tags,
+        value: s.kind === "timer" ? s.value : s.current(),
+        count: s.count
+      })),
+    prometheus,
+    flushGauges: () => {
+      if (forward === undefined) return
+      for (const s of series.values()) if (s.kind === "gauge") forward.gauge(s.name, s.current(), s.tagList)
+    }
+  }
+}
+
+// ── statsd ──────────────────────────────────────────────────────────────────────────────────────
+
+export interface StatsdOptions {
+  readonly host: string
+  readonly port: number
+  /** Names are sent as `{prefix}.{name}` (autopush-rs: the role, `autoconnect` / `autoendpoint`). */
+  readonly prefix: string
+  /** How long the client buffers datagrams (ms; 0 sends each metric at once). Default 1000. */
+  readonly flushIntervalMs?: number
+  /** How often gauges are sent (ms). Default 10 000. */
+  readonly gaugeIntervalMs?: number
+  /** Called with client errors (DNS, socket); default: a warning log line, at most once a minute. */
+  readonly onError?: (error: Error) => void
+}
+
+/** A hot-shots UDP client (DogStatsD tags) as a forwarder, and its closing. */
+const statsdForwarder = (options: StatsdOptions) => {
+  const flushIntervalMs = options.flushIntervalMs ?? 1_000
+  const client = new StatsD({
+    host: options.host,
+    port: options.port,
+    protocol: "udp",
+    // Resolve the host once a minute, not per datagram.
+    cacheDns: true,
+    cacheDnsTtl: 60_000,
+    prefix: options.prefix === "" ? "" : `${options.prefix}.`,
+    // One datagram per buffer: below a typical MTU.
+    maxBufferSize: flushIntervalMs > 0 ? 1_400 : 0,
+    bufferFlushInterval: flushIntervalMs > 0 ? flushIntervalMs : 1_000,
+    errorHandler: (error) => options.onError?.(error)
+  })
+  const forward: MetricsForwarder = {
+    count: (name, n, tags) => client.increment(name, n, tags as Array<string>),
+    timing: (name, ms, tags) => client.timing(name, ms, tags as Array<string>),
+    gauge: (name, value, tags) => client.gauge(name, value, tags as Array<string>)
+  }
+  const close = () => new Promise<void>((resolve) => client.close(() => resolve()))
+  return { forward, close }
+}
+
+// ── the service ─────────────────────────────────────────────────────────────────────────────────
+
+export interface MetricsOptions {
+  /** Forward to statsd/DogStatsD; off when absent. */
+  readonly statsd?: StatsdOptions | undefined
+}
+
+export class Metrics extends Context.Service<Metrics, MetricsService>()("autopush/observability/Metrics") {
+  /**
+   * The live registry (Prometheus text via `prometheus()`), forwarding to statsd when configured.
+   * Closing the layer sends the gauges once more and flushes the statsd buffer.
+   */
+  static readonly layer = (options: MetricsOptions = {}): Layer.Layer<Metrics> =>
+    Layer.effect(
+      Metrics,
+      Effect.gen(function*() {
+        const statsd = options.statsd
+        if (statsd === undefined) return Metrics.of(makeMetrics())
+        // Client errors (DNS, socket) are logged with the node's logger, at most once a minute.
+        const context = yield* Effect.context<never>()
+        let reported = Number.NEGATIVE_INFINITY
+        const onError = statsd.onError ?? ((error: Error) => {
+          const now = Date.now()
+          if (now - reported < 60_000) return
+          reported = now
+          Effect.runForkWith(context)(
+            Effect.logWarning("statsd client error").pipe(Effect.annotateLogs({ error: error.message }))
+          )
+        })
+        const { forward, close } = statsdForwarder({ ...statsd, onError })
+        const metrics = makeMetrics(forward)
+        const timer = setInterval(metrics.flushGauges, statsd.gaugeIntervalMs ?? 10_000)
+        timer.unref()
+        yield* Effect.addFinalizer(() =>
+          Effect.promise(() => {
+            clearInterval(timer)
+            metrics.flushGauges()
+            return close()
+          })
+        )
+        return Metrics.of(metrics)
+      })
+    )
+
+  /** The registry only (no statsd): read values back with `value`, `snapshot`, `prometheus`. */
+  static readonly layerMemory: Layer.Layer<Metrics> = Layer.sync(Metrics, () => Metrics.of(makeMetrics()))
+}

@@ -1,0 +1,106 @@
+/**
+ * Every metric this service emits: name (statsd/DogStatsD name, after the `{role}.` prefix), kind,
+ * tags and meaning. The names follow autopush-rs where it has one (protocol-notes §7). The README's
+ * metrics table is made from this list; Prometheus names are derived by `prometheusName`.
+ */
+
+export type MetricKind = "counter" | "gauge" | "timer"
+
+export interface MetricInfo {
+  readonly name: string
+  readonly kind: MetricKind
+  readonly tags: Readonly<Record<string, string>>
+  /** Which node emits it: connection, endpoint, or both. */
+  readonly node: "connection" | "endpoint" | "both"
+  readonly help: string
+}
+
+const m = (
+  name: string,
+  kind: MetricKind,
+  node: MetricInfo["node"],
+  help: string,
+  tags: Readonly<Record<string, string>> = {}
+): MetricInfo => ({ name, kind, tags, node, help })
+
+export const METRICS = {
+  // ── connection node (domain events of the session machine) ──
+  hello: m("ua.command.hello", "counter", "connection", "Hello commands answered", {
+    uaid: "new / existing / reassigned (a claimed uaid that could not be resumed)"
+  }),
+  register: m("ua.command.register", "counter", "connection", "Channels registered"),
+  unregister: m("ua.command.unregister", "counter", "connection", "Channels unregistered", {
+    code: "200 / 201 / 202 / 203 (the client's reason) / none / other"
+  }),
+  ack: m("ua.command.ack", "counter", "connection", "Messages acknowledged by clients", {
+    source: "direct / stored",
+    code: "100 delivered / 101 decryption error / 102 not delivered / other"
+  }),
+  nack: m("ua.command.nack", "counter", "connection", "Negative acknowledgements", { code: "301 / 302 / 303 / 0" }),
+  sent: m("ua.notification.sent", "counter", "connection", "Notifications sent to clients", { source: "direct / stored" }),
+  retrieved: m("notification.message.retrieved", "counter", "connection", "Stored notifications sent to clients"),
+  expiration: m("ua.expiration", "counter", "connection", "Users dropped; their next hello gets a new uaid", {
+    reason: "too_many_messages / stale_month"
+  }),
+  migrated: m("ua.month.migrated", "counter", "connection", "Users moved to the current month's message table"),
+  closed: m("ua.connection.closed", "counter", "connection", "WebSockets closed by the server", {
+    code: "close code",
+    reason: "close reason (Ghost, HandshakeTimeout, PongTimeout, Shutdown, ...)"
+  }),
+  connections: m("ua.connections", "gauge", "connection", "Identified sessions (after hello) on this node"),
+  sockets: m("ua.sockets", "gauge", "connection", "Open WebSockets on this node, identified or not"),
+  // ── both ──
+  stored: m("notification.message.stored", "counter", "both", "Notifications written to storage", {
+    reason: "offline (endpoint: client not connected) / disconnect (connection node: unacked at disconnect)"
+  }),
+  expired: m("notification.message.expired", "counter", "both", "Notifications dropped for their TTL (TTL 0 not delivered, or expired before delivery)"),
+  deleted: m("notification.message.deleted", "counter", "endpoint", "Notifications cancelled by the sender (DELETE /m/{id})"),
+  storageTime: m("storage.time", "timer", "both", "Storage operations (when storage is wrapped by timedStorage)", {
+    operation: "getUser / saveMessage / fetchTimestampMessages / ...",
+    outcome: "ok / error"
+  }),
+  // ── endpoint node ──
+  received: m("notification.received", "counter", "endpoint", "Notifications accepted (valid POST /wpush/...)"),
+  routed: m("notification.routed", "counter", "endpoint", "Accepted notifications by routing outcome", {
+    outcome: "direct / stored / dropped / failed"
+  }),
+  routeTime: m("notification.route_time", "timer", "endpoint", "Time to route an accepted notification", {
+    outcome: "direct / stored / dropped / failed"
+  }),
+  inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
+  requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
+    route: "push / cancel / registration / health / metrics / other",
+    status: "HTTP status"
+  }),
+  requestError: m("request.error", "counter", "endpoint", "Error responses by errno", {
+    errno: "the error JSON's errno (none when null)",
+    status: "HTTP status"
+  }),
+  // ── the event log itself ──
+  eventLogDropped: m("event_log.dropped", "counter", "both", "Event-log lines dropped because the file could not keep up")
+} as const satisfies Readonly<Record<string, MetricInfo>>
+
+const byName: ReadonlyMap<string, MetricInfo> = new Map(Object.values(METRICS).map((info) => [info.name, info]))
+
+export const metricInfo = (name: string): MetricInfo | undefined => byName.get(name)
+
+/** Prometheus metric name rules: `[a-zA-Z_:][a-zA-Z0-9_:]*`. */
+const sanitize = (name: string): string => {
+  const s = name.replace(/[^a-zA-Z0-9_:]/g, "_")
+  return /^[0-9]/.test(s) ? `_${s}` : s
+}
+
+/** Label names: `[a-zA-Z_][a-zA-Z0-9_]*`. */
+export const prometheusLabel = (name: string): string => {
+  const s = name.replace(/[^a-zA-Z0-9_]/g, "_")
+  return /^[0-9]/.test(s) ? `_${s}` : s
+}
+
+/**
+ * The Prometheus family name: dots become underscores; counters end in `_total`; timers are
+ * histograms in milliseconds (`_milliseconds`, with `_bucket`, `_sum`, `_count`).
+ */
+export const prometheusName = (name: string, kind: MetricKind): string => {
+  const base = sanitize(name)
+  return kind === "counter" ? `${base}_total` : kind === "timer" ? `${base}_milliseconds` : base
+}

@@ -1,0 +1,120 @@
+/**
+ * The endpoint node's instrumentation, on when `Metrics` is provided (the observability layer):
+ * - requests: `request.in_flight`, `request.time{route,status}`, `request.error{errno,status}`;
+ * - routing: each routed message is recorded as `notification.routed.1` (outcome and time), from
+ *   which the metrics sink makes `notification.routed` / `notification.route_time` and the trace
+ *   shows the endpoint's half of a direct delivery.
+ */
+import { Effect, Option } from "effect"
+import { HttpServerRequest, type HttpServerResponse } from "effect/http"
+import { type ApiError, toErrorResponse } from "../domain/errors.ts"
+import type { RouteOutcome } from "../domain/events.ts"
+import { WebPushRouter, type WebPushRouterService } from "../routers/webpush.ts"
+import { METRICS } from "./catalog.ts"
+import { EventLog, type EventLogService } from "./EventLog.ts"
+import { Metrics, type MetricsService, type Timer } from "./Metrics.ts"
+
+/** A router that records `notification.routed.1` for every message it routes (or fails to). */
+export const recordRouting = (router: WebPushRouterService, events: EventLogService): WebPushRouterService => ({
+  route: (user, table, notification) =>
+    Effect.suspend(() => {
+      const start = performance.now()
+      const record = (outcome: RouteOutcome) =>
+        Effect.sync(() =>
+          events.record({
+            type: "notification.routed.1",
+            uaid: user.uaid,
+            data: {
+              channelId: notification.channelId,
+              version: notification.version,
+              outcome,
+              durationMs: Math.round((performance.now() - start) * 1000) / 1000
+            }
+          })
+        )
+      return router.route(user, table, notification).pipe(
+        Effect.tap(record),
+        Effect.tapError(() => record("failed"))
+      )
+    })
+})
+
+/** Coarse route of a request path (a bounded label). */
+export const routeLabel = (url: string): string =>
+  url.startsWith("/wpush/") ? "push"
+  : url.startsWith("/m/") ? "cancel"
+  : url.startsWith("/v1/err") ? "health"
+  : url.startsWith("/v1/") ? "registration"
+  : url === "/metrics" ? "metrics"
+  : /^\/(health|status|__heartbeat__|__lbheartbeat__|__version__|__error__)(\?|$)/.test(url) ? "health"
+  : "other"
+
+export interface EndpointInstrumentation {
+  readonly metrics: MetricsService
+  /** Run `handlers` with the routing recorded (`recordRouting` over the `WebPushRouter` in context). */
+  readonly withRouting: <A, E, R>(handlers: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R | WebPushRouter>
+  /** Count an error response. */
+  readonly onError: (error: ApiError) => void
+  /** In-flight and timing around the whole request handler. */
+  readonly instrument: <E, R>(
+    app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
+  ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest>
+}
+
+const perKey = <H>(make: (key: string) => H) => {
+  const handles = new Map<string, H>()
+  return (key: string): H => {
+    let handle = handles.get(key)
+    if (handle === undefined) {
+      handle = make(key)
+      handles.set(key, handle)
+    }
+    return handle
+  }
+}
+
+export const makeEndpointInstrumentation = (metrics: MetricsService, events: EventLogService): EndpointInstrumentation => {
+  const inFlight = metrics.gauge(METRICS.inFlight.name)
+  const requestTime = perKey((key): Timer => {
+    const at = key.indexOf(" ")
+    return metrics.timer(METRICS.requestTime.name, { route: key.slice(0, at), status: key.slice(at + 1) })
+  })
+  const requestError = perKey((key) => {
+    const at = key.indexOf(" ")
+    return metrics.counter(METRICS.requestError.name, { errno: key.slice(0, at), status: key.slice(at + 1) })
+  })
+  return {
+    metrics,
+    withRouting: (handlers) =>
+      Effect.flatMap(Effect.service(WebPushRouter), (router) =>
+        handlers.pipe(Effect.provideService(WebPushRouter, WebPushRouter.of(recordRouting(router, events))))),
+    onError: (error) => {
+      const { status, body } = toErrorResponse(error)
+      requestError(`${body.errno ?? "none"} ${status}`).inc()
+    },
+    instrument: (app) =>
+      Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
+        const start = performance.now()
+        inFlight.add(1)
+        return app.pipe(
+          Effect.onExit((exit) =>
+            Effect.sync(() => {
+              inFlight.add(-1)
+              if (exit._tag === "Success") {
+                requestTime(`${routeLabel(request.url)} ${exit.value.status}`).record(performance.now() - start)
+              }
+            })
+          )
+        )
+      })
+  }
+}
+
+/** The endpoint's instrumentation when `Metrics` is provided; undefined otherwise. */
+export const endpointInstrumentation: Effect.Effect<EndpointInstrumentation | undefined, never, EventLog> = Effect.gen(
+  function*() {
+    const metrics = yield* Effect.serviceOption(Metrics)
+    if (Option.isNone(metrics)) return undefined
+    return makeEndpointInstrumentation(metrics.value, yield* EventLog)
+  }
+)

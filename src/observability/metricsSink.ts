@@ -1,0 +1,98 @@
+/**
+ * Domain events → metrics (names in `catalog.ts`). Handles are resolved once; tags whose values come
+ * from clients (ack, nack and unregister codes) are folded into known values so that a client cannot
+ * grow the registry.
+ */
+import type { DomainEvent } from "../domain/events.ts"
+import { METRICS } from "./catalog.ts"
+import type { EventSink } from "./EventLog.ts"
+import type { Counter, MetricsService, Tags, Timer } from "./Metrics.ts"
+
+/** A handle per tag value, made on first use. */
+const perValue = <H>(make: (value: string) => H) => {
+  const handles = new Map<string, H>()
+  return (value: string): H => {
+    let handle = handles.get(value)
+    if (handle === undefined) {
+      handle = make(value)
+      handles.set(value, handle)
+    }
+    return handle
+  }
+}
+
+const known = (values: ReadonlyArray<number>, otherwise: string) => {
+  const set = new Set(values)
+  return (code: number | undefined): string => (code === undefined ? "none" : set.has(code) ? String(code) : otherwise)
+}
+
+const unregisterCode = known([200, 201, 202, 203], "other")
+const ackCode = known([100, 101, 102], "other")
+const nackCode = (code: number): string => (code >= 301 && code <= 303 ? String(code) : "0")
+
+export const metricsSink = (metrics: MetricsService): EventSink => {
+  const counter = (name: string, tags?: Tags): Counter => metrics.counter(name, tags)
+  const timer = (name: string, tags?: Tags): Timer => metrics.timer(name, tags)
+
+  const hello = perValue((uaid) => counter(METRICS.hello.name, { uaid }))
+  const register = counter(METRICS.register.name)
+  const unregister = perValue((code) => counter(METRICS.unregister.name, { code }))
+  const ack = perValue((key) => {
+    const [source, code] = key.split(":") as [string, string]
+    return counter(METRICS.ack.name, { source, code })
+  })
+  const nack = perValue((code) => counter(METRICS.nack.name, { code }))
+  const sent = perValue((source) => counter(METRICS.sent.name, { source }))
+  const retrieved = counter(METRICS.retrieved.name)
+  const expiration = perValue((reason) => counter(METRICS.expiration.name, { reason }))
+  const migrated = counter(METRICS.migrated.name)
+  const closed = perValue((key) => {
+    const at = key.indexOf(":")
+    return counter(METRICS.closed.name, { code: key.slice(0, at), reason: key.slice(at + 1) })
+  })
+  const stored = perValue((reason) => counter(METRICS.stored.name, { reason }))
+  const expired = counter(METRICS.expired.name)
+  const deleted = counter(METRICS.deleted.name)
+  const received = counter(METRICS.received.name)
+  const routed = perValue((outcome) => counter(METRICS.routed.name, { outcome }))
+  const routeTime = perValue((outcome) => timer(METRICS.routeTime.name, { outcome }))
+
+  return (event: DomainEvent) => {
+    switch (event.type) {
+      case "client.hello.1":
+        return hello(event.data.kind).inc()
+      case "channel.registered.1":
+        return register.inc()
+      case "channel.unregistered.1":
+        return unregister(unregisterCode(event.data.code)).inc()
+      case "notification.accepted.1":
+        return received.inc()
+      case "notification.routed.1":
+        routed(event.data.outcome).inc()
+        return routeTime(event.data.outcome).record(event.data.durationMs)
+      case "notification.stored.1":
+        return stored(event.data.reason).inc()
+      case "notification.delivered.1":
+        sent(event.data.source).inc()
+        if (event.data.source === "stored") retrieved.inc()
+        return
+      case "notification.acked.1":
+        return ack(`${event.data.source}:${ackCode(event.data.code)}`).inc()
+      case "notification.nacked.1":
+        return nack(nackCode(event.data.code)).inc()
+      case "notification.expired.1":
+        return expired.inc()
+      case "notification.deleted.1":
+        return deleted.inc()
+      case "uaid.reset.1":
+        return expiration(event.data.reason).inc()
+      case "month.migrated.1":
+        return migrated.inc()
+      case "session.closed.1":
+        return closed(`${event.data.code}:${event.data.reason}`).inc()
+      default:
+        // Unknown types are ignored (DESIGN.md §3).
+        return
+    }
+  }
+}

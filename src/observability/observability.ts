@@ -1,0 +1,144 @@
+/**
+ * Observability wired from settings: one `EventLog` whose sinks are the metrics (`metricsSink`), the
+ * message trace window and, when `event_log` is set, the JSON-lines event log; plus the `Metrics`
+ * registry (Prometheus text, statsd when `statsd_host` is set) and the `MessageTrace`.
+ *
+ * Where they are served:
+ * - the endpoint node (`EndpointServer`) finds `Metrics` in its context: `GET /metrics`, request
+ *   metrics, routing time;
+ * - the connection node passes `routerObservability(registry)` to `handleRouterRequest`:
+ *   `GET /metrics` and `GET /__trace__/{message_id}` on the router port, connection gauges.
+ */
+import { Context, Effect, Layer, Option, type Scope } from "effect"
+import { METRICS } from "./catalog.ts"
+import { EventLog, EventLogMemory, recordTo, type EventSink } from "./EventLog.ts"
+import { type EventLogOpenError, openEventLog } from "./eventLogFile.ts"
+import { MessageTrace, type TraceDocument } from "./MessageTrace.ts"
+import { Metrics, type MetricsService } from "./Metrics.ts"
+import { metricsSink } from "./metricsSink.ts"
+import { makeOpaqueIds } from "./opaque.ts"
+
+export interface ObservabilityOptions {
+  /** `autopush`, `autoconnect`, `autoendpoint`: the statsd prefix. */
+  readonly role: string
+  /** `statsd_host`; statsd is off when unset. */
+  readonly statsdHost?: string | undefined
+  /** `statsd_port` (default 8125). */
+  readonly statsdPort?: number | undefined
+  /** `event_log`: `-` for stdout, a file path, or unset for none. */
+  readonly eventLog?: string | undefined
+  /** Messages the trace window keeps (default 10 000). */
+  readonly traceWindow?: number | undefined
+  /** statsd client buffering (ms, default 1000) and gauge period (ms, default 10 000). */
+  readonly statsdFlushIntervalMs?: number | undefined
+  readonly statsdGaugeIntervalMs?: number | undefined
+}
+
+/** `EventLog` over the metrics, the trace and the optional event-log file, given `Metrics` and `MessageTrace`. */
+const eventLogOver = (
+  eventLog: string | undefined,
+  opaque: (value: string) => string,
+  extra: ReadonlyArray<EventSink> = []
+): Effect.Effect<Array<EventSink>, EventLogOpenError, Metrics | MessageTrace | Scope.Scope> =>
+  Effect.gen(function*() {
+    const metrics = yield* Metrics
+    const trace = yield* MessageTrace
+    // The trace runs first and has hashed the event's message id already.
+    const sinks: Array<EventSink> = [...extra, metricsSink(metrics), trace.sink]
+    if (eventLog !== undefined && eventLog !== "") {
+      const dropped = metrics.counter(METRICS.eventLogDropped.name)
+      sinks.push(yield* openEventLog({
+        target: eventLog,
+        opaque: (value) => trace.opaqueOf(value) ?? opaque(value),
+        onDrop: () => dropped.inc()
+      }))
+    }
+    return sinks
+  })
+
+/**
+ * The live observability of a node (or of the all-in-one process: both nodes then share it, so
+ * traces have both halves and `/metrics` on either port shows everything).
+ */
+export const observabilityLayer = (
+  options: ObservabilityOptions
+): Layer.Layer<EventLog | Metrics | MessageTrace, EventLogOpenError> => {
+  const opaque = makeOpaqueIds()
+  const metrics = Metrics.layer({
+    statsd: options.statsdHost === undefined || options.statsdHost === "" ? undefined : {
+      host: options.statsdHost,
+      port: options.statsdPort ?? 8125,
+      prefix: options.role,
+      ...(options.statsdFlushIntervalMs !== undefined ? { flushIntervalMs: options.statsdFlushIntervalMs } : {}),
+      ...(options.statsdGaugeIntervalMs !== undefined ? { gaugeIntervalMs: options.statsdGaugeIntervalMs } : {})
+    }
+  })
+  const trace = MessageTrace.layer({ capacity: options.traceWindow ?? 10_000, opaque })
+  const events = Layer.effect(
+    EventLog,
+    Effect.map(eventLogOver(options.eventLog, opaque), (sinks) => EventLog.of({ record: recordTo(sinks) }))
+  )
+  return events.pipe(Layer.provideMerge(Layer.mergeAll(metrics, trace)))
+}
+
+/**
+ * For tests: the in-memory event log (`EventLogMemory`) that also feeds in-memory `Metrics` and a
+ * `MessageTrace`, and the event-log file when `eventLog` is given.
+ */
+export const observabilityLayerMemory = (
+  options: Pick<ObservabilityOptions, "eventLog" | "traceWindow"> = {}
+): Layer.Layer<EventLog | EventLogMemory | Metrics | MessageTrace, EventLogOpenError> => {
+  const opaque = makeOpaqueIds()
+  const events = Layer.effectContext(
+    Effect.gen(function*() {
+      const recorded: Array<Parameters<EventSink>[0]> = []
+      const sinks = yield* eventLogOver(options.eventLog, opaque, [(e) => void recorded.push(e)])
+      return Context.make(EventLog, EventLog.of({ record: recordTo(sinks) })).pipe(
+        Context.add(EventLogMemory, EventLogMemory.of({ events: recorded }))
+      )
+    })
+  )
+  return events.pipe(
+    Layer.provideMerge(Layer.mergeAll(Metrics.layerMemory, MessageTrace.layer({ capacity: options.traceWindow ?? 10_000, opaque })))
+  )
+}
+
+// ── the connection node's router port ───────────────────────────────────────────────────────────
+
+/** What the router port's `/metrics` and `/__trace__/{id}` serve; either may be absent (then 404). */
+export interface RouterObservability {
+  readonly metrics?: Pick<MetricsService, "prometheus"> | undefined
+  readonly trace?: { readonly lookup: (messageId: string) => TraceDocument | undefined } | undefined
+}
+
+/** The connection registry as the gauges see it. */
+export interface ConnectionCounts {
+  /** Identified sessions. */
+  readonly count: () => number
+  /** Every open connection. */
+  readonly connections: ReadonlySet<unknown>
+}
+
+/**
+ * The connection node's observability, from whatever of `Metrics` / `MessageTrace` is provided:
+ * registers the `ua.connections` / `ua.sockets` gauges for the scope, and returns what
+ * `handleRouterRequest` serves.
+ */
+export const routerObservability = (
+  registry: ConnectionCounts
+): Effect.Effect<RouterObservability, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const metrics = Option.getOrUndefined(yield* Effect.serviceOption(Metrics))
+    const trace = Option.getOrUndefined(yield* Effect.serviceOption(MessageTrace))
+    if (metrics !== undefined) {
+      const connections = metrics.sampled(METRICS.connections.name, {}, () => registry.count())
+      const sockets = metrics.sampled(METRICS.sockets.name, {}, () => registry.connections.size)
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          connections()
+          sockets()
+        })
+      )
+    }
+    return { metrics, trace }
+  })
