@@ -15,7 +15,10 @@ import type { Role, Settings } from "../config/index.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { generateFernetKey } from "../crypto/fernet.ts"
 import { EndpointServer } from "../endpoint/server.ts"
-import { EventLog } from "../observability/EventLog.ts"
+import type { EventLog } from "../observability/EventLog.ts"
+import { EventLogOpenError } from "../observability/eventLogFile.ts"
+import { observabilityLayer } from "../observability/observability.ts"
+import { timedStorage } from "../observability/timedStorage.ts"
 import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
@@ -127,8 +130,16 @@ export const runRole = <A, E>(
 ) => {
   const launch = (settings: Settings) => {
     const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname })
+    const observability = observabilityLayer({
+      role,
+      statsdHost: settings.statsdHost,
+      statsdPort: settings.statsdPort,
+      eventLog: settings.eventLog
+    })
+    // In the all-in-one process both nodes share one observability instance (metrics, trace).
     const app = nodes(settings).pipe(
-      Layer.provide(Layer.mergeAll(storageLayer(settings), cryptoLayer(settings), EventLog.layer()))
+      Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storageLayer(settings))), cryptoLayer(settings))),
+      Layer.provideMerge(observability)
     )
     return Effect.gen(function*() {
       yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({ role, settings: redactedSettings(settings) }))
@@ -137,7 +148,16 @@ export const runRole = <A, E>(
           Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: join(settings.dataDir, "secrets.json") })
         )
       }
-      return yield* Layer.launch(app)
+      return yield* Layer.launch(app).pipe(
+        Effect.catch((error) =>
+          error instanceof EventLogOpenError
+            ? Effect.sync(() => {
+              process.stderr.write(`${role}: configuration error: ${error.message}\n`)
+              process.exitCode = 2
+            })
+            : Effect.fail(error)
+        )
+      )
     }).pipe(Effect.provide(logging))
   }
   const program = settingsFor(role, process.argv.slice(2)).pipe(

@@ -8,6 +8,7 @@ import type { AddressInfo } from "node:net"
 import { type RawData, WebSocketServer, type WebSocket } from "ws"
 import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
+import { routerObservability } from "../observability/observability.ts"
 import { decodeClientFrame, isFrameError } from "../protocol/messages.ts"
 import type { Mailbox } from "../protocol/mailbox.ts"
 import {
@@ -78,7 +79,8 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           logError: (message) => run(Effect.logError(message))
         }
 
-        const routerServer = createServer((req, res) => handleRouterRequest(req, res, registry, health))
+        const observability = yield* routerObservability(registry)
+        const routerServer = createServer((req, res) => handleRouterRequest(req, res, registry, health, observability))
         const routerPort = yield* listen(routerServer, options.routerPort, options.bindHost)
         const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
 
