@@ -8,7 +8,6 @@ import { Duration, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
 import { homedir } from "node:os"
-import { join } from "node:path"
 import { ConnectionNode } from "../connection/node.ts"
 import { type ConfigError, type HelpRequested, loadSettings, redactedSettings, requireSecrets } from "../config/index.ts"
 import type { Role, Settings } from "../config/index.ts"
@@ -23,12 +22,10 @@ import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { layerEmbedded } from "../storage/embedded.ts"
+import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
 import { createActiveTables, type Storage, type StorageError } from "../storage/Storage.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)
-
-/** dynalite's LevelDB lives in its own folder under `data_dir`, beside the embedded node's secrets. */
-const embeddedDataDir = (settings: Settings): string => join(settings.dataDir, "dynalite")
 
 /** Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint. */
 export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
@@ -51,7 +48,7 @@ export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageEr
  */
 const embeddedSecrets = (settings: Settings) =>
   Effect.gen(function*() {
-    const path = join(settings.dataDir, "secrets.json")
+    const path = embeddedSecretsFile(settings)
     const stored = yield* Effect.promise(() => readFile(path, "utf8").then((t) => JSON.parse(t) as Record<string, Array<string>>, () => undefined))
     const secrets = {
       crypto_key: settings.cryptoKey.length > 0 ? [...settings.cryptoKey] : stored?.["crypto_key"] ?? [generateFernetKey()],
@@ -145,7 +142,7 @@ export const runRole = <A, E>(
       yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({ role, settings: redactedSettings(settings) }))
       if (settings.storageEndpoint === undefined) {
         yield* Effect.logInfo("embedded storage (dynalite); keys of this node are kept beside it").pipe(
-          Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: join(settings.dataDir, "secrets.json") })
+          Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
         )
       }
       return yield* Layer.launch(app).pipe(

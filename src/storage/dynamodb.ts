@@ -198,8 +198,18 @@ const chunks = <A>(items: ReadonlyArray<A>, size: number): Array<ReadonlyArray<A
 
 // ── the layer ────────────────────────────────────────────────────────────────────────────────────
 
-const hasEnvCredentials = (): boolean =>
-  process.env.AWS_ACCESS_KEY_ID !== undefined || process.env.AWS_PROFILE !== undefined
+/**
+ * Which credentials to sign with. AWS itself (no endpoint, or an https endpoint such as a VPC
+ * endpoint) and any server given explicit credentials: the SDK's standard chain (environment, profile,
+ * SSO, web identity, ECS and EC2 roles). A plain-http endpoint without them (DynamoDB Local, dynalite,
+ * ScyllaDB Alternator without auth, a compose network): placeholder credentials, which those accept —
+ * and no probe of the EC2 metadata service on a machine that has none.
+ */
+const placeholderCredentials = (endpoint: string | undefined): boolean =>
+  endpoint !== undefined &&
+  new URL(endpoint).protocol === "http:" &&
+  process.env["AWS_ACCESS_KEY_ID"] === undefined &&
+  process.env["AWS_PROFILE"] === undefined
 
 const makeClient = (options: DynamoOptions): DynamoDBClient =>
   new DynamoDBClient({
@@ -208,9 +218,7 @@ const makeClient = (options: DynamoOptions): DynamoDBClient =>
     maxAttempts: 1,
     requestHandler: { httpAgent: { keepAlive: true, maxSockets: 256 }, httpsAgent: { keepAlive: true, maxSockets: 256 } },
     ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
-    ...(options.endpoint !== undefined && !hasEnvCredentials()
-      ? { credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" } }
-      : {})
+    ...(placeholderCredentials(options.endpoint) ? { credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" } } : {})
   })
 
 export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>

@@ -1,0 +1,7 @@
+/**
+ * maintenance: create, list and drop tables, drop stale users (`maintenance --help`; src/tools/).
+ */
+import { runTool } from "../tools/cli.ts"
+import { maintenance } from "../tools/maintenance.ts"
+
+runTool("maintenance", maintenance(process.argv.slice(2)))
