@@ -174,6 +174,30 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
       await sub.client.close()
     })
 
+    live("every log line is MozLog JSON, and no uaid, endpoint token or payload appears in the logs", async () => {
+      const sub = await subscribe(deployment, true)
+      const secret = "a payload that must not be logged"
+      await sendNotification(sub.subscription, secret, { TTL: 60, vapidDetails })
+      const frame = await sub.client.next(isNotification)
+      ack(sub.client, frame)
+      await sub.client.close()
+      await new Promise((r) => setTimeout(r, 200))
+      const lines = deployment.output.filter((l) => !l.startsWith("[")) // "[...]": lines the test harness adds
+      assert.isAbove(lines.length, 10)
+      for (const line of lines) {
+        const record = JSON.parse(line) as Record<string, unknown>
+        assert.strictEqual(record["EnvVersion"], "2.0", line)
+        assert.match(String(record["Type"]), /^auto(push|connect|endpoint):log$/)
+        for (const field of ["Timestamp", "Logger", "Hostname", "Severity", "Pid", "Fields"]) assert.property(record, field)
+      }
+      const token = new URL(sub.subscription.endpoint).pathname.split("/").pop()!
+      const log = lines.join("\n")
+      assert.include(log, "session event", "frames are logged at debug level")
+      for (const leak of [sub.uaid, token, frame["version"] as string, frame["data"] as string, secret]) {
+        assert.notInclude(log, leak)
+      }
+    })
+
     live("a restart keeps the uaid, the subscription and stored messages", async () => {
       const sub = await subscribe(deployment, false)
       await sub.client.close()
