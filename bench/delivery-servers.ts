@@ -1,0 +1,211 @@
+/**
+ * Servers for `bench:delivery`, each run as a child process (`node delivery-servers.ts MODE PORTS…`);
+ * each answers the probe's IPC requests (`delivery-probe.ts`) and reports `{ ready: true }` once
+ * listening:
+ *
+ * - `autopush WS ROUTER ENDPOINT`: the all-in-one process of `npm start` — the connection and
+ *   endpoint layers `src/bin/app.ts` builds from settings, with its observability (metrics, trace)
+ *   and timed storage — over the in-memory storage layer instead of embedded dynalite, with a
+ *   generated crypto key and MozLog logging at `info`, as `npm start`;
+ * - `bare WS HTTP`: the bare single-process pipeline: `POST /push/{id}` on plain `node:http` → a
+ *   `Map` id → socket → plain `ws` send; no validation, no storage. A hello gets an id back;
+ * - `bare-front HTTP BACK_PORT` and `bare-back WS ROUTER`: the bare two-process pipeline: the front
+ *   forwards each POST as `PUT /push/{id}` (keep-alive agent) to the back, which sends on the socket.
+ */
+import "./delivery-probe.ts"
+import { Effect, Layer } from "effect"
+import { randomBytes } from "node:crypto"
+import { createServer, Agent, request, type IncomingMessage, type ServerResponse } from "node:http"
+import { tmpdir } from "node:os"
+import { type WebSocket, WebSocketServer } from "ws"
+import { connectionLayer, cryptoLayer, endpointLayer } from "../src/bin/app.ts"
+import { makeSettings } from "../src/config/index.ts"
+import { generateFernetKey } from "../src/crypto/fernet.ts"
+import { loggingLayer } from "../src/observability/logging.ts"
+import { observabilityLayer } from "../src/observability/observability.ts"
+import { timedStorage } from "../src/observability/timedStorage.ts"
+import { layerMemory } from "../src/storage/memory.ts"
+import { createActiveTables } from "../src/storage/Storage.ts"
+
+const HOST = "127.0.0.1"
+const [mode, ...rest] = process.argv.slice(2)
+const ports = rest.map(Number)
+const send = (message: unknown) => process.send?.(message)
+process.on("SIGTERM", () => process.exit(0))
+process.on("SIGINT", () => process.exit(0))
+
+const readBody = (req: IncomingMessage, done: (body: Buffer) => void): void => {
+  const chunks: Array<Buffer> = []
+  req.on("data", (chunk: Buffer) => chunks.push(chunk))
+  req.on("end", () => done(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)))
+}
+
+const listening = (servers: ReadonlyArray<{ listen: (port: number, host: string, cb: () => void) => unknown }>, portList: ReadonlyArray<number>) =>
+  Promise.all(servers.map((s, i) => new Promise<void>((resolve) => s.listen(portList[i] as number, HOST, resolve))))
+
+/** Plain `ws`: a hello gets an id (32 hex, like a uaid); everything else (acks) is ignored. */
+const bareSockets = () => {
+  const sockets = new Map<string, WebSocket>()
+  let nextId = 0
+  const wss = new WebSocketServer({ noServer: true, clientTracking: false })
+  const server = createServer((_req, res) => {
+    res.writeHead(404)
+    res.end()
+  })
+  server.on("upgrade", (req, socket, head) =>
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      let id: string | undefined
+      ws.on("message", (data) => {
+        if (id !== undefined) return
+        id = (++nextId).toString(16).padStart(32, "0")
+        sockets.set(id, ws)
+        ws.send(JSON.stringify({ messageType: "hello", uaid: id, status: 200, use_webpush: true, broadcasts: {} }))
+        void data
+      })
+      ws.on("close", () => {
+        if (id !== undefined) sockets.delete(id)
+      })
+    }))
+  let version = 0
+  /** The notification frame of autopush, for the given id and body. */
+  const deliver = (id: string, body: Buffer, encoding: string | undefined): boolean => {
+    const ws = sockets.get(id)
+    if (ws === undefined) return false
+    ws.send(JSON.stringify({
+      messageType: "notification",
+      channelID: id,
+      version: String(++version),
+      data: body.toString("base64url"),
+      headers: { encoding: encoding ?? "aes128gcm" }
+    }))
+    return true
+  }
+  return { server, deliver }
+}
+
+const idOf = (req: IncomingMessage): string | undefined => {
+  const url = req.url ?? ""
+  return url.startsWith("/push/") ? url.slice("/push/".length) : undefined
+}
+
+const answer = (res: ServerResponse, status: number, headers: Record<string, string> = {}) => {
+  res.writeHead(status, { "content-length": 0, ...headers })
+  res.end()
+}
+
+const bare = async () => {
+  const [wsPort, httpPort] = ports as [number, number]
+  const { server: wsServer, deliver } = bareSockets()
+  const http = createServer((req, res) => {
+    const id = idOf(req)
+    readBody(req, (body) => {
+      if (id === undefined || !deliver(id, body, req.headers["content-encoding"])) return answer(res, 404)
+      answer(res, 201, { ttl: "60" })
+    })
+  })
+  await listening([wsServer, http], [wsPort, httpPort])
+  send({ ready: true })
+}
+
+const bareFront = async () => {
+  const [httpPort, backPort] = ports as [number, number]
+  const agent = new Agent({ keepAlive: true })
+  const http = createServer((req, res) => {
+    const id = idOf(req)
+    readBody(req, (body) => {
+      if (id === undefined) return answer(res, 404)
+      const put = request({
+        host: HOST,
+        port: backPort,
+        path: `/push/${id}`,
+        method: "PUT",
+        agent,
+        headers: { "content-length": body.length, "content-encoding": req.headers["content-encoding"] ?? "aes128gcm" }
+      }, (reply) => {
+        reply.resume()
+        reply.on("end", () => answer(res, reply.statusCode === 200 ? 201 : 404, { ttl: "60" }))
+      })
+      put.on("error", () => answer(res, 503))
+      put.end(body)
+    })
+  })
+  await listening([http], [httpPort])
+  send({ ready: true })
+}
+
+const bareBack = async () => {
+  const [wsPort, routerPort] = ports as [number, number]
+  const { server: wsServer, deliver } = bareSockets()
+  const router = createServer((req, res) => {
+    const id = idOf(req)
+    readBody(req, (body) => answer(res, id !== undefined && deliver(id, body, req.headers["content-encoding"]) ? 200 : 404))
+  })
+  await listening([wsServer, router], [wsPort, routerPort])
+  send({ ready: true })
+}
+
+const autopush = () => {
+  const [wsPort, routerPort, endpointPort] = ports as [number, number, number]
+  const settings = makeSettings({
+    hostname: HOST,
+    port: wsPort,
+    router_port: routerPort,
+    router_hostname: HOST,
+    endpoint_port: endpointPort,
+    endpoint_hostname: HOST,
+    bind_host: HOST,
+    crypto_key: [generateFernetKey()],
+    auth_keys: [randomBytes(32).toString("base64url")]
+  }, tmpdir())
+  const storage = Layer.effectDiscard(createActiveTables).pipe(
+    Layer.provideMerge(layerMemory({
+      routerTable: settings.routerTablename,
+      messageTablePrefix: settings.messageTablename,
+      noTableRotation: settings.noTableRotation
+    }))
+  )
+  // What `runRole("autopush", …)` builds (observability and timed storage included), with the
+  // in-memory storage layer instead of embedded dynalite.
+  const observability = observabilityLayer({
+    role: "autopush",
+    statsdHost: settings.statsdHost,
+    statsdPort: settings.statsdPort,
+    eventLog: settings.eventLog
+  })
+  const app = Layer.mergeAll(connectionLayer(settings), endpointLayer(settings)).pipe(
+    Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
+    Layer.provideMerge(observability)
+  )
+  const logging = loggingLayer({ human: false, level: "info", role: "autopush", hostname: HOST })
+  Effect.runFork(
+    Effect.scoped(Effect.gen(function*() {
+      yield* Layer.build(app)
+      send({ ready: true })
+      return yield* Effect.never
+    })).pipe(
+      Effect.provide(logging),
+      Effect.tapCause((cause) => Effect.sync(() => {
+        console.error("autopush failed", cause)
+        process.exit(1)
+      }))
+    )
+  )
+}
+
+switch (mode) {
+  case "autopush":
+    autopush()
+    break
+  case "bare":
+    await bare()
+    break
+  case "bare-front":
+    await bareFront()
+    break
+  case "bare-back":
+    await bareBack()
+    break
+  default:
+    console.error(`unknown mode ${mode}`)
+    process.exit(2)
+}

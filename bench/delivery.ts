@@ -1,0 +1,522 @@
+/**
+ * `npm run bench:delivery`: notifications/s, POST→201 and POST→client latency, and server CPU per
+ * notification, of autopush against bare pipelines in the same run (issue #4 item 8).
+ *
+ * (a) the all-in-one process (connection + endpoint layers as `npm start` builds them, in-memory
+ *     storage) against a bare single-process pipeline (`node:http` POST → Map → `ws` send);
+ * (b) the real entrypoints `src/bin/autoconnect.ts` and `src/bin/autoendpoint.ts` as separate
+ *     processes sharing one dynalite server (LevelDB on disk), against a bare two-process pipeline
+ *     (POST → HTTP PUT → `ws` send). DynamoDB requests are counted at dynalite by `X-Amz-Target`.
+ *
+ * Every server is its own process, measured over IPC (`delivery-probe.ts`, preloaded with `--import`
+ * into the entrypoints); the K clients and the load generator share one other process
+ * (`delivery-clients.ts`), so both ends of a latency are read on one clock. Levels are repeated
+ * `reps` times, bare and autopush alternating, and every figure printed is the median over the reps.
+ * Each level starts on open keep-alive connections (2·c unmeasured POSTs just before it), so that
+ * it measures the steady state rather than 2·c TCP handshakes.
+ * A last unmeasured c = max level run per autopush pipeline is CPU-profiled (self time by function
+ * and package; the `.cpuprofile` files are kept in a temp directory).
+ *
+ * Options (flag or environment): --clients/BENCH_CLIENTS (1000), --count/BENCH_COUNT (3000 per
+ * level), --levels/BENCH_LEVELS (1,10,50), --reps/BENCH_REPS (3), --scenarios/BENCH_SCENARIOS (a,b),
+ * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s).
+ */
+import { type ChildProcess, fork } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { createServer } from "node:net"
+import { cpus, loadavg, tmpdir } from "node:os"
+import { join } from "node:path"
+import { pathToFileURL } from "node:url"
+import { setTimeout as sleep } from "node:timers/promises"
+import { generateFernetKey } from "../src/crypto/fernet.ts"
+import type { LevelResult } from "./delivery-clients.ts"
+import type { ProfileSummary } from "./delivery-probe.ts"
+
+// ── options ──────────────────────────────────────────────────────────────────────────────────────
+
+const option = (flag: string, env: string, fallback: string): string => {
+  const i = process.argv.indexOf(`--${flag}`)
+  return (i >= 0 ? process.argv[i + 1] : undefined) ?? process.env[env] ?? fallback
+}
+const K = Number(option("clients", "BENCH_CLIENTS", "1000"))
+const COUNT = Number(option("count", "BENCH_COUNT", "3000"))
+const LEVELS = option("levels", "BENCH_LEVELS", "1,10,50").split(",").map(Number)
+const REPS = Number(option("reps", "BENCH_REPS", "3"))
+const SCENARIOS = option("scenarios", "BENCH_SCENARIOS", "a,b").split(",")
+const PROFILE = option("profile", "BENCH_PROFILE", "1") !== "0"
+const TIMEOUT_S = Number(option("timeout", "BENCH_TIMEOUT_S", "1800"))
+const WARMUP = Math.min(COUNT, 1000)
+const MAX_LEVEL = Math.max(...LEVELS)
+
+const here = new URL(".", import.meta.url).pathname
+const root = new URL("../", import.meta.url).pathname
+const probe = pathToFileURL(join(here, "delivery-probe.ts")).href
+const work = mkdtempSync(join(tmpdir(), "autopush-bench-delivery-"))
+
+// ── processes ────────────────────────────────────────────────────────────────────────────────────
+
+interface Proc {
+  readonly name: string
+  readonly child: ChildProcess
+  /** The last lines it printed, for failure reports. */
+  readonly output: Array<string>
+}
+
+const procs: Array<Proc> = []
+
+const spawnNode = (name: string, script: string, args: ReadonlyArray<string>, execArgv: ReadonlyArray<string> = []): Proc => {
+  const child = fork(script, args, { cwd: work, execArgv: [...execArgv], stdio: ["ignore", "pipe", "pipe", "ipc"] })
+  const output: Array<string> = []
+  const collect = (chunk: Buffer) => {
+    output.push(...chunk.toString().split("\n").filter((l) => l.length > 0))
+    if (output.length > 200) output.splice(0, output.length - 100)
+  }
+  child.stdout?.on("data", collect)
+  child.stderr?.on("data", collect)
+  const proc = { name, child, output }
+  procs.push(proc)
+  return proc
+}
+
+/** The next IPC message of `proc` that `predicate` accepts; fails if it exits or takes too long. */
+const next = <T>(proc: Proc, predicate: (m: Record<string, unknown>) => boolean, timeoutMs: number): Promise<T> =>
+  new Promise((resolve, reject) => {
+    const cleanup = () => {
+      clearTimeout(timer)
+      proc.child.off("message", onMessage)
+      proc.child.off("exit", onExit)
+    }
+    const onMessage = (m: unknown) => {
+      if (typeof m !== "object" || m === null || !predicate(m as Record<string, unknown>)) return
+      cleanup()
+      resolve(m as T)
+    }
+    const onExit = (code: number | null) => {
+      cleanup()
+      reject(new Error(`${proc.name} exited (${code}); last output:\n${proc.output.slice(-15).join("\n")}`))
+    }
+    const timer = setTimeout(() => {
+      cleanup()
+      reject(new Error(`${proc.name}: no answer in ${timeoutMs} ms; last output:\n${proc.output.slice(-15).join("\n")}`))
+    }, timeoutMs)
+    proc.child.on("message", onMessage)
+    proc.child.once("exit", onExit)
+  })
+
+const ask = <T>(proc: Proc, message: unknown, predicate: (m: Record<string, unknown>) => boolean, timeoutMs = 30_000): Promise<T> => {
+  const answer = next<T>(proc, predicate, timeoutMs)
+  proc.child.send(message as object)
+  return answer
+}
+
+/** The probe's reading: CPU µs so far; event-loop delay and GC pauses (ms) since the last reading. */
+interface ProbeReading {
+  readonly cpu: number
+  readonly loopP99: number
+  readonly loopMax: number
+  readonly gcMs: number
+  readonly gcMax: number
+}
+const readProbe = (proc: Proc) => ask<ProbeReading>(proc, { probe: "cpu" }, (m) => m["probe"] === "cpu")
+
+const stop = (proc: Proc): Promise<void> =>
+  new Promise((resolve) => {
+    if (proc.child.exitCode !== null || proc.child.signalCode !== null) return resolve()
+    const kill = setTimeout(() => proc.child.kill("SIGKILL"), 5_000)
+    proc.child.once("exit", () => {
+      clearTimeout(kill)
+      resolve()
+    })
+    proc.child.kill("SIGTERM")
+  })
+
+const stopAll = async (list: ReadonlyArray<Proc>) => {
+  await Promise.all(list.map(stop))
+  for (const p of list) procs.splice(procs.indexOf(p), 1)
+}
+
+/** Whatever happens, no child outlives the bench. */
+const killAll = () => {
+  for (const p of procs) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL")
+  rmSync(work, { recursive: true, force: true })
+}
+process.on("exit", killAll)
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.on(signal, () => {
+    killAll()
+    process.exit(130)
+  })
+}
+setTimeout(() => {
+  console.error(`bench:delivery: not done after ${TIMEOUT_S} s, giving up`)
+  process.exit(1)
+}, TIMEOUT_S * 1000).unref()
+
+const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const server = createServer()
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+    server.on("error", reject)
+  })
+
+const waitForHttp = async (proc: Proc, url: string, timeoutMs = 30_000): Promise<void> => {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (proc.child.exitCode !== null) break
+    try {
+      if ((await fetch(url)).ok) return
+    } catch {
+      // not up yet
+    }
+    await sleep(100)
+  }
+  throw new Error(`${proc.name}: ${url} did not come up; last output:\n${proc.output.slice(-15).join("\n")}`)
+}
+
+const ready = (proc: Proc, timeoutMs = 60_000) => next(proc, (m) => "ready" in m, timeoutMs)
+
+// ── pipelines ────────────────────────────────────────────────────────────────────────────────────
+
+interface Pipeline {
+  readonly name: string
+  /** The server processes; their CPU is the pipeline's server CPU. */
+  readonly servers: ReadonlyArray<Proc>
+  /** Storage processes: CPU reported beside, not in, the server CPU. */
+  readonly storage: ReadonlyArray<Proc>
+  readonly clients: Proc
+  readonly dynalite?: Proc | undefined
+  /** Every process of the pipeline, in stopping order. */
+  readonly all: ReadonlyArray<Proc>
+}
+
+interface Measured {
+  readonly result: LevelResult
+  /** Server CPU µs per notification, per server process. */
+  readonly serverCpu: ReadonlyArray<number>
+  readonly storageCpu: ReadonlyArray<number>
+  /** Per server then storage process, during the level: event-loop delay and GC pauses (ms). */
+  readonly health: ReadonlyArray<Omit<ProbeReading, "cpu">>
+  /** DynamoDB requests per notification by operation, with the mean service time (ms). */
+  readonly dynamo?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
+}
+
+const startClients = async (name: string, mode: "autopush" | "bare", wsUrl: string, endpointBase?: string) => {
+  const clients = spawnNode(`${name} clients`, join(here, "delivery-clients.ts"), [mode, wsUrl, String(K), ...(endpointBase === undefined ? [] : [endpointBase])])
+  const { ready: n, failed } = await ready(clients, 120_000) as { ready: number; failed: number }
+  if (failed > 0 || n !== K) throw new Error(`${name}: ${n} of ${K} clients subscribed, ${failed} failed; last output:\n${clients.output.slice(-15).join("\n")}`)
+  return clients
+}
+
+const startAllInOne = async (): Promise<Pipeline> => {
+  const [ws, router, endpoint] = [await freePort(), await freePort(), await freePort()]
+  const server = spawnNode("autopush (all-in-one)", join(here, "delivery-servers.ts"), ["autopush", String(ws), String(router), String(endpoint)])
+  await ready(server)
+  const clients = await startClients("autopush (a)", "autopush", `ws://127.0.0.1:${ws}/`)
+  return { name: "autopush", servers: [server], storage: [], clients, all: [clients, server] }
+}
+
+const startBare = async (): Promise<Pipeline> => {
+  const [ws, http] = [await freePort(), await freePort()]
+  const server = spawnNode("bare", join(here, "delivery-servers.ts"), ["bare", String(ws), String(http)])
+  await ready(server)
+  const clients = await startClients("bare (a)", "bare", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
+  return { name: "bare", servers: [server], storage: [], clients, all: [clients, server] }
+}
+
+const startSeparate = async (): Promise<Pipeline> => {
+  const [dynamo, ws, router, endpoint] = [await freePort(), await freePort(), await freePort(), await freePort()]
+  const dynalite = spawnNode("dynalite", join(here, "delivery-dynalite.ts"), [String(dynamo), join(work, "dynalite")])
+  await ready(dynalite)
+  // The flags of test/e2e/servers.ts, at the default log level (info).
+  const shared = [
+    "--endpoint-hostname", "127.0.0.1",
+    "--endpoint-port", String(endpoint),
+    "--bind-host", "127.0.0.1",
+    "--storage-endpoint", `http://127.0.0.1:${dynamo}`,
+    "--crypto-key", generateFernetKey(),
+    "--auth-keys", "bench-auth-key"
+  ]
+  const preload = ["--import", probe]
+  const connection = spawnNode("autoconnect", join(root, "src/bin/autoconnect.ts"), [
+    ...shared,
+    "--port", String(ws),
+    "--router-port", String(router),
+    "--router-hostname", "127.0.0.1"
+  ], preload)
+  await waitForHttp(connection, `http://127.0.0.1:${router}/__lbheartbeat__`)
+  const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), shared, preload)
+  await waitForHttp(endpointNode, `http://127.0.0.1:${endpoint}/__lbheartbeat__`)
+  const clients = await startClients("autopush (b)", "autopush", `ws://127.0.0.1:${ws}/`)
+  return {
+    name: "autopush",
+    servers: [endpointNode, connection],
+    storage: [dynalite],
+    clients,
+    dynalite,
+    all: [clients, endpointNode, connection, dynalite]
+  }
+}
+
+const startBareTwo = async (): Promise<Pipeline> => {
+  const [ws, router, http] = [await freePort(), await freePort(), await freePort()]
+  const back = spawnNode("bare back", join(here, "delivery-servers.ts"), ["bare-back", String(ws), String(router)])
+  await ready(back)
+  const front = spawnNode("bare front", join(here, "delivery-servers.ts"), ["bare-front", String(http), String(router)])
+  await ready(front)
+  const clients = await startClients("bare (b)", "bare", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
+  return { name: "bare", servers: [front, back], storage: [], clients, all: [clients, front, back] }
+}
+
+type Counts = Record<string, { n: number; ms: number }>
+
+/** One level: server CPU read just before and just after (acks included), figures from the clients. */
+const runLevel = async (pipeline: Pipeline, c: number, count: number): Promise<Measured> => {
+  const timeoutMs = 60_000 + count * 20
+  await ask(pipeline.clients, { cmd: "warm", c }, (m) => "warmed" in m, 60_000)
+  if (pipeline.dynalite !== undefined) await ask(pipeline.dynalite, { cmd: "counts" }, (m) => "counts" in m)
+  const watched = [...pipeline.servers, ...pipeline.storage]
+  const before = await Promise.all(watched.map(readProbe))
+  const { level: result } = await ask<{ level: LevelResult }>(pipeline.clients, { cmd: "level", c, count, timeoutMs }, (m) => "level" in m, timeoutMs + 10_000)
+  // Let the last acks land before reading the CPU.
+  await sleep(100)
+  const after = await Promise.all(watched.map(readProbe))
+  const perNotification = after.map((a, i) => (a.cpu - (before[i] as ProbeReading).cpu) / count)
+  let dynamo: Measured["dynamo"]
+  if (pipeline.dynalite !== undefined) {
+    const { counts } = await ask<{ counts: Counts }>(pipeline.dynalite, { cmd: "counts" }, (m) => "counts" in m)
+    dynamo = Object.fromEntries(Object.entries(counts).map(([op, { n, ms }]) => [op, { perNotification: n / count, meanMs: ms / n }]))
+  }
+  if (result.received < count || result.accepted < count) {
+    console.log(`  ! ${pipeline.name} c=${c}: ${result.accepted} accepted, ${result.received} received of ${count}; statuses ${JSON.stringify(result.statuses)}`)
+  }
+  return {
+    result,
+    serverCpu: perNotification.slice(0, pipeline.servers.length),
+    storageCpu: perNotification.slice(pipeline.servers.length),
+    health: after.map(({ loopP99, loopMax, gcMs, gcMax }) => ({ loopP99, loopMax, gcMs, gcMax })),
+    dynamo
+  }
+}
+
+interface Profiled {
+  readonly proc: Proc
+  readonly summary: ProfileSummary
+  readonly file: string
+  /** CPU µs per notification during the profiled level (profiler overhead included). */
+  readonly cpu: number
+}
+
+const profileLevel = async (pipeline: Pipeline, label: string): Promise<Array<Profiled>> => {
+  await Promise.all(pipeline.servers.map((p) => ask(p, { probe: "profile-start", intervalUs: 200 }, (m) => m["probe"] === "profiling")))
+  const measured = await runLevel(pipeline, MAX_LEVEL, COUNT)
+  return Promise.all(pipeline.servers.map(async (proc, i) => {
+    const file = join(profileDir, `${label}-${proc.name.replace(/[^a-z0-9]+/gi, "-").replace(/-$/, "")}.cpuprofile`)
+    const summary = await ask<ProfileSummary>(proc, { probe: "profile-stop", file, topN: 15 }, (m) => m["probe"] === "profile", 60_000)
+    return { proc, summary, file, cpu: measured.serverCpu[i] as number }
+  }))
+}
+
+// ── statistics and printing ──────────────────────────────────────────────────────────────────────
+
+const median = (values: ReadonlyArray<number>): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
+}
+
+interface Row {
+  readonly rate: number
+  readonly rateMin: number
+  readonly rateMax: number
+  readonly p50Answer: number
+  readonly p99Answer: number
+  readonly p50Client: number
+  readonly p99Client: number
+  readonly serverCpu: ReadonlyArray<number>
+  readonly storageCpu: ReadonlyArray<number>
+  readonly clientCpu: number
+  readonly health: ReadonlyArray<Omit<ProbeReading, "cpu">>
+  readonly dynamo?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
+}
+
+const summarise = (runs: ReadonlyArray<Measured>): Row => {
+  const m = (f: (r: Measured) => number) => median(runs.map(f))
+  const rates = runs.map((r) => r.result.received / (r.result.wallMs / 1000))
+  const first = runs[0] as Measured
+  let dynamo: Row["dynamo"]
+  if (first.dynamo !== undefined) {
+    const ops = new Set(runs.flatMap((r) => Object.keys(r.dynamo ?? {})))
+    dynamo = Object.fromEntries(Array.from(ops, (op) => [op, {
+      perNotification: m((r) => r.dynamo?.[op]?.perNotification ?? 0),
+      meanMs: m((r) => r.dynamo?.[op]?.meanMs ?? 0)
+    }]))
+  }
+  return {
+    rate: median(rates),
+    rateMin: Math.min(...rates),
+    rateMax: Math.max(...rates),
+    p50Answer: m((r) => r.result.p50Answer),
+    p99Answer: m((r) => r.result.p99Answer),
+    p50Client: m((r) => r.result.p50Client),
+    p99Client: m((r) => r.result.p99Client),
+    serverCpu: first.serverCpu.map((_, i) => m((r) => r.serverCpu[i] as number)),
+    storageCpu: first.storageCpu.map((_, i) => m((r) => r.storageCpu[i] as number)),
+    clientCpu: m((r) => r.result.clientCpuUs / r.result.count),
+    health: first.health.map((_, i) => ({
+      loopP99: m((r) => r.health[i]?.loopP99 ?? 0),
+      loopMax: m((r) => r.health[i]?.loopMax ?? 0),
+      gcMs: m((r) => r.health[i]?.gcMs ?? 0),
+      gcMax: m((r) => r.health[i]?.gcMax ?? 0)
+    })),
+    dynamo
+  }
+}
+
+const f1 = (n: number) => n.toFixed(1)
+const f2 = (n: number) => n.toFixed(2)
+const pad = (s: string, n: number) => s.padStart(n)
+
+const printTable = (title: string, pipelines: ReadonlyArray<Pipeline>, rows: Map<string, Map<number, Row>>) => {
+  console.log(`\n${title}`)
+  const cpuHeader = (p: Pipeline) =>
+    p.servers.length + p.storage.length > 1
+      ? ` (${[...p.servers.map((s) => s.name), ...p.storage.map((s) => `${s.name}*`)].join(" + ")})`
+      : ""
+  for (const p of pipelines) console.log(`  ${p.name}: server CPU µs/notification${cpuHeader(p) || ` (${p.servers[0]?.name})`}`)
+  console.log(`  ${"pipeline".padEnd(9)}${pad("c", 4)}${pad("notif/s", 9)}${pad("(min–max)", 14)}${pad("201 p50", 9)}${pad("p99", 8)}${pad("client p50", 12)}${pad("p99", 8)}  ${"server CPU µs/notif".padEnd(28)}${pad("loadgen CPU", 12)}`)
+  for (const c of LEVELS) {
+    for (const p of pipelines) {
+      const r = rows.get(p.name)?.get(c)
+      if (r === undefined) continue
+      const total = r.serverCpu.reduce((a, b) => a + b, 0)
+      const parts = r.serverCpu.length + r.storageCpu.length > 1
+        ? ` (${[...r.serverCpu.map((v) => v.toFixed(0)), ...r.storageCpu.map((v) => `${v.toFixed(0)}*`)].join(" + ")})`
+        : ""
+      console.log(
+        `  ${p.name.padEnd(9)}${pad(String(c), 4)}${pad(r.rate.toFixed(0), 9)}${pad(`(${r.rateMin.toFixed(0)}–${r.rateMax.toFixed(0)})`, 14)}` +
+          `${pad(f2(r.p50Answer), 9)}${pad(f2(r.p99Answer), 8)}${pad(f2(r.p50Client), 12)}${pad(f2(r.p99Client), 8)}  ` +
+          `${`${total.toFixed(0)}${parts}`.padEnd(28)}${pad(r.clientCpu.toFixed(0), 12)}`
+      )
+    }
+  }
+  console.log("  (latencies in ms; * storage process, not counted in the server CPU total)")
+}
+
+const printRatios = (label: string, rows: Map<string, Map<number, Row>>, targets: boolean) => {
+  console.log(`  ${label}: autopush / bare`)
+  for (const c of LEVELS) {
+    const ours = rows.get("autopush")?.get(c)
+    const bare = rows.get("bare")?.get(c)
+    if (ours === undefined || bare === undefined) continue
+    const rate = ours.rate / bare.rate
+    const p99 = ours.p99Client / bare.p99Client
+    const cpu = ours.serverCpu.reduce((a, b) => a + b, 0) / bare.serverCpu.reduce((a, b) => a + b, 0)
+    const verdict = targets && c === MAX_LEVEL
+      ? `   target ≥ 60 %: ${rate >= 0.6 ? "met" : "NOT met"}; target ≤ 2×: ${p99 <= 2 ? "met" : "NOT met"}`
+      : ""
+    console.log(`    c=${String(c).padEnd(3)} notifications/s ${(rate * 100).toFixed(0).padStart(3)} %   POST→client p99 ${f2(p99)}×   POST→201 p99 ${f2(ours.p99Answer / bare.p99Answer)}×   server CPU ${f1(cpu)}×${verdict}`)
+  }
+}
+
+const percent = (share: number) => `${f1(share * 100)} %`
+
+const printProfiles = (profiles: ReadonlyArray<Profiled>) => {
+  for (const { proc, summary, file, cpu } of profiles) {
+    console.log(`  CPU profile of ${proc.name}, an extra c=${MAX_LEVEL} level of ${COUNT} (${cpu.toFixed(0)} µs CPU/notification while profiled, ${summary.samples} samples): ${file}`)
+    console.log(`    self time by package: ${summary.byPackage.slice(0, 10).map((s) => `${s.name} ${percent(s.share)}`).join(", ")}`)
+    console.log(`    samples with the package on the stack: ${summary.inclusive.slice(0, 10).map((s) => `${s.name} ${percent(s.share)}`).join(", ")}`)
+    console.log("    top self time by function ((native) writev/write*String: socket writes):")
+    for (const s of summary.top.slice(0, 15)) console.log(`      ${pad(percent(s.share), 7)}  ${s.name}`)
+  }
+}
+
+/** Event-loop delay and GC pauses of each server process during the levels (medians over the reps). */
+const printHealth = (pipelines: ReadonlyArray<Pipeline>, rows: Map<string, Map<number, Row>>) => {
+  console.log("  server event loop during the levels: delay p99 / max, GC pauses total / longest (ms)")
+  for (const p of pipelines) {
+    const names = [...p.servers, ...p.storage].map((s) => s.name)
+    for (const c of LEVELS) {
+      const r = rows.get(p.name)?.get(c)
+      if (r === undefined) continue
+      const parts = r.health.map((h, i) => `${names[i]}: loop ${f1(h.loopP99)} / ${f1(h.loopMax)}, GC ${f1(h.gcMs)} / ${f1(h.gcMax)}`)
+      console.log(`    ${p.name.padEnd(9)}c=${String(c).padEnd(3)} ${parts.join("; ")}`)
+    }
+  }
+}
+
+/** Start the two pipelines, warm them up, run the levels `REPS` times alternating which goes first. */
+const runScenario = async (pipelines: ReadonlyArray<Pipeline>) => {
+  for (const p of pipelines) await runLevel(p, 10, WARMUP)
+  const runs = new Map<string, Map<number, Array<Measured>>>(pipelines.map((p) => [p.name, new Map(LEVELS.map((c) => [c, []]))]))
+  for (let rep = 0; rep < REPS; rep++) {
+    for (const c of LEVELS) {
+      const order = rep % 2 === 0 ? pipelines : [...pipelines].reverse()
+      for (const p of order) {
+        const measured = await runLevel(p, c, COUNT)
+        runs.get(p.name)?.get(c)?.push(measured)
+        const r = measured.result
+        console.log(`  rep ${rep + 1} ${p.name.padEnd(8)} c=${String(c).padEnd(3)} ${(r.received / (r.wallMs / 1000)).toFixed(0).padStart(6)} notif/s  client p99 ${f2(r.p99Client)} ms`)
+      }
+    }
+  }
+  return new Map(Array.from(runs, ([name, byC]) => [name, new Map(Array.from(byC, ([c, list]) => [c, summarise(list)]))]))
+}
+
+const profileDir = PROFILE ? mkdtempSync(join(tmpdir(), "autopush-bench-profiles-")) : ""
+
+const main = async () => {
+  const cpu = cpus()
+  console.log(`bench:delivery — K = ${K} clients, ${COUNT} notifications per level, c = ${LEVELS.join(", ")}, median of ${REPS} rep(s)`)
+  console.log(`  256-byte aes128gcm bodies, TTL 60, v1 endpoints, no VAPID; node ${process.version}, ${cpu.length} × ${cpu[0]?.model ?? "?"}, load average ${loadavg().map(f2).join(" ")}`)
+  console.log("  clients and load generator share one process; each server is its own process; all on this machine")
+
+  if (SCENARIOS.includes("a")) {
+    console.log("\n(a) starting: bare single-process pipeline, autopush all-in-one (in-memory storage)")
+    const bare = await startBare()
+    const ours = await startAllInOne()
+    const rows = await runScenario([bare, ours])
+    const profiles = PROFILE ? await profileLevel(ours, "a") : []
+    await stopAll([...ours.all, ...bare.all])
+    printTable(`(a) all-in-one process, in-memory storage — vs bare node:http → Map → ws (one process)`, [bare, ours], rows)
+    printRatios("(a) ratios", rows, true)
+    printHealth([bare, ours], rows)
+    printProfiles(profiles)
+  }
+
+  if (SCENARIOS.includes("b")) {
+    console.log("\n(b) starting: bare two-process pipeline, dynalite + autoconnect + autoendpoint (real entrypoints)")
+    const bare = await startBareTwo()
+    const ours = await startSeparate()
+    const rows = await runScenario([bare, ours])
+    const profiles = PROFILE ? await profileLevel(ours, "b") : []
+    await stopAll([...ours.all, ...bare.all])
+    printTable(`(b) autoendpoint + autoconnect + one dynalite (LevelDB) — vs bare POST → HTTP PUT → ws (two processes)`, [bare, ours], rows)
+    printRatios("(b) ratios", rows, false)
+    printHealth([bare, ours], rows)
+    console.log("  where the time goes (autopush, per notification):")
+    for (const c of LEVELS) {
+      const r = rows.get("autopush")?.get(c)
+      if (r?.dynamo === undefined) continue
+      const ops = Object.entries(r.dynamo).filter(([, v]) => v.perNotification > 0.001).sort((a, b) => b[1].perNotification - a[1].perNotification)
+      const total = ops.reduce((a, [, v]) => a + v.perNotification, 0)
+      console.log(
+        `    c=${String(c).padEnd(3)} DynamoDB requests ${f2(total)}: ${ops.map(([op, v]) => `${op} ${f2(v.perNotification)} (${f2(v.meanMs)} ms at dynalite)`).join(", ")}; ` +
+          `CPU µs: endpoint ${r.serverCpu[0]?.toFixed(0)}, connection ${r.serverCpu[1]?.toFixed(0)}, dynalite ${r.storageCpu[0]?.toFixed(0)}`
+      )
+    }
+    printProfiles(profiles)
+  }
+  if (PROFILE) console.log(`\nCPU profiles kept in ${profileDir}`)
+}
+
+try {
+  await main()
+} catch (error) {
+  console.error("bench:delivery failed:", error)
+  process.exitCode = 1
+} finally {
+  killAll()
+}
