@@ -13,7 +13,10 @@ import { type ConfigError, type HelpRequested, loadSettings, redactedSettings, r
 import type { Role, Settings } from "../config/index.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { generateFernetKey } from "../crypto/fernet.ts"
-import { EndpointServer } from "../endpoint/server.ts"
+import type { EndpointOptions } from "../endpoint/options.ts"
+import { EndpointServer, nodeClientOptions } from "../endpoint/server.ts"
+import { NodeRegistry } from "../connection/registry.ts"
+import { NodeClient } from "../routers/NodeClient.ts"
 import type { EventLog } from "../observability/EventLog.ts"
 import { EventLogOpenError } from "../observability/eventLogFile.ts"
 import { observabilityLayer } from "../observability/observability.ts"
@@ -100,8 +103,7 @@ export const connectionLayer = (settings: Settings) =>
     () => settings.routerUrl
   )
 
-export const endpointLayer = (settings: Settings) =>
-  EndpointServer.layer({
+const endpointOptions = (settings: Settings): EndpointOptions => ({
     endpointUrl: settings.endpointUrl,
     port: settings.endpointPort,
     bindHost: settings.bindHost,
@@ -112,13 +114,36 @@ export const endpointLayer = (settings: Settings) =>
     shutdownTimeoutMs: ms(settings.shutdownTimeout),
     version: versionInfo.version,
     build: versionInfo
-  }).pipe(
+})
+
+const logEndpointListening = (settings: Settings) => <A, E, R>(layer: Layer.Layer<A, E, R>) =>
+  layer.pipe(
     Layer.tap(() =>
       Effect.logInfo("endpoint node listening").pipe(
         Effect.annotateLogs({ port: settings.endpointPort, endpointUrl: settings.endpointUrl })
       )
     )
   )
+
+export const endpointLayer = (settings: Settings) =>
+  EndpointServer.layer(endpointOptions(settings)).pipe(logEndpointListening(settings))
+
+/**
+ * Both nodes in one process. The endpoint hands deliveries for this process's own connection node
+ * over directly instead of through a loopback request to its router port.
+ */
+export const allInOneLayer = (settings: Settings) => {
+  const options = endpointOptions(settings)
+  const local = Effect.gen(function*() {
+    const node = yield* ConnectionNode
+    const registry = yield* NodeRegistry
+    return { nodeId: node.routerUrl, push: registry.deliver, notify: registry.checkStorage }
+  })
+  const endpoint = EndpointServer.layerWith(options, NodeClient.layerWithLocal(nodeClientOptions(options), local)).pipe(
+    logEndpointListening(settings)
+  )
+  return endpoint.pipe(Layer.provideMerge(connectionLayer(settings)))
+}
 
 /** Run a role's layers until SIGINT/SIGTERM; configuration errors print and exit 2, `--help` exits 0. */
 export const runRole = <A, E>(

@@ -147,25 +147,23 @@ export const handleRouterRequest = (
     if (uaid === undefined || parts.length > 4 || (parts.length === 4 && kind !== "notif")) {
       return sendError(res, new RouteNotFound())
     }
-    const session = registry.get(uaid)
     if (kind === "push" && parts.length === 3 && req.method === "PUT") {
       void readBody(req).then((body) => {
         const notification = body === undefined ? undefined : decodeTransportNotification(body)
         if (notification === undefined) return sendJson(res, 400, { error: "Invalid notification" })
         // Not here, or its queue is full: 404 makes the endpoint store the message instead.
-        const queued = session !== undefined && session.mailbox.offerDelivery({ _tag: "Delivery", notification })
-        queued ? sendText(res, 200, "") : sendText(res, 404, "Client not available")
+        registry.deliver(uaid, notification) ? sendText(res, 200, "") : sendText(res, 404, "Client not available")
       })
       return
     }
     if (kind === "notif" && parts.length === 3 && req.method === "PUT") {
       req.resume()
-      const queued = session !== undefined && session.mailbox.offer({ _tag: "CheckStorage" })
-      return queued ? sendText(res, 200, "") : sendText(res, 404, "Client not available")
+      return registry.checkStorage(uaid) ? sendText(res, 200, "") : sendText(res, 404, "Client not available")
     }
     if (kind === "notif" && parts.length === 4 && req.method === "DELETE") {
       req.resume()
       const connectedAt = Number(parts[3])
+      const session = registry.get(uaid)
       if (session !== undefined && session.connectedAt === connectedAt) {
         session.mailbox.offer({ _tag: "Kick", kind: "ghost" })
         return sendText(res, 200, "Terminated duplicate")

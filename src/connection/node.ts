@@ -47,6 +47,8 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
   /** Bound ports (useful when configured as 0). */
   readonly port: number
   readonly routerPort: number
+  /** This node's id in router records. */
+  readonly routerUrl: string
 }>()("autopush/connection/ConnectionNode") {
   /**
    * Serve a connection node. `routerUrlFor(routerPort)` builds this node's router URL once the router
@@ -120,7 +122,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         )
         // Registered last, so it runs first on shutdown: while the router port still answers.
         yield* Effect.addFinalizer(() => drain(publicServer, registry, FiberSet.awaitEmpty(fibers), options.shutdownTimeoutMs))
-        return ConnectionNode.of({ port, routerPort })
+        return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
       })
     ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
 }

@@ -3,6 +3,7 @@
  * the one session per uaid that deliveries go to. A newer session of a uaid kicks the older one.
  */
 import { Context, Layer } from "effect"
+import type { Notification } from "../domain/notification.ts"
 import type { SessionHandle, SessionRegistry } from "../protocol/session.ts"
 
 export interface NodeRegistryService extends SessionRegistry {
@@ -12,6 +13,10 @@ export interface NodeRegistryService extends SessionRegistry {
   readonly get: (uaid: string) => SessionHandle | undefined
   /** Identified sessions. */
   readonly count: () => number
+  /** Queue a notification for the uaid's session; false when it is not here or its queue is full. */
+  readonly deliver: (uaid: string, notification: Notification) => boolean
+  /** Ask the uaid's session to check storage; false when it is not here. */
+  readonly checkStorage: (uaid: string) => boolean
 }
 
 export const makeNodeRegistry = (): NodeRegistryService => {
@@ -22,6 +27,8 @@ export const makeNodeRegistry = (): NodeRegistryService => {
     track: (handle) => void connections.add(handle),
     get: (uaid) => byUaid.get(uaid),
     count: () => byUaid.size,
+    deliver: (uaid, notification) => byUaid.get(uaid)?.mailbox.offerDelivery({ _tag: "Delivery", notification }) ?? false,
+    checkStorage: (uaid) => byUaid.get(uaid)?.mailbox.offer({ _tag: "CheckStorage" }) ?? false,
     register: (handle) => {
       const uaid = handle.uaid as string
       const older = byUaid.get(uaid)

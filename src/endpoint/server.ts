@@ -170,12 +170,16 @@ export const EndpointServer = {
       }))
     ),
 
+  /** `layerServer` with the WebPush router over the given connection-node client. */
+  layerWith: <E, R>(options: EndpointOptions, nodeClient: Layer.Layer<NodeClient, E, R>) =>
+    EndpointServer.layerServer(options).pipe(Layer.provide(WebPushRouter.layer.pipe(Layer.provide(nodeClient)))),
+
   /** `layerServer` with the WebPush router and the live connection-node client. */
-  layer: (options: EndpointOptions) =>
-    EndpointServer.layerServer(options).pipe(
-      Layer.provide(WebPushRouter.layer.pipe(Layer.provide(NodeClient.layer({
-        connectTimeoutMs: options.connectionTimeoutMs,
-        requestTimeoutMs: options.requestTimeoutMs
-      }))))
-    )
+  layer: (options: EndpointOptions) => EndpointServer.layerWith(options, NodeClient.layer(nodeClientOptions(options)))
 }
+
+/** The connection-node client's timeouts from the endpoint's options. */
+export const nodeClientOptions = (options: EndpointOptions) => ({
+  connectTimeoutMs: options.connectionTimeoutMs,
+  requestTimeoutMs: options.requestTimeoutMs
+})

@@ -118,11 +118,40 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
   }
 }
 
+/** A connection node in this same process, reached without HTTP (the all-in-one). */
+export interface LocalNode {
+  /** Its node id (router URL) as router records name it. */
+  readonly nodeId: string
+  /** Same meaning as its router port's answers: true = 200 (queued), false = 404. */
+  readonly push: (uaid: string, notification: Notification) => boolean
+  readonly notify: (uaid: string) => boolean
+}
+
+const liveClient = (options: NodeClientOptions) =>
+  Effect.acquireRelease(Effect.sync(() => makeHttpNodeClient(options)), (client) => Effect.sync(client.close))
+
 export class NodeClient extends Context.Service<NodeClient, NodeClientService>()("autopush/routers/NodeClient") {
   /** The live client; its sockets are closed with the layer. */
-  static readonly layer = (options: NodeClientOptions): Layer.Layer<NodeClient> =>
+  static readonly layer = (options: NodeClientOptions): Layer.Layer<NodeClient> => Layer.effect(NodeClient, liveClient(options))
+
+  /**
+   * The live client, except for the node in this process: its deliveries are handed over directly
+   * instead of through a loopback HTTP request to its own router port.
+   */
+  static readonly layerWithLocal = <E, R>(
+    options: NodeClientOptions,
+    local: Effect.Effect<LocalNode, E, R>
+  ): Layer.Layer<NodeClient, E, R> =>
     Layer.effect(
       NodeClient,
-      Effect.acquireRelease(Effect.sync(() => makeHttpNodeClient(options)), (client) => Effect.sync(client.close))
+      Effect.gen(function*() {
+        const here = yield* local
+        const remote = yield* liveClient(options)
+        return NodeClient.of({
+          push: (nodeId, uaid, notification) =>
+            nodeId === here.nodeId ? Effect.sync(() => (here.push(uaid, notification) ? 200 : 404)) : remote.push(nodeId, uaid, notification),
+          notify: (nodeId, uaid) => (nodeId === here.nodeId ? Effect.sync(() => (here.notify(uaid) ? 200 : 404)) : remote.notify(nodeId, uaid))
+        })
+      })
     )
 }
