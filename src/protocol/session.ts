@@ -235,6 +235,8 @@ class Machine {
 
   /** One transition; a failure closes the session with its close code. */
   handleEvent(event: SessionEvent, now: number): Effect.Effect<void> {
+    // Before `step`: parts of a transition (a direct delivery) send while it is being built.
+    if (this.ports.logFrames) this.sent = []
     const transition = this.step(event, now).pipe(
       Effect.catchTag("SessionClose", (e) => Effect.sync(() => this.closeWith(e.kind))),
       Effect.catchTag("StorageError", (e) =>
@@ -244,7 +246,6 @@ class Machine {
         ))
     )
     if (!this.ports.logFrames) return transition
-    this.sent = []
     return Effect.andThen(transition, () => {
       const sent = this.sent ?? []
       this.sent = undefined
