@@ -52,6 +52,7 @@ const start = (script: string, args: ReadonlyArray<string>, output: Array<string
   const collect = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0))
   child.stdout?.on("data", collect)
   child.stderr?.on("data", collect)
+  child.once("exit", (code, signal) => output.push(`[${script} pid ${child.pid} exited: code ${code}, signal ${signal}]`))
   return child
 }
 
@@ -115,8 +116,12 @@ export const startSeparate = async (): Promise<Deployment> => {
   const dynamoPort = await freePort()
   const output: Array<string> = []
   const dynalite = spawn(process.execPath, [join(root, "node_modules/dynalite/cli.js"), "--port", String(dynamoPort), "--path", join(cwd, "db")], {
-    stdio: "ignore"
+    stdio: ["ignore", "pipe", "pipe"]
   })
+  // dynalite's own lines (its start, or why it could not start) go to the same output, marked.
+  const collectDynalite = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0).map((l) => `[dynalite] ${l}`))
+  dynalite.stdout?.on("data", collectDynalite)
+  dynalite.stderr?.on("data", collectDynalite)
   const shared = [
     ...sharedFlags(ports),
     "--storage-endpoint", `http://127.0.0.1:${dynamoPort}`,
