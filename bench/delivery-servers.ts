@@ -18,12 +18,10 @@ import { randomBytes } from "node:crypto"
 import { createServer, Agent, request, type IncomingMessage, type ServerResponse } from "node:http"
 import { tmpdir } from "node:os"
 import { type WebSocket, WebSocketServer } from "ws"
-import { connectionLayer, cryptoLayer, endpointLayer } from "../src/bin/app.ts"
+import { allInOneLayer, withServices } from "../src/bin/app.ts"
 import { makeSettings } from "../src/config/index.ts"
 import { generateFernetKey } from "../src/crypto/fernet.ts"
 import { loggingLayer } from "../src/observability/logging.ts"
-import { observabilityLayer } from "../src/observability/observability.ts"
-import { timedStorage } from "../src/observability/timedStorage.ts"
 import { layerMemory } from "../src/storage/memory.ts"
 import { createActiveTables } from "../src/storage/Storage.ts"
 
@@ -164,18 +162,8 @@ const autopush = () => {
       noTableRotation: settings.noTableRotation
     }))
   )
-  // What `runRole("autopush", …)` builds (observability and timed storage included), with the
-  // in-memory storage layer instead of embedded dynalite.
-  const observability = observabilityLayer({
-    role: "autopush",
-    statsdHost: settings.statsdHost,
-    statsdPort: settings.statsdPort,
-    eventLog: settings.eventLog
-  })
-  const app = Layer.mergeAll(connectionLayer(settings), endpointLayer(settings)).pipe(
-    Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
-    Layer.provideMerge(observability)
-  )
+  // What `runRole("autopush", …)` builds, with the in-memory storage layer instead of embedded dynalite.
+  const app = withServices("autopush", settings, storage)(allInOneLayer(settings))
   const logging = loggingLayer({ human: false, level: "info", role: "autopush", hostname: HOST })
   Effect.runFork(
     Effect.scoped(Effect.gen(function*() {

@@ -145,6 +145,19 @@ export const allInOneLayer = (settings: Settings) => {
   return endpoint.pipe(Layer.provideMerge(connectionLayer(settings)))
 }
 
+/**
+ * A role's node layers with what they run on: the given storage (timed), the crypto keys, and one
+ * observability instance (metrics, event log, trace), shared by both nodes of the all-in-one.
+ */
+export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.Layer<Storage, SE>) =>
+<A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | EventLog>) =>
+  nodes.pipe(
+    Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
+    Layer.provideMerge(
+      observabilityLayer({ role, statsdHost: settings.statsdHost, statsdPort: settings.statsdPort, eventLog: settings.eventLog })
+    )
+  )
+
 /** Run a role's layers until SIGINT/SIGTERM; configuration errors print and exit 2, `--help` exits 0. */
 export const runRole = <A, E>(
   role: Role,
@@ -152,17 +165,7 @@ export const runRole = <A, E>(
 ) => {
   const launch = (settings: Settings) => {
     const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname })
-    const observability = observabilityLayer({
-      role,
-      statsdHost: settings.statsdHost,
-      statsdPort: settings.statsdPort,
-      eventLog: settings.eventLog
-    })
-    // In the all-in-one process both nodes share one observability instance (metrics, trace).
-    const app = nodes(settings).pipe(
-      Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storageLayer(settings))), cryptoLayer(settings))),
-      Layer.provideMerge(observability)
-    )
+    const app = withServices(role, settings, storageLayer(settings))(nodes(settings))
     return Effect.gen(function*() {
       yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({ role, settings: redactedSettings(settings) }))
       if (settings.storageEndpoint === undefined) {
