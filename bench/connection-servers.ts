@@ -5,6 +5,8 @@
  */
 import { Effect, Layer } from "effect"
 import { WebSocketServer } from "ws"
+import { connectionNodeOptions } from "../src/bin/app.ts"
+import { makeSettings } from "../src/config/index.ts"
 import { ConnectionNode } from "../src/connection/node.ts"
 import { NodeRegistry } from "../src/connection/registry.ts"
 import { EndpointCrypto } from "../src/crypto/endpoint.ts"
@@ -33,37 +35,23 @@ process.on("message", (m) => {
 const bare = () => {
   // The baseline: a plain `ws` server that answers hello and nothing else.
   const wss = new WebSocketServer({ port: 0, host: "127.0.0.1", clientTracking: true })
-  let n = 0
   wss.on("connection", (ws) => {
     ws.on("message", () => {
-      n++
       ws.send(JSON.stringify({ messageType: "hello", uaid: "00000000000000000000000000000000", status: 200, use_webpush: true, broadcasts: {} }))
     })
   })
   connections = () => wss.clients.size
   wss.on("listening", () => send({ port: (wss.address() as { port: number }).port }))
-  void n
 }
 
 const autopush = () => {
   const node = ConnectionNode.layer(
     {
+      ...connectionNodeOptions(makeSettings()),
       port: 0,
       routerPort: 0,
       bindHost: "127.0.0.1",
-      helloTimeoutMs: 30_000,
-      autoPingIntervalMs: 300_000,
-      autoPingTimeoutMs: 4_000,
-      minPingIntervalMs: 45_000,
-      msgLimit: 100,
-      clientChannelCapacity: 128,
-      noTableRotation: false,
-      pageSize: 10,
-      closeGraceMs: 1_000,
-      tickMs: 1_000,
-      peerTimeoutMs: 1_000,
-      maxFrameBytes: 65_536,
-      shutdownTimeoutMs: 5_000
+      helloTimeoutMs: 30_000
     },
     (port) => `http://127.0.0.1:${port}`
   ).pipe(

@@ -8,7 +8,7 @@ import { Duration, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
 import { homedir } from "node:os"
-import { ConnectionNode } from "../connection/node.ts"
+import { ConnectionNode, type ConnectionNodeOptions } from "../connection/node.ts"
 import { type ConfigError, type HelpRequested, loadSettings, redactedSettings, requireSecrets } from "../config/index.ts"
 import type { Role, Settings } from "../config/index.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
@@ -79,29 +79,28 @@ export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
 export const cryptoLayer = (settings: Settings) =>
   EndpointCrypto.layer({ keys: settings.cryptoKey, endpointUrl: settings.endpointUrl })
 
+/** The connection node's options from the settings. */
+export const connectionNodeOptions = (settings: Settings): Omit<ConnectionNodeOptions, "routerUrl"> => ({
+  port: settings.port,
+  routerPort: settings.routerPort,
+  bindHost: settings.bindHost,
+  helloTimeoutMs: ms(settings.helloTimeout),
+  autoPingIntervalMs: ms(settings.autoPingInterval),
+  autoPingTimeoutMs: ms(settings.autoPingTimeout),
+  minPingIntervalMs: ms(settings.minPingInterval),
+  msgLimit: settings.msgLimit,
+  clientChannelCapacity: settings.clientChannelCapacity,
+  noTableRotation: settings.noTableRotation,
+  pageSize: 10,
+  closeGraceMs: ms(settings.closeGrace),
+  tickMs: 1_000,
+  peerTimeoutMs: ms(settings.connectionTimeout),
+  maxFrameBytes: 64 * 1024,
+  shutdownTimeoutMs: ms(settings.shutdownTimeout)
+})
+
 export const connectionLayer = (settings: Settings) =>
-  ConnectionNode.layer(
-    {
-      port: settings.port,
-      routerPort: settings.routerPort,
-      bindHost: settings.bindHost,
-      helloTimeoutMs: ms(settings.helloTimeout),
-      autoPingIntervalMs: ms(settings.autoPingInterval),
-      autoPingTimeoutMs: ms(settings.autoPingTimeout),
-      minPingIntervalMs: ms(settings.minPingInterval),
-      msgLimit: settings.msgLimit,
-      clientChannelCapacity: settings.clientChannelCapacity,
-      noTableRotation: settings.noTableRotation,
-      pageSize: 10,
-      closeGraceMs: ms(settings.closeGrace),
-      tickMs: 1_000,
-      peerTimeoutMs: ms(settings.connectionTimeout),
-      maxFrameBytes: 64 * 1024,
-      shutdownTimeoutMs: ms(settings.shutdownTimeout)
-    },
-    // A configured router URL is used as is; the derived one names the bound port.
-    () => settings.routerUrl
-  )
+  ConnectionNode.layer(connectionNodeOptions(settings), () => settings.routerUrl)
 
 const endpointOptions = (settings: Settings): EndpointOptions => ({
     endpointUrl: settings.endpointUrl,

@@ -8,6 +8,8 @@ import { connect as tcpConnect } from "node:net"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { connectionNodeOptions } from "../../src/bin/app.ts"
+import { makeSettings } from "../../src/config/index.ts"
 import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
@@ -20,21 +22,13 @@ import { httpRequest, openClient } from "./client.ts"
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 
 export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
+  ...connectionNodeOptions(makeSettings()),
   port: 0,
   routerPort: 0,
   bindHost: "127.0.0.1",
   helloTimeoutMs: 2_000,
-  autoPingIntervalMs: 300_000,
-  autoPingTimeoutMs: 4_000,
-  minPingIntervalMs: 45_000,
-  msgLimit: 100,
-  clientChannelCapacity: 128,
-  noTableRotation: false,
-  pageSize: 10,
   closeGraceMs: 200,
   tickMs: 100,
-  peerTimeoutMs: 1_000,
-  maxFrameBytes: 64 * 1024,
   shutdownTimeoutMs: 2_000
 }
 

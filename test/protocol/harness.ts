@@ -4,6 +4,8 @@
  */
 import { Clock, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
+import { connectionNodeOptions } from "../../src/bin/app.ts"
+import { makeSettings } from "../../src/config/index.ts"
 import type { DomainEvent } from "../../src/domain/events.ts"
 import { EndpointCrypto, decodeVapidPublicKey } from "../../src/crypto/endpoint.ts"
 import { makeNodeRegistry } from "../../src/connection/registry.ts"
@@ -20,17 +22,7 @@ import {
 import { layerMemory } from "../../src/storage/memory.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 
-export const sessionOptions: SessionOptions = {
-  routerUrl: "http://node-a:8081",
-  helloTimeoutMs: 5_000,
-  autoPingIntervalMs: 300_000,
-  autoPingTimeoutMs: 4_000,
-  minPingIntervalMs: 45_000,
-  msgLimit: 100,
-  clientChannelCapacity: 128,
-  noTableRotation: false,
-  pageSize: 10
-}
+export const sessionOptions: SessionOptions = { ...connectionNodeOptions(makeSettings()), routerUrl: "http://node-a:8081" }
 
 /** In-memory storage, the test crypto key and the in-memory event log. */
 export const testParts = (noTableRotation = false) =>
