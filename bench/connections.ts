@@ -3,9 +3,10 @@
  * node against a bare `ws` server that only answers hello, in the same run.
  *
  * Each server runs in its own process (with --expose-gc); N clients (default 15 000) connect from
- * several client processes over 127.0.0.x source addresses (a process here cannot open more than
- * 20 000 files). The figure is (RSS or heap after N identified connections − before) / N, after a
- * full GC and a settle.
+ * several client processes over 127.0.x.y source addresses (a process here cannot open more than
+ * 20 000 files). Clients connect in batches of 5 000; after each batch, a settle and full GCs, the
+ * server's memory is read; the figure per connection is the slope of memory over connections from
+ * the first batch on.
  */
 import { fork, type ChildProcess } from "node:child_process"
 import { setTimeout as sleep } from "node:timers/promises"
@@ -41,48 +42,71 @@ const measure = async (server: ChildProcess): Promise<Sample> => {
   return sample
 }
 
-const run = async (kind: "autopush" | "bare") => {
+/**
+ * Each server gets its own client source addresses (127.0.<subnet>.x): the sockets a previous run
+ * left in TIME_WAIT would otherwise make every bind() of the next run search the port table, and
+ * the second server would look several times slower to accept than it is.
+ */
+const run = async (kind: "autopush" | "bare", subnet: number) => {
   const server = fork(`${here}connection-servers.ts`, [kind], { execArgv: ["--expose-gc"], stdio: ["ignore", "ignore", "inherit", "ipc"] })
   const { port } = await once<{ port: number }>(server, (m) => typeof m === "object" && m !== null && "port" in m)
   await sleep(500)
-  const before = await measure(server)
-  const started = Date.now()
+  // Memory after each batch: the slope over these points is the cost of one more connection, less
+  // sensitive to where the baseline happens to sit than one difference.
+  const points: Array<{ readonly connections: number; readonly sample: Sample }> = [{ connections: 0, sample: await measure(server) }]
   const clients: Array<ChildProcess> = []
-  const ready: Array<Promise<{ identified: number; failed: number }>> = []
+  let identified = 0
+  let failed = 0
+  let connectMs = 0
   for (let i = 0; i * PER_PROCESS < N; i++) {
     const count = Math.min(PER_PROCESS, N - i * PER_PROCESS)
-    const child = fork(`${here}connection-clients.ts`, [String(port), String(count), `127.0.0.${i + 2}`], { stdio: ["ignore", "ignore", "inherit", "ipc"] })
+    const started = Date.now()
+    const child = fork(`${here}connection-clients.ts`, [String(port), String(count), `127.0.${subnet}.${i + 2}`], { stdio: ["ignore", "ignore", "inherit", "ipc"] })
     clients.push(child)
-    ready.push(once(child))
+    const result = await once<{ identified: number; failed: number }>(child)
+    connectMs += Date.now() - started
+    identified += result.identified
+    failed += result.failed
+    await sleep(SETTLE_MS)
+    points.push({ connections: identified, sample: await measure(server) })
   }
-  const results = await Promise.all(ready)
-  const identified = results.reduce((a, r) => a + r.identified, 0)
-  const failed = results.reduce((a, r) => a + r.failed, 0)
-  const connectSeconds = (Date.now() - started) / 1000
-  await sleep(SETTLE_MS)
-  const after = await measure(server)
   for (const c of clients) c.kill()
   server.kill()
+  const last = points[points.length - 1]!.sample
+  // The empty server's reading is left out of the fit: its heap pages are not yet in use the way
+  // they are once connections arrive, which pulls the slope down (below the heap's own slope).
+  const loaded = points.length > 2 ? points.slice(1) : points
+  const perConnection = (field: keyof Sample) => slope(loaded.map((p) => [p.connections, p.sample[field]] as const))
   return {
     kind,
     identified,
     failed,
-    connectSeconds,
-    serverConnections: after.connections,
-    rssPerConn: (after.rss - before.rss) / identified,
-    heapPerConn: (after.heapUsed - before.heapUsed) / identified,
-    heapTotalPerConn: (after.heapTotal - before.heapTotal) / identified,
-    externalPerConn: (after.external - before.external) / identified,
-    rssTotalMiB: after.rss / 2 ** 20
+    connectSeconds: connectMs / 1000,
+    serverConnections: last.connections,
+    rssPerConn: perConnection("rss"),
+    heapPerConn: perConnection("heapUsed"),
+    heapTotalPerConn: perConnection("heapTotal"),
+    externalPerConn: perConnection("external"),
+    rssTotalMiB: last.rss / 2 ** 20
   }
+}
+
+/** Least-squares slope of y over x. */
+const slope = (xy: ReadonlyArray<readonly [number, number]>): number => {
+  const n = xy.length
+  const mx = xy.reduce((a, [x]) => a + x, 0) / n
+  const my = xy.reduce((a, [, y]) => a + y, 0) / n
+  const sxy = xy.reduce((a, [x, y]) => a + (x - mx) * (y - my), 0)
+  const sxx = xy.reduce((a, [x]) => a + (x - mx) ** 2, 0)
+  return sxy / sxx
 }
 
 const kib = (bytes: number) => `${(bytes / 1024).toFixed(2)} KiB`
 
 const main = async () => {
   console.log(`bench:connections — N = ${N} identified connections per server`)
-  const bare = await run("bare")
-  const ours = await run("autopush")
+  const bare = await run("bare", 1)
+  const ours = await run("autopush", 2)
   for (const r of [bare, ours]) {
     console.log(
       `${r.kind.padEnd(9)} identified ${r.identified} (failed ${r.failed}, server sees ${r.serverConnections}) in ${r.connectSeconds.toFixed(1)} s; ` +
