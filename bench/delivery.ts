@@ -23,7 +23,7 @@
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
-import { createServer } from "node:net"
+import { freePort } from "../test/e2e/servers.ts"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
@@ -151,16 +151,6 @@ setTimeout(() => {
   console.error(`bench:delivery: not done after ${TIMEOUT_S} s, giving up`)
   process.exit(1)
 }, TIMEOUT_S * 1000).unref()
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const server = createServer()
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-    server.on("error", reject)
-  })
 
 const waitForHttp = async (proc: Proc, url: string, timeoutMs = 30_000): Promise<void> => {
   const deadline = Date.now() + timeoutMs
