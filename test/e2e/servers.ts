@@ -33,9 +33,12 @@ export const freePort = (): Promise<number> =>
     server.on("error", reject)
   })
 
+/** Until `url` answers 200; fails at once when a process exits meanwhile (its last lines say why). */
 const waitFor = async (url: string, output: ReadonlyArray<string>, timeoutMs = 20_000): Promise<void> => {
   const deadline = Date.now() + timeoutMs
+  const from = output.length
   while (Date.now() < deadline) {
+    if (output.slice(from).some((line) => line.startsWith("[") && line.includes(" exited: "))) break
     try {
       const res = await fetch(url)
       if (res.ok) return
@@ -80,7 +83,24 @@ const connectionFlags = (ports: Ports) => [
 const common = (ports: Ports) => [...sharedFlags(ports), ...connectionFlags(ports)]
 
 /** `npm start`'s process: connection and endpoint node in one, embedded storage in a temp dir. */
-export const startAllInOne = async (): Promise<Deployment> => {
+/**
+ * A free port is only free until someone takes it: if a process of ours lost its port to another
+ * one between `freePort` and its listen, start again on new ports.
+ */
+const withFreshPorts = async (start: () => Promise<Deployment>): Promise<Deployment> => {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start()
+    } catch (error) {
+      if (attempt >= 3 || !String(error).includes("EADDRINUSE")) throw error
+    }
+  }
+}
+
+export const startAllInOne = (): Promise<Deployment> => withFreshPorts(startAllInOneOnce)
+export const startSeparate = (): Promise<Deployment> => withFreshPorts(startSeparateOnce)
+
+const startAllInOneOnce = async (): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
   const output: Array<string> = []
@@ -90,7 +110,10 @@ export const startAllInOne = async (): Promise<Deployment> => {
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
   }
-  await up()
+  await up().catch(async (error: unknown) => {
+    await stopChild(child)
+    throw error
+  })
   return {
     wsUrl: `ws://127.0.0.1:${ports.ws}/`,
     endpointUrl: `http://127.0.0.1:${ports.endpoint}`,
@@ -110,7 +133,7 @@ export const startAllInOne = async (): Promise<Deployment> => {
 }
 
 /** `autoconnect` and `autoendpoint` as separate processes sharing one dynalite server process. */
-export const startSeparate = async (): Promise<Deployment> => {
+const startSeparateOnce = async (): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
   const dynamoPort = await freePort()
@@ -139,7 +162,11 @@ export const startSeparate = async (): Promise<Deployment> => {
     endpoint = start("src/bin/autoendpoint.ts", shared, output, cwd)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
   }
-  await up()
+  await up().catch(async (error: unknown) => {
+    await Promise.all([connection, endpoint].filter((c) => c !== undefined).map(stopChild))
+    await stopChild(dynalite)
+    throw error
+  })
   return {
     wsUrl: `ws://127.0.0.1:${ports.ws}/`,
     endpointUrl: `http://127.0.0.1:${ports.endpoint}`,
