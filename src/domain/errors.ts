@@ -152,10 +152,6 @@ const REASONS: Readonly<Record<number, string>> = {
   503: "Service Unavailable"
 }
 
-/** Status and errno of an error, without building the body (metrics, logs). */
-export const wireIdentity = (error: ApiError): { readonly status: number; readonly errno: number | null } =>
-  table[error._tag]
-
 /** The one edge mapping: an API error → status, extra headers and the §2.5 JSON body. */
 export const toErrorResponse = (error: ApiError): ErrorResponse => {
   const identity = table[error._tag] as WireIdentity<ApiError>

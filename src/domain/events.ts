@@ -32,5 +32,3 @@ export type DomainEvent =
   | { readonly type: "uaid.reset.1"; readonly uaid: string; readonly data: { readonly reason: "too_many_messages" | "stale_month" } }
   | { readonly type: "month.migrated.1"; readonly uaid: string; readonly data: { readonly from: string; readonly to: string } }
   | { readonly type: "session.closed.1"; readonly uaid: string; readonly data: { readonly code: number; readonly reason: string } }
-
-export type DomainEventType = DomainEvent["type"]

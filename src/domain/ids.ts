@@ -38,7 +38,4 @@ export const parseChannelId = (input: string): string | undefined => {
 export const isCanonicalChannelId = (input: string): boolean => parseChannelId(input) === input
 
 export const newUaid = (): string => randomUUID().replaceAll("-", "")
-export const newChannelId = (): string => randomUUID()
 
-export const uuidToBytes = (hex: string): Buffer => Buffer.from(hex.replaceAll("-", ""), "hex")
-export const bytesToUuidHex = (bytes: Uint8Array): string => Buffer.from(bytes).toString("hex")

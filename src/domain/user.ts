@@ -1,3 +1,5 @@
+import { randomInt } from "node:crypto"
+
 /** The router record: one per uaid, naming the node a client is connected to and its message table. */
 
 export interface UserRecord {
@@ -22,7 +24,7 @@ export interface UserRecord {
 export const USER_RECORD_VERSION = 1
 
 /** The seed's `last_connect` value: YYYYMMHH followed by a random 0000-0010 to spread hot keys. */
-export const lastConnectValue = (nowMs: number, spread: number): number => {
+export const lastConnectValue = (nowMs: number, spread: number = randomInt(0, 11)): number => {
   const d = new Date(nowMs)
   const key = `${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, "0")}${String(d.getUTCHours()).padStart(2, "0")}${String(spread).padStart(4, "0")}`
   return Number(key)

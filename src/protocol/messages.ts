@@ -40,7 +40,6 @@ export type ClientMessage =
   | { readonly messageType: "ping" }
   | { readonly [K in keyof Bodies]: { readonly messageType: K } & BodyOf<K> }[keyof Bodies]
 
-export type ClientMessageType = ClientMessage["messageType"]
 
 /** Why a text frame is not a client message; the session closes with 1011 "Json" for all of them. */
 export interface FrameError {

@@ -397,17 +397,18 @@ class Machine {
     return Effect.gen(function*() {
       const claimed = typeof message.uaid === "string" ? parseUaid(message.uaid) : undefined
       const existing = claimed === undefined ? undefined : yield* self.loadExisting(claimed, now)
+      const current = yield* storage.currentMessageTable
       s.connectedAt = now
       if (existing === undefined) {
         s.uaid = newUaid()
-        s.table = yield* storage.currentMessageTable
+        s.table = current
         self.record({ type: "client.hello.1", uaid: s.uaid, data: { kind: claimed === undefined ? "new" : "reassigned" } })
       } else {
         const user: UserRecord = {
           ...existing,
           nodeId: options.routerUrl,
           connectedAt: now,
-          lastConnect: lastConnectValue(now, Math.floor(Math.random() * 11))
+          lastConnect: lastConnectValue(now)
         }
         if (!(yield* storage.registerUser(user))) return yield* close("already-connected")
         if (existing.nodeId !== undefined && existing.nodeId !== options.routerUrl) {
@@ -415,7 +416,7 @@ class Machine {
         }
         s.uaid = existing.uaid
         s.user = user
-        s.table = existing.currentMonth ?? (yield* storage.currentMessageTable)
+        s.table = existing.currentMonth ?? current
         self.record({ type: "client.hello.1", uaid: s.uaid, data: { kind: "existing" } })
       }
       self.handle.uaid = s.uaid
@@ -425,7 +426,6 @@ class Machine {
       self.scheduleKeepalive()
       self.out(helloReply(s.uaid))
       if (s.user === undefined) return
-      const current = yield* storage.currentMessageTable
       if (!options.noTableRotation && s.table !== current) {
         s.phase = "migrating"
         s.migrateFrom = s.table
@@ -474,7 +474,7 @@ class Machine {
             routerData: {},
             connectedAt: s.connectedAt,
             nodeId: options.routerUrl,
-            lastConnect: lastConnectValue(now, Math.floor(Math.random() * 11)),
+            lastConnect: lastConnectValue(now),
             currentMonth: s.table,
             recordVersion: USER_RECORD_VERSION
           }
@@ -678,7 +678,7 @@ class Machine {
       const now = yield* Clock.currentTimeMillis
       yield* storage.updateUser(s.uaid, {
         currentMonth: to,
-        lastConnect: lastConnectValue(now, Math.floor(Math.random() * 11))
+        lastConnect: lastConnectValue(now)
       })
       s.user = { ...(s.user as UserRecord), currentMonth: to }
       s.table = to
