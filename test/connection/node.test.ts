@@ -32,6 +32,18 @@ export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
   shutdownTimeoutMs: 2_000
 }
 
+/** A new client with one registered channel (CHID). */
+const subscribe = (ws: string) =>
+  Effect.promise(async () => {
+    const client = await openClient(ws)
+    client.send({ messageType: "hello", use_webpush: true })
+    const uaid = (await client.next())["uaid"] as string
+    client.send({ messageType: "register", channelID: CHID })
+    const register = await client.next()
+    assert.strictEqual(register["status"], 200)
+    return { client, uaid }
+  })
+
 const storageOptions = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }
 
 const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
@@ -57,13 +69,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
       Effect.gen(function*() {
         const { ws, router } = yield* urls
         const crypto = yield* EndpointCrypto
-        const client = yield* Effect.promise(() => openClient(ws))
-        client.send({ messageType: "hello", use_webpush: true })
-        const hello = yield* Effect.promise(() => client.next())
-        const uaid = hello["uaid"] as string
-        client.send({ messageType: "register", channelID: CHID })
-        const register = yield* Effect.promise(() => client.next())
-        assert.strictEqual(register["status"], 200)
+        const { client, uaid } = yield* subscribe(ws)
         const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
         const body = encodeTransportNotification({
           channelId: CHID,
@@ -98,11 +104,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
         const { ws, router } = yield* urls
         const crypto = yield* EndpointCrypto
         const storage = yield* Storage
-        const client = yield* Effect.promise(() => openClient(ws))
-        client.send({ messageType: "hello" })
-        const uaid = (yield* Effect.promise(() => client.next()))["uaid"] as string
-        client.send({ messageType: "register", channelID: CHID })
-        yield* Effect.promise(() => client.next())
+        const { client, uaid } = yield* subscribe(ws)
         const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
         const body = encodeTransportNotification({ channelId: CHID, version, ttl: 600, timestamp: Math.floor(Date.now() / 1000) })
         assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))).status, 200)
@@ -132,11 +134,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
       Effect.gen(function*() {
         const { ws, router } = yield* urls
         const storage = yield* Storage
-        const client = yield* Effect.promise(() => openClient(ws))
-        client.send({ messageType: "hello" })
-        const uaid = (yield* Effect.promise(() => client.next()))["uaid"] as string
-        client.send({ messageType: "register", channelID: CHID })
-        yield* Effect.promise(() => client.next())
+        const { client, uaid } = yield* subscribe(ws)
         const user = yield* storage.getUser(uaid)
         const wrong = yield* Effect.promise(() => httpRequest("DELETE", `${router}/notif/${uaid}/${user!.connectedAt + 1}`))
         assert.strictEqual(wrong.status, 404)

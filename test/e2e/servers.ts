@@ -69,6 +69,12 @@ const stopChild = (child: ChildProcess): Promise<void> =>
 
 type Ports = { readonly ws: number; readonly router: number; readonly endpoint: number }
 
+const urlsOf = (ports: Ports) => ({
+  wsUrl: `ws://127.0.0.1:${ports.ws}/`,
+  endpointUrl: `http://127.0.0.1:${ports.endpoint}`,
+  routerUrl: `http://127.0.0.1:${ports.router}`
+})
+
 const sharedFlags = (ports: Ports) => [
   "--endpoint-hostname", "127.0.0.1",
   "--endpoint-port", String(ports.endpoint),
@@ -115,9 +121,7 @@ const startAllInOneOnce = async (): Promise<Deployment> => {
     throw error
   })
   return {
-    wsUrl: `ws://127.0.0.1:${ports.ws}/`,
-    endpointUrl: `http://127.0.0.1:${ports.endpoint}`,
-    routerUrl: `http://127.0.0.1:${ports.router}`,
+    ...urlsOf(ports),
     output,
     restart: async () => {
       await stopChild(child)
@@ -168,9 +172,7 @@ const startSeparateOnce = async (): Promise<Deployment> => {
     throw error
   })
   return {
-    wsUrl: `ws://127.0.0.1:${ports.ws}/`,
-    endpointUrl: `http://127.0.0.1:${ports.endpoint}`,
-    routerUrl: `http://127.0.0.1:${ports.router}`,
+    ...urlsOf(ports),
     output,
     restart: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])
