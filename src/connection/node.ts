@@ -12,6 +12,7 @@ import { routerObservability } from "../observability/observability.ts"
 import { decodeClientFrame, isFrameError } from "../protocol/messages.ts"
 import type { Mailbox } from "../protocol/mailbox.ts"
 import {
+  protocolFor,
   runSession,
   SessionHandle,
   type SessionEvent,
@@ -92,6 +93,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           registry,
           logFrames: LogLevel.isGreaterThanOrEqualTo("Debug", yield* References.MinimumLogLevel),
           options: sessionOptions,
+          protocol: protocolFor(sessionOptions),
           peers: makePeers(options.peerTimeoutMs, (message) => run(Effect.logWarning(message))),
           endpoints: {
             makeEndpoint: (uaid, channelId, key) => {
@@ -155,6 +157,14 @@ class WsTransport implements Transport {
 
   ping(): void {
     if (this.ws.readyState === this.ws.OPEN) this.ws.ping()
+  }
+
+  pause(): void {
+    this.ws.pause()
+  }
+
+  resume(): void {
+    this.ws.resume()
   }
 }
 

@@ -1,7 +1,8 @@
 /**
- * Domain events (DESIGN.md §3): every state change of a uaid, versioned by `type`, ordered per uaid.
- * Metrics, the event log and the per-message lifecycle are derived from these; tests assert on them.
- * Consumers ignore types they do not know.
+ * Domain events (DESIGN.md §3): every state change of a uaid, versioned by `type`, ordered per uaid,
+ * stamped with the Effect Clock's time (ms) by whoever produces them. Metrics, the event log, the
+ * message trace and the per-session summary are folds over these; tests assert on them. Consumers
+ * ignore types they do not know.
  */
 
 export type DeliverySource = "direct" | "stored"
@@ -13,22 +14,45 @@ export type DeliverySource = "direct" | "stored"
  */
 export type RouteOutcome = "direct" | "stored" | "dropped" | "failed"
 
+interface Event<T extends string, D> {
+  readonly type: T
+  readonly uaid: string
+  /** Milliseconds since the epoch, from the Clock of the producer. */
+  readonly time: number
+  readonly data: D
+}
+
 export type DomainEvent =
-  | { readonly type: "client.hello.1"; readonly uaid: string; readonly data: { readonly kind: "new" | "existing" | "reassigned" } }
-  | { readonly type: "channel.registered.1"; readonly uaid: string; readonly data: { readonly channelId: string } }
-  | { readonly type: "channel.unregistered.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly code?: number | undefined } }
-  | { readonly type: "notification.accepted.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly version: string; readonly ttl: number } }
-  | {
-    readonly type: "notification.routed.1"
-    readonly uaid: string
-    readonly data: { readonly channelId: string; readonly version: string; readonly outcome: RouteOutcome; readonly durationMs: number }
-  }
-  | { readonly type: "notification.stored.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly version: string; readonly reason: "offline" | "disconnect" } }
-  | { readonly type: "notification.delivered.1"; readonly uaid: string; readonly data: { readonly channelId: string; readonly version: string; readonly source: DeliverySource } }
-  | { readonly type: "notification.acked.1"; readonly uaid: string; readonly data: { readonly version: string; readonly code: number; readonly source: DeliverySource } }
-  | { readonly type: "notification.nacked.1"; readonly uaid: string; readonly data: { readonly version: string; readonly code: number } }
-  | { readonly type: "notification.expired.1"; readonly uaid: string; readonly data: { readonly version: string } }
-  | { readonly type: "notification.deleted.1"; readonly uaid: string; readonly data: { readonly version: string } }
-  | { readonly type: "uaid.reset.1"; readonly uaid: string; readonly data: { readonly reason: "too_many_messages" | "stale_month" } }
-  | { readonly type: "month.migrated.1"; readonly uaid: string; readonly data: { readonly from: string; readonly to: string } }
-  | { readonly type: "session.closed.1"; readonly uaid: string; readonly data: { readonly code: number; readonly reason: string } }
+  | Event<"client.hello.1", { readonly kind: "new" | "existing" | "reassigned" }>
+  | Event<"channel.registered.1", { readonly channelId: string }>
+  | Event<"channel.unregistered.1", { readonly channelId: string; readonly code?: number | undefined }>
+  | Event<"notification.accepted.1", { readonly channelId: string; readonly version: string; readonly ttl: number }>
+  | Event<"notification.routed.1", {
+    readonly channelId: string
+    readonly version: string
+    readonly outcome: RouteOutcome
+    readonly durationMs: number
+  }>
+  | Event<"notification.stored.1", {
+    readonly channelId: string
+    readonly version: string
+    readonly reason: "offline" | "disconnect"
+  }>
+  | Event<"notification.delivered.1", { readonly channelId: string; readonly version: string; readonly source: DeliverySource }>
+  | Event<"notification.acked.1", { readonly version: string; readonly code: number; readonly source: DeliverySource }>
+  | Event<"notification.nacked.1", { readonly version: string; readonly code: number }>
+  | Event<"notification.expired.1", { readonly version: string }>
+  | Event<"notification.deleted.1", { readonly version: string }>
+  | Event<"uaid.reset.1", { readonly reason: "too_many_messages" | "stale_month" }>
+  | Event<"month.migrated.1", { readonly from: string; readonly to: string }>
+  /** The server closed an identified session's socket. */
+  | Event<"session.closed.1", { readonly code: number; readonly reason: string }>
+  /** An identified session is over (its unacked messages saved): the last event of a session. */
+  | Event<"session.ended.1", { readonly reason: string }>
+
+export type DomainEventType = DomainEvent["type"]
+export type EventData<T extends DomainEventType> = Extract<DomainEvent, { readonly type: T }>["data"]
+
+/** One event, typed by its `type`. */
+export const domainEvent = <T extends DomainEventType>(type: T, uaid: string, time: number, data: EventData<T>): DomainEvent =>
+  ({ type, uaid, time, data }) as DomainEvent

@@ -25,6 +25,7 @@ import {
   PayloadTooLarge,
   StorageUnavailable
 } from "../domain/errors.ts"
+import { domainEvent } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
@@ -183,12 +184,13 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       ...(topic !== undefined ? { topic } : { sortkeyTimestamp: nowMs }),
       ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
     }
-    events.record({ type: "notification.accepted.1", uaid, data: { channelId, version: messageId, ttl } })
+    events.record(domainEvent("notification.accepted.1", uaid, nowMs, { channelId, version: messageId, ttl }))
     const outcome = yield* router.route(user, table, notification)
+    const routedAt = yield* Clock.currentTimeMillis
     if (outcome === "stored") {
-      events.record({ type: "notification.stored.1", uaid, data: { channelId, version: messageId, reason: "offline" } })
+      events.record(domainEvent("notification.stored.1", uaid, routedAt, { channelId, version: messageId, reason: "offline" }))
     } else if (outcome === "dropped") {
-      events.record({ type: "notification.expired.1", uaid, data: { version: messageId } })
+      events.record(domainEvent("notification.expired.1", uaid, routedAt, { version: messageId }))
     }
     return HttpServerResponse.empty({
       status: 201,
@@ -205,7 +207,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       yield* storage.deleteMessage(data.uaid, user.currentMonth, sortKeyOf(data)).pipe(
         Effect.catchTag("StorageError", storageUnavailable)
       )
-      events.record({ type: "notification.deleted.1", uaid: data.uaid, data: { version: messageId } })
+      events.record(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId }))
     }
     return HttpServerResponse.empty({ status: 204 })
   })

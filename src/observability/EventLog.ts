@@ -11,26 +11,24 @@ export interface EventLogService {
   readonly record: (event: DomainEvent) => void
 }
 
-/** A consumer of events; `timeMs` is when the event was recorded (wall clock, ms). */
-export type EventSink = (event: DomainEvent, timeMs: number) => void
+/** A consumer of events. */
+export type EventSink = (event: DomainEvent) => void
 
 export class EventLogMemory extends Context.Service<EventLogMemory, { readonly events: Array<DomainEvent> }>()(
   "autopush/observability/EventLogMemory"
 ) {}
 
 /**
- * `record` over sinks: each event is stamped once and given to every sink in order. A sink that
- * throws (a bug) is reported once on stderr and does not stop the others, nor the transition that
- * recorded the event.
+ * `record` over sinks: each event is given to every sink in order. A sink that throws (a bug) is
+ * reported once on stderr and does not stop the others, nor the transition that recorded the event.
  */
 export const recordTo = (sinks: ReadonlyArray<EventSink>): EventLogService["record"] => {
   if (sinks.length === 0) return () => {}
   const reported = new Set<number>()
   return (event) => {
-    const now = Date.now()
     for (let i = 0; i < sinks.length; i++) {
       try {
-        ;(sinks[i] as EventSink)(event, now)
+        ;(sinks[i] as EventSink)(event)
       } catch (error) {
         if (!reported.has(i)) {
           reported.add(i)

@@ -130,7 +130,8 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
   const order: Array<string | undefined> = []
   let next = 0
 
-  const sink: EventSink = (event, timeMs) => {
+  const sink: EventSink = (event) => {
+    const timeMs = event.time
     const version = versionOf(event)
     if (version === undefined) return
     const state = stateOf(event)

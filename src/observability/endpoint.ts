@@ -5,10 +5,10 @@
  *   which the metrics sink makes `notification.routed` / `notification.route_time` and the trace
  *   shows the endpoint's half of a direct delivery.
  */
-import { Effect, Option } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { HttpServerRequest, type HttpServerResponse } from "effect/http"
 import { type ApiError, toErrorResponse } from "../domain/errors.ts"
-import type { RouteOutcome } from "../domain/events.ts"
+import { domainEvent, type RouteOutcome } from "../domain/events.ts"
 import { WebPushRouter, type WebPushRouterService } from "../routers/webpush.ts"
 import { METRICS } from "./catalog.ts"
 import { EventLog, type EventLogService } from "./EventLog.ts"
@@ -20,17 +20,13 @@ export const recordRouting = (router: WebPushRouterService, events: EventLogServ
     Effect.suspend(() => {
       const start = performance.now()
       const record = (outcome: RouteOutcome) =>
-        Effect.sync(() =>
-          events.record({
-            type: "notification.routed.1",
-            uaid: user.uaid,
-            data: {
-              channelId: notification.channelId,
-              version: notification.version,
-              outcome,
-              durationMs: Math.round((performance.now() - start) * 1000) / 1000
-            }
-          })
+        Effect.map(Clock.currentTimeMillis, (now) =>
+          events.record(domainEvent("notification.routed.1", user.uaid, now, {
+            channelId: notification.channelId,
+            version: notification.version,
+            outcome,
+            durationMs: Math.round((performance.now() - start) * 1000) / 1000
+          }))
         )
       return router.route(user, table, notification).pipe(
         Effect.tap(record),

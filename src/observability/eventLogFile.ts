@@ -35,13 +35,13 @@ const OPAQUE_FIELDS: ReadonlySet<string> = new Set(["version", "messageId"])
 
 /** The JSON line of one event (without the newline). */
 export const makeEventLine = (opaque: (value: string) => string = makeOpaqueIds()) =>
-  (event: DomainEvent, timeMs: number): string => {
+  (event: DomainEvent): string => {
     const data: Record<string, unknown> = {}
     for (const [key, value] of Object.entries(event.data)) {
       if (value === undefined || NEVER_WRITTEN.has(key)) continue
       data[key] = OPAQUE_FIELDS.has(key) && typeof value === "string" ? opaque(value) : value
     }
-    return JSON.stringify({ time: timeMs, type: event.type, uaid: opaque(event.uaid), data })
+    return JSON.stringify({ time: event.time, type: event.type, uaid: opaque(event.uaid), data })
   }
 
 export interface EventLogFileOptions {
@@ -63,7 +63,7 @@ export const openEventLog = (options: EventLogFileOptions): Effect.Effect<EventS
   Effect.gen(function*() {
     const line = makeEventLine(options.opaque)
     if (options.target === "-") {
-      return (event, timeMs) => void process.stdout.write(`${line(event, timeMs)}\n`)
+      return (event) => void process.stdout.write(`${line(event)}\n`)
     }
     const path = options.target
     const fd = yield* Effect.try({
@@ -83,8 +83,8 @@ export const openEventLog = (options: EventLogFileOptions): Effect.Effect<EventS
       })
     )
     const maxBufferBytes = options.maxBufferBytes ?? 16 * 1024 * 1024
-    return (event, timeMs) => {
+    return (event) => {
       if (failed || stream.writableLength > maxBufferBytes) return void options.onDrop?.()
-      stream.write(`${line(event, timeMs)}\n`)
+      stream.write(`${line(event)}\n`)
     }
   })

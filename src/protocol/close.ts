@@ -18,6 +18,7 @@ export type CloseKind =
   | "hello-timeout"
   | "pong-timeout"
   | "shutdown" // node draining: Firefox reconnects elsewhere
+  | "internal-error" // a bug while handling this connection (logged); the node carries on
 
 export class SessionClose extends Data.TaggedError("SessionClose")<{ readonly kind: CloseKind }> {}
 
@@ -33,7 +34,8 @@ const frames: { readonly [K in CloseKind]: { readonly code: number; readonly rea
   "storage-error": { code: 1011, reason: "StorageError" },
   "hello-timeout": { code: 1011, reason: "HandshakeTimeout" },
   "pong-timeout": { code: 1011, reason: "PongTimeout" },
-  shutdown: { code: 1001, reason: "Shutdown" }
+  shutdown: { code: 1001, reason: "Shutdown" },
+  "internal-error": { code: 1011, reason: "InternalError" }
 }
 
 export const closeFrame = (kind: CloseKind): { readonly code: number; readonly reason: string } => frames[kind]

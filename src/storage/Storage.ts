@@ -41,9 +41,17 @@ export interface StorageService {
   readonly getUser: (uaid: string) => Effect.Effect<UserRecord | undefined, StorageError>
   /** Write the whole record unless a record with a newer-or-equal `connectedAt` exists; true when written. */
   readonly registerUser: (user: UserRecord) => Effect.Effect<boolean, StorageError>
+  /**
+   * Overwrite an existing record unless it has a newer-or-equal `connectedAt`; false when it is newer
+   * or gone (a user dropped while a client reconnects stays dropped: that client gets a new uaid).
+   */
+  readonly resumeUser: (user: UserRecord) => Effect.Effect<boolean, StorageError>
   /** Change fields of an existing record; false when there is no record. */
   readonly updateUser: (uaid: string, patch: UserPatch) => Effect.Effect<boolean, StorageError>
-  /** Remove the router record and everything the user has in its current message table. */
+  /**
+   * Remove the router record, then everything the user has in its current message table (in that
+   * order: once the record is gone no hello can resume the user, whatever is still being deleted).
+   */
   readonly dropUser: (uaid: string) => Effect.Effect<void, StorageError>
   /** Remove `nodeId` only if both `nodeId` and `connectedAt` still match; true when cleared. */
   readonly clearNodeId: (uaid: string, nodeId: string, connectedAt: number) => Effect.Effect<boolean, StorageError>

@@ -291,18 +291,25 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         return result.Item === undefined ? undefined : userFromItem(result.Item)
       })
 
-      const registerUser = (user: UserRecord) =>
-        conditional(call("registerUser", (o) =>
+      /** Put the record if the condition holds (`#uaid`, `#connected_at` and `:connected_at` are bound). */
+      const putUser = (operation: string, user: UserRecord, condition: string) =>
+        conditional(call(operation, (o) =>
           client.send(
             new PutItemCommand({
               TableName: router,
               Item: userToItem(user),
-              ConditionExpression: "attribute_not_exists(#uaid) OR #connected_at < :connected_at",
+              ConditionExpression: condition,
               ExpressionAttributeNames: { "#uaid": "uaid", "#connected_at": "connected_at" },
               ExpressionAttributeValues: { ":connected_at": N(user.connectedAt) }
             }),
             o
           )))
+
+      const registerUser = (user: UserRecord) =>
+        putUser("registerUser", user, "attribute_not_exists(#uaid) OR #connected_at < :connected_at")
+
+      const resumeUser = (user: UserRecord) =>
+        putUser("resumeUser", user, "attribute_exists(#uaid) AND #connected_at < :connected_at")
 
       const updateUser = Effect.fnUntraced(function*(uaid: string, patch: UserPatch) {
         const names: Record<string, string> = { "#uaid": "uaid" }
@@ -352,10 +359,10 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       })
 
       const dropUser = Effect.fnUntraced(function*(uaid: string) {
-        const user = yield* getUser(uaid)
-        if (user === undefined) return
-        if (user.currentMonth !== undefined) yield* deleteUserRows("dropUser", uaid, user.currentMonth)
-        yield* call("dropUser", (o) => client.send(new DeleteItemCommand({ TableName: router, Key: { uaid: S(uaid) } }), o))
+        const result = yield* call("dropUser", (o) =>
+          client.send(new DeleteItemCommand({ TableName: router, Key: { uaid: S(uaid) }, ReturnValues: "ALL_OLD" }), o))
+        const table = result.Attributes?.current_month?.S
+        if (table !== undefined) yield* deleteUserRows("dropUser", uaid, table)
       })
 
       const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) =>
@@ -693,6 +700,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       return Storage.of({
         getUser,
         registerUser,
+        resumeUser,
         updateUser,
         dropUser,
         clearNodeId,

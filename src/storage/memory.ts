@@ -88,6 +88,14 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       return true
     })
 
+    const resumeUser = Effect.fnUntraced(function*(user: UserRecord) {
+      const users = yield* routerTable("resumeUser")
+      const existing = users.get(user.uaid)
+      if (existing === undefined || existing.connectedAt >= user.connectedAt) return false
+      users.set(user.uaid, storedUser(user))
+      return true
+    })
+
     const updateUser = Effect.fnUntraced(function*(uaid: string, patch: UserPatch) {
       const users = yield* routerTable("updateUser")
       const existing = users.get(uaid)
@@ -102,8 +110,9 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
 
     const dropUser = Effect.fnUntraced(function*(uaid: string) {
       const users = yield* routerTable("dropUser")
-      deleteUserRows(uaid, users.get(uaid)?.currentMonth)
+      const table = users.get(uaid)?.currentMonth
       users.delete(uaid)
+      deleteUserRows(uaid, table)
     })
 
     const clearNodeId = Effect.fnUntraced(function*(uaid: string, nodeId: string, connectedAt: number) {
@@ -239,6 +248,7 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
     return Storage.of({
       getUser,
       registerUser,
+      resumeUser,
       updateUser,
       dropUser,
       clearNodeId,

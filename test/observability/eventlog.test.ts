@@ -73,7 +73,8 @@ describe("event log", () => {
         "notification.delivered.1",
         "notification.acked.1",
         "notification.delivered.1",
-        "notification.stored.1"
+        "notification.stored.1",
+        "session.ended.1"
       ])
       for (const line of lines) {
         assert.deepStrictEqual(Object.keys(line), ["time", "type", "uaid", "data"])
@@ -96,9 +97,10 @@ describe("event log", () => {
     const event = {
       type: "notification.future.9",
       uaid: "a90359e3e4eb64f6e33d1267813bf91c",
+      time: 5,
       data: { version: "gAAAAAB-token", data: PAYLOAD, headers: { encryption: "x" }, token: "t", ttl: 60, note: undefined }
     } as unknown as DomainEvent
-    assert.deepStrictEqual(JSON.parse(line(event, 5)), {
+    assert.deepStrictEqual(JSON.parse(line(event)), {
       time: 5,
       type: "notification.future.9",
       uaid: opaqueId("a90359e3e4eb64f6e33d1267813bf91c"),
@@ -116,7 +118,7 @@ describe("event log", () => {
       })
       yield* Effect.gen(function*() {
         const events = yield* EventLog
-        events.record({ type: "uaid.reset.1", uaid: "a90359e3e4eb64f6e33d1267813bf91c", data: { reason: "stale_month" } })
+        events.record({ type: "uaid.reset.1", uaid: "a90359e3e4eb64f6e33d1267813bf91c", time: 0, data: { reason: "stale_month" } })
       }).pipe(Effect.provide(observabilityLayer({ role: "autopush", eventLog: "-" })), Effect.ensuring(Effect.sync(() => spy.mockRestore())))
       const lines = written.filter((w) => w.includes("uaid.reset.1"))
       assert.strictEqual(lines.length, 1)

@@ -57,11 +57,12 @@ describe("statsd", () => {
       yield* Effect.gen(function*() {
         const events = yield* EventLog
         const metrics = yield* Metrics
-        events.record({ type: "client.hello.1", uaid: UAID, data: { kind: "new" } })
-        events.record({ type: "channel.registered.1", uaid: UAID, data: { channelId: "c" } })
+        events.record({ type: "client.hello.1", uaid: UAID, time: 0, data: { kind: "new" } })
+        events.record({ type: "channel.registered.1", uaid: UAID, time: 0, data: { channelId: "c" } })
         events.record({
           type: "notification.routed.1",
           uaid: UAID,
+          time: 0,
           data: { channelId: "c", version: "v1", outcome: "direct", durationMs: 12.5 }
         })
         const unregister = metrics.sampled("ua.connections", {}, () => 3)
@@ -103,7 +104,7 @@ describe("statsd", () => {
       const udp = yield* listen
       yield* Effect.gen(function*() {
         const events = yield* EventLog
-        events.record({ type: "client.hello.1", uaid: UAID, data: { kind: "new" } })
+        events.record({ type: "client.hello.1", uaid: UAID, time: 0, data: { kind: "new" } })
         assert.strictEqual((yield* Metrics).value("ua.command.hello", { uaid: "new" }), 1)
       }).pipe(Effect.provide(observabilityLayer({ role: "autoconnect", statsdPort: udp.port })))
       yield* Effect.sleep(50)

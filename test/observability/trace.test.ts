@@ -25,7 +25,10 @@ import type { NodeRegistryService } from "../../src/connection/registry.ts"
 const UAID = "a90359e3e4eb64f6e33d1267813bf91c"
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 
-const accepted = (version: string): DomainEvent => ({
+/** An event as recorded at `time`. */
+const at = (event: Omit<DomainEvent, "time">, time: number): DomainEvent => ({ ...event, time }) as DomainEvent
+
+const accepted = (version: string): Omit<DomainEvent, "time"> => ({
   type: "notification.accepted.1",
   uaid: UAID,
   data: { channelId: CHID, version, ttl: 60 }
@@ -34,36 +37,36 @@ const accepted = (version: string): DomainEvent => ({
 describe("the trace window", () => {
   it("keeps the last N messages by first sight, a bounded number of events each", () => {
     const trace = makeMessageTrace({ capacity: 2, maxEventsPerMessage: 3 })
-    trace.sink(accepted("m1"), 1)
-    trace.sink(accepted("m2"), 2)
-    trace.sink({ type: "notification.expired.1", uaid: UAID, data: { version: "m1" } }, 3)
-    trace.sink(accepted("m3"), 4) // m1 was seen first: it goes, though touched later
+    trace.sink(at(accepted("m1"), 1))
+    trace.sink(at(accepted("m2"), 2))
+    trace.sink(at({ type: "notification.expired.1", uaid: UAID, data: { version: "m1" } }, 3))
+    trace.sink(at(accepted("m3"), 4)) // m1 was seen first: it goes, though touched later
     assert.isUndefined(trace.lookup("m1"))
     assert.strictEqual(trace.lookup("m2")?.state, "accepted")
     assert.strictEqual(trace.size(), 2)
-    for (let i = 0; i < 4; i++) trace.sink({ type: "notification.nacked.1", uaid: UAID, data: { version: "m3", code: 301 } }, 10 + i)
+    for (let i = 0; i < 4; i++) trace.sink(at({ type: "notification.nacked.1", uaid: UAID, data: { version: "m3", code: 301 } }, 10 + i))
     const m3 = trace.lookup("m3")
     assert.strictEqual(m3?.events.length, 3)
     assert.isTrue(m3?.truncated)
     assert.strictEqual(m3?.lastSeen, 13)
     // Events without a message id are not traced.
-    trace.sink({ type: "client.hello.1", uaid: UAID, data: { kind: "new" } }, 20)
+    trace.sink(at({ type: "client.hello.1", uaid: UAID, data: { kind: "new" } }, 20))
     assert.strictEqual(trace.size(), 2)
   })
 
   it("state: acked, expired and deleted are final; a late routed does not step back", () => {
     const trace = makeMessageTrace()
-    const routed: DomainEvent = {
+    const routed: Omit<DomainEvent, "time"> = {
       type: "notification.routed.1",
       uaid: UAID,
       data: { channelId: CHID, version: "m", outcome: "direct", durationMs: 1 }
     }
-    trace.sink(accepted("m"), 1)
-    trace.sink({ type: "notification.delivered.1", uaid: UAID, data: { channelId: CHID, version: "m", source: "direct" } }, 2)
-    trace.sink(routed, 3)
+    trace.sink(at(accepted("m"), 1))
+    trace.sink(at({ type: "notification.delivered.1", uaid: UAID, data: { channelId: CHID, version: "m", source: "direct" } }, 2))
+    trace.sink(at(routed, 3))
     assert.strictEqual(trace.lookup("m")?.state, "delivered")
-    trace.sink({ type: "notification.acked.1", uaid: UAID, data: { version: "m", code: 100, source: "direct" } }, 4)
-    trace.sink({ type: "notification.stored.1", uaid: UAID, data: { channelId: CHID, version: "m", reason: "disconnect" } }, 5)
+    trace.sink(at({ type: "notification.acked.1", uaid: UAID, data: { version: "m", code: 100, source: "direct" } }, 4))
+    trace.sink(at({ type: "notification.stored.1", uaid: UAID, data: { channelId: CHID, version: "m", reason: "disconnect" } }, 5))
     const doc = trace.lookup("m")
     assert.strictEqual(doc?.state, "acked")
     assert.strictEqual(doc?.channelId, CHID)

@@ -12,12 +12,12 @@ import { makeNodeRegistry } from "../../src/connection/registry.ts"
 import { EventLog, EventLogMemory } from "../../src/observability/EventLog.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
 import {
-  makeSessionMachine,
+  protocolFor,
   SessionHandle,
   type SessionEvent,
-  type SessionMachine,
   type SessionOptions,
-  type SessionPorts
+  type SessionPorts,
+  SessionRunner
 } from "../../src/protocol/session.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { Storage } from "../../src/storage/Storage.ts"
@@ -38,11 +38,13 @@ export interface Sent {
   readonly frames: Array<Record<string, unknown>>
   closed: { readonly code: number; readonly reason: string } | undefined
   pings: number
+  /** Whether the session has paused reading the socket. */
+  paused: boolean
 }
 
 export interface Client {
   readonly handle: SessionHandle
-  readonly machine: SessionMachine
+  readonly machine: SessionRunner
   readonly sent: Sent
   /** Feed one event at the Clock's now. */
   readonly feed: (event: SessionEvent) => Effect.Effect<void>
@@ -68,12 +70,14 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
     yield* storage.createTables(yield* storage.activeMessageTables)
     const registry = makeNodeRegistry()
     const pokes: Harness["pokes"] = []
+    const options = { ...sessionOptions, ...overrides }
     const ports: SessionPorts = {
       storage,
       events: eventLog,
       registry,
       logFrames: false,
-      options: { ...sessionOptions, ...overrides },
+      options,
+      protocol: protocolFor(options),
       peers: {
         notify: (nodeId, uaid) => {
           pokes.push({ kind: "notify", nodeId, uaid })
@@ -94,21 +98,24 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
       Effect.gen(function*() {
         // Connections are at least a millisecond apart: a uaid's newer connection must be newer.
         yield* TestClock.adjust(1)
-        const sent: Sent = { frames: [], closed: undefined, pings: 0 }
+        const sent: Sent = { frames: [], closed: undefined, pings: 0, paused: false }
         const handle = new SessionHandle(ports.options.clientChannelCapacity, Number.POSITIVE_INFINITY)
         registry.track(handle)
-        const machine = makeSessionMachine(ports, {
+        const machine = new SessionRunner(ports, {
           send: (text) => void sent.frames.push(JSON.parse(text) as Record<string, unknown>),
           close: (code, reason) => {
             sent.closed = { code, reason }
           },
-          ping: () => void sent.pings++
+          ping: () => void sent.pings++,
+          pause: () => {
+            sent.paused = true
+          },
+          resume: () => {
+            sent.paused = false
+          }
         }, handle, yield* Clock.currentTimeMillis)
-        const feed = (event: SessionEvent) =>
-          Effect.gen(function*() {
-            yield* machine.handleEvent(event, yield* Clock.currentTimeMillis)
-            if (machine.isClosed) yield* machine.cleanup()
-          })
+        /** One event and everything it causes (a close runs the whole close sequence). */
+        const feed = (event: SessionEvent) => machine.feed(event)
         return {
           handle,
           machine,
