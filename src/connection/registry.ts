@@ -32,7 +32,7 @@ export const makeNodeRegistry = (): NodeRegistryService => {
     register: (handle) => {
       const uaid = handle.uaid as string
       const older = byUaid.get(uaid)
-      if (older !== undefined && older !== handle) older.mailbox.offer({ _tag: "Kick", kind: "ghost" })
+      if (older !== undefined && older !== handle) older.mailbox.offerFirst({ _tag: "Kick", kind: "ghost" })
       byUaid.set(uaid, handle)
     },
     remove: (handle) => {

@@ -35,6 +35,21 @@ export class Mailbox<E> {
     return true
   }
 
+  /** Queue an event ahead of everything waiting (a kick: nothing queued behind it matters any more). */
+  offerFirst(event: E): boolean {
+    if (this.closed) return false
+    const waiter = this.waiter
+    if (waiter !== undefined) {
+      this.waiter = undefined
+      waiter(Effect.succeed(event))
+      return true
+    }
+    if (this.isDelivery(event)) this.deliveries++
+    if (this.head > 0) this.items[--this.head] = event
+    else this.items.unshift(event)
+    return true
+  }
+
   /** Queue a delivery unless `capacity` deliveries are already waiting. */
   offerDelivery(event: E): boolean {
     return this.deliveries < this.capacity && this.offer(event)

@@ -1,20 +1,25 @@
 /**
- * Property tests of the connection state machine over generated event sequences: connects and
- * disconnects at any point, a second session of the same uaid, pushes (direct or stored, topics,
+ * Property tests of the connection protocol over generated client/server interleavings: connects
+ * and disconnects at any point, a second session of the same uaid, pushes (direct or stored, topics,
  * TTLs), partial acks, pokes, clock jumps, a month boundary, and garbage frames. After each run a
- * final session drains everything left, and the invariants are checked:
- * - no acked message is delivered again;
- * - no stored message is lost: every message that was pushed with TTL > 0, is not acked, not expired
- *   and not replaced by a newer message of its topic, arrives in the final drain;
- * - a topic keeps only its newest message;
- * - expired messages are never delivered;
+ * final session drains everything left, and the invariants are checked on the sessions' domain
+ * events (each session's events are those its feeds recorded):
+ * - a message is delivered to at most one live session at a time;
+ * - nothing is delivered after its ack, nor after it expired;
+ * - every accepted message ends acked, expired, replaced by a newer one of its topic, or dropped
+ *   (TTL 0 with nobody connected) — none is lost; a replaced topic message never comes back;
+ * - per channel, messages come in push order (direct ones, and those the endpoint stored);
+ * - a session's summary is the fold of its events;
  * - at most one live session per uaid;
  * - every invalid frame has a defined outcome (a close with a code of the table).
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Arbitrary, Clock, Effect, Schema } from "effect"
 import { TestClock } from "effect/testing"
-import { decodeClientFrame, isFrameError } from "../../src/protocol/messages.ts"
+import type { DomainEvent } from "../../src/domain/events.ts"
+import { emptySummary, foldSummary } from "../../src/observability/sessionSummary.ts"
+import { type ClientMessage, decodeClientFrame, isFrameError } from "../../src/protocol/messages.ts"
+import { closeFrame, type CloseKind } from "../../src/protocol/close.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { type Client, makeHarness, pump, pushMessage, TestParts } from "./harness.ts"
 
@@ -40,16 +45,27 @@ const Command = Schema.Union([
 ])
 type Command = typeof Command.Type
 
+/** Every close the table defines, as `code reason`. */
+const KNOWN_CLOSES = (["uaid-reset", "invalid-json", "binary-frame", "expected-hello", "already-hello", "already-connected", "ghost", "excessive-ping", "storage-error", "hello-timeout", "pong-timeout", "shutdown"] satisfies ReadonlyArray<CloseKind>)
+  .map((kind) => `${closeFrame(kind).code} ${closeFrame(kind).reason}`)
+
 const Commands = Arbitrary.array(Arbitrary.schema(Command), { maxLength: 40 })
 
 interface Pushed {
   readonly version: string
   readonly key: string
+  readonly channelId: string
   readonly topicKey: string | undefined
   readonly expiresAt: number
   readonly ttl: number
   /** Handed to a live session (true) or stored (false). */
   readonly direct: boolean
+}
+
+/** Per session: its events (attributed by which client's feed recorded them) and its runner. */
+interface Recorded {
+  readonly client: Client
+  readonly events: Array<DomainEvent>
 }
 
 const runScenario = (commands: ReadonlyArray<Command>) =>
@@ -58,50 +74,46 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
     const harness = yield* makeHarness({ msgLimit: 10_000, pageSize: 3 })
     const storage = yield* Storage
     const pushed: Array<Pushed> = []
-    const acked = new Set<string>()
-    const clients: Array<Client> = []
+    const sessions: Array<Recorded> = []
     let pushes = 0
     let monthJumped = false
 
-    /** Every frame a client is sent, checked as it goes out. */
-    const checked = new WeakSet<Record<string, unknown>>()
-    const checkNewFrames = Effect.gen(function*() {
-      const nowSec = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-      for (const client of clients) {
-        for (const frame of client.of("notification")) {
-          if (checked.has(frame)) continue
-          checked.add(frame)
-          const version = frame["version"] as string
-          assert.isFalse(acked.has(version), "an acked message was delivered again")
-          const p = pushed.find((m) => m.version === version)
-          assert.isDefined(p, "a delivered message was never pushed")
-          if (p!.ttl > 0) assert.isBelow(nowSec, p!.expiresAt, "an expired message was delivered")
-        }
-      }
+    /** Feed a client and attribute the events recorded meanwhile to its session. */
+    const attributed = (recorded: Recorded, effect: Effect.Effect<void>) =>
+      Effect.gen(function*() {
+        const before = harness.events.length
+        yield* effect
+        recorded.events.push(...harness.events.slice(before))
+      })
+    const connect = Effect.gen(function*() {
+      const recorded: Recorded = { client: yield* harness.connect(), events: [] }
+      sessions.push(recorded)
+      return recorded
     })
+    const frame = (recorded: Recorded, message: ClientMessage) => attributed(recorded, recorded.client.frame(message))
+    const feed = (recorded: Recorded, event: Parameters<Client["feed"]>[0]) => attributed(recorded, recorded.client.feed(event))
     const pumpAll = Effect.gen(function*() {
-      for (const client of clients) yield* pump(client)
-      yield* checkNewFrames
-      const live = clients.filter((c) => !c.machine.isClosed && c.handle.uaid !== undefined)
-      const uaids = live.map((c) => c.handle.uaid)
+      for (const recorded of sessions) yield* attributed(recorded, pump(recorded.client))
+      const live = sessions.filter((r) => !r.client.machine.isClosed && r.client.handle.uaid !== undefined)
+      const uaids = live.map((r) => r.client.handle.uaid)
       assert.strictEqual(new Set(uaids).size, uaids.length, "two live sessions for one uaid")
     })
-    const current = () => clients.findLast((c) => !c.machine.isClosed)
-    const unackedOf = (client: Client) =>
-      client.of("notification").map((f) => f["version"] as string).filter((v) => !acked.has(v))
-    const ack = (client: Client, versions: ReadonlyArray<string>) =>
-      Effect.gen(function*() {
-        if (versions.length === 0) return
-        for (const v of versions) acked.add(v)
-        yield* client.frame({ messageType: "ack", updates: versions.map((version) => ({ channelID: CHANNELS[0], version })) })
-      })
+    const current = () => sessions.findLast((r) => !r.client.machine.isClosed)
+    const ackedAll = () => new Set(sessions.flatMap((r) => r.events.flatMap((e) => e.type === "notification.acked.1" ? [e.data.version] : [])))
+    const unackedOf = (recorded: Recorded) => {
+      const acked = ackedAll()
+      return recorded.events.flatMap((e) => e.type === "notification.delivered.1" && !acked.has(e.data.version) ? [e.data.version] : [])
+    }
+    const ack = (recorded: Recorded, versions: ReadonlyArray<string>) =>
+      versions.length === 0
+        ? Effect.void
+        : frame(recorded, { messageType: "ack", updates: versions.map((version) => ({ channelID: CHANNELS[0], version })) })
 
     // The subscriber.
-    const first = yield* harness.connect()
-    clients.push(first)
-    yield* first.frame({ messageType: "hello", use_webpush: true })
-    const uaid = first.of("hello")[0]!["uaid"] as string
-    for (const channelID of CHANNELS) yield* first.frame({ messageType: "register", channelID })
+    const first = yield* connect
+    yield* frame(first, { messageType: "hello", use_webpush: true })
+    const uaid = first.client.of("hello")[0]!["uaid"] as string
+    for (const channelID of CHANNELS) yield* frame(first, { messageType: "register", channelID })
 
     for (const command of commands) {
       const live = current()
@@ -110,13 +122,12 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
         case "ghost": {
           // "connect" reconnects; "ghost" opens a second session beside a live one.
           if (command.op === "connect" && live !== undefined) break
-          const client = yield* harness.connect()
-          clients.push(client)
-          yield* client.frame({ messageType: "hello", uaid, use_webpush: true })
+          const recorded = yield* connect
+          yield* frame(recorded, { messageType: "hello", uaid, use_webpush: true })
           break
         }
         case "disconnect":
-          if (live !== undefined) yield* live.feed({ _tag: "SocketClosed" })
+          if (live !== undefined) yield* feed(live, { _tag: "SocketClosed" })
           break
         case "push": {
           const channelId = CHANNELS[command.channel]
@@ -132,6 +143,7 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
           pushed.push({
             version: notification.version,
             key: `p${pushes}`,
+            channelId,
             topicKey: topic === undefined ? undefined : `${channelId}:${topic}`,
             expiresAt: notification.timestamp + notification.ttl,
             ttl: notification.ttl,
@@ -148,7 +160,7 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
           if (live !== undefined) yield* ack(live, unackedOf(live))
           break
         case "poke":
-          live?.handle.mailbox.offer({ _tag: "CheckStorage" })
+          live?.client.handle.mailbox.offer({ _tag: "CheckStorage" })
           break
         case "wait":
           yield* TestClock.adjust(command.seconds * 1000)
@@ -166,36 +178,99 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
     }
 
     // Final drain: a fresh session acks whatever comes until nothing more does.
-    const ackedDuringRun = new Set(acked)
+    const ackedDuringRun = ackedAll()
     const live = current()
-    if (live !== undefined) yield* live.feed({ _tag: "SocketClosed" })
-    const last = yield* harness.connect()
-    clients.push(last)
-    yield* last.frame({ messageType: "hello", uaid, use_webpush: true })
-    assert.strictEqual(last.of("hello")[0]!["uaid"], uaid, "the uaid survived")
+    if (live !== undefined) yield* feed(live, { _tag: "SocketClosed" })
+    const last = yield* connect
+    yield* frame(last, { messageType: "hello", uaid, use_webpush: true })
+    assert.strictEqual(last.client.of("hello")[0]!["uaid"], uaid, "the uaid survived")
     for (let round = 0; round < 1000; round++) {
       yield* pumpAll
       const pending = unackedOf(last)
       if (pending.length === 0) break
       yield* ack(last, pending)
     }
-    const finalSec = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-    const finalDrain = new Set(last.of("notification").map((f) => f["version"] as string))
+    yield* feed(last, { _tag: "SocketClosed" })
 
-    // A topic message is replaced by a later one of its topic that reached storage: stored at once,
-    // or delivered directly and saved when its session ended unacked. TTL 0 never reaches storage.
+    // ── invariants, on the event streams ──────────────────────────────────────────────────────
+    const byVersion = new Map(pushed.map((p, index) => [p.version, { ...p, index }]))
+    const acked = new Set<string>()
+    /**
+     * Per live session, the versions delivered to it and not acked. A session is live from its hello
+     * until it closes or a newer session of its uaid says hello (it is then superseded).
+     */
+    const holding = new Map<Recorded, Set<string>>()
+    const superseded = new Set<Recorded>()
+    // Replay the sessions' events in the order they were recorded (one shared log).
+    const order = new Map(harness.events.map((e, i) => [e, i]))
+    const timeline = sessions.flatMap((r) => r.events.map((e) => ({ r, e }))).sort((a, b) => order.get(a.e)! - order.get(b.e)!)
+    for (const { r, e } of timeline) {
+      switch (e.type) {
+        case "client.hello.1":
+          for (const other of holding.keys()) {
+            if (other === r) continue
+            holding.delete(other)
+            superseded.add(other)
+          }
+          holding.set(r, new Set())
+          break
+        case "notification.delivered.1": {
+          assert.isFalse(superseded.has(r), "a superseded session delivered a message")
+          const p = byVersion.get(e.data.version)
+          assert.isDefined(p, "a delivered message was never pushed")
+          assert.isFalse(acked.has(e.data.version), "a message was delivered after its ack")
+          if (p!.ttl > 0) assert.isBelow(Math.floor(e.time / 1000), p!.expiresAt, "an expired message was delivered")
+          for (const [other, versions] of holding) {
+            if (other !== r) assert.isFalse(versions.has(e.data.version), "a message was delivered to two live sessions")
+          }
+          let mine = holding.get(r)
+          if (mine === undefined) holding.set(r, mine = new Set())
+          mine.add(e.data.version)
+          break
+        }
+        case "notification.acked.1":
+          acked.add(e.data.version)
+          holding.get(r)?.delete(e.data.version)
+          break
+        case "session.closed.1":
+        case "session.ended.1":
+          holding.delete(r)
+          break
+      }
+    }
+
+    // Per channel and session, messages the endpoint stored come from storage in push order, and
+    // direct deliveries arrive in push order.
+    for (const r of sessions) {
+      for (const source of ["stored", "direct"] as const) {
+        for (const channelId of CHANNELS) {
+          const indexes = r.events.flatMap((e) => {
+            if (e.type !== "notification.delivered.1" || e.data.source !== source || e.data.channelId !== channelId) return []
+            const p = byVersion.get(e.data.version)!
+            // Only what the endpoint stored keeps its push-time sort key (saved-at-disconnect ones are re-stamped).
+            return source === "stored" && (p.direct || p.topicKey !== undefined) ? [] : [p.index]
+          })
+          assert.deepStrictEqual(indexes, [...indexes].sort((a, b) => a - b), `${source} messages out of order on a channel`)
+        }
+      }
+    }
+
+    // Every session's summary is the fold of its events.
+    for (const r of sessions) assert.deepStrictEqual(r.client.machine.summary, r.events.reduce(foldSummary, emptySummary))
+
+    // Every accepted message ends acked, expired, replaced by a newer one of its topic, or (TTL 0)
+    // dropped; none is left behind. A topic message is replaced by a later one of its topic that
+    // reached storage: stored at once, or delivered directly and saved when its session ended unacked.
+    const finalSec = Math.floor((yield* Clock.currentTimeMillis) / 1000)
     const replaces = (q: Pushed) => q.ttl > 0 && (!q.direct || !ackedDuringRun.has(q.version))
     for (const [i, p] of pushed.entries()) {
       const superseded = p.topicKey !== undefined && pushed.slice(i + 1).some((q) => q.topicKey === p.topicKey && replaces(q))
       if (superseded) {
-        assert.isFalse(finalDrain.has(p.version), `superseded topic message ${p.key} came back`)
+        assert.isFalse(last.events.some((e) => e.type === "notification.delivered.1" && e.data.version === p.version), `superseded topic message ${p.key} came back`)
         continue
       }
-      const mustArrive = p.ttl > 0 && !acked.has(p.version) && finalSec < p.expiresAt
-      if (mustArrive && !finalDrain.has(p.version)) {
-        // Delivered before and acked in this drain counts too; otherwise it was lost.
-        assert.fail(`message ${p.key} was lost`)
-      }
+      const ended = acked.has(p.version) || p.ttl === 0 || finalSec >= p.expiresAt
+      assert.isTrue(ended, `message ${p.key} was lost`)
     }
   })
 
@@ -225,20 +300,28 @@ describe("session properties", () => {
   )
 
   it.effect.prop(
-    "JSON-shaped garbage never throws and always gets a defined outcome",
+    "JSON-shaped garbage of every message type: decoded as the type it names or refused, and an identified session answers or closes with a code of the table, never fails",
     [Arbitrary.schema(Schema.Record(Schema.String, Schema.Union([Schema.String, Schema.Number, Schema.Null, Schema.Array(Schema.String)])))],
     ([object]) =>
       Effect.gen(function*() {
+        yield* TestClock.setTime(START)
+        const harness = yield* makeHarness()
         for (const messageType of ["hello", "register", "unregister", "ack", "nack", "broadcast_subscribe", "ping", "bogus", undefined]) {
           const text = JSON.stringify(messageType === undefined ? object : { ...object, messageType })
           const decoded = decodeClientFrame(text)
-          if (isFrameError(decoded)) {
-            assert.oneOf(decoded.reason, ["not-json", "not-object", "unknown-type", "bad-fields"])
-          } else {
-            assert.oneOf(decoded.messageType, ["hello", "register", "unregister", "ack", "nack", "broadcast_subscribe", "ping"])
+          if (!isFrameError(decoded) && messageType !== undefined && messageType !== "bogus") {
+            assert.strictEqual(decoded.messageType, messageType, "decoded as another type than it names")
+          }
+          const client = yield* harness.connect()
+          yield* client.frame({ messageType: "hello" })
+          yield* client.feed(isFrameError(decoded) ? { _tag: "BadFrame", detail: decoded.detail } : { _tag: "Frame", message: decoded })
+          yield* pump(client)
+          if (client.sent.closed !== undefined) {
+            assert.notStrictEqual(client.sent.closed.reason, closeFrame("internal-error").reason, "a frame broke the session")
+            assert.include(KNOWN_CLOSES, `${client.sent.closed.code} ${client.sent.closed.reason}`)
           }
         }
-      }),
-    { arbitrary: { runs: 300 } }
+      }).pipe(Effect.provide(TestParts)),
+    { arbitrary: { runs: 100 } }
   )
 })

@@ -1,7 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { opaqueId } from "../../src/observability/opaque.ts"
+import { emptySummary, foldSummary, summaryFields } from "../../src/observability/sessionSummary.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { type Client, type Harness, makeHarness, pump, pushMessage, TestParts, testParts } from "./harness.ts"
@@ -421,4 +423,37 @@ describe("session: monthly rotation", () => {
       const storage = yield* Storage
       assert.strictEqual((yield* storage.getUser(uaid))?.currentMonth, "message")
     }).pipe(Effect.provide(testParts(true))))
+})
+
+describe("session: the Session record is a fold of the events", () => {
+  it.effect("replaying a session's recorded events rebuilds its logged summary exactly", () => {
+    const logged: Array<{ readonly message: unknown; readonly annotations: Record<string, unknown> }> = []
+    const capture = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void logged.push(entry))])
+    return Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness, [CHID, CHID2])
+      yield* client.frame({ messageType: "unregister", channelID: CHID2 })
+      const acked = yield* pushMessage(harness, uaid, CHID, { data: "acked" })
+      yield* pushMessage(harness, uaid, CHID, { data: "left unacked" })
+      yield* pump(client)
+      yield* client.frame({ messageType: "ack", updates: [{ channelID: CHID, version: acked.notification.version }] })
+      yield* client.frame({ messageType: "nack", version: acked.notification.version, code: 301 })
+      yield* TestClock.adjust(2_500)
+      yield* client.feed({ _tag: "SocketClosed" })
+
+      const records = logged.filter((entry) => entry.message === "Session")
+      assert.strictEqual(records.length, 1)
+      const replayed = summaryFields(harness.events.filter((e) => e.uaid === uaid).reduce(foldSummary, emptySummary), opaqueId)
+      assert.deepStrictEqual(records[0]!.annotations, replayed)
+      assert.deepInclude(replayed, {
+        connection_time: 2_500,
+        registers: 2,
+        unregisters: 1,
+        direct_acked: 1,
+        direct_storage: 1,
+        nacks: 1,
+        disconnect_reason: "client"
+      })
+    }).pipe(Effect.provide(Layer.merge(TestParts, capture)))
+  })
 })

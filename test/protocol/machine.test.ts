@@ -1,0 +1,578 @@
+/**
+ * `step` alone, one row per transition of the table: a phase, an input, and what the transition
+ * must decide (next phase, frames, events, effects, command, close). No sockets, storage or clock.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import type { DomainEvent } from "../../src/domain/events.ts"
+import type { Notification } from "../../src/domain/notification.ts"
+import type { UserRecord } from "../../src/domain/user.ts"
+import {
+  type Command,
+  type Input,
+  makeProtocol,
+  type Phase,
+  type ProtocolOptions,
+  type Session,
+  type Transition
+} from "../../src/protocol/machine.ts"
+import { monthTableName } from "../../src/storage/tables.ts"
+import { sessionOptions } from "./harness.ts"
+
+const NOW = Date.UTC(2026, 10, 21, 12, 0, 0)
+const UAID = "a90359e3e4eb64f6e33d1267813bf91c"
+const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
+const THIS_MONTH = monthTableName("message", NOW)
+const LAST_MONTH = monthTableName("message", Date.UTC(2026, 9, 15))
+const NODE = sessionOptions.routerUrl
+const OPTIONS: ProtocolOptions = { ...sessionOptions, commandsPerSecond: 10, commandBurst: 3 }
+const { step, deadline } = makeProtocol(OPTIONS)
+
+const user = (overrides: Partial<UserRecord> = {}): UserRecord => ({
+  uaid: UAID,
+  routerType: "webpush",
+  routerData: {},
+  connectedAt: NOW - 60_000,
+  currentMonth: THIS_MONTH,
+  recordVersion: 1,
+  ...overrides
+})
+
+const session = (overrides: Partial<Session> = {}): Session => ({
+  uaid: UAID,
+  connectedAt: NOW - 1_000,
+  table: THIS_MONTH,
+  user: user({ nodeId: NODE, connectedAt: NOW - 1_000 }),
+  unacked: new Map(),
+  newestTopic: new Map(),
+  drain: undefined,
+  retry: undefined,
+  lastActivity: NOW - 1_000,
+  pingSentAt: undefined,
+  lastClientPing: undefined,
+  tokens: 3,
+  tokensAt: NOW - 1_000,
+  held: [],
+  readingPaused: false,
+  ...overrides
+})
+
+const awaiting: Phase = { _tag: "AwaitingHello", openedAt: NOW - 100 }
+const resuming = (rechecking = false): Phase => ({ _tag: "Resuming", openedAt: NOW - 100, claimed: UAID, rechecking })
+const identified = (overrides: Partial<Session> = {}): Phase => ({ _tag: "Identified", session: session(overrides) })
+const migrating = (overrides: Partial<Session> = {}): Phase => ({
+  _tag: "Migrating",
+  session: session({ table: LAST_MONTH, ...overrides }),
+  deferred: []
+})
+const closing = (overrides: Partial<Session> = {}, since = NOW - 10): Phase => ({
+  _tag: "Closing",
+  session: session(overrides),
+  reason: "client",
+  since,
+  retry: undefined
+})
+
+const message = (overrides: Partial<Notification> = {}): Notification => ({
+  channelId: CHID,
+  version: "v1",
+  ttl: 60,
+  timestamp: Math.floor(NOW / 1000) - 1,
+  sortkeyTimestamp: NOW - 1_000,
+  data: "ZGF0YQ",
+  headers: { encoding: "aes128gcm" },
+  ...overrides
+})
+
+const frame = (m: Record<string, unknown>): Input => ({ _tag: "Frame", message: m as never })
+
+/** What a row expects; unnamed parts are not checked, except `close` and `command` (absent = none). */
+interface Expect {
+  readonly phase: Phase["_tag"]
+  readonly frames?: Array<Record<string, unknown>>
+  readonly events?: ReadonlyArray<DomainEvent["type"]>
+  readonly effects?: ReadonlyArray<string>
+  readonly command?: Partial<Command> & { readonly _tag: Command["_tag"] }
+  readonly close?: string
+  readonly check?: (t: Transition) => void
+}
+
+const row = (name: string, phase: Phase, input: Input, expected: Expect, now = NOW) =>
+  it(name, () => {
+    const t = step(phase, input, now)
+    assert.strictEqual(t.phase._tag, expected.phase, "phase")
+    if (expected.frames !== undefined) assert.deepStrictEqual(t.frames.map((f) => JSON.parse(f)), expected.frames, "frames")
+    if (expected.events !== undefined) assert.deepStrictEqual(t.events.map((e) => e.type), expected.events, "events")
+    if (expected.effects !== undefined) assert.deepStrictEqual(t.effects.map((e) => e._tag), expected.effects, "effects")
+    assert.strictEqual(t.close, expected.close, "close")
+    if (expected.command === undefined) assert.isUndefined(t.command, "command")
+    else assert.deepInclude(t.command as object, expected.command, "command")
+    for (const e of t.events) assert.strictEqual(e.time, now, "events carry the step's time")
+    expected.check?.(t)
+  })
+
+const sessionOf = (t: Transition): Session => {
+  if (t.phase._tag !== "Identified" && t.phase._tag !== "Migrating" && t.phase._tag !== "Closing") {
+    throw new Error(`no session in ${t.phase._tag}`)
+  }
+  return t.phase.session
+}
+
+describe("step: AwaitingHello", () => {
+  row("hello without a uaid mints one", awaiting, frame({ messageType: "hello" }), { phase: "AwaitingHello", command: { _tag: "MintUaid" } })
+  row("hello with a malformed uaid mints one", awaiting, frame({ messageType: "hello", uaid: "not-a-uuid" }), {
+    phase: "AwaitingHello",
+    command: { _tag: "MintUaid" }
+  })
+  row("hello with a uaid in any spelling reads its record", awaiting, frame({ messageType: "hello", uaid: UAID.toUpperCase() }), {
+    phase: "Resuming",
+    command: { _tag: "ReadUser", uaid: UAID }
+  })
+  row("a minted uaid: hello reply, claim, hello event, nothing stored", awaiting, { _tag: "UaidMinted", uaid: UAID }, {
+    phase: "Identified",
+    frames: [{ messageType: "hello", uaid: UAID, status: 200, use_webpush: true, broadcasts: {} }],
+    events: ["client.hello.1"],
+    effects: ["Claim"],
+    check: (t) => assert.deepStrictEqual(t.events[0]?.data, { kind: "new" })
+  })
+  for (const messageType of ["register", "unregister", "ack", "nack", "ping", "broadcast_subscribe"]) {
+    row(`${messageType} before hello closes ExpectedHello`, awaiting, frame({ messageType }), {
+      phase: "Closed",
+      close: "expected-hello",
+      events: []
+    })
+  }
+  row("a bad frame closes Json", awaiting, { _tag: "BadFrame", detail: "x" }, { phase: "Closed", close: "invalid-json" })
+  row("a binary frame closes UnsupportedMessage", awaiting, { _tag: "BinaryFrame" }, { phase: "Closed", close: "binary-frame" })
+  row("a tick before hello_timeout does nothing", awaiting, { _tag: "Tick" }, { phase: "AwaitingHello", frames: [] })
+  row("a tick at hello_timeout closes HandshakeTimeout", awaiting, { _tag: "Tick" }, { phase: "Closed", close: "hello-timeout" }, NOW - 100 + OPTIONS.helloTimeoutMs)
+  row("a kick closes with its kind", awaiting, { _tag: "Kick", kind: "shutdown" }, { phase: "Closed", close: "shutdown" })
+  row("the socket closing ends it", awaiting, { _tag: "SocketClosed" }, { phase: "Closed" })
+  row("a delivery is ignored", awaiting, { _tag: "Delivery", notification: message() }, { phase: "AwaitingHello", frames: [] })
+  row("storage failing at hello closes StorageError", awaiting, { _tag: "CommandFailed", command: { _tag: "MintUaid" } }, {
+    phase: "Closed",
+    close: "storage-error"
+  })
+})
+
+describe("step: Resuming", () => {
+  row("no record: a new uaid", resuming(), { _tag: "UserRead", user: undefined }, { phase: "Resuming", command: { _tag: "MintUaid" } })
+  row("a bridged record is not resumed here: a new uaid", resuming(), { _tag: "UserRead", user: user({ routerType: "fcm" }) }, {
+    phase: "Resuming",
+    command: { _tag: "MintUaid" }
+  })
+  row("a minted uaid after a claim is a reassigned hello", resuming(), { _tag: "UaidMinted", uaid: "b".repeat(32) }, {
+    phase: "Identified",
+    events: ["client.hello.1"],
+    check: (t) => assert.deepStrictEqual(t.events[0]?.data, { kind: "reassigned" })
+  })
+  row("a record connected after now closes AlreadyConnected", resuming(), { _tag: "UserRead", user: user({ connectedAt: NOW + 5 }) }, {
+    phase: "Closed",
+    close: "already-connected"
+  })
+  row("a record whose month table is no longer active is dropped", resuming(), {
+    _tag: "UserRead",
+    user: user({ currentMonth: "message_2020_01" })
+  }, { phase: "Resuming", command: { _tag: "DropUser", uaid: UAID, reason: "stale_month" } })
+  row("dropped for its month: reset event, then a new uaid", resuming(), { _tag: "UserDropped" }, {
+    phase: "Resuming",
+    events: ["uaid.reset.1"],
+    command: { _tag: "MintUaid" }
+  })
+  row("a resumable record is re-claimed: this node, connected now", resuming(), { _tag: "UserRead", user: user({ nodeId: "http://other:8081" }) }, {
+    phase: "Resuming",
+    command: { _tag: "WriteUser" },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "WriteUser" }>
+      assert.strictEqual(command._tag, "WriteUser")
+      assert.strictEqual(command.user.nodeId, NODE)
+      assert.strictEqual(command.user.connectedAt, NOW)
+      assert.strictEqual(command.purpose._tag, "Resume")
+    }
+  })
+  const written = (previous: UserRecord): Input => ({
+    _tag: "UserWritten",
+    command: { _tag: "WriteUser", user: { ...previous, nodeId: NODE, connectedAt: NOW }, purpose: { _tag: "Resume", previous } },
+    written: true
+  })
+  row("resumed: hello reply, the old node told to drop its session, the drain starts", resuming(), written(user({ nodeId: "http://other:8081" })), {
+    phase: "Identified",
+    frames: [{ messageType: "hello", uaid: UAID, status: 200, use_webpush: true, broadcasts: {} }],
+    events: ["client.hello.1"],
+    effects: ["DisconnectPeer", "Claim"],
+    command: { _tag: "ReadPage", table: THIS_MONTH, rows: "topic" }
+  })
+  row("resumed on last month's table: migrating, draining the old month", resuming(), written(user({ currentMonth: LAST_MONTH })), {
+    phase: "Migrating",
+    effects: ["Claim"],
+    command: { _tag: "ReadPage", table: LAST_MONTH, rows: "topic" }
+  })
+  row("the resume write lost: read again", resuming(), {
+    _tag: "UserWritten",
+    command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Resume", previous: user() } },
+    written: false
+  }, { phase: "Resuming", command: { _tag: "ReadUser", uaid: UAID } })
+  row("read again, the record is gone (dropped meanwhile): a new uaid", resuming(true), { _tag: "UserRead", user: undefined }, {
+    phase: "Resuming",
+    command: { _tag: "MintUaid" }
+  })
+  row("read again, the record is there (newer): AlreadyConnected", resuming(true), { _tag: "UserRead", user: user() }, {
+    phase: "Closed",
+    close: "already-connected"
+  })
+  row("storage failing while resuming closes StorageError", resuming(), { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID } }, {
+    phase: "Closed",
+    close: "storage-error"
+  })
+})
+
+describe("step: Identified, commands", () => {
+  row("a second hello closes AlreadyHello", identified(), frame({ messageType: "hello" }), {
+    phase: "Closing",
+    close: "already-hello",
+    events: ["session.closed.1"]
+  })
+  row("register with a non-canonical channel id: status 401, socket kept", identified(), frame({ messageType: "register", channelID: CHID.toUpperCase() }), {
+    phase: "Identified",
+    frames: [{ messageType: "register", channelID: CHID.toUpperCase(), status: 401, pushEndpoint: "" }]
+  })
+  row("register makes the endpoint first", identified(), frame({ messageType: "register", channelID: CHID, key: "k" }), {
+    phase: "Identified",
+    command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, key: "k" }
+  })
+  const made = (endpoint: string | undefined): Input => ({
+    _tag: "EndpointMade",
+    command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, key: undefined },
+    endpoint
+  })
+  row("a bad key: status 400", identified(), made(undefined), {
+    phase: "Identified",
+    frames: [{ messageType: "register", channelID: CHID, status: 400, pushEndpoint: "Failed to generate endpoint" }]
+  })
+  row("endpoint made, user known: the channel is added", identified(), made("http://e/wpush/v1/t"), {
+    phase: "Identified",
+    command: { _tag: "AddChannel", uaid: UAID, table: THIS_MONTH }
+  })
+  row("endpoint made, new uaid: its router record is written first", identified({ user: undefined }), made("http://e/wpush/v1/t"), {
+    phase: "Identified",
+    command: { _tag: "WriteUser" },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "WriteUser" }>
+      assert.strictEqual(command.purpose._tag, "Register")
+      assert.strictEqual(command.user.nodeId, NODE)
+      assert.strictEqual(command.user.currentMonth, THIS_MONTH)
+    }
+  })
+  const registering = { channelId: CHID, endpoint: "http://e/wpush/v1/t" }
+  row("the record written: the channel is added, the session knows its record", identified({ user: undefined }), {
+    _tag: "UserWritten",
+    command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Register", registering } },
+    written: true
+  }, {
+    phase: "Identified",
+    command: { _tag: "AddChannel" },
+    check: (t) => assert.isDefined(sessionOf(t).user)
+  })
+  row("the record not written (a newer connection): status 500", identified({ user: undefined }), {
+    _tag: "UserWritten",
+    command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Register", registering } },
+    written: false
+  }, { phase: "Identified", frames: [{ messageType: "register", channelID: CHID, status: 500, pushEndpoint: "" }] })
+  row("channel added: status 200 with the endpoint", identified(), { _tag: "ChannelAdded", registering }, {
+    phase: "Identified",
+    frames: [{ messageType: "register", channelID: CHID, status: 200, pushEndpoint: registering.endpoint }],
+    events: ["channel.registered.1"]
+  })
+  row("storage failing on register: status 500, socket kept", identified(), {
+    _tag: "CommandFailed",
+    command: { _tag: "AddChannel", uaid: UAID, table: THIS_MONTH, registering }
+  }, { phase: "Identified", frames: [{ messageType: "register", channelID: CHID, status: 500, pushEndpoint: "" }] })
+  row("unregister with a malformed channel id: 401", identified(), frame({ messageType: "unregister", channelID: "x" }), {
+    phase: "Identified",
+    frames: [{ messageType: "unregister", channelID: "x", status: 401 }]
+  })
+  row("unregister before any register: 200, nothing to remove", identified({ user: undefined }), frame({ messageType: "unregister", channelID: CHID }), {
+    phase: "Identified",
+    frames: [{ messageType: "unregister", channelID: CHID, status: 200 }],
+    events: ["channel.unregistered.1"]
+  })
+  row("unregister removes the channel (any spelling)", identified(), frame({ messageType: "unregister", channelID: CHID.toUpperCase(), code: 201 }), {
+    phase: "Identified",
+    command: { _tag: "RemoveChannel", channelId: CHID, code: 201 }
+  })
+  row("channel removed: 200", identified(), {
+    _tag: "ChannelRemoved",
+    command: { _tag: "RemoveChannel", uaid: UAID, table: THIS_MONTH, channelId: CHID, code: 201 }
+  }, { phase: "Identified", frames: [{ messageType: "unregister", channelID: CHID, status: 200 }], events: ["channel.unregistered.1"] })
+  row("storage failing on unregister: 500", identified(), {
+    _tag: "CommandFailed",
+    command: { _tag: "RemoveChannel", uaid: UAID, table: THIS_MONTH, channelId: CHID, code: undefined }
+  }, { phase: "Identified", frames: [{ messageType: "unregister", channelID: CHID, status: 500 }] })
+  row("a first client ping is answered {}", identified(), frame({ messageType: "ping" }), { phase: "Identified", frames: [{}] })
+  row("a client ping sooner than min_ping_interval closes 4774", identified({ lastClientPing: NOW - 1_000 }), frame({ messageType: "ping" }), {
+    phase: "Closing",
+    close: "excessive-ping"
+  })
+  row("nack: only an event", identified(), frame({ messageType: "nack", version: "v", code: 301 }), {
+    phase: "Identified",
+    frames: [],
+    events: ["notification.nacked.1"]
+  })
+  row("broadcast_subscribe: no reply", identified(), frame({ messageType: "broadcast_subscribe", broadcasts: {} }), { phase: "Identified", frames: [] })
+  row("any frame is activity: the keepalive starts over", identified({ pingSentAt: NOW - 10 }), frame({ messageType: "nack", version: "v" }), {
+    phase: "Identified",
+    check: (t) => {
+      assert.isUndefined(sessionOf(t).pingSentAt)
+      assert.strictEqual(sessionOf(t).lastActivity, NOW)
+    }
+  })
+})
+
+describe("step: Identified, the command budget", () => {
+  const spent = { tokens: 0, tokensAt: NOW }
+  row("within the burst a command runs", identified(), frame({ messageType: "register", channelID: CHID }), {
+    phase: "Identified",
+    command: { _tag: "MakeEndpoint" },
+    check: (t) => assert.strictEqual(sessionOf(t).tokens, 2)
+  })
+  row("beyond it the command waits", identified(spent), frame({ messageType: "register", channelID: CHID }), {
+    phase: "Identified",
+    check: (t) => {
+      assert.strictEqual(sessionOf(t).held.length, 1)
+      assert.strictEqual(deadline(t.phase), NOW + 100, "woken when a token is back")
+    }
+  })
+  const many = Array.from({ length: 31 }, () => ({ messageType: "register", channelID: CHID }) as never)
+  row("many waiting: reading the socket pauses", identified({ ...spent, held: many }), frame({ messageType: "register", channelID: CHID }), {
+    phase: "Identified",
+    effects: ["PauseReading"],
+    check: (t) => assert.isTrue(sessionOf(t).readingPaused)
+  })
+  row("a tick releases what the budget allows, in order", identified({ ...spent, held: many.slice(0, 2), readingPaused: true }), { _tag: "Tick" }, {
+    phase: "Identified",
+    effects: ["Replay", "ResumeReading"],
+    check: (t) => assert.strictEqual(sessionOf(t).held.length, 0)
+  }, NOW + 250)
+  row("a released command is not charged again", identified(spent), { _tag: "Frame", message: { messageType: "register", channelID: CHID }, admitted: true }, {
+    phase: "Identified",
+    command: { _tag: "MakeEndpoint" }
+  })
+  row("acks are never held", identified(spent), frame({ messageType: "ack", updates: [] }), {
+    phase: "Identified",
+    check: (t) => assert.strictEqual(sessionOf(t).held.length, 0)
+  })
+})
+
+describe("step: Identified, deliveries and acks", () => {
+  const unacked = (entries: ReadonlyArray<[Notification, string | undefined]>) =>
+    new Map(entries.map(([n, table]) => [n.version, { notification: n, table }]))
+  row("a direct delivery is sent and tracked", identified(), { _tag: "Delivery", notification: message() }, {
+    phase: "Identified",
+    frames: [{ messageType: "notification", channelID: CHID, version: "v1", data: "ZGF0YQ", headers: { encoding: "aes128gcm" } }],
+    events: ["notification.delivered.1"],
+    check: (t) => assert.isTrue(sessionOf(t).unacked.has("v1"))
+  })
+  row("TTL 0 goes out but is not tracked", identified(), { _tag: "Delivery", notification: message({ ttl: 0 }) }, {
+    phase: "Identified",
+    events: ["notification.delivered.1"],
+    check: (t) => assert.isFalse(sessionOf(t).unacked.has("v1"))
+  })
+  row("an expired delivery is dropped", identified(), { _tag: "Delivery", notification: message({ ttl: 1, timestamp: Math.floor(NOW / 1000) - 5 }) }, {
+    phase: "Identified",
+    frames: [],
+    events: ["notification.expired.1"]
+  })
+  row("acking a direct message forgets it", identified({ unacked: unacked([[message(), undefined]]) }), frame({
+    messageType: "ack",
+    updates: [{ channelID: CHID, version: "v1" }]
+  }), { phase: "Identified", events: ["notification.acked.1"], check: (t) => assert.strictEqual(sessionOf(t).unacked.size, 0) })
+  row("acking an unknown version does nothing", identified(), frame({ messageType: "ack", updates: [{ channelID: CHID, version: "zz" }] }), {
+    phase: "Identified",
+    events: []
+  })
+  const draining = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, sent: 1 }
+  row("acking a stored message deletes its row first", identified({ unacked: unacked([[message(), THIS_MONTH]]), drain: draining }), frame({
+    messageType: "ack",
+    updates: [{ channelID: CHID, version: "v1", code: 100 }]
+  }), { phase: "Identified", events: ["notification.acked.1"], command: { _tag: "DeleteMessages", uaid: UAID } })
+  row("rows deleted, page acked: the next page is read", identified({ drain: draining }), { _tag: "MessagesDeleted" }, {
+    phase: "Identified",
+    command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 }
+  })
+  row("a poke with no router record does nothing", identified({ user: undefined }), { _tag: "CheckStorage" }, { phase: "Identified" })
+  row("a poke starts a drain", identified(), { _tag: "CheckStorage" }, { phase: "Identified", command: { _tag: "ReadPage", rows: "topic" } })
+  row("a poke mid-drain: go again afterwards", identified({ drain: draining, unacked: unacked([[message(), THIS_MONTH]]) }), { _tag: "CheckStorage" }, {
+    phase: "Identified",
+    check: (t) => assert.isTrue(sessionOf(t).drain?.again)
+  })
+  const read = (rows: "topic" | "timestamp", messages: ReadonlyArray<Notification>, lastSortKey?: number): Input => ({
+    _tag: "PageRead",
+    command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows, after: undefined, limit: 10, attempt: 0 },
+    messages,
+    lastSortKey
+  })
+  const start = { tables: [THIS_MONTH], rows: "topic" as const, after: undefined, again: false, sent: 0 }
+  row("no topic messages: timestamp messages next", identified({ drain: start }), read("topic", []), {
+    phase: "Identified",
+    command: { _tag: "ReadPage", rows: "timestamp" }
+  })
+  row("a page: each message sent from storage", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [message(), message({ version: "v2" })], NOW - 1_000), {
+    phase: "Identified",
+    events: ["notification.delivered.1", "notification.delivered.1"],
+    check: (t) => {
+      assert.strictEqual(t.frames.length, 2)
+      assert.strictEqual(sessionOf(t).drain?.after, NOW - 1_000)
+    }
+  })
+  row("a page of expired rows only: read on after it", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [], NOW - 3_000), {
+    phase: "Identified",
+    command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 3_000 }
+  })
+  row("the last table read: the drain is over", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", []), {
+    phase: "Identified",
+    check: (t) => assert.isUndefined(sessionOf(t).drain)
+  })
+  row("more than msg_limit from storage drops the user", identified({ drain: { ...start, rows: "timestamp", sent: OPTIONS.msgLimit } }), read("timestamp", [message()], NOW), {
+    phase: "Identified",
+    frames: [],
+    command: { _tag: "DropUser", reason: "too_many_messages" }
+  })
+  row("dropped: reset event, close 1000, nothing left to save", identified(), { _tag: "UserDropped" }, {
+    phase: "Closing",
+    close: "uaid-reset",
+    events: ["uaid.reset.1", "session.closed.1"],
+    check: (t) => assert.isUndefined(sessionOf(t).user)
+  })
+  row("storage failing mid-drain: the socket stays, the read is retried later", identified({ drain: start }), {
+    _tag: "CommandFailed",
+    command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "topic", after: undefined, limit: 10, attempt: 2 }
+  }, {
+    phase: "Identified",
+    check: (t) => {
+      const retry = sessionOf(t).retry
+      assert.strictEqual(retry?.at, NOW + OPTIONS.storageRetryMs * 4)
+      assert.strictEqual(retry?.command.attempt, 3)
+      assert.strictEqual(deadline(t.phase), retry?.at)
+    }
+  })
+})
+
+describe("step: Identified, timers and the end", () => {
+  row("idle past auto_ping_interval: a ping frame", identified(), { _tag: "Tick" }, {
+    phase: "Identified",
+    effects: ["Ping"],
+    check: (t) => assert.strictEqual(sessionOf(t).pingSentAt, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
+  }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
+  row("no pong within auto_ping_timeout: close PongTimeout", identified({ pingSentAt: NOW - OPTIONS.autoPingTimeoutMs }), { _tag: "Tick" }, {
+    phase: "Closing",
+    close: "pong-timeout"
+  })
+  row("a pong: the keepalive starts over", identified({ pingSentAt: NOW - 10 }), { _tag: "Pong" }, {
+    phase: "Identified",
+    check: (t) => assert.isUndefined(sessionOf(t).pingSentAt)
+  })
+  const retry = {
+    command: { _tag: "ReadPage" as const, uaid: UAID, table: THIS_MONTH, rows: "topic" as const, after: undefined, limit: 10, attempt: 1 },
+    at: NOW
+  }
+  row("a retry that is due runs again", identified({ retry }), { _tag: "Tick" }, {
+    phase: "Identified",
+    command: { _tag: "ReadPage", attempt: 1 },
+    check: (t) => assert.isUndefined(sessionOf(t).retry)
+  })
+  row("a kick closes with its kind", identified(), { _tag: "Kick", kind: "ghost" }, {
+    phase: "Closing",
+    close: "ghost",
+    events: ["session.closed.1"]
+  })
+  row("the socket closing: saving begins", identified(), { _tag: "SocketClosed" }, { phase: "Closing", events: [] })
+})
+
+describe("step: Migrating", () => {
+  row("commands wait for the month switch", migrating(), frame({ messageType: "register", channelID: CHID }), {
+    phase: "Migrating",
+    frames: [],
+    check: (t) => assert.strictEqual((t.phase as Extract<Phase, { _tag: "Migrating" }>).deferred.length, 1)
+  })
+  row("the old month drained: the user moves to this month", migrating({
+    drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
+  }), {
+    _tag: "PageRead",
+    command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "timestamp", after: undefined, limit: 10, attempt: 0 },
+    messages: [],
+    lastSortKey: undefined
+  }, { phase: "Migrating", command: { _tag: "MoveMonth", from: LAST_MONTH, to: THIS_MONTH } })
+  row("moved: event, the waiting commands replayed, both months drained", {
+    ...(migrating() as Extract<Phase, { _tag: "Migrating" }>),
+    deferred: [{ messageType: "register", channelID: CHID }]
+  }, { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, {
+    phase: "Identified",
+    events: ["month.migrated.1"],
+    effects: ["Replay"],
+    command: { _tag: "ReadPage", table: LAST_MONTH },
+    check: (t) => {
+      assert.strictEqual(sessionOf(t).table, THIS_MONTH)
+      assert.deepStrictEqual(sessionOf(t).drain?.tables, [LAST_MONTH, THIS_MONTH])
+    }
+  })
+})
+
+describe("step: Closing", () => {
+  const direct = message({ version: "d1" })
+  row("a delivery left in the mailbox is kept", closing(), { _tag: "Delivery", notification: direct }, {
+    phase: "Closing",
+    check: (t) => assert.isTrue(sessionOf(t).unacked.has("d1"))
+  })
+  row("mailbox drained: unacked direct messages saved, re-stamped after what is stored", closing({
+    unacked: new Map([["d1", { notification: direct, table: undefined }], ["s1", { notification: message({ version: "s1" }), table: THIS_MONTH }]])
+  }), { _tag: "MailboxDrained" }, {
+    phase: "Closing",
+    command: { _tag: "SaveUnacked" },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "SaveUnacked" }>
+      assert.strictEqual(command._tag, "SaveUnacked")
+      assert.deepStrictEqual(command.messages.map((m) => [m.version, m.sortkeyTimestamp]), [["d1", NOW]])
+    }
+  })
+  row("a topic message is saved only if it is still its topic's newest", closing({
+    unacked: new Map([["t1", { notification: message({ version: "t1", topic: "a" }), table: undefined }]]),
+    newestTopic: new Map([[`${CHID}:a`, "t2"]])
+  }), { _tag: "MailboxDrained" }, {
+    phase: "Closing",
+    command: { _tag: "SaveUnacked" },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).messages, [])
+  })
+  row("nothing was ever written (new uaid): ended at once", closing({ user: undefined }), { _tag: "MailboxDrained" }, {
+    phase: "Closed",
+    events: ["session.ended.1"]
+  })
+  row("saved: a stored event each, then the end", closing(), { _tag: "UnackedSaved", saved: [direct] }, {
+    phase: "Closed",
+    events: ["notification.stored.1", "session.ended.1"]
+  })
+  const save: Command = { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [direct], attempt: 0 }
+  row("saving failed: retried later", closing(), { _tag: "CommandFailed", command: save }, {
+    phase: "Closing",
+    check: (t) => assert.strictEqual(deadline(t.phase), NOW + OPTIONS.storageRetryMs)
+  })
+  row("saving failed for save_retry: given up, the session ends", closing({}, NOW - OPTIONS.saveRetryForMs), { _tag: "CommandFailed", command: save }, {
+    phase: "Closed",
+    events: ["session.ended.1"]
+  })
+})
+
+describe("step: invariants of the table", () => {
+  it("Closed ignores everything", () => {
+    const t = step({ _tag: "Closed" }, frame({ messageType: "hello" }), NOW)
+    assert.deepStrictEqual([t.phase._tag, t.frames, t.events, t.close], ["Closed", [], [], undefined])
+  })
+  it("a command result the phase did not ask for is a bug", () => {
+    assert.throws(() => step(awaiting, { _tag: "PageRead", command: {} as never, messages: [], lastSortKey: undefined }, NOW))
+  })
+  it("phases are values: a step leaves its input phase as it was", () => {
+    const before = identified()
+    const copy = structuredClone(before)
+    step(before, { _tag: "Delivery", notification: message() }, NOW)
+    step(before, frame({ messageType: "register", channelID: CHID }), NOW)
+    assert.deepStrictEqual(before, copy)
+  })
+})
