@@ -93,6 +93,7 @@ export const connectionNodeOptions = (settings: Settings): Omit<ConnectionNodeOp
   messageTablePrefix: settings.messageTablename,
   noTableRotation: settings.noTableRotation,
   pageSize: 10,
+  maxChannels: settings.maxChannelsPerUser,
   commandsPerSecond: settings.clientCommandsPerSecond,
   commandBurst: settings.clientCommandBurst,
   storageRetryMs: 250,

@@ -288,8 +288,9 @@ export const options = {
   msg_limit: opt("connection", integer(1), 100, "Stored messages above which a user is dropped and must re-register"),
   client_channel_capacity: opt("connection", integer(1), 128, "Capacity of each connection's event mailbox"),
   close_grace: opt("connection", seconds, s(1), "After a close frame, time before the server ends the TCP connection"),
+  max_channels_per_user: opt("connection", integer(1), 1000, "Channels one user may register; a register beyond it is answered with status 413"),
   client_commands_per_second: opt("connection", integer(1), 10, "Commands (register, unregister, nack, broadcast_subscribe) a client may send per second once its burst is spent; beyond, its commands wait"),
-  client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies"),
+  client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
   // endpoint
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),

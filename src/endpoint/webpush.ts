@@ -126,10 +126,9 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
 
   /** #9 */
   const checkChannel = (uaid: string, table: string, channelId: string) =>
-    storage.getChannels(uaid, table).pipe(
+    storage.hasChannel(uaid, table, channelId).pipe(
       Effect.catchTag("StorageError", storageUnavailable),
-      Effect.flatMap((channels) =>
-        channels.has(channelId) ? Effect.void : Effect.fail(new NoSubscription({ message: NO_SUBSCRIPTION })))
+      Effect.flatMap((known) => known ? Effect.void : Effect.fail(new NoSubscription({ message: NO_SUBSCRIPTION })))
     )
 
   const tooLarge = new PayloadTooLarge({ message: `Data payload must be smaller than ${options.maxDataBytes} bytes` })

@@ -45,6 +45,8 @@ export interface ProtocolOptions {
   /** Message tables: `{prefix}_{YYYY}_{MM}`, or exactly `{prefix}` without rotation. */
   readonly messageTablePrefix: string
   readonly noTableRotation: boolean
+  /** Channels a user may have; a register beyond it is answered with status 413. */
+  readonly maxChannels: number
   /** Commands (register, unregister, nack, broadcast_subscribe) a client may send per second… */
   readonly commandsPerSecond: number
   /** …and in a burst; beyond it its commands wait (and its socket is not read while many wait). */
@@ -183,7 +185,14 @@ export type RetriedCommand =
     readonly messages: ReadonlyArray<Notification>
     readonly attempt: number
   }
-  | { readonly _tag: "DropUser"; readonly uaid: string; readonly reason: "stale_month" | "too_many_messages"; readonly attempt: number }
+  /** Drop the user, unless its record was re-claimed since (its `connectedAt` changed). */
+  | {
+    readonly _tag: "DropUser"
+    readonly uaid: string
+    readonly connectedAt: number
+    readonly reason: "stale_month" | "too_many_messages"
+    readonly attempt: number
+  }
 
 /** A register in progress: the channel, and its endpoint once made. */
 export interface Registering {
@@ -207,9 +216,11 @@ export type CommandResult =
   | { readonly _tag: "UaidMinted"; readonly uaid: string }
   | { readonly _tag: "UserRead"; readonly user: UserRecord | undefined }
   | { readonly _tag: "UserWritten"; readonly command: Extract<Command, { _tag: "WriteUser" }>; readonly written: boolean }
-  | { readonly _tag: "UserDropped" }
+  /** `dropped` false: another session re-claimed the user first. */
+  | { readonly _tag: "UserDropped"; readonly dropped: boolean }
   | { readonly _tag: "EndpointMade"; readonly command: Extract<Command, { _tag: "MakeEndpoint" }>; readonly endpoint: string | undefined }
-  | { readonly _tag: "ChannelAdded"; readonly registering: Registering }
+  /** `added` false: the user has `maxChannels` channels already. */
+  | { readonly _tag: "ChannelAdded"; readonly registering: Registering; readonly added: boolean }
   | { readonly _tag: "ChannelRemoved"; readonly command: Extract<Command, { _tag: "RemoveChannel" }> }
   | {
     readonly _tag: "PageRead"
@@ -360,7 +371,7 @@ const userRead = (phase: PhaseOf<"Resuming">, { user }: { readonly user: UserRec
   }
   if (phase.rechecking || user.connectedAt > out.now) return closeNow(phase, "already-connected", out)
   if (!out.o.noTableRotation && (user.currentMonth === undefined || !activeTables(out.o, out.now).includes(user.currentMonth))) {
-    out.run({ _tag: "DropUser", uaid: user.uaid, reason: "stale_month", attempt: 0 })
+    out.run({ _tag: "DropUser", uaid: user.uaid, connectedAt: user.connectedAt, reason: "stale_month", attempt: 0 })
     return phase
   }
   const resumed = { ...user, nodeId: out.o.routerUrl, connectedAt: out.now }
@@ -368,8 +379,8 @@ const userRead = (phase: PhaseOf<"Resuming">, { user }: { readonly user: UserRec
   return phase
 }
 
-const staleUserDropped = (phase: PhaseOf<"Resuming">, _input: unknown, out: Out): Phase => {
-  out.event("uaid.reset.1", phase.claimed, { reason: "stale_month" })
+const staleUserDropped = (phase: PhaseOf<"Resuming">, { dropped }: { readonly dropped: boolean }, out: Out): Phase => {
+  if (dropped) out.event("uaid.reset.1", phase.claimed, { reason: "stale_month" })
   out.run({ _tag: "MintUaid" })
   return phase
 }
@@ -517,7 +528,11 @@ const userWritten = (phase: Live, input: Extract<CommandResult, { _tag: "UserWri
   return withSession(phase, { ...phase.session, user: input.command.user })
 }
 
-const channelAdded = (phase: Live, { registering }: { readonly registering: Registering }, out: Out): Phase => {
+const channelAdded = (phase: Live, { registering, added }: { readonly registering: Registering; readonly added: boolean }, out: Out): Phase => {
+  if (!added) {
+    out.frame(registerReply(registering.channelId, 413, ""))
+    return phase
+  }
   out.event("channel.registered.1", phase.session.uaid, { channelId: registering.channelId })
   out.frame(registerReply(registering.channelId, 200, registering.endpoint))
   return phase
@@ -655,7 +670,7 @@ const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" 
   }
   const sent = drain.sent + messages.length
   if (sent > out.o.msgLimit) {
-    out.run({ _tag: "DropUser", uaid: s.uaid, reason: "too_many_messages", attempt: 0 })
+    out.run({ _tag: "DropUser", uaid: s.uaid, connectedAt: s.connectedAt, reason: "too_many_messages", attempt: 0 })
     return withSession(phase, { ...s, drain: { ...drain, sent } })
   }
   let next: Session = {
@@ -673,9 +688,13 @@ const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" 
   return continueDrain(withSession(phase, next), out)
 }
 
-/** Too many stored messages: the user is gone; the next hello gets a new uaid. */
-const tooManyDropped = (phase: Live, _input: unknown, out: Out): Phase => {
+/**
+ * Too many stored messages: the user is gone; the next hello gets a new uaid. Not dropped: a newer
+ * session of the user took over meanwhile (it drains, and counts, for itself), so this one goes.
+ */
+const tooManyDropped = (phase: Live, { dropped }: { readonly dropped: boolean }, out: Out): Phase => {
   const s = phase.session
+  if (!dropped) return closeNow(phase, "ghost", out)
   out.event("uaid.reset.1", s.uaid, { reason: "too_many_messages" })
   return closeNow(withSession(phase, { ...s, user: undefined, unacked: EMPTY_UNACKED, drain: undefined }), "uaid-reset", out)
 }

@@ -330,17 +330,20 @@ export class SessionRunner {
         return Effect.map(write, (written) => ({ _tag: "UserWritten", command: stamped, written }))
       }
       case "DropUser":
-        return Effect.as(storage.dropUser(command.uaid), { _tag: "UserDropped" })
+        return Effect.map(storage.dropUser(command.uaid, { ifConnectedAt: command.connectedAt }), (dropped) => ({
+          _tag: "UserDropped",
+          dropped
+        }))
       case "MakeEndpoint":
         return Effect.map(
           this.ports.endpoints.makeEndpoint(command.uaid, command.channelId, command.key),
           (endpoint) => ({ _tag: "EndpointMade", command, endpoint })
         )
       case "AddChannel":
-        return Effect.as(storage.addChannel(command.uaid, command.table, command.registering.channelId), {
-          _tag: "ChannelAdded",
-          registering: command.registering
-        })
+        return Effect.map(
+          storage.addChannel(command.uaid, command.table, command.registering.channelId, this.ports.options.maxChannels),
+          (added) => ({ _tag: "ChannelAdded", registering: command.registering, added })
+        )
       case "RemoveChannel":
         return Effect.as(storage.removeChannel(command.uaid, command.table, command.channelId), { _tag: "ChannelRemoved", command })
       case "ReadPage":

@@ -51,8 +51,10 @@ export interface StorageService {
   /**
    * Remove the router record, then everything the user has in its current message table (in that
    * order: once the record is gone no hello can resume the user, whatever is still being deleted).
+   * With `ifConnectedAt`, only if the record still has that `connectedAt` (nobody resumed the user
+   * since it was read). True when a record was dropped.
    */
-  readonly dropUser: (uaid: string) => Effect.Effect<void, StorageError>
+  readonly dropUser: (uaid: string, options?: { readonly ifConnectedAt?: number }) => Effect.Effect<boolean, StorageError>
   /** Remove `nodeId` only if both `nodeId` and `connectedAt` still match; true when cleared. */
   readonly clearNodeId: (uaid: string, nodeId: string, connectedAt: number) => Effect.Effect<boolean, StorageError>
 
@@ -61,11 +63,24 @@ export interface StorageService {
   readonly currentMessageTable: Effect.Effect<string>
   /** Tables a user's `currentMonth` may name and still be served (last month, this month, next when due). */
   readonly activeMessageTables: Effect.Effect<ReadonlyArray<string>>
-  readonly addChannel: (uaid: string, table: string, channelId: string) => Effect.Effect<void, StorageError>
+  /**
+   * Add a channel to the user's set in that table; false (nothing added) when the set already holds
+   * `maxChannels` other channels. Adding a channel that is there already is a success. Costs the same
+   * whatever the size of the set.
+   */
+  readonly addChannel: (
+    uaid: string,
+    table: string,
+    channelId: string,
+    maxChannels?: number
+  ) => Effect.Effect<boolean, StorageError>
+  /** Add channels without a limit (moving a user's set to a new month). */
   readonly addChannels: (uaid: string, table: string, channelIds: Iterable<string>) => Effect.Effect<void, StorageError>
   /** True when the channel was there. */
   readonly removeChannel: (uaid: string, table: string, channelId: string) => Effect.Effect<boolean, StorageError>
   readonly getChannels: (uaid: string, table: string) => Effect.Effect<ReadonlySet<string>, StorageError>
+  /** Whether the user's set in that table holds the channel (one read, whatever the size of the set). */
+  readonly hasChannel: (uaid: string, table: string, channelId: string) => Effect.Effect<boolean, StorageError>
   /** Store a message; a topic message replaces the channel's previous message with that topic. */
   readonly saveMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<void, StorageError>
   readonly saveMessages: (

@@ -31,6 +31,9 @@ import { Clock, Effect, Layer, Predicate, Schedule } from "effect"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
+  CHANNEL_END,
+  CHANNEL_PREFIX,
+  channelSortKey,
   expiryOf,
   isVisible,
   messageSortKey,
@@ -358,11 +361,26 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         yield* batchWrite(operation, table, keys.map((Key) => ({ DeleteRequest: { Key } })))
       })
 
-      const dropUser = Effect.fnUntraced(function*(uaid: string) {
+      const dropUser = Effect.fnUntraced(function*(uaid: string, options?: { readonly ifConnectedAt?: number }) {
+        const ifConnectedAt = options?.ifConnectedAt
         const result = yield* call("dropUser", (o) =>
-          client.send(new DeleteItemCommand({ TableName: router, Key: { uaid: S(uaid) }, ReturnValues: "ALL_OLD" }), o))
-        const table = result.Attributes?.current_month?.S
+          client.send(
+            new DeleteItemCommand({
+              TableName: router,
+              Key: { uaid: S(uaid) },
+              ReturnValues: "ALL_OLD",
+              ...(ifConnectedAt === undefined ? {} : {
+                ConditionExpression: "#connected_at = :connected_at",
+                ExpressionAttributeNames: { "#connected_at": "connected_at" },
+                ExpressionAttributeValues: { ":connected_at": N(ifConnectedAt) }
+              })
+            }),
+            o
+          )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
+        if (result?.Attributes === undefined) return false
+        const table = result.Attributes.current_month?.S
         if (table !== undefined) yield* deleteUserRows("dropUser", uaid, table)
+        return true
       })
 
       const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) =>
@@ -394,24 +412,92 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
             o
           )).pipe(Effect.map((result) => result.Item?.[attribute]))
 
-      const addChannels = Effect.fnUntraced(function*(uaid: string, table: string, channelIds: Iterable<string>) {
-        const chids = Array.from(new Set(channelIds))
-        if (chids.length === 0) return
-        yield* call("addChannels", (o) =>
+      /** A channel's row: `00:{chid}`, no `expiry` (it lives as long as the user). */
+      const channelKey = (uaid: string, channelId: string): Item => messageKey(uaid, channelSortKey(channelId))
+
+      /** Count the user's channel rows once more and store the count (after a bulk copy). */
+      const recount = Effect.fnUntraced(function*(operation: string, uaid: string, table: string) {
+        const rows = yield* queryAll(operation, {
+          TableName: table,
+          KeyConditionExpression: "#uaid = :uaid AND begins_with(#chidmessageid, :prefix)",
+          ProjectionExpression: "#chidmessageid",
+          ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+          ExpressionAttributeValues: { ":uaid": S(uaid), ":prefix": S(CHANNEL_PREFIX) },
+          ConsistentRead: true
+        })
+        yield* call(operation, (o) =>
           client.send(
             new UpdateItemCommand({
               TableName: table,
               Key: messageKey(uaid, META_SORT_KEY),
-              UpdateExpression: "ADD #chids :chids",
-              ExpressionAttributeNames: { "#chids": "chids" },
-              ExpressionAttributeValues: { ":chids": { SS: chids } }
+              UpdateExpression: "SET #count = :count",
+              ExpressionAttributeNames: { "#count": "channel_count" },
+              ExpressionAttributeValues: { ":count": N(rows.length) }
             }),
             o
           ))
       })
 
-      const removeChannel = (uaid: string, table: string, channelId: string) =>
-        conditional(call("removeChannel", (o) =>
+      /**
+       * A new channel's row, then one more in the meta row's `channel_count` unless that reaches
+       * `maxChannels` (then the row goes again). A row that was there already: nothing to count.
+       */
+      const addChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string, maxChannels?: number) {
+        const created = yield* conditional(call("addChannel", (o) =>
+          client.send(
+            new PutItemCommand({
+              TableName: table,
+              Item: channelKey(uaid, channelId),
+              ConditionExpression: "attribute_not_exists(#chidmessageid)",
+              ExpressionAttributeNames: { "#chidmessageid": "chidmessageid" }
+            }),
+            o
+          )))
+        if (!created) return true
+        const counted = yield* conditional(call("addChannel", (o) =>
+          client.send(
+            new UpdateItemCommand({
+              TableName: table,
+              Key: messageKey(uaid, META_SORT_KEY),
+              UpdateExpression: "ADD #count :one",
+              ...(maxChannels === undefined ? {} : { ConditionExpression: "attribute_not_exists(#count) OR #count < :max" }),
+              ExpressionAttributeNames: { "#count": "channel_count" },
+              ExpressionAttributeValues: { ":one": N(1), ...(maxChannels === undefined ? {} : { ":max": N(maxChannels) }) }
+            }),
+            o
+          )))
+        if (counted) return true
+        yield* call("addChannel", (o) => client.send(new DeleteItemCommand({ TableName: table, Key: channelKey(uaid, channelId) }), o))
+        return false
+      })
+
+      const addChannels = Effect.fnUntraced(function*(uaid: string, table: string, channelIds: Iterable<string>) {
+        const chids = Array.from(new Set(channelIds))
+        if (chids.length === 0) return
+        yield* batchWrite("addChannels", table, chids.map((chid) => ({ PutRequest: { Item: channelKey(uaid, chid) } })))
+        yield* recount("addChannels", uaid, table)
+      })
+
+      /** The channel's row (and the count), or else the seed's `chids` set. */
+      const removeChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
+        const removed = yield* call("removeChannel", (o) =>
+          client.send(new DeleteItemCommand({ TableName: table, Key: channelKey(uaid, channelId), ReturnValues: "ALL_OLD" }), o))
+        if (removed.Attributes !== undefined) {
+          yield* call("removeChannel", (o) =>
+            client.send(
+              new UpdateItemCommand({
+                TableName: table,
+                Key: messageKey(uaid, META_SORT_KEY),
+                UpdateExpression: "ADD #count :minus",
+                ConditionExpression: "#count > :zero",
+                ExpressionAttributeNames: { "#count": "channel_count" },
+                ExpressionAttributeValues: { ":minus": N(-1), ":zero": N(0) }
+              }),
+              o
+            )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.void))
+          return true
+        }
+        return yield* conditional(call("removeChannel", (o) =>
           client.send(
             new UpdateItemCommand({
               TableName: table,
@@ -423,11 +509,43 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
             }),
             o
           )))
+      })
 
-      const getChannels = (uaid: string, table: string) =>
-        getMeta("getChannels", uaid, table, "chids").pipe(
-          Effect.map((chids): ReadonlySet<string> => new Set(chids?.SS ?? []))
-        )
+      const getChannels = Effect.fnUntraced(function*(uaid: string, table: string) {
+        const rows = yield* queryAll("getChannels", {
+          TableName: table,
+          KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :meta AND :last",
+          ProjectionExpression: "#chidmessageid, #chids",
+          ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid", "#chids": "chids" },
+          ExpressionAttributeValues: { ":uaid": S(uaid), ":meta": S(META_SORT_KEY), ":last": S(CHANNEL_END) },
+          ConsistentRead: true
+        })
+        const channels = new Set<string>()
+        for (const row of rows) {
+          const key = row.chidmessageid?.S ?? ""
+          if (key.startsWith(CHANNEL_PREFIX)) channels.add(key.slice(CHANNEL_PREFIX.length))
+          for (const chid of row.chids?.SS ?? []) channels.add(chid)
+        }
+        return channels as ReadonlySet<string>
+      })
+
+      const hasChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
+        const row = yield* call("hasChannel", (o) =>
+          client.send(
+            new GetItemCommand({
+              TableName: table,
+              Key: channelKey(uaid, channelId),
+              ProjectionExpression: "#uaid",
+              ExpressionAttributeNames: { "#uaid": "uaid" },
+              ConsistentRead: true
+            }),
+            o
+          ))
+        if (row.Item !== undefined) return true
+        // Sets written before channel rows existed (the seed's `chids`).
+        const legacy = yield* getMeta("hasChannel", uaid, table, "chids")
+        return legacy?.SS?.includes(channelId) ?? false
+      })
 
       const saveMessage = (uaid: string, table: string, message: Notification) =>
         call("saveMessage", (o) =>
@@ -705,10 +823,11 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         dropUser,
         clearNodeId,
         ...tablesByClock(options),
-        addChannel: (uaid, table, channelId) => addChannels(uaid, table, [channelId]),
+        addChannel,
         addChannels,
         removeChannel,
         getChannels,
+        hasChannel,
         saveMessage,
         saveMessages,
         fetchTopicMessages,

@@ -108,11 +108,14 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       if (table !== undefined) tables.get(table)?.delete(uaid)
     }
 
-    const dropUser = Effect.fnUntraced(function*(uaid: string) {
+    const dropUser = Effect.fnUntraced(function*(uaid: string, options?: { readonly ifConnectedAt?: number }) {
       const users = yield* routerTable("dropUser")
-      const table = users.get(uaid)?.currentMonth
+      const user = users.get(uaid)
+      if (user === undefined) return false
+      if (options?.ifConnectedAt !== undefined && user.connectedAt !== options.ifConnectedAt) return false
       users.delete(uaid)
-      deleteUserRows(uaid, table)
+      deleteUserRows(uaid, user.currentMonth)
+      return true
     })
 
     const clearNodeId = Effect.fnUntraced(function*(uaid: string, nodeId: string, connectedAt: number) {
@@ -129,6 +132,21 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       if (added.length === 0) return
       const rows = rowsOf(t, uaid)
       rows.chids = new Set([...(rows.chids ?? []), ...added])
+    })
+
+    const addChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string, maxChannels?: number) {
+      const t = yield* messageTable("addChannel", table)
+      const rows = rowsOf(t, uaid)
+      const chids = rows.chids ?? new Set<string>()
+      if (chids.has(channelId)) return true
+      if (maxChannels !== undefined && chids.size >= maxChannels) return false
+      rows.chids = new Set([...chids, channelId])
+      return true
+    })
+
+    const hasChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
+      const t = yield* messageTable("hasChannel", table)
+      return t.get(uaid)?.chids?.has(channelId) ?? false
     })
 
     const removeChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
@@ -253,10 +271,11 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       dropUser,
       clearNodeId,
       ...tablesByClock(options),
-      addChannel: (uaid, table, channelId) => addChannels(uaid, table, [channelId]),
+      addChannel,
       addChannels,
       removeChannel,
       getChannels,
+      hasChannel,
       saveMessage: (uaid, table, message) => save("saveMessage", uaid, table, [message]),
       saveMessages: (uaid, table, messages) => save("saveMessages", uaid, table, messages),
       fetchTopicMessages,

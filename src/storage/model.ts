@@ -3,7 +3,10 @@
  * sort keys, key ranges, what a stored item reads back as, and when it is visible.
  *
  * Sort keys:
- * - `" "` — the per-user meta row (`chids`, `current_timestamp`);
+ * - `" "` — the per-user meta row (`channel_count`, `current_timestamp`; the seed's `chids` string
+ *   set is still read and removed from, never written);
+ * - `00:{chid}` — one row per registered channel (a register costs the same at the 1st and the
+ *   10,000th channel, and no item grows towards DynamoDB's 400 KB item limit);
  * - `01:{chid}:{topic}` — topic messages (one per channel and topic, a new one replaces it);
  * - `02:{ms}:{chid}` — timestamp messages, `ms` = `sortkeyTimestamp ?? timestamp * 1000`.
  *
@@ -16,6 +19,12 @@ import { chidMessageId, type Notification, sortkeyMs, timestampSortKey, topicSor
 import type { UserRecord } from "../domain/user.ts"
 
 export const META_SORT_KEY = " "
+export const CHANNEL_PREFIX = "00:"
+/** Upper bound (exclusive) of the channel rows. */
+export const CHANNEL_END = "00;"
+
+/** The sort key of a channel's row. */
+export const channelSortKey = (channelId: string): string => `${CHANNEL_PREFIX}${channelId}`
 export const TOPIC_PREFIX = "01:"
 /** Upper bound (exclusive) of the topic range: the character after `:` is `;`. */
 export const TOPIC_END = "01;"

@@ -58,7 +58,7 @@ describe("endpoint server", () => {
     it.effect("a defect is answered 500/999 error JSON", () =>
       Effect.gen(function*() {
         const sub = yield* subscribe()
-        const reply = yield* withStorageFaults(["getChannels"], request({ path: sub.path, headers: { ttl: 60 } }), "die")
+        const reply = yield* withStorageFaults(["hasChannel"], request({ path: sub.path, headers: { ttl: 60 } }), "die")
         assert.strictEqual(reply.status, 500)
         assert.deepStrictEqual(reply.json(), errorBody(500, 999, "Internal Server Error", "An internal error occurred"))
       }))

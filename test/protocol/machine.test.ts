@@ -173,9 +173,14 @@ describe("step: Resuming", () => {
     _tag: "UserRead",
     user: user({ currentMonth: "message_2020_01" })
   }, { phase: "Resuming", command: { _tag: "DropUser", uaid: UAID, reason: "stale_month" } })
-  row("dropped for its month: reset event, then a new uaid", resuming(), { _tag: "UserDropped" }, {
+  row("dropped for its month: reset event, then a new uaid", resuming(), { _tag: "UserDropped", dropped: true }, {
     phase: "Resuming",
     events: ["uaid.reset.1"],
+    command: { _tag: "MintUaid" }
+  })
+  row("not dropped (another session re-claimed it first): a new uaid all the same", resuming(), { _tag: "UserDropped", dropped: false }, {
+    phase: "Resuming",
+    events: [],
     command: { _tag: "MintUaid" }
   })
   row("a resumable record is re-claimed: this node, connected now", resuming(), { _tag: "UserRead", user: user({ nodeId: "http://other:8081" }) }, {
@@ -277,10 +282,15 @@ describe("step: Identified, commands", () => {
     command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Register", registering } },
     written: false
   }, { phase: "Identified", frames: [{ messageType: "register", channelID: CHID, status: 500, pushEndpoint: "" }] })
-  row("channel added: status 200 with the endpoint", identified(), { _tag: "ChannelAdded", registering }, {
+  row("channel added: status 200 with the endpoint", identified(), { _tag: "ChannelAdded", registering, added: true }, {
     phase: "Identified",
     frames: [{ messageType: "register", channelID: CHID, status: 200, pushEndpoint: registering.endpoint }],
     events: ["channel.registered.1"]
+  })
+  row("the user has max_channels_per_user channels: status 413, socket kept", identified(), { _tag: "ChannelAdded", registering, added: false }, {
+    phase: "Identified",
+    frames: [{ messageType: "register", channelID: CHID, status: 413, pushEndpoint: "" }],
+    events: []
   })
   row("storage failing on register: status 500, socket kept", identified(), {
     _tag: "CommandFailed",
@@ -436,7 +446,11 @@ describe("step: Identified, deliveries and acks", () => {
     frames: [],
     command: { _tag: "DropUser", reason: "too_many_messages" }
   })
-  row("dropped: reset event, close 1000, nothing left to save", identified(), { _tag: "UserDropped" }, {
+  row("not dropped (a newer session took over): this one goes", identified(), { _tag: "UserDropped", dropped: false }, {
+    phase: "Closing",
+    close: "ghost"
+  })
+  row("dropped: reset event, close 1000, nothing left to save", identified(), { _tag: "UserDropped", dropped: true }, {
     phase: "Closing",
     close: "uaid-reset",
     events: ["uaid.reset.1", "session.closed.1"],

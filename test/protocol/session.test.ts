@@ -1,10 +1,10 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, Effect, Layer, Logger } from "effect"
+import { Clock, Deferred, Effect, Fiber, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { opaqueId } from "../../src/observability/opaque.ts"
 import { emptySummary, foldSummary, summaryFields } from "../../src/observability/sessionSummary.ts"
-import { Storage } from "../../src/storage/Storage.ts"
+import { Storage, StorageError } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { type Client, type Harness, makeHarness, pump, pushMessage, TestParts, testParts } from "./harness.ts"
 
@@ -456,4 +456,108 @@ describe("session: the Session record is a fold of the events", () => {
       })
     }).pipe(Effect.provide(Layer.merge(TestParts, capture)))
   })
+})
+
+describe("session: the msg_limit race", () => {
+  /** Memory storage whose resume writes wait, while `held` is set, until the test lets them go. */
+  let held: { readonly reached: Deferred.Deferred<void>; readonly go: Deferred.Deferred<void> } | undefined
+  const GatedStorage = Layer.effect(
+    Storage,
+    Effect.map(Storage, (inner) =>
+      Storage.of({
+        ...inner,
+        resumeUser: (user) =>
+          Effect.suspend(() => {
+            const gate = held
+            if (gate === undefined) return inner.resumeUser(user)
+            held = undefined
+            return Deferred.succeed(gate.reached, undefined).pipe(Effect.andThen(Deferred.await(gate.go)), Effect.andThen(inner.resumeUser(user)))
+          })
+      }))
+  ).pipe(Layer.provideMerge(testParts()))
+
+  it.effect("a hello that read the user before it was dropped for msg_limit gets a new uaid, not the dropped one", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup({ msgLimit: 3 })
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      for (let i = 0; i < 5; i++) {
+        yield* TestClock.adjust(1)
+        yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+      }
+      // B reads the record and is about to re-claim it…
+      const gate = { reached: yield* Deferred.make<void>(), go: yield* Deferred.make<void>() }
+      held = gate
+      const b = yield* harness.connect()
+      const bHello = yield* Effect.forkChild(hello(b, uaid))
+      yield* Deferred.await(gate.reached)
+      // …while A connects, finds more than msg_limit messages and drops the user.
+      const a = yield* harness.connect()
+      yield* TestClock.adjust(5)
+      yield* hello(a, uaid)
+      assert.deepStrictEqual(a.sent.closed, { code: 1000, reason: "UaidReset" })
+      yield* Deferred.succeed(gate.go, undefined)
+      yield* Fiber.join(bHello)
+      const bUaid = b.of("hello")[0]!["uaid"]
+      assert.notStrictEqual(bUaid, uaid, "the dropped uaid came back")
+      const storage = yield* Storage
+      assert.isUndefined(yield* storage.getUser(uaid), "the dropped user was written back")
+      assert.deepStrictEqual(b.of("notification"), [])
+    }).pipe(Effect.provide(GatedStorage)))
+})
+
+describe("session: storage faults and the command budget", () => {
+  /** Memory storage whose reads of stored messages fail while `failing` > 0 (counting down). */
+  let failing = 0
+  const FlakyStorage = Layer.effect(
+    Storage,
+    Effect.map(Storage, (inner) =>
+      Storage.of({
+        ...inner,
+        fetchTopicMessages: (uaid, table, limit) =>
+          Effect.suspend(() => {
+            if (failing === 0) return inner.fetchTopicMessages(uaid, table, limit)
+            failing--
+            return Effect.fail(new StorageError({ operation: "fetchTopicMessages", cause: "injected" }))
+          })
+      }))
+  ).pipe(Layer.provideMerge(testParts()))
+
+  it.effect("storage failing mid-drain keeps the socket; the drain resumes with backoff once storage is back", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* pushMessage(harness, uaid, CHID, { data: "waiting" })
+      failing = 3
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification"), [])
+      for (const wait of [250, 500, 1_000]) {
+        assert.isUndefined(again.sent.closed)
+        assert.strictEqual(again.handle.deadline, (yield* Clock.currentTimeMillis) + wait, "retried after a doubling backoff")
+        yield* TestClock.adjust(wait)
+        yield* again.feed({ _tag: "Tick" })
+      }
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["waiting"])
+      assert.isUndefined(again.sent.closed)
+    }).pipe(Effect.provide(FlakyStorage)))
+
+  it.effect("a burst of registers beyond the budget waits, with the socket paused, and all are answered in order", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup({ commandBurst: 10, commandsPerSecond: 10 })
+      const { client } = yield* subscribed(harness, [])
+      const channels = Array.from({ length: 50 }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, "0")}`)
+      for (const channelID of channels) client.handle.mailbox.offer({ _tag: "Frame", message: { messageType: "register", channelID } })
+      yield* pump(client)
+      assert.strictEqual(client.of("register").length, 10, "the burst")
+      assert.isTrue(client.sent.paused, "many waiting: the socket is not read")
+      for (let second = 0; second < 4; second++) {
+        yield* TestClock.adjust(1_000)
+        yield* client.feed({ _tag: "Tick" })
+      }
+      assert.deepStrictEqual(client.of("register").map((f) => f["channelID"]), channels)
+      assert.isTrue(client.of("register").every((f) => f["status"] === 200))
+      assert.isFalse(client.sent.paused)
+    }).pipe(Effect.provide(TestParts)))
 })

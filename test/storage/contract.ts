@@ -237,6 +237,53 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), current))], [chid(4)])
       }))
 
+    test("channels: a limit per user that costs the same at any size; re-adding is free; hasChannel", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        for (let i = 1; i <= 3; i++) assert.isTrue(yield* s.addChannel(uaid(1), table, chid(i), 3))
+        assert.isFalse(yield* s.addChannel(uaid(1), table, chid(4), 3), "a fourth channel over a limit of 3")
+        assert.isFalse(yield* s.hasChannel(uaid(1), table, chid(4)), "a refused channel is not kept")
+        assert.isTrue(yield* s.addChannel(uaid(1), table, chid(2), 3), "re-adding one that is there")
+        assert.isTrue(yield* s.removeChannel(uaid(1), table, chid(1)))
+        assert.isTrue(yield* s.addChannel(uaid(1), table, chid(4), 3), "room again after a remove")
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), table))].sort(), [chid(2), chid(3), chid(4)])
+        assert.deepStrictEqual(
+          [yield* s.hasChannel(uaid(1), table, chid(3)), yield* s.hasChannel(uaid(1), table, chid(1)), yield* s.hasChannel(uaid(2), table, chid(3))],
+          [true, false, false]
+        )
+        // A set copied in (a month move) counts too.
+        yield* s.addChannels(uaid(2), table, [chid(1), chid(2)])
+        assert.isFalse(yield* s.addChannel(uaid(2), table, chid(3), 2))
+        assert.isTrue(yield* s.addChannel(uaid(2), table, chid(3)), "no limit given: no limit")
+      }))
+
+    test("resume: only an existing, older record is overwritten", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        assert.isFalse(yield* s.resumeUser(user(1, { currentMonth: table })), "no record: nothing to resume")
+        assert.isUndefined(yield* s.getUser(uaid(1)))
+        yield* s.registerUser(user(1, { currentMonth: table, connectedAt: T0 }))
+        assert.isTrue(yield* s.resumeUser(user(1, { currentMonth: table, connectedAt: T0 + 5, nodeId: "http://b:8081" })))
+        assert.strictEqual((yield* s.getUser(uaid(1)))?.nodeId, "http://b:8081")
+        assert.isFalse(yield* s.resumeUser(user(1, { currentMonth: table, connectedAt: T0 + 5 })), "equal is not newer")
+      }))
+
+    test("drop: the router record and the rows go; with ifConnectedAt only if nobody re-claimed the user", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        yield* s.registerUser(user(1, { currentMonth: table, connectedAt: T0 }))
+        yield* s.addChannel(uaid(1), table, chid(1))
+        yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "v1" }))
+        assert.isFalse(yield* s.dropUser(uaid(1), { ifConnectedAt: T0 - 1 }), "re-claimed since")
+        assert.isDefined(yield* s.getUser(uaid(1)))
+        assert.isTrue(yield* s.hasChannel(uaid(1), table, chid(1)))
+        assert.isTrue(yield* s.dropUser(uaid(1), { ifConnectedAt: T0 }))
+        assert.isUndefined(yield* s.getUser(uaid(1)))
+        assert.strictEqual((yield* s.getChannels(uaid(1), table)).size, 0)
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.length, 0)
+        assert.isFalse(yield* s.dropUser(uaid(1)), "nothing left to drop")
+      }))
+
     test("moving a user to a new month: copy channels, point the record at the new table", (s, o) =>
       Effect.gen(function*() {
         const april = `${o.messageTablePrefix}_2024_04`

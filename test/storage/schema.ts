@@ -1,8 +1,9 @@
 /**
  * What the DynamoDB layer writes, read back with the raw SDK: the seed's table and item layout
- * (protocol-notes §5.5), so tables stay readable by and from autopush.
+ * (protocol-notes §5.5) with one row per channel, and the seed's channel sets still read, so tables
+ * written by autopush stay usable.
  */
-import { DescribeTableCommand, DescribeTimeToLiveCommand, DynamoDBClient, GetItemCommand } from "@aws-sdk/client-dynamodb"
+import { DescribeTableCommand, DescribeTimeToLiveCommand, DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
@@ -89,8 +90,12 @@ export const schemaSuite = (name: string, endpoint: () => string, options: { rea
         assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: " " } }), {
           uaid: { S: uaid },
           chidmessageid: { S: " " },
-          chids: { SS: [chid] },
+          channel_count: { N: "1" },
           current_timestamp: { N: String(now) }
+        })
+        assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: `00:${chid}` } }), {
+          uaid: { S: uaid },
+          chidmessageid: { S: `00:${chid}` }
         })
         assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: `02:${now}:${chid}` } }), {
           uaid: { S: uaid },
@@ -111,6 +116,42 @@ export const schemaSuite = (name: string, endpoint: () => string, options: { rea
           expiry: { N: String(now / 1000 + 60) },
           topic: { S: "news" }
         })
+      }).pipe(
+        Effect.provide(layerDynamo({ ...storageOptions, endpoint: endpoint(), region: "local" })),
+        Effect.ensuring(Effect.sync(() => client.destroy()))
+      )
+    })
+
+    it.effect("a channel set written as autopush's `chids` string set is read, checked and removed from", () => {
+      const prefix = `l${Date.now().toString(36)}`
+      const storageOptions = { routerTable: `${prefix}_router`, messageTablePrefix: `${prefix}_message`, noTableRotation: true }
+      const client = new DynamoDBClient({
+        endpoint: endpoint(),
+        region: "local",
+        credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" }
+      })
+      const uaid = "deadbeef00000000deadbeef00000001"
+      const [old1, old2, fresh] = ["00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b", "00000000-0000-4000-8000-00000000000c"]
+      return Effect.gen(function*() {
+        yield* createActiveTables
+        const s = yield* Storage
+        const table = yield* s.currentMessageTable
+        yield* Effect.promise(() =>
+          client.send(new PutItemCommand({
+            TableName: table,
+            Item: { uaid: { S: uaid }, chidmessageid: { S: " " }, chids: { SS: [old1, old2] } }
+          }))
+        )
+        assert.isTrue(yield* s.addChannel(uaid, table, fresh, 10))
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid, table))].sort(), [old1, old2, fresh])
+        assert.deepStrictEqual(
+          [yield* s.hasChannel(uaid, table, old1), yield* s.hasChannel(uaid, table, fresh), yield* s.hasChannel(uaid, table, "00000000-0000-4000-8000-00000000000d")],
+          [true, true, false]
+        )
+        assert.isTrue(yield* s.removeChannel(uaid, table, old1))
+        assert.isTrue(yield* s.removeChannel(uaid, table, fresh))
+        assert.isFalse(yield* s.removeChannel(uaid, table, fresh))
+        assert.deepStrictEqual([...(yield* s.getChannels(uaid, table))], [old2])
       }).pipe(
         Effect.provide(layerDynamo({ ...storageOptions, endpoint: endpoint(), region: "local" })),
         Effect.ensuring(Effect.sync(() => client.destroy()))
