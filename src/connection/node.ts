@@ -21,6 +21,9 @@ import {
   type Transport
 } from "../protocol/session.ts"
 import { Storage } from "../storage/Storage.ts"
+import type { BroadcastSet } from "../protocol/machine.ts"
+
+const NO_BROADCASTS: BroadcastSet = new Map()
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
 import { makePeers } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
@@ -94,6 +97,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           logFrames: LogLevel.isGreaterThanOrEqualTo("Debug", yield* References.MinimumLogLevel),
           options: sessionOptions,
           protocol: protocolFor(sessionOptions),
+          broadcasts: () => NO_BROADCASTS,
           peers: makePeers(options.peerTimeoutMs, (message) => run(Effect.logWarning(message))),
           endpoints: {
             makeEndpoint: (uaid, channelId, key) => {

@@ -45,6 +45,11 @@ export type DomainEvent =
   | Event<"notification.deleted.1", { readonly version: string }>
   | Event<"uaid.reset.1", { readonly reason: "too_many_messages" | "stale_month" }>
   | Event<"month.migrated.1", { readonly from: string; readonly to: string }>
+  /** Broadcast versions sent to a client: in the hello reply, answering a subscribe, or a change at a keepalive tick. */
+  | Event<"broadcast.delivered.1", {
+    readonly broadcasts: Readonly<Record<string, string>>
+    readonly reason: "hello" | "subscribe" | "change"
+  }>
   /** The server closed an identified session's socket. */
   | Event<"session.closed.1", { readonly code: number; readonly reason: string }>
   /** An identified session is over (its unacked messages saved): the last event of a session. */

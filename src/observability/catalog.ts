@@ -47,6 +47,9 @@ export const METRICS = {
     code: "close code",
     reason: "close reason (Ghost, HandshakeTimeout, PongTimeout, Shutdown, ...)"
   }),
+  broadcastDelivered: m("ua.broadcast.delivered", "counter", "connection", "Broadcast updates sent to clients", {
+    reason: "hello / subscribe / change"
+  }),
   connections: m("ua.connections", "gauge", "connection", "Identified sessions (after hello) on this node"),
   sockets: m("ua.sockets", "gauge", "connection", "Open WebSockets on this node, identified or not"),
   // ── both ──

@@ -51,6 +51,7 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
     return counter(METRICS.closed.name, { code: key.slice(0, at), reason: key.slice(at + 1) })
   })
   const stored = perValue((reason) => counter(METRICS.stored.name, { reason }))
+  const broadcastDelivered = perValue((reason) => counter(METRICS.broadcastDelivered.name, { reason }))
   const expired = counter(METRICS.expired.name)
   const deleted = counter(METRICS.deleted.name)
   const received = counter(METRICS.received.name)
@@ -88,6 +89,8 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
         return expiration(event.data.reason).inc()
       case "month.migrated.1":
         return migrated.inc()
+      case "broadcast.delivered.1":
+        return broadcastDelivered(event.data.reason).inc()
       case "session.closed.1":
         return closed(`${event.data.code}:${event.data.reason}`).inc()
       default:

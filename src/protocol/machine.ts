@@ -22,7 +22,7 @@
  *   with backoff; a register or unregister that fails is answered with status 500.
  */
 import type { ClientMessage } from "./messages.ts"
-import { helloReply, notificationFrame, PING_REPLY, registerReply, unregisterReply } from "./messages.ts"
+import { broadcastFrame, helloReply, notificationFrame, PING_REPLY, registerReply, unregisterReply } from "./messages.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import { domainEvent, type DomainEvent, type DomainEventType, type EventData } from "../domain/events.ts"
 import { isCanonicalChannelId, parseChannelId, parseUaid } from "../domain/ids.ts"
@@ -60,6 +60,16 @@ export interface ProtocolOptions {
 
 /** Commands waiting for a client beyond which the socket is paused (back-pressure on reading). */
 export const HELD_COMMANDS_MAX = 32
+
+/** The node's broadcasts (id → version) as of a step; a new map whenever they change. */
+export type BroadcastSet = ReadonlyMap<string, string>
+
+/** Broadcast ids of one client message that are looked at; the rest are ignored. */
+export const BROADCASTS_PER_MESSAGE = 100
+/** Longer ids cannot name a broadcast (the admin API refuses them): ignored, not echoed. */
+export const BROADCAST_ID_MAX = 128
+
+const NO_BROADCASTS: BroadcastSet = new Map()
 
 // ── phases ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -110,13 +120,28 @@ export interface Session {
   readonly tokensAt: number
   readonly held: ReadonlyArray<ClientMessage>
   readonly readingPaused: boolean
+  /**
+   * Broadcasts the client follows, flat: id, version it has, id, version, … — the strings are the
+   * node set's own (shared by every session), so a subscription costs two references.
+   */
+  readonly broadcasts: ReadonlyArray<string>
 }
 
 export type Phase =
   /** Socket open, no hello yet. */
   | { readonly _tag: "AwaitingHello"; readonly openedAt: number }
-  /** Hello named a uaid: reading and re-claiming its router record. */
-  | { readonly _tag: "Resuming"; readonly openedAt: number; readonly claimed: string; readonly rechecking: boolean }
+  /**
+   * Hello received: the uaid it claims is being resumed (its router record read and re-claimed), or a
+   * new one minted; the broadcasts it asked for are answered once the uaid is known.
+   */
+  | {
+    readonly _tag: "Identifying"
+    readonly openedAt: number
+    readonly claimed: string | undefined
+    /** The resume write lost: the record is read once more to tell why. */
+    readonly rechecking: boolean
+    readonly broadcasts: Readonly<Record<string, string>> | undefined
+  }
   | { readonly _tag: "Identified"; readonly session: Session }
   /** Draining last month's table before moving the user to this month's; commands wait in `deferred`. */
   | { readonly _tag: "Migrating"; readonly session: Session; readonly deferred: ReadonlyArray<ClientMessage> }
@@ -272,10 +297,13 @@ class Out {
   close: CloseKind | undefined = undefined
   readonly now: number
   readonly o: ProtocolOptions
+  /** The node's broadcasts as of this step. */
+  readonly broadcasts: BroadcastSet
 
-  constructor(now: number, options: ProtocolOptions) {
+  constructor(now: number, options: ProtocolOptions, broadcasts: BroadcastSet) {
     this.now = now
     this.o = options
+    this.broadcasts = broadcasts
   }
 
   frame(text: string): void {
@@ -304,7 +332,7 @@ class Out {
 
 const EMPTY_UNACKED: ReadonlyMap<string, Unacked> = new Map()
 const EMPTY_TOPICS: ReadonlyMap<string, string> = new Map()
-const NOTHING: ReadonlyArray<ClientMessage> = []
+const NOTHING: ReadonlyArray<never> = []
 
 const currentTable = (o: ProtocolOptions, now: number): string =>
   currentTableName({ routerTable: "", messageTablePrefix: o.messageTablePrefix, noTableRotation: o.noTableRotation }, now)
@@ -355,16 +383,12 @@ const closeWith = (kind: CloseKind) => (phase: Phase, _input: unknown, out: Out)
 
 const hello = (phase: PhaseOf<"AwaitingHello">, message: HelloMessage, out: Out): Phase => {
   const claimed = typeof message.uaid === "string" ? parseUaid(message.uaid) : undefined
-  if (claimed === undefined) {
-    out.run({ _tag: "MintUaid" })
-    return phase
-  }
-  out.run({ _tag: "ReadUser", uaid: claimed })
-  return { _tag: "Resuming", openedAt: phase.openedAt, claimed, rechecking: false }
+  out.run(claimed === undefined ? { _tag: "MintUaid" } : { _tag: "ReadUser", uaid: claimed })
+  return { _tag: "Identifying", openedAt: phase.openedAt, claimed, rechecking: false, broadcasts: message.broadcasts }
 }
 
 /** The claimed uaid's record: resume it, or give a new uaid (the seed: a stale month starts over). */
-const userRead = (phase: PhaseOf<"Resuming">, { user }: { readonly user: UserRecord | undefined }, out: Out): Phase => {
+const userRead = (phase: PhaseOf<"Identifying">, { user }: { readonly user: UserRecord | undefined }, out: Out): Phase => {
   if (user === undefined || user.routerType !== "webpush") {
     out.run({ _tag: "MintUaid" })
     return phase
@@ -379,8 +403,8 @@ const userRead = (phase: PhaseOf<"Resuming">, { user }: { readonly user: UserRec
   return phase
 }
 
-const staleUserDropped = (phase: PhaseOf<"Resuming">, { dropped }: { readonly dropped: boolean }, out: Out): Phase => {
-  if (dropped) out.event("uaid.reset.1", phase.claimed, { reason: "stale_month" })
+const staleUserDropped = (phase: PhaseOf<"Identifying">, { dropped }: { readonly dropped: boolean }, out: Out): Phase => {
+  if (dropped && phase.claimed !== undefined) out.event("uaid.reset.1", phase.claimed, { reason: "stale_month" })
   out.run({ _tag: "MintUaid" })
   return phase
 }
@@ -389,9 +413,9 @@ const staleUserDropped = (phase: PhaseOf<"Resuming">, { dropped }: { readonly dr
  * Resumed: the node the record named before (if another) is told to drop its stale session. A write
  * that lost means the record is gone (dropped meanwhile → a new uaid) or newer (→ close): read again.
  */
-const resumed = (phase: PhaseOf<"Resuming">, input: Extract<CommandResult, { _tag: "UserWritten" }>, out: Out): Phase => {
+const resumed = (phase: PhaseOf<"Identifying">, input: Extract<CommandResult, { _tag: "UserWritten" }>, out: Out): Phase => {
   if (!input.written) {
-    out.run({ _tag: "ReadUser", uaid: phase.claimed })
+    out.run({ _tag: "ReadUser", uaid: input.command.user.uaid })
     return { ...phase, rechecking: true }
   }
   const { user, purpose } = input.command
@@ -399,13 +423,24 @@ const resumed = (phase: PhaseOf<"Resuming">, input: Extract<CommandResult, { _ta
   if (previous?.nodeId !== undefined && previous.nodeId !== out.o.routerUrl) {
     out.signal({ _tag: "DisconnectPeer", nodeId: previous.nodeId, uaid: user.uaid, connectedAt: previous.connectedAt })
   }
-  return identify(user.uaid, user, out)
+  return identify(phase, user.uaid, user, "existing", out)
 }
 
-const identify = (uaid: string, user: UserRecord | undefined, out: Out, kind?: "new" | "reassigned"): Phase => {
+const uaidMinted = (phase: PhaseOf<"Identifying">, { uaid }: { readonly uaid: string }, out: Out): Phase =>
+  identify(phase, uaid, undefined, phase.claimed === undefined ? "new" : "reassigned", out)
+
+/** The hello reply (with the broadcasts the client is behind on), and the session begins. */
+const identify = (
+  phase: PhaseOf<"Identifying">,
+  uaid: string,
+  user: UserRecord | undefined,
+  kind: "new" | "existing" | "reassigned",
+  out: Out
+): Phase => {
   const now = out.now
   const current = currentTable(out.o, now)
   const table = user?.currentMonth ?? current
+  const followed = follow(NOTHING, phase.broadcasts, out.broadcasts)
   const session: Session = {
     uaid,
     connectedAt: now,
@@ -421,20 +456,114 @@ const identify = (uaid: string, user: UserRecord | undefined, out: Out, kind?: "
     tokens: out.o.commandBurst,
     tokensAt: now,
     held: NOTHING,
-    readingPaused: false
+    readingPaused: false,
+    broadcasts: followed.broadcasts
   }
   out.signal({ _tag: "Claim", uaid, connectedAt: now })
-  out.frame(helloReply(uaid))
-  out.event("client.hello.1", uaid, { kind: kind ?? "existing" })
+  out.frame(helloReply(uaid, broadcastsReply(followed)))
+  out.event("client.hello.1", uaid, { kind })
+  if (followed.changed !== undefined) out.event("broadcast.delivered.1", uaid, { broadcasts: followed.changed, reason: "hello" })
   if (user === undefined) return { _tag: "Identified", session }
-  const phase: Live = !out.o.noTableRotation && table !== current
+  const live: Live = !out.o.noTableRotation && table !== current
     ? { _tag: "Migrating", session, deferred: NOTHING }
     : { _tag: "Identified", session }
-  return requestDrain(phase, out)
+  return requestDrain(live, out)
 }
 
-const uaidMinted = (phase: PhaseOf<"AwaitingHello" | "Resuming">, { uaid }: { readonly uaid: string }, out: Out): Phase =>
-  identify(uaid, undefined, out, phase._tag === "AwaitingHello" ? "new" : "reassigned")
+// ── broadcasts ──────────────────────────────────────────────────────────────────────────────────
+
+/** The id strings of a node set, to share rather than keep each client's copy (memory per connection). */
+const ownIds = new WeakMap<BroadcastSet, ReadonlyMap<string, string>>()
+const ownId = (set: BroadcastSet, id: string): string => {
+  let ids = ownIds.get(set)
+  if (ids === undefined) {
+    ids = new Map(Array.from(set.keys(), (key) => [key, key]))
+    ownIds.set(set, ids)
+  }
+  return ids.get(id) ?? id
+}
+
+interface Followed {
+  /** The flat id/version list the session keeps. */
+  readonly broadcasts: ReadonlyArray<string>
+  /** Broadcasts whose node version the client did not have (now sent), if any. */
+  readonly changed: Readonly<Record<string, string>> | undefined
+  /** Requested ids the node does not have, if any. */
+  readonly unknown: ReadonlyArray<string> | undefined
+}
+
+/**
+ * Follow what a client asks for (hello or `broadcast_subscribe`): the ids the node has are kept with
+ * the node's version (sent when the client's differs), unknown ids are answered as errors. At most
+ * `BROADCASTS_PER_MESSAGE` ids are looked at; ids longer than `BROADCAST_ID_MAX` are ignored.
+ */
+const follow = (
+  current: ReadonlyArray<string>,
+  requested: Readonly<Record<string, string>> | undefined,
+  set: BroadcastSet
+): Followed => {
+  if (requested === undefined) return { broadcasts: current, changed: undefined, unknown: undefined }
+  const kept = current.slice()
+  let changed: Record<string, string> | undefined
+  let unknown: Array<string> | undefined
+  let looked = 0
+  for (const id in requested) {
+    if (looked++ >= BROADCASTS_PER_MESSAGE) break
+    if (id.length > BROADCAST_ID_MAX) continue
+    const version = set.get(id)
+    if (version === undefined) {
+      ;(unknown ??= []).push(id)
+      continue
+    }
+    if (requested[id] !== version) (changed ??= {})[id] = version
+    const own = ownId(set, id)
+    const at = indexOfId(kept, own)
+    if (at >= 0) kept[at + 1] = version
+    else kept.push(own, version)
+  }
+  return { broadcasts: kept.length === 0 ? NOTHING : kept, changed, unknown }
+}
+
+const indexOfId = (flat: ReadonlyArray<string>, id: string): number => {
+  for (let i = 0; i < flat.length; i += 2) if (flat[i] === id) return i
+  return -1
+}
+
+/** Followed broadcasts whose node version moved on: the new versions, and the list updated. */
+const behind = (session: Session, set: BroadcastSet): Followed => {
+  let changed: Record<string, string> | undefined
+  let kept: Array<string> | undefined
+  const flat = session.broadcasts
+  for (let i = 0; i < flat.length; i += 2) {
+    const id = flat[i] as string
+    const version = set.get(id)
+    if (version === undefined || version === flat[i + 1]) continue
+    ;(changed ??= {})[id] = version
+    ;(kept ??= flat.slice())[i + 1] = version
+  }
+  return { broadcasts: kept ?? flat, changed, unknown: undefined }
+}
+
+/** The wire object: changed versions, and `errors` for unknown ids. */
+const broadcastsReply = ({ changed, unknown }: Followed): Record<string, unknown> => {
+  const reply: Record<string, unknown> = { ...changed }
+  if (unknown !== undefined) reply["errors"] = Object.fromEntries(unknown.map((id) => [id, BROADCAST_NOT_FOUND]))
+  return reply
+}
+
+const BROADCAST_NOT_FOUND = "Broadcast not found"
+
+/** Subscribe: follow more ids; anything new to the client is answered at once (nothing: no reply). */
+const broadcastSubscribe = (phase: Live, message: Msg<"broadcast_subscribe">, out: Out): Phase => {
+  const s = phase.session
+  const pending = behind(s, out.broadcasts)
+  const followed = follow(pending.broadcasts, message.broadcasts, out.broadcasts)
+  const changed = pending.changed === undefined ? followed.changed : { ...pending.changed, ...followed.changed }
+  const all: Followed = { ...followed, changed }
+  if (changed !== undefined || followed.unknown !== undefined) out.frame(broadcastFrame(broadcastsReply(all)))
+  if (changed !== undefined) out.event("broadcast.delivered.1", s.uaid, { broadcasts: changed, reason: "subscribe" })
+  return withSession(phase, { ...s, broadcasts: followed.broadcasts })
+}
 
 // ── commands: the budget ────────────────────────────────────────────────────────────────────────
 
@@ -610,9 +739,6 @@ const nack = (phase: Live, message: Msg<"nack">, out: Out): Phase => {
   return phase
 }
 
-/** No broadcasts exist yet: nothing to reply (Firefox does not expect an answer). */
-const broadcastSubscribe = (phase: Live): Phase => phase
-
 // ── deliveries and the storage drain ────────────────────────────────────────────────────────────
 
 const delivery = (phase: Live, { notification: n }: { readonly notification: Notification }, out: Out): Phase => {
@@ -718,7 +844,7 @@ const monthMoved = (phase: PhaseOf<"Migrating">, { command }: Extract<CommandRes
 
 /** Storage failed for a command: hello closes; register/unregister answer 500; the rest retries. */
 const commandFailed = (phase: Phase, { command }: Extract<CommandResult, { _tag: "CommandFailed" }>, out: Out): Phase => {
-  if (phase._tag === "AwaitingHello" || phase._tag === "Resuming") return closeNow(phase, "storage-error", out)
+  if (phase._tag === "AwaitingHello" || phase._tag === "Identifying") return closeNow(phase, "storage-error", out)
   switch (command._tag) {
     case "MintUaid":
     case "ReadUser":
@@ -753,8 +879,16 @@ const liveTick = (phase: Live, _input: unknown, out: Out): Phase => {
   const now = out.now
   if (s.pingSentAt !== undefined && now >= s.pingSentAt + out.o.autoPingTimeoutMs) return closeNow(phase, "pong-timeout", out)
   if (s.pingSentAt === undefined && now >= s.lastActivity + out.o.autoPingIntervalMs) {
-    out.signal({ _tag: "Ping" })
-    s = { ...s, pingSentAt: now }
+    // A change of a followed broadcast goes out instead of the ping (it keeps the connection alive too).
+    const update = behind(s, out.broadcasts)
+    if (update.changed !== undefined) {
+      out.frame(broadcastFrame(update.changed))
+      out.event("broadcast.delivered.1", s.uaid, { broadcasts: update.changed, reason: "change" })
+      s = { ...s, broadcasts: update.broadcasts, lastActivity: now }
+    } else {
+      out.signal({ _tag: "Ping" })
+      s = { ...s, pingSentAt: now }
+    }
   }
   if (s.retry !== undefined && now >= s.retry.at) {
     out.run(s.retry.command)
@@ -779,7 +913,7 @@ const pong = (phase: Live, _input: unknown, out: Out): Phase => active(phase, ou
 export const deadlineOf = (phase: Phase, o: ProtocolOptions): number => {
   switch (phase._tag) {
     case "AwaitingHello":
-    case "Resuming":
+    case "Identifying":
       return phase.openedAt + o.helloTimeoutMs
     case "Identified":
     case "Migrating": {
@@ -889,11 +1023,9 @@ const TRANSITIONS: Transitions = {
     BinaryFrame: closeWith("binary-frame"),
     Tick: helloTick,
     Kick: (phase, input, out) => closeNow(phase, input.kind, out),
-    SocketClosed: socketClosed,
-    UaidMinted: uaidMinted,
-    CommandFailed: commandFailed
+    SocketClosed: socketClosed
   },
-  Resuming: {
+  Identifying: {
     UserRead: userRead,
     UserDropped: staleUserDropped,
     UserWritten: resumed,
@@ -931,8 +1063,9 @@ export const inputKind = (input: Input): InputKind => (input._tag === "Frame" ? 
 
 /** The protocol for a node's options: `step` and the phase a new connection starts in. */
 export const makeProtocol = (options: ProtocolOptions) => {
-  const step = (phase: Phase, input: Input, now: number): Transition => {
-    const out = new Out(now, options)
+  /** `broadcasts`: the node's broadcast set as of `now` (read on hello, subscribe and keepalive ticks). */
+  const step = (phase: Phase, input: Input, now: number, broadcasts: BroadcastSet = NO_BROADCASTS): Transition => {
+    const out = new Out(now, options, broadcasts)
     const kind = inputKind(input)
     const handler = (TRANSITIONS[phase._tag] as Record<string, Function | undefined>)[kind]
     if (handler === undefined) {

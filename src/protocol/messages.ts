@@ -84,6 +84,10 @@ export const isFrameError = (m: ClientMessage | FrameError): m is FrameError => 
 export const helloReply = (uaid: string, broadcasts: Readonly<Record<string, unknown>> = {}): string =>
   JSON.stringify({ messageType: "hello", uaid, status: 200, use_webpush: true, broadcasts })
 
+/** A broadcast update: changed versions, and `errors` for ids the server does not have. */
+export const broadcastFrame = (broadcasts: Readonly<Record<string, unknown>>): string =>
+  JSON.stringify({ messageType: "broadcast", broadcasts })
+
 export const registerReply = (channelID: string, status: number, pushEndpoint: string): string =>
   JSON.stringify({ messageType: "register", channelID, status, pushEndpoint })
 

@@ -19,6 +19,7 @@ import { emptySummary, foldSummary, type SessionSummary, summaryFields } from ".
 import type { StorageError, StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import {
+  type BroadcastSet,
   type Command,
   type CommandResult,
   type Input,
@@ -80,6 +81,8 @@ export interface SessionPorts {
   readonly options: SessionOptions
   /** The protocol for `options` (one per node). */
   readonly protocol: Protocol
+  /** The node's broadcasts now. */
+  readonly broadcasts: () => BroadcastSet
   /** Log every input and the frames it caused (log-safe summaries) at debug level. */
   readonly logFrames: boolean
 }
@@ -198,7 +201,7 @@ export class SessionRunner {
       if (input === undefined) return Effect.void
       const current: Input = input
       return Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        const transition = this.ports.protocol.step(this.phase, current, now)
+        const transition = this.ports.protocol.step(this.phase, current, now, this.ports.broadcasts())
         const logs = this.apply(current, transition)
         const command = transition.command
         const rest = command === undefined ? next : this.execute(command, now).pipe(

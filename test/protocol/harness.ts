@@ -61,8 +61,15 @@ export interface Harness {
   readonly connect: () => Effect.Effect<Client>
 }
 
+/** The node's broadcasts as the harness's sessions see them; tests replace it. */
+let broadcasts: ReadonlyMap<string, string> = new Map()
+export const setBroadcasts = (set: ReadonlyMap<string, string>): void => {
+  broadcasts = set
+}
+
 export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
   Effect.gen(function*() {
+    broadcasts = new Map()
     const storage = yield* Storage
     const crypto = yield* EndpointCrypto
     const { events } = yield* EventLogMemory
@@ -78,6 +85,7 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
       logFrames: false,
       options,
       protocol: protocolFor(options),
+      broadcasts: () => broadcasts,
       peers: {
         notify: (nodeId, uaid) => {
           pokes.push({ kind: "notify", nodeId, uaid })

@@ -53,11 +53,19 @@ const session = (overrides: Partial<Session> = {}): Session => ({
   tokensAt: NOW - 1_000,
   held: [],
   readingPaused: false,
+  broadcasts: [],
   ...overrides
 })
 
 const awaiting: Phase = { _tag: "AwaitingHello", openedAt: NOW - 100 }
-const resuming = (rechecking = false): Phase => ({ _tag: "Resuming", openedAt: NOW - 100, claimed: UAID, rechecking })
+const resuming = (rechecking = false, broadcasts?: Record<string, string>): Phase => ({
+  _tag: "Identifying",
+  openedAt: NOW - 100,
+  claimed: UAID,
+  rechecking,
+  broadcasts
+})
+const minting: Phase = { _tag: "Identifying", openedAt: NOW - 100, claimed: undefined, rechecking: false, broadcasts: undefined }
 const identified = (overrides: Partial<Session> = {}): Phase => ({ _tag: "Identified", session: session(overrides) })
 const migrating = (overrides: Partial<Session> = {}): Phase => ({
   _tag: "Migrating",
@@ -118,16 +126,16 @@ const sessionOf = (t: Transition): Session => {
 }
 
 describe("step: AwaitingHello", () => {
-  row("hello without a uaid mints one", awaiting, frame({ messageType: "hello" }), { phase: "AwaitingHello", command: { _tag: "MintUaid" } })
+  row("hello without a uaid mints one", awaiting, frame({ messageType: "hello" }), { phase: "Identifying", command: { _tag: "MintUaid" } })
   row("hello with a malformed uaid mints one", awaiting, frame({ messageType: "hello", uaid: "not-a-uuid" }), {
-    phase: "AwaitingHello",
+    phase: "Identifying",
     command: { _tag: "MintUaid" }
   })
   row("hello with a uaid in any spelling reads its record", awaiting, frame({ messageType: "hello", uaid: UAID.toUpperCase() }), {
-    phase: "Resuming",
+    phase: "Identifying",
     command: { _tag: "ReadUser", uaid: UAID }
   })
-  row("a minted uaid: hello reply, claim, hello event, nothing stored", awaiting, { _tag: "UaidMinted", uaid: UAID }, {
+  row("a minted uaid: hello reply, claim, hello event, nothing stored", minting, { _tag: "UaidMinted", uaid: UAID }, {
     phase: "Identified",
     frames: [{ messageType: "hello", uaid: UAID, status: 200, use_webpush: true, broadcasts: {} }],
     events: ["client.hello.1"],
@@ -148,16 +156,16 @@ describe("step: AwaitingHello", () => {
   row("a kick closes with its kind", awaiting, { _tag: "Kick", kind: "shutdown" }, { phase: "Closed", close: "shutdown" })
   row("the socket closing ends it", awaiting, { _tag: "SocketClosed" }, { phase: "Closed" })
   row("a delivery is ignored", awaiting, { _tag: "Delivery", notification: message() }, { phase: "AwaitingHello", frames: [] })
-  row("storage failing at hello closes StorageError", awaiting, { _tag: "CommandFailed", command: { _tag: "MintUaid" } }, {
+  row("storage failing at hello closes StorageError", minting, { _tag: "CommandFailed", command: { _tag: "MintUaid" } }, {
     phase: "Closed",
     close: "storage-error"
   })
 })
 
 describe("step: Resuming", () => {
-  row("no record: a new uaid", resuming(), { _tag: "UserRead", user: undefined }, { phase: "Resuming", command: { _tag: "MintUaid" } })
+  row("no record: a new uaid", resuming(), { _tag: "UserRead", user: undefined }, { phase: "Identifying", command: { _tag: "MintUaid" } })
   row("a bridged record is not resumed here: a new uaid", resuming(), { _tag: "UserRead", user: user({ routerType: "fcm" }) }, {
-    phase: "Resuming",
+    phase: "Identifying",
     command: { _tag: "MintUaid" }
   })
   row("a minted uaid after a claim is a reassigned hello", resuming(), { _tag: "UaidMinted", uaid: "b".repeat(32) }, {
@@ -172,19 +180,19 @@ describe("step: Resuming", () => {
   row("a record whose month table is no longer active is dropped", resuming(), {
     _tag: "UserRead",
     user: user({ currentMonth: "message_2020_01" })
-  }, { phase: "Resuming", command: { _tag: "DropUser", uaid: UAID, reason: "stale_month" } })
+  }, { phase: "Identifying", command: { _tag: "DropUser", uaid: UAID, reason: "stale_month" } })
   row("dropped for its month: reset event, then a new uaid", resuming(), { _tag: "UserDropped", dropped: true }, {
-    phase: "Resuming",
+    phase: "Identifying",
     events: ["uaid.reset.1"],
     command: { _tag: "MintUaid" }
   })
   row("not dropped (another session re-claimed it first): a new uaid all the same", resuming(), { _tag: "UserDropped", dropped: false }, {
-    phase: "Resuming",
+    phase: "Identifying",
     events: [],
     command: { _tag: "MintUaid" }
   })
   row("a resumable record is re-claimed: this node, connected now", resuming(), { _tag: "UserRead", user: user({ nodeId: "http://other:8081" }) }, {
-    phase: "Resuming",
+    phase: "Identifying",
     command: { _tag: "WriteUser" },
     check: (t) => {
       const command = t.command as Extract<Command, { _tag: "WriteUser" }>
@@ -215,9 +223,9 @@ describe("step: Resuming", () => {
     _tag: "UserWritten",
     command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Resume", previous: user() } },
     written: false
-  }, { phase: "Resuming", command: { _tag: "ReadUser", uaid: UAID } })
+  }, { phase: "Identifying", command: { _tag: "ReadUser", uaid: UAID } })
   row("read again, the record is gone (dropped meanwhile): a new uaid", resuming(true), { _tag: "UserRead", user: undefined }, {
-    phase: "Resuming",
+    phase: "Identifying",
     command: { _tag: "MintUaid" }
   })
   row("read again, the record is there (newer): AlreadyConnected", resuming(true), { _tag: "UserRead", user: user() }, {
@@ -227,6 +235,76 @@ describe("step: Resuming", () => {
   row("storage failing while resuming closes StorageError", resuming(), { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID } }, {
     phase: "Closed",
     close: "storage-error"
+  })
+})
+
+describe("step: broadcasts", () => {
+  const SET = new Map([["remote-settings/monitor_changes", "\"17\""], ["other", "v2"]])
+  const withSet = (name: string, phase: Phase, input: Input, expected: Expect, now = NOW) =>
+    it(name, () => {
+      const t = step(phase, input, now, SET)
+      assert.strictEqual(t.phase._tag, expected.phase)
+      if (expected.frames !== undefined) assert.deepStrictEqual(t.frames.map((f) => JSON.parse(f)), expected.frames)
+      if (expected.events !== undefined) assert.deepStrictEqual(t.events.map((e) => e.type), expected.events)
+      if (expected.effects !== undefined) assert.deepStrictEqual(t.effects.map((e) => e._tag), expected.effects)
+      expected.check?.(t)
+    })
+  const helloWith = (broadcasts: Record<string, string>): Phase => ({ ...(minting as Extract<Phase, { _tag: "Identifying" }>), broadcasts })
+  withSet("hello: the versions the client is behind on, errors for unknown ids, the known ones followed", helloWith({
+    "remote-settings/monitor_changes": "\"0\"",
+    other: "v2",
+    nope: "1"
+  }), { _tag: "UaidMinted", uaid: UAID }, {
+    phase: "Identified",
+    frames: [{
+      messageType: "hello",
+      uaid: UAID,
+      status: 200,
+      use_webpush: true,
+      broadcasts: { "remote-settings/monitor_changes": "\"17\"", errors: { nope: "Broadcast not found" } }
+    }],
+    events: ["client.hello.1", "broadcast.delivered.1"],
+    check: (t) => assert.deepStrictEqual(sessionOf(t).broadcasts, ["remote-settings/monitor_changes", "\"17\"", "other", "v2"])
+  })
+  withSet("hello from an up-to-date client: broadcasts {}", helloWith({ other: "v2" }), { _tag: "UaidMinted", uaid: UAID }, {
+    phase: "Identified",
+    events: ["client.hello.1"],
+    check: (t) => assert.deepStrictEqual(JSON.parse(t.frames[0]!).broadcasts, {})
+  })
+  withSet("subscribe: answered at once with what is new to the client", identified(), frame({
+    messageType: "broadcast_subscribe",
+    broadcasts: { "remote-settings/monitor_changes": "\"0\"", nope: "x" }
+  }), {
+    phase: "Identified",
+    frames: [{ messageType: "broadcast", broadcasts: { "remote-settings/monitor_changes": "\"17\"", errors: { nope: "Broadcast not found" } } }],
+    events: ["broadcast.delivered.1"]
+  })
+  withSet("subscribe while up to date: no reply", identified({ broadcasts: ["other", "v2"] }), frame({
+    messageType: "broadcast_subscribe",
+    broadcasts: { other: "v2" }
+  }), { phase: "Identified", frames: [] })
+  withSet("a followed broadcast changed: sent at the keepalive tick instead of the ping", identified({ broadcasts: ["other", "v1"] }), { _tag: "Tick" }, {
+    phase: "Identified",
+    frames: [{ messageType: "broadcast", broadcasts: { other: "v2" } }],
+    effects: [],
+    events: ["broadcast.delivered.1"],
+    check: (t) => assert.deepStrictEqual(sessionOf(t).broadcasts, ["other", "v2"])
+  }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
+  withSet("nothing changed: the tick pings as usual", identified({ broadcasts: ["other", "v2"] }), { _tag: "Tick" }, {
+    phase: "Identified",
+    frames: [],
+    effects: ["Ping"]
+  }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
+  withSet("only the first 100 ids are looked at; over-long ids are ignored", identified(), frame({
+    messageType: "broadcast_subscribe",
+    broadcasts: { ["x".repeat(10_000)]: "1", ...Object.fromEntries(Array.from({ length: 150 }, (_, i) => [`id${i}`, "1"])) }
+  }), {
+    phase: "Identified",
+    check: (t) => {
+      const errors = JSON.parse(t.frames[0]!).broadcasts.errors as Record<string, string>
+      assert.strictEqual(Object.keys(errors).length, 99)
+      assert.isFalse(Object.keys(errors).some((id) => id.length > 128))
+    }
   })
 })
 

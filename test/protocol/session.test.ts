@@ -6,7 +6,7 @@ import { opaqueId } from "../../src/observability/opaque.ts"
 import { emptySummary, foldSummary, summaryFields } from "../../src/observability/sessionSummary.ts"
 import { Storage, StorageError } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
-import { type Client, type Harness, makeHarness, pump, pushMessage, TestParts, testParts } from "./harness.ts"
+import { type Client, type Harness, makeHarness, pump, pushMessage, setBroadcasts, TestParts, testParts } from "./harness.ts"
 
 const NOW = Date.UTC(2026, 10, 21, 12, 0, 0)
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
@@ -218,14 +218,17 @@ describe("session: invalid frames and timers", () => {
       assert.deepStrictEqual(client.sent.closed, { code: 4774, reason: "ExcessivePing" })
     }).pipe(Effect.provide(TestParts)))
 
-  it.effect("broadcast_subscribe and nack get no reply and keep the socket", () =>
+  it.effect("nack gets no reply; broadcast_subscribe of an id the node lacks is answered with errors; the socket stays", () =>
     Effect.gen(function*() {
       const harness = yield* setup()
       const { client } = yield* subscribed(harness)
       const before = client.sent.frames.length
-      yield* client.frame({ messageType: "broadcast_subscribe", broadcasts: { "remote-settings/monitor_changes": "\"0\"" } })
       yield* client.frame({ messageType: "nack", version: "x", code: 301 })
       assert.strictEqual(client.sent.frames.length, before)
+      yield* client.frame({ messageType: "broadcast_subscribe", broadcasts: { "remote-settings/monitor_changes": "\"0\"" } })
+      assert.deepStrictEqual(client.sent.frames.slice(before), [
+        { messageType: "broadcast", broadcasts: { errors: { "remote-settings/monitor_changes": "Broadcast not found" } } }
+      ])
       assert.isUndefined(client.sent.closed)
     }).pipe(Effect.provide(TestParts)))
 })
@@ -559,5 +562,41 @@ describe("session: storage faults and the command budget", () => {
       assert.deepStrictEqual(client.of("register").map((f) => f["channelID"]), channels)
       assert.isTrue(client.of("register").every((f) => f["status"] === 200))
       assert.isFalse(client.sent.paused)
+    }).pipe(Effect.provide(TestParts)))
+})
+
+describe("session: broadcasts", () => {
+  it.effect("hello gets what the client is behind on; a change reaches a follower at its next keepalive tick, once", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      setBroadcasts(new Map([["remote-settings/monitor_changes", "\"5\""]]))
+      const follower = yield* harness.connect()
+      yield* follower.frame({ messageType: "hello", use_webpush: true, broadcasts: { "remote-settings/monitor_changes": "\"0\"", gone: "1" } })
+      assert.deepStrictEqual(follower.of("hello")[0]!["broadcasts"], {
+        "remote-settings/monitor_changes": "\"5\"",
+        errors: { gone: "Broadcast not found" }
+      })
+      const bystander = yield* harness.connect()
+      yield* bystander.frame({ messageType: "hello", use_webpush: true })
+
+      setBroadcasts(new Map([["remote-settings/monitor_changes", "\"6\""]]))
+      yield* TestClock.adjust(300_000)
+      for (const client of [follower, bystander]) yield* client.feed({ _tag: "Tick" })
+      assert.deepStrictEqual(follower.of("broadcast"), [{ messageType: "broadcast", broadcasts: { "remote-settings/monitor_changes": "\"6\"" } }])
+      assert.strictEqual(follower.sent.pings, 0, "the broadcast went instead of the ping")
+      assert.deepStrictEqual(bystander.of("broadcast"), [], "a client that follows nothing gets nothing")
+      assert.strictEqual(bystander.sent.pings, 1)
+
+      yield* TestClock.adjust(300_000)
+      yield* follower.feed({ _tag: "Tick" })
+      assert.strictEqual(follower.of("broadcast").length, 1, "an up-to-date client gets nothing more")
+      assert.strictEqual(follower.sent.pings, 1)
+      assert.deepStrictEqual(
+        harness.events.filter((e) => e.type === "broadcast.delivered.1").map((e) => e.data),
+        [
+          { broadcasts: { "remote-settings/monitor_changes": "\"5\"" }, reason: "hello" },
+          { broadcasts: { "remote-settings/monitor_changes": "\"6\"" }, reason: "change" }
+        ]
+      )
     }).pipe(Effect.provide(TestParts)))
 })
