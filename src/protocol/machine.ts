@@ -986,19 +986,20 @@ type Transitions = {
 }
 
 const notYet = closeWith("expected-hello")
+const kicked = (phase: Phase, input: { readonly kind: CloseKind }, out: Out) => closeNow(phase, input.kind, out)
 const live = {
   hello: closeWith("already-hello"),
   ack,
-  nack,
+  nack: budgeted(nack),
   ping,
-  broadcast_subscribe: broadcastSubscribe,
+  broadcast_subscribe: budgeted(broadcastSubscribe),
   BadFrame: closeWith("invalid-json"),
   BinaryFrame: closeWith("binary-frame"),
   Pong: pong,
   Delivery: delivery,
   CheckStorage: (phase: Live, _input: unknown, out: Out) => requestDrain(phase, out),
   Tick: liveTick,
-  Kick: (phase: Phase, input: { readonly kind: CloseKind }, out: Out) => closeNow(phase, input.kind, out),
+  Kick: kicked,
   SocketClosed: socketClosed,
   PageRead: pageRead,
   MessagesDeleted: messagesDeleted,
@@ -1022,7 +1023,7 @@ const TRANSITIONS: Transitions = {
     BadFrame: closeWith("invalid-json"),
     BinaryFrame: closeWith("binary-frame"),
     Tick: helloTick,
-    Kick: (phase, input, out) => closeNow(phase, input.kind, out),
+    Kick: kicked,
     SocketClosed: socketClosed
   },
   Identifying: {
