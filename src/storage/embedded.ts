@@ -1,43 +1,94 @@
 /**
- * The embedded default: dynalite (the DynamoDB API on LevelDB) inside this process, on
- * 127.0.0.1 and a free port, its data under a directory. The service talks to it through the same
- * DynamoDB layer as to AWS. LevelDB appends every write to its log before answering, so the data
- * survives a restart and a `kill -9` of the process (not a power cut: writes are not fsynced).
+ * The embedded default: dynalite (the DynamoDB API on LevelDB) on a thread of this process
+ * (`dynaliteThread.ts`), on 127.0.0.1 and a free port, its data under a directory. The service talks
+ * to it through the same DynamoDB layer as to AWS. LevelDB appends every write to its log before
+ * answering, so the data survives a restart and a `kill -9` of the process (not a power cut: writes
+ * are not fsynced). The thread dies with the process: nothing is left holding the data.
+ *
+ * While it runs, `{data dir}/../embedded.json` names its endpoint and the process, so the operator's
+ * tools can use the running server instead of failing on the held LevelDB lock.
  */
-import { mkdir } from "node:fs/promises"
-import type { AddressInfo } from "node:net"
-import dynalite from "dynalite"
+import { readFileSync, rmSync, writeFileSync } from "node:fs"
+import { dirname, join } from "node:path"
+import { Worker } from "node:worker_threads"
 import { Effect, Layer, type Scope } from "effect"
 import { layerDynamo } from "./dynamodb.ts"
 import { createActiveTables, type Storage, StorageError } from "./Storage.ts"
 import type { StorageOptions } from "./tables.ts"
+
+/** Why the embedded data cannot be used: another process holds it, or it cannot be opened. */
+export class EmbeddedDataError extends Error {
+  readonly inUse: boolean
+  constructor(message: string, inUse: boolean) {
+    super(message)
+    this.name = "EmbeddedDataError"
+    this.inUse = inUse
+  }
+}
+
+type ThreadMessage =
+  | { readonly port: number }
+  | { readonly error: { readonly message: string; readonly code?: unknown } }
+  | { readonly closed: true }
+
+const startThread = (dataDir: string) =>
+  Effect.callback<{ readonly worker: Worker; readonly port: number }, StorageError>((resume) => {
+    const worker = new Worker(new URL("./dynaliteThread.ts", import.meta.url), { workerData: { dataDir } })
+    const failed = (error: EmbeddedDataError | Error) => {
+      void worker.terminate()
+      resume(Effect.fail(new StorageError({ operation: "startDynalite", cause: error })))
+    }
+    worker.once("error", failed)
+    worker.once("message", (message: ThreadMessage) => {
+      worker.off("error", failed)
+      if ("port" in message) return resume(Effect.succeed({ worker, port: message.port }))
+      if ("error" in message) {
+        failed(message.error.code === "LEVEL_LOCKED"
+          ? new EmbeddedDataError(`the embedded data under ${dataDir} is in use by another process`, true)
+          : new EmbeddedDataError(`cannot open the embedded data under ${dataDir}: ${message.error.message}`, false))
+      }
+    })
+  })
+
+const stopThread = (worker: Worker) =>
+  Effect.callback<void>((resume) => {
+    const done = () => resume(Effect.void)
+    const timer = setTimeout(() => void worker.terminate().then(done, done), 10_000)
+    worker.once("exit", () => {
+      clearTimeout(timer)
+      done()
+    })
+    worker.postMessage("close")
+  })
 
 /**
  * Start dynalite with its LevelDB under `dataDir` (created if missing); the endpoint URL, e.g.
  * `http://127.0.0.1:41234`. Closing the scope stops the server and closes the database.
  */
 export const startDynalite = (dataDir: string): Effect.Effect<string, StorageError, Scope.Scope> =>
+  Effect.acquireRelease(startThread(dataDir), ({ worker }) => stopThread(worker)).pipe(
+    Effect.map(({ port }) => `http://127.0.0.1:${port}`)
+  )
+
+/** Where a running embedded server announces itself, beside its data directory. */
+export const embeddedEndpointFile = (dataDir: string): string => join(dirname(dataDir), "embedded.json")
+
+/** The endpoint of the embedded server that runs on `dataDir` now, if one does. */
+export const runningEmbeddedEndpoint = (dataDir: string): string | undefined => {
+  try {
+    const { pid, endpoint } = JSON.parse(readFileSync(embeddedEndpointFile(dataDir), "utf8")) as { pid: number; endpoint: string }
+    process.kill(pid, 0) // throws when no such process
+    return endpoint
+  } catch {
+    return undefined
+  }
+}
+
+const announce = (dataDir: string, endpoint: string) =>
   Effect.acquireRelease(
-    Effect.tryPromise({
-      try: async () => {
-        await mkdir(dataDir, { recursive: true })
-        const server = dynalite({ path: dataDir, createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 })
-        await new Promise<void>((resolve, reject) => {
-          server.once("error", reject)
-          server.listen(0, "127.0.0.1", () => {
-            server.off("error", reject)
-            resolve()
-          })
-        })
-        return server
-      },
-      catch: (cause) => new StorageError({ operation: "startDynalite", cause })
-    }),
-    (server) =>
-      Effect.callback<void>((resume) => {
-        server.close(() => resume(Effect.void))
-      })
-  ).pipe(Effect.map((server) => `http://127.0.0.1:${(server.address() as AddressInfo).port}`))
+    Effect.sync(() => writeFileSync(embeddedEndpointFile(dataDir), JSON.stringify({ pid: process.pid, endpoint }))),
+    () => Effect.sync(() => rmSync(embeddedEndpointFile(dataDir), { force: true }))
+  )
 
 /**
  * Storage on an embedded dynalite under `dataDir`. The router and active message tables are
@@ -46,7 +97,11 @@ export const startDynalite = (dataDir: string): Effect.Effect<string, StorageErr
  */
 export const layerEmbedded = (options: StorageOptions & { readonly dataDir: string }): Layer.Layer<Storage, StorageError> =>
   Layer.unwrap(
-    Effect.map(startDynalite(options.dataDir), (endpoint) => layerDynamo({ ...options, endpoint, region: "local" }))
+    Effect.gen(function*() {
+      const endpoint = yield* startDynalite(options.dataDir)
+      yield* announce(options.dataDir, endpoint)
+      return layerDynamo({ ...options, endpoint, region: "local" })
+    })
   ).pipe(
     Layer.tap((context) =>
       Effect.gen(function*() {

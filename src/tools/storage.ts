@@ -4,17 +4,16 @@
  * created on the way in: a read-only diagnostic or a dry run must not create tables on a shared
  * cluster (nor need the IAM permission to).
  *
- * Embedded data belongs to one process at a time: LevelDB holds a lock on it while the all-in-one
- * runs, and a second dynalite on the same folder fails on its first request. So the lock is tried
- * first, with the same `level` package dynalite opens it with, and a held lock is a clear error.
+ * Embedded data belongs to one process at a time (LevelDB holds a lock on it): while the all-in-one
+ * runs, a tool talks to that process's embedded server (it announces its endpoint beside the data);
+ * otherwise the tool starts its own on the data.
  */
 import { existsSync } from "node:fs"
-import { createRequire } from "node:module"
 import { join } from "node:path"
-import { Effect, Layer, Predicate } from "effect"
+import { Effect, Layer } from "effect"
 import type { Settings } from "../config/index.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
-import { startDynalite } from "../storage/embedded.ts"
+import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/embedded.ts"
 import type { Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
@@ -36,38 +35,6 @@ export const storageDescription = (settings: Settings): string =>
   settings.storageEndpoint !== undefined
     ? `DynamoDB at ${settings.storageEndpoint}`
     : `embedded data under ${embeddedDataDir(settings)}`
-
-interface LevelDb {
-  open(options: { createIfMissing: boolean }): Promise<void>
-  close(): Promise<void>
-}
-
-const codeOf = (error: unknown): string | undefined =>
-  Predicate.hasProperty(error, "code") && Predicate.isString(error.code) ? error.code : undefined
-
-/** Fails when another process holds the LevelDB lock of `dir` (a running all-in-one). */
-const ensureUnlocked = (dir: string): Effect.Effect<void, ToolFailure> =>
-  Effect.tryPromise({
-    try: async () => {
-      // dynalite's own `level`, whatever the hoisting: the lock is tried exactly as dynalite opens it.
-      const fromDynalite = createRequire(createRequire(import.meta.url).resolve("dynalite"))
-      const { Level } = fromDynalite("level") as { Level: new(path: string) => LevelDb }
-      const db = new Level(dir)
-      await db.open({ createIfMissing: true })
-      await db.close()
-    },
-    catch: (error) => {
-      const cause = Predicate.hasProperty(error, "cause") ? error.cause : undefined
-      if (codeOf(cause) === "LEVEL_LOCKED" || codeOf(error) === "LEVEL_LOCKED") {
-        return new ToolFailure({
-          message: `the embedded data under ${dir} is in use (its LevelDB lock is held, most likely by a running ` +
-            "autopush): stop that process first, or point the tool at a DynamoDB endpoint with --storage-endpoint"
-        })
-      }
-      const detail = cause instanceof Error ? cause.message : error instanceof Error ? error.message : String(error)
-      return new ToolFailure({ message: `cannot open the embedded data under ${dir}: ${detail}` })
-    }
-  })
 
 /**
  * The Storage a tool uses. Embedded data must already exist unless `mayCreate` (create-tables):
@@ -91,8 +58,20 @@ export const toolStorageLayer = (
             `AUTOPUSH__STORAGE_ENDPOINT or an ini file) and there is no embedded data under ${dir} (data_dir is ${settings.dataDir})`
         })
       }
-      if (existsSync(dir)) yield* ensureUnlocked(dir)
-      const endpoint = yield* startDynalite(dir)
+      const running = runningEmbeddedEndpoint(dir)
+      const endpoint = running ?? (yield* startDynalite(dir).pipe(
+        Effect.catchTag("StorageError", (error) =>
+          Effect.fail(
+            error.cause instanceof EmbeddedDataError
+              ? new ToolFailure({
+                message: error.cause.inUse
+                  ? `${error.cause.message}, which does not say where it serves it: stop that process, or point the tool at ` +
+                    "a DynamoDB endpoint with --storage-endpoint"
+                  : error.cause.message
+              })
+              : error
+          ))
+      ))
       return layerDynamo({ ...options, endpoint, region: "local" })
     })
   )

@@ -1,8 +1,9 @@
 /** `maintenance` as a child process against dynalite: create, list, drop tables, drop stale users; errors. */
 import { join } from "node:path"
-import { Cause, Effect, Exit } from "effect"
+import { Cause, Effect, Exit, Layer, Scope } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { lastConnectValue } from "../../src/domain/user.ts"
+import { layerEmbedded } from "../../src/storage/embedded.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { maintenance, maintenanceHelp, tablesToCreate, tablesToDrop } from "../../src/tools/maintenance.ts"
@@ -233,7 +234,22 @@ describe("maintenance: drop-users", () => {
 })
 
 describe("maintenance: embedded data", () => {
-  it("works on the embedded data of a stopped all-in-one, and refuses while it runs", async () => {
+  it("while an all-in-one runs on the embedded data, the tools use its embedded server", async () => {
+    const dataDir = join(scratch("running"), "data")
+    const tables = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }
+    const scope = Effect.runSync(Scope.make())
+    // What the all-in-one runs: embedded storage, which announces where it serves the data.
+    await Effect.runPromise(Layer.buildWithScope(layerEmbedded({ ...tables, dataDir: join(dataDir, "dynalite") }), scope))
+    try {
+      const list = await runTool("maintenance", ["list-tables", "--data-dir", dataDir])
+      expect(list.code, list.stderr).toBe(0)
+      expect(list.stdout).toContain(`${monthTableName("message", Date.now())}  (active, current)`)
+    } finally {
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+    }
+  })
+
+  it("works on the embedded data of a stopped all-in-one; data held by a process that does not announce itself is refused", async () => {
     const dataDir = join(scratch("embedded"), "data")
     const running = await startServer(join(dataDir, "dynalite"))
     const tables = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }

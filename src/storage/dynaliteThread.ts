@@ -1,0 +1,49 @@
+/**
+ * The embedded dynalite, on a thread of its own (started by `embedded.ts`): LevelDB work and the
+ * DynamoDB API's JSON then never stall the node's event loop. It answers on 127.0.0.1 at a free
+ * port; `{ port }` is posted once it listens, `{ error }` if it cannot start. A `"close"` message
+ * closes the server and the database (then `{ closed: true }`).
+ */
+import { mkdir } from "node:fs/promises"
+import { createRequire } from "node:module"
+import { parentPort, workerData } from "node:worker_threads"
+import dynalite from "dynalite"
+
+interface LevelDb {
+  open(options: { createIfMissing: boolean }): Promise<void>
+  close(): Promise<void>
+}
+
+const { dataDir } = workerData as { readonly dataDir: string }
+const port = parentPort
+if (port === null) throw new Error("dynaliteThread.ts runs as a worker thread")
+
+const fail = (error: unknown) => port.postMessage({ error: error instanceof Error ? { name: error.name, message: error.message, code: (error as { code?: unknown }).code } : { message: String(error) } })
+
+try {
+  await mkdir(dataDir, { recursive: true })
+  // dynalite opens LevelDB lazily (a held lock would only show on the first request): try the lock
+  // first, with dynalite's own `level`, so data in use by another process is refused at start.
+  const fromDynalite = createRequire(createRequire(import.meta.url).resolve("dynalite"))
+  const { Level } = fromDynalite("level") as { Level: new(path: string) => LevelDb }
+  const probe = new Level(dataDir)
+  await probe.open({ createIfMissing: true }).catch((error: unknown) => {
+    throw (error as { cause?: unknown }).cause ?? error
+  })
+  await probe.close()
+  const server = dynalite({ path: dataDir, createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 })
+  server.once("error", fail)
+  server.listen(0, "127.0.0.1", () => {
+    const address = server.address()
+    port.postMessage({ port: typeof address === "object" && address !== null ? address.port : 0 })
+  })
+  port.on("message", (message) => {
+    if (message !== "close") return
+    server.close(() => {
+      port.postMessage({ closed: true })
+      port.close()
+    })
+  })
+} catch (error) {
+  fail(error)
+}
