@@ -1,20 +1,21 @@
 /**
- * Metrics: counters, gauges and timers kept in one in-process registry, rendered as Prometheus text
- * (`GET /metrics`) and, when a statsd host is configured, forwarded to statsd/DogStatsD (tags as
- * DogStatsD `|#k:v`, names prefixed with the role, as autopush-rs).
+ * Metrics: counters, gauges and timers on Effect's `Metric` module, one registry per instance,
+ * rendered as Prometheus text by `effect/observability`'s `PrometheusMetrics` (`GET /metrics`) and,
+ * when a statsd host is configured, forwarded to statsd/DogStatsD (tags as DogStatsD `|#k:v`, names
+ * prefixed with the role, as autopush-rs).
  *
- * Recording is synchronous and cheap on purpose: it sits on per-message paths. `counter(name, tags)`
- * returns a handle (one map lookup); callers on hot paths keep handles. Effect's `Metric` module is
- * not used: its updates are effects bound to a fiber's context, while events arrive through plain
- * synchronous sinks, and it has no Prometheus or statsd exporter of its own.
+ * Recording is synchronous and cheap on purpose: it sits on per-message paths and is fed by
+ * synchronous event sinks. `counter(name, tags)` returns a handle (one map lookup) that updates the
+ * `Metric` against this instance's registry; callers on hot paths keep handles.
  *
  * - counters and timers go to statsd as they happen (through the client's buffer);
  * - gauges go to statsd every `gaugeIntervalMs` (current values, sampled gauges read then);
- * - timers are Prometheus histograms in milliseconds.
+ * - timers are Prometheus histograms in milliseconds; names follow `catalog.ts` (`prometheusName`).
  */
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Metric } from "effect"
+import { PrometheusMetrics } from "effect/observability"
 import { StatsD } from "hot-shots"
-import { metricInfo, type MetricKind, prometheusLabel, prometheusName } from "./catalog.ts"
+import { metricInfo, type MetricKind, prometheusName } from "./catalog.ts"
 
 export type Tags = Readonly<Record<string, string>>
 
@@ -83,76 +84,71 @@ const sortedTags = (tags: Tags): Tags => {
   return out
 }
 
+/** One series (a name and its tags): its Effect `Metric`, and its statsd spelling. */
 class Series implements Counter, Gauge, Timer {
   readonly name: string
   readonly kind: MetricKind
-  readonly tags: Tags
+  readonly metric: Metric.Metric<number, unknown>
+  readonly context: Context.Context<never>
   /** DogStatsD `k:v` tags. */
   readonly tagList: ReadonlyArray<string>
   readonly forward: MetricsForwarder | undefined
-  value = 0
-  count = 0
-  readonly buckets: Float64Array | undefined
   read: (() => number) | undefined = undefined
 
-  constructor(name: string, kind: MetricKind, tags: Tags, forward: MetricsForwarder | undefined) {
+  constructor(name: string, kind: MetricKind, tags: Tags, context: Context.Context<never>, forward: MetricsForwarder | undefined) {
     this.name = name
     this.kind = kind
-    this.tags = tags
+    this.context = context
     this.tagList = Object.entries(tags).map(([k, v]) => `${k}:${v}`)
     this.forward = forward
-    this.buckets = kind === "timer" ? new Float64Array(TIMER_BUCKETS.length) : undefined
+    const options = { description: metricInfo(name)?.help, attributes: tags }
+    this.metric = kind === "counter" ? Metric.counter(name, options)
+      : kind === "gauge" ? Metric.gauge(name, options)
+      : Metric.histogram(name, { ...options, boundaries: TIMER_BUCKETS })
   }
 
   inc(n = 1): void {
-    this.value += n
+    this.metric.updateUnsafe(n, this.context)
     this.forward?.count(this.name, n, this.tagList)
   }
 
   set(value: number): void {
-    this.value = value
+    this.metric.updateUnsafe(value, this.context)
   }
 
   add(delta: number): void {
-    this.value += delta
+    this.metric.modifyUnsafe(delta, this.context)
   }
 
   record(ms: number): void {
-    this.value += ms
-    this.count++
-    const buckets = this.buckets as Float64Array
-    for (let i = 0; i < TIMER_BUCKETS.length; i++) {
-      if (ms <= (TIMER_BUCKETS[i] as number)) {
-        buckets[i] = (buckets[i] as number) + 1
-        break
-      }
-    }
+    this.metric.updateUnsafe(ms, this.context)
     this.forward?.timing(this.name, ms, this.tagList)
   }
 
-  current(): number {
-    if (this.read === undefined) return this.value
+  /** Read a sampled gauge into its metric (a read that throws reports NaN). */
+  sample(): void {
+    if (this.read === undefined) return
+    let value: number
     try {
-      return this.read()
+      value = this.read()
     } catch {
-      return Number.NaN
+      value = Number.NaN
     }
+    this.metric.updateUnsafe(value, this.context)
+  }
+
+  /** Counter total, gauge value, or timer (sum, count). */
+  state(): { readonly value: number; readonly count: number } {
+    const state = this.metric.valueUnsafe(this.context) as { count?: number; value?: number; sum?: number }
+    return this.kind === "timer"
+      ? { value: state.sum ?? 0, count: state.count ?? 0 }
+      : { value: (this.kind === "counter" ? state.count : state.value) ?? 0, count: 0 }
   }
 }
 
-const escapeLabelValue = (value: string): string => value.replace(/\\/g, "\\\\").replace(/"/g, "\\\"").replace(/\n/g, "\\n")
-
-const formatNumber = (n: number): string =>
-  Number.isNaN(n) ? "NaN" : n === Number.POSITIVE_INFINITY ? "+Inf" : n === Number.NEGATIVE_INFINITY ? "-Inf" : String(n)
-
-const labels = (tags: Tags, extra?: readonly [string, string]): string => {
-  const parts = Object.entries(tags).map(([k, v]) => `${prometheusLabel(k)}="${escapeLabelValue(v)}"`)
-  if (extra !== undefined) parts.push(`${extra[0]}="${extra[1]}"`)
-  return parts.length === 0 ? "" : `{${parts.join(",")}}`
-}
-
-/** A registry: the in-memory metrics, optionally forwarding to statsd. */
+/** A registry: metrics kept on Effect's `Metric` in a registry of their own, optionally forwarded to statsd. */
 export const makeMetrics = (forward?: MetricsForwarder): MetricsService & { readonly flushGauges: () => void } => {
+  const context = Context.make(Metric.MetricRegistry, new Map())
   const series = new Map<string, Series>()
   const kinds = new Map<string, MetricKind>()
 
@@ -166,45 +162,17 @@ export const makeMetrics = (forward?: MetricsForwarder): MetricsService & { read
     const known = kinds.get(name)
     if (known !== undefined && known !== kind) throw new Error(`metric ${name} is a ${known}, not a ${kind}`)
     kinds.set(name, kind)
-    const made = new Series(name, kind, sortedTags(tags), forward)
+    const made = new Series(name, kind, sortedTags(tags), context, forward)
     series.set(key, made)
     return made
   }
 
-  const NO_TAGS: Tags = {}
-
-  const prometheus = (): string => {
-    const families = new Map<string, Array<Series>>()
-    for (const s of series.values()) {
-      const family = families.get(s.name)
-      family === undefined ? families.set(s.name, [s]) : family.push(s)
-    }
-    const lines: Array<string> = []
-    for (const name of [...families.keys()].sort()) {
-      const members = families.get(name) as Array<Series>
-      const kind = (members[0] as Series).kind
-      const family = prometheusName(name, kind)
-      const help = metricInfo(name)?.help
-      if (help !== undefined) lines.push(`# HELP ${family} ${help.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")}`)
-      lines.push(`# TYPE ${family} ${kind === "timer" ? "histogram" : kind}`)
-      for (const s of members) {
-        if (kind !== "timer") {
-          lines.push(`${family}${labels(s.tags)} ${formatNumber(s.current())}`)
-          continue
-        }
-        let cumulative = 0
-        const buckets = s.buckets as Float64Array
-        for (let i = 0; i < TIMER_BUCKETS.length; i++) {
-          cumulative += buckets[i] as number
-          lines.push(`${family}_bucket${labels(s.tags, ["le", String(TIMER_BUCKETS[i])])} ${cumulative}`)
-        }
-        lines.push(`${family}_bucket${labels(s.tags, ["le", "+Inf"])} ${s.count}`)
-        lines.push(`${family}_sum${labels(s.tags)} ${formatNumber(s.value)}`)
-        lines.push(`${family}_count${labels(s.tags)} ${s.count}`)
-      }
-    }
-    return lines.length === 0 ? "" : `${lines.join("\n")}\n`
+  const sampleAll = (): void => {
+    for (const s of series.values()) s.sample()
   }
+
+  const NO_TAGS: Tags = {}
+  const metricNameMapper = (name: string): string => prometheusName(name, kinds.get(name) ?? "gauge")
 
   return {
     counter: (name, tags = NO_TAGS) => get(name, "counter", tags),
@@ -214,31 +182,38 @@ export const makeMetrics = (forward?: MetricsForwarder): MetricsService & { read
       const s = get(name, "gauge", tags)
       s.read = read
       return () => {
-        if (s.read === read) {
-          s.value = 0
-          s.read = undefined
-        }
+        if (s.read !== read) return
+        s.read = undefined
+        s.set(0)
       }
     },
     value: (name, tags = NO_TAGS) => {
       const s = series.get(seriesKey(name, tags))
-      return s === undefined ? undefined : s.kind === "timer" ? s.count : s.current()
+      if (s === undefined) return undefined
+      s.sample()
+      const { value, count } = s.state()
+      return s.kind === "timer" ? count : value
     },
-    snapshot: () =>
-      [...series.values()].map((s) => ({
-        name: s.name,
-        kind: s.kind,
-        tags: s.tags,
-        value: s.kind === "timer" ? s.value : s.current(),
-        count: s.count
-      })),
-    prometheus,
+    snapshot: () => {
+      sampleAll()
+      return [...series.values()].map((s) => ({ name: s.name, kind: s.kind, tags: sortedTagsOf(s), ...s.state() }))
+    },
+    prometheus: () => {
+      sampleAll()
+      return PrometheusMetrics.formatUnsafe(context, { metricNameMapper })
+    },
     flushGauges: () => {
       if (forward === undefined) return
-      for (const s of series.values()) if (s.kind === "gauge") forward.gauge(s.name, s.current(), s.tagList)
+      for (const s of series.values()) {
+        if (s.kind !== "gauge") continue
+        s.sample()
+        forward.gauge(s.name, s.state().value, s.tagList)
+      }
     }
   }
 }
+
+const sortedTagsOf = (s: Series): Tags => (s.metric.attributes ?? {}) as Tags
 
 // ── statsd ──────────────────────────────────────────────────────────────────────────────────────
 
