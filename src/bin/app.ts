@@ -106,8 +106,14 @@ export const connectionNodeOptions = (settings: Settings): Omit<ConnectionNodeOp
   shutdownTimeoutMs: ms(settings.shutdownTimeout)
 })
 
+/** The client connection nodes reach each other with (pokes, stale-session kicks). */
+export const peerClientLayer = (settings: Settings) =>
+  NodeClient.layer({ connectTimeoutMs: ms(settings.connectionTimeout), requestTimeoutMs: ms(settings.connectionTimeout) })
+
 export const connectionLayer = (settings: Settings) =>
-  ConnectionNode.layer(connectionNodeOptions(settings), () => settings.routerUrl)
+  ConnectionNode.layer(connectionNodeOptions(settings), () => settings.routerUrl).pipe(
+    Layer.provide(peerClientLayer(settings))
+  )
 
 const endpointOptions = (settings: Settings): EndpointOptions => ({
     endpointUrl: settings.endpointUrl,

@@ -11,7 +11,9 @@ import { EventLog } from "../observability/EventLog.ts"
 import { routerObservability } from "../observability/observability.ts"
 import { decodeClientFrame, isFrameError } from "../protocol/messages.ts"
 import type { Mailbox } from "../protocol/mailbox.ts"
+import { NodeClient, type NodeClientService, type NodeTransportError } from "../routers/NodeClient.ts"
 import {
+  type Peers,
   protocolFor,
   runSession,
   SessionHandle,
@@ -25,7 +27,6 @@ import type { BroadcastSet } from "../protocol/machine.ts"
 
 const NO_BROADCASTS: BroadcastSet = new Map()
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
-import { makePeers } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
 
@@ -66,6 +67,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         const crypto = yield* EndpointCrypto
         const events = yield* EventLog
         const registry = yield* NodeRegistry
+        const nodes = yield* NodeClient
         const fibers = yield* FiberSet.make()
         const run = yield* FiberSet.runtime(fibers)<never>()
         const runPromise = <A, E>(effect: Effect.Effect<A, E>) =>
@@ -98,7 +100,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           options: sessionOptions,
           protocol: protocolFor(sessionOptions),
           broadcasts: () => NO_BROADCASTS,
-          peers: makePeers(options.peerTimeoutMs, (message) => run(Effect.logWarning(message))),
+          peers: peersOver(nodes, (effect) => void run(effect)),
           endpoints: {
             makeEndpoint: (uaid, channelId, key) => {
               if (key === undefined) return crypto.makeEndpoint(uaid, channelId)
@@ -131,6 +133,23 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
       })
     ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
+}
+
+/**
+ * Other connection nodes, through the one router-port client, in the background: a failure is a
+ * warning, never awaited by the session.
+ */
+const peersOver = (nodes: NodeClientService, run: (effect: Effect.Effect<void>) => void): Peers => {
+  const background = (what: string, call: Effect.Effect<number, NodeTransportError>) =>
+    run(call.pipe(
+      Effect.asVoid,
+      Effect.catchTag("NodeTransportError", (error) =>
+        Effect.logWarning(`${what} to peer node failed`).pipe(Effect.annotateLogs({ reason: error.reason })))
+    ))
+  return {
+    notify: (nodeId, uaid) => background("PUT /notif", nodes.notify(nodeId, uaid)),
+    disconnect: (nodeId, uaid, connectedAt) => background("DELETE /notif", nodes.disconnect(nodeId, uaid, connectedAt))
+  }
 }
 
 /**

@@ -1,12 +1,15 @@
 /**
- * The endpoint's client for connection nodes' router port (protocol-notes §4): `PUT {node}/push/{uaid}`
- * hands a notification (the one codec of `domain/router-wire.ts`) to the node holding the client, `PUT {node}/notif/{uaid}` tells it to check
- * storage. Replies are just a status; a connection or timeout failure is a `NodeTransportError`
- * (the node is gone). The live layer keeps connections alive per node; tests swap in a fake.
+ * The one client for connection nodes' router ports (protocol-notes §4), used by endpoint nodes and
+ * by connection nodes talking to each other: `PUT {node}/push/{uaid}` hands a notification (the one
+ * codec of `domain/router-wire.ts`) to the node holding the client, `PUT {node}/notif/{uaid}` tells it
+ * to check storage, `DELETE {node}/notif/{uaid}/{connected_at}` to drop a stale session. Replies are
+ * just a status; a connection or timeout failure is a `NodeTransportError` (the node is gone). The
+ * current span travels as a W3C `traceparent` header. The live layer keeps connections alive per
+ * node; tests swap in a fake.
  */
 import * as http from "node:http"
 import * as https from "node:https"
-import { Context, Data, Effect, Layer } from "effect"
+import { Context, Data, Effect, Layer, type Tracer } from "effect"
 import { hyphenate } from "../domain/ids.ts"
 import type { Notification } from "../domain/notification.ts"
 import { encodeTransportNotification } from "../domain/router-wire.ts"
@@ -22,6 +25,8 @@ export interface NodeClientService {
   readonly push: (nodeId: string, uaid: string, notification: Notification) => Effect.Effect<number, NodeTransportError>
   /** Ask the node to check storage for this client; the node's status. */
   readonly notify: (nodeId: string, uaid: string) => Effect.Effect<number, NodeTransportError>
+  /** Ask the node to drop its session of this client if it is the one connected at `connectedAt`. */
+  readonly disconnect: (nodeId: string, uaid: string, connectedAt: number) => Effect.Effect<number, NodeTransportError>
 }
 
 export interface NodeClientOptions {
@@ -33,8 +38,12 @@ export interface NodeClientOptions {
   readonly httpAgent?: http.Agent | undefined
 }
 
-const nodeUrl = (nodeId: string, action: "push" | "notif", uaid: string): URL =>
-  new URL(`${nodeId.replace(/\/+$/, "")}/${action}/${uaid.length === 32 ? hyphenate(uaid) : uaid}`)
+const nodeUrl = (nodeId: string, action: "push" | "notif", uaid: string, suffix = ""): URL =>
+  new URL(`${nodeId.replace(/\/+$/, "")}/${action}/${uaid.length === 32 ? hyphenate(uaid) : uaid}${suffix}`)
+
+/** The W3C `traceparent` of a span. */
+export const traceparentOf = (span: Tracer.AnySpan): string =>
+  `00-${span.traceId.padStart(32, "0")}-${span.spanId}-${span.sampled ? "01" : "00"}`
 
 /** A `node:http` client with keep-alive agents: one PUT per call, resolved with the reply's status. */
 export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientService & { readonly close: () => void } => {
@@ -43,7 +52,7 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
     "https:": new https.Agent({ keepAlive: true })
   }
 
-  const put = (nodeId: string, url: URL, body: string | undefined) =>
+  const send = (method: "PUT" | "DELETE", nodeId: string, url: URL, body: string | undefined, traceparent: string | undefined) =>
     Effect.callback<number, NodeTransportError>((resume) => {
       let settled = false
       const settle = (effect: Effect.Effect<number, NodeTransportError>) => {
@@ -57,13 +66,11 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
       if (agent === undefined) return fail("error", new Error(`unsupported node URL ${url.protocol}`))
       let connectTimer: NodeJS.Timeout | undefined
       let reason: NodeTransportError["reason"] = "error"
-      const request = (url.protocol === "https:" ? https : http).request(url, {
-        method: "PUT",
-        agent,
-        headers: body === undefined
-          ? { "content-length": 0 }
-          : { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
-      })
+      const headers: http.OutgoingHttpHeaders = body === undefined
+        ? { "content-length": 0 }
+        : { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
+      if (traceparent !== undefined) headers["traceparent"] = traceparent
+      const request = (url.protocol === "https:" ? https : http).request(url, { method, agent, headers })
       const abort = (why: NodeTransportError["reason"]) => () => {
         reason = why
         request.destroy(new Error(`node ${why}`))
@@ -103,14 +110,19 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
     })
 
   /** A node id that is not a URL (or a body that cannot be sent) is a transport failure too. */
-  const call = (nodeId: string, action: "push" | "notif", uaid: string, body: () => string | undefined) =>
-    Effect.suspend(() => put(nodeId, nodeUrl(nodeId, action, uaid), body())).pipe(
+  const call = (method: "PUT" | "DELETE", nodeId: string, url: () => URL, body: () => string | undefined) =>
+    Effect.flatMap(Effect.orElseSucceed(Effect.currentParentSpan, () => undefined), (span) =>
+      Effect.suspend(() => send(method, nodeId, url(), body(), span === undefined ? undefined : traceparentOf(span)))
+    ).pipe(
       Effect.catchDefect((cause) => Effect.fail(new NodeTransportError({ nodeId, reason: "error", cause })))
     )
 
   return {
-    push: (nodeId, uaid, notification) => call(nodeId, "push", uaid, () => encodeTransportNotification(notification)),
-    notify: (nodeId, uaid) => call(nodeId, "notif", uaid, () => undefined),
+    push: (nodeId, uaid, notification) =>
+      call("PUT", nodeId, () => nodeUrl(nodeId, "push", uaid), () => encodeTransportNotification(notification)),
+    notify: (nodeId, uaid) => call("PUT", nodeId, () => nodeUrl(nodeId, "notif", uaid), () => undefined),
+    disconnect: (nodeId, uaid, connectedAt) =>
+      call("DELETE", nodeId, () => nodeUrl(nodeId, "notif", uaid, `/${connectedAt}`), () => undefined),
     close: () => {
       agents["http:"].destroy()
       agents["https:"].destroy()
@@ -150,7 +162,8 @@ export class NodeClient extends Context.Service<NodeClient, NodeClientService>()
         return NodeClient.of({
           push: (nodeId, uaid, notification) =>
             nodeId === here.nodeId ? Effect.sync(() => (here.push(uaid, notification) ? 200 : 404)) : remote.push(nodeId, uaid, notification),
-          notify: (nodeId, uaid) => (nodeId === here.nodeId ? Effect.sync(() => (here.notify(uaid) ? 200 : 404)) : remote.notify(nodeId, uaid))
+          notify: (nodeId, uaid) => (nodeId === here.nodeId ? Effect.sync(() => (here.notify(uaid) ? 200 : 404)) : remote.notify(nodeId, uaid)),
+          disconnect: remote.disconnect
         })
       })
     )

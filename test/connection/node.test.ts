@@ -13,6 +13,7 @@ import { makeSettings } from "../../src/config/index.ts"
 import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
+import { NodeClient } from "../../src/routers/NodeClient.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { layerEmbedded } from "../../src/storage/embedded.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
@@ -49,7 +50,7 @@ const storageOptions = { routerTable: "router", messageTablePrefix: "message", n
 const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
   ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(Layer.provideMerge(storage))),
-    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer()))
+    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
   )
 
 const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>

@@ -77,7 +77,7 @@ export const withStorageFaults = <A, E, R>(
 // ── fake connection nodes ────────────────────────────────────────────────────────────────────────
 
 export interface NodeCall {
-  readonly kind: "push" | "notify"
+  readonly kind: "push" | "notify" | "disconnect"
   readonly nodeId: string
   readonly uaid: string
   readonly notification?: Notification
@@ -109,7 +109,8 @@ export const FakeNodeClient = Layer.effect(
       )
     return NodeClient.of({
       push: (nodeId, uaid, notification) => answer({ kind: "push", nodeId, uaid, notification }),
-      notify: (nodeId, uaid) => answer({ kind: "notify", nodeId, uaid })
+      notify: (nodeId, uaid) => answer({ kind: "notify", nodeId, uaid }),
+      disconnect: (nodeId, uaid) => answer({ kind: "disconnect", nodeId, uaid })
     } satisfies NodeClientService)
   })
 ).pipe(Layer.provideMerge(Layer.sync(FakeNodes, () => ({ behaviour: new Map(), calls: [] }))))

@@ -123,6 +123,20 @@ describe("NodeClient over node:http", () => {
       ])
     }))
 
+  it.live("disconnect is DELETE /notif/{uaid}/{connected_at}; the current span travels as traceparent", () =>
+    Effect.gen(function*() {
+      const node = yield* localNode(() => 200)
+      const nodes = yield* client()
+      assert.strictEqual(yield* nodes.disconnect(node.url, UAID, 1_700_000_000_123), 200)
+      assert.deepStrictEqual(node.seen.map((s) => [s.method, s.url]), [["DELETE", `/notif/${hyphenate(UAID)}/1700000000123`]])
+      assert.isUndefined(node.seen[0]?.headers["traceparent"], "no span, no traceparent")
+      const span = yield* nodes.push(node.url, UAID, NOTIFICATION).pipe(
+        Effect.andThen(Effect.currentSpan),
+        Effect.withSpan("notification.route")
+      )
+      assert.strictEqual(node.seen[1]?.headers["traceparent"], `00-${span.traceId}-${span.spanId}-01`)
+    }))
+
   it.live("keeps the connection alive between requests", () =>
     Effect.gen(function*() {
       const node = yield* localNode(() => 200)
