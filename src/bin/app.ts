@@ -21,6 +21,7 @@ import type { EventLog } from "../observability/EventLog.ts"
 import { EventLogOpenError } from "../observability/eventLogFile.ts"
 import { observabilityLayer } from "../observability/observability.ts"
 import { timedStorage } from "../observability/timedStorage.ts"
+import { tracingLayer } from "../observability/tracing.ts"
 import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
@@ -185,7 +186,13 @@ export const runRole = <A, E>(
           Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
         )
       }
+      const tracing = tracingLayer({
+        otlpEndpoint: settings.otlpEndpoint,
+        serviceName: role,
+        serviceVersion: versionInfo.version
+      })
       return yield* Layer.launch(app).pipe(
+        Effect.provide(tracing),
         Effect.catch((error) =>
           error instanceof EventLogOpenError
             ? Effect.sync(() => {

@@ -271,6 +271,9 @@ export const options = {
   event_log: opt("shared", text, undefined, "Where domain events are written: - for stdout, or a file path", {
     defaultText: "unset (not written)"
   }),
+  otlp_endpoint: opt("shared", url, undefined, "OpenTelemetry collector (OTLP/HTTP) base URL: traces of accept → route → deliver → ack go to {url}/v1/traces", {
+    defaultText: "unset (no tracing)"
+  }),
   // connection
   port: opt("connection", port, 8080, "Port of the public WebSocket server"),
   router_port: opt("connection", port, 8081, "Port of the private router HTTP server (endpoint → connection node)"),

@@ -149,7 +149,9 @@ export const handleRouterRequest = (
     }
     if (kind === "push" && parts.length === 3 && req.method === "PUT") {
       void readBody(req).then((body) => {
-        const notification = body === undefined ? undefined : decodeTransportNotification(body)
+        const decoded = body === undefined ? undefined : decodeTransportNotification(body)
+        const traceparent = req.headers["traceparent"]
+        const notification = decoded === undefined || typeof traceparent !== "string" ? decoded : { ...decoded, traceparent }
         if (notification === undefined) return sendJson(res, 400, { error: "Invalid notification" })
         // Not here, or its queue is full: 404 makes the endpoint store the message instead.
         registry.deliver(uaid, notification) ? sendText(res, 200, "") : sendText(res, 404, "Client not available")

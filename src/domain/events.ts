@@ -38,7 +38,13 @@ export type DomainEvent =
     readonly version: string
     readonly reason: "offline" | "disconnect"
   }>
-  | Event<"notification.delivered.1", { readonly channelId: string; readonly version: string; readonly source: DeliverySource }>
+  | Event<"notification.delivered.1", {
+    readonly channelId: string
+    readonly version: string
+    readonly source: DeliverySource
+    /** The endpoint's trace context of a direct delivery, when it had one. */
+    readonly traceparent?: string | undefined
+  }>
   | Event<"notification.acked.1", { readonly version: string; readonly code: number; readonly source: DeliverySource }>
   | Event<"notification.nacked.1", { readonly version: string; readonly code: number }>
   | Event<"notification.expired.1", { readonly version: string }>

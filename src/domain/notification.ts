@@ -20,6 +20,12 @@ export interface Notification {
   readonly data?: string | undefined
   /** Encryption headers, keys lower-case with `_` (`encoding`, `encryption`, `crypto_key`, `encryption_key`). */
   readonly headers?: Readonly<Record<string, string>> | undefined
+  /**
+   * The W3C trace context of the endpoint's routing span, on a direct delivery (the router-port hop
+   * carries it as a `traceparent` header): the connection node's spans of the message are its children.
+   * Never stored.
+   */
+  readonly traceparent?: string | undefined
 }
 
 /** Milliseconds a timestamp message sorts by. */

@@ -162,6 +162,9 @@ export const EndpointServer = {
   /** Serve the endpoint on `node:http` at `options.port` / `options.bindHost`; exposes the `HttpServer`. */
   layerServer: (options: EndpointOptions) =>
     Layer.unwrap(Effect.map(makeEndpointApp(options), (app) => HttpServer.serve(app))).pipe(
+      // The platform's request spans record URLs and headers (endpoint tokens, message ids, keys):
+      // the endpoint's own spans (`observability/tracing.ts`) carry only what may leave the service.
+      Layer.provide(Layer.succeed(HttpMiddleware.TracerDisabledWhen)(() => true)),
       Layer.provideMerge(NodeHttpServer.layerServer(createServer, {
         port: options.port,
         host: options.bindHost,

@@ -5,8 +5,8 @@
  * is wrong in several ways always gets the error of the first rule it breaks. An accepted message is
  * routed (`WebPushRouter`) and answered `201` with `Location` and the effective `TTL`.
  */
-import { ByteSize, Clock, Effect } from "effect"
-import { HttpIncomingMessage, type HttpServerRequest, HttpServerResponse } from "effect/http"
+import { ByteSize, Clock, Effect, Option } from "effect"
+import { HttpIncomingMessage, type HttpServerRequest, HttpServerResponse, HttpTraceContext } from "effect/http"
 import {
   type EndpointToken,
   EndpointCrypto,
@@ -149,7 +149,16 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
 
   // ── POST ───────────────────────────────────────────────────────────────────────────────────────
 
-  const send = Effect.fnUntraced(function*(
+  /** The accept span of a push: a child of the app server's `traceparent`, when it sends one. */
+  const send = (request: HttpServerRequest.HttpServerRequest, versionSegment: string | undefined, token: string) =>
+    accept(request, versionSegment, token).pipe(
+      Effect.withSpan("notification.accept", {
+        kind: "server",
+        parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers))
+      })
+    )
+
+  const accept = Effect.fnUntraced(function*(
     request: HttpServerRequest.HttpServerRequest,
     versionSegment: string | undefined,
     token: string

@@ -9,7 +9,7 @@
  * - the connection node passes `routerObservability(registry)` to `handleRouterRequest`:
  *   `GET /metrics` and `GET /__trace__/{message_id}` on the router port, connection gauges.
  */
-import { Context, Effect, Layer, Option, type Scope } from "effect"
+import { Context, Effect, Layer, Option, type Scope, Tracer } from "effect"
 import { METRICS } from "./catalog.ts"
 import { EventLog, EventLogMemory, recordTo, type EventSink } from "./EventLog.ts"
 import { type EventLogOpenError, openEventLog } from "./eventLogFile.ts"
@@ -17,6 +17,7 @@ import { MessageTrace, type TraceDocument } from "./MessageTrace.ts"
 import { Metrics, type MetricsService } from "./Metrics.ts"
 import { metricsSink } from "./metricsSink.ts"
 import { makeOpaqueIds } from "./opaque.ts"
+import { deliverySpans } from "./tracing.ts"
 
 export interface ObservabilityOptions {
   /** `autopush`, `autoconnect`, `autoendpoint`: the statsd prefix. */
@@ -43,8 +44,10 @@ const eventLogOver = (
   Effect.gen(function*() {
     const metrics = yield* Metrics
     const trace = yield* MessageTrace
+    const tracer = yield* Tracer.Tracer
     // The trace runs first and has hashed the event's message id already.
     const sinks: Array<EventSink> = [...extra, metricsSink(metrics), trace.sink]
+    if (tracer !== Tracer.nativeTracer) sinks.push(deliverySpans(tracer))
     if (eventLog !== undefined && eventLog !== "") {
       const dropped = metrics.counter(METRICS.eventLogDropped.name)
       sinks.push(yield* openEventLog({

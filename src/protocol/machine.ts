@@ -364,7 +364,8 @@ const send = (s: Session, n: Notification, table: string | undefined, out: Out):
   out.event("notification.delivered.1", s.uaid, {
     channelId: n.channelId,
     version: n.version,
-    source: table === undefined ? "direct" : "stored"
+    source: table === undefined ? "direct" : "stored",
+    ...(n.traceparent === undefined ? {} : { traceparent: n.traceparent })
   })
   return remember(s, n, table)
 }

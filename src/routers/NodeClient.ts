@@ -9,7 +9,7 @@
  */
 import * as http from "node:http"
 import * as https from "node:https"
-import { Context, Data, Effect, Layer, type Tracer } from "effect"
+import { Context, Data, Effect, Layer } from "effect"
 import { hyphenate } from "../domain/ids.ts"
 import type { Notification } from "../domain/notification.ts"
 import { encodeTransportNotification } from "../domain/router-wire.ts"
@@ -41,9 +41,11 @@ export interface NodeClientOptions {
 const nodeUrl = (nodeId: string, action: "push" | "notif", uaid: string, suffix = ""): URL =>
   new URL(`${nodeId.replace(/\/+$/, "")}/${action}/${uaid.length === 32 ? hyphenate(uaid) : uaid}${suffix}`)
 
-/** The W3C `traceparent` of a span. */
-export const traceparentOf = (span: Tracer.AnySpan): string =>
-  `00-${span.traceId.padStart(32, "0")}-${span.spanId}-${span.sampled ? "01" : "00"}`
+/** The W3C `traceparent` of the current span, if there is one. */
+const currentTraceparent: Effect.Effect<string | undefined> = Effect.map(
+  Effect.orElseSucceed(Effect.currentParentSpan, () => undefined),
+  (span) => span === undefined ? undefined : `00-${span.traceId.padStart(32, "0")}-${span.spanId}-${span.sampled ? "01" : "00"}`
+)
 
 /** A `node:http` client with keep-alive agents: one PUT per call, resolved with the reply's status. */
 export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientService & { readonly close: () => void } => {
@@ -111,9 +113,7 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
 
   /** A node id that is not a URL (or a body that cannot be sent) is a transport failure too. */
   const call = (method: "PUT" | "DELETE", nodeId: string, url: () => URL, body: () => string | undefined) =>
-    Effect.flatMap(Effect.orElseSucceed(Effect.currentParentSpan, () => undefined), (span) =>
-      Effect.suspend(() => send(method, nodeId, url(), body(), span === undefined ? undefined : traceparentOf(span)))
-    ).pipe(
+    Effect.flatMap(currentTraceparent, (traceparent) => Effect.suspend(() => send(method, nodeId, url(), body(), traceparent))).pipe(
       Effect.catchDefect((cause) => Effect.fail(new NodeTransportError({ nodeId, reason: "error", cause })))
     )
 
@@ -161,7 +161,10 @@ export class NodeClient extends Context.Service<NodeClient, NodeClientService>()
         const remote = yield* liveClient(options)
         return NodeClient.of({
           push: (nodeId, uaid, notification) =>
-            nodeId === here.nodeId ? Effect.sync(() => (here.push(uaid, notification) ? 200 : 404)) : remote.push(nodeId, uaid, notification),
+            nodeId === here.nodeId
+              ? Effect.map(currentTraceparent, (traceparent) =>
+                here.push(uaid, traceparent === undefined ? notification : { ...notification, traceparent }) ? 200 : 404)
+              : remote.push(nodeId, uaid, notification),
           notify: (nodeId, uaid) => (nodeId === here.nodeId ? Effect.sync(() => (here.notify(uaid) ? 200 : 404)) : remote.notify(nodeId, uaid)),
           disconnect: remote.disconnect
         })

@@ -74,13 +74,20 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         if (notification.ttl === 0) return "dropped"
         yield* storage.saveMessage(user.uaid, table, notification).pipe(
           Effect.tapError((error) => Effect.logError("storing a notification failed", error)),
-          Effect.mapError(() => new StorageUnavailable())
+          Effect.mapError(() => new StorageUnavailable()),
+          Effect.withSpan("notification.store")
         )
         yield* pokeCurrentNode(user.uaid)
         return "stored"
       })
 
-      return WebPushRouter.of({ route })
+      return WebPushRouter.of({
+        route: (user, table, notification) =>
+          route(user, table, notification).pipe(
+            Effect.tap((outcome) => Effect.annotateCurrentSpan("autopush.outcome", outcome)),
+            Effect.withSpan("notification.route")
+          )
+      })
     })
   )
 }
