@@ -159,8 +159,9 @@ export const allInOneLayer = (settings: Settings) => {
 }
 
 /**
- * A role's node layers with what they run on: the given storage (timed), the crypto keys, and one
- * observability instance (metrics, event log, trace), shared by both nodes of the all-in-one.
+ * A role's node layers with what they run on: the given storage (timed), the crypto keys, one
+ * observability instance (metrics, event log, trace), shared by both nodes of the all-in-one, and
+ * the tracer (OTLP, or tracing off).
  */
 export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.Layer<Storage, SE>) =>
 <A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | EventLog>) =>
@@ -168,7 +169,8 @@ export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.
     Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
     Layer.provideMerge(
       observabilityLayer({ role, statsdHost: settings.statsdHost, statsdPort: settings.statsdPort, eventLog: settings.eventLog })
-    )
+    ),
+    Layer.provide(tracingLayer({ otlpEndpoint: settings.otlpEndpoint, serviceName: role, serviceVersion: versionInfo.version }))
   )
 
 /** Run a role's layers until SIGINT/SIGTERM; configuration errors print and exit 2, `--help` exits 0. */
@@ -186,13 +188,7 @@ export const runRole = <A, E>(
           Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
         )
       }
-      const tracing = tracingLayer({
-        otlpEndpoint: settings.otlpEndpoint,
-        serviceName: role,
-        serviceVersion: versionInfo.version
-      })
       return yield* Layer.launch(app).pipe(
-        Effect.provide(tracing),
         Effect.catch((error) =>
           error instanceof EventLogOpenError
             ? Effect.sync(() => {

@@ -154,6 +154,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     accept(request, versionSegment, token).pipe(
       Effect.withSpan("notification.accept", {
         kind: "server",
+        captureStackTrace: false,
         parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers))
       })
     )

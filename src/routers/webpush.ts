@@ -75,7 +75,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         yield* storage.saveMessage(user.uaid, table, notification).pipe(
           Effect.tapError((error) => Effect.logError("storing a notification failed", error)),
           Effect.mapError(() => new StorageUnavailable()),
-          Effect.withSpan("notification.store")
+          Effect.withSpan("notification.store", { captureStackTrace: false })
         )
         yield* pokeCurrentNode(user.uaid)
         return "stored"
@@ -85,7 +85,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         route: (user, table, notification) =>
           route(user, table, notification).pipe(
             Effect.tap((outcome) => Effect.annotateCurrentSpan("autopush.outcome", outcome)),
-            Effect.withSpan("notification.route")
+            Effect.withSpan("notification.route", { captureStackTrace: false })
           )
       })
     })
