@@ -41,6 +41,9 @@ const BRIDGE_TYPES: ReadonlySet<string> = new Set(["fcm", "apns", "adm", "stub"]
 
 const NO_SUBSCRIPTION = "No such subscription"
 
+/** Spans on the per-message path skip capturing a stack trace. */
+const NO_STACK = { captureStackTrace: false } as const
+
 const storageUnavailable = (error: StorageError) =>
   Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
@@ -154,9 +157,8 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     accept(request, versionSegment, token).pipe(
       Effect.withSpan("notification.accept", {
         kind: "server",
-        captureStackTrace: false,
         parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers))
-      })
+      }, NO_STACK)
     )
 
   const accept = Effect.fnUntraced(function*(

@@ -17,6 +17,9 @@ import { NodeClient } from "./NodeClient.ts"
 
 export type RouteOutcome = "direct" | "stored" | "dropped"
 
+/** Spans on the per-message path skip capturing a stack trace. */
+const NO_STACK = { captureStackTrace: false } as const
+
 export interface WebPushRouterService {
   /** Route `notification` to `user`, whose messages live in `table`. */
   readonly route: (
@@ -75,7 +78,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         yield* storage.saveMessage(user.uaid, table, notification).pipe(
           Effect.tapError((error) => Effect.logError("storing a notification failed", error)),
           Effect.mapError(() => new StorageUnavailable()),
-          Effect.withSpan("notification.store", { captureStackTrace: false })
+          Effect.withSpan("notification.store", undefined, NO_STACK)
         )
         yield* pokeCurrentNode(user.uaid)
         return "stored"
@@ -85,7 +88,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         route: (user, table, notification) =>
           route(user, table, notification).pipe(
             Effect.tap((outcome) => Effect.annotateCurrentSpan("autopush.outcome", outcome)),
-            Effect.withSpan("notification.route", { captureStackTrace: false })
+            Effect.withSpan("notification.route", undefined, NO_STACK)
           )
       })
     })
