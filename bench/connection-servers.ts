@@ -11,6 +11,7 @@ import { ConnectionNode } from "../src/connection/node.ts"
 import { NodeRegistry } from "../src/connection/registry.ts"
 import { EndpointCrypto } from "../src/crypto/endpoint.ts"
 import { NodeClient } from "../src/routers/NodeClient.ts"
+import { Metrics } from "../src/observability/Metrics.ts"
 import { EventLog } from "../src/observability/EventLog.ts"
 import { layerMemory } from "../src/storage/memory.ts"
 import { createActiveTables } from "../src/storage/Storage.ts"
@@ -59,7 +60,7 @@ const autopush = () => {
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
       Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
     )),
-    Layer.provide(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })))
+    Layer.provide(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })))
   )
   Effect.runFork(Effect.gen(function*() {
     const { port } = yield* ConnectionNode

@@ -237,7 +237,7 @@ const startSeparate = async (): Promise<Pipeline> => {
     "--router-hostname", "127.0.0.1"
   ], preload)
   await waitForHttp(connection, `http://127.0.0.1:${router}/__lbheartbeat__`)
-  const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), shared, preload)
+  const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), [...shared, "--metrics-port", String(await freePort())], preload)
   await waitForHttp(endpointNode, `http://127.0.0.1:${endpoint}/__lbheartbeat__`)
   const clients = await startClients("autopush (b)", "autopush", `ws://127.0.0.1:${ws}/`)
   return {

@@ -18,12 +18,14 @@ import { EndpointServer, nodeClientOptions } from "../endpoint/server.ts"
 import { NodeRegistry } from "../connection/registry.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import type { EventLog } from "../observability/EventLog.ts"
+import type { Metrics } from "../observability/Metrics.ts"
 import { EventLogOpenError } from "../observability/eventLogFile.ts"
 import { observabilityLayer } from "../observability/observability.ts"
 import { timedStorage } from "../observability/timedStorage.ts"
 import { tracingLayer } from "../observability/tracing.ts"
 import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
+import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { layerEmbedded } from "../storage/embedded.ts"
 import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
@@ -80,11 +82,16 @@ export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
 export const cryptoLayer = (settings: Settings) =>
   EndpointCrypto.layer({ keys: settings.cryptoKey, endpointUrl: settings.endpointUrl })
 
+/** Where private listeners bind: as configured, else loopback for the all-in-one (nothing else needs them), `bind_host` for a node on its own. */
+export const privateBindHost = (settings: Settings, role: Role): string =>
+  settings.privateBindHost ?? (role === "autopush" ? "127.0.0.1" : settings.bindHost)
+
 /** The connection node's options from the settings. */
-export const connectionNodeOptions = (settings: Settings): Omit<ConnectionNodeOptions, "routerUrl"> => ({
+export const connectionNodeOptions = (settings: Settings, role: Role = "autoconnect"): Omit<ConnectionNodeOptions, "routerUrl"> => ({
   port: settings.port,
   routerPort: settings.routerPort,
   bindHost: settings.bindHost,
+  routerBindHost: privateBindHost(settings, role),
   helloTimeoutMs: ms(settings.helloTimeout),
   autoPingIntervalMs: ms(settings.autoPingInterval),
   autoPingTimeoutMs: ms(settings.autoPingTimeout),
@@ -103,7 +110,11 @@ export const connectionNodeOptions = (settings: Settings): Omit<ConnectionNodeOp
   closeGraceMs: ms(settings.closeGrace),
   tickMs: 1_000,
   peerTimeoutMs: ms(settings.connectionTimeout),
-  maxFrameBytes: 64 * 1024,
+  maxMessageBytes: settings.maxMessageSize,
+  maxConnections: settings.maxConnections,
+  maxSendBufferBytes: settings.maxSendBuffer,
+  maxControlFramesPerSecond: settings.maxControlFramesPerSecond,
+  clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
   shutdownTimeoutMs: ms(settings.shutdownTimeout)
 })
 
@@ -111,8 +122,8 @@ export const connectionNodeOptions = (settings: Settings): Omit<ConnectionNodeOp
 export const peerClientLayer = (settings: Settings) =>
   NodeClient.layer({ connectTimeoutMs: ms(settings.connectionTimeout), requestTimeoutMs: ms(settings.connectionTimeout) })
 
-export const connectionLayer = (settings: Settings) =>
-  ConnectionNode.layer(connectionNodeOptions(settings), () => settings.routerUrl).pipe(
+export const connectionLayer = (settings: Settings, role: Role = "autoconnect") =>
+  ConnectionNode.layer(connectionNodeOptions(settings, role), () => settings.routerUrl).pipe(
     Layer.provide(peerClientLayer(settings))
   )
 
@@ -125,6 +136,8 @@ const endpointOptions = (settings: Settings): EndpointOptions => ({
     connectionTimeoutMs: ms(settings.connectionTimeout),
     requestTimeoutMs: ms(settings.requestTimeout),
     shutdownTimeoutMs: ms(settings.shutdownTimeout),
+    clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
+    maxInFlightRequests: settings.maxInFlightRequests,
     version: versionInfo.version,
     build: versionInfo
 })
@@ -138,8 +151,12 @@ const logEndpointListening = (settings: Settings) => <A, E, R>(layer: Layer.Laye
     )
   )
 
+/** A separate endpoint node: the public API, and `/metrics` on its private listener. */
 export const endpointLayer = (settings: Settings) =>
-  EndpointServer.layer(endpointOptions(settings)).pipe(logEndpointListening(settings))
+  EndpointServer.layer(endpointOptions(settings)).pipe(
+    Layer.provideMerge(MetricsListener.layer({ port: settings.metricsPort, host: privateBindHost(settings, "autoendpoint") })),
+    logEndpointListening(settings)
+  )
 
 /**
  * Both nodes in one process. The endpoint hands deliveries for this process's own connection node
@@ -155,7 +172,7 @@ export const allInOneLayer = (settings: Settings) => {
   const endpoint = EndpointServer.layerWith(options, NodeClient.layerWithLocal(nodeClientOptions(options), local)).pipe(
     logEndpointListening(settings)
   )
-  return endpoint.pipe(Layer.provideMerge(connectionLayer(settings)))
+  return endpoint.pipe(Layer.provideMerge(connectionLayer(settings, "autopush")))
 }
 
 /**
@@ -164,7 +181,7 @@ export const allInOneLayer = (settings: Settings) => {
  * the tracer (OTLP, or tracing off).
  */
 export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.Layer<Storage, SE>) =>
-<A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | EventLog>) =>
+<A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>) =>
   nodes.pipe(
     Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
     Layer.provideMerge(
@@ -176,7 +193,7 @@ export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.
 /** Run a role's layers until SIGINT/SIGTERM; configuration errors print and exit 2, `--help` exits 0. */
 export const runRole = <A, E>(
   role: Role,
-  nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog>
+  nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>
 ) => {
   const launch = (settings: Settings) => {
     const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname })

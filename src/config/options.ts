@@ -261,13 +261,17 @@ export const options = {
   endpoint_url: opt("shared", url, undefined, "Public base URL of the endpoint node; overrides the three options above", {
     defaultText: "endpoint_scheme://endpoint_hostname[:endpoint_port]"
   }),
-  bind_host: opt("shared", host, "0.0.0.0", "Address all listeners bind to"),
+  bind_host: opt("shared", host, "0.0.0.0", "Address the public listeners bind to (WebSocket and Web Push ports)"),
+  private_bind_host: opt("shared", host, undefined, "Address the private listeners bind to: the router port and the endpoint's metrics port", {
+    defaultText: "127.0.0.1 for the all-in-one autopush, bind_host for a node on its own"
+  }),
   statsd_host: opt("shared", host, undefined, "StatsD host for metrics", { defaultText: "unset (no StatsD)" }),
   statsd_port: opt("shared", port, 8125, "StatsD port"),
   human_logs: opt("shared", boolean, false, "Log human-readable lines instead of MozLog JSON"),
   log_level: opt("shared", oneOf(["trace", "debug", "info", "warn", "error"]), "info", "Lowest level logged"),
   max_notification_ttl: opt("shared", seconds, s(2_592_000), "Largest TTL accepted; larger TTLs are capped"),
   shutdown_timeout: opt("shared", seconds, s(10), "How long a stopping node waits for work in flight"),
+  client_request_timeout: opt("shared", seconds, s(10), "Time a client has to send an HTTP request's headers, and between two parts of its body (408 otherwise)"),
   event_log: opt("shared", text, undefined, "Where domain events are written: - for stdout, or a file path", {
     defaultText: "unset (not written)"
   }),
@@ -291,13 +295,19 @@ export const options = {
   msg_limit: opt("connection", integer(1), 100, "Stored messages above which a user is dropped and must re-register"),
   client_channel_capacity: opt("connection", integer(1), 128, "Capacity of each connection's event mailbox"),
   close_grace: opt("connection", seconds, s(1), "After a close frame, time before the server ends the TCP connection"),
+  max_connections: opt("connection", integer(1), 100_000, "Open WebSockets per node; an upgrade beyond is answered 503"),
+  max_message_size: opt("connection", integer(1024), 65_536, "Largest WebSocket message a client may send (bytes); a larger one closes the socket with 1009"),
+  max_send_buffer: opt("connection", integer(1024), 1_048_576, "Bytes queued to a client that does not read, beyond which it is closed with 1013 (its messages stay stored)"),
+  max_control_frames_per_second: opt("connection", integer(1), 10, "WebSocket ping/pong frames a client may send per second; beyond, the socket is closed with 1008"),
   max_channels_per_user: opt("connection", integer(1), 1000, "Channels one user may register; a register beyond it is answered with status 413"),
   client_commands_per_second: opt("connection", integer(1), 10, "Commands (register, unregister, nack, broadcast_subscribe) a client may send per second once its burst is spent; beyond, its commands wait"),
   client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
   // endpoint
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
-  request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services")
+  request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),
+  max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
+  metrics_port: opt("endpoint", port, 8083, "Port of an endpoint node's private Prometheus listener (GET /metrics); the all-in-one serves /metrics on its router port instead")
 } as const
 
 export type Options = typeof options

@@ -4,10 +4,28 @@
  * the operators' routes (`GET /metrics`, `GET /__trace__/{message_id}`, router port only) and the
  * health routes (both ports). The router API is the per-notification hot path and only hands
  * events to a session's mailbox, so it runs without an HTTP framework in between.
+ *
+ * Every request runs under one boundary (`serve`): a bug answers 500/999 with a request id and is
+ * logged once, never the process; every error answer is the JSON of `toErrorResponse`, the same
+ * table as the endpoint's. Paths and bodies are decoded with Schema; a body over `MAX_BODY` is
+ * answered 413, one that stops arriving for `bodyTimeoutMs` 408, and the connection is closed.
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
+import { randomBytes } from "node:crypto"
+import { Exit, Schema } from "effect"
 import { decodeTransportNotification } from "../domain/router-wire.ts"
-import { type ApiError, LogCheck, MethodNotAllowed, RouteNotFound, toErrorResponse } from "../domain/errors.ts"
+import {
+  type ApiError,
+  ClientUnavailable,
+  InternalError,
+  InvalidRequestBody,
+  LogCheck,
+  MethodNotAllowed,
+  PayloadTooLarge,
+  RequestTimeout,
+  RouteNotFound,
+  toErrorResponse
+} from "../domain/errors.ts"
 import { parseUaid } from "../domain/ids.ts"
 import { PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import type { RouterObservability } from "../observability/observability.ts"
@@ -17,10 +35,13 @@ import type { NodeRegistryService } from "./registry.ts"
 export interface HealthSource {
   /** Storage reachability for `/__heartbeat__`: "OK" or the cause. */
   readonly storageStatus: () => Promise<{ readonly ok: boolean; readonly cause?: string | undefined }>
-  readonly logError: (message: string) => void
+  readonly logError: (message: string, fields?: Readonly<Record<string, unknown>>) => void
+  /** A rejected request (status ≥ 400): one access-log line, ids left out. */
+  readonly logRejected?: ((fields: Readonly<Record<string, unknown>>) => void) | undefined
 }
 
-const MAX_BODY = 64 * 1024
+/** Largest router-port body: a notification is at most a few KiB (data ≤ max_data_bytes, base64url). */
+export const MAX_BODY = 64 * 1024
 
 export const sendJson = (res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void => {
   const text = JSON.stringify(body)
@@ -28,9 +49,9 @@ export const sendJson = (res: ServerResponse, status: number, body: unknown, hea
   res.end(text)
 }
 
-export const sendError = (res: ServerResponse, error: ApiError): void => {
+export const sendError = (res: ServerResponse, error: ApiError, close = false): void => {
   const { status, headers, body } = toErrorResponse(error)
-  sendJson(res, status, body, headers)
+  sendJson(res, status, body, close ? { ...headers, connection: "close" } : headers)
 }
 
 const sendText = (res: ServerResponse, status: number, text: string): void => {
@@ -38,20 +59,118 @@ const sendText = (res: ServerResponse, status: number, text: string): void => {
   res.end(text)
 }
 
-const readBody = (req: IncomingMessage): Promise<string | undefined> =>
+// ── paths ───────────────────────────────────────────────────────────────────────────────────────
+
+/** A path segment, percent-decoded; a malformed escape is no segment (never a throw). */
+const segment = (raw: string): string | undefined => {
+  try {
+    return decodeURIComponent(raw)
+  } catch {
+    return undefined
+  }
+}
+
+/** A uaid in any UUID spelling (the endpoint sends it hyphenated, a disconnect hook simple). */
+const Uaid = Schema.String.check(Schema.makeFilter((s: string) => parseUaid(s) !== undefined))
+
+const ConnectedAt = Schema.String.check(Schema.isPattern(/^\d{1,16}$/))
+
+const RouterPath = Schema.Union([
+  Schema.Tuple([Schema.Literal("push"), Uaid]),
+  Schema.Tuple([Schema.Literal("notif"), Uaid]),
+  Schema.Tuple([Schema.Literal("notif"), Uaid, ConnectedAt])
+])
+const decodeRouterPath = Schema.decodeUnknownExit(RouterPath)
+
+/** `/push/{uaid}`, `/notif/{uaid}`, `/notif/{uaid}/{connected_at}` → its parts, else undefined. */
+const routerPath = (path: string): readonly [string, string, string?] | undefined => {
+  const parts = path.split("/").slice(1).map(segment)
+  if (parts.some((p) => p === undefined)) return undefined
+  const decoded = decodeRouterPath(parts)
+  return Exit.isSuccess(decoded) ? decoded.value : undefined
+}
+
+// ── bodies ──────────────────────────────────────────────────────────────────────────────────────
+
+type Body = { readonly _tag: "Body"; readonly text: string } | { readonly _tag: "Refused"; readonly error: ApiError }
+
+/**
+ * The whole body, at most `MAX_BODY` bytes, each chunk within `idleMs` of the last. Past the limit
+ * or the idle time the request is refused (and, once answered, its connection closed).
+ */
+const readBody = (req: IncomingMessage, idleMs: number): Promise<Body> =>
   new Promise((resolve) => {
     const chunks: Array<Buffer> = []
     let size = 0
+    let done = false
+    const finish = (body: Body) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      req.removeAllListeners("data")
+      if (body._tag === "Refused") req.resume()
+      resolve(body)
+    }
+    let timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), idleMs)
+    const declared = Number(req.headers["content-length"] ?? 0)
+    if (declared > MAX_BODY) return finish({ _tag: "Refused", error: tooLarge })
     req.on("data", (chunk: Buffer) => {
       size += chunk.length
-      if (size > MAX_BODY) {
-        resolve(undefined)
-        req.destroy()
-      } else chunks.push(chunk)
+      if (size > MAX_BODY) return finish({ _tag: "Refused", error: tooLarge })
+      chunks.push(chunk)
+      clearTimeout(timer)
+      timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), idleMs)
     })
-    req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
-    req.on("error", () => resolve(undefined))
+    req.on("end", () => finish({ _tag: "Body", text: Buffer.concat(chunks).toString("utf8") }))
+    req.on("error", () => finish({ _tag: "Refused", error: new InvalidRequestBody({ message: "The request body could not be read" }) }))
   })
+
+const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${MAX_BODY} bytes` })
+
+// ── the boundary ────────────────────────────────────────────────────────────────────────────────
+
+export type Handler = (req: IncomingMessage, res: ServerResponse, path: string) => void | Promise<void>
+
+/**
+ * Run a handler so that nothing it throws or rejects reaches the server: the answer is 500/999 with
+ * a request id (unless already sent) and one error log line carries the id and the cause. Error
+ * answers leave an access-log line.
+ */
+export const serve = (health: HealthSource, handler: Handler) => (req: IncomingMessage, res: ServerResponse): void => {
+  const path = (req.url ?? "/").split("?", 1)[0] as string
+  if (health.logRejected !== undefined) {
+    const log = health.logRejected
+    res.once("finish", () => {
+      if (res.statusCode >= 400 && res.getHeader("x-autopush-quiet") === undefined) {
+        log({ method: req.method, route: routeLabel(path), status: res.statusCode })
+      }
+    })
+  }
+  const failed = (cause: unknown) => {
+    const requestId = randomBytes(8).toString("hex")
+    health.logError("request failed", { request_id: requestId, method: req.method, route: routeLabel(path), cause: String(cause) })
+    if (res.headersSent) return void res.destroy()
+    const { status, headers, body } = toErrorResponse(new InternalError({ cause }))
+    sendJson(res, status, body, { ...headers, "x-request-id": requestId })
+  }
+  try {
+    const pending = handler(req, res, path)
+    if (pending !== undefined) pending.catch(failed)
+  } catch (cause) {
+    failed(cause)
+  }
+}
+
+/** A bounded label of a path for logs (never the uaid or a message id). */
+const routeLabel = (path: string): string => {
+  const first = path.split("/")[1] ?? ""
+  return ["push", "notif", "metrics", "__trace__", "health", "status", "__heartbeat__", "__lbheartbeat__", "__version__", "__error__"]
+      .includes(first)
+    ? `/${first}`
+    : "other"
+}
+
+// ── routes ──────────────────────────────────────────────────────────────────────────────────────
 
 /** Health routes; true when the request was one of them. */
 export const handleHealth = (
@@ -114,79 +233,88 @@ const handleOperators = (
   }
   const trace = observability.trace
   if (trace === undefined || !path.startsWith("/__trace__/")) return false
-  const encoded = path.slice("/__trace__/".length)
-  let id: string | undefined
-  try {
-    id = decodeURIComponent(encoded)
-  } catch {
-    id = undefined
-  }
+  const id = segment(path.slice("/__trace__/".length))
   const document = id === undefined || id === "" || id.includes("/") ? undefined : trace.lookup(id)
   if (document === undefined) sendError(res, new RouteNotFound())
   else sendJson(res, 200, document)
   return true
 }
 
+/** Not here, or its queue is full: 404 makes the endpoint store the message instead (a normal outcome). */
+const unavailable = (res: ServerResponse): void => {
+  res.setHeader("x-autopush-quiet", "1")
+  sendError(res, new ClientUnavailable())
+}
+
+const accepted = (res: ServerResponse, text = ""): void => sendText(res, 200, text)
+
+/** `PUT /push/{uaid}`: a notification for the uaid's session here. */
+const push = async (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, bodyTimeoutMs: number) => {
+  const body = await readBody(req, bodyTimeoutMs)
+  if (body._tag === "Refused") return sendError(res, body.error, true)
+  const decoded = decodeTransportNotification(body.text)
+  if (decoded === undefined) return sendError(res, new InvalidRequestBody({ message: "The body is not a notification" }))
+  const traceparent = req.headers["traceparent"]
+  const notification = typeof traceparent === "string" ? { ...decoded, traceparent } : decoded
+  return registry.deliver(uaid, notification) ? accepted(res) : unavailable(res)
+}
+
 /**
  * Router API on the private port, with `/metrics` and `/__trace__/{message_id}` when `observability`
  * is given (see `routerObservability`).
  */
-export const handleRouterRequest = (
-  req: IncomingMessage,
-  res: ServerResponse,
+export const routerHandler = (
   registry: NodeRegistryService,
   health: HealthSource,
-  observability?: RouterObservability
-): void => {
-  const path = (req.url ?? "/").split("?", 1)[0] as string
-  const parts = path.split("/")
-  // ["", "push"|"notif", uaid, connected_at?]
-  const kind = parts[1]
-  if ((kind === "push" || kind === "notif") && parts.length >= 3) {
-    const uaid = parseUaid(decodeURIComponent(parts[2] as string))
-    if (uaid === undefined || parts.length > 4 || (parts.length === 4 && kind !== "notif")) {
+  observability: RouterObservability | undefined,
+  bodyTimeoutMs: number
+): Handler =>
+(req, res, path) => {
+  const first = path.split("/", 2)[1]
+  if (first === "push" || first === "notif") {
+    const route = routerPath(path)
+    const uaid = route === undefined ? undefined : parseUaid(route[1])
+    if (route === undefined || uaid === undefined) {
+      req.resume()
       return sendError(res, new RouteNotFound())
     }
-    if (kind === "push" && parts.length === 3 && req.method === "PUT") {
-      void readBody(req).then((body) => {
-        const decoded = body === undefined ? undefined : decodeTransportNotification(body)
-        const traceparent = req.headers["traceparent"]
-        const notification = decoded === undefined || typeof traceparent !== "string" ? decoded : { ...decoded, traceparent }
-        if (notification === undefined) return sendJson(res, 400, { error: "Invalid notification" })
-        // Not here, or its queue is full: 404 makes the endpoint store the message instead.
-        registry.deliver(uaid, notification) ? sendText(res, 200, "") : sendText(res, 404, "Client not available")
-      })
-      return
+    const [kind, , connectedAt] = route
+    if (kind === "push" && req.method === "PUT") return push(req, res, uaid, registry, bodyTimeoutMs)
+    req.resume()
+    if (kind === "notif" && connectedAt === undefined && req.method === "PUT") {
+      return registry.checkStorage(uaid) ? accepted(res) : unavailable(res)
     }
-    if (kind === "notif" && parts.length === 3 && req.method === "PUT") {
-      req.resume()
-      return registry.checkStorage(uaid) ? sendText(res, 200, "") : sendText(res, 404, "Client not available")
-    }
-    if (kind === "notif" && parts.length === 4 && req.method === "DELETE") {
-      req.resume()
-      const connectedAt = Number(parts[3])
+    if (kind === "notif" && connectedAt !== undefined && req.method === "DELETE") {
       const session = registry.get(uaid)
-      if (session !== undefined && session.connectedAt === connectedAt) {
-        session.mailbox.offer({ _tag: "Kick", kind: "ghost" })
-        return sendText(res, 200, "Terminated duplicate")
+      if (session !== undefined && session.connectedAt === Number(connectedAt)) {
+        session.mailbox.offerFirst({ _tag: "Kick", kind: "ghost" })
+        return accepted(res, "Terminated duplicate")
       }
-      return sendText(res, 404, "Client not available")
+      return unavailable(res)
     }
     return sendError(res, new MethodNotAllowed())
   }
+  req.resume()
   if (handleOperators(req, res, path, observability)) return
   if (handleHealth(req, res, path, registry, health)) return
   sendError(res, new RouteNotFound())
 }
 
 /** Non-upgrade requests on the public WebSocket port: health only. */
-export const handlePublicRequest = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  registry: NodeRegistryService,
-  health: HealthSource
-): void => {
-  const path = (req.url ?? "/").split("?", 1)[0] as string
+export const publicHandler = (registry: NodeRegistryService, health: HealthSource): Handler => (req, res, path) => {
+  req.resume()
   if (handleHealth(req, res, path, registry, health)) return
   sendError(res, new RouteNotFound())
 }
+
+/** The router port's request listener; a request body that stops arriving for `bodyTimeoutMs` is answered 408. */
+export const handleRouterRequest = (
+  registry: NodeRegistryService,
+  health: HealthSource,
+  observability?: RouterObservability,
+  bodyTimeoutMs = 10_000
+) => serve(health, routerHandler(registry, health, observability, bodyTimeoutMs))
+
+/** The public port's request listener (for requests that are not WebSocket upgrades). */
+export const handlePublicRequest = (registry: NodeRegistryService, health: HealthSource) =>
+  serve(health, publicHandler(registry, health))

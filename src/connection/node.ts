@@ -5,7 +5,10 @@
 import { Context, Effect, FiberSet, Layer, LogLevel, References } from "effect"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
+import type { Duplex } from "node:stream"
 import { type RawData, WebSocketServer, type WebSocket } from "ws"
+import { toErrorResponse, TooManyConnections } from "../domain/errors.ts"
+import { closeFrame } from "../protocol/close.ts"
 import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { routerObservability } from "../observability/observability.ts"
@@ -36,14 +39,24 @@ export interface ConnectionNodeOptions extends SessionOptions {
   /** Private router port (0: any free port). */
   readonly routerPort: number
   readonly bindHost: string
+  /** Address of the private router port (loopback for the all-in-one). */
+  readonly routerBindHost: string
   /** After sending a close frame, end TCP after this long (Firefox never answers a close frame). */
   readonly closeGraceMs: number
   /** Timer resolution of the ticker. */
   readonly tickMs: number
   /** Timeout of requests to other connection nodes. */
   readonly peerTimeoutMs: number
-  /** Largest client frame accepted (ws closes 1009 beyond it). */
-  readonly maxFrameBytes: number
+  /** Largest client message accepted (ws closes 1009 beyond it). */
+  readonly maxMessageBytes: number
+  /** Open WebSockets beyond which an upgrade is answered 503. */
+  readonly maxConnections: number
+  /** Bytes queued to a client that does not read, beyond which it is closed (1013). */
+  readonly maxSendBufferBytes: number
+  /** Ping/pong frames a client may send per second (pings are always answered below it); beyond → 1008. */
+  readonly maxControlFramesPerSecond: number
+  /** A request (headers and body) on the HTTP ports must arrive within this long (408 otherwise). */
+  readonly clientRequestTimeoutMs: number
   /** On shutdown, how long sessions get to save their messages and close. */
   readonly shutdownTimeoutMs: number
 }
@@ -84,12 +97,13 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
                 Effect.catchTag("StorageError", (e) => Effect.succeed({ ok: false, cause: e.operation }))
               )
             ),
-          logError: (message) => run(Effect.logError(message))
+          logError: (message, fields = {}) => void run(Effect.logError(message).pipe(Effect.annotateLogs(fields))),
+          logRejected: (fields) => void run(Effect.logInfo("request rejected").pipe(Effect.annotateLogs(fields)))
         }
 
         const observability = yield* routerObservability(registry)
-        const routerServer = createServer((req, res) => handleRouterRequest(req, res, registry, health, observability))
-        const routerPort = yield* listen(routerServer, options.routerPort, options.bindHost)
+        const routerServer = createServer(handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs))
+        const routerPort = yield* listen(routerServer, options.routerPort, options.routerBindHost)
         const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
 
         const ports: SessionPorts = {
@@ -110,20 +124,37 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           }
         }
 
-        const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, clientTracking: false })
+        // Pings are answered here, under a rate limit: `ws`'s own answering drops the TCP connection
+        // without a close frame once too many pongs are pending.
+        const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxMessageBytes, clientTracking: false, autoPong: false })
+        const limits: TransportLimits = {
+          closeGraceMs: options.closeGraceMs,
+          maxSendBufferBytes: options.maxSendBufferBytes,
+          maxControlFramesPerSecond: options.maxControlFramesPerSecond,
+          defect: (where, cause) => health.logError("websocket handler failed", { where, cause: String(cause) })
+        }
         const accept = (ws: WebSocket): void => {
           const handle = new SessionHandle(options.clientChannelCapacity, Number.POSITIVE_INFINITY)
           registry.track(handle)
-          const transport = new WsTransport(ws, handle.mailbox, options.closeGraceMs)
+          const transport = new WsTransport(ws, handle.mailbox, limits)
           ws.on("message", onMessage)
+          ws.on("ping", onPing)
           ws.on("pong", onPong)
           ws.on("close", onClose)
           ws.on("error", onError)
           // The session's cleanup takes it out of the registry.
           run(runSession(ports, transport, handle))
         }
-        const publicServer = createServer((req, res) => handlePublicRequest(req, res, registry, health))
-        publicServer.on("upgrade", (req, socket, head) => wss.handleUpgrade(req, socket, head, accept))
+        const publicServer = createServer(handlePublicRequest(registry, health))
+        publicServer.on("upgrade", (req, socket, head) => {
+          if (registry.connections.size >= options.maxConnections) return refuseUpgrade(socket)
+          wss.handleUpgrade(req, socket, head, accept)
+        })
+        for (const server of [publicServer, routerServer]) {
+          server.headersTimeout = options.clientRequestTimeoutMs
+          // Node's own 408 (no body) only backs up the routes' timeout, which answers with the error JSON.
+          server.requestTimeout = options.clientRequestTimeoutMs + 1_000
+        }
         const port = yield* listen(publicServer, options.port, options.bindHost)
         yield* Effect.logInfo("connection node listening").pipe(
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
@@ -152,6 +183,14 @@ const peersOver = (nodes: NodeClientService, run: (effect: Effect.Effect<void>) 
   }
 }
 
+interface TransportLimits {
+  readonly closeGraceMs: number
+  readonly maxSendBufferBytes: number
+  readonly maxControlFramesPerSecond: number
+  /** A bug in a `ws` callback: logged, and the socket closed 1011 — never the process. */
+  readonly defect: (where: string, cause: unknown) => void
+}
+
 /**
  * The session's view of a `ws` socket. It also carries the socket's mailbox, so the `ws` listeners
  * below are shared functions rather than closures per connection (memory per connection).
@@ -159,23 +198,35 @@ const peersOver = (nodes: NodeClientService, run: (effect: Effect.Effect<void>) 
 class WsTransport implements Transport {
   readonly ws: WebSocket
   readonly mailbox: Mailbox<SessionEvent>
-  readonly closeGraceMs: number
+  readonly limits: TransportLimits
+  /** Control frames in the current one-second window, and when it began. */
+  controlFrames = 0
+  controlWindow = 0
+  /** The client stopped reading: nothing more is sent, the session is being closed. */
+  stalled = false
 
-  constructor(ws: WebSocket, mailbox: Mailbox<SessionEvent>, closeGraceMs: number) {
+  constructor(ws: WebSocket, mailbox: Mailbox<SessionEvent>, limits: TransportLimits) {
     this.ws = ws
     this.mailbox = mailbox
-    this.closeGraceMs = closeGraceMs
+    this.limits = limits
     transports.set(ws, this)
   }
 
   send(text: string): void {
-    if (this.ws.readyState === this.ws.OPEN) this.ws.send(text)
+    if (this.ws.readyState !== this.ws.OPEN || this.stalled) return
+    if (this.ws.bufferedAmount > this.limits.maxSendBufferBytes) {
+      // Its unacked messages are saved by the session's close; other clients are not held up.
+      this.stalled = true
+      this.mailbox.offerFirst({ _tag: "Kick", kind: "slow-client" })
+      return
+    }
+    this.ws.send(text)
   }
 
   close(code: number, reason: string): void {
     const ws = this.ws
     if (ws.readyState === ws.OPEN) ws.close(code, reason)
-    setTimeout(() => ws.terminate(), this.closeGraceMs).unref()
+    setTimeout(() => ws.terminate(), this.limits.closeGraceMs).unref()
   }
 
   ping(): void {
@@ -189,26 +240,63 @@ class WsTransport implements Transport {
   resume(): void {
     this.ws.resume()
   }
+
+  /** Count a control frame from the client; false once it sends more than its share this second. */
+  control(now: number): boolean {
+    if (now - this.controlWindow >= 1_000) {
+      this.controlWindow = now
+      this.controlFrames = 0
+    }
+    return ++this.controlFrames <= this.limits.maxControlFramesPerSecond
+  }
 }
 
 const transports = new WeakMap<WebSocket, WsTransport>()
-const mailboxOf = (ws: WebSocket) => transports.get(ws)?.mailbox
 
-function onMessage(this: WebSocket, data: RawData, isBinary: boolean): void {
-  const mailbox = mailboxOf(this)
-  if (mailbox === undefined) return
-  if (isBinary) return void mailbox.offer({ _tag: "BinaryFrame" })
+/** Run a `ws` callback so that a bug closes that socket (1011) and is logged, instead of throwing. */
+const guarded = (where: string, callback: (transport: WsTransport, ...args: Array<any>) => void) =>
+  function(this: WebSocket, ...args: Array<any>): void {
+    const transport = transports.get(this)
+    if (transport === undefined) return
+    try {
+      callback(transport, ...args)
+    } catch (cause) {
+      transport.limits.defect(where, cause)
+      const { code, reason } = closeFrame("internal-error")
+      transport.close(code, reason)
+    }
+  }
+
+const onMessage = guarded("message", (t, data: RawData, isBinary: boolean) => {
+  if (isBinary) return void t.mailbox.offer({ _tag: "BinaryFrame" })
   const message = decodeClientFrame(data.toString())
-  mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
-}
-function onPong(this: WebSocket): void {
-  mailboxOf(this)?.offer({ _tag: "Pong" })
-}
-function onClose(this: WebSocket): void {
-  mailboxOf(this)?.offer({ _tag: "SocketClosed" })
-}
+  t.mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
+})
+const onPing = guarded("ping", (t, data: Buffer) => {
+  if (t.control(Date.now())) return void t.ws.pong(data)
+  t.mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
+})
+const onPong = guarded("pong", (t) => {
+  if (!t.control(Date.now())) return void t.mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
+  t.mailbox.offer({ _tag: "Pong" })
+})
+const onClose = guarded("close", (t) => void t.mailbox.offer({ _tag: "SocketClosed" }))
 function onError(this: WebSocket): void {
   this.terminate()
+}
+
+/** Too many open WebSockets: the upgrade is answered 503 (the client retries later). */
+const refuseUpgrade = (socket: Duplex): void => {
+  const { status, headers, body } = toErrorResponse(new TooManyConnections())
+  const text = JSON.stringify(body)
+  const lines = [
+    `HTTP/1.1 ${status} Service Unavailable`,
+    "content-type: application/json",
+    `content-length: ${Buffer.byteLength(text)}`,
+    "connection: close",
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)
+  ]
+  socket.end(`${lines.join("\r\n")}\r\n\r\n${text}`)
 }
 
 /**

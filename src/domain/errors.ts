@@ -40,6 +40,10 @@ export class InvalidMessageId extends Data.TaggedError("InvalidMessageId")<{}> {
 export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{ readonly message: string }> {}
 /** 503/201: storage failed; the sender should retry later. */
 export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
+/** 503/201: the node has `max_in_flight_requests` requests in hand; the sender should retry later. */
+export class Overloaded extends Data.TaggedError("Overloaded")<{}> {}
+/** 503/null: a WebSocket upgrade beyond `max_connections`. */
+export class TooManyConnections extends Data.TaggedError("TooManyConnections")<{}> {}
 /** 502/900: the user is registered through a bridge this server has no router for. */
 export class BridgeNotConfigured extends Data.TaggedError("BridgeNotConfigured")<{ readonly message: string }> {}
 /** 502/901: a bridge rejected our credentials. */
@@ -50,6 +54,10 @@ export class BridgeUnreachable extends Data.TaggedError("BridgeUnreachable")<{ r
 export class BridgeTimeout extends Data.TaggedError("BridgeTimeout")<{ readonly message: string }> {}
 /** 502/null: a bridge answered with an error we pass along. */
 export class BridgeUpstreamError extends Data.TaggedError("BridgeUpstreamError")<{ readonly message: string }> {}
+/** 404/null: router port — the client is not connected to this node, or its queue is full (the endpoint then stores). */
+export class ClientUnavailable extends Data.TaggedError("ClientUnavailable")<{}> {}
+/** 408/null: the request body stopped arriving (the connection is closed). */
+export class RequestTimeout extends Data.TaggedError("RequestTimeout")<{}> {}
 /** 404/null: no route for this path. */
 export class RouteNotFound extends Data.TaggedError("RouteNotFound")<{}> {}
 /** 405/null: the path exists, the method does not. */
@@ -76,11 +84,15 @@ export type ApiError =
   | InvalidMessageId
   | InvalidRequestBody
   | StorageUnavailable
+  | Overloaded
+  | TooManyConnections
   | BridgeNotConfigured
   | BridgeAuthFailed
   | BridgeUnreachable
   | BridgeTimeout
   | BridgeUpstreamError
+  | ClientUnavailable
+  | RequestTimeout
   | RouteNotFound
   | MethodNotAllowed
   | LogCheck
@@ -128,11 +140,15 @@ const table: ErrorTable = {
   InvalidMessageId: { status: 400, errno: null, message: fixed("Invalid message ID") },
   InvalidRequestBody: { status: 400, errno: null, message: own },
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },
+  Overloaded: { status: 503, errno: 201, message: fixed("Too many requests in progress, retry later") },
+  TooManyConnections: { status: 503, errno: null, message: fixed("Too many connections, retry later") },
   BridgeNotConfigured: { status: 502, errno: 900, message: own },
   BridgeAuthFailed: { status: 502, errno: 901, message: own },
   BridgeUnreachable: { status: 502, errno: 902, message: own },
   BridgeTimeout: { status: 502, errno: 903, message: own },
   BridgeUpstreamError: { status: 502, errno: null, message: own },
+  ClientUnavailable: { status: 404, errno: null, message: fixed("Client not available") },
+  RequestTimeout: { status: 408, errno: null, message: fixed("The request body did not arrive in time") },
   RouteNotFound: { status: 404, errno: null, message: fixed("Not Found") },
   MethodNotAllowed: { status: 405, errno: null, message: fixed("Method Not Allowed") },
   LogCheck: { status: 418, errno: 999, message: fixed("LogCheck") },
@@ -144,6 +160,7 @@ const REASONS: Readonly<Record<number, string>> = {
   401: "Unauthorized",
   404: "Not Found",
   405: "Method Not Allowed",
+  408: "Request Timeout",
   410: "Gone",
   413: "Payload Too Large",
   418: "I'm a teapot",

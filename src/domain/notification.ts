@@ -14,7 +14,11 @@ export interface Notification {
   readonly topic?: string | undefined
   /** When the endpoint accepted it, in seconds since the epoch. */
   readonly timestamp: number
-  /** Milliseconds sort key for non-topic messages (orders them in storage). */
+  /**
+   * When the endpoint accepted it (ms): the sort key of a timestamp message (orders them in storage);
+   * for a topic message, what tells which of two messages of a topic is the newer. Absent on rows
+   * written by older versions (then `timestamp * 1000`).
+   */
   readonly sortkeyTimestamp?: number | undefined
   /** Body as base64url without padding; absent for an empty POST. */
   readonly data?: string | undefined
@@ -28,7 +32,7 @@ export interface Notification {
   readonly traceparent?: string | undefined
 }
 
-/** Milliseconds a timestamp message sorts by. */
+/** Milliseconds a message sorts by (timestamp messages) or was accepted at (both). */
 export const sortkeyMs = (n: Notification): number => n.sortkeyTimestamp ?? n.timestamp * 1000
 
 export const topicSortKey = (channelId: string, topic: string): string => `01:${channelId}:${topic}`

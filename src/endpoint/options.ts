@@ -22,6 +22,10 @@ export interface EndpointOptions {
   readonly shutdownTimeoutMs?: number | undefined
   /** Reported by `/status`, `/__version__` and the health documents. */
   readonly version: string
+  /** A request body that stops arriving for this long is answered 408 (ms; default 10 s). */
+  readonly clientRequestTimeoutMs?: number | undefined
+  /** Requests handled at once; beyond, 503 with Retry-After (default: no limit). */
+  readonly maxInFlightRequests?: number | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */
   readonly build?: { readonly commit?: string; readonly build?: string; readonly source?: string } | undefined
 }

@@ -8,6 +8,7 @@
  *   `boundPort`), given the `WebPushRouter`; `EndpointServer.layer(options)` also builds the router
  *   with the live `NodeClient`. Both need `Storage`, `EndpointCrypto` and `EventLog`.
  */
+import { randomBytes } from "node:crypto"
 import { createServer } from "node:http"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Cause, Effect, Layer, type Scope } from "effect"
@@ -32,8 +33,9 @@ import type { EventLog } from "../observability/EventLog.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
 import type { Storage } from "../storage/Storage.ts"
-import { endpointInstrumentation } from "../observability/endpoint.ts"
-import { makeHealthHandlers, metricsResponse } from "./health.ts"
+import { endpointInstrumentation, routeLabel } from "../observability/endpoint.ts"
+import type { Metrics } from "../observability/Metrics.ts"
+import { makeHealthHandlers } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
 import { makeWebPushHandlers } from "./webpush.ts"
 
@@ -41,12 +43,12 @@ import { makeWebPushHandlers } from "./webpush.ts"
 export type HttpApp = Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest | Scope.Scope>
 
 /** The services the endpoint handlers use. */
-export type EndpointServices = Storage | EndpointCrypto | WebPushRouter | EventLog
+export type EndpointServices = Storage | EndpointCrypto | WebPushRouter | EventLog | Metrics
 
 /** The §2.5 error response of an API error. */
-export const errorResponse = (error: ApiError): HttpServerResponse.HttpServerResponse => {
+export const errorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): HttpServerResponse.HttpServerResponse => {
   const { status, headers, body } = toErrorResponse(error)
-  return HttpServerResponse.jsonUnsafe(body, { status, headers })
+  return HttpServerResponse.jsonUnsafe(body, { status, headers: { ...headers, ...extraHeaders } })
 }
 
 /** CORS (§2.1): any origin and header, DELETE/GET/POST/PUT, preflights cached 1 h, `Location` and `TTL` readable. */
@@ -56,8 +58,12 @@ export const endpointCors = HttpMiddleware.cors({
   maxAge: 3600
 })
 
-/** Endpoint tokens (140–184 chars) and message ids (≈ 200–230) are longer than the router's default limit. */
-const ROUTER_CONFIG = { maxParamLength: 1024 }
+/**
+ * Endpoint tokens (140–184 chars) and message ids (≈ 200–230) are longer than the router's default
+ * limit; a longer one must still reach its route, to be refused as a bad token (404/102), not as an
+ * unknown path. (The request line itself is bounded by the server's header size limit.)
+ */
+const ROUTER_CONFIG = { maxParamLength: 65_536 }
 
 type Handler = Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError, HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext>
 
@@ -84,31 +90,45 @@ const toApiError = (error: ApiError | HttpServerError.HttpServerError): ApiError
   : KNOWN_METHODS.has(error.reason.request.method) ? new RouteNotFound()
   : new MethodNotAllowed()
 
-/** The edge: typed errors through the one mapping (each also given to `onError`); defects logged and answered 500/999. */
+/** Answers after which the connection is closed: the request's body was not (fully) read. */
+const CLOSES: ReadonlySet<ApiError["_tag"]> = new Set(["RequestTimeout", "PayloadTooLarge"])
+
+/**
+ * The edge: typed errors through the one mapping (each also given to `onError`), each leaving one
+ * access-log line (route, status, errno, message — never the path, which carries tokens); a bug or
+ * a defect is answered 500/999 with a request id, which its error log line carries too.
+ */
 const respondToFailures = <R>(
   app: Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError | HttpServerError.HttpServerError, R>,
-  onError: (error: ApiError) => void = () => {}
-): Effect.Effect<HttpServerResponse.HttpServerResponse, never, R> =>
+  onError: (error: ApiError) => void
+): Effect.Effect<HttpServerResponse.HttpServerResponse, never, R | HttpServerRequest.HttpServerRequest> =>
   app.pipe(
     Effect.catchCause((cause) => {
       const failure = Cause.findErrorOption(cause)
-      if (failure._tag === "Some") {
-        const error = toApiError(failure.value)
-        onError(error)
-        return error._tag === "InternalError"
-          ? Effect.logError("request failed", error.cause).pipe(Effect.as(errorResponse(error)))
-          : Effect.succeed(errorResponse(error))
-      }
-      if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
-      const internal = new InternalError({ cause: Cause.squash(cause) })
-      onError(internal)
-      return Effect.logError("request failed unexpectedly", cause).pipe(Effect.as(errorResponse(internal)))
+      if (failure._tag === "None" && Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
+      const error = failure._tag === "Some" ? toApiError(failure.value) : new InternalError({ cause: Cause.squash(cause) })
+      onError(error)
+      return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+        const { status, body } = toErrorResponse(error)
+        const route = routeLabel(request.url)
+        if (error._tag === "InternalError") {
+          const requestId = randomBytes(8).toString("hex")
+          return Effect.logError("request failed").pipe(
+            Effect.annotateLogs({ request_id: requestId, method: request.method, route, cause: Cause.pretty(cause) }),
+            Effect.as(errorResponse(error, { "x-request-id": requestId }))
+          )
+        }
+        return Effect.logInfo("request rejected").pipe(
+          Effect.annotateLogs({ method: request.method, route, status, errno: body.errno, reason: body.message }),
+          Effect.as(errorResponse(error, CLOSES.has(error._tag) ? { connection: "close" } : {}))
+        )
+      })
     })
   )
 
 /**
- * The endpoint's request handler, with CORS and error mapping applied. When `Metrics` is provided
- * (the observability layer) it also serves `GET /metrics` and records request and routing metrics.
+ * The endpoint's request handler, with CORS, error mapping, request and routing metrics, and the
+ * in-flight limit applied. `/metrics` is not served here (the public port): see `metricsListener`.
  */
 export const makeEndpointApp = (
   options: EndpointOptions
@@ -117,9 +137,7 @@ export const makeEndpointApp = (
     const observe = yield* endpointInstrumentation
     const routes = HttpRouter.use((router) =>
       Effect.gen(function*() {
-        const webpush = yield* (observe === undefined
-          ? makeWebPushHandlers(options)
-          : observe.withRouting(makeWebPushHandlers(options)))
+        const webpush = yield* observe.withRouting(makeWebPushHandlers(options))
         const health = yield* makeHealthHandlers(options)
         const send: Handler = Effect.gen(function*() {
           const params = yield* HttpRouter.params
@@ -142,14 +160,12 @@ export const makeEndpointApp = (
           ...resource("/__version__", { GET: health.version }),
           ...resource("/status", { GET: health.status }),
           ...resource("/__error__", { GET: health.logCheck }),
-          ...resource("/v1/err", { GET: health.logCheck }),
-          ...(observe === undefined ? [] : resource("/metrics", { GET: metricsResponse(observe.metrics) }))
+          ...resource("/v1/err", { GET: health.logCheck })
         ])
       })
     )
     const app = yield* HttpRouter.toHttpEffect(routes).pipe(Effect.provideService(HttpRouter.RouterConfig, ROUTER_CONFIG))
-    if (observe === undefined) return endpointCors(respondToFailures(app))
-    return observe.instrument(endpointCors(respondToFailures(app, observe.onError)))
+    return observe.instrument(endpointCors(respondToFailures(app, observe.onError)), options.maxInFlightRequests ?? Number.POSITIVE_INFINITY)
   })
 
 /** The port the server listens on (useful with port 0). */
@@ -165,7 +181,12 @@ export const EndpointServer = {
       // The platform's request spans record URLs and headers (endpoint tokens, message ids, keys):
       // the endpoint's own spans (`observability/tracing.ts`) carry only what may leave the service.
       Layer.provide(Layer.succeed(HttpMiddleware.TracerDisabledWhen)(() => true)),
-      Layer.provideMerge(NodeHttpServer.layerServer(createServer, {
+      Layer.provideMerge(NodeHttpServer.layerServer(() => createServer({
+        // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
+        // push handler (this whole-request limit only backs it up, with Node's bare 408).
+        headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
+        requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2
+      }), {
         port: options.port,
         host: options.bindHost,
         // On shutdown, requests in flight get this long to finish.

@@ -110,8 +110,11 @@ const claimsOf = (payload: Uint8Array): VerifiedVapid["claims"] | undefined => {
     : undefined
 }
 
-/** `aud` names the endpoint origin: same URL once parsed (so a trailing `/` or a default port is fine). */
-const sameOrigin = (aud: string, origin: string): boolean => URL.parse(aud)?.href === URL.parse(origin)?.href
+/**
+ * `aud` is the endpoint's origin exactly as RFC 8292 / RFC 6454 serialise it: lower-case scheme and
+ * host, the port only when not the scheme's default, no path (not even `/`). `origin` is that form.
+ */
+const sameOrigin = (aud: string, origin: string): boolean => aud === origin
 
 /**
  * §2.2 #4: the key decodes to a P-256 point, the JWT is ES256 and signed by it, `exp` is a number

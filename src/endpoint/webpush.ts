@@ -23,6 +23,7 @@ import {
   InvalidToken,
   NoSubscription,
   PayloadTooLarge,
+  RequestTimeout,
   StorageUnavailable
 } from "../domain/errors.ts"
 import { domainEvent } from "../domain/events.ts"
@@ -64,6 +65,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const origin = endpointOrigin(options.endpointUrl)
   const locationBase = `${endpointBase(options.endpointUrl)}/m/`
   const maxBodySize = ByteSize.bytes(options.maxDataBytes)
+  const bodyTimeoutMs = options.clientRequestTimeoutMs ?? 10_000
 
   // ── the checks, in the order of §2.2 ───────────────────────────────────────────────────────────
 
@@ -143,10 +145,12 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     return request.arrayBuffer.pipe(
       Effect.provideService(HttpIncomingMessage.MaxBodySize, maxBodySize),
       Effect.map((buffer) => Buffer.from(buffer)),
-      Effect.mapError((error) =>
+      Effect.mapError((error): PayloadTooLarge | InvalidRequestBody =>
         error.reason._tag === "RequestParseError" && error.reason.reason === "BodyTooLarge"
           ? tooLarge
-          : new InvalidRequestBody({ message: "The request body could not be read" }))
+          : new InvalidRequestBody({ message: "The request body could not be read" })),
+      // A client that stops sending its body gets 408 (and the connection closed), not a socket held forever.
+      Effect.timeoutOrElse({ duration: bodyTimeoutMs, orElse: () => Effect.fail(new RequestTimeout()) })
     )
   }
 
@@ -192,20 +196,22 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       version: messageId,
       ttl,
       timestamp: Math.floor(nowMs / 1000),
-      ...(topic !== undefined ? { topic } : { sortkeyTimestamp: nowMs }),
+      sortkeyTimestamp: nowMs,
+      ...(topic !== undefined ? { topic } : {}),
       ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
     }
     events.record(domainEvent("notification.accepted.1", uaid, nowMs, { channelId, version: messageId, ttl }))
-    const outcome = yield* router.route(user, table, notification)
+    const routed = yield* router.route(user, table, notification)
     const routedAt = yield* Clock.currentTimeMillis
-    if (outcome === "stored") {
-      events.record(domainEvent("notification.stored.1", uaid, routedAt, { channelId, version: messageId, reason: "offline" }))
-    } else if (outcome === "dropped") {
-      events.record(domainEvent("notification.expired.1", uaid, routedAt, { version: messageId }))
+    const version = routed.notification.version
+    if (routed.outcome === "stored") {
+      events.record(domainEvent("notification.stored.1", uaid, routedAt, { channelId, version, reason: "offline" }))
+    } else if (routed.outcome === "dropped") {
+      events.record(domainEvent("notification.expired.1", uaid, routedAt, { version }))
     }
     return HttpServerResponse.empty({
       status: 201,
-      headers: { location: locationBase + messageId, ttl: String(ttl) }
+      headers: { location: locationBase + version, ttl: String(ttl) }
     })
   })
 

@@ -215,6 +215,8 @@ export const makeMetrics = (forward?: MetricsForwarder): MetricsService & { read
 
 const sortedTagsOf = (s: Series): Tags => (s.metric.attributes ?? {}) as Tags
 
+const NOOP: Counter & Gauge & Timer = { inc: () => {}, set: () => {}, add: () => {}, record: () => {} }
+
 // ── statsd ──────────────────────────────────────────────────────────────────────────────────────
 
 export interface StatsdOptions {
@@ -301,4 +303,15 @@ export class Metrics extends Context.Service<Metrics, MetricsService>()("autopus
 
   /** The registry only (no statsd): read values back with `value`, `snapshot`, `prometheus`. */
   static readonly layerMemory: Layer.Layer<Metrics> = Layer.sync(Metrics, () => Metrics.of(makeMetrics()))
+
+  /** Metrics that go nowhere: for code that has to record and a context that does not care. */
+  static readonly layerNoop: Layer.Layer<Metrics> = Layer.succeed(Metrics, Metrics.of({
+    counter: () => NOOP,
+    gauge: () => NOOP,
+    timer: () => NOOP,
+    sampled: () => () => {},
+    value: () => undefined,
+    snapshot: () => [],
+    prometheus: () => ""
+  }))
 }

@@ -5,9 +5,9 @@
  *   which the metrics sink makes `notification.routed` / `notification.route_time` and the trace
  *   shows the endpoint's half of a direct delivery.
  */
-import { Clock, Effect, Option } from "effect"
-import { HttpServerRequest, type HttpServerResponse } from "effect/http"
-import { type ApiError, toErrorResponse } from "../domain/errors.ts"
+import { Clock, Effect } from "effect"
+import { HttpServerRequest, HttpServerResponse } from "effect/http"
+import { type ApiError, Overloaded, toErrorResponse } from "../domain/errors.ts"
 import { domainEvent, type RouteOutcome } from "../domain/events.ts"
 import { WebPushRouter, type WebPushRouterService } from "../routers/webpush.ts"
 import { METRICS } from "./catalog.ts"
@@ -19,17 +19,17 @@ export const recordRouting = (router: WebPushRouterService, events: EventLogServ
   route: (user, table, notification) =>
     Effect.suspend(() => {
       const start = performance.now()
-      const record = (outcome: RouteOutcome) =>
+      const record = (outcome: RouteOutcome, version = notification.version) =>
         Effect.map(Clock.currentTimeMillis, (now) =>
           events.record(domainEvent("notification.routed.1", user.uaid, now, {
             channelId: notification.channelId,
-            version: notification.version,
+            version,
             outcome,
             durationMs: Math.round((performance.now() - start) * 1000) / 1000
           }))
         )
       return router.route(user, table, notification).pipe(
-        Effect.tap(record),
+        Effect.tap((routed) => record(routed.outcome, routed.notification.version)),
         Effect.tapError(() => record("failed"))
       )
     })
@@ -51,9 +51,13 @@ export interface EndpointInstrumentation {
   readonly withRouting: <A, E, R>(handlers: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R | WebPushRouter>
   /** Count an error response. */
   readonly onError: (error: ApiError) => void
-  /** In-flight and timing around the whole request handler. */
+  /**
+   * In-flight and timing around the whole request handler; with `maxInFlight` requests in hand, a
+   * new one is answered 503/201 (Retry-After) at once, without being read.
+   */
   readonly instrument: <E, R>(
-    app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
+    app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+    maxInFlight: number
   ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest>
 }
 
@@ -88,13 +92,21 @@ export const makeEndpointInstrumentation = (metrics: MetricsService, events: Eve
       const { status, body } = toErrorResponse(error)
       requestError(`${body.errno ?? "none"} ${status}`).inc()
     },
-    instrument: (app) =>
-      Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
+    instrument: (app, maxInFlight) => {
+      let handling = 0
+      return Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
+        if (handling >= maxInFlight) {
+          const { status, headers, body } = toErrorResponse(new Overloaded())
+          requestError(`${body.errno} ${status}`).inc()
+          return Effect.succeed(HttpServerResponse.jsonUnsafe(body, { status, headers: { ...headers, connection: "close" } }))
+        }
         const start = performance.now()
+        handling++
         inFlight.add(1)
         return app.pipe(
           Effect.onExit((exit) =>
             Effect.sync(() => {
+              handling--
               inFlight.add(-1)
               if (exit._tag === "Success") {
                 requestTime(`${routeLabel(request.url)} ${exit.value.status}`).record(performance.now() - start)
@@ -103,14 +115,13 @@ export const makeEndpointInstrumentation = (metrics: MetricsService, events: Eve
           )
         )
       })
+    }
   }
 }
 
-/** The endpoint's instrumentation when `Metrics` is provided; undefined otherwise. */
-export const endpointInstrumentation: Effect.Effect<EndpointInstrumentation | undefined, never, EventLog> = Effect.gen(
+/** The endpoint's instrumentation over the node's `Metrics` and `EventLog`. */
+export const endpointInstrumentation: Effect.Effect<EndpointInstrumentation, never, Metrics | EventLog> = Effect.gen(
   function*() {
-    const metrics = yield* Effect.serviceOption(Metrics)
-    if (Option.isNone(metrics)) return undefined
-    return makeEndpointInstrumentation(metrics.value, yield* EventLog)
+    return makeEndpointInstrumentation(yield* Metrics, yield* EventLog)
   }
 )

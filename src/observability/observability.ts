@@ -123,25 +123,23 @@ export interface ConnectionCounts {
 }
 
 /**
- * The connection node's observability, from whatever of `Metrics` / `MessageTrace` is provided:
+ * The connection node's observability: `Metrics`, and the `MessageTrace` when provided:
  * registers the `ua.connections` / `ua.sockets` gauges for the scope, and returns what
  * `handleRouterRequest` serves.
  */
 export const routerObservability = (
   registry: ConnectionCounts
-): Effect.Effect<RouterObservability, never, Scope.Scope> =>
+): Effect.Effect<RouterObservability, never, Metrics | Scope.Scope> =>
   Effect.gen(function*() {
-    const metrics = Option.getOrUndefined(yield* Effect.serviceOption(Metrics))
+    const metrics = yield* Metrics
     const trace = Option.getOrUndefined(yield* Effect.serviceOption(MessageTrace))
-    if (metrics !== undefined) {
-      const connections = metrics.sampled(METRICS.connections.name, {}, () => registry.count())
-      const sockets = metrics.sampled(METRICS.sockets.name, {}, () => registry.connections.size)
-      yield* Effect.addFinalizer(() =>
-        Effect.sync(() => {
-          connections()
-          sockets()
-        })
-      )
-    }
+    const connections = metrics.sampled(METRICS.connections.name, {}, () => registry.count())
+    const sockets = metrics.sampled(METRICS.sockets.name, {}, () => registry.connections.size)
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        connections()
+        sockets()
+      })
+    )
     return { metrics, trace }
   })

@@ -19,6 +19,8 @@ export type CloseKind =
   | "pong-timeout"
   | "shutdown" // node draining: Firefox reconnects elsewhere
   | "internal-error" // a bug while handling this connection (logged); the node carries on
+  | "slow-client" // the client does not read what it is sent (max_send_buffer): closed, its messages kept
+  | "control-flood" // ping/pong frames faster than max_control_frames_per_second
 
 export class SessionClose extends Data.TaggedError("SessionClose")<{ readonly kind: CloseKind }> {}
 
@@ -35,7 +37,9 @@ const frames: { readonly [K in CloseKind]: { readonly code: number; readonly rea
   "hello-timeout": { code: 1011, reason: "HandshakeTimeout" },
   "pong-timeout": { code: 1011, reason: "PongTimeout" },
   shutdown: { code: 1001, reason: "Shutdown" },
-  "internal-error": { code: 1011, reason: "InternalError" }
+  "internal-error": { code: 1011, reason: "InternalError" },
+  "slow-client": { code: 1013, reason: "SlowClient" },
+  "control-flood": { code: 1008, reason: "ControlFlood" }
 }
 
 export const closeFrame = (kind: CloseKind): { readonly code: number; readonly reason: string } => frames[kind]

@@ -394,15 +394,15 @@ export class SessionRunner {
       const before = yield* storage.getUser(uaid)
       if (before === undefined) return [] // dropped meanwhile: nobody to keep them for
       const table = before.currentMonth ?? command.table
-      yield* storage.saveMessages(uaid, table, messages)
+      const saved = yield* storage.saveMessages(uaid, table, messages)
       yield* storage.clearNodeId(uaid, options.routerUrl, connectedAt)
       const after = yield* storage.getUser(uaid)
       if (after?.currentMonth !== undefined && after.currentMonth !== table) {
-        yield* storage.saveMessages(uaid, after.currentMonth, messages)
-        for (const n of messages) yield* storage.deleteMessage(uaid, table, chidMessageId(n), n.version)
+        yield* storage.saveMessages(uaid, after.currentMonth, saved)
+        for (const n of saved) yield* storage.deleteMessage(uaid, table, chidMessageId(n), n.version)
       }
       if (after?.nodeId !== undefined && after.connectedAt !== connectedAt) peers.notify(after.nodeId, uaid)
-      return messages
+      return saved
     })
   }
 }

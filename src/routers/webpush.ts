@@ -4,18 +4,26 @@
  * 1. the user has a `node_id` → `PUT {node}/push/{uaid}`; 200 → delivered ("direct"); another status
  *    → go on; a transport failure → clear `node_id` (only if it and `connected_at` still match), go on;
  * 2. TTL 0 → nothing is stored ("dropped");
- * 3. store in the user's message table (failure → 503/201);
+ * 3. store in the user's message table (failure → 503/201); a timestamp message whose ms is taken
+ *    for its channel goes to the next ms, under a new id;
  * 4. re-read the user: gone → 410/105; connected somewhere → `PUT {node}/notif/{uaid}` so that node
  *    picks the message up (a client that reconnected while we stored would otherwise miss it).
  */
 import { Context, Effect, Layer } from "effect"
 import { StorageUnavailable, UserDeletedDuringRouting } from "../domain/errors.ts"
-import type { Notification } from "../domain/notification.ts"
+import { type Notification, sortkeyMs } from "../domain/notification.ts"
+import { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { Storage } from "../storage/Storage.ts"
 import { NodeClient } from "./NodeClient.ts"
 
 export type RouteOutcome = "direct" | "stored" | "dropped"
+
+/** What became of a message: its outcome, and the message as routed (stored at a later ms, it has a new id). */
+export interface Routed {
+  readonly outcome: RouteOutcome
+  readonly notification: Notification
+}
 
 /** Spans on the per-message path skip capturing a stack trace. */
 const NO_STACK = { captureStackTrace: false } as const
@@ -26,17 +34,33 @@ export interface WebPushRouterService {
     user: UserRecord,
     table: string,
     notification: Notification
-  ) => Effect.Effect<RouteOutcome, StorageUnavailable | UserDeletedDuringRouting>
+  ) => Effect.Effect<Routed, StorageUnavailable | UserDeletedDuringRouting>
 }
 
 export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterService>()(
   "autopush/routers/WebPushRouter"
 ) {
-  static readonly layer: Layer.Layer<WebPushRouter, never, Storage | NodeClient> = Layer.effect(
+  static readonly layer: Layer.Layer<WebPushRouter, never, Storage | NodeClient | EndpointCrypto> = Layer.effect(
     WebPushRouter,
     Effect.gen(function*() {
       const storage = yield* Storage
       const node = yield* NodeClient
+      const crypto = yield* EndpointCrypto
+
+      /**
+       * Step 3: store. Two timestamp messages of one channel in the same ms would share a storage key:
+       * the later one takes the next free ms, with a message id that names it. (A topic message that
+       * a newer one of its topic superseded meanwhile is not written: it was replaced.)
+       */
+      const store = Effect.fnUntraced(function*(uaid: string, table: string, first: Notification) {
+        let notification = first
+        while ((yield* storage.saveMessage(uaid, table, notification)) === "taken") {
+          const sortkeyTimestamp = sortkeyMs(notification) + 1
+          const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: notification.channelId, sortkeyTimestamp })
+          notification = { ...notification, sortkeyTimestamp, version }
+        }
+        return notification
+      })
 
       /** The node is gone: forget it unless the client has reconnected since (then the record changed). */
       const forgetNode = (uaid: string, nodeId: string, connectedAt: number) =>
@@ -72,22 +96,22 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         user: UserRecord,
         table: string,
         notification: Notification
-      ): Effect.fn.Return<RouteOutcome, StorageUnavailable | UserDeletedDuringRouting> {
-        if (user.nodeId !== undefined && (yield* deliverDirect(user, user.nodeId, notification))) return "direct"
-        if (notification.ttl === 0) return "dropped"
-        yield* storage.saveMessage(user.uaid, table, notification).pipe(
+      ): Effect.fn.Return<Routed, StorageUnavailable | UserDeletedDuringRouting> {
+        if (user.nodeId !== undefined && (yield* deliverDirect(user, user.nodeId, notification))) return { outcome: "direct", notification }
+        if (notification.ttl === 0) return { outcome: "dropped", notification }
+        const stored = yield* store(user.uaid, table, notification).pipe(
           Effect.tapError((error) => Effect.logError("storing a notification failed", error)),
           Effect.mapError(() => new StorageUnavailable()),
           Effect.withSpan("notification.store", undefined, NO_STACK)
         )
         yield* pokeCurrentNode(user.uaid)
-        return "stored"
+        return { outcome: "stored", notification: stored }
       })
 
       return WebPushRouter.of({
         route: (user, table, notification) =>
           route(user, table, notification).pipe(
-            Effect.tap((outcome) => Effect.annotateCurrentSpan("autopush.outcome", outcome)),
+            Effect.tap((routed) => Effect.annotateCurrentSpan("autopush.outcome", routed.outcome)),
             Effect.withSpan("notification.route", undefined, NO_STACK)
           )
       })

@@ -15,6 +15,7 @@
 import { Context, Data, Effect } from "effect"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
+import type { SaveOutcome } from "./model.ts"
 
 export class StorageError extends Data.TaggedError("StorageError")<{
   readonly operation: string
@@ -81,13 +82,22 @@ export interface StorageService {
   readonly getChannels: (uaid: string, table: string) => Effect.Effect<ReadonlySet<string>, StorageError>
   /** Whether the user's set in that table holds the channel (one read, whatever the size of the set). */
   readonly hasChannel: (uaid: string, table: string, channelId: string) => Effect.Effect<boolean, StorageError>
-  /** Store a message; a topic message replaces the channel's previous message with that topic. */
-  readonly saveMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<void, StorageError>
+  /**
+   * Store a message. A topic message replaces the channel's message of that topic unless that one was
+   * accepted later (`superseded`). A timestamp message never replaces another: `taken` when its sort
+   * key (channel and ms) holds one — the caller takes the next ms, with a message id of its own.
+   */
+  readonly saveMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<SaveOutcome, StorageError>
+  /**
+   * Store messages whose ids are already out (unacked at a disconnect, a month move): a timestamp
+   * message whose sort key is taken goes to the next free ms (its id stays); a topic message a newer
+   * one superseded is left out. The messages as stored.
+   */
   readonly saveMessages: (
     uaid: string,
     table: string,
     messages: ReadonlyArray<Notification>
-  ) => Effect.Effect<void, StorageError>
+  ) => Effect.Effect<ReadonlyArray<Notification>, StorageError>
   /** Unexpired topic messages, at most `limit`. */
   readonly fetchTopicMessages: (
     uaid: string,

@@ -28,9 +28,11 @@ import {
   type WriteRequest
 } from "@aws-sdk/client-dynamodb"
 import { Clock, Effect, Layer, Predicate, Schedule } from "effect"
-import type { Notification } from "../domain/notification.ts"
+import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
+  nextFreeMs,
+  type SaveOutcome,
   CHANNEL_END,
   CHANNEL_PREFIX,
   channelSortKey,
@@ -163,7 +165,7 @@ const messageToItem = (uaid: string, n: Notification): Item => ({
   ttl: N(n.ttl),
   timestamp: N(n.timestamp),
   expiry: N(expiryOf(n)),
-  ...(n.topic !== undefined ? { topic: S(n.topic) } : {}),
+  ...(n.topic !== undefined ? { topic: S(n.topic), ...(n.sortkeyTimestamp !== undefined ? { sortkey_timestamp: N(n.sortkeyTimestamp) } : {}) } : {}),
   ...(n.data !== undefined ? { data: S(n.data) } : {}),
   ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
 })
@@ -179,7 +181,9 @@ const messageFromItem = (item: Item): Notification | undefined => {
     version,
     ttl: num(item.ttl) ?? 0,
     timestamp: num(item.timestamp) ?? 0,
-    ...(key.topic !== undefined ? { topic: key.topic } : { sortkeyTimestamp: key.sortkeyTimestamp }),
+    ...(key.topic !== undefined
+      ? { topic: key.topic, ...(item.sortkey_timestamp?.N !== undefined ? { sortkeyTimestamp: Number(item.sortkey_timestamp.N) } : {}) }
+      : { sortkeyTimestamp: key.sortkeyTimestamp }),
     ...(data !== undefined ? { data } : {}),
     ...(headers !== undefined ? { headers: unmarshal({ M: headers }) as Record<string, string> } : {})
   }
@@ -547,21 +551,40 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         return legacy?.SS?.includes(channelId) ?? false
       })
 
-      const saveMessage = (uaid: string, table: string, message: Notification) =>
-        call("saveMessage", (o) =>
-          client.send(new PutItemCommand({ TableName: table, Item: messageToItem(uaid, message) }), o)).pipe(
-            Effect.asVoid
+      /**
+       * A timestamp message only goes to a free sort key; a topic message replaces an older one (rows
+       * of older versions carry no ms: their `timestamp` seconds are compared).
+       */
+      const putMessage = (operation: string, uaid: string, table: string, message: Notification): Effect.Effect<SaveOutcome, StorageError> => {
+        const condition = message.topic === undefined
+          ? {
+            ConditionExpression: "attribute_not_exists(#chidmessageid)",
+            ExpressionAttributeNames: { "#chidmessageid": "chidmessageid" }
+          }
+          : {
+            ConditionExpression:
+              "attribute_not_exists(#chidmessageid) OR #sortkey <= :ms OR (attribute_not_exists(#sortkey) AND #timestamp <= :seconds)",
+            ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#sortkey": "sortkey_timestamp", "#timestamp": "timestamp" },
+            ExpressionAttributeValues: { ":ms": N(sortkeyMs(message)), ":seconds": N(Math.floor(sortkeyMs(message) / 1000)) }
+          }
+        return conditional(call(operation, (o) =>
+          client.send(new PutItemCommand({ TableName: table, Item: messageToItem(uaid, message), ...condition }), o))).pipe(
+            Effect.map((written): SaveOutcome => written ? "stored" : message.topic === undefined ? "taken" : "superseded")
           )
-
-      const saveMessages = (uaid: string, table: string, messages: ReadonlyArray<Notification>) => {
-        // One batch may not name a key twice: the last message for a key wins, as with single puts.
-        const byKey = new Map(messages.map((m) => [messageSortKey(m), m]))
-        return batchWrite(
-          "saveMessages",
-          table,
-          Array.from(byKey.values(), (m) => ({ PutRequest: { Item: messageToItem(uaid, m) } }))
-        )
       }
+
+      const saveMessage = (uaid: string, table: string, message: Notification) => putMessage("saveMessage", uaid, table, message)
+
+      const saveMessages = Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
+        const saved: Array<Notification> = []
+        for (const message of messages) {
+          let placed = message
+          let outcome = yield* putMessage("saveMessages", uaid, table, placed)
+          while (outcome === "taken") outcome = yield* putMessage("saveMessages", uaid, table, placed = nextFreeMs(placed))
+          if (outcome === "stored") saved.push(placed)
+        }
+        return saved
+      })
 
       const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {
         const now = yield* Clock.currentTimeMillis

@@ -13,6 +13,9 @@ import {
   isVisible,
   messageSortKey,
   META_SORT_KEY,
+  nextFreeMs,
+  type SaveOutcome,
+  sortkeyMs,
   sortKeyMsOf,
   storedNotification,
   storedUser,
@@ -165,16 +168,34 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       return new Set(t.get(uaid)?.chids ?? []) as ReadonlySet<string>
     })
 
-    const save = Effect.fnUntraced(function*(
-      operation: string,
-      uaid: string,
-      table: string,
-      messages: ReadonlyArray<Notification>
-    ) {
-      const t = yield* messageTable(operation, table)
-      if (messages.length === 0) return
+    /** Topic messages replace an older one; a timestamp message is not written over another. */
+    const put = (rows: UserRows, message: Notification): SaveOutcome => {
+      const key = messageSortKey(message)
+      const existing = rows.messages.get(key)
+      if (existing !== undefined) {
+        if (message.topic === undefined) return "taken"
+        if (sortkeyMs(existing) > sortkeyMs(message)) return "superseded"
+      }
+      rows.messages.set(key, storedNotification(message))
+      return "stored"
+    }
+
+    const saveMessage = Effect.fnUntraced(function*(uaid: string, table: string, message: Notification) {
+      const t = yield* messageTable("saveMessage", table)
+      return put(rowsOf(t, uaid), message)
+    })
+
+    const saveMessages = Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
+      const t = yield* messageTable("saveMessages", table)
       const rows = rowsOf(t, uaid)
-      for (const message of messages) rows.messages.set(messageSortKey(message), storedNotification(message))
+      const saved: Array<Notification> = []
+      for (const message of messages) {
+        let placed = message
+        let outcome = put(rows, placed)
+        while (outcome === "taken") outcome = put(rows, placed = nextFreeMs(placed))
+        if (outcome === "stored") saved.push(placed)
+      }
+      return saved
     })
 
     const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {
@@ -276,8 +297,8 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       removeChannel,
       getChannels,
       hasChannel,
-      saveMessage: (uaid, table, message) => save("saveMessage", uaid, table, [message]),
-      saveMessages: (uaid, table, messages) => save("saveMessages", uaid, table, messages),
+      saveMessage,
+      saveMessages,
       fetchTopicMessages,
       fetchTimestampMessages,
       deleteMessage,

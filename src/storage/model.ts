@@ -62,6 +62,16 @@ export const parseSortKey = (key: string): ParsedSortKey | undefined => {
 /** Ms of a timestamp sort key (the `lastSortKey` of a page). */
 export const sortKeyMsOf = (key: string): number | undefined => parseSortKey(key)?.sortkeyTimestamp
 
+/**
+ * What saving a message did: stored; `taken` — a timestamp message's sort key holds another message
+ * (nothing written: it belongs at a later ms); `superseded` — a topic already holds a newer message
+ * (nothing written: the newer one replaced it).
+ */
+export type SaveOutcome = "stored" | "taken" | "superseded"
+
+/** A timestamp message moved to the next ms, its sort key being taken (its id stays). */
+export const nextFreeMs = (n: Notification): Notification => ({ ...n, sortkeyTimestamp: sortkeyMs(n) + 1 })
+
 /** The DynamoDB TTL attribute (seconds): when the message stops being deliverable. */
 export const expiryOf = (n: Notification): number => n.timestamp + n.ttl
 
@@ -77,9 +87,9 @@ export const plainData = (data: Readonly<Record<string, unknown>>): Record<strin
   JSON.parse(JSON.stringify(data)) as Record<string, unknown>
 
 /**
- * A message as it reads back from storage: channel/topic/sort ms come from the sort key (a topic
- * message has no `sortkeyTimestamp`, a timestamp message always has one), absent optional fields
- * are absent rather than `undefined`.
+ * A message as it reads back from storage: channel/topic/sort ms come from the sort key (a timestamp
+ * message always has a `sortkeyTimestamp`; a topic message keeps the one it was stored with, if any),
+ * absent optional fields are absent rather than `undefined`.
  */
 export const storedNotification = (n: Notification): Notification => {
   const base: Notification = {
@@ -90,7 +100,8 @@ export const storedNotification = (n: Notification): Notification => {
     ...(n.data !== undefined ? { data: n.data } : {}),
     ...(n.headers !== undefined ? { headers: { ...n.headers } } : {})
   }
-  return n.topic !== undefined ? { ...base, topic: n.topic } : { ...base, sortkeyTimestamp: sortkeyMs(n) }
+  if (n.topic === undefined) return { ...base, sortkeyTimestamp: sortkeyMs(n) }
+  return n.sortkeyTimestamp === undefined ? { ...base, topic: n.topic } : { ...base, topic: n.topic, sortkeyTimestamp: n.sortkeyTimestamp }
 }
 
 /** A router record as it reads back: fields that are `undefined` are absent. */

@@ -1,6 +1,21 @@
-/** A small WebSocket push client for tests over real sockets, plus a raw HTTP helper. */
+/** A small WebSocket push client for tests over real sockets, a raw HTTP helper, and test node options. */
 import { request } from "node:http"
 import WebSocket from "ws"
+import { connectionNodeOptions } from "../../src/bin/app.ts"
+import { makeSettings } from "../../src/config/index.ts"
+import type { ConnectionNodeOptions } from "../../src/connection/node.ts"
+
+/** A connection node on free ports with short timers, for tests over real sockets. */
+export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
+  ...connectionNodeOptions(makeSettings()),
+  port: 0,
+  routerPort: 0,
+  bindHost: "127.0.0.1",
+  helloTimeoutMs: 2_000,
+  closeGraceMs: 200,
+  tickMs: 100,
+  shutdownTimeoutMs: 2_000
+}
 
 export interface TestClient {
   readonly ws: WebSocket

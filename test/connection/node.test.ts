@@ -8,30 +8,19 @@ import { connect as tcpConnect } from "node:net"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { connectionNodeOptions } from "../../src/bin/app.ts"
-import { makeSettings } from "../../src/config/index.ts"
-import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
+import { ConnectionNode } from "../../src/connection/node.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { layerEmbedded } from "../../src/storage/embedded.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
-import { httpRequest, openClient } from "./client.ts"
+import { httpRequest, nodeOptions, openClient } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 
-export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
-  ...connectionNodeOptions(makeSettings()),
-  port: 0,
-  routerPort: 0,
-  bindHost: "127.0.0.1",
-  helloTimeoutMs: 2_000,
-  closeGraceMs: 200,
-  tickMs: 100,
-  shutdownTimeoutMs: 2_000
-}
 
 /** A new client with one registered channel (CHID). */
 const subscribe = (ws: string) =>
@@ -50,7 +39,7 @@ const storageOptions = { routerTable: "router", messageTablePrefix: "message", n
 const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
   ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(Layer.provideMerge(storage))),
-    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
+    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
   )
 
 const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>

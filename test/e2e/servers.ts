@@ -141,6 +141,7 @@ const startSeparateOnce = async (): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
   const dynamoPort = await freePort()
+  const metricsPort = await freePort()
   const output: Array<string> = []
   const dynalite = spawn(process.execPath, [join(root, "node_modules/dynalite/cli.js"), "--port", String(dynamoPort), "--path", join(cwd, "db")], {
     stdio: ["ignore", "pipe", "pipe"]
@@ -163,7 +164,7 @@ const startSeparateOnce = async (): Promise<Deployment> => {
   }
   const up = async () => {
     await upConnection()
-    endpoint = start("src/bin/autoendpoint.ts", shared, output, cwd)
+    endpoint = start("src/bin/autoendpoint.ts", [...shared, "--metrics-port", String(metricsPort)], output, cwd)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
   }
   await up().catch(async (error: unknown) => {

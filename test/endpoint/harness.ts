@@ -13,6 +13,7 @@ import type { Notification } from "../../src/domain/notification.ts"
 import type { UserRecord } from "../../src/domain/user.ts"
 import { defaultEndpointOptions, type EndpointOptions } from "../../src/endpoint/options.ts"
 import { boundPort, EndpointServer } from "../../src/endpoint/server.ts"
+import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { NodeClient, type NodeClientService, NodeTransportError } from "../../src/routers/NodeClient.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
@@ -129,7 +130,7 @@ export const nodeCalls = (uaid: string) =>
 // ── the endpoint ─────────────────────────────────────────────────────────────────────────────────
 
 /** Storage, crypto and the event log: what the endpoint needs besides its router. */
-export const Shared = Layer.mergeAll(TestStorage, EndpointCrypto.layerTest, EventLog.layerMemory)
+export const Shared = Layer.mergeAll(TestStorage, EndpointCrypto.layerTest, EventLog.layerMemory, Metrics.layerMemory)
 
 /** The endpoint server (port 0) with the given node client layer. */
 export const endpointWith = <ROut, E>(nodeClient: Layer.Layer<ROut, E, never>, endpointOptions: EndpointOptions = options) =>

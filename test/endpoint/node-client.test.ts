@@ -218,9 +218,11 @@ describe("EndpointServer.layer: the endpoint with the real NodeClient", () => {
           ttl: 90,
           topic: "abc",
           timestamp: body.timestamp,
+          sortkey_timestamp: body.sortkey_timestamp,
           data: Buffer.from("payload").toString("base64url"),
           headers: { encoding: "aes128gcm" }
         })
+        assert.strictEqual(Math.floor(body.sortkey_timestamp / 1000), body.timestamp, "the ms it was accepted at")
         assert.deepStrictEqual(yield* messagesOf(sub), [])
       }).pipe(Effect.scoped))
 

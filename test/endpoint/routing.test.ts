@@ -268,16 +268,28 @@ describe("routing", () => {
         const sub = yield* subscribe()
         const id = messageIdOf((yield* push(sub, { ttl: 30 })).headers["location"])
         const zero = messageIdOf((yield* push(sub, { ttl: 0 })).headers["location"])
-        assert.deepStrictEqual(events.filter((e) => e.uaid === sub.uaid).map(({ time: _, ...e }) => e), [
-          { type: "notification.accepted.1", uaid: sub.uaid, data: { channelId: sub.channelId, version: id, ttl: 30 } },
-          {
-            type: "notification.stored.1",
-            uaid: sub.uaid,
-            data: { channelId: sub.channelId, version: id, reason: "offline" }
-          },
-          { type: "notification.accepted.1", uaid: sub.uaid, data: { channelId: sub.channelId, version: zero, ttl: 0 } },
-          { type: "notification.expired.1", uaid: sub.uaid, data: { version: zero } }
-        ])
+        const routed = (version: string, outcome: string) => ({
+          type: "notification.routed.1",
+          uaid: sub.uaid,
+          data: { channelId: sub.channelId, version, outcome }
+        })
+        assert.deepStrictEqual(
+          events.filter((e) => e.uaid === sub.uaid).map(({ time: _, ...e }) =>
+            e.type === "notification.routed.1" ? { ...e, data: { ...e.data, durationMs: undefined } } : e
+          ).map((e) => JSON.parse(JSON.stringify(e))),
+          [
+            { type: "notification.accepted.1", uaid: sub.uaid, data: { channelId: sub.channelId, version: id, ttl: 30 } },
+            routed(id, "stored"),
+            {
+              type: "notification.stored.1",
+              uaid: sub.uaid,
+              data: { channelId: sub.channelId, version: id, reason: "offline" }
+            },
+            { type: "notification.accepted.1", uaid: sub.uaid, data: { channelId: sub.channelId, version: zero, ttl: 0 } },
+            routed(zero, "dropped"),
+            { type: "notification.expired.1", uaid: sub.uaid, data: { version: zero } }
+          ]
+        )
       }))
   })
 })

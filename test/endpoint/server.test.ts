@@ -156,7 +156,7 @@ describe("log check", () => {
           const reply = yield* request({ method: "GET", path })
           assert.strictEqual(reply.status, 418)
           assert.deepStrictEqual(reply.json(), errorBody(418, 999, "I'm a teapot", "LogCheck"))
-          assert.deepStrictEqual(logged, [{ level: "Error", message: JSON.stringify(["Test Critical Message"]) }])
+          assert.deepStrictEqual(logged.filter((l) => l.level === "Error"), [{ level: "Error", message: JSON.stringify(["Test Critical Message"]) }])
         }
       }))
   })

@@ -87,7 +87,7 @@ describe("VAPID accepted", () => {
         assert.strictEqual(quoted.status, 201)
       }))
 
-    it.effect("jose: claim edges that pass (exp within the 60 s leeway, 24 h ahead, aud with a slash, no sub)", () =>
+    it.effect("jose: claim edges that pass (exp within the 60 s leeway, 24 h ahead, no sub)", () =>
       Effect.gen(function*() {
         const keys = yield* vapidKeys
         const sub = yield* subscribe({ key: keys.raw })
@@ -95,13 +95,35 @@ describe("VAPID accepted", () => {
           const claims of [
             { ...goodClaims(), exp: nowSeconds() - 30 },
             { ...goodClaims(), exp: nowSeconds() + 86_400 - 5 },
-            { ...goodClaims(), aud: `${ORIGIN}/` },
             { aud: ORIGIN, exp: nowSeconds() + 60 }
           ]
         ) {
           const jwt = yield* Effect.promise(() => keys.sign(claims))
           const reply = yield* push(sub, { authorization: `vapid t=${jwt}, k=${keys.publicKey}` })
           assert.strictEqual(reply.status, 201, `${JSON.stringify(claims)}: ${reply.text}`)
+        }
+      }))
+
+    it.effect("aud must be the origin exactly: a path, a trailing slash, another case or port → 401/109", () =>
+      Effect.gen(function*() {
+        const keys = yield* vapidKeys
+        const sub = yield* subscribe({ key: keys.raw })
+        const url = new URL(ORIGIN)
+        for (
+          const aud of [
+            `${ORIGIN}/`,
+            `${ORIGIN}/wpush`,
+            ORIGIN.toUpperCase(),
+            `${url.protocol.toUpperCase()}//${url.host}`,
+            `${url.protocol}//${url.hostname}:1`,
+            `${ORIGIN} `
+          ]
+        ) {
+          const jwt = yield* Effect.promise(() => keys.sign({ ...goodClaims(), aud }))
+          const reply = yield* push(sub, { authorization: `vapid t=${jwt}, k=${keys.publicKey}` })
+          assert.strictEqual(reply.status, 401, aud)
+          assert.strictEqual(reply.json().errno, 109)
+          assert.strictEqual(reply.json().message, "Invalid VAPID audience")
         }
       }))
 

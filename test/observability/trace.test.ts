@@ -98,7 +98,7 @@ const health: HealthSource = { storageStatus: () => Promise.resolve({ ok: true }
 const routerPort = (registry: NodeRegistryService, observability: RouterObservability) =>
   Effect.acquireRelease(
     Effect.callback<Server>((resume) => {
-      const server = createServer((req, res) => handleRouterRequest(req, res, registry, health, observability))
+      const server = createServer(handleRouterRequest(registry, health, observability))
       server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
     }),
     (server) => Effect.callback<void>((resume) => void server.close(() => resume(Effect.void)))
@@ -201,7 +201,7 @@ describe("GET /__trace__/{message_id}", () => {
       const registry = makeNodeRegistry()
       const port = yield* Effect.acquireRelease(
         Effect.callback<Server>((resume) => {
-          const server = createServer((req, res) => handleRouterRequest(req, res, registry, health))
+          const server = createServer(handleRouterRequest(registry, health))
           server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
         }),
         (server) => Effect.callback<void>((resume) => void server.close(() => resume(Effect.void)))

@@ -160,7 +160,7 @@ export const pushMessage = (
       ttl: options.ttl ?? 60,
       topic: options.topic,
       timestamp: Math.floor(nowMs / 1000),
-      sortkeyTimestamp: options.topic === undefined ? nowMs : undefined,
+      sortkeyTimestamp: nowMs,
       data: options.data,
       headers: options.data === undefined ? undefined : { encoding: "aes128gcm" }
     }
@@ -168,11 +168,15 @@ export const pushMessage = (
     if (options.direct !== false && session !== undefined && session.mailbox.offerDelivery({ _tag: "Delivery", notification })) {
       return { notification, direct: true }
     }
-    if (notification.ttl > 0) {
-      yield* storage.saveMessage(uaid, user.currentMonth, notification)
-      session?.mailbox.offer({ _tag: "CheckStorage" })
+    if (notification.ttl === 0) return { notification, direct: false }
+    // As the endpoint: a timestamp message whose ms is taken on its channel goes to the next one.
+    let stored = notification
+    while ((yield* storage.saveMessage(uaid, user.currentMonth, stored)) === "taken") {
+      const sortkeyTimestamp = (stored.sortkeyTimestamp as number) + 1
+      stored = { ...stored, sortkeyTimestamp, version: yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId, sortkeyTimestamp }) }
     }
-    return { notification, direct: false }
+    session?.mailbox.offer({ _tag: "CheckStorage" })
+    return { notification: stored, direct: false }
   })
 
 /** Hand every queued mailbox event of a client to its machine (what its fiber does). */

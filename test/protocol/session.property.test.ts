@@ -260,9 +260,10 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
 
     // Every accepted message ends acked, expired, replaced by a newer one of its topic, or (TTL 0)
     // dropped; none is left behind. A topic message is replaced by a later one of its topic that
-    // reached storage: stored at once, or delivered directly and saved when its session ended unacked.
+    // reached storage (stored at once, or delivered directly and saved when its session ended
+    // unacked) or reached the client (a TTL 0 one handed to its session: the client has the newer).
     const finalSec = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-    const replaces = (q: Pushed) => q.ttl > 0 && (!q.direct || !ackedDuringRun.has(q.version))
+    const replaces = (q: Pushed) => q.ttl > 0 ? !q.direct || !ackedDuringRun.has(q.version) : q.direct
     for (const [i, p] of pushed.entries()) {
       const superseded = p.topicKey !== undefined && pushed.slice(i + 1).some((q) => q.topicKey === p.topicKey && replaces(q))
       if (superseded) {

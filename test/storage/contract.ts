@@ -327,7 +327,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
         const topics = yield* s.fetchTopicMessages(uaid(1), table, 10)
         assert.deepStrictEqual(topics, [otherTopic, second, other].map(storedNotification)) // in sort-key order
-        assert.isUndefined(topics[1]?.sortkeyTimestamp)
+        assert.strictEqual(topics[1]?.sortkeyTimestamp, T0, "a topic message keeps the ms it was accepted at")
+        // An older message of a topic does not replace a newer one.
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "late", topic: "weather", sortkeyTimestamp: T0 - 5 })), "superseded")
         assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 2)).length, 2)
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(2), table, 10), [])
 
@@ -388,6 +390,27 @@ export const storageContract = (name: string, make: MakeStorage) =>
         yield* s.saveMessages(uaid(1), table, [])
         assert.deepStrictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).map((m) => m.version), ["topic-39"])
         assert.strictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 100)).messages.length, 36)
+      }))
+
+    test("a timestamp message never overwrites another: saveMessage says so, saveMessages moves it to the next free ms", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const first = message({ channelId: chid(1), version: "first", sortkeyTimestamp: T0 })
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, first), "stored")
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "same-ms", sortkeyTimestamp: T0 })), "taken")
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, message({ channelId: chid(2), version: "other-channel", sortkeyTimestamp: T0 })), "stored")
+        const saved = yield* s.saveMessages(uaid(1), table, [
+          message({ channelId: chid(1), version: "unacked-a", sortkeyTimestamp: T0 }),
+          message({ channelId: chid(1), version: "unacked-b", sortkeyTimestamp: T0 })
+        ])
+        assert.deepStrictEqual(saved.map((m) => [m.version, m.sortkeyTimestamp]), [["unacked-a", T0 + 1], ["unacked-b", T0 + 2]])
+        const page = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
+        assert.deepStrictEqual(page.messages.map((m) => m.version), ["first", "other-channel", "unacked-a", "unacked-b"])
+        // Topic messages still replace an older one; at a disconnect, one a newer message superseded is left out.
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "t1", topic: "t", sortkeyTimestamp: T0 })), "stored")
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "t2", topic: "t", sortkeyTimestamp: T0 + 1 })), "stored")
+        assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [message({ channelId: chid(1), version: "t0", topic: "t", sortkeyTimestamp: T0 - 1 })]), [])
+        assert.deepStrictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).map((m) => m.version), ["t2"])
       }))
 
     test("read cursor: per user and table, independent of the channel set", (s) =>

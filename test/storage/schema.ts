@@ -152,6 +152,24 @@ export const schemaSuite = (name: string, endpoint: () => string, options: { rea
         assert.isTrue(yield* s.removeChannel(uaid, table, fresh))
         assert.isFalse(yield* s.removeChannel(uaid, table, fresh))
         assert.deepStrictEqual([...(yield* s.getChannels(uaid, table))], [old2])
+
+        // A topic row written without the ms it was accepted at: its seconds decide which is newer.
+        yield* Effect.promise(() =>
+          client.send(new PutItemCommand({
+            TableName: table,
+            Item: {
+              uaid: { S: uaid },
+              chidmessageid: { S: `01:${old2}:news` },
+              updateid: { S: "legacy" },
+              ttl: { N: "600" },
+              timestamp: { N: "1700000000" },
+              expiry: { N: String(Math.floor(Date.now() / 1000) + 600) }
+            }
+          }))
+        )
+        const topic = { channelId: old2, topic: "news", ttl: 600, timestamp: 1_699_999_999 }
+        assert.strictEqual(yield* s.saveMessage(uaid, table, { ...topic, version: "older", sortkeyTimestamp: 1_699_999_999_500 }), "superseded")
+        assert.strictEqual(yield* s.saveMessage(uaid, table, { ...topic, version: "newer", sortkeyTimestamp: 1_700_000_001_000 }), "stored")
       }).pipe(
         Effect.provide(layerDynamo({ ...storageOptions, endpoint: endpoint(), region: "local" })),
         Effect.ensuring(Effect.sync(() => client.destroy()))

@@ -128,14 +128,16 @@ describe("sort keys", () => {
     assert.isUndefined(parseSortKey(`${chid}:legacy`))
   })
 
-  it("a stored message reads back without undefined fields; topic messages lose their sort ms", () => {
+  it("a stored message reads back without undefined fields; topic messages keep the ms they were accepted at, if any", () => {
     assert.deepStrictEqual(storedNotification(n({ data: undefined, topic: "t", sortkeyTimestamp: 5 })), {
       channelId: chid,
       version: "v",
       ttl: 60,
       timestamp: 1_700_000_000,
-      topic: "t"
+      topic: "t",
+      sortkeyTimestamp: 5
     })
+    assert.isFalse("sortkeyTimestamp" in storedNotification(n({ data: undefined, topic: "t", sortkeyTimestamp: undefined })))
     assert.strictEqual(storedNotification(n({})).sortkeyTimestamp, 1_700_000_000_000)
   })
 })

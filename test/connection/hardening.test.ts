@@ -1,0 +1,262 @@
+/**
+ * Hostile input against a connection node over real sockets: what used to end the process or drop
+ * connections silently now gets a defined answer (an error JSON of the table, or a documented close
+ * code), and the node carries on serving.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { connect as tcpConnect, type Socket } from "node:net"
+import WebSocket from "ws"
+import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
+import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { MORE_INFO } from "../../src/domain/errors.ts"
+import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
+import { Metrics } from "../../src/observability/Metrics.ts"
+import { EventLog } from "../../src/observability/EventLog.ts"
+import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { layerMemory } from "../../src/storage/memory.ts"
+import { createActiveTables } from "../../src/storage/Storage.ts"
+import { httpRequest, nodeOptions, openClient } from "./client.ts"
+
+const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
+
+const nodeWith = (overrides: Partial<Omit<ConnectionNodeOptions, "routerUrl">>) =>
+  ConnectionNode.layer({ ...nodeOptions, ...overrides }, (port) => `http://127.0.0.1:${port}`).pipe(
+    Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
+      Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
+    )),
+    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
+  )
+
+const urls = Effect.map(ConnectionNode, (node) => ({
+  ws: `ws://127.0.0.1:${node.port}/`,
+  router: `http://127.0.0.1:${node.routerPort}`,
+  routerPort: node.routerPort,
+  port: node.port
+}))
+
+const errorJson = (status: number, errno: number | null, error: string, message: string) => ({
+  code: status,
+  errno,
+  error,
+  message,
+  more_info: MORE_INFO
+})
+
+/** A raw HTTP exchange: what the server answered before closing, within `ms`. */
+const raw = (port: number, head: string, body: Buffer | string = "", ms = 3_000) =>
+  new Promise<{ readonly text: string; readonly closed: boolean }>((resolve) => {
+    const socket = tcpConnect(port, "127.0.0.1")
+    let text = ""
+    let closed = false
+    socket.on("data", (d) => (text += d.toString()))
+    socket.on("close", () => {
+      closed = true
+      resolve({ text, closed })
+    })
+    socket.on("error", () => {})
+    socket.write(head)
+    if (body.length > 0) socket.write(body)
+    setTimeout(() => {
+      resolve({ text, closed })
+      socket.destroy()
+    }, ms)
+  })
+
+/** A WebSocket handshake on a raw socket (so the test controls every frame, and whether it reads). */
+const rawWebSocket = (port: number) =>
+  new Promise<{ readonly socket: Socket; readonly received: () => Buffer }>((resolve, reject) => {
+    const socket = tcpConnect(port, "127.0.0.1", () =>
+      socket.write(
+        "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+      ))
+    let data = Buffer.alloc(0)
+    let upgraded = false
+    socket.on("data", (chunk) => {
+      data = Buffer.concat([data, chunk])
+      if (!upgraded && data.includes("\r\n\r\n")) {
+        upgraded = true
+        data = data.subarray(data.indexOf("\r\n\r\n") + 4)
+        resolve({ socket, received: () => data })
+      }
+    })
+    socket.on("error", reject)
+  })
+
+/** A masked client frame. */
+const frame = (opcode: number, payload: Buffer = Buffer.alloc(0)): Buffer => {
+  const mask = Buffer.from([1, 2, 3, 4])
+  const masked = Buffer.from(payload.map((b, i) => b ^ (mask[i % 4] as number)))
+  const length = payload.length < 126 ? Buffer.from([0x80 | payload.length]) : Buffer.from([0x80 | 126, payload.length >> 8, payload.length & 0xff])
+  return Buffer.concat([Buffer.from([0x80 | opcode]), length, mask, masked])
+}
+
+/** Server frames in a byte stream: opcode and payload. */
+const frames = (data: Buffer): Array<{ readonly opcode: number; readonly payload: Buffer }> => {
+  const out: Array<{ opcode: number; payload: Buffer }> = []
+  let at = 0
+  while (at + 2 <= data.length) {
+    let length = (data[at + 1] as number) & 0x7f
+    let start = at + 2
+    if (length === 126) {
+      length = data.readUInt16BE(at + 2)
+      start = at + 4
+    }
+    if (start + length > data.length) break
+    out.push({ opcode: (data[at] as number) & 0x0f, payload: data.subarray(start, start + length) })
+    at = start + length
+  }
+  return out
+}
+
+const closeOf = (data: Buffer) => {
+  const close = frames(data).find((f) => f.opcode === 8)
+  return close === undefined ? undefined : { code: close.payload.readUInt16BE(0), reason: close.payload.subarray(2).toString() }
+}
+
+describe("connection node: the router port refuses hostile requests, and stays up", () => {
+  const live = (title: string, test: () => Effect.Effect<void, unknown, ConnectionNode | EndpointCrypto>) =>
+    it.live(title, () => test().pipe(Effect.provide(nodeWith({ clientRequestTimeoutMs: 400 }))), 20_000)
+
+  live("a malformed percent-encoding in the path is a 404, not a crash", () =>
+    Effect.gen(function*() {
+      const { router } = yield* urls
+      for (const path of ["/push/%E0%A4%A", "/notif/%", "/notif/%ZZ/1", "/__trace__/%E0%A4%A"]) {
+        const reply = yield* Effect.promise(() => httpRequest("PUT", `${router}${path}`, "{}"))
+        assert.strictEqual(reply.status, 404, path)
+        assert.deepStrictEqual(JSON.parse(reply.body), errorJson(404, null, "Not Found", "Not Found"))
+      }
+      assert.strictEqual((yield* Effect.promise(() => httpRequest("GET", `${router}/__lbheartbeat__`))).status, 200)
+    }))
+
+  live("bodies over 64 KiB (2 MB, or 120 KB of nested JSON) are answered 413 and the connection closed", () =>
+    Effect.gen(function*() {
+      const { routerPort } = yield* urls
+      const uaid = "0123456789abcdef0123456789abcdef"
+      for (const body of [Buffer.alloc(2 * 1024 * 1024, "x"), Buffer.from("[".repeat(120_000))]) {
+        const reply = yield* Effect.promise(() =>
+          raw(routerPort, `PUT /push/${uaid} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`, body)
+        )
+        assert.match(reply.text, /^HTTP\/1\.1 413 /)
+        assert.include(reply.text, JSON.stringify(errorJson(413, 104, "Payload Too Large", "The request body must be at most 65536 bytes")))
+        assert.isTrue(reply.closed, "the connection is closed")
+      }
+    }))
+
+  live("a body that is not a notification, nested however deep, is a 400", () =>
+    Effect.gen(function*() {
+      const { router } = yield* urls
+      for (const body of ["[".repeat(60_000), "{", "{\"channelID\":1}", "null"]) {
+        const reply = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/0123456789abcdef0123456789abcdef`, body))
+        assert.strictEqual(reply.status, 400)
+        assert.strictEqual(JSON.parse(reply.body).message, "The body is not a notification")
+      }
+    }))
+
+  live("a body that stalls is answered 408 within client_request_timeout, and the connection closed", () =>
+    Effect.gen(function*() {
+      const { routerPort } = yield* urls
+      const started = Date.now()
+      const reply = yield* Effect.promise(() =>
+        raw(routerPort, "PUT /push/0123456789abcdef0123456789abcdef HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", "{\"chann")
+      )
+      assert.match(reply.text, /^HTTP\/1\.1 408 /)
+      assert.include(reply.text, "\"errno\":null")
+      assert.isTrue(reply.closed)
+      assert.isBelow(Date.now() - started, 2_500)
+    }))
+})
+
+describe("connection node: WebSocket limits", () => {
+  it.live("ping frames: a keepalive pace is always answered; a flood is closed 1008 ControlFlood with a close frame", () =>
+    Effect.gen(function*() {
+      const { port } = yield* urls
+      const steady = yield* Effect.promise(() => rawWebSocket(port))
+      for (let i = 0; i < 5; i++) {
+        steady.socket.write(frame(9, Buffer.from(`k${i}`)))
+        yield* Effect.sleep(150)
+      }
+      assert.deepStrictEqual(frames(steady.received()).map((f) => [f.opcode, f.payload.toString()]), [[10, "k0"], [10, "k1"], [10, "k2"], [10, "k3"], [10, "k4"]])
+      steady.socket.destroy()
+
+      const flood = yield* Effect.promise(() => rawWebSocket(port))
+      flood.socket.write(frame(1, Buffer.from(JSON.stringify({ messageType: "hello", use_webpush: true }))))
+      for (let i = 0; i < 100; i++) flood.socket.write(frame(9))
+      yield* Effect.sleep(300)
+      assert.deepStrictEqual(closeOf(flood.received()), { code: 1008, reason: "ControlFlood" })
+      flood.socket.destroy()
+    }).pipe(Effect.provide(nodeWith({}))), 20_000)
+
+  it.live("a message over max_message_size closes 1009", () =>
+    Effect.gen(function*() {
+      const { port } = yield* urls
+      const client = yield* Effect.promise(() => rawWebSocket(port))
+      client.socket.write(frame(1, Buffer.alloc(2_000, "a")))
+      yield* Effect.sleep(300)
+      assert.strictEqual(closeOf(client.received())?.code, 1009)
+      client.socket.destroy()
+    }).pipe(Effect.provide(nodeWith({ maxMessageBytes: 1_024 }))), 20_000)
+
+  it.live("beyond max_connections an upgrade is answered 503 with the error JSON", () =>
+    Effect.gen(function*() {
+      const { ws, port } = yield* urls
+      const open = [yield* Effect.promise(() => openClient(ws)), yield* Effect.promise(() => openClient(ws))]
+      const refused = yield* Effect.promise(() => new Promise<number>((resolve) => {
+        const third = new WebSocket(ws)
+        third.on("unexpected-response", (_req, res) => resolve(res.statusCode ?? 0))
+        third.on("error", () => resolve(-1))
+      }))
+      assert.strictEqual(refused, 503)
+      const reply = yield* Effect.promise(() => raw(port, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", "", 1_000))
+      assert.include(reply.text, JSON.stringify(errorJson(503, null, "Service Unavailable", "Too many connections, retry later")))
+      for (const client of open) yield* Effect.promise(() => client.close())
+    }).pipe(Effect.provide(nodeWith({ maxConnections: 2 }))), 20_000)
+
+  it.live("a client that stops reading is closed 1013 SlowClient; its unacked messages come on its next connection", () =>
+    Effect.gen(function*() {
+      const { port, router, ws } = yield* urls
+      const crypto = yield* EndpointCrypto
+      const slow = yield* Effect.promise(() => rawWebSocket(port))
+      slow.socket.write(frame(1, Buffer.from(JSON.stringify({ messageType: "hello", use_webpush: true }))))
+      slow.socket.write(frame(1, Buffer.from(JSON.stringify({ messageType: "register", channelID: CHID }))))
+      yield* Effect.sleep(200)
+      const uaid = JSON.parse(frames(slow.received())[0]!.payload.toString()).uaid as string
+      slow.socket.pause() // reads nothing more
+      const versions: Array<string> = []
+      let status = 200
+      // Large messages until the node stops taking them: loopback's kernel buffers hold megabytes.
+      for (let i = 0; i < 1_000 && status === 200; i++) {
+        const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() + i })
+        const body = encodeTransportNotification({
+          channelId: CHID,
+          version,
+          ttl: 600,
+          timestamp: Math.floor(Date.now() / 1000),
+          sortkeyTimestamp: Date.now() + i,
+          data: "A".repeat(60_000),
+          headers: { encoding: "aes128gcm" }
+        })
+        status = (yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))).status
+        if (status === 200) versions.push(version)
+      }
+      // The close frame waits behind what the client never read: reading again, it gets there.
+      slow.socket.resume()
+      yield* Effect.sleep(500)
+      assert.deepStrictEqual(closeOf(slow.received()), { code: 1013, reason: "SlowClient" })
+      slow.socket.destroy()
+
+      // Whatever it did not ack is kept and comes on its next connection.
+      const again = yield* Effect.promise(() => openClient(ws))
+      again.send({ messageType: "hello", uaid, use_webpush: true })
+      const got = new Set<string>()
+      while (got.size < versions.length) {
+        const f = yield* Effect.promise(() => again.next((m) => m["messageType"] === "notification", 5_000))
+        got.add(f["version"] as string)
+        again.send({ messageType: "ack", updates: [{ channelID: CHID, version: f["version"] }] })
+      }
+      assert.isAtLeast(versions.length, 10)
+      assert.deepStrictEqual([...got].sort(), [...versions].sort())
+      yield* Effect.promise(() => again.close())
+    }).pipe(Effect.provide(nodeWith({ maxSendBufferBytes: 64 * 1024, msgLimit: 10_000, closeGraceMs: 3_000 }))), 60_000)
+})
