@@ -27,9 +27,11 @@ import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
-import { layerEmbedded } from "../storage/embedded.ts"
+import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
 import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
-import { createActiveTables, type Storage, type StorageError } from "../storage/Storage.ts"
+import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
+import { HttpServerError } from "effect/http"
+import { listenFailure, StartupError } from "../domain/errors.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)
 
@@ -49,6 +51,35 @@ export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageEr
 }
 
 /**
+ * Why a node could not start, as one line naming the option to change; undefined for what is not a
+ * start-up failure of ours (a bug: it keeps its stack).
+ */
+export const startupFailure = (settings: Settings, error: unknown): string | undefined => {
+  if (error instanceof StartupError || error instanceof EventLogOpenError) return error.message
+  if (error instanceof StorageError) {
+    if (error.cause instanceof EmbeddedDataError) {
+      return `${error.cause.message} (option data_dir${error.cause.inUse ? ": stop the other process, or give this one another data_dir" : ""})`
+    }
+    return settings.storageEndpoint === undefined
+      ? `the embedded storage under ${embeddedDataDir(settings)} did not start (option data_dir): ${causeText(error.cause)}`
+      : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${causeText(error.cause)}`
+  }
+  if (error instanceof HttpServerError.ServeError) return listenFailure("endpoint_port", settings.bindHost, settings.endpointPort, error.cause).message
+  return undefined
+}
+
+/** A cause as one line (no stack). */
+const causeText = (cause: unknown): string => {
+  const name = (cause as { readonly name?: unknown } | undefined)?.name
+  const code = (cause as { readonly code?: unknown } | undefined)?.code
+  const message = (cause as { readonly message?: unknown } | undefined)?.message
+  return [typeof name === "string" && name !== "Error" ? name : undefined, typeof code === "string" ? code : undefined, typeof message === "string" ? message : String(cause)]
+    .filter((part) => part !== undefined && part !== "")
+    .join(": ")
+    .split("\n")[0] as string
+}
+
+/**
  * Secrets of the embedded all-in-one: generated once and kept beside its data (mode 0600), so that
  * `npm start` needs no configuration and endpoints stay valid across restarts.
  */
@@ -61,10 +92,13 @@ const embeddedSecrets = (settings: Settings) =>
       auth_keys: settings.authKeys.length > 0 ? [...settings.authKeys] : stored?.["auth_keys"] ?? [randomBytes(32).toString("base64url")]
     }
     if (stored === undefined && (settings.cryptoKey.length === 0 || settings.authKeys.length === 0)) {
-      yield* Effect.promise(async () => {
-        await mkdir(settings.dataDir, { recursive: true })
-        await writeFile(path, JSON.stringify(secrets, null, 2), { mode: 0o600 })
-        await chmod(path, 0o600)
+      yield* Effect.tryPromise({
+        try: async () => {
+          await mkdir(settings.dataDir, { recursive: true })
+          await writeFile(path, JSON.stringify(secrets, null, 2), { mode: 0o600 })
+          await chmod(path, 0o600)
+        },
+        catch: (cause) => new StartupError({ message: `cannot keep the generated keys in ${path} (option data_dir): ${causeText(cause)}` })
       })
     }
     return { ...settings, cryptoKey: secrets.crypto_key, authKeys: secrets.auth_keys } satisfies Settings
@@ -190,7 +224,17 @@ export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.
     Layer.provide(tracingLayer({ otlpEndpoint: settings.otlpEndpoint, serviceName: role, serviceVersion: versionInfo.version }))
   )
 
-/** Run a role's layers until SIGINT/SIGTERM; configuration errors print and exit 2, `--help` exits 0. */
+/** A node that cannot start: one line on stderr (it names the option to change), exit code 1. */
+const refuse = (role: Role, line: string) =>
+  Effect.sync(() => {
+    process.stderr.write(`${role}: ${line}\n`)
+    process.exitCode = 1
+  })
+
+/**
+ * Run a role's layers until SIGINT/SIGTERM. A configuration error or a failure to start prints one
+ * line and exits 1; `--help` exits 0.
+ */
 export const runRole = <A, E>(
   role: Role,
   nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>
@@ -206,25 +250,19 @@ export const runRole = <A, E>(
         )
       }
       return yield* Layer.launch(app).pipe(
-        Effect.catch((error) =>
-          error instanceof EventLogOpenError
-            ? Effect.sync(() => {
-              process.stderr.write(`${role}: configuration error: ${error.message}\n`)
-              process.exitCode = 2
-            })
-            : Effect.fail(error)
-        )
+        Effect.catch((error) => {
+          const failure = startupFailure(settings, error)
+          return failure === undefined ? Effect.fail(error) : refuse(role, `cannot start: ${failure}`)
+        })
       )
     }).pipe(Effect.provide(logging))
   }
   const program = settingsFor(role, process.argv.slice(2)).pipe(
     Effect.matchEffect({
-      onFailure: (error: ConfigError | HelpRequested) =>
-        Effect.sync(() => {
-          if (error._tag === "HelpRequested") return void process.stdout.write(`${error.text}\n`)
-          process.stderr.write(`${role}: configuration error: ${error.message}\n`)
-          process.exitCode = 2
-        }),
+      onFailure: (error: ConfigError | HelpRequested | StartupError) =>
+        error._tag === "HelpRequested"
+          ? Effect.sync(() => void process.stdout.write(`${error.text}\n`))
+          : refuse(role, error._tag === "StartupError" ? `cannot start: ${error.message}` : `configuration error: ${error.message}`),
       onSuccess: launch
     })
   )

@@ -7,7 +7,7 @@ import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import type { Duplex } from "node:stream"
 import { type RawData, WebSocketServer, type WebSocket } from "ws"
-import { toErrorResponse, TooManyConnections } from "../domain/errors.ts"
+import { listenFailure, type StartupError, toErrorResponse, TooManyConnections } from "../domain/errors.ts"
 import { closeFrame } from "../protocol/close.ts"
 import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
@@ -103,7 +103,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
 
         const observability = yield* routerObservability(registry)
         const routerServer = createServer(handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs))
-        const routerPort = yield* listen(routerServer, options.routerPort, options.routerBindHost)
+        const routerPort = yield* listen(routerServer, options.routerPort, options.routerBindHost, "router_port")
         const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
 
         const ports: SessionPorts = {
@@ -155,7 +155,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           // Node's own 408 (no body) only backs up the routes' timeout, which answers with the error JSON.
           server.requestTimeout = options.clientRequestTimeoutMs + 1_000
         }
-        const port = yield* listen(publicServer, options.port, options.bindHost)
+        const port = yield* listen(publicServer, options.port, options.bindHost, "port")
         yield* Effect.logInfo("connection node listening").pipe(
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
         )
@@ -322,11 +322,16 @@ const drain = (
     )
   })
 
-/** Listen for the layer's lifetime; the bound port. Closing drops every open connection. */
-const listen = (server: Server, port: number, host: string) =>
+/** Listen for the layer's lifetime; the bound port. A port that cannot be bound names its option. */
+const listen = (server: Server, port: number, host: string, option: string) =>
   Effect.acquireRelease(
-    Effect.callback<number, never>((resume) => {
-      server.listen(port, host, () => resume(Effect.succeed((server.address() as AddressInfo).port)))
+    Effect.callback<number, StartupError>((resume) => {
+      const failed = (cause: Error) => resume(Effect.fail(listenFailure(option, host, port, cause)))
+      server.once("error", failed)
+      server.listen(port, host, () => {
+        server.off("error", failed)
+        resume(Effect.succeed((server.address() as AddressInfo).port))
+      })
     }),
     () =>
       Effect.callback<void>((resume) => {

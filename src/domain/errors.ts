@@ -187,3 +187,26 @@ export const toErrorResponse = (error: ApiError): ErrorResponse => {
     }
   }
 }
+
+// ── start-up ─────────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * A node cannot start (a port in use, storage out of reach, data in use by another process…): one
+ * line for the operator, naming the option to change. The entrypoint prints it and exits 1.
+ */
+export class StartupError extends Data.TaggedError("StartupError")<{ readonly message: string }> {}
+
+/** A listener that could not bind: the message names the option of its port. */
+export const listenFailure = (option: string, host: string, port: number, cause: unknown): StartupError => {
+  const code = (cause as { readonly code?: unknown } | undefined)?.code
+  const where = `${host}:${port}`
+  return new StartupError({
+    message: code === "EADDRINUSE"
+      ? `port ${port} is in use (option ${option}): stop what listens on ${where}, or choose another port`
+      : code === "EACCES"
+      ? `not allowed to listen on ${where} (option ${option}): choose a port above 1023, or run with the right to bind it`
+      : code === "EADDRNOTAVAIL"
+      ? `cannot listen on ${where}: no such local address (option bind_host or private_bind_host)`
+      : `cannot listen on ${where} (option ${option}): ${String((cause as { readonly message?: unknown } | undefined)?.message ?? cause)}`
+  })
+}

@@ -6,14 +6,14 @@
 import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import { Context, Effect, Layer } from "effect"
-import { MethodNotAllowed, RouteNotFound, toErrorResponse } from "../domain/errors.ts"
+import { listenFailure, MethodNotAllowed, RouteNotFound, type StartupError, toErrorResponse } from "../domain/errors.ts"
 import { Metrics, PROMETHEUS_CONTENT_TYPE } from "./Metrics.ts"
 
 export class MetricsListener extends Context.Service<MetricsListener, {
   /** The bound port (useful when configured as 0). */
   readonly port: number
 }>()("autopush/observability/MetricsListener") {
-  static readonly layer = (options: { readonly port: number; readonly host: string }): Layer.Layer<MetricsListener, never, Metrics> =>
+  static readonly layer = (options: { readonly port: number; readonly host: string }): Layer.Layer<MetricsListener, StartupError, Metrics> =>
     Layer.effect(
       MetricsListener,
       Effect.gen(function*() {
@@ -37,8 +37,13 @@ export class MetricsListener extends Context.Service<MetricsListener, {
           res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) }).end(text)
         })
         const port = yield* Effect.acquireRelease(
-          Effect.callback<number>((resume) => {
-            server.listen(options.port, options.host, () => resume(Effect.succeed((server.address() as AddressInfo).port)))
+          Effect.callback<number, StartupError>((resume) => {
+            const failed = (cause: Error) => resume(Effect.fail(listenFailure("metrics_port", options.host, options.port, cause)))
+            server.once("error", failed)
+            server.listen(options.port, options.host, () => {
+              server.off("error", failed)
+              resume(Effect.succeed((server.address() as AddressInfo).port))
+            })
           }),
           () =>
             Effect.callback<void>((resume) => {

@@ -1,0 +1,92 @@
+/**
+ * A node that cannot start says why in one line that names the option to change, exits 1, and
+ * prints no stack trace: a port in use, embedded data in use or unusable, DynamoDB out of reach, a
+ * bad crypto key.
+ */
+import { spawn } from "node:child_process"
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { createServer, type Server } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, describe, expect, it } from "vitest"
+import { generateFernetKey } from "../../src/crypto/fernet.ts"
+import { freePort, startAllInOne } from "./servers.ts"
+
+const root = new URL("../../", import.meta.url).pathname
+
+/** Run an entrypoint until it exits (it must, by itself, within 30 s). */
+const run = (script: string, args: ReadonlyArray<string>, cwd = mkdtempSync(join(tmpdir(), "autopush-startup-"))) =>
+  new Promise<{ readonly code: number | null; readonly stderr: string; readonly stdout: string }>((resolve) => {
+    const child = spawn(process.execPath, [join(root, "src/bin", script), ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] })
+    let stderr = ""
+    let stdout = ""
+    child.stdout.on("data", (c: Buffer) => (stdout += c.toString()))
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()))
+    const timer = setTimeout(() => child.kill("SIGKILL"), 30_000)
+    child.on("exit", (code) => {
+      clearTimeout(timer)
+      resolve({ code, stderr, stdout })
+    })
+  })
+
+/** Exit 1 with exactly one stderr line that says `expected`, and no stack trace anywhere. */
+const expectOneLine = (result: { code: number | null; stderr: string; stdout: string }, expected: RegExp) => {
+  expect(result.code, result.stderr).toBe(1)
+  const lines = result.stderr.trim().split("\n")
+  expect(lines, result.stderr).toHaveLength(1)
+  expect(lines[0]).toMatch(expected)
+  expect(result.stderr + result.stdout).not.toMatch(/^\s+at /m)
+}
+
+const held: Array<Server> = []
+const holdPort = async (): Promise<number> => {
+  const port = await freePort()
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve))
+  held.push(server)
+  return port
+}
+afterAll(() => {
+  for (const server of held) server.close()
+})
+
+const ports = async () => ["--port", String(await freePort()), "--router-port", String(await freePort()), "--endpoint-port", String(await freePort())]
+
+describe("start-up failures: one line naming the option, exit 1, no stack", () => {
+  it("a port in use (each listener names its option)", async () => {
+    for (const [flag, option] of [["--port", "port"], ["--router-port", "router_port"], ["--endpoint-port", "endpoint_port"]] as const) {
+      const taken = await holdPort()
+      const args = [...(await ports()), "--bind-host", "127.0.0.1", "--private-bind-host", "127.0.0.1"]
+      args[args.indexOf(flag) + 1] = String(taken)
+      expectOneLine(await run("autopush.ts", args), new RegExp(`^autopush: cannot start: port ${taken} is in use \\(option ${option}\\)`))
+    }
+  }, 120_000)
+
+  it("embedded data in use by another process, or not usable", async () => {
+    const running = await startAllInOne()
+    try {
+      const dataDir = running.output.join("\n").match(/"data":"([^"]+)\/dynalite"/)?.[1]
+      expect(dataDir, running.output.join("\n")).toBeDefined()
+      expectOneLine(await run("autopush.ts", [...(await ports()), "--data-dir", dataDir as string]), /in use by another process \(option data_dir: stop the other process/)
+    } finally {
+      await running.stop()
+    }
+    const cwd = mkdtempSync(join(tmpdir(), "autopush-startup-"))
+    writeFileSync(join(cwd, "a-file"), "")
+    expectOneLine(await run("autopush.ts", [...(await ports()), "--data-dir", "a-file/data"], cwd), /\(option data_dir\)/)
+  }, 120_000)
+
+  it("DynamoDB out of reach", async () => {
+    const result = await run("autoconnect.ts", [
+      "--port", String(await freePort()),
+      "--router-port", String(await freePort()),
+      "--storage-endpoint", `http://127.0.0.1:${await freePort()}`,
+      "--crypto-key", generateFernetKey()
+    ])
+    expectOneLine(result, /^autoconnect: cannot start: DynamoDB at http:\/\/127\.0\.0\.1:\d+ cannot be used \(option storage_endpoint\)/)
+  }, 60_000)
+
+  it("a crypto key that is not one", async () => {
+    expectOneLine(await run("autoconnect.ts", ["--crypto-key", "not-a-key"]), /^autoconnect: configuration error: crypto_key: /)
+  }, 60_000)
+})
