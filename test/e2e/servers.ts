@@ -4,7 +4,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync } from "node:fs"
-import { createServer } from "node:net"
+import { connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
@@ -20,6 +20,8 @@ export interface Deployment {
   readonly restart: () => Promise<void>
   /** SIGTERM the process holding the connection node (and wait for it to exit), then start it again. */
   readonly restartConnection: (between?: () => Promise<void>) => Promise<void>
+  /** Separate processes only: kill the storage (dynalite) process, and start it again after `downMs`. */
+  readonly storageOutage?: (downMs: number) => Promise<void>
   readonly stop: () => Promise<void>
 }
 
@@ -143,13 +145,17 @@ const startSeparateOnce = async (): Promise<Deployment> => {
   const dynamoPort = await freePort()
   const metricsPort = await freePort()
   const output: Array<string> = []
-  const dynalite = spawn(process.execPath, [join(root, "node_modules/dynalite/cli.js"), "--port", String(dynamoPort), "--path", join(cwd, "db")], {
-    stdio: ["ignore", "pipe", "pipe"]
-  })
   // dynalite's own lines (its start, or why it could not start) go to the same output, marked.
   const collectDynalite = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0).map((l) => `[dynalite] ${l}`))
-  dynalite.stdout?.on("data", collectDynalite)
-  dynalite.stderr?.on("data", collectDynalite)
+  const startDynalite = () => {
+    const child = spawn(process.execPath, [join(root, "node_modules/dynalite/cli.js"), "--port", String(dynamoPort), "--path", join(cwd, "db")], {
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    child.stdout?.on("data", collectDynalite)
+    child.stderr?.on("data", collectDynalite)
+    return child
+  }
+  let dynalite = startDynalite()
   const shared = [
     ...sharedFlags(ports),
     "--storage-endpoint", `http://127.0.0.1:${dynamoPort}`,
@@ -184,9 +190,34 @@ const startSeparateOnce = async (): Promise<Deployment> => {
       await between?.()
       await upConnection()
     },
+    storageOutage: async (downMs) => {
+      const exited = new Promise((resolve) => dynalite.once("exit", resolve))
+      dynalite.kill("SIGKILL")
+      await exited
+      await new Promise((r) => setTimeout(r, downMs))
+      dynalite = startDynalite()
+      await waitForPort(dynamoPort)
+    },
     stop: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])
       await stopChild(dynalite)
     }
   }
+}
+
+/** Until something accepts TCP connections on `port`. */
+const waitForPort = async (port: number, timeoutMs = 10_000): Promise<void> => {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    const up = await new Promise<boolean>((resolve) => {
+      const socket = connect(port, "127.0.0.1", () => {
+        socket.destroy()
+        resolve(true)
+      })
+      socket.on("error", () => resolve(false))
+    })
+    if (up) return
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  throw new Error(`nothing listens on ${port}`)
 }
