@@ -155,6 +155,10 @@ const table: ErrorTable = {
   InternalError: { status: 500, errno: 999, message: fixed("An internal error occurred") }
 }
 
+/** Every answer of the API's table, as status and errno (the README's error table must list each). */
+export const errorAnswers: ReadonlyArray<{ readonly tag: ApiError["_tag"]; readonly status: number; readonly errno: number | null }> =
+  Object.entries(table).map(([tag, identity]) => ({ tag: tag as ApiError["_tag"], status: identity.status, errno: identity.errno }))
+
 const REASONS: Readonly<Record<number, string>> = {
   400: "Bad Request",
   401: "Unauthorized",

@@ -42,4 +42,7 @@ const frames: { readonly [K in CloseKind]: { readonly code: number; readonly rea
   "control-flood": { code: 1008, reason: "ControlFlood" }
 }
 
+/** Every close frame the protocol sends (the README's close table must list each). */
+export const closeFrames: ReadonlyArray<{ readonly code: number; readonly reason: string }> = Object.values(frames)
+
 export const closeFrame = (kind: CloseKind): { readonly code: number; readonly reason: string } => frames[kind]
