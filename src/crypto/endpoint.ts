@@ -11,6 +11,7 @@
 import { createHash, timingSafeEqual } from "node:crypto"
 import { Context, Data, Effect, Layer, Result } from "effect"
 import { hyphenate, parseUuidHex } from "../domain/ids.ts"
+import type { MessageKey } from "../domain/notification.ts"
 import {
   type FernetError,
   type FernetKey,
@@ -40,9 +41,8 @@ export class EndpointTokenError extends Data.TaggedError("EndpointTokenError")<{
   readonly reason: FernetError["reason"] | "bad-length"
 }> {}
 
-export type MessageIdData =
-  | { readonly kind: "topic"; readonly uaid: string; readonly channelId: string; readonly topic: string }
-  | { readonly kind: "timestamp"; readonly uaid: string; readonly channelId: string; readonly sortkeyTimestamp: number }
+/** What a message id encrypts: whose message, and which. */
+export type MessageIdData = MessageKey & { readonly uaid: string }
 
 /** A message id that does not decrypt, or whose plaintext is not a message key. The edge maps it to 400. */
 export class MessageIdError extends Data.TaggedError("MessageIdError")<{

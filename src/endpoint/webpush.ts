@@ -11,8 +11,7 @@ import {
   type EndpointToken,
   EndpointCrypto,
   type EndpointVersion,
-  matchesVapidKey,
-  type MessageIdData
+  matchesVapidKey
 } from "../crypto/endpoint.ts"
 import {
   BridgeNotConfigured,
@@ -31,7 +30,6 @@ import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
-import { timestampSortKey, topicSortKey } from "../storage/model.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
 import { encryptionOf, type RequestHeaders, topicOf, ttlOf } from "./headers.ts"
 import { endpointBase, endpointOrigin, type EndpointOptions } from "./options.ts"
@@ -50,12 +48,6 @@ const storageUnavailable = (error: StorageError) =>
 
 /** A token that decrypted but to the wrong length: reported by rule #5, after the VAPID rules. */
 const BAD_LENGTH = "bad-length" as const
-
-/** Storage sort key of a message id's row. */
-const sortKeyOf = (data: MessageIdData): string =>
-  data.kind === "topic"
-    ? topicSortKey(data.channelId, data.topic)
-    : timestampSortKey(data.sortkeyTimestamp, data.channelId)
 
 export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
   const storage = yield* Storage
@@ -221,7 +213,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const data = yield* crypto.parseMessageId(messageId).pipe(Effect.mapError(() => new InvalidMessageId()))
     const user = yield* storage.getUser(data.uaid).pipe(Effect.catchTag("StorageError", storageUnavailable))
     if (user?.currentMonth !== undefined) {
-      yield* storage.deleteMessage(data.uaid, user.currentMonth, sortKeyOf(data)).pipe(
+      yield* storage.deleteMessage(data.uaid, user.currentMonth, data).pipe(
         Effect.catchTag("StorageError", storageUnavailable)
       )
       events.record(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId }))

@@ -28,7 +28,7 @@ import {
   type WriteRequest
 } from "@aws-sdk/client-dynamodb"
 import { Clock, Effect, Layer, Predicate, Schedule } from "effect"
-import { type Notification, sortkeyMs } from "../domain/notification.ts"
+import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
   nextFreeMs,
@@ -43,6 +43,7 @@ import {
   parseSortKey,
   plainData,
   sortKeyMsOf,
+  sortKeyOf,
   TIMESTAMP_END,
   timestampLowerBound,
   TOPIC_PREFIX
@@ -633,12 +634,12 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         }
       })
 
-      const deleteMessage = (uaid: string, table: string, sortKey: string, version?: string) =>
+      const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
         conditional(call("deleteMessage", (o) =>
           client.send(
             new DeleteItemCommand({
               TableName: table,
-              Key: messageKey(uaid, sortKey),
+              Key: messageKey(uaid, sortKeyOf(key)),
               ...(version !== undefined
                 ? {
                   ConditionExpression: "#updateid = :updateid",
