@@ -3,7 +3,7 @@
  * DynamoDB endpoint is configured), make sure the secrets exist, and build the node layers from the
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Duration, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"

@@ -10,7 +10,7 @@
  */
 import { randomBytes } from "node:crypto"
 import { createServer } from "node:http"
-import { NodeHttpServer } from "@effect/platform-node"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Cause, Effect, Layer, type Scope } from "effect"
 import {
   HttpMiddleware,

@@ -9,7 +9,7 @@
  * - 2: bad arguments or configuration (`UsageError`, `ConfigError`).
  */
 import { homedir } from "node:os"
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Console, Data, Effect, Option, Predicate, Schema } from "effect"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options } from "../config/options.ts"
