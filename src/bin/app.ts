@@ -4,7 +4,9 @@
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Duration, Effect, Layer } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
 import { homedir } from "node:os"
@@ -30,7 +32,7 @@ import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
 import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
 import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
-import { HttpServerError } from "effect/http"
+import * as HttpServerError from "effect/http/HttpServerError"
 import { listenFailure, StartupError } from "../domain/errors.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)

@@ -1,5 +1,5 @@
 /** A `node:http` server listening for a layer's lifetime. */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { listenFailure, type StartupError } from "../domain/errors.ts"

@@ -2,7 +2,12 @@
  * The connection node: the public WebSocket port (`ws`), the private router port, the session
  * registry and the timer ticker, as one layer owning its servers and session fibers.
  */
-import { Context, Effect, FiberSet, Layer, LogLevel, References } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
+import * as Layer from "effect/Layer"
+import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import { createServer, type Server } from "node:http"
 import type { Duplex } from "node:stream"
 import { type RawData, WebSocketServer, type WebSocket } from "ws"

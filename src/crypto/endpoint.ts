@@ -9,7 +9,11 @@
  * The pure functions take a `MultiFernet`; `EndpointCrypto` binds them to the configured keys.
  */
 import { createHash, timingSafeEqual } from "node:crypto"
-import { Context, Data, Effect, Layer, Result } from "effect"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import { hyphenate, parseUuidHex } from "../domain/ids.ts"
 import type { MessageKey } from "../domain/notification.ts"
 import {

@@ -4,7 +4,7 @@
  * protocol-notes §2.5; its table is keyed by every tag of `ApiError`, so an error added to the union
  * without a mapping does not typecheck.
  */
-import { Data } from "effect"
+import * as Data from "effect/Data"
 
 export const MORE_INFO = "http://autopush.readthedocs.io/en/latest/http.html#error-codes"
 

@@ -5,8 +5,14 @@
  * is wrong in several ways always gets the error of the first rule it breaks. An accepted message is
  * routed (`WebPushRouter`) and answered `201` with `Location` and the effective `TTL`.
  */
-import { ByteSize, Clock, Effect, Option } from "effect"
-import { HttpIncomingMessage, type HttpServerRequest, HttpServerResponse, HttpTraceContext } from "effect/http"
+import * as ByteSize from "effect/ByteSize"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import {
   type EndpointToken,
   EndpointCrypto,

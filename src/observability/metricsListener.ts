@@ -4,7 +4,9 @@
  * all-in-one and connection nodes serve `/metrics` on their router port instead.
  */
 import { createServer } from "node:http"
-import { Context, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { sendError } from "../connection/http.ts"
 import { listen } from "../connection/listen.ts"
 import { MethodNotAllowed, RouteNotFound, type StartupError } from "../domain/errors.ts"

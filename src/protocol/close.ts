@@ -3,7 +3,7 @@
  * mapping to close code and reason (protocol-notes §1.7 with the decisions of §0). The table is keyed
  * by every kind, so a new kind without a code does not typecheck.
  */
-import { Data } from "effect"
+import * as Data from "effect/Data"
 
 export type CloseKind =
   | "uaid-reset" // msg_limit exceeded or stale month: the next hello gets a new uaid

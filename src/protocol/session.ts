@@ -8,7 +8,9 @@
  * the machine (the router port accepted them), then `MailboxDrained` lets it save what is unacked.
  * Closing also runs when the node interrupts the fiber (shutdown), so messages are saved either way.
  */
-import { Cause, Clock, Effect } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
 import { type DomainEvent } from "../domain/events.ts"
 import { newUaid } from "../domain/ids.ts"
 import { messageKeyOf, type Notification } from "../domain/notification.ts"

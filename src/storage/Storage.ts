@@ -12,7 +12,9 @@
  * operation on a missing table fails with a `StorageError` (cause named `ResourceNotFoundException`).
  * Table names, rotation and the stale-user month range: `tables.ts`; sort keys: `model.ts`.
  */
-import { Context, Data, Effect } from "effect"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
 import type { MessageKey, Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import type { SaveOutcome } from "./model.ts"

@@ -27,7 +27,11 @@ import {
   UpdateTimeToLiveCommand,
   type WriteRequest
 } from "@aws-sdk/client-dynamodb"
-import { Clock, Effect, Layer, Predicate, Schedule } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Predicate from "effect/Predicate"
+import * as Schedule from "effect/Schedule"
 import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {

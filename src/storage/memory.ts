@@ -5,7 +5,9 @@
  * `ResourceNotFoundException`. Each operation runs without yielding, so conditional writes are
  * atomic as they are on the server.
  */
-import { Clock, Effect, Layer } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {

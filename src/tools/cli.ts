@@ -10,7 +10,12 @@
  */
 import { homedir } from "node:os"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Console, Data, Effect, Option, Predicate, Schema } from "effect"
+import * as Console from "effect/Console"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options } from "../config/options.ts"
 import { errorName } from "../storage/dynamodb.ts"
