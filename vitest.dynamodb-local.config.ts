@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config"
 /** The storage contract against Amazon DynamoDB Local (needs Java): `npm run test:dynamodb-local`. */
 export default defineConfig({
   test: {
+    // A failing test's logs are printed with it; a passing test's are dropped.
+    silent: "passed-only",
     include: ["test/storage/*.dynamodb-local.ts"],
     testTimeout: 60_000,
     hookTimeout: 120_000
