@@ -665,6 +665,9 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         }
       })
 
+      const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
+        batchWrite("deleteMessages", table, keys.map((key) => ({ DeleteRequest: { Key: messageKey(uaid, sortKeyOf(key)) } })))
+
       const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
         conditional(call("deleteMessage", (o) =>
           client.send(
@@ -888,6 +891,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         fetchTopicMessages,
         fetchTimestampMessages,
         deleteMessage,
+        deleteMessages,
         getReadCursor,
         setReadCursor,
         createTables,
