@@ -174,6 +174,7 @@ const endpointOptions = (settings: Settings): EndpointOptions => ({
     shutdownTimeoutMs: ms(settings.shutdownTimeout),
     clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
     maxInFlightRequests: settings.maxInFlightRequests,
+    routerCache: { ttlMs: ms(settings.routerCacheTtl), entries: settings.routerCacheEntries },
     version: versionInfo.version,
     build: versionInfo
 })

@@ -1,3 +1,5 @@
+import type { RouterCacheOptions } from "./routerCache.ts"
+
 /**
  * What the endpoint node needs to know, as a plain object: the configuration module maps its
  * settings onto this (the endpoint does not read configuration itself).
@@ -26,6 +28,8 @@ export interface EndpointOptions {
   readonly clientRequestTimeoutMs?: number | undefined
   /** Requests handled at once; beyond, 503 with Retry-After (default: no limit). */
   readonly maxInFlightRequests?: number | undefined
+  /** Router records of connected clients reused for direct deliveries (default: off). */
+  readonly routerCache?: RouterCacheOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */
   readonly build?: { readonly commit?: string; readonly build?: string; readonly source?: string } | undefined
 }

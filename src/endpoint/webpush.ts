@@ -39,6 +39,7 @@ import { WebPushRouter } from "../routers/webpush.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
 import { encryptionOf, type RequestHeaders, topicOf, ttlOf } from "./headers.ts"
 import { endpointBase, endpointOrigin, type EndpointOptions } from "./options.ts"
+import { RouterCache } from "./routerCache.ts"
 import { parseVapid, type VerifiedVapid, verifyVapid } from "./vapid.ts"
 
 /** Router types that reach users through a bridge (FCM, APNs, ADM, the test stub). */
@@ -64,6 +65,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const locationBase = `${endpointBase(options.endpointUrl)}/m/`
   const maxBodySize = ByteSize.bytes(options.maxDataBytes)
   const bodyTimeoutMs = options.clientRequestTimeoutMs ?? 10_000
+  const cache = new RouterCache(options.routerCache ?? { ttlMs: 0, entries: 0 })
 
   // ── the checks, in the order of §2.2 ───────────────────────────────────────────────────────────
 
@@ -128,11 +130,31 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   })
 
   /** #9 */
-  const checkChannel = (uaid: string, table: string, channelId: string) =>
-    storage.hasChannel(uaid, table, channelId).pipe(
-      Effect.catchTag("StorageError", storageUnavailable),
-      Effect.flatMap((known) => known ? Effect.void : Effect.fail(new NoSubscription({ message: NO_SUBSCRIPTION })))
-    )
+  const hasChannel = (uaid: string, table: string, channelId: string) =>
+    storage.hasChannel(uaid, table, channelId).pipe(Effect.catchTag("StorageError", storageUnavailable))
+
+  /** #7–#9 on a fresh read of the router record (kept in the cache if the client is connected). */
+  const subscriberOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
+    cache.forget(uaid)
+    const user = yield* userOf(uaid) //                                  #7
+    const table = yield* messageTableOf(user) //                          #8
+    if (!(yield* hasChannel(uaid, table, channelId))) return yield* new NoSubscription({ message: NO_SUBSCRIPTION })
+    cache.remember(user, yield* Clock.currentTimeMillis)
+    return { user, table, cached: false }
+  })
+
+  /**
+   * #7–#9, from the cache when it has a record of a connected client whose table is still served
+   * and holds the channel; anything else is decided on a fresh read.
+   */
+  const targetOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
+    const hit = cache.get(uaid, yield* Clock.currentTimeMillis)
+    const table = hit?.currentMonth
+    if (hit !== undefined && table !== undefined && (yield* storage.activeMessageTables).includes(table) && (yield* hasChannel(uaid, table, channelId))) {
+      return { user: hit, table, cached: true }
+    }
+    return yield* subscriberOf(uaid, channelId)
+  })
 
   const tooLarge = new PayloadTooLarge({ message: `Data payload must be smaller than ${options.maxDataBytes} bytes` })
 
@@ -175,9 +197,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const vapid = yield* vapidOf(headers, nowMs) //                       #3, #4
     const subscription = yield* subscriptionOf(opened) //                #5
     yield* checkBoundKey(subscription, vapid) //                          #6
-    const user = yield* userOf(subscription.uaid) //                      #7
-    const table = yield* messageTableOf(user) //                          #8
-    yield* checkChannel(user.uaid, table, subscription.channelId) //     #9
+    const target = yield* targetOf(subscription.uaid, subscription.channelId) // #7–#9
     const body = yield* bodyOf(request) //                                #10
     const ttl = yield* ttlOf(headers, options.maxNotificationTtl) //     #11–#13
     const topic = yield* topicOf(headers) //                              #14
@@ -199,7 +219,10 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
     }
     events.record(domainEvent("notification.accepted.1", uaid, nowMs, { channelId, version: messageId, ttl }))
-    const routed = yield* router.route(user, table, notification)
+    // A cached record is only good for a direct delivery; otherwise route on a fresh one.
+    const direct = target.cached ? yield* router.routeDirect(target.user, notification) : undefined
+    const fresh = direct !== undefined || !target.cached ? target : yield* subscriberOf(uaid, channelId)
+    const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification))
     const routedAt = yield* Clock.currentTimeMillis
     const version = routed.notification.version
     if (routed.outcome === "stored") {

@@ -11,31 +11,44 @@ import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { type ApiError, Overloaded, toErrorResponse } from "../domain/errors.ts"
 import { domainEvent, type RouteOutcome } from "../domain/events.ts"
-import { WebPushRouter, type WebPushRouterService } from "../routers/webpush.ts"
+import type { Notification } from "../domain/notification.ts"
+import { type Routed, WebPushRouter, type WebPushRouterService } from "../routers/webpush.ts"
 import { METRICS } from "./catalog.ts"
 import { EventLog, type EventLogService } from "./EventLog.ts"
 import { Metrics, type MetricsService, type Timer } from "./Metrics.ts"
 
-/** A router that records `notification.routed.1` for every message it routes (or fails to). */
-export const recordRouting = (router: WebPushRouterService, events: EventLogService): WebPushRouterService => ({
-  route: (user, table, notification) =>
+/**
+ * A router that records `notification.routed.1` for every message it routes (or fails to); a
+ * direct attempt on a cached record that the node did not take is not an outcome (the message is
+ * routed again, and recorded then).
+ */
+export const recordRouting = (router: WebPushRouterService, events: EventLogService): WebPushRouterService => {
+  const recorded = <A extends Routed | undefined, E>(
+    uaid: string,
+    notification: Notification,
+    routing: Effect.Effect<A, E>
+  ): Effect.Effect<A, E> =>
     Effect.suspend(() => {
       const start = performance.now()
       const record = (outcome: RouteOutcome, version = notification.version) =>
         Effect.map(Clock.currentTimeMillis, (now) =>
-          events.record(domainEvent("notification.routed.1", user.uaid, now, {
+          events.record(domainEvent("notification.routed.1", uaid, now, {
             channelId: notification.channelId,
             version,
             outcome,
             durationMs: Math.round((performance.now() - start) * 1000) / 1000
           }))
         )
-      return router.route(user, table, notification).pipe(
-        Effect.tap((routed) => record(routed.outcome, routed.notification.version)),
+      return routing.pipe(
+        Effect.tap((routed) => routed === undefined ? Effect.void : record(routed.outcome, routed.notification.version)),
         Effect.tapError(() => record("failed"))
       )
     })
-})
+  return {
+    route: (user, table, notification) => recorded(user.uaid, notification, router.route(user, table, notification)),
+    routeDirect: (user, notification) => recorded(user.uaid, notification, router.routeDirect(user, notification))
+  }
+}
 
 /** Coarse route of a request path (a bounded label). */
 export const routeLabel = (url: string): string =>

@@ -37,6 +37,11 @@ export interface WebPushRouterService {
     table: string,
     notification: Notification
   ) => Effect.Effect<Routed, StorageUnavailable | UserDeletedDuringRouting>
+  /**
+   * Step 1 alone, for a router record that may be out of date: delivered to the node it names, or
+   * undefined (then route on a fresh record).
+   */
+  readonly routeDirect: (user: UserRecord, notification: Notification) => Effect.Effect<Routed | undefined>
 }
 
 export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterService>()(
@@ -110,12 +115,20 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         return { outcome: "stored", notification: stored }
       })
 
+      const routeDirect = Effect.fnUntraced(function*(user: UserRecord, notification: Notification) {
+        if (user.nodeId === undefined || !(yield* deliverDirect(user, user.nodeId, notification))) return undefined
+        return { outcome: "direct", notification } satisfies Routed
+      })
+
+      const traced = <A extends Routed | undefined, E>(routing: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+        routing.pipe(
+          Effect.tap((routed) => Effect.annotateCurrentSpan("autopush.outcome", routed?.outcome ?? "not-direct")),
+          Effect.withSpan("notification.route", undefined, NO_STACK)
+        )
+
       return WebPushRouter.of({
-        route: (user, table, notification) =>
-          route(user, table, notification).pipe(
-            Effect.tap((routed) => Effect.annotateCurrentSpan("autopush.outcome", routed.outcome)),
-            Effect.withSpan("notification.route", undefined, NO_STACK)
-          )
+        route: (user, table, notification) => traced(route(user, table, notification)),
+        routeDirect: (user, notification) => traced(routeDirect(user, notification))
       })
     })
   )

@@ -10,9 +10,12 @@ import { MORE_INFO } from "../../src/domain/errors.ts"
 import { EventLogMemory } from "../../src/observability/EventLog.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import {
+  endpointWith,
+  FakeNodeClient,
   fakeNode,
   messagesOf,
   nodeCalls,
+  options,
   push,
   StorageFaults,
   subscribe,
@@ -290,6 +293,80 @@ describe("routing", () => {
             { type: "notification.expired.1", uaid: sub.uaid, data: { version: zero } }
           ]
         )
+      }))
+  })
+})
+
+describe("routing with the router cache (router_cache_ttl)", () => {
+  const cached = endpointWith(FakeNodeClient, { ...options, routerCache: { ttlMs: 60_000, entries: 100 } })
+  const headers = { ttl: 60, "content-encoding": "aes128gcm" }
+
+  layer(cached, { excludeTestServices: true })((it) => {
+    it.effect("a connected client's record is reused: a later push goes to the node it named, without reading the record", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const first = yield* fakeNode(200)
+        const second = yield* fakeNode(200)
+        const sub = yield* subscribe({ nodeId: first })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        // The client moved; the cached record still names the first node, which still takes it.
+        yield* storage.updateUser(sub.uaid, { nodeId: second })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => [c.kind, c.nodeId]), [["push", first], ["push", first]])
+      }))
+
+    it.effect("a node that does not take it: the record is read again and the message routed on it", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const gone = yield* fakeNode(404)
+        const current = yield* fakeNode(200)
+        const sub = yield* subscribe({ nodeId: gone })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201) // 404 → stored, read again
+        yield* storage.updateUser(sub.uaid, { nodeId: current })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        const calls = (yield* nodeCalls(sub.uaid)).map((c) => [c.kind, c.nodeId])
+        // The second push read the record again (a 404 is never cached as good): straight to the current node.
+        assert.deepStrictEqual(calls.slice(-1), [["push", current]])
+      }))
+
+    it.effect("a stale cached node: the fresh record is used for the same push", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        let firstTakes = true
+        const first = yield* fakeNode(() => Effect.succeed(firstTakes ? 200 : 404))
+        const second = yield* fakeNode(200)
+        const sub = yield* subscribe({ nodeId: first })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        yield* storage.updateUser(sub.uaid, { nodeId: second })
+        firstTakes = false
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => [c.kind, c.nodeId]), [["push", first], ["push", first], ["push", second]])
+        assert.deepStrictEqual(yield* messagesOf(sub), [])
+      }))
+
+    it.effect("an unsubscribed channel is refused at once (channels are never cached)", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const node = yield* fakeNode(200)
+        const sub = yield* subscribe({ nodeId: node })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        yield* storage.removeChannel(sub.uaid, sub.table, sub.channelId)
+        const refused = yield* push(sub, headers, BODY)
+        assert.strictEqual(refused.status, 410)
+        assert.strictEqual(JSON.parse(refused.text).errno, 106)
+      }))
+
+    it.effect("a user dropped meanwhile: its node does not know it, the fresh read finds nobody → 410", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        let known = true
+        const node = yield* fakeNode(() => Effect.succeed(known ? 200 : 404))
+        const sub = yield* subscribe({ nodeId: node })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        yield* storage.dropUser(sub.uaid)
+        known = false
+        // The channel row went with the user: refused on the (uncached) channel check already.
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 410)
       }))
   })
 })

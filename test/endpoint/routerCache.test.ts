@@ -1,0 +1,48 @@
+import { assert, describe, it } from "@effect/vitest"
+import type { UserRecord } from "../../src/domain/user.ts"
+import { RouterCache } from "../../src/endpoint/routerCache.ts"
+
+const user = (uaid: string, fields: Partial<UserRecord> = {}): UserRecord => ({
+  uaid,
+  routerType: "webpush",
+  routerData: {},
+  connectedAt: 1,
+  nodeId: "http://node:8081",
+  currentMonth: "message_2026_11",
+  ...fields
+})
+
+describe("RouterCache", () => {
+  it("keeps connected WebPush users until the ttl, and only those", () => {
+    const cache = new RouterCache({ ttlMs: 1_000, entries: 10 })
+    cache.remember(user("a"), 0)
+    cache.remember(user("offline", { nodeId: undefined }), 0)
+    cache.remember(user("bridged", { routerType: "fcm" }), 0)
+    assert.strictEqual(cache.get("a", 999)?.uaid, "a")
+    assert.isUndefined(cache.get("offline", 0))
+    assert.isUndefined(cache.get("bridged", 0))
+    assert.isUndefined(cache.get("a", 1_000))
+    assert.strictEqual(cache.size, 0)
+  })
+
+  it("a newer read replaces the record, an offline one removes it; forget removes it", () => {
+    const cache = new RouterCache({ ttlMs: 1_000, entries: 10 })
+    cache.remember(user("a"), 0)
+    cache.remember(user("a", { nodeId: "http://other:8081" }), 10)
+    assert.strictEqual(cache.get("a", 20)?.nodeId, "http://other:8081")
+    cache.remember(user("a", { nodeId: undefined }), 30)
+    assert.isUndefined(cache.get("a", 40))
+    cache.remember(user("b"), 0)
+    cache.forget("b")
+    assert.isUndefined(cache.get("b", 1))
+  })
+
+  it("holds at most `entries`, the oldest going first; a ttl of 0 keeps nothing", () => {
+    const cache = new RouterCache({ ttlMs: 1_000, entries: 2 })
+    for (const uaid of ["a", "b", "c"]) cache.remember(user(uaid), 0)
+    assert.deepStrictEqual(["a", "b", "c"].map((uaid) => cache.get(uaid, 1) !== undefined), [false, true, true])
+    const off = new RouterCache({ ttlMs: 0, entries: 2 })
+    off.remember(user("a"), 0)
+    assert.strictEqual(off.size, 0)
+  })
+})
