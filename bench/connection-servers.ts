@@ -3,6 +3,7 @@
  * Reports over IPC: `{ port }` once listening, then `{ rss, heapUsed, connections }` (after a full
  * GC) each time the parent sends "measure".
  */
+import { Broadcasts } from "../src/broadcast/Broadcasts.ts"
 import { Effect, Layer } from "effect"
 import { WebSocketServer } from "ws"
 import { connectionNodeOptions } from "../src/bin/app.ts"
@@ -60,7 +61,7 @@ const autopush = () => {
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
       Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
     )),
-    Layer.provide(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })))
+    Layer.provide(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })))
   )
   Effect.runFork(Effect.gen(function*() {
     const { port } = yield* ConnectionNode

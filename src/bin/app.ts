@@ -7,6 +7,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
 import { homedir } from "node:os"
@@ -33,6 +34,7 @@ import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
 import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
 import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
+import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
 import { listenFailure, StartupError } from "../domain/errors.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)
@@ -110,6 +112,7 @@ const embeddedSecrets = (settings: Settings) =>
 export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const settings = yield* loadSettings({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
+    if (role !== "autoendpoint" && settings.megaphoneApiUrl !== undefined) yield* requireSecrets(settings, ["megaphone_api_token"])
     if (role === "autopush" && settings.storageEndpoint === undefined) return yield* embeddedSecrets(settings)
     yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
     return settings
@@ -158,9 +161,25 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
 export const peerClientLayer = (settings: Settings) =>
   NodeClient.layer({ connectTimeoutMs: ms(settings.connectionTimeout), requestTimeoutMs: ms(settings.connectionTimeout) })
 
+/** A megaphone answer taking longer than this is a failed poll (the last good set stays). */
+const MEGAPHONE_TIMEOUT_MS = 5_000
+
+/** The broadcast set: polled from megaphone when configured, else from storage. */
+export const broadcastsLayer = (settings: Settings) => {
+  const interval = ms(settings.megaphonePollInterval)
+  return settings.megaphoneApiUrl !== undefined
+    ? Broadcasts.layerPolling(
+      megaphoneSource({ url: settings.megaphoneApiUrl, token: Redacted.make(settings.megaphoneApiToken ?? ""), timeoutMs: MEGAPHONE_TIMEOUT_MS }),
+      interval,
+      "megaphone"
+    )
+    : Layer.unwrap(Effect.map(storageSource, (source) => Broadcasts.layerPolling(source, interval, "storage")))
+}
+
 export const connectionLayer = (settings: Settings, role: Role = "autoconnect") =>
   ConnectionNode.layer(connectionNodeOptions(settings, role), () => settings.routerUrl).pipe(
-    Layer.provide(peerClientLayer(settings))
+    Layer.provide(peerClientLayer(settings)),
+    Layer.provide(broadcastsLayer(settings))
   )
 
 const endpointOptions = (settings: Settings): EndpointOptions => ({
@@ -175,6 +194,7 @@ const endpointOptions = (settings: Settings): EndpointOptions => ({
     clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
     maxInFlightRequests: settings.maxInFlightRequests,
     routerCache: { ttlMs: ms(settings.routerCacheTtl), entries: settings.routerCacheEntries },
+    broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),
     version: versionInfo.version,
     build: versionInfo
 })

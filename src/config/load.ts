@@ -167,7 +167,8 @@ const envLayers = Effect.fnUntraced(function*(role: Role, env: LoadInput["env"])
       continue
     }
     const suffix = key.slice(envPrefix[scope].length).toLowerCase()
-    const name = isOptionName(suffix) ? suffix : aliasOf.get(key)
+    // An alias wins over the suffix: autopush-rs' AUTOEND__PORT is our endpoint_port, not `port`.
+    const name = aliasOf.get(key) ?? (isOptionName(suffix) ? suffix : undefined)
     if (name === undefined) return yield* fail(`unknown environment variable ${key}: there is no option ${JSON.stringify(suffix)}`)
     const owner = defOf(name).scope
     if (owner !== "shared" && owner !== scope) {
@@ -317,7 +318,7 @@ export const loadSettings = Effect.fn("loadSettings")(function*(
  * depends on the entrypoint (the all-in-one generates and persists its own keys).
  */
 export const requireSecrets = (settings: Settings, names: ReadonlyArray<SecretOption>): Effect.Effect<void, ConfigError> => {
-  const missing = names.filter((name) => settings[camel(name)].length === 0)
+  const missing = names.filter((name) => (settings[camel(name)]?.length ?? 0) === 0)
   if (missing.length === 0) return Effect.void
   return fail(
     missing

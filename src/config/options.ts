@@ -257,9 +257,9 @@ export const options = {
   }),
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
   data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory)"),
-  endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs"),
-  endpoint_hostname: opt("shared", host, "localhost", "Host name in the public endpoint URLs"),
-  endpoint_port: opt("shared", port, 8082, "Port of the endpoint node: where it listens and the port in endpoint URLs"),
+  endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs", { env: ["AUTOEND__SCHEME"] }),
+  endpoint_hostname: opt("shared", host, "localhost", "Host name in the public endpoint URLs", { env: ["AUTOEND__HOST"] }),
+  endpoint_port: opt("shared", port, 8082, "Port of the endpoint node: where it listens and the port in endpoint URLs", { env: ["AUTOEND__PORT"] }),
   endpoint_url: opt("shared", url, undefined, "Public base URL of the endpoint node; overrides the three options above", {
     defaultText: "endpoint_scheme://endpoint_hostname[:endpoint_port]"
   }),
@@ -301,6 +301,11 @@ export const options = {
   max_message_size: opt("connection", integer(1024), 65_536, "Largest WebSocket message a client may send (bytes); a larger one closes the socket with 1009"),
   max_send_buffer: opt("connection", integer(1024), 1_048_576, "Bytes queued to a client that does not read, beyond which it is closed with 1013 (its messages stay stored)"),
   max_control_frames_per_second: opt("connection", integer(1), 10, "WebSocket ping/pong frames a client may send per second; beyond, the socket is closed with 1008"),
+  megaphone_api_url: opt("connection", url, undefined, "Megaphone server the broadcast set is polled from; unset: the set kept in storage, changed through the endpoint's /v1/broadcasts", {
+    defaultText: "unset (broadcasts from storage)"
+  }),
+  megaphone_api_token: opt("connection", text, undefined, "Bearer token for megaphone_api_url (required with it)", { secret: true, defaultText: "unset" }),
+  megaphone_poll_interval: opt("connection", seconds, s(30), "How often the broadcast set is read (from megaphone or storage)"),
   max_channels_per_user: opt("connection", integer(1), 1000, "Channels one user may register; a register beyond it is answered with status 413"),
   client_commands_per_second: opt("connection", integer(1), 10, "Commands (register, unregister, nack, broadcast_subscribe) a client may send per second once its burst is spent; beyond, its commands wait"),
   client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
@@ -309,6 +314,7 @@ export const options = {
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
   request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),
   max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
+  broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
   router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client for direct deliveries (0 turns it off); a record the named node does not confirm is read again"),
   router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
   metrics_port: opt("endpoint", port, 8083, "Port of an endpoint node's private Prometheus listener (GET /metrics); the all-in-one serves /metrics on its router port instead")
@@ -330,7 +336,7 @@ export const optionsOf = (scopes: ReadonlyArray<Scope>): ReadonlyArray<OptionNam
 
 export const secretOptionNames = optionNames.filter((name) => options[name].secret)
 /** The secret options (both key lists); a test keeps this in step with the table's `secret` marks. */
-export type SecretOption = "crypto_key" | "auth_keys"
+export type SecretOption = "crypto_key" | "auth_keys" | "megaphone_api_token" | "broadcast_admin_tokens"
 
 export const flagOf = (name: OptionName): string => `--${name.replaceAll("_", "-")}`
 

@@ -29,10 +29,9 @@ import {
   type SessionPorts,
   type Transport
 } from "../protocol/session.ts"
+import { Broadcasts } from "../broadcast/Broadcasts.ts"
 import { Storage } from "../storage/Storage.ts"
-import type { BroadcastSet } from "../protocol/machine.ts"
 
-const NO_BROADCASTS: BroadcastSet = new Map()
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
 import { listen } from "./listen.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
@@ -82,6 +81,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
       ConnectionNode,
       Effect.gen(function*() {
         const storage = yield* Storage
+        const broadcasts = yield* Broadcasts
         const crypto = yield* EndpointCrypto
         const events = yield* EventLog
         const registry = yield* NodeRegistry
@@ -118,7 +118,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           logFrames: LogLevel.isGreaterThanOrEqualTo("Debug", yield* References.MinimumLogLevel),
           options: sessionOptions,
           protocol: protocolFor(sessionOptions),
-          broadcasts: () => NO_BROADCASTS,
+          broadcasts: broadcasts.current,
           peers: peersOver(nodes, (effect) => void run(effect)),
           endpoints: {
             makeEndpoint: (uaid, channelId, key) => {

@@ -59,6 +59,8 @@ export class ClientUnavailable extends Data.TaggedError("ClientUnavailable")<{}>
 /** 408/null: the request body stopped arriving (the connection is closed). */
 export class RequestTimeout extends Data.TaggedError("RequestTimeout")<{}> {}
 /** 404/null: no route for this path. */
+/** 404/null: the broadcast admin API has no broadcast of that id. */
+export class BroadcastNotFound extends Data.TaggedError("BroadcastNotFound")<{}> {}
 export class RouteNotFound extends Data.TaggedError("RouteNotFound")<{}> {}
 /** 405/null: the path exists, the method does not. */
 export class MethodNotAllowed extends Data.TaggedError("MethodNotAllowed")<{}> {}
@@ -94,6 +96,7 @@ export type ApiError =
   | ClientUnavailable
   | RequestTimeout
   | RouteNotFound
+  | BroadcastNotFound
   | MethodNotAllowed
   | LogCheck
   | InternalError
@@ -150,6 +153,7 @@ const table: ErrorTable = {
   ClientUnavailable: { status: 404, errno: null, message: fixed("Client not available") },
   RequestTimeout: { status: 408, errno: null, message: fixed("The request body did not arrive in time") },
   RouteNotFound: { status: 404, errno: null, message: fixed("Not Found") },
+  BroadcastNotFound: { status: 404, errno: null, message: fixed("Broadcast not found") },
   MethodNotAllowed: { status: 405, errno: null, message: fixed("Method Not Allowed") },
   LogCheck: { status: 418, errno: 999, message: fixed("LogCheck") },
   InternalError: { status: 500, errno: 999, message: fixed("An internal error occurred") }

@@ -1,3 +1,4 @@
+import type * as Redacted from "effect/Redacted"
 import type { RouterCacheOptions } from "./routerCache.ts"
 
 /**
@@ -28,6 +29,8 @@ export interface EndpointOptions {
   readonly clientRequestTimeoutMs?: number | undefined
   /** Requests handled at once; beyond, 503 with Retry-After (default: no limit). */
   readonly maxInFlightRequests?: number | undefined
+  /** Bearer tokens of the broadcast admin API; none: the API answers 404. */
+  readonly broadcastAdminTokens?: ReadonlyArray<Redacted.Redacted<string>> | undefined
   /** Router records of connected clients reused for direct deliveries (default: off). */
   readonly routerCache?: RouterCacheOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */

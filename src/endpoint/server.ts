@@ -38,6 +38,7 @@ import { endpointInstrumentation, routeLabel } from "../observability/endpoint.t
 import type { Metrics } from "../observability/Metrics.ts"
 import { makeHealthHandlers } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
+import { makeBroadcastAdmin } from "./broadcasts.ts"
 import { makeWebPushHandlers } from "./webpush.ts"
 
 /** A request handler: what a server runs for each request. */
@@ -146,6 +147,14 @@ export const makeEndpointApp = (
           return yield* webpush.send(request, params["version"], param(params, "token"))
         })
         const cancel: Handler = Effect.flatMap(HttpRouter.params, (params) => webpush.cancel(param(params, "messageId")))
+        const admin = yield* makeBroadcastAdmin(options.broadcastAdminTokens ?? [])
+        const withRequest = (handle: (request: HttpServerRequest.HttpServerRequest, id: string) => Handler): Handler =>
+          Effect.gen(function*() {
+            const params = yield* HttpRouter.params
+            const id = params["name"] === undefined ? param(params, "id") : `${param(params, "id")}/${params["name"]}`
+            return yield* handle(yield* HttpServerRequest.HttpServerRequest, id)
+          })
+        const listBroadcasts: Handler = Effect.flatMap(HttpServerRequest.HttpServerRequest, admin.list)
         const registration = "/v1/:routerType/:appId/registration"
         yield* router.addAll([
           ...resource("/wpush/:version/:token", { POST: send }),
@@ -155,6 +164,10 @@ export const makeEndpointApp = (
           ...resource(`${registration}/:uaid`, { GET: noBridges, PUT: noBridges, DELETE: noBridges }),
           ...resource(`${registration}/:uaid/subscription`, { POST: noBridges }),
           ...resource(`${registration}/:uaid/subscription/:chid`, { DELETE: noBridges }),
+          ...resource("/v1/broadcasts", { GET: listBroadcasts }),
+          // Ids like remote-settings/monitor_changes: one `/` as it is, or any percent-encoded.
+          ...resource("/v1/broadcasts/:id", { PUT: withRequest(admin.put), DELETE: withRequest(admin.remove) }),
+          ...resource("/v1/broadcasts/:id/:name", { PUT: withRequest(admin.put), DELETE: withRequest(admin.remove) }),
           ...resource("/health", { GET: health.health }),
           ...resource("/__heartbeat__", { GET: health.health }),
           ...resource("/__lbheartbeat__", { GET: health.lbHeartbeat }),

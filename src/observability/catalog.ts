@@ -50,6 +50,10 @@ export const METRICS = {
   broadcastDelivered: m("ua.broadcast.delivered", "counter", "connection", "Broadcast updates sent to clients", {
     reason: "hello / subscribe / change"
   }),
+  megaphoneOk: m("megaphone.updater.ok", "counter", "connection", "Polls of the broadcast source (megaphone or storage) that brought a set"),
+  megaphoneError: m("megaphone.updater.error", "counter", "connection", "Polls of the broadcast source that failed (the last good set stays in force)", {
+    reason: "unreachable / timeout / status / too_large / not_json / invalid / storage"
+  }),
   connections: m("ua.connections", "gauge", "connection", "Identified sessions (after hello) on this node"),
   sockets: m("ua.sockets", "gauge", "connection", "Open WebSockets on this node, identified or not"),
   // ── both ──
@@ -72,7 +76,7 @@ export const METRICS = {
   }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
-    route: "push / cancel / registration / health / metrics / other",
+    route: "push / cancel / registration / broadcasts / health / metrics / other",
     status: "HTTP status"
   }),
   requestError: m("request.error", "counter", "endpoint", "Error responses by errno", {

@@ -55,6 +55,7 @@ export const routeLabel = (url: string): string =>
   url.startsWith("/wpush/") ? "push"
   : url.startsWith("/m/") ? "cancel"
   : url.startsWith("/v1/err") ? "health"
+  : url.startsWith("/v1/broadcasts") ? "broadcasts"
   : url.startsWith("/v1/") ? "registration"
   : url === "/metrics" ? "metrics"
   : /^\/(health|status|__heartbeat__|__lbheartbeat__|__version__|__error__)(\?|$)/.test(url) ? "health"

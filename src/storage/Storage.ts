@@ -61,6 +61,13 @@ export interface StorageService {
   /** Remove `nodeId` only if both `nodeId` and `connectedAt` still match; true when cleared. */
   readonly clearNodeId: (uaid: string, nodeId: string, connectedAt: number) => Effect.Effect<boolean, StorageError>
 
+  // ── broadcasts (one item of the router table, shared by every node) ──────────────────────────
+  /** The broadcast set: id → version. */
+  readonly getBroadcasts: Effect.Effect<ReadonlyMap<string, string>, StorageError>
+  readonly putBroadcast: (id: string, version: string) => Effect.Effect<void, StorageError>
+  /** True when there was such a broadcast. */
+  readonly deleteBroadcast: (id: string) => Effect.Effect<boolean, StorageError>
+
   // ── message tables ───────────────────────────────────────────────────────────────────────────
   /** The table new users and migrated users go to now (by the Clock; the single table without rotation). */
   readonly currentMessageTable: Effect.Effect<string>

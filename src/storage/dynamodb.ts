@@ -44,6 +44,8 @@ import {
   expiryOf,
   isVisible,
   messageSortKey,
+  BROADCAST_ATTRIBUTE_PREFIX,
+  BROADCASTS_KEY,
   META_SORT_KEY,
   parseSortKey,
   plainData,
@@ -429,6 +431,45 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
               ConditionExpression: "#node_id = :node_id AND #connected_at = :connected_at",
               ExpressionAttributeNames: { "#node_id": "node_id", "#connected_at": "connected_at" },
               ExpressionAttributeValues: { ":node_id": S(nodeId), ":connected_at": N(connectedAt) }
+            }),
+            o
+          )))
+
+      // ── broadcasts ────────────────────────────────────────────────────────────────────────────
+
+      const getBroadcasts = call("getBroadcasts", (o) =>
+        client.send(new GetItemCommand({ TableName: router, Key: { uaid: S(BROADCASTS_KEY) }, ConsistentRead: true }), o)).pipe(
+          Effect.map((result) => {
+            const set = new Map<string, string>()
+            for (const [name, value] of Object.entries(result.Item ?? {})) {
+              if (name.startsWith(BROADCAST_ATTRIBUTE_PREFIX) && value.S !== undefined) set.set(name.slice(BROADCAST_ATTRIBUTE_PREFIX.length), value.S)
+            }
+            return set as ReadonlyMap<string, string>
+          })
+        )
+
+      const putBroadcast = (id: string, version: string) =>
+        call("putBroadcast", (o) =>
+          client.send(
+            new UpdateItemCommand({
+              TableName: router,
+              Key: { uaid: S(BROADCASTS_KEY) },
+              UpdateExpression: "SET #b = :version",
+              ExpressionAttributeNames: { "#b": BROADCAST_ATTRIBUTE_PREFIX + id },
+              ExpressionAttributeValues: { ":version": S(version) }
+            }),
+            o
+          )).pipe(Effect.asVoid)
+
+      const deleteBroadcast = (id: string) =>
+        conditional(call("deleteBroadcast", (o) =>
+          client.send(
+            new UpdateItemCommand({
+              TableName: router,
+              Key: { uaid: S(BROADCASTS_KEY) },
+              UpdateExpression: "REMOVE #b",
+              ConditionExpression: "attribute_exists(#b)",
+              ExpressionAttributeNames: { "#b": BROADCAST_ATTRIBUTE_PREFIX + id }
             }),
             o
           )))
@@ -880,6 +921,9 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         updateUser,
         dropUser,
         clearNodeId,
+        getBroadcasts,
+        putBroadcast,
+        deleteBroadcast,
         ...tablesByClock(options),
         addChannel,
         addChannels,

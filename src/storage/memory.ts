@@ -130,6 +130,12 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       return true
     })
 
+    const broadcasts = new Map<string, string>()
+    const getBroadcasts = Effect.suspend(() => Effect.map(routerTable("getBroadcasts"), () => new Map(broadcasts) as ReadonlyMap<string, string>))
+    const putBroadcast = (id: string, version: string) =>
+      Effect.map(routerTable("putBroadcast"), () => void broadcasts.set(id, version))
+    const deleteBroadcast = (id: string) => Effect.map(routerTable("deleteBroadcast"), () => broadcasts.delete(id))
+
     const addChannels = Effect.fnUntraced(function*(uaid: string, table: string, channelIds: Iterable<string>) {
       const t = yield* messageTable("addChannels", table)
       const added = Array.from(channelIds)
@@ -293,6 +299,9 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       updateUser,
       dropUser,
       clearNodeId,
+      getBroadcasts,
+      putBroadcast,
+      deleteBroadcast,
       ...tablesByClock(options),
       addChannel,
       addChannels,

@@ -19,6 +19,11 @@ import { type MessageKey, messageKeyOf, type Notification, sortkeyMs } from "../
 import type { UserRecord } from "../domain/user.ts"
 
 export const META_SORT_KEY = " "
+
+/** The router-table item holding the broadcast set (not 32 hex digits: never a uaid). */
+export const BROADCASTS_KEY = "broadcasts"
+/** Each broadcast is an attribute of that item: the prefix, then its id. */
+export const BROADCAST_ATTRIBUTE_PREFIX = "b:"
 export const CHANNEL_PREFIX = "00:"
 /** Upper bound (exclusive) of the channel rows. */
 export const CHANNEL_END = "00;"

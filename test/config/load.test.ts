@@ -216,6 +216,21 @@ describe("environment", () => {
       assert.deepStrictEqual([all.port, all.humanLogs, all.maxDataBytes, all.logLevel], [9000, true, 8192, "debug"])
     }))
 
+  it.effect("autopush-rs' endpoint names: AUTOEND__PORT, __HOST, __SCHEME, __ENDPOINT_URL (canonical names win)", () =>
+    Effect.gen(function*() {
+      const box = sandbox()
+      const env = { AUTOEND__PORT: "9082", AUTOEND__HOST: "push.example.com", AUTOEND__SCHEME: "https" }
+      const endpoint = yield* box.load("autoendpoint", { env })
+      assert.deepStrictEqual(
+        [endpoint.endpointPort, endpoint.endpointHostname, endpoint.endpointScheme, endpoint.endpointUrl, endpoint.port],
+        [9082, "push.example.com", "https", "https://push.example.com:9082", 8080]
+      )
+      const url = yield* box.load("autoendpoint", { env: { ...env, AUTOEND__ENDPOINT_URL: "https://push.example.org" } })
+      assert.strictEqual(url.endpointUrl, "https://push.example.org")
+      const canonical = yield* box.load("autoendpoint", { env: { ...env, AUTOEND__ENDPOINT_PORT: "9999" } })
+      assert.strictEqual(canonical.endpointPort, 9999)
+    }))
+
   it.effect("the all-in-one rejects AUTOCONNECT__ and AUTOEND__ values that disagree", () =>
     Effect.gen(function*() {
       const box = sandbox()

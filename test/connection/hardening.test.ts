@@ -3,6 +3,7 @@
  * connections silently now gets a defined answer (an error JSON of the table, or a documented close
  * code), and the node carries on serving.
  */
+import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { connect as tcpConnect, type Socket } from "node:net"
@@ -25,7 +26,7 @@ const nodeWith = (overrides: Partial<Omit<ConnectionNodeOptions, "routerUrl">>) 
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
       Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
     )),
-    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
+    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
   )
 
 const urls = Effect.map(ConnectionNode, (node) => ({

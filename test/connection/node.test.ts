@@ -2,6 +2,7 @@
  * The connection node over real sockets: `ws` clients on the public port, HTTP on the router port,
  * with storage on the in-memory layer and on the DynamoDB layer against dynalite.
  */
+import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
 import { assert, describe, it as vitest } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { connect as tcpConnect } from "node:net"
@@ -39,7 +40,7 @@ const storageOptions = { routerTable: "router", messageTablePrefix: "message", n
 const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
   ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(Layer.provideMerge(storage))),
-    Layer.provideMerge(Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
+    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
   )
 
 const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>

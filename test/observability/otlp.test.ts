@@ -3,6 +3,7 @@
  * router port, export to a local OTLP/HTTP receiver; a push that is delivered and acked makes one
  * trace whose connection-node spans are children of the endpoint's routing span.
  */
+import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
 import { createServer, request } from "node:http"
 import type { AddressInfo } from "node:net"
 import { assert, describe, it } from "@effect/vitest"
@@ -80,7 +81,7 @@ describe("OTLP traces", () => {
       const connection = ConnectionNode.layer(
         { ...connectionNodeOptions(makeSettings()), port: 0, routerPort: 0, bindHost: "127.0.0.1" },
         (port) => `http://127.0.0.1:${port}`
-      ).pipe(Layer.provide(NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 1_000 })))
+      ).pipe(Layer.provide(Layer.mergeAll(Broadcasts.layerStatic(), NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 1_000 }))))
       // Separate nodes in one process: the endpoint reaches the connection node over HTTP.
       const nodes = Layer.mergeAll(connection, EndpointServer.layer({ ...endpointOptions, port: 0, bindHost: "127.0.0.1" }))
       const app = nodes.pipe(

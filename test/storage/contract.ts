@@ -116,6 +116,18 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
     // ── router table ────────────────────────────────────────────────────────────────────────────
 
+    test("broadcasts: one shared set, put replaces a version, delete says whether there was one", (s) =>
+      Effect.gen(function*() {
+        assert.deepStrictEqual([...(yield* s.getBroadcasts)], [])
+        yield* s.putBroadcast("remote-settings/monitor_changes", "v1")
+        yield* s.putBroadcast("test/broadcast", "\"1700000000\"")
+        yield* s.putBroadcast("remote-settings/monitor_changes", "v2")
+        assert.deepStrictEqual([...(yield* s.getBroadcasts)].sort(), [["remote-settings/monitor_changes", "v2"], ["test/broadcast", "\"1700000000\""]])
+        assert.isTrue(yield* s.deleteBroadcast("test/broadcast"))
+        assert.isFalse(yield* s.deleteBroadcast("test/broadcast"))
+        assert.deepStrictEqual([...(yield* s.getBroadcasts)], [["remote-settings/monitor_changes", "v2"]])
+      }))
+
     test("register: a new record is written, an older or equal one is rejected, a newer one replaces", (s) =>
       Effect.gen(function*() {
         assert.isUndefined(yield* s.getUser(uaid(1)))
