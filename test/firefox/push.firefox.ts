@@ -370,8 +370,36 @@ const suite = (name: string, start: () => Promise<Deployment>, options: { readon
         assert.strictEqual(await page.evaluate(`pushTest.current()`), null)
         await page.close()
       })
+
+      scenario("Firefox follows remote-settings/monitor_changes; a new version set through the admin API reaches it at its next keepalive", 60_000, async () => {
+        const ID = "remote-settings/monitor_changes"
+        const follows = (f: Frame) =>
+          f.dir === "out" && (f.frame["messageType"] === "hello" || f.frame["messageType"] === "broadcast_subscribe") &&
+          typeof f.frame["broadcasts"] === "object" && f.frame["broadcasts"] !== null && ID in (f.frame["broadcasts"] as object)
+        // Firefox names it in its hello or subscribes about 20 s after start.
+        await until(`Firefox following ${ID}`, () => frames().find(follows), 40_000)
+        const mark = log.length
+        const version = `"${Date.now()}"`
+        const put = await fetch(`${deployment.endpointUrl}/v1/broadcasts/${ID}`, {
+          method: "PUT",
+          headers: { authorization: `Bearer ${BROADCAST_TOKEN}`, "content-type": "application/json" },
+          body: JSON.stringify({ version })
+        })
+        assert.strictEqual(put.status, 200, await put.text())
+        const change = await until("the broadcast frame", () =>
+          frames(mark).find((f) => isIn("broadcast")(f) && (f.frame["broadcasts"] as Record<string, string>)[ID] === version), 15_000)
+        assert.deepStrictEqual(change.frame["broadcasts"], { [ID]: version })
+        // The server's own account: the delivery is counted as a change.
+        const metrics = await (await fetch(`${deployment.routerUrl}/metrics`)).text()
+        assert.match(metrics, /ua_broadcast_delivered_total\{[^}]*reason="change"[^}]*\} [1-9]/)
+      })
     }
   })
 
-suite("Firefox: all-in-one process on embedded storage", startAllInOne, { full: true })
+/** The all-in-one runs with the broadcast admin API on, and reads broadcasts and pings Firefox often. */
+const BROADCAST_TOKEN = "e2e-broadcast-admin"
+const withBroadcasts = () =>
+  startAllInOne(["--broadcast-admin-tokens", BROADCAST_TOKEN, "--megaphone-poll-interval", "0.5", "--auto-ping-interval", "5"])
+
+suite("Firefox: all-in-one process on embedded storage", withBroadcasts, { full: true })
 suite("Firefox: separate connection and endpoint processes on dynalite", startSeparate, { full: false })
