@@ -30,7 +30,7 @@ import type {
   OptionValues,
   Role,
   Scope,
-  SecretOption,
+  KeyListOption,
   Settings
 } from "./options.ts"
 
@@ -312,7 +312,7 @@ export const loadSettings = Effect.fn("loadSettings")(function*(
  * Fails naming every secret that is empty and where it can be set. Which secrets are required
  * depends on the entrypoint (the all-in-one generates and persists its own keys).
  */
-export const requireSecrets = (settings: Settings, names: ReadonlyArray<SecretOption>): Effect.Effect<void, ConfigError> => {
+export const requireSecrets = (settings: Settings, names: ReadonlyArray<KeyListOption>): Effect.Effect<void, ConfigError> => {
   const missing = names.filter((name) => settings[camel(name)].length === 0)
   if (missing.length === 0) return Effect.void
   return fail(

@@ -1,3 +1,6 @@
+import type { Redacted } from "effect"
+import type { BridgeOptions } from "../bridges/Bridges.ts"
+
 /**
  * What the endpoint node needs to know, as a plain object: the configuration module maps its
  * settings onto this (the endpoint does not read configuration itself).
@@ -26,6 +29,10 @@ export interface EndpointOptions {
   readonly clientRequestTimeoutMs?: number | undefined
   /** Requests handled at once; beyond, 503 with Retry-After (default: no limit). */
   readonly maxInFlightRequests?: number | undefined
+  /** Keys of the bridge registration secrets: the first issues, all verify (none: registration fails 500). */
+  readonly authKeys?: Redacted.Redacted<ReadonlyArray<string>> | undefined
+  /** The bridges (FCM, APNs, ADM, stub) this node routes bridged users through; none by default. */
+  readonly bridges?: BridgeOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */
   readonly build?: { readonly commit?: string; readonly build?: string; readonly source?: string } | undefined
 }

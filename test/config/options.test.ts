@@ -81,7 +81,7 @@ describe("kinds", () => {
 
 describe("the table", () => {
   it("the SecretOption type lists exactly the secret options", () => {
-    const secrets: ReadonlyArray<SecretOption> = ["crypto_key", "auth_keys"]
+    const secrets: ReadonlyArray<SecretOption> = ["crypto_key", "auth_keys", "fcm_credentials", "apns_channels", "adm_credentials"]
     assert.deepStrictEqual([...secretOptionNames].sort(), [...secrets].sort())
   })
 
