@@ -56,9 +56,6 @@ const ROUTER_TOKEN = /^[^ ]{8,}$/
 export const routerTokenOf = (body: RegistrationBody): string | undefined =>
   typeof body.token === "string" && ROUTER_TOKEN.test(body.token) ? body.token : undefined
 
-/** Log-safe form of a device token: its first characters only. */
-export const redactToken = (token: string): string => `${token.slice(0, 4)}…`
-
 // ── the message as the platforms carry it ────────────────────────────────────────────────────────
 
 /** Bridged payloads are limited by the platforms (FCM data, APNs payload): 4 KiB. */

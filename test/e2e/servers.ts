@@ -105,16 +105,18 @@ const withFreshPorts = async (start: () => Promise<Deployment>): Promise<Deploym
   }
 }
 
-export const startAllInOne = (): Promise<Deployment> => withFreshPorts(startAllInOneOnce)
+/** `extraArgs`: more flags for the process (options under test). */
+export const startAllInOne = (extraArgs: ReadonlyArray<string> = []): Promise<Deployment> =>
+  withFreshPorts(() => startAllInOneOnce(extraArgs))
 export const startSeparate = (): Promise<Deployment> => withFreshPorts(startSeparateOnce)
 
-const startAllInOneOnce = async (): Promise<Deployment> => {
+const startAllInOneOnce = async (extraArgs: ReadonlyArray<string>): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
   const output: Array<string> = []
   let child: ChildProcess
   const up = async () => {
-    child = start("src/bin/autopush.ts", common(ports), output, cwd)
+    child = start("src/bin/autopush.ts", [...common(ports), ...extraArgs], output, cwd)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
   }
