@@ -322,7 +322,7 @@ export const options = {
     env: ["AUTOEND__APNS__CHANNELS"],
     defaultText: "unset (no APNs bridge)"
   }),
-  apns_timeout: opt("endpoint", seconds, s(20), "Timeout of requests to APNs", { env: ["AUTOEND__APNS__REQUEST_TIMEOUT"] }),
+  apns_timeout: opt("endpoint", seconds, s(20), "Timeout of requests to APNs"),
   apns_base_url: opt("endpoint", url, undefined, "APNs base URL for every channel, instead of Apple's production or sandbox host (a proxy)", {
     defaultText: "https://api.push.apple.com, or https://api.sandbox.push.apple.com for sandbox channels"
   }),
