@@ -26,10 +26,8 @@ import {
   StorageUnavailable,
   UaidNotFound
 } from "../domain/errors.ts"
-import { domainEvent } from "../domain/events.ts"
 import { hyphenate, newUaid, parseChannelId, parseUaid } from "../domain/ids.ts"
 import { lastConnectValue, USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
-import { EventLog } from "../observability/EventLog.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
 import type { EndpointOptions } from "./options.ts"
 
@@ -54,7 +52,6 @@ export const makeRegistrationHandlers = Effect.fnUntraced(function*(options: End
   const storage = yield* Storage
   const crypto = yield* EndpointCrypto
   const bridges = yield* Bridges
-  const events = yield* EventLog
   const authKeys = options.authKeys === undefined ? [] : Redacted.value(options.authKeys)
   const bodyTimeoutMs = options.clientRequestTimeoutMs ?? 10_000
   const withStorage = <A, R>(effect: Effect.Effect<A, StorageError, R>) => effect.pipe(Effect.catchTag("StorageError", storageUnavailable))
@@ -115,7 +112,6 @@ export const makeRegistrationHandlers = Effect.fnUntraced(function*(options: End
   const addChannel = Effect.fnUntraced(function*(user: UserRecord, table: string, body: Record<string, unknown>) {
     const { channelId, key } = yield* channelOf(body)
     yield* withStorage(storage.addChannel(user.uaid, table, channelId))
-    events.record(domainEvent("channel.registered.1", user.uaid, yield* Clock.currentTimeMillis, { channelId }))
     return { channelId, endpoint: yield* crypto.makeEndpoint(user.uaid, channelId, key) }
   })
 
@@ -193,7 +189,6 @@ export const makeRegistrationHandlers = Effect.fnUntraced(function*(options: End
     if (channelId === undefined) return yield* gone
     const removed = yield* withStorage(storage.removeChannel(user.uaid, yield* tableOf(user), channelId))
     if (!removed) return yield* gone
-    events.record(domainEvent("channel.unregistered.1", user.uaid, yield* Clock.currentTimeMillis, { channelId }))
     return ok()
   })
 

@@ -8,7 +8,7 @@ import { Effect, Layer } from "effect"
 import type { BridgeOptions } from "../../src/bridges/Bridges.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { freePort } from "../e2e/servers.ts"
-import { push } from "../endpoint/harness.ts"
+import { push, request } from "../endpoint/harness.ts"
 import { FakeFcm, type FakeFcmService } from "./fake-fcm.ts"
 import { bridgedEndpoint, call, errnoOf, eventsOf, pathOf, register } from "./harness.ts"
 
@@ -72,8 +72,10 @@ describe("FCM bridge", () => {
         assert.deepStrictEqual(fake.sends.at(-1)?.body.message.android, { ttl: "2419200s", priority: "NORMAL", data: { chid: reg.channelID } })
       }))
 
-    it.effect("registration refusals: unknown app id 400/106, short or spaced token 400", () =>
+    it.effect("registration refusals: unknown app id 400/106, short or spaced token 400; health names the FCM router", () =>
       Effect.gen(function*() {
+        const health = yield* request({ method: "GET", path: "/health" })
+        assert.deepStrictEqual(health.json().routers, { webpush: true, fcm: true, apns: false, adm: false })
         assert.deepStrictEqual(errnoOf(yield* call("POST", "/v1/fcm/nope/registration", { token: "device-token-1" })), [400, 106])
         assert.deepStrictEqual(errnoOf(yield* call("POST", "/v1/fcm/firefox/registration", { token: "short" })), [400, null])
         assert.deepStrictEqual(errnoOf(yield* call("POST", "/v1/fcm/firefox/registration", { token: "has a space" })), [400, null])
