@@ -59,7 +59,7 @@ describe("ADM bridge", () => {
         assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(wrong.endpoint) })), [502, 901])
       }))
 
-    it.effect("Unregistered and InvalidRegistrationId → user dropped, 410/106; other errors → 502", () =>
+    it.effect("Unregistered and InvalidRegistrationId → user dropped, 410/106; other errors → 502; hang → 502/903", () =>
       Effect.gen(function*() {
         for (const token of ["unregistered-device-1", "invalid-device-1"]) {
           const reg = yield* register("adm", "fire", { token })
@@ -70,6 +70,8 @@ describe("ADM bridge", () => {
         const reply = yield* push({ path: pathOf(large.endpoint) })
         assert.deepStrictEqual(errnoOf(reply), [502, null])
         assert.match(reply.json().message, /MessageTooLarge/)
+        const hang = yield* register("adm", "fire", { token: "hang-device-1" })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(hang.endpoint) })), [502, 903])
       }))
   })
 })

@@ -4,7 +4,7 @@
  * `POST /messaging/registrations/{id}/messages` (bearer token it issued; ADM's type headers).
  *
  * By registration id: `unregistered*` → 410 Unregistered, `invalid*` → 400 InvalidRegistrationId,
- * `toolarge*` → 413 MessageTooLarge; anything else 200 `{"registrationID": …}`.
+ * `toolarge*` → 413 MessageTooLarge, `hang*` → no answer; anything else 200 `{"registrationID": …}`.
  */
 import * as http from "node:http"
 import type { Socket } from "node:net"
@@ -67,6 +67,7 @@ export class FakeAdm extends Context.Service<FakeAdm, FakeAdmService>()("test/Fa
             if (registrationId.startsWith("unregistered")) return json(res, 410, { reason: "Unregistered" })
             if (registrationId.startsWith("invalid")) return json(res, 400, { reason: "InvalidRegistrationId" })
             if (registrationId.startsWith("toolarge")) return json(res, 413, { reason: "MessageTooLarge" })
+            if (registrationId.startsWith("hang")) return
             return json(res, 200, { registrationID: registrationId })
           })
         })

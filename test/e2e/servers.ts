@@ -3,7 +3,7 @@
  * embedded storage, or `autoconnect` + `autoendpoint` sharing a dynalite server.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -136,7 +136,10 @@ const startAllInOneOnce = async (extraArgs: ReadonlyArray<string>): Promise<Depl
       await between?.()
       await up()
     },
-    stop: () => stopChild(child)
+    stop: async () => {
+      await stopChild(child)
+      rmSync(cwd, { recursive: true, force: true })
+    }
   }
 }
 
@@ -203,6 +206,7 @@ const startSeparateOnce = async (): Promise<Deployment> => {
     stop: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])
       await stopChild(dynalite)
+      rmSync(cwd, { recursive: true, force: true })
     }
   }
 }
