@@ -13,17 +13,10 @@
  *   forwards each POST as `PUT /push/{id}` (keep-alive agent) to the back, which sends on the socket.
  */
 import "./delivery-probe.ts"
-import { Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { createServer, Agent, request, type IncomingMessage, type ServerResponse } from "node:http"
 import { tmpdir } from "node:os"
 import { type WebSocket, WebSocketServer } from "ws"
-import { allInOneLayer, withServices } from "../src/bin/app.ts"
-import { makeSettings } from "../src/config/index.ts"
-import { generateFernetKey } from "../src/crypto/fernet.ts"
-import { loggingLayer } from "../src/observability/logging.ts"
-import { layerMemory } from "../src/storage/memory.ts"
-import { createActiveTables } from "../src/storage/Storage.ts"
 
 const HOST = "127.0.0.1"
 const [mode, ...rest] = process.argv.slice(2)
@@ -142,7 +135,15 @@ const bareBack = async () => {
   send({ ready: true })
 }
 
-const autopush = () => {
+/** The service's modules are loaded only in this mode: the bare pipelines start as bare as they run (bench:startup). */
+const autopush = async () => {
+  const { Effect, Layer } = await import("effect")
+  const { allInOneLayer, withServices } = await import("../src/bin/app.ts")
+  const { makeSettings } = await import("../src/config/index.ts")
+  const { generateFernetKey } = await import("../src/crypto/fernet.ts")
+  const { loggingLayer } = await import("../src/observability/logging.ts")
+  const { layerMemory } = await import("../src/storage/memory.ts")
+  const { createActiveTables } = await import("../src/storage/Storage.ts")
   const [wsPort, routerPort, endpointPort] = ports as [number, number, number]
   const settings = makeSettings({
     hostname: HOST,
@@ -182,7 +183,7 @@ const autopush = () => {
 
 switch (mode) {
   case "autopush":
-    autopush()
+    await autopush()
     break
   case "bare":
     await bare()

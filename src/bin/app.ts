@@ -3,8 +3,11 @@
  * DynamoDB endpoint is configured), make sure the secrets exist, and build the node layers from the
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
-import { NodeRuntime } from "@effect/platform-node"
-import { Duration, Effect, Layer, Redacted } from "effect"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import { bridgeOptionsOf } from "../bridges/Bridges.ts"
 import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
@@ -31,7 +34,7 @@ import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
 import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
 import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
-import { HttpServerError } from "effect/http"
+import * as HttpServerError from "effect/http/HttpServerError"
 import { listenFailure, StartupError } from "../domain/errors.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)

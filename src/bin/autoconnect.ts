@@ -1,4 +1,6 @@
 /** The connection node: WebSocket push protocol + private router port. */
-import { connectionLayer, runRole } from "./app.ts"
+import { withCompileCache } from "./compileCache.ts"
+
+const { connectionLayer, runRole } = await withCompileCache(() => import("./app.ts"))
 
 runRole("autoconnect", connectionLayer)

@@ -1,4 +1,6 @@
 /** The endpoint node: the Web Push HTTP API. */
-import { endpointLayer, runRole } from "./app.ts"
+import { withCompileCache } from "./compileCache.ts"
+
+const { endpointLayer, runRole } = await withCompileCache(() => import("./app.ts"))
 
 runRole("autoendpoint", endpointLayer)

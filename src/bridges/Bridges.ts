@@ -6,7 +6,10 @@
  * `gcm` registrations are FCM registrations (users are stored as `fcm`): the legacy GCM API is gone.
  */
 import { readFileSync } from "node:fs"
-import { Context, Effect, Layer, Redacted } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import { StartupError } from "../domain/errors.ts"
 import { type AdmOptions, type AdmProfile, makeAdmRouter } from "./adm.ts"
 import { type ApnsChannel, type ApnsOptions, makeApnsRouter } from "./apns.ts"

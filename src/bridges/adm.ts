@@ -7,7 +7,9 @@
  * `{"data":{…},"consolidationKey":"<chid>","expiresAfter":<ttl>}`: `Unregistered` or
  * `InvalidRegistrationId` → the device is gone (user dropped, 410/106); 401 twice → 502/901.
  */
-import { Clock, Effect, Redacted } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Redacted from "effect/Redacted"
 import { BridgeAuthFailed, InvalidRouterToken, UnknownBridgeTarget } from "../domain/errors.ts"
 import {
   type BridgeRouter,

@@ -10,7 +10,8 @@
  * 410 → the device is gone (user dropped, 410/106); 403 → 502/901; other errors 502.
  */
 import * as http2 from "node:http2"
-import { Clock, Effect } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
 import { importPKCS8, SignJWT } from "jose"
 import {
   BridgeAuthFailed,

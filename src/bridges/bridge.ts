@@ -7,7 +7,8 @@
  * `router_data`, and hands a message to its platform. "Recipient gone" is `BridgeRecipientGone`: the
  * endpoint then drops the user and answers 410/106.
  */
-import { Data, Effect } from "effect"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
 import {
   type BridgeAuthFailed,
   BridgeTimeout,

@@ -7,7 +7,8 @@
  * `{"message":{"token","android":{"ttl":"<n>s","priority"?,"data":{…}}}}`: 404 (UNREGISTERED)
  * means the app is gone from the device (user dropped, 410); 401 twice → 502/901; other errors 502.
  */
-import { Clock, Effect } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
 import { importPKCS8, SignJWT } from "jose"
 import { BridgeAuthFailed, UnknownBridgeTarget } from "../domain/errors.ts"
 import { InvalidRouterToken } from "../domain/errors.ts"

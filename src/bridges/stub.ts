@@ -3,7 +3,7 @@
  * `success` or `error`, token `success`. A message to a `success` user is accepted; to an `error`
  * user it fails like an upstream error (502). Off unless `bridge_stub` is set.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { InvalidRouterToken, UnknownBridgeTarget } from "../domain/errors.ts"
 import { type BridgeRouter, dataMapOf, upstreamError } from "./bridge.ts"
 

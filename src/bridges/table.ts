@@ -3,7 +3,7 @@
  * to a new month's message table: whoever touches the user (a push, the registration API) moves its
  * channel set to the current table once the one it names is no longer served.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { UserRecord } from "../domain/user.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
 

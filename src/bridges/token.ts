@@ -3,7 +3,10 @@
  * kept until `renewBeforeMs` before it expires, and dropped on demand (a platform said 401: fetch a
  * new one once). Concurrent requests that find no token share one fetch.
  */
-import { Clock, Effect, Exit, Deferred } from "effect"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 
 export interface Token {
   readonly value: string

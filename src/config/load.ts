@@ -8,7 +8,11 @@
  */
 import { readFileSync } from "node:fs"
 import { join, resolve } from "node:path"
-import { Data, Duration, Effect, Option, Schema } from "effect"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { helpText } from "./docs.ts"
 import {
   camel,

@@ -12,7 +12,9 @@
  * defaults back for the docs and samples).
  */
 import { hostname as machineHostname } from "node:os"
-import { Duration, Schema, SchemaTransformation } from "effect"
+import * as Duration from "effect/Duration"
+import * as Schema from "effect/Schema"
+import * as SchemaTransformation from "effect/SchemaTransformation"
 
 export type Scope = "shared" | "connection" | "endpoint"
 export type Role = "autopush" | "autoconnect" | "autoendpoint"

@@ -12,7 +12,8 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { randomBytes } from "node:crypto"
-import { Exit, Schema } from "effect"
+import * as Exit from "effect/Exit"
+import * as Schema from "effect/Schema"
 import { decodeTransportNotification } from "../domain/router-wire.ts"
 import {
   type ApiError,

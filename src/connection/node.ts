@@ -2,12 +2,16 @@
  * The connection node: the public WebSocket port (`ws`), the private router port, the session
  * registry and the timer ticker, as one layer owning its servers and session fibers.
  */
-import { Context, Effect, FiberSet, Layer, LogLevel, References } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
+import * as Layer from "effect/Layer"
+import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import { createServer, type Server } from "node:http"
-import type { AddressInfo } from "node:net"
 import type { Duplex } from "node:stream"
 import { type RawData, WebSocketServer, type WebSocket } from "ws"
-import { listenFailure, type StartupError, toErrorResponse, TooManyConnections } from "../domain/errors.ts"
+import { toErrorResponse, TooManyConnections } from "../domain/errors.ts"
 import { closeFrame } from "../protocol/close.ts"
 import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
@@ -30,6 +34,7 @@ import type { BroadcastSet } from "../protocol/machine.ts"
 
 const NO_BROADCASTS: BroadcastSet = new Map()
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
+import { listen } from "./listen.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
 
@@ -322,20 +327,3 @@ const drain = (
     )
   })
 
-/** Listen for the layer's lifetime; the bound port. A port that cannot be bound names its option. */
-const listen = (server: Server, port: number, host: string, option: string) =>
-  Effect.acquireRelease(
-    Effect.callback<number, StartupError>((resume) => {
-      const failed = (cause: Error) => resume(Effect.fail(listenFailure(option, host, port, cause)))
-      server.once("error", failed)
-      server.listen(port, host, () => {
-        server.off("error", failed)
-        resume(Effect.succeed((server.address() as AddressInfo).port))
-      })
-    }),
-    () =>
-      Effect.callback<void>((resume) => {
-        server.close(() => resume(Effect.void))
-        server.closeAllConnections()
-      })
-  )

@@ -2,7 +2,8 @@
  * The sessions of this node: every live connection (for timers and shutdown) and, once identified,
  * the one session per uaid that deliveries go to. A newer session of a uaid kicks the older one.
  */
-import { Context, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Layer from "effect/Layer"
 import type { Notification } from "../domain/notification.ts"
 import type { SessionHandle, SessionRegistry } from "../protocol/session.ts"
 

@@ -4,7 +4,9 @@
  * deadline has passed. Cheaper than a timer per connection, and driven by the Effect Clock so tests
  * move it with TestClock.
  */
-import { Clock, Effect, Layer } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { NodeRegistry } from "./registry.ts"
 
 export const tickOnce = Effect.fnUntraced(function*() {

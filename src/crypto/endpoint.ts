@@ -9,8 +9,13 @@
  * The pure functions take a `MultiFernet`; `EndpointCrypto` binds them to the configured keys.
  */
 import { createHash, timingSafeEqual } from "node:crypto"
-import { Context, Data, Effect, Layer, Result } from "effect"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import { hyphenate, parseUuidHex } from "../domain/ids.ts"
+import type { MessageKey } from "../domain/notification.ts"
 import {
   type FernetError,
   type FernetKey,
@@ -40,9 +45,8 @@ export class EndpointTokenError extends Data.TaggedError("EndpointTokenError")<{
   readonly reason: FernetError["reason"] | "bad-length"
 }> {}
 
-export type MessageIdData =
-  | { readonly kind: "topic"; readonly uaid: string; readonly channelId: string; readonly topic: string }
-  | { readonly kind: "timestamp"; readonly uaid: string; readonly channelId: string; readonly sortkeyTimestamp: number }
+/** What a message id encrypts: whose message, and which. */
+export type MessageIdData = MessageKey & { readonly uaid: string }
 
 /** A message id that does not decrypt, or whose plaintext is not a message key. The edge maps it to 400. */
 export class MessageIdError extends Data.TaggedError("MessageIdError")<{

@@ -17,7 +17,8 @@ import {
   randomBytes,
   timingSafeEqual
 } from "node:crypto"
-import { Data, Result } from "effect"
+import * as Data from "effect/Data"
+import * as Result from "effect/Result"
 
 /**
  * Why a token was refused.

@@ -4,7 +4,7 @@
  * protocol-notes §2.5; its table is keyed by every tag of `ApiError`, so an error added to the union
  * without a mapping does not typecheck.
  */
-import { Data } from "effect"
+import * as Data from "effect/Data"
 
 export const MORE_INFO = "http://autopush.readthedocs.io/en/latest/http.html#error-codes"
 
@@ -162,6 +162,10 @@ const table: ErrorTable = {
   LogCheck: { status: 418, errno: 999, message: fixed("LogCheck") },
   InternalError: { status: 500, errno: 999, message: fixed("An internal error occurred") }
 }
+
+/** Every answer of the API's table, as status and errno (the README's error table must list each). */
+export const errorAnswers: ReadonlyArray<{ readonly tag: ApiError["_tag"]; readonly status: number; readonly errno: number | null }> =
+  Object.entries(table).map(([tag, identity]) => ({ tag: tag as ApiError["_tag"], status: identity.status, errno: identity.errno }))
 
 const REASONS: Readonly<Record<number, string>> = {
   400: "Bad Request",

@@ -40,18 +40,18 @@ export type Urgency = (typeof URGENCIES)[number]
 /** Milliseconds a message sorts by (timestamp messages) or was accepted at (both). */
 export const sortkeyMs = (n: Notification): number => n.sortkeyTimestamp ?? n.timestamp * 1000
 
-export const topicSortKey = (channelId: string, topic: string): string => `01:${channelId}:${topic}`
-
 /**
- * `02:{ms}:{chid}` with `ms` zero-padded to 13 digits so keys sort numerically; for every instant from
- * 2001 to 2286 that is exactly the seed's unpadded key, so tables written by autopush stay readable.
+ * Which stored message: a channel's message of a topic (one per topic), or a channel's message accepted
+ * at a ms. What a message id encrypts, and how storage is told which message to delete.
  */
-export const timestampSortKey = (ms: number, channelId: string): string =>
-  `02:${String(ms).padStart(13, "0")}:${channelId}`
+export type MessageKey =
+  | { readonly kind: "topic"; readonly channelId: string; readonly topic: string }
+  | { readonly kind: "timestamp"; readonly channelId: string; readonly sortkeyTimestamp: number }
 
-/** The storage sort key (`chidmessageid`) of a message. */
-export const chidMessageId = (n: Notification): string =>
-  n.topic !== undefined ? topicSortKey(n.channelId, n.topic) : timestampSortKey(sortkeyMs(n), n.channelId)
+export const messageKeyOf = (n: Notification): MessageKey =>
+  n.topic !== undefined
+    ? { kind: "topic", channelId: n.channelId, topic: n.topic }
+    : { kind: "timestamp", channelId: n.channelId, sortkeyTimestamp: sortkeyMs(n) }
 
 /** Seconds since the epoch at which the message stops being deliverable. */
 export const expiresAt = (n: Notification): number => n.timestamp + n.ttl

@@ -2,7 +2,8 @@
  * The notification as it travels from an endpoint node to a connection node (`PUT /push/{uaid}` on
  * the router port, protocol-notes §4). Both ends use this one codec.
  */
-import { Exit, Schema } from "effect"
+import * as Exit from "effect/Exit"
+import * as Schema from "effect/Schema"
 import type { Notification } from "./notification.ts"
 
 const TransportNotification = Schema.Struct({

@@ -4,7 +4,7 @@
  * `Encryption-Key`) and the scheme/parameters of `Authorization`. Each check is a small function
  * that either returns the parsed value or fails with the error of its row in the validation table.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { InvalidCryptoHeaders, InvalidTopic, InvalidUrgency, MissingTtl, NegativeTtl } from "../domain/errors.ts"
 import { URGENCIES, type Urgency } from "../domain/notification.ts"
 

@@ -4,9 +4,9 @@
  * `/__version__`, `/status`, `/__error__` (the operators' log check: an error log line, 418/999),
  * and `/metrics` (Prometheus text) when metrics are on.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { Bridges } from "../bridges/Bridges.ts"
-import { HttpServerResponse } from "effect/http"
 import { LogCheck } from "../domain/errors.ts"
 import { type MetricsService, PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import { Storage, type TableStatus } from "../storage/Storage.ts"

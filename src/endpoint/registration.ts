@@ -9,8 +9,13 @@
  * uaid (410/103), secret (401/109), user (410/103).
  */
 import { randomUUID } from "node:crypto"
-import { ByteSize, Clock, Effect, Redacted } from "effect"
-import { HttpIncomingMessage, type HttpServerRequest, HttpServerResponse } from "effect/http"
+import * as ByteSize from "effect/ByteSize"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Redacted from "effect/Redacted"
+import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { Bridges } from "../bridges/Bridges.ts"
 import type { BridgeRouter, RegistrationBody } from "../bridges/bridge.ts"
 import { bridgedTableOf } from "../bridges/table.ts"

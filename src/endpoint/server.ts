@@ -10,16 +10,17 @@
  */
 import { randomBytes } from "node:crypto"
 import { createServer } from "node:http"
-import { NodeHttpServer } from "@effect/platform-node"
-import { Cause, Effect, Layer, type Scope } from "effect"
-import {
-  HttpMiddleware,
-  HttpRouter,
-  HttpServer,
-  type HttpServerError,
-  HttpServerRequest,
-  HttpServerResponse
-} from "effect/http"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type * as Scope from "effect/Scope"
+import * as HttpMiddleware from "effect/http/HttpMiddleware"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import type * as HttpServerError from "effect/http/HttpServerError"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import { Bridges } from "../bridges/Bridges.ts"
 import {

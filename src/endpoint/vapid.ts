@@ -5,7 +5,7 @@
  * except a draft-01 scheme without its `Crypto-Key: p256ecdsa=` key, which is 400/110.
  */
 import { createPublicKey, type KeyObject } from "node:crypto"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { compactVerify } from "jose"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
 import { InvalidAuth, InvalidCryptoHeaders } from "../domain/errors.ts"

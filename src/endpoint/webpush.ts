@@ -5,17 +5,22 @@
  * is wrong in several ways always gets the error of the first rule it breaks. An accepted message is
  * routed (`WebPushRouter`) and answered `201` with `Location` and the effective `TTL`.
  */
-import { ByteSize, Clock, Effect, Option } from "effect"
+import * as ByteSize from "effect/ByteSize"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import { Bridges } from "../bridges/Bridges.ts"
 import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
 import { bridgedTableOf } from "../bridges/table.ts"
-import { HttpIncomingMessage, type HttpServerRequest, HttpServerResponse, HttpTraceContext } from "effect/http"
 import {
   type EndpointToken,
   EndpointCrypto,
   type EndpointVersion,
-  matchesVapidKey,
-  type MessageIdData
+  matchesVapidKey
 } from "../crypto/endpoint.ts"
 import {
   BridgeNotConfigured,
@@ -34,7 +39,6 @@ import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
-import { timestampSortKey, topicSortKey } from "../storage/model.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
 import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
 import { endpointBase, endpointOrigin, type EndpointOptions } from "./options.ts"
@@ -71,12 +75,6 @@ const bridgeFailureReason = (error: BridgeError): string => {
 
 /** A token that decrypted but to the wrong length: reported by rule #5, after the VAPID rules. */
 const BAD_LENGTH = "bad-length" as const
-
-/** Storage sort key of a message id's row. */
-const sortKeyOf = (data: MessageIdData): string =>
-  data.kind === "topic"
-    ? topicSortKey(data.channelId, data.topic)
-    : timestampSortKey(data.sortkeyTimestamp, data.channelId)
 
 export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
   const storage = yield* Storage
@@ -295,7 +293,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const data = yield* crypto.parseMessageId(messageId).pipe(Effect.mapError(() => new InvalidMessageId()))
     const user = yield* storage.getUser(data.uaid).pipe(Effect.catchTag("StorageError", storageUnavailable))
     if (user?.currentMonth !== undefined) {
-      yield* storage.deleteMessage(data.uaid, user.currentMonth, sortKeyOf(data)).pipe(
+      yield* storage.deleteMessage(data.uaid, user.currentMonth, data).pipe(
         Effect.catchTag("StorageError", storageUnavailable)
       )
       events.record(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId }))

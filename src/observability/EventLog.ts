@@ -3,7 +3,8 @@
  * JSON-lines event log, the message trace; see `observability.ts`); the memory layer keeps them for
  * assertions.
  */
-import { Context, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Layer from "effect/Layer"
 import type { DomainEvent } from "../domain/events.ts"
 
 export interface EventLogService {

@@ -13,7 +13,8 @@
  * line; a message is hashed once, at first sight (the window is keyed by the message id itself), and
  * `opaqueOf` lends that hash to the event-log writer.
  */
-import { Context, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Layer from "effect/Layer"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
 import { isOpaqueId, makeOpaqueIds } from "./opaque.ts"

@@ -12,8 +12,11 @@
  * - gauges go to statsd every `gaugeIntervalMs` (current values, sampled gauges read then);
  * - timers are Prometheus histograms in milliseconds; names follow `catalog.ts` (`prometheusName`).
  */
-import { Context, Effect, Layer, Metric } from "effect"
-import { PrometheusMetrics } from "effect/observability"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as PrometheusMetrics from "effect/observability/PrometheusMetrics"
 import { StatsD } from "hot-shots"
 import { metricInfo, type MetricKind, prometheusName } from "./catalog.ts"
 

@@ -5,8 +5,10 @@
  *   which the metrics sink makes `notification.routed` / `notification.route_time` and the trace
  *   shows the endpoint's half of a direct delivery.
  */
-import { Clock, Effect } from "effect"
-import { HttpServerRequest, HttpServerResponse } from "effect/http"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { type ApiError, Overloaded, toErrorResponse } from "../domain/errors.ts"
 import { domainEvent, type RouteOutcome } from "../domain/events.ts"
 import { WebPushRouter, type WebPushRouterService } from "../routers/webpush.ts"

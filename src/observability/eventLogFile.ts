@@ -16,7 +16,9 @@
  * waiting), lines are dropped and counted rather than growing memory without bound.
  */
 import { createWriteStream, openSync } from "node:fs"
-import { Data, Effect, type Scope } from "effect"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
 import { makeOpaqueIds } from "./opaque.ts"

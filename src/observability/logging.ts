@@ -2,7 +2,9 @@
  * Logs: MozLog JSON on stdout by default (one object per line, protocol-notes §7), human-readable
  * lines with `human_logs`, and the minimum level from `log_level`.
  */
-import { Layer, Logger, References } from "effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as References from "effect/References"
 import type { LogLevel } from "effect/LogLevel"
 import { VERSION } from "./version.ts"
 

@@ -4,9 +4,12 @@
  * all-in-one and connection nodes serve `/metrics` on their router port instead.
  */
 import { createServer } from "node:http"
-import type { AddressInfo } from "node:net"
-import { Context, Effect, Layer } from "effect"
-import { listenFailure, MethodNotAllowed, RouteNotFound, type StartupError, toErrorResponse } from "../domain/errors.ts"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { sendError } from "../connection/http.ts"
+import { listen } from "../connection/listen.ts"
+import { MethodNotAllowed, RouteNotFound, type StartupError } from "../domain/errors.ts"
 import { Metrics, PROMETHEUS_CONTENT_TYPE } from "./Metrics.ts"
 
 export class MetricsListener extends Context.Service<MetricsListener, {
@@ -21,12 +24,8 @@ export class MetricsListener extends Context.Service<MetricsListener, {
         const server = createServer((req, res) => {
           req.resume()
           const path = (req.url ?? "/").split("?", 1)[0]
-          const refuse = (error: RouteNotFound | MethodNotAllowed) => {
-            const { status, headers, body } = toErrorResponse(error)
-            res.writeHead(status, { ...headers, "content-type": "application/json" }).end(JSON.stringify(body))
-          }
-          if (path !== "/metrics") return refuse(new RouteNotFound())
-          if (req.method !== "GET" && req.method !== "HEAD") return refuse(new MethodNotAllowed())
+          if (path !== "/metrics") return sendError(res, new RouteNotFound())
+          if (req.method !== "GET" && req.method !== "HEAD") return sendError(res, new MethodNotAllowed())
           let text: string
           try {
             text = metrics.prometheus()
@@ -36,21 +35,7 @@ export class MetricsListener extends Context.Service<MetricsListener, {
           }
           res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) }).end(text)
         })
-        const port = yield* Effect.acquireRelease(
-          Effect.callback<number, StartupError>((resume) => {
-            const failed = (cause: Error) => resume(Effect.fail(listenFailure("metrics_port", options.host, options.port, cause)))
-            server.once("error", failed)
-            server.listen(options.port, options.host, () => {
-              server.off("error", failed)
-              resume(Effect.succeed((server.address() as AddressInfo).port))
-            })
-          }),
-          () =>
-            Effect.callback<void>((resume) => {
-              server.close(() => resume(Effect.void))
-              server.closeAllConnections()
-            })
-        )
+        const port = yield* listen(server, options.port, options.host, "metrics_port")
         return MetricsListener.of({ port })
       })
     )

@@ -9,7 +9,12 @@
  * - the connection node passes `routerObservability(registry)` to `handleRouterRequest`:
  *   `GET /metrics` and `GET /__trace__/{message_id}` on the router port, connection gauges.
  */
-import { Context, Effect, Layer, Option, type Scope, Tracer } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import * as Tracer from "effect/Tracer"
 import { METRICS } from "./catalog.ts"
 import { EventLog, EventLogMemory, recordTo, type EventSink } from "./EventLog.ts"
 import { type EventLogOpenError, openEventLog } from "./eventLogFile.ts"

@@ -6,7 +6,8 @@
  *
  *     timedStorage.pipe(Layer.provide(storageLayer(settings)))   // needs Metrics
  */
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { Storage, type StorageService } from "../storage/Storage.ts"
 import { METRICS } from "./catalog.ts"
 import { Metrics, type MetricsService } from "./Metrics.ts"

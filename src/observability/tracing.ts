@@ -12,9 +12,16 @@
  * (which would record URLs and headers) are off, and the spans here name only outcomes and opaque ids.
  * Without an endpoint the tracer is disabled altogether, so spans cost nothing on the hot path.
  */
-import { Context, Exit, Layer, Option, References, Tracer } from "effect"
-import { FetchHttpClient } from "effect/http"
-import { type OtlpExporter, OtlpSerialization, OtlpTracer } from "effect/observability"
+import * as Context from "effect/Context"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as References from "effect/References"
+import * as Tracer from "effect/Tracer"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import type * as OtlpExporter from "effect/observability/OtlpExporter"
+import * as OtlpSerialization from "effect/observability/OtlpSerialization"
+import * as OtlpTracer from "effect/observability/OtlpTracer"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
 import { opaqueId } from "./opaque.ts"

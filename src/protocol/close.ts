@@ -3,7 +3,7 @@
  * mapping to close code and reason (protocol-notes §1.7 with the decisions of §0). The table is keyed
  * by every kind, so a new kind without a code does not typecheck.
  */
-import { Data } from "effect"
+import * as Data from "effect/Data"
 
 export type CloseKind =
   | "uaid-reset" // msg_limit exceeded or stale month: the next hello gets a new uaid
@@ -41,5 +41,8 @@ const frames: { readonly [K in CloseKind]: { readonly code: number; readonly rea
   "slow-client": { code: 1013, reason: "SlowClient" },
   "control-flood": { code: 1008, reason: "ControlFlood" }
 }
+
+/** Every close frame the protocol sends (the README's close table must list each). */
+export const closeFrames: ReadonlyArray<{ readonly code: number; readonly reason: string }> = Object.values(frames)
 
 export const closeFrame = (kind: CloseKind): { readonly code: number; readonly reason: string } => frames[kind]

@@ -4,7 +4,7 @@
  * queue holds that many, `offerDelivery` refuses and the router port answers so the endpoint stores.
  * Lean on purpose: an idle connection holds one of these, so no Queue/Deferred per connection.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 
 export class Mailbox<E> {
   private items: Array<E> = []

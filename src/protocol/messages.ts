@@ -3,7 +3,8 @@
  * Schema at the edge into `ClientMessage`, or into a `FrameError` naming why the frame is invalid;
  * server frames are built by the `*Reply` functions in the key order autopush emits.
  */
-import { Exit, Schema } from "effect"
+import * as Exit from "effect/Exit"
+import * as Schema from "effect/Schema"
 import type { Notification } from "../domain/notification.ts"
 import { opaqueId } from "../observability/opaque.ts"
 

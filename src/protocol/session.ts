@@ -8,10 +8,12 @@
  * the machine (the router port accepted them), then `MailboxDrained` lets it save what is unacked.
  * Closing also runs when the node interrupts the fiber (shutdown), so messages are saved either way.
  */
-import { Cause, Clock, Effect } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
 import { type DomainEvent } from "../domain/events.ts"
 import { newUaid } from "../domain/ids.ts"
-import { chidMessageId, type Notification } from "../domain/notification.ts"
+import { messageKeyOf, type Notification } from "../domain/notification.ts"
 import { lastConnectValue } from "../domain/user.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
@@ -366,7 +368,7 @@ export class SessionRunner {
       case "DeleteMessages":
         return Effect.as(
           Effect.forEach(command.messages, ({ notification: n, table }) =>
-            storage.deleteMessage(command.uaid, table as string, chidMessageId(n), n.version), { discard: true }),
+            storage.deleteMessage(command.uaid, table as string, messageKeyOf(n), n.version), { discard: true }),
           { _tag: "MessagesDeleted" }
         )
       case "MoveMonth":
@@ -399,7 +401,7 @@ export class SessionRunner {
       const after = yield* storage.getUser(uaid)
       if (after?.currentMonth !== undefined && after.currentMonth !== table) {
         yield* storage.saveMessages(uaid, after.currentMonth, saved)
-        for (const n of saved) yield* storage.deleteMessage(uaid, table, chidMessageId(n), n.version)
+        for (const n of saved) yield* storage.deleteMessage(uaid, table, messageKeyOf(n), n.version)
       }
       if (after?.nodeId !== undefined && after.connectedAt !== connectedAt) peers.notify(after.nodeId, uaid)
       return saved

@@ -9,7 +9,10 @@
  */
 import * as http from "node:http"
 import * as https from "node:https"
-import { Context, Data, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { hyphenate } from "../domain/ids.ts"
 import type { Notification } from "../domain/notification.ts"
 import { encodeTransportNotification } from "../domain/router-wire.ts"

@@ -9,7 +9,9 @@
  * 4. re-read the user: gone → 410/105; connected somewhere → `PUT {node}/notif/{uaid}` so that node
  *    picks the message up (a client that reconnected while we stored would otherwise miss it).
  */
-import { Context, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { StorageUnavailable, UserDeletedDuringRouting } from "../domain/errors.ts"
 import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"

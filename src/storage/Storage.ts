@@ -12,8 +12,10 @@
  * operation on a missing table fails with a `StorageError` (cause named `ResourceNotFoundException`).
  * Table names, rotation and the stale-user month range: `tables.ts`; sort keys: `model.ts`.
  */
-import { Context, Data, Effect } from "effect"
-import type { Notification } from "../domain/notification.ts"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import type { MessageKey, Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import type { SaveOutcome } from "./model.ts"
 
@@ -112,15 +114,14 @@ export interface StorageService {
     limit: number
   ) => Effect.Effect<TimestampPage, StorageError>
   /**
-   * Delete one message by its sort key (`chidMessageId`, = `messageSortKey` of `model.ts`); deleting
-   * a missing row is not an error.
+   * Delete one message; deleting a missing row is not an error.
    * With `version`, only if the row still holds that message: an ack must not delete the newer
    * message that replaced a topic meanwhile.
    */
   readonly deleteMessage: (
     uaid: string,
     table: string,
-    sortKey: string,
+    key: MessageKey,
     version?: string
   ) => Effect.Effect<void, StorageError>
   /** The per-user read cursor (ms sort key of the last timestamp message read) in that table. */

@@ -27,8 +27,12 @@ import {
   UpdateTimeToLiveCommand,
   type WriteRequest
 } from "@aws-sdk/client-dynamodb"
-import { Clock, Effect, Layer, Predicate, Schedule } from "effect"
-import { type Notification, sortkeyMs } from "../domain/notification.ts"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Predicate from "effect/Predicate"
+import * as Schedule from "effect/Schedule"
+import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
   nextFreeMs,
@@ -43,6 +47,7 @@ import {
   parseSortKey,
   plainData,
   sortKeyMsOf,
+  sortKeyOf,
   TIMESTAMP_END,
   timestampLowerBound,
   TOPIC_PREFIX
@@ -633,12 +638,12 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         }
       })
 
-      const deleteMessage = (uaid: string, table: string, sortKey: string, version?: string) =>
+      const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
         conditional(call("deleteMessage", (o) =>
           client.send(
             new DeleteItemCommand({
               TableName: table,
-              Key: messageKey(uaid, sortKey),
+              Key: messageKey(uaid, sortKeyOf(key)),
               ...(version !== undefined
                 ? {
                   ConditionExpression: "#updateid = :updateid",

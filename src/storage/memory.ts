@@ -5,18 +5,19 @@
  * `ResourceNotFoundException`. Each operation runs without yielding, so conditional writes are
  * atomic as they are on the server.
  */
-import { Clock, Effect, Layer } from "effect"
-import type { Notification } from "../domain/notification.ts"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
   expiryOf,
   isVisible,
   messageSortKey,
-  META_SORT_KEY,
   nextFreeMs,
   type SaveOutcome,
-  sortkeyMs,
   sortKeyMsOf,
+  sortKeyOf,
   storedNotification,
   storedUser,
   TIMESTAMP_END,
@@ -223,16 +224,12 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       }
     })
 
-    const deleteMessage = Effect.fnUntraced(function*(uaid: string, table: string, sortKey: string, version?: string) {
+    const deleteMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version?: string) {
       const t = yield* messageTable("deleteMessage", table)
       const rows = t.get(uaid)
       if (rows === undefined) return
-      if (version !== undefined) {
-        if (rows.messages.get(sortKey)?.version === version) rows.messages.delete(sortKey)
-      } else if (sortKey === META_SORT_KEY) {
-        delete rows.chids
-        delete rows.cursor
-      } else rows.messages.delete(sortKey)
+      const sortKey = sortKeyOf(key)
+      if (version === undefined || rows.messages.get(sortKey)?.version === version) rows.messages.delete(sortKey)
     })
 
     const getReadCursor = Effect.fnUntraced(function*(uaid: string, table: string) {

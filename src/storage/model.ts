@@ -15,7 +15,7 @@
  * stay readable); the padding only keeps string order equal to numeric order for small test times.
  * Negative or ≥ 10^13 values are outside the model.
  */
-import { chidMessageId, type Notification, sortkeyMs, timestampSortKey, topicSortKey } from "../domain/notification.ts"
+import { type MessageKey, messageKeyOf, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 
 export const META_SORT_KEY = " "
@@ -35,7 +35,14 @@ const MS_DIGITS = 13
 
 const formatMs = (ms: number): string => String(ms).padStart(MS_DIGITS, "0")
 
-export { chidMessageId as messageSortKey, sortkeyMs, timestampSortKey, topicSortKey }
+export const topicSortKey = (channelId: string, topic: string): string => `${TOPIC_PREFIX}${channelId}:${topic}`
+export const timestampSortKey = (ms: number, channelId: string): string => `${TIMESTAMP_PREFIX}${formatMs(ms)}:${channelId}`
+
+/** The sort key (`chidmessageid`) of a message row. */
+export const sortKeyOf = (key: MessageKey): string =>
+  key.kind === "topic" ? topicSortKey(key.channelId, key.topic) : timestampSortKey(key.sortkeyTimestamp, key.channelId)
+
+export const messageSortKey = (n: Notification): string => sortKeyOf(messageKeyOf(n))
 
 /**
  * Exclusive lower bound of a timestamp page: every key of a later ms is greater, every key of

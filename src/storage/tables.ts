@@ -10,7 +10,8 @@
  *   no listing at start-up, and an operator migrating a PY single-table deployment sets the prefix
  *   to that table's full name.)
  */
-import { Clock, Effect } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
 
 export interface StorageOptions {
   /** Name of the router table (seed default `router`). */

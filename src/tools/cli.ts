@@ -9,8 +9,13 @@
  * - 2: bad arguments or configuration (`UsageError`, `ConfigError`).
  */
 import { homedir } from "node:os"
-import { NodeRuntime } from "@effect/platform-node"
-import { Console, Data, Effect, Option, Predicate, Schema } from "effect"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Console from "effect/Console"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options } from "../config/options.ts"
 import { errorName } from "../storage/dynamodb.ts"

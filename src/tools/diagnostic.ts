@@ -8,7 +8,10 @@
  * field names are.
  */
 import { readFile } from "node:fs/promises"
-import { Clock, Console, Effect, Result } from "effect"
+import * as Clock from "effect/Clock"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import { ConfigError, HelpRequested, requireSecrets, type Settings } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
 import {

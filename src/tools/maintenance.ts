@@ -13,7 +13,9 @@
  *
  * The two drop commands only say what they would do unless given `--yes`.
  */
-import { Clock, Console, Effect } from "effect"
+import * as Clock from "effect/Clock"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import { HelpRequested, type Settings } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
 import { Storage } from "../storage/Storage.ts"

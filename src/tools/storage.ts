@@ -10,7 +10,8 @@
  */
 import { existsSync } from "node:fs"
 import { join } from "node:path"
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import type { Settings } from "../config/index.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/embedded.ts"

@@ -22,6 +22,9 @@ export interface Deployment {
   readonly restartConnection: (between?: () => Promise<void>) => Promise<void>
   /** Separate processes only: kill the storage (dynalite) process, and start it again after `downMs`. */
   readonly storageOutage?: (downMs: number) => Promise<void>
+  /** The process holding the connection node. */
+  readonly pid: () => number | undefined
+  /** Stop every process and remove the deployment's temp directory. */
   readonly stop: () => Promise<void>
 }
 
@@ -105,23 +108,23 @@ const withFreshPorts = async (start: () => Promise<Deployment>): Promise<Deploym
   }
 }
 
-/** `extraArgs`: more flags for the process (options under test). */
-export const startAllInOne = (extraArgs: ReadonlyArray<string> = []): Promise<Deployment> =>
-  withFreshPorts(() => startAllInOneOnce(extraArgs))
+/** `extra` flags come last, so they override the defaults above. */
+export const startAllInOne = (extra: ReadonlyArray<string> = []): Promise<Deployment> => withFreshPorts(() => startAllInOneOnce(extra))
 export const startSeparate = (): Promise<Deployment> => withFreshPorts(startSeparateOnce)
 
-const startAllInOneOnce = async (extraArgs: ReadonlyArray<string>): Promise<Deployment> => {
+const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
   const output: Array<string> = []
   let child: ChildProcess
   const up = async () => {
-    child = start("src/bin/autopush.ts", [...common(ports), ...extraArgs], output, cwd)
+    child = start("src/bin/autopush.ts", [...common(ports), ...extra], output, cwd)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
   }
   await up().catch(async (error: unknown) => {
     await stopChild(child)
+    rmSync(cwd, { recursive: true, force: true })
     throw error
   })
   return {
@@ -136,6 +139,7 @@ const startAllInOneOnce = async (extraArgs: ReadonlyArray<string>): Promise<Depl
       await between?.()
       await up()
     },
+    pid: () => child.pid,
     stop: async () => {
       await stopChild(child)
       rmSync(cwd, { recursive: true, force: true })
@@ -181,6 +185,7 @@ const startSeparateOnce = async (): Promise<Deployment> => {
   await up().catch(async (error: unknown) => {
     await Promise.all([connection, endpoint].filter((c) => c !== undefined).map(stopChild))
     await stopChild(dynalite)
+    rmSync(cwd, { recursive: true, force: true })
     throw error
   })
   return {
@@ -203,6 +208,7 @@ const startSeparateOnce = async (): Promise<Deployment> => {
       dynalite = startDynalite()
       await waitForPort(dynamoPort)
     },
+    pid: () => connection.pid,
     stop: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])
       await stopChild(dynalite)

@@ -8,7 +8,8 @@ import { Effect, Exit, Layer, Random } from "effect"
 import { TestClock } from "effect/testing"
 import type { Notification } from "../../src/domain/notification.ts"
 import { lastConnectValue, type UserRecord } from "../../src/domain/user.ts"
-import { messageSortKey, storedNotification } from "../../src/storage/model.ts"
+import { storedNotification } from "../../src/storage/model.ts"
+import { messageKeyOf } from "../../src/domain/notification.ts"
 import { createActiveTables, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
 import type { StorageOptions } from "../../src/storage/tables.ts"
 
@@ -333,9 +334,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 2)).length, 2)
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(2), table, 10), [])
 
-        yield* s.deleteMessage(uaid(1), table, messageSortKey(second), "v1") // a newer message replaced it: kept
+        yield* s.deleteMessage(uaid(1), table, messageKeyOf(second), "v1") // a newer message replaced it: kept
         assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).length, 3)
-        yield* s.deleteMessage(uaid(1), table, messageSortKey(second), "v2")
+        yield* s.deleteMessage(uaid(1), table, messageKeyOf(second), "v2")
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [otherTopic, other].map(storedNotification))
       }))
 
@@ -372,9 +373,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
         const fromCursor = yield* s.fetchTimestampMessages(uaid(1), table, T0 + 20, 10)
         assert.deepStrictEqual(fromCursor.messages.map((m) => m.sortkeyTimestamp), [T0 + 30, T0 + 40, T0 + 50, T0 + 1000])
 
-        yield* s.deleteMessage(uaid(1), table, messageSortKey(messages[2]!))
-        yield* s.deleteMessage(uaid(1), table, messageSortKey(messages[2]!)) // missing: fine
-        yield* s.deleteMessage(uaid(1), table, messageSortKey(messages[0]!), "other") // not that message: kept
+        yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[2]!))
+        yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[2]!)) // missing: fine
+        yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[0]!), "other") // not that message: kept
         const left = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
         assert.deepStrictEqual(left.messages.map((m) => m.sortkeyTimestamp), [T0 + 10, T0 + 20, T0 + 30, T0 + 40, T0 + 1000])
       }))

@@ -4,6 +4,8 @@ import { join } from "node:path"
 import { describe, expect, it } from "vitest"
 import { optionNames } from "../../src/config/options.ts"
 import { configurationMarkdown } from "../../src/config/write-docs.ts"
+import { errorAnswers } from "../../src/domain/errors.ts"
+import { closeFrames } from "../../src/protocol/close.ts"
 import { COMMANDS } from "../../src/tools/maintenance.ts"
 
 const root = new URL("../../", import.meta.url).pathname
@@ -37,6 +39,44 @@ describe("docs", () => {
     for (const [name, command] of Object.entries(COMMANDS)) {
       expect(tools).toContain(`### ${name}`)
       for (const [flag] of command.flags) expect(tools).toContain(flag.split(" ")[0])
+    }
+  })
+
+  /** The rows of the README table that follows `header`, as arrays of trimmed cells. */
+  const tableAfter = (header: string): Array<Array<string>> => {
+    const readme = read("README.md")
+    const start = readme.indexOf(header)
+    expect(start).toBeGreaterThan(-1)
+    const rows: Array<Array<string>> = []
+    for (const line of readme.slice(start).split("\n").slice(2)) {
+      if (!line.startsWith("|")) break
+      rows.push(line.split("|").slice(1, -1).map((cell) => cell.trim()))
+    }
+    return rows
+  }
+
+  it("the README's error table lists every status and errno the API answers", () => {
+    const rows = tableAfter("| status | errno | message")
+    const listed = (status: number, errno: number | null) =>
+      rows.some(([s, e]) => (s ?? "").split(" / ").includes(String(status)) && e === String(errno))
+    const missing = errorAnswers.filter(({ status, errno }) => !listed(status, errno))
+    expect(missing).toEqual([])
+  })
+
+  it("the README's close table lists every close code the connection node sends, and the WebSocket library's own", () => {
+    const rows = tableAfter("| close code | reason | when |")
+    const listed = (code: number, reason: string) =>
+      rows.some(([c, r]) => c === String(code) && (reason === "" ? r === "—" : (r ?? "").includes(`\`${reason}\``)))
+    // ws closes by itself: 1002 protocol violations, 1007 invalid UTF-8, 1009 over max_message_size.
+    const library = [1002, 1007, 1009].map((code) => ({ code, reason: "" }))
+    const missing = [...closeFrames, ...library].filter(({ code, reason }) => !listed(code, reason))
+    expect(missing).toEqual([])
+  })
+
+  it("the README's limits table names every limit option", () => {
+    const rows = tableAfter("| option | default | beyond it |")
+    for (const name of ["max_connections", "max_message_size", "max_control_frames_per_second", "max_send_buffer", "max_channels_per_user", "client_commands_per_second", "client_command_burst", "msg_limit", "client_request_timeout", "max_in_flight_requests", "max_data_bytes"]) {
+      expect(rows.some(([option]) => (option ?? "").includes(`\`${name}\``)), name).toBe(true)
     }
   })
 })
