@@ -8,7 +8,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { issueBridgeSecret } from "../../src/crypto/secrets.ts"
 import { Storage } from "../../src/storage/Storage.ts"
-import { push, request, subscribe, vapidKeys } from "../endpoint/harness.ts"
+import { messagesOf, push, request, subscribe, vapidKeys } from "../endpoint/harness.ts"
 import { AUTH_KEY, bridgedEndpoint, call, errnoOf, eventsOf, pathOf, register } from "./harness.ts"
 
 const STUB = "/v1/stub/success/registration"
@@ -132,11 +132,12 @@ describe("registration API (stub bridge)", () => {
         assert.match(big.json().message, /Converted buffer is too long by \d+ bytes/)
       }))
 
-    it.effect("Urgency outside very-low/low/normal/high → 400/115, for WebPush users too", () =>
+    it.effect("Urgency outside very-low/low/normal/high → 400/115, for WebPush users too; a stored message keeps it", () =>
       Effect.gen(function*() {
         const sub = yield* subscribe()
         assert.deepStrictEqual(errnoOf(yield* push(sub, { urgency: "urgent" })), [400, 115])
         assert.strictEqual((yield* push(sub, { urgency: "very-low" })).status, 201)
+        assert.deepStrictEqual((yield* messagesOf(sub)).map((m) => m.urgency), ["very-low"])
       }))
 
     it.effect("stored gcm user → dropped, 410/106; fcm user without an FCM bridge → 502/900", () =>
