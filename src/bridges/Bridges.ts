@@ -96,14 +96,21 @@ const readText = (path: string): string => {
   }
 }
 
-const jsonMap = (text: string): Json => {
+const jsonObject = (text: string, what: string): Json => {
   let value: unknown
   try {
     value = JSON.parse(text)
   } catch {
-    throw new Invalid("not valid JSON")
+    throw new Invalid(`${what} is not valid JSON`)
   }
-  if (!isObject(value) || Object.keys(value).length === 0) throw new Invalid("expected a non-empty JSON object")
+  if (!isObject(value)) throw new Invalid(`${what} is not a JSON object`)
+  return value
+}
+
+/** A non-empty JSON object of objects (by app id, channel or profile). */
+const jsonMap = (text: string): Readonly<Record<string, Json>> => {
+  const value = jsonObject(text, "the value")
+  if (Object.keys(value).length === 0) throw new Invalid("expected a non-empty JSON object")
   for (const [key, entry] of Object.entries(value)) if (!isObject(entry)) throw new Invalid(`${key}: expected an object`)
   return value as Readonly<Record<string, Json>>
 }
@@ -119,19 +126,17 @@ const optionalField = (entry: Json, where: string, name: string): string | undef
 
 const fcmApps = (text: string): Record<string, FcmApp> =>
   Object.fromEntries(Object.entries(jsonMap(text)).map(([appId, entry]) => {
-    const credential = field(entry as Json, appId, "credential")
-    const account = jsonMap(`{"a":${inlineOrFile(credential, readText).trim() || "null"}}`)["a"] as Json
+    const account = jsonObject(inlineOrFile(field(entry, appId, "credential"), readText), `${appId} credential`)
     const serviceAccount: ServiceAccount = {
       client_email: field(account, `${appId} credential`, "client_email"),
       private_key: field(account, `${appId} credential`, "private_key"),
       token_uri: optionalField(account, `${appId} credential`, "token_uri")
     }
-    return [appId, { projectId: field(entry as Json, appId, "project_id"), serviceAccount }]
+    return [appId, { projectId: field(entry, appId, "project_id"), serviceAccount }]
   }))
 
 const apnsChannels = (text: string): Record<string, ApnsChannel> =>
-  Object.fromEntries(Object.entries(jsonMap(text)).map(([name, raw]) => {
-    const entry = raw as Json
+  Object.fromEntries(Object.entries(jsonMap(text)).map(([name, entry]) => {
     const keyId = optionalField(entry, name, "key_id")
     const teamId = optionalField(entry, name, "team_id")
     if ((keyId === undefined) !== (teamId === undefined)) throw new Invalid(`${name}: key_id and team_id go together`)
@@ -147,9 +152,9 @@ const apnsChannels = (text: string): Record<string, ApnsChannel> =>
   }))
 
 const admProfiles = (text: string): Record<string, AdmProfile> =>
-  Object.fromEntries(Object.entries(jsonMap(text)).map(([name, raw]) => [name, {
-    clientId: field(raw as Json, name, "client_id"),
-    clientSecret: Redacted.make(field(raw as Json, name, "client_secret"))
+  Object.fromEntries(Object.entries(jsonMap(text)).map(([name, entry]) => [name, {
+    clientId: field(entry, name, "client_id"),
+    clientSecret: Redacted.make(field(entry, name, "client_secret"))
   }]))
 
 /** Parse one option; a bad value stops the node with a line naming the option (never its value: it holds secrets). */

@@ -70,6 +70,10 @@ export interface ApnsOptions {
   readonly timeoutMs: number
 }
 
+/** Where a channel's messages go: `base_url` when set, else Apple's sandbox or production host. */
+export const apnsHost = (channel: ApnsChannel, baseUrl: string | undefined): string =>
+  baseUrl ?? (channel.sandbox ? APNS_SANDBOX : APNS_PRODUCTION)
+
 const authFailed = (detail: string) => new BridgeAuthFailed({ message: `APNS authentication failed: ${detail}` })
 
 const providerToken = (auth: Extract<ApnsAuth, { kind: "token" }>) =>
@@ -160,7 +164,7 @@ export const makeApnsRouter = (options: ApnsOptions): BridgeRouter & { readonly 
   for (const [name, channel] of Object.entries(options.channels)) {
     const auth = channel.auth
     connections.set(name, {
-      url: options.baseUrl ?? (channel.sandbox ? APNS_SANDBOX : APNS_PRODUCTION),
+      url: apnsHost(channel, options.baseUrl),
       options: {
         ...(options.ca !== undefined ? { ca: options.ca } : {}),
         ...(auth.kind === "certificate" ? { cert: auth.cert, key: auth.key } : {})

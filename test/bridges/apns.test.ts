@@ -4,9 +4,9 @@
  * (path, topic, priority, expiration, payload with the default or registered `aps`), one session
  * reused and a new one after GOAWAY or connection loss, and every error mapping.
  */
-import { assert, describe, layer } from "@effect/vitest"
+import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { DEFAULT_APS } from "../../src/bridges/apns.ts"
+import { APNS_PRODUCTION, APNS_SANDBOX, apnsHost, DEFAULT_APS } from "../../src/bridges/apns.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { push } from "../endpoint/harness.ts"
 import { FakeApns, KEY_ID, TEAM_ID } from "./fake-apns.ts"
@@ -126,6 +126,15 @@ describe("APNs bridge", () => {
         const reply = yield* push({ path: pathOf(reg.endpoint) }, { "content-encoding": "aes128gcm" }, Buffer.alloc(2900, 1))
         assert.deepStrictEqual(errnoOf(reply), [413, 104])
       }))
+  })
+})
+
+describe("APNs hosts", () => {
+  it("sandbox channels go to Apple's development host, others to production; base_url overrides both", () => {
+    const channel = { topic: "t", auth: { kind: "certificate", cert: "", key: "" } } as const
+    assert.strictEqual(apnsHost({ ...channel, sandbox: true }, undefined), APNS_SANDBOX)
+    assert.strictEqual(apnsHost({ ...channel, sandbox: false }, undefined), APNS_PRODUCTION)
+    assert.strictEqual(apnsHost({ ...channel, sandbox: true }, "https://proxy.example"), "https://proxy.example")
   })
 })
 

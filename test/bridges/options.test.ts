@@ -72,7 +72,11 @@ describe("bridge options", () => {
 
   it.effect("unusable values: one line naming the option, without the value", () =>
     Effect.gen(function*() {
-      assert.strictEqual(yield* failure({ fcmCredentials: "{oops" }), "option fcm_credentials is not usable: not valid JSON")
+      assert.strictEqual(yield* failure({ fcmCredentials: "{oops" }), "option fcm_credentials is not usable: the value is not valid JSON")
+      assert.strictEqual(
+        yield* failure({ fcmCredentials: JSON.stringify({ a: { project_id: "p", credential: "{not json" } }) }),
+        "option fcm_credentials is not usable: a credential is not valid JSON"
+      )
       assert.match(yield* failure({ fcmCredentials: JSON.stringify({ a: { project_id: "p", credential: "/no/such/file.json" } }) }), /fcm_credentials.*cannot read the file/)
       assert.match(yield* failure({ fcmCredentials: JSON.stringify({ a: { credential: JSON.stringify(account) } }) }), /fcm_credentials.*project_id/)
       const apns = yield* failure({ apnsChannels: JSON.stringify({ c: { key: PEM, key_id: "K" } }) })
