@@ -129,7 +129,7 @@ const fcmApps = (text: string): Record<string, FcmApp> =>
     const account = jsonObject(inlineOrFile(field(entry, appId, "credential"), readText), `${appId} credential`)
     const serviceAccount: ServiceAccount = {
       client_email: field(account, `${appId} credential`, "client_email"),
-      private_key: field(account, `${appId} credential`, "private_key"),
+      private_key: Redacted.make(field(account, `${appId} credential`, "private_key")),
       token_uri: optionalField(account, `${appId} credential`, "token_uri")
     }
     return [appId, { projectId: field(entry, appId, "project_id"), serviceAccount }]
@@ -140,7 +140,7 @@ const apnsChannels = (text: string): Record<string, ApnsChannel> =>
     const keyId = optionalField(entry, name, "key_id")
     const teamId = optionalField(entry, name, "team_id")
     if ((keyId === undefined) !== (teamId === undefined)) throw new Invalid(`${name}: key_id and team_id go together`)
-    const key = inlineOrFile(field(entry, name, "key"), readText)
+    const key = Redacted.make(inlineOrFile(field(entry, name, "key"), readText))
     const channel: ApnsChannel = {
       topic: optionalField(entry, name, "topic") ?? `com.mozilla.org.${name}`,
       sandbox: entry["sandbox"] === true,

@@ -12,6 +12,7 @@
 import * as http2 from "node:http2"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Redacted from "effect/Redacted"
 import { importPKCS8, SignJWT } from "jose"
 import {
   BridgeAuthFailed,
@@ -51,8 +52,8 @@ export const DEFAULT_APS = {
 export const MAX_APS_BYTES = 1024
 
 export type ApnsAuth =
-  | { readonly kind: "token"; readonly key: string; readonly keyId: string; readonly teamId: string }
-  | { readonly kind: "certificate"; readonly cert: string; readonly key: string }
+  | { readonly kind: "token"; readonly key: Redacted.Redacted<string>; readonly keyId: string; readonly teamId: string }
+  | { readonly kind: "certificate"; readonly cert: string; readonly key: Redacted.Redacted<string> }
 
 export interface ApnsChannel {
   readonly topic: string
@@ -85,7 +86,7 @@ const providerToken = (auth: Extract<ApnsAuth, { kind: "token" }>) =>
           .setProtectedHeader({ alg: "ES256", kid: auth.keyId })
           .setIssuer(auth.teamId)
           .setIssuedAt(now)
-          .sign(await importPKCS8(auth.key, "ES256")),
+          .sign(await importPKCS8(Redacted.value(auth.key), "ES256")),
       catch: () => authFailed("the signing key is unusable")
     })
     return { value, expiresAt: (now + 3600) * 1000 }
@@ -167,7 +168,7 @@ export const makeApnsRouter = (options: ApnsOptions): BridgeRouter & { readonly 
       url: apnsHost(channel, options.baseUrl),
       options: {
         ...(options.ca !== undefined ? { ca: options.ca } : {}),
-        ...(auth.kind === "certificate" ? { cert: auth.cert, key: auth.key } : {})
+        ...(auth.kind === "certificate" ? { cert: auth.cert, key: Redacted.value(auth.key) } : {})
       },
       session: undefined,
       jwt: auth.kind === "token" ? makeTokenCache(providerToken(auth), 600_000) : undefined

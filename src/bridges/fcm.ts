@@ -9,6 +9,7 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Redacted from "effect/Redacted"
 import { importPKCS8, SignJWT } from "jose"
 import { BridgeAuthFailed, UnknownBridgeTarget } from "../domain/errors.ts"
 import { InvalidRouterToken } from "../domain/errors.ts"
@@ -32,7 +33,7 @@ const JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 /** The fields of a Google service-account key file we use. */
 export interface ServiceAccount {
   readonly client_email: string
-  readonly private_key: string
+  readonly private_key: Redacted.Redacted<string>
   readonly token_uri?: string | undefined
 }
 
@@ -65,7 +66,7 @@ const fetchAccessToken = (account: ServiceAccount, timeoutMs: number) =>
           .setAudience(tokenUri)
           .setIssuedAt(now)
           .setExpirationTime(now + 3600)
-          .sign(await importPKCS8(account.private_key, "RS256")),
+          .sign(await importPKCS8(Redacted.value(account.private_key), "RS256")),
       catch: () => authFailed("the service account's private key is unusable")
     })
     const reply = yield* platformRequest("fcm", tokenUri, {

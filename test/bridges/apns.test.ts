@@ -5,7 +5,7 @@
  * reused and a new one after GOAWAY or connection loss, and every error mapping.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Redacted } from "effect"
 import { APNS_PRODUCTION, APNS_SANDBOX, apnsHost, DEFAULT_APS } from "../../src/bridges/apns.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { push } from "../endpoint/harness.ts"
@@ -19,8 +19,8 @@ const TestApns = Layer.unwrap(
     bridgedEndpoint({
       apns: {
         channels: {
-          firefox: { topic: "com.mozilla.org.firefox", sandbox: false, auth: { kind: "token", key: fake.signingKey, keyId: KEY_ID, teamId: TEAM_ID } },
-          certapp: { topic: "org.example.app", sandbox: true, auth: { kind: "certificate", cert: fake.clientCert, key: fake.clientKey } }
+          firefox: { topic: "com.mozilla.org.firefox", sandbox: false, auth: { kind: "token", key: Redacted.make(fake.signingKey), keyId: KEY_ID, teamId: TEAM_ID } },
+          certapp: { topic: "org.example.app", sandbox: true, auth: { kind: "certificate", cert: fake.clientCert, key: Redacted.make(fake.clientKey) } }
         },
         baseUrl: fake.url,
         ca: fake.ca,
@@ -131,7 +131,7 @@ describe("APNs bridge", () => {
 
 describe("APNs hosts", () => {
   it("sandbox channels go to Apple's development host, others to production; base_url overrides both", () => {
-    const channel = { topic: "t", auth: { kind: "certificate", cert: "", key: "" } } as const
+    const channel = { topic: "t", auth: { kind: "certificate", cert: "", key: Redacted.make("") } } as const
     assert.strictEqual(apnsHost({ ...channel, sandbox: true }, undefined), APNS_SANDBOX)
     assert.strictEqual(apnsHost({ ...channel, sandbox: false }, undefined), APNS_PRODUCTION)
     assert.strictEqual(apnsHost({ ...channel, sandbox: true }, "https://proxy.example"), "https://proxy.example")
@@ -143,7 +143,7 @@ describe("APNs bridge, unreachable", () => {
     Layer.unwrap(Effect.map(Effect.service(FakeApns), (fake) =>
       bridgedEndpoint({
         apns: {
-          channels: { firefox: { topic: "t", sandbox: false, auth: { kind: "certificate", cert: fake.clientCert, key: fake.clientKey } } },
+          channels: { firefox: { topic: "t", sandbox: false, auth: { kind: "certificate", cert: fake.clientCert, key: Redacted.make(fake.clientKey) } } },
           baseUrl: "https://127.0.0.1:9",
           timeoutMs: 500
         }

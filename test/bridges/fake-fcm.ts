@@ -9,7 +9,7 @@
  */
 import { generateKeyPairSync } from "node:crypto"
 import * as http from "node:http"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Redacted } from "effect"
 import { importSPKI, jwtVerify } from "jose"
 import { FCM_SCOPE, type ServiceAccount } from "../../src/bridges/fcm.ts"
 
@@ -117,7 +117,7 @@ export class FakeFcm extends Context.Service<FakeFcm, FakeFcmService>()("test/Fa
         url = `http://127.0.0.1:${(server.address() as { port: number }).port}`
         const account = (privateKey: string): ServiceAccount => ({
           client_email: "fcm-sender@test.iam.gserviceaccount.com",
-          private_key: privateKey,
+          private_key: Redacted.make(privateKey),
           token_uri: `${url}/token`
         })
         const service: FakeFcmService = Object.assign(state, {
