@@ -19,6 +19,7 @@ import {
   parseJson,
   platformRequest,
   routerTokenOf,
+  unroutable,
   upstreamError
 } from "./bridge.ts"
 import { makeTokenCache, type TokenCache } from "./token.ts"
@@ -79,7 +80,7 @@ export const makeAdmRouter = (options: AdmOptions): BridgeRouter => {
         const cache = tokens.get(String(user.routerData["app_id"] ?? "")) as Tokens | undefined
         const registrationId = user.routerData["token"]
         if (cache === undefined || typeof registrationId !== "string") {
-          return yield* new BridgeRecipientGone({ message: "ADM profile is no longer configured" })
+          return yield* unroutable("adm", "profile", registrationId)
         }
         const body = JSON.stringify({
           data: yield* dataMapOf(notification),

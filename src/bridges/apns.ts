@@ -31,6 +31,7 @@ import {
   parseJson,
   type PlatformReply,
   routerTokenOf,
+  unroutable,
   upstreamError,
   urgencyClass
 } from "./bridge.ts"
@@ -194,7 +195,7 @@ export const makeApnsRouter = (options: ApnsOptions): BridgeRouter & { readonly 
         const connection = connections.get(name)
         const deviceToken = user.routerData["token"]
         if (channel === undefined || connection === undefined || typeof deviceToken !== "string") {
-          return yield* new BridgeRecipientGone({ message: "APNS channel is no longer configured" })
+          return yield* unroutable("apns", "channel", deviceToken)
         }
         const data = yield* dataMapOf(notification)
         const body = JSON.stringify({ aps: user.routerData["aps"] ?? DEFAULT_APS, ...data, ver: notification.version })

@@ -11,6 +11,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import {
   type BridgeAuthFailed,
+  BridgeNotConfigured,
   BridgeTimeout,
   BridgeUnreachable,
   BridgeUpstreamError,
@@ -28,6 +29,7 @@ export type Platform = "fcm" | "apns" | "adm" | "stub"
 export class BridgeRecipientGone extends Data.TaggedError("BridgeRecipientGone")<{ readonly message: string }> {}
 
 export type BridgeError =
+  | BridgeNotConfigured
   | BridgeAuthFailed
   | BridgeUnreachable
   | BridgeTimeout
@@ -105,6 +107,16 @@ export const parseJson = (text: string): unknown => {
     return undefined
   }
 }
+
+/**
+ * What a user's router data names (app id, channel, profile) is not configured (any more): 502/900,
+ * and the user is kept — a configuration mistake must not drop every user of an app. A user whose
+ * router data has no token can never be reached: it is dropped.
+ */
+export const unroutable = (platform: Platform, target: string, token: unknown) =>
+  typeof token !== "string"
+    ? new BridgeRecipientGone({ message: "Bridge reports user was not found" })
+    : new BridgeNotConfigured({ message: `No ${platform} ${target} is configured for this user` })
 
 /** A request to a platform: a transport failure is 502/902, no answer within `timeoutMs` 502/903. */
 export const platformRequest = (

@@ -21,6 +21,7 @@ import {
   parseJson,
   platformRequest,
   routerTokenOf,
+  unroutable,
   upstreamError,
   urgencyClass
 } from "./bridge.ts"
@@ -110,8 +111,7 @@ export const makeFcmRouter = (options: FcmOptions): BridgeRouter => {
         const cache = tokens.get(appId) as Tokens | undefined
         const deviceToken = user.routerData["token"]
         if (app === undefined || cache === undefined || typeof deviceToken !== "string") {
-          // Credentials removed since the user registered: nothing will ever deliver to it.
-          return yield* new BridgeRecipientGone({ message: "FCM app is no longer configured" })
+          return yield* unroutable("fcm", "app", deviceToken)
         }
         const data = yield* dataMapOf(notification)
         const priority = urgencyClass(notification.urgency)

@@ -58,6 +58,8 @@ const storageUnavailable = (error: StorageError) =>
 /** The `reason` tag of `notification.bridge.error`: a bounded label per kind of failure. */
 const bridgeFailureReason = (error: BridgeError): string => {
   switch (error._tag) {
+    case "BridgeNotConfigured":
+      return "not_configured"
     case "BridgeAuthFailed":
       return "auth"
     case "BridgeUnreachable":

@@ -75,7 +75,7 @@ export const METRICS = {
   }),
   bridgeError: m("notification.bridge.error", "counter", "endpoint", "Notifications a bridge's platform did not take", {
     platform: "fcm / apns / adm / stub",
-    reason: "auth / connection / timeout / upstream / recipient_gone / too_large"
+    reason: "not_configured / auth / connection / timeout / upstream / recipient_gone / too_large"
   }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {

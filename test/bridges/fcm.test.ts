@@ -106,6 +106,19 @@ describe("FCM bridge", () => {
         assert.isTrue((yield* FakeFcm).tokenRequests.some((r) => !r.verified))
       }))
 
+    it.effect("router data naming an app no longer configured → 502/900, user kept; router data without a token → user dropped", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const reg = yield* register("fcm", "firefox", { token: "device-token-5" })
+        const uaid = reg.uaid.replaceAll("-", "")
+        yield* storage.updateUser(uaid, { routerData: { token: "device-token-5", app_id: "removed-app" } })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(reg.endpoint) })), [502, 900])
+        assert.isDefined(yield* storage.getUser(uaid))
+        yield* storage.updateUser(uaid, { routerData: { app_id: "firefox" } })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(reg.endpoint) })), [410, 106])
+        assert.isUndefined(yield* storage.getUser(uaid))
+      }))
+
     it.effect("UNREGISTERED (404) → user dropped, 410/106", () =>
       Effect.gen(function*() {
         const reg = yield* register("fcm", "firefox", { token: "gone-device-token" })
