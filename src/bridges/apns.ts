@@ -19,15 +19,14 @@ import {
   BridgeTimeout,
   BridgeUnreachable,
   InvalidRouterToken,
-  PayloadTooLarge,
   UnknownBridgeTarget
 } from "../domain/errors.ts"
 import {
   badBody,
   type BridgeRouter,
   BridgeRecipientGone,
+  checkBridgeSize,
   dataMapOf,
-  MAX_BRIDGE_DATA,
   parseJson,
   type PlatformReply,
   routerTokenOf,
@@ -199,12 +198,8 @@ export const makeApnsRouter = (options: ApnsOptions): BridgeRouter & { readonly 
         }
         const data = yield* dataMapOf(notification)
         const body = JSON.stringify({ aps: user.routerData["aps"] ?? DEFAULT_APS, ...data, ver: notification.version })
-        const size = Buffer.byteLength(body)
-        if (size > MAX_BRIDGE_DATA) {
-          return yield* new PayloadTooLarge({
-            message: `This message is intended for a constrained device and is limited in size. Converted buffer is too long by ${size - MAX_BRIDGE_DATA} bytes`
-          })
-        }
+        // APNs limits the whole payload, `aps` included.
+        yield* checkBridgeSize(Buffer.byteLength(body))
         const headers = (jwt: string | undefined): http2.OutgoingHttpHeaders => ({
           ":method": "POST",
           ":path": `/3/device/${encodeURIComponent(deviceToken)}`,

@@ -64,6 +64,14 @@ export const routerTokenOf = (body: RegistrationBody): string | undefined =>
 /** Bridged payloads are limited by the platforms (FCM data, APNs payload): 4 KiB. */
 export const MAX_BRIDGE_DATA = 4096
 
+/** 413/104 for a serialized payload of `size` bytes, saying by how much it is over. */
+export const checkBridgeSize = (size: number): Effect.Effect<void, PayloadTooLarge> =>
+  size > MAX_BRIDGE_DATA
+    ? Effect.fail(new PayloadTooLarge({
+      message: `This message is intended for a constrained device and is limited in size. Converted buffer is too long by ${size - MAX_BRIDGE_DATA} bytes`
+    }))
+    : Effect.void
+
 /**
  * The data map (`chid`, and with a payload `body`, `con`, `enc`, `cryptokey`). What the client needs
  * to decrypt; too large once serialized → 413/104, saying by how much.
@@ -77,12 +85,7 @@ export const dataMapOf = (notification: Notification): Effect.Effect<Record<stri
     if (headers["encryption"] !== undefined) map["enc"] = headers["encryption"]
     if (headers["crypto_key"] !== undefined) map["cryptokey"] = headers["crypto_key"]
   }
-  const size = Buffer.byteLength(JSON.stringify(map))
-  return size > MAX_BRIDGE_DATA
-    ? Effect.fail(new PayloadTooLarge({
-      message: `This message is intended for a constrained device and is limited in size. Converted buffer is too long by ${size - MAX_BRIDGE_DATA} bytes`
-    }))
-    : Effect.succeed(map)
+  return Effect.as(checkBridgeSize(Buffer.byteLength(JSON.stringify(map))), map)
 }
 
 /** TTL the platform is given: within its `[min, max]`. */
