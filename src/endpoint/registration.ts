@@ -147,13 +147,14 @@ export const makeRegistrationHandlers = Effect.fnUntraced(function*(options: End
     })
   })
 
-  /** PUT .../registration/{uaid}: a new platform token (or router type, app id, `aps`). */
+  /** PUT .../registration/{uaid}: a new platform token (or router type, app id, `aps`); keeps the user alive like GET. */
   const update = Effect.fnUntraced(function*(request: Request, path: RegistrationPath) {
     const bridge = yield* bridgeOf(path.routerType)
     const user = yield* authorizedUser(request, path)
     const body = yield* bodyOf(request, false)
     const routerData = yield* bridge.register(path.appId, body as RegistrationBody)
-    const updated = yield* withStorage(storage.updateUser(user.uaid, { routerType: bridge.platform, routerData }))
+    const lastConnect = lastConnectValue(yield* Clock.currentTimeMillis)
+    const updated = yield* withStorage(storage.updateUser(user.uaid, { routerType: bridge.platform, routerData, lastConnect }))
     if (!updated) return yield* new UaidNotFound()
     return ok()
   })
