@@ -6,6 +6,9 @@ import { defineConfig } from "vitest/config"
  */
 export default defineConfig({
   test: {
+    // A failing test's logs are printed with it; a passing test's are dropped.
+    silent: "passed-only",
+    globalSetup: ["test/setup/tmpdir.ts"],
     include: ["test/firefox/**/*.firefox.ts"],
     fileParallelism: false,
     testTimeout: 60_000,

@@ -8,7 +8,7 @@
  *
  * On `{ cmd: "warm", c }` it opens the next level's connections (2·c unmeasured POSTs). On
  * `{ cmd: "level", c, count, timeoutMs }` it POSTs `count` notifications round-robin over the K
- * endpoints, `c` at a time (`node:http`, keep-alive agent with `maxSockets = c`): 256-byte bodies
+ * endpoints, `c` at a time (`node:http`, keep-alive agent with `maxSockets = c`): BENCH_BYTES-byte bodies (256)
  * whose first 4 bytes are a sequence number (the rest random), `TTL: 60`,
  * `Content-Encoding: aes128gcm`, no VAPID. It answers with the level's figures once every accepted
  * notification has arrived (or the timeout passed). With `BENCH_DELIVERY_DUMP=DIR` it also writes
@@ -22,7 +22,8 @@ import WebSocket from "ws"
 const [mode, wsUrl, kArg, endpointBase] = process.argv.slice(2) as [string, string, string, string | undefined]
 const K = Number(kArg)
 const HANDSHAKES_IN_FLIGHT = 100
-const BODY_BYTES = 256
+/** Body size: BENCH_BYTES from the parent (`bench:delivery --bytes`), 256 by default. */
+const BODY_BYTES = Number(process.env["BENCH_BYTES"] ?? 256)
 const POST_TIMEOUT_MS = 10_000
 
 process.on("disconnect", () => process.exit(0))

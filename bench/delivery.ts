@@ -19,7 +19,8 @@
  *
  * Options (flag or environment): --clients/BENCH_CLIENTS (1000), --count/BENCH_COUNT (3000 per
  * level), --levels/BENCH_LEVELS (1,10,50), --reps/BENCH_REPS (3), --scenarios/BENCH_SCENARIOS (a,b),
- * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s).
+ * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s), --bytes/BENCH_BYTES
+ * (body size, 256; at most the service's max_data_bytes, 4096).
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -47,6 +48,8 @@ const PROFILE = option("profile", "BENCH_PROFILE", "1") !== "0"
 const TIMEOUT_S = Number(option("timeout", "BENCH_TIMEOUT_S", "1800"))
 const WARMUP = Math.min(COUNT, 1000)
 const MAX_LEVEL = Math.max(...LEVELS)
+// The client process reads it from its environment.
+process.env["BENCH_BYTES"] = option("bytes", "BENCH_BYTES", "256")
 
 const here = new URL(".", import.meta.url).pathname
 const root = new URL("../", import.meta.url).pathname

@@ -16,18 +16,10 @@
  * (10000), --others/BENCH_OTHERS (20), --idle/BENCH_IDLE (5000), --slow/BENCH_SLOW (200),
  * --megabytes/BENCH_MEGABYTES (12), --probes/BENCH_PROBES (50).
  */
-import { readFileSync } from "node:fs"
-import { Agent, request } from "node:http"
 import { randomBytes, randomUUID } from "node:crypto"
 import { setTimeout as sleep } from "node:timers/promises"
-import WebSocket from "ws"
-import { openClient, type TestClient } from "../test/connection/client.ts"
-import { type Deployment, startAllInOne } from "../test/e2e/servers.ts"
+import { agent, cpuMs, fmt, hello, idleSockets, option, push, quantile, register, rssMiB, start } from "./harness.ts"
 
-const option = (flag: string, env: string, fallback: string): string => {
-  const i = process.argv.indexOf(`--${flag}`)
-  return (i >= 0 ? process.argv[i + 1] : undefined) ?? process.env[env] ?? fallback
-}
 const PARTS = option("parts", "BENCH_PARTS", "channels,slow").split(",")
 const CHANNELS = Number(option("channels", "BENCH_CHANNELS", "10000"))
 const OTHERS = Number(option("others", "BENCH_OTHERS", "20"))
@@ -35,45 +27,6 @@ const IDLE = Number(option("idle", "BENCH_IDLE", "5000"))
 const SLOW = Number(option("slow", "BENCH_SLOW", "200"))
 const MEGABYTES = Number(option("megabytes", "BENCH_MEGABYTES", "12"))
 const PROBES = Number(option("probes", "BENCH_PROBES", "50"))
-
-// ── the server process, seen from outside ────────────────────────────────────────────────────────
-
-/** User + system CPU of a process, in ms (clock ticks are 10 ms). */
-const cpuMs = (pid: number): number => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) * 10
-}
-const rssMiB = (pid: number): number => {
-  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
-  return Number(match?.[1] ?? 0) / 1024
-}
-
-const quantile = (values: ReadonlyArray<number>, q: number): number => {
-  if (values.length === 0) return Number.NaN
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] as number
-}
-const fmt = (n: number, digits = 1) => n.toFixed(digits)
-
-const start = async (extra: ReadonlyArray<string>): Promise<{ readonly deployment: Deployment; readonly pid: number }> => {
-  const deployment = await startAllInOne(["--log-level", "warn", ...extra])
-  return { deployment, pid: deployment.pid() as number }
-}
-
-const hello = async (wsUrl: string): Promise<TestClient> => {
-  const client = await openClient(wsUrl)
-  client.send({ messageType: "hello", use_webpush: true })
-  await client.next((m) => m["messageType"] === "hello", 10_000)
-  return client
-}
-
-const register = async (client: TestClient): Promise<string> => {
-  client.send({ messageType: "register", channelID: randomUUID() })
-  const reply = await client.next((m) => m["messageType"] === "register", 30_000)
-  if (reply["status"] !== 200) throw new Error(`register answered ${JSON.stringify(reply)}`)
-  return reply["pushEndpoint"] as string
-}
 
 // ── channels ─────────────────────────────────────────────────────────────────────────────────────
 
@@ -130,37 +83,6 @@ const channels = async () => {
 }
 
 // ── slow clients ─────────────────────────────────────────────────────────────────────────────────
-
-const agent = new Agent({ keepAlive: true, maxSockets: 32 })
-const push = (endpoint: string, body: Buffer): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const req = request(endpoint, { method: "POST", agent, headers: { TTL: "600", "Content-Encoding": "aes128gcm", "Content-Length": body.length } }, (res) => {
-      res.resume()
-      res.on("end", () => resolve(res.statusCode ?? 0))
-    })
-    req.on("error", reject)
-    req.end(body)
-  })
-
-/** Opens `count` sockets that say hello and then only hold on (from fresh loopback addresses). */
-const idleSockets = async (wsUrl: string, count: number): Promise<Array<WebSocket>> => {
-  const sockets: Array<WebSocket> = []
-  let next = 0
-  const openOne = async (): Promise<void> => {
-    while (next < count) {
-      const i = next++
-      const ws = new WebSocket(wsUrl, { localAddress: `127.0.${1 + Math.floor(i / 20_000)}.${1 + (i % 200)}`, perMessageDeflate: false })
-      sockets.push(ws)
-      await new Promise<void>((resolve, reject) => {
-        ws.once("open", () => ws.send(JSON.stringify({ messageType: "hello", use_webpush: true })))
-        ws.once("message", () => resolve())
-        ws.once("error", reject)
-      })
-    }
-  }
-  await Promise.all(Array.from({ length: 100 }, openOne))
-  return sockets
-}
 
 const slowRun = async (withNonReaders: boolean) => {
   const { deployment, pid } = await start(["--msg-limit", "1000000"])

@@ -107,6 +107,13 @@ export interface Session {
   /** The router record, once written (a new uaid has none until its first register). */
   readonly user: UserRecord | undefined
   readonly unacked: ReadonlyMap<string, Unacked>
+  /**
+   * Stored timestamp messages the client acked whose rows are not deleted yet: they are deleted
+   * together once no stored message is outstanding (a page at a time), or when the session ends.
+   * (A timestamp row is never rewritten, and pages are read after the last row read, so nothing
+   * acked is read again meanwhile; topic rows are deleted at once, on their version.)
+   */
+  readonly ackedRows: ReadonlyArray<Unacked>
   /** The last version sent per `chid:topic`: an older unacked topic message must not be saved over it. */
   readonly newestTopic: ReadonlyMap<string, string>
   readonly drain: Drain | undefined
@@ -208,6 +215,8 @@ export type RetriedCommand =
     readonly connectedAt: number
     readonly table: string
     readonly messages: ReadonlyArray<Notification>
+    /** Acked stored rows still to delete. */
+    readonly acked: ReadonlyArray<Unacked>
     readonly attempt: number
   }
   /** Drop the user, unless its record was re-claimed since (its `connectedAt` changed). */
@@ -448,6 +457,7 @@ const identify = (
     table,
     user,
     unacked: EMPTY_UNACKED,
+    ackedRows: [],
     newestTopic: EMPTY_TOPICS,
     drain: undefined,
     retry: undefined,
@@ -701,12 +711,16 @@ const deferred = (phase: PhaseOf<"Migrating">, message: ClientMessage): Phase =>
 const ack = (phase: Live, message: Msg<"ack">, out: Out): Phase => {
   const before = phase.session
   let unacked: Map<string, Unacked> | undefined
-  const deletes: Array<Unacked> = []
+  let topicRows = false
+  const ackedRows: Array<Unacked> = [...before.ackedRows]
   for (const update of message.updates) {
     const entry = (unacked ?? before.unacked).get(update.version)
     if (entry === undefined) continue
     ;(unacked ??= new Map(before.unacked)).delete(update.version)
-    if (entry.table !== undefined) deletes.push(entry)
+    if (entry.table !== undefined) {
+      ackedRows.push(entry)
+      if (entry.notification.topic !== undefined) topicRows = true
+    }
     out.event("notification.acked.1", before.uaid, {
       version: update.version,
       code: update.code ?? 100,
@@ -714,14 +728,17 @@ const ack = (phase: Live, message: Msg<"ack">, out: Out): Phase => {
     })
   }
   const s = unacked === undefined ? before : { ...before, unacked }
+  // Rows are deleted before the next page is read (a topic page would otherwise show them again),
+  // together: when a topic row was acked, or no stored message is outstanding any more.
+  if (!topicRows && storedOutstanding(s) > 0) return withSession(phase, { ...s, ackedRows })
+  const deletes = ackedRows
   if (deletes.length === 0) return continueDrain(withSession(phase, s), out)
-  // Rows are deleted before the next page is read: a topic page would otherwise show them again.
   if (s.retry?.command._tag === "DeleteMessages") {
     const pending = s.retry.command
-    return withSession(phase, { ...s, retry: { ...s.retry, command: { ...pending, messages: [...pending.messages, ...deletes] } } })
+    return withSession(phase, { ...s, ackedRows: [], retry: { ...s.retry, command: { ...pending, messages: [...pending.messages, ...deletes] } } })
   }
   out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: deletes, attempt: 0 })
-  return withSession(phase, s)
+  return withSession(phase, { ...s, ackedRows: [] })
 }
 
 const messagesDeleted = (phase: Live, _input: unknown, out: Out): Phase => continueDrain(phase, out)
@@ -958,7 +975,7 @@ const mailboxDrained = (phase: PhaseOf<"Closing">, _input: unknown, out: Out): P
     if (n.topic === undefined) messages.push({ ...n, sortkeyTimestamp: out.now + messages.length })
     else if (s.newestTopic.get(`${n.channelId}:${n.topic}`) === n.version) messages.push(n)
   }
-  out.run({ _tag: "SaveUnacked", uaid: s.uaid, connectedAt: s.connectedAt, table: s.table, messages, attempt: 0 })
+  out.run({ _tag: "SaveUnacked", uaid: s.uaid, connectedAt: s.connectedAt, table: s.table, messages, acked: s.ackedRows, attempt: 0 })
   return phase
 }
 

@@ -13,7 +13,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type DomainEvent } from "../domain/events.ts"
 import { newUaid } from "../domain/ids.ts"
-import { messageKeyOf, type Notification } from "../domain/notification.ts"
+import { type MessageKey, messageKeyOf, type Notification } from "../domain/notification.ts"
 import { lastConnectValue } from "../domain/user.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
@@ -31,7 +31,8 @@ import {
   type ProtocolOptions,
   type SessionEvent,
   type Signal,
-  type Transition
+  type Transition,
+  type Unacked
 } from "./machine.ts"
 import { Mailbox } from "./mailbox.ts"
 import { describeFrame } from "./messages.ts"
@@ -366,11 +367,7 @@ export class SessionRunner {
             lastSortKey: page.lastSortKey
           }))
       case "DeleteMessages":
-        return Effect.as(
-          Effect.forEach(command.messages, ({ notification: n, table }) =>
-            storage.deleteMessage(command.uaid, table as string, messageKeyOf(n), n.version), { discard: true }),
-          { _tag: "MessagesDeleted" }
-        )
+        return Effect.as(this.deleteRows(command.uaid, command.messages), { _tag: "MessagesDeleted" })
       case "MoveMonth":
         return Effect.gen(function*() {
           const channels = yield* storage.getChannels(command.uaid, command.from)
@@ -388,11 +385,35 @@ export class SessionRunner {
    * poke the user's node if it reconnected elsewhere meanwhile; if the user moved to a new month in
    * the meantime, the messages follow it (the migrating session may have swept already).
    */
+  /**
+   * Acked stored rows: topic rows one by one on their version (a newer message may have replaced
+   * one), timestamp rows in batches per table (never rewritten, so no condition is needed).
+   */
+  private deleteRows(uaid: string, rows: ReadonlyArray<Unacked>): Effect.Effect<void, StorageError> {
+    const { storage } = this.ports
+    const batches = new Map<string, Array<MessageKey>>()
+    const topics: Array<Unacked> = []
+    for (const row of rows) {
+      if (row.notification.topic !== undefined) topics.push(row)
+      else {
+        const table = row.table as string
+        let keys = batches.get(table)
+        if (keys === undefined) batches.set(table, keys = [])
+        keys.push(messageKeyOf(row.notification))
+      }
+    }
+    return Effect.andThen(
+      Effect.forEach(topics, ({ notification: n, table }) => storage.deleteMessage(uaid, table as string, messageKeyOf(n), n.version), { discard: true }),
+      Effect.forEach(batches, ([table, keys]) => storage.deleteMessages(uaid, table, keys), { discard: true })
+    )
+  }
+
   private saveUnacked(command: Extract<Command, { _tag: "SaveUnacked" }>): Effect.Effect<ReadonlyArray<Notification>, StorageError> {
     const { storage, peers, options } = this.ports
     const { uaid, connectedAt, messages } = command
-    if (messages.length === 0) return Effect.as(storage.clearNodeId(uaid, options.routerUrl, connectedAt), [])
-    return Effect.gen(function*() {
+    const acked = command.acked.length === 0 ? Effect.void : this.deleteRows(uaid, command.acked)
+    if (messages.length === 0) return Effect.andThen(acked, Effect.as(storage.clearNodeId(uaid, options.routerUrl, connectedAt), []))
+    return Effect.andThen(acked, Effect.gen(function*() {
       const before = yield* storage.getUser(uaid)
       if (before === undefined) return [] // dropped meanwhile: nobody to keep them for
       const table = before.currentMonth ?? command.table
@@ -405,6 +426,6 @@ export class SessionRunner {
       }
       if (after?.nodeId !== undefined && after.connectedAt !== connectedAt) peers.notify(after.nodeId, uaid)
       return saved
-    })
+    }))
   }
 }

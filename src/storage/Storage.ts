@@ -124,6 +124,8 @@ export interface StorageService {
     key: MessageKey,
     version?: string
   ) => Effect.Effect<void, StorageError>
+  /** Delete these messages, unconditionally, in batches; missing rows are not an error. */
+  readonly deleteMessages: (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) => Effect.Effect<void, StorageError>
   /** The per-user read cursor (ms sort key of the last timestamp message read) in that table. */
   readonly getReadCursor: (uaid: string, table: string) => Effect.Effect<number | undefined, StorageError>
   readonly setReadCursor: (uaid: string, table: string, sortKey: number) => Effect.Effect<void, StorageError>

@@ -224,6 +224,11 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       }
     })
 
+    const deleteMessages = Effect.fnUntraced(function*(uaid: string, table: string, keys: ReadonlyArray<MessageKey>) {
+      const rows = (yield* messageTable("deleteMessages", table)).get(uaid)
+      for (const key of keys) rows?.messages.delete(sortKeyOf(key))
+    })
+
     const deleteMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version?: string) {
       const t = yield* messageTable("deleteMessage", table)
       const rows = t.get(uaid)
@@ -299,6 +304,7 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       fetchTopicMessages,
       fetchTimestampMessages,
       deleteMessage,
+      deleteMessages,
       getReadCursor,
       setReadCursor,
       createTables,

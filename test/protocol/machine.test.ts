@@ -43,6 +43,7 @@ const session = (overrides: Partial<Session> = {}): Session => ({
   table: THIS_MONTH,
   user: user({ nodeId: NODE, connectedAt: NOW - 1_000 }),
   unacked: new Map(),
+  ackedRows: [],
   newestTopic: new Map(),
   drain: undefined,
   retry: undefined,
@@ -478,10 +479,49 @@ describe("step: Identified, deliveries and acks", () => {
     events: []
   })
   const draining = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, sent: 1 }
-  row("acking a stored message deletes its row first", identified({ unacked: unacked([[message(), THIS_MONTH]]), drain: draining }), frame({
+  row("acking the last outstanding stored message deletes the page's acked rows together, before the next page", identified({
+    unacked: unacked([[message(), THIS_MONTH]]),
+    ackedRows: [{ notification: message({ version: "v0" }), table: THIS_MONTH }],
+    drain: draining
+  }), frame({
     messageType: "ack",
     updates: [{ channelID: CHID, version: "v1", code: 100 }]
-  }), { phase: "Identified", events: ["notification.acked.1"], command: { _tag: "DeleteMessages", uaid: UAID } })
+  }), {
+    phase: "Identified",
+    events: ["notification.acked.1"],
+    command: { _tag: "DeleteMessages", uaid: UAID },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "DeleteMessages" }>
+      assert.deepStrictEqual(command.messages.map((m) => m.notification.version), ["v0", "v1"])
+      assert.deepStrictEqual(sessionOf(t).ackedRows, [])
+    }
+  })
+  row("acking a stored timestamp message while others are outstanding: its row waits for the page", identified({
+    unacked: unacked([[message(), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
+    drain: draining
+  }), frame({
+    messageType: "ack",
+    updates: [{ channelID: CHID, version: "v1", code: 100 }]
+  }), {
+    phase: "Identified",
+    events: ["notification.acked.1"],
+    check: (t) => {
+      assert.isUndefined(t.command)
+      assert.deepStrictEqual(sessionOf(t).ackedRows.map((m) => m.notification.version), ["v1"])
+    }
+  })
+  row("acking a stored topic message deletes at once (on its version), with the rows waiting", identified({
+    unacked: unacked([[message({ topic: "a" }), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
+    ackedRows: [{ notification: message({ version: "v0" }), table: THIS_MONTH }],
+    drain: draining
+  }), frame({
+    messageType: "ack",
+    updates: [{ channelID: CHID, version: "v1", code: 100 }]
+  }), {
+    phase: "Identified",
+    command: { _tag: "DeleteMessages", uaid: UAID },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["v0", "v1"])
+  })
   row("rows deleted, page acked: the next page is read", identified({ drain: draining }), { _tag: "MessagesDeleted" }, {
     phase: "Identified",
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 }
@@ -633,6 +673,13 @@ describe("step: Closing", () => {
     command: { _tag: "SaveUnacked" },
     check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).messages, [])
   })
+  row("mailbox drained: acked rows not deleted yet are deleted with the save", closing({
+    ackedRows: [{ notification: message({ version: "s0" }), table: THIS_MONTH }]
+  }), { _tag: "MailboxDrained" }, {
+    phase: "Closing",
+    command: { _tag: "SaveUnacked" },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).acked.map((m) => m.notification.version), ["s0"])
+  })
   row("nothing was ever written (new uaid): ended at once", closing({ user: undefined }), { _tag: "MailboxDrained" }, {
     phase: "Closed",
     events: ["session.ended.1"]
@@ -641,7 +688,7 @@ describe("step: Closing", () => {
     phase: "Closed",
     events: ["notification.stored.1", "session.ended.1"]
   })
-  const save: Command = { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [direct], attempt: 0 }
+  const save: Command = { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [direct], acked: [], attempt: 0 }
   row("saving failed: retried later", closing(), { _tag: "CommandFailed", command: save }, {
     phase: "Closing",
     check: (t) => assert.strictEqual(deadline(t.phase), NOW + OPTIONS.storageRetryMs)

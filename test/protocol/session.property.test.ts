@@ -263,7 +263,13 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
     // reached storage (stored at once, or delivered directly and saved when its session ended
     // unacked) or reached the client (a TTL 0 one handed to its session: the client has the newer).
     const finalSec = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-    const replaces = (q: Pushed) => q.ttl > 0 ? !q.direct || !ackedDuringRun.has(q.version) : q.direct
+    // A direct message reached storage if it was not acked during the run (saved when its session
+    // ended) or if it came back from storage (saved unacked, acked later from there).
+    const cameFromStorage = new Set(sessions.flatMap((r) =>
+      r.events.flatMap((e) => e.type === "notification.delivered.1" && e.data.source === "stored" ? [e.data.version] : [])
+    ))
+    const replaces = (q: Pushed) =>
+      q.ttl > 0 ? !q.direct || !ackedDuringRun.has(q.version) || cameFromStorage.has(q.version) : q.direct
     for (const [i, p] of pushed.entries()) {
       const superseded = p.topicKey !== undefined && pushed.slice(i + 1).some((q) => q.topicKey === p.topicKey && replaces(q))
       if (superseded) {

@@ -386,6 +386,15 @@ export const storageContract = (name: string, make: MakeStorage) =>
         yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[0]!), "other") // not that message: kept
         const left = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
         assert.deepStrictEqual(left.messages.map((m) => m.sortkeyTimestamp), [T0 + 10, T0 + 20, T0 + 30, T0 + 40, T0 + 1000])
+
+        // In batches: only the named rows (of this user), missing ones are fine.
+        yield* s.saveMessage(uaid(2), table, messages[1]!)
+        yield* s.deleteMessages(uaid(1), table, [messageKeyOf(messages[1]!), messageKeyOf(messages[2]!), messageKeyOf(messages[3]!)])
+        const batched = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
+        const named = new Set([1, 2, 3].map((i) => messages[i]!.version))
+        assert.deepStrictEqual(batched.messages.map((m) => m.version), left.messages.map((m) => m.version).filter((v) => !named.has(v)))
+        assert.isBelow(batched.messages.length, left.messages.length)
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid(2), table, undefined, 10)).messages.length, 1)
       }))
 
     test("saveMessages: more than one batch, the last message for a key wins", (s) =>
