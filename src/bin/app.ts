@@ -8,6 +8,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import { bridgeOptionsOf } from "../bridges/Bridges.ts"
 import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
 import { homedir } from "node:os"
@@ -182,7 +183,25 @@ export const connectionLayer = (settings: Settings, role: Role = "autoconnect") 
     Layer.provide(broadcastsLayer(settings))
   )
 
-const endpointOptions = (settings: Settings): EndpointOptions => ({
+/** The endpoint node's options; the bridge options are read (files, JSON) here, failing with a line naming the option. */
+const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, StartupError> =>
+  Effect.map(bridgeOptionsOf({
+    stub: settings.bridgeStub,
+    fcmCredentials: settings.fcmCredentials,
+    fcmMinTtl: Math.floor(Duration.toSeconds(settings.fcmMinTtl)),
+    fcmMaxTtl: Math.floor(Duration.toSeconds(settings.fcmMaxTtl)),
+    fcmTimeoutMs: ms(settings.fcmTimeout),
+    fcmBaseUrl: settings.fcmBaseUrl,
+    apnsChannels: settings.apnsChannels,
+    apnsTimeoutMs: ms(settings.apnsTimeout),
+    apnsBaseUrl: settings.apnsBaseUrl,
+    apnsCa: settings.apnsCa,
+    admCredentials: settings.admCredentials,
+    admMinTtl: Math.floor(Duration.toSeconds(settings.admMinTtl)),
+    admMaxTtl: Math.floor(Duration.toSeconds(settings.admMaxTtl)),
+    admTimeoutMs: ms(settings.admTimeout),
+    admBaseUrl: settings.admBaseUrl
+  }), (bridges) => ({
     endpointUrl: settings.endpointUrl,
     port: settings.endpointPort,
     bindHost: settings.bindHost,
@@ -196,8 +215,10 @@ const endpointOptions = (settings: Settings): EndpointOptions => ({
     routerCache: { ttlMs: ms(settings.routerCacheTtl), entries: settings.routerCacheEntries },
     broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),
     version: versionInfo.version,
-    build: versionInfo
-})
+    build: versionInfo,
+    authKeys: Redacted.make(settings.authKeys),
+    bridges
+  }))
 
 const logEndpointListening = (settings: Settings) => <A, E, R>(layer: Layer.Layer<A, E, R>) =>
   layer.pipe(
@@ -210,7 +231,7 @@ const logEndpointListening = (settings: Settings) => <A, E, R>(layer: Layer.Laye
 
 /** A separate endpoint node: the public API, and `/metrics` on its private listener. */
 export const endpointLayer = (settings: Settings) =>
-  EndpointServer.layer(endpointOptions(settings)).pipe(
+  Layer.unwrap(Effect.map(endpointOptions(settings), EndpointServer.layer)).pipe(
     Layer.provideMerge(MetricsListener.layer({ port: settings.metricsPort, host: privateBindHost(settings, "autoendpoint") })),
     logEndpointListening(settings)
   )
@@ -219,8 +240,7 @@ export const endpointLayer = (settings: Settings) =>
  * Both nodes in one process. The endpoint hands deliveries for this process's own connection node
  * over directly instead of through a loopback request to its router port.
  */
-export const allInOneLayer = (settings: Settings) => {
-  const options = endpointOptions(settings)
+export const allInOneLayer = (settings: Settings) => Layer.unwrap(Effect.map(endpointOptions(settings), (options) => {
   const local = Effect.gen(function*() {
     const node = yield* ConnectionNode
     const registry = yield* NodeRegistry
@@ -230,7 +250,7 @@ export const allInOneLayer = (settings: Settings) => {
     logEndpointListening(settings)
   )
   return endpoint.pipe(Layer.provideMerge(connectionLayer(settings, "autopush")))
-}
+}))
 
 /**
  * A role's node layers with what they run on: the given storage (timed), the crypto keys, one

@@ -34,7 +34,7 @@ import type {
   OptionValues,
   Role,
   Scope,
-  SecretOption,
+  RequiredSecret,
   Settings
 } from "./options.ts"
 
@@ -317,7 +317,7 @@ export const loadSettings = Effect.fn("loadSettings")(function*(
  * Fails naming every secret that is empty and where it can be set. Which secrets are required
  * depends on the entrypoint (the all-in-one generates and persists its own keys).
  */
-export const requireSecrets = (settings: Settings, names: ReadonlyArray<SecretOption>): Effect.Effect<void, ConfigError> => {
+export const requireSecrets = (settings: Settings, names: ReadonlyArray<RequiredSecret>): Effect.Effect<void, ConfigError> => {
   const missing = names.filter((name) => (settings[camel(name)]?.length ?? 0) === 0)
   if (missing.length === 0) return Effect.void
   return fail(

@@ -317,6 +317,37 @@ export const options = {
   broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
   router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client for direct deliveries (0 turns it off); a record the named node does not confirm is read again"),
   router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
+  bridge_stub: opt("endpoint", boolean, false, "Enable the stub bridge (router type stub, app id success or error, token success): for tests and demos of the registration API"),
+  fcm_credentials: opt("endpoint", text, undefined, "FCM (HTTP v1) apps as JSON: {\"<app_id>\": {\"project_id\": \"…\", \"credential\": \"<service-account JSON, or the path of its file>\"}}", {
+    secret: true,
+    env: ["AUTOEND__FCM__CREDENTIALS"],
+    defaultText: "unset (no FCM bridge)"
+  }),
+  fcm_min_ttl: opt("endpoint", seconds, s(60), "Smallest TTL given to FCM", { env: ["AUTOEND__FCM__MIN_TTL"] }),
+  fcm_max_ttl: opt("endpoint", seconds, s(2_419_200), "Largest TTL given to FCM (28 days)", { env: ["AUTOEND__FCM__MAX_TTL"] }),
+  fcm_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to FCM and its token endpoint", { env: ["AUTOEND__FCM__TIMEOUT"] }),
+  fcm_base_url: opt("endpoint", url, "https://fcm.googleapis.com", "FCM API base URL", { env: ["AUTOEND__FCM__BASE_URL"] }),
+  apns_channels: opt("endpoint", text, undefined, "APNs channels as JSON: {\"<channel>\": {\"cert\": \"<PEM or path>\", \"key\": \"<PEM or path>\", \"key_id\"?, \"team_id\"?, \"topic\"?, \"sandbox\"?}}; key_id and team_id select token (p8) auth, else certificate auth", {
+    secret: true,
+    env: ["AUTOEND__APNS__CHANNELS"],
+    defaultText: "unset (no APNs bridge)"
+  }),
+  apns_timeout: opt("endpoint", seconds, s(20), "Timeout of requests to APNs"),
+  apns_base_url: opt("endpoint", url, undefined, "APNs base URL for every channel, instead of Apple's production or sandbox host (a proxy)", {
+    defaultText: "https://api.push.apple.com, or https://api.sandbox.push.apple.com for sandbox channels"
+  }),
+  apns_ca: opt("endpoint", text, undefined, "Extra CA certificates (PEM, or the path of a PEM file) trusted for APNs connections", {
+    defaultText: "unset (the system's CAs)"
+  }),
+  adm_credentials: opt("endpoint", text, undefined, "ADM profiles as JSON: {\"<profile>\": {\"client_id\": \"…\", \"client_secret\": \"…\"}}", {
+    secret: true,
+    env: ["AUTOEND__ADM__CREDENTIALS"],
+    defaultText: "unset (no ADM bridge)"
+  }),
+  adm_min_ttl: opt("endpoint", seconds, s(60), "Smallest TTL (expiresAfter) given to ADM"),
+  adm_max_ttl: opt("endpoint", seconds, s(2_419_200), "Largest TTL (expiresAfter) given to ADM (28 days)"),
+  adm_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to ADM and its token endpoint"),
+  adm_base_url: opt("endpoint", url, "https://api.amazon.com", "ADM API base URL (token endpoint {url}/auth/O2/token, messages {url}/messaging/…)"),
   metrics_port: opt("endpoint", port, 8083, "Port of an endpoint node's private Prometheus listener (GET /metrics); the all-in-one serves /metrics on its router port instead")
 } as const
 
@@ -335,8 +366,10 @@ export const optionsOf = (scopes: ReadonlyArray<Scope>): ReadonlyArray<OptionNam
   optionNames.filter((name) => scopes.includes(options[name].scope))
 
 export const secretOptionNames = optionNames.filter((name) => options[name].secret)
-/** The secret options (both key lists); a test keeps this in step with the table's `secret` marks. */
-export type SecretOption = "crypto_key" | "auth_keys" | "megaphone_api_token" | "broadcast_admin_tokens"
+/** The secret options; a test keeps this in step with the table's `secret` marks. */
+export type SecretOption = RequiredSecret | "broadcast_admin_tokens" | "fcm_credentials" | "apns_channels" | "adm_credentials"
+/** The secrets a node may require at start. */
+export type RequiredSecret = "crypto_key" | "auth_keys" | "megaphone_api_token"
 
 export const flagOf = (name: OptionName): string => `--${name.replaceAll("_", "-")}`
 

@@ -32,6 +32,10 @@ export class NegativeTtl extends Data.TaggedError("NegativeTtl")<{}> {}
 export class InvalidTopic extends Data.TaggedError("InvalidTopic")<{ readonly message: string }> {}
 /** 400/108: bridge registration with a router type we do not have. */
 export class InvalidRouterType extends Data.TaggedError("InvalidRouterType")<{}> {}
+/** 400/106: bridge registration for an app id (FCM), channel (APNs) or profile (ADM) this server has no credentials for. */
+export class UnknownBridgeTarget extends Data.TaggedError("UnknownBridgeTarget")<{ readonly message: string }> {}
+/** 400/115: an `Urgency` header other than very-low, low, normal or high (RFC 8030 §5.3). */
+export class InvalidUrgency extends Data.TaggedError("InvalidUrgency")<{}> {}
 /** 400/null: bridge registration with a malformed router token. */
 export class InvalidRouterToken extends Data.TaggedError("InvalidRouterToken")<{}> {}
 /** 400/null: `DELETE /m/{id}` with an id that does not decrypt to a message key. */
@@ -83,6 +87,8 @@ export type ApiError =
   | InvalidTopic
   | InvalidRouterType
   | InvalidRouterToken
+  | UnknownBridgeTarget
+  | InvalidUrgency
   | InvalidMessageId
   | InvalidRequestBody
   | StorageUnavailable
@@ -140,6 +146,8 @@ const table: ErrorTable = {
   InvalidTopic: { status: 400, errno: 113, message: own },
   InvalidRouterType: { status: 400, errno: 108, message: fixed("Invalid router type") },
   InvalidRouterToken: { status: 400, errno: null, message: fixed("Invalid router token") },
+  UnknownBridgeTarget: { status: 400, errno: 106, message: own },
+  InvalidUrgency: { status: 400, errno: 115, message: fixed("Urgency must be one of very-low, low, normal, high") },
   InvalidMessageId: { status: 400, errno: null, message: fixed("Invalid message ID") },
   InvalidRequestBody: { status: 400, errno: null, message: own },
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },

@@ -5,6 +5,8 @@
  * ignore types they do not know.
  */
 
+import type { Urgency } from "./notification.ts"
+
 export type DeliverySource = "direct" | "stored"
 
 /**
@@ -12,7 +14,7 @@ export type DeliverySource = "direct" | "stored"
  * connection node, stored for later, dropped (TTL 0 and not connected), or failed (storage down, or
  * the user vanished while routing: the sender got a 503/410).
  */
-export type RouteOutcome = "direct" | "stored" | "dropped" | "failed"
+export type RouteOutcome = "direct" | "stored" | "dropped" | "bridged" | "failed"
 
 interface Event<T extends string, D> {
   readonly type: T
@@ -26,7 +28,22 @@ export type DomainEvent =
   | Event<"client.hello.1", { readonly kind: "new" | "existing" | "reassigned" }>
   | Event<"channel.registered.1", { readonly channelId: string }>
   | Event<"channel.unregistered.1", { readonly channelId: string; readonly code?: number | undefined }>
-  | Event<"notification.accepted.1", { readonly channelId: string; readonly version: string; readonly ttl: number }>
+  | Event<"notification.accepted.1", {
+    readonly channelId: string
+    readonly version: string
+    readonly ttl: number
+    /** The sender's `Urgency`, when given. */
+    readonly urgency?: Urgency | undefined
+  }>
+  /** Handed to a bridge's platform (FCM, APNs, ADM, stub), which took it. */
+  | Event<"notification.bridged.1", {
+    readonly channelId: string
+    readonly version: string
+    readonly platform: string
+    readonly urgency?: Urgency | undefined
+  }>
+  /** A bridge's platform did not take it (`reason`: not_configured, auth, connection, timeout, upstream, recipient_gone, too_large). */
+  | Event<"notification.bridge_failed.1", { readonly version: string; readonly platform: string; readonly reason: string }>
   | Event<"notification.routed.1", {
     readonly channelId: string
     readonly version: string

@@ -20,6 +20,8 @@ export interface Notification {
    * written by older versions (then `timestamp * 1000`).
    */
   readonly sortkeyTimestamp?: number | undefined
+  /** RFC 8030 §5.3 `Urgency`, when the sender gave one (bridges map it to the platform's priority). */
+  readonly urgency?: Urgency | undefined
   /** Body as base64url without padding; absent for an empty POST. */
   readonly data?: string | undefined
   /** Encryption headers, keys lower-case with `_` (`encoding`, `encryption`, `crypto_key`, `encryption_key`). */
@@ -31,6 +33,9 @@ export interface Notification {
    */
   readonly traceparent?: string | undefined
 }
+
+export const URGENCIES = ["very-low", "low", "normal", "high"] as const
+export type Urgency = (typeof URGENCIES)[number]
 
 /** Milliseconds a message sorts by (timestamp messages) or was accepted at (both). */
 export const sortkeyMs = (n: Notification): number => n.sortkeyTimestamp ?? n.timestamp * 1000

@@ -5,7 +5,8 @@
  * that either returns the parsed value or fails with the error of its row in the validation table.
  */
 import * as Effect from "effect/Effect"
-import { InvalidCryptoHeaders, InvalidTopic, MissingTtl, NegativeTtl } from "../domain/errors.ts"
+import { InvalidCryptoHeaders, InvalidTopic, InvalidUrgency, MissingTtl, NegativeTtl } from "../domain/errors.ts"
+import { URGENCIES, type Urgency } from "../domain/notification.ts"
 
 /** Request headers as the HTTP server hands them over: lower-case names. */
 export type RequestHeaders = Readonly<Record<string, string | undefined>>
@@ -82,6 +83,16 @@ export const topicOf = (headers: RequestHeaders): Effect.Effect<string | undefin
 // ── encryption headers ───────────────────────────────────────────────────────────────────────────
 
 /** Encryption headers as stored and forwarded to the client: keys lower-case with `_`. */
+/** RFC 8030 §5.3 `Urgency` (case-insensitive, surrounding spaces ignored); anything else is 400/115. */
+export const urgencyOf = (headers: RequestHeaders): Effect.Effect<Urgency | undefined, InvalidUrgency> => {
+  const raw = headers["urgency"]
+  if (raw === undefined) return Effect.succeed(undefined)
+  const value = raw.trim().toLowerCase()
+  return (URGENCIES as ReadonlyArray<string>).includes(value)
+    ? Effect.succeed(value as Urgency)
+    : Effect.fail(new InvalidUrgency())
+}
+
 export type EncryptionHeaders = Readonly<Record<string, string>>
 
 const invalid = (message: string) => new InvalidCryptoHeaders({ message })

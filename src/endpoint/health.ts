@@ -6,6 +6,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import { Bridges } from "../bridges/Bridges.ts"
 import { LogCheck } from "../domain/errors.ts"
 import { type MetricsService, PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import { Storage, type TableStatus } from "../storage/Storage.ts"
@@ -29,6 +30,8 @@ export interface HealthDocument {
 
 export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
   const storage = yield* Storage
+  const { platforms } = yield* Bridges
+  const routers = { webpush: true, fcm: platforms.includes("fcm"), apns: platforms.includes("apns"), adm: platforms.includes("adm") }
 
   /** Router table: every checked table that is not a message table; message table: the current one. */
   const document = Effect.gen(function*() {
@@ -50,7 +53,7 @@ export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointO
       status: tables.router_table.status === "OK" && tables.message_table.status === "OK" ? "OK" : "ERROR",
       version: options.version,
       ...tables,
-      routers: { webpush: true, fcm: false, apns: false, adm: false }
+      routers
     }))
   )
 

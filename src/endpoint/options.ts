@@ -1,4 +1,5 @@
 import type * as Redacted from "effect/Redacted"
+import type { BridgeOptions } from "../bridges/Bridges.ts"
 import type { RouterCacheOptions } from "./routerCache.ts"
 
 /**
@@ -33,6 +34,10 @@ export interface EndpointOptions {
   readonly broadcastAdminTokens?: ReadonlyArray<Redacted.Redacted<string>> | undefined
   /** Router records of connected clients reused for direct deliveries (default: off). */
   readonly routerCache?: RouterCacheOptions | undefined
+  /** Keys of the bridge registration secrets: the first issues, all verify (none: registration fails 500). */
+  readonly authKeys?: Redacted.Redacted<ReadonlyArray<string>> | undefined
+  /** The bridges (FCM, APNs, ADM, stub) this node routes bridged users through; none by default. */
+  readonly bridges?: BridgeOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */
   readonly build?: { readonly commit?: string; readonly build?: string; readonly source?: string } | undefined
 }

@@ -22,10 +22,10 @@ import type * as HttpServerError from "effect/http/HttpServerError"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
+import { Bridges } from "../bridges/Bridges.ts"
 import {
   type ApiError,
   InternalError,
-  InvalidRouterType,
   MethodNotAllowed,
   RouteNotFound,
   toErrorResponse
@@ -39,13 +39,14 @@ import type { Metrics } from "../observability/Metrics.ts"
 import { makeHealthHandlers } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
 import { makeBroadcastAdmin } from "./broadcasts.ts"
+import { makeRegistrationHandlers, type RegistrationPath } from "./registration.ts"
 import { makeWebPushHandlers } from "./webpush.ts"
 
 /** A request handler: what a server runs for each request. */
 export type HttpApp = Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest | Scope.Scope>
 
 /** The services the endpoint handlers use. */
-export type EndpointServices = Storage | EndpointCrypto | WebPushRouter | EventLog | Metrics
+export type EndpointServices = Storage | EndpointCrypto | WebPushRouter | Bridges | EventLog | Metrics
 
 /** The §2.5 error response of an API error. */
 export const errorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): HttpServerResponse.HttpServerResponse => {
@@ -79,9 +80,6 @@ const resource = (path: `/${string}`, handlers: Partial<Record<Method, Handler>>
   METHODS.map((method) => HttpRouter.route(method, path, handlers[method] ?? methodNotAllowed))
 
 const param = (params: Readonly<Record<string, string | undefined>>, name: string): string => params[name] ?? ""
-
-/** Bridge registration (§2.7) comes with the bridges; until then every router type is refused with 400/108. */
-const noBridges: Handler = Effect.fail(new InvalidRouterType())
 
 /** Methods some route answers; any other method is refused (405) wherever it is sent. */
 const KNOWN_METHODS: ReadonlySet<string> = new Set([...METHODS, "HEAD", "OPTIONS"])
@@ -141,6 +139,19 @@ export const makeEndpointApp = (
       Effect.gen(function*() {
         const webpush = yield* observe.withRouting(makeWebPushHandlers(options))
         const health = yield* makeHealthHandlers(options)
+        const bridged = yield* makeRegistrationHandlers(options)
+        const registrationRoute = (
+          handler: (request: HttpServerRequest.HttpServerRequest, path: RegistrationPath) => Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError>
+        ): Handler =>
+          Effect.gen(function*() {
+            const params = yield* HttpRouter.params
+            return yield* handler(yield* HttpServerRequest.HttpServerRequest, {
+              routerType: param(params, "routerType"),
+              appId: param(params, "appId"),
+              uaid: params["uaid"],
+              chid: params["chid"]
+            })
+          })
         const send: Handler = Effect.gen(function*() {
           const params = yield* HttpRouter.params
           const request = yield* HttpServerRequest.HttpServerRequest
@@ -160,10 +171,14 @@ export const makeEndpointApp = (
           ...resource("/wpush/:version/:token", { POST: send }),
           ...resource("/wpush/:token", { POST: send }),
           ...resource("/m/:messageId", { DELETE: cancel }),
-          ...resource(registration, { POST: noBridges }),
-          ...resource(`${registration}/:uaid`, { GET: noBridges, PUT: noBridges, DELETE: noBridges }),
-          ...resource(`${registration}/:uaid/subscription`, { POST: noBridges }),
-          ...resource(`${registration}/:uaid/subscription/:chid`, { DELETE: noBridges }),
+          ...resource(registration, { POST: registrationRoute(bridged.register) }),
+          ...resource(`${registration}/:uaid`, {
+            GET: registrationRoute(bridged.channels),
+            PUT: registrationRoute(bridged.update),
+            DELETE: registrationRoute(bridged.unregister)
+          }),
+          ...resource(`${registration}/:uaid/subscription`, { POST: registrationRoute(bridged.subscribe) }),
+          ...resource(`${registration}/:uaid/subscription/:chid`, { DELETE: registrationRoute(bridged.unsubscribe) }),
           ...resource("/v1/broadcasts", { GET: listBroadcasts }),
           // Ids like remote-settings/monitor_changes: one `/` as it is, or any percent-encoded.
           ...resource("/v1/broadcasts/:id", { PUT: withRequest(admin.put), DELETE: withRequest(admin.remove) }),
@@ -189,12 +204,13 @@ export const boundPort: Effect.Effect<number, never, HttpServer.HttpServer> = Ef
 )
 
 export const EndpointServer = {
-  /** Serve the endpoint on `node:http` at `options.port` / `options.bindHost`; exposes the `HttpServer`. */
+  /** Serve the endpoint on `node:http` at `options.port` / `options.bindHost`, with the bridges of `options.bridges`; exposes the `HttpServer`. */
   layerServer: (options: EndpointOptions) =>
     Layer.unwrap(Effect.map(makeEndpointApp(options), (app) => HttpServer.serve(app))).pipe(
       // The platform's request spans record URLs and headers (endpoint tokens, message ids, keys):
       // the endpoint's own spans (`observability/tracing.ts`) carry only what may leave the service.
       Layer.provide(Layer.succeed(HttpMiddleware.TracerDisabledWhen)(() => true)),
+      Layer.provide(Bridges.layer(options.bridges ?? {})),
       Layer.provideMerge(NodeHttpServer.layerServer(() => createServer({
         // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
         // push handler (this whole-request limit only backs it up, with Node's bare 408).

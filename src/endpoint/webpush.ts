@@ -13,6 +13,9 @@ import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as HttpTraceContext from "effect/http/HttpTraceContext"
+import { Bridges } from "../bridges/Bridges.ts"
+import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
+import { bridgedTableOf } from "../bridges/table.ts"
 import {
   type EndpointToken,
   EndpointCrypto,
@@ -37,7 +40,7 @@ import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
-import { encryptionOf, type RequestHeaders, topicOf, ttlOf } from "./headers.ts"
+import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
 import { endpointBase, endpointOrigin, type EndpointOptions } from "./options.ts"
 import { RouterCache } from "./routerCache.ts"
 import { parseVapid, type VerifiedVapid, verifyVapid } from "./vapid.ts"
@@ -53,6 +56,26 @@ const NO_STACK = { captureStackTrace: false } as const
 const storageUnavailable = (error: StorageError) =>
   Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
+/** The `reason` tag of `notification.bridge.error`: a bounded label per kind of failure. */
+const bridgeFailureReason = (error: BridgeError): string => {
+  switch (error._tag) {
+    case "BridgeNotConfigured":
+      return "not_configured"
+    case "BridgeAuthFailed":
+      return "auth"
+    case "BridgeUnreachable":
+      return "connection"
+    case "BridgeTimeout":
+      return "timeout"
+    case "BridgeUpstreamError":
+      return "upstream"
+    case "BridgeRecipientGone":
+      return "recipient_gone"
+    case "PayloadTooLarge":
+      return "too_large"
+  }
+}
+
 /** A token that decrypted but to the wrong length: reported by rule #5, after the VAPID rules. */
 const BAD_LENGTH = "bad-length" as const
 
@@ -61,6 +84,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const crypto = yield* EndpointCrypto
   const router = yield* WebPushRouter
   const events = yield* EventLog
+  const bridges = yield* Bridges
   const origin = endpointOrigin(options.endpointUrl)
   const locationBase = `${endpointBase(options.endpointUrl)}/m/`
   const maxBodySize = ByteSize.bytes(options.maxDataBytes)
@@ -115,19 +139,60 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       Effect.andThen(Effect.fail(new NoSubscription({ message })))
     )
 
-  /** #8: a WebPush user whose message table is still served (seed: stale `current_month` → dropped). */
-  const messageTableOf = Effect.fnUntraced(function*(user: UserRecord) {
+  /**
+   * #8: a WebPush user whose message table is still served (seed: stale `current_month` → dropped),
+   * or a bridged user of a bridge this node has (its channels moved to the current table if need be).
+   */
+  const destinationOf = Effect.fnUntraced(function*(user: UserRecord) {
     if (user.routerType === "gcm") return yield* dropUser(user.uaid, "Bridge reports user was not found")
     if (BRIDGE_TYPES.has(user.routerType)) {
-      return yield* new BridgeNotConfigured({ message: `No ${user.routerType} router is configured` })
+      const bridge = bridges.get(user.routerType)
+      if (bridge === undefined) return yield* new BridgeNotConfigured({ message: `No ${user.routerType} router is configured` })
+      const table = yield* bridgedTableOf(user).pipe(Effect.provideService(Storage, storage), Effect.catchTag("StorageError", storageUnavailable))
+      return { table, bridge }
     }
     if (user.routerType !== "webpush") return yield* dropUser(user.uaid, NO_SUBSCRIPTION)
     const table = user.currentMonth
     if (table === undefined || !(yield* storage.activeMessageTables).includes(table)) {
       return yield* dropUser(user.uaid, NO_SUBSCRIPTION)
     }
-    return table
+    return { table, bridge: undefined }
   })
+
+  /** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
+  const sendBridged = (bridge: BridgeRouter, user: UserRecord, notification: Notification) => {
+    const start = performance.now()
+    const routed = (outcome: "bridged" | "failed", now: number) =>
+      events.record(domainEvent("notification.routed.1", user.uaid, now, {
+        channelId: notification.channelId,
+        version: notification.version,
+        outcome,
+        durationMs: Math.round((performance.now() - start) * 1000) / 1000
+      }))
+    return bridge.send(user, notification).pipe(
+      Effect.withSpan("notification.bridge", { attributes: { platform: bridge.platform } }, NO_STACK),
+      Effect.tap(() =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          events.record(domainEvent("notification.bridged.1", user.uaid, now, {
+            channelId: notification.channelId,
+            version: notification.version,
+            platform: bridge.platform,
+            ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {})
+          }))
+          routed("bridged", now)
+        })),
+      Effect.tapError((error: BridgeError) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          events.record(domainEvent("notification.bridge_failed.1", user.uaid, now, {
+            version: notification.version,
+            platform: bridge.platform,
+            reason: bridgeFailureReason(error)
+          }))
+          routed("failed", now)
+        })),
+      Effect.catchTag("BridgeRecipientGone", (gone) => dropUser(user.uaid, gone.message))
+    )
+  }
 
   /** #9 */
   const hasChannel = (uaid: string, table: string, channelId: string) =>
@@ -137,10 +202,10 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const subscriberOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
     cache.forget(uaid)
     const user = yield* userOf(uaid) //                                  #7
-    const table = yield* messageTableOf(user) //                          #8
+    const { table, bridge } = yield* destinationOf(user) //              #8
     if (!(yield* hasChannel(uaid, table, channelId))) return yield* new NoSubscription({ message: NO_SUBSCRIPTION })
     cache.remember(user, yield* Clock.currentTimeMillis)
-    return { user, table, cached: false }
+    return { user, table, bridge, cached: false }
   })
 
   /**
@@ -151,7 +216,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const hit = cache.get(uaid, yield* Clock.currentTimeMillis)
     const table = hit?.currentMonth
     if (hit !== undefined && table !== undefined && (yield* storage.activeMessageTables).includes(table) && (yield* hasChannel(uaid, table, channelId))) {
-      return { user: hit, table, cached: true }
+      return { user: hit, table, bridge: undefined, cached: true }
     }
     return yield* subscriberOf(uaid, channelId)
   })
@@ -202,6 +267,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const ttl = yield* ttlOf(headers, options.maxNotificationTtl) //     #11–#13
     const topic = yield* topicOf(headers) //                              #14
     const encryption = yield* encryptionOf(headers, body.length > 0) //  #15
+    const urgency = yield* urgencyOf(headers) //                          #16 (RFC 8030 §5.3)
 
     const { uaid, channelId } = subscription
     const messageId = yield* crypto.makeMessageId(
@@ -216,12 +282,22 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       timestamp: Math.floor(nowMs / 1000),
       sortkeyTimestamp: nowMs,
       ...(topic !== undefined ? { topic } : {}),
+      ...(urgency !== undefined ? { urgency } : {}),
       ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
     }
-    events.record(domainEvent("notification.accepted.1", uaid, nowMs, { channelId, version: messageId, ttl }))
+    events.record(domainEvent("notification.accepted.1", uaid, nowMs, {
+      channelId,
+      version: messageId,
+      ttl,
+      ...(urgency !== undefined ? { urgency } : {})
+    }))
     // A cached record is only good for a direct delivery; otherwise route on a fresh one.
     const direct = target.cached ? yield* router.routeDirect(target.user, notification) : undefined
     const fresh = direct !== undefined || !target.cached ? target : yield* subscriberOf(uaid, channelId)
+    if (direct === undefined && fresh.bridge !== undefined) {
+      yield* sendBridged(fresh.bridge, fresh.user, notification)
+      return HttpServerResponse.empty({ status: 201, headers: { location: locationBase + messageId, ttl: String(ttl) } })
+    }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification))
     const routedAt = yield* Clock.currentTimeMillis
     const version = routed.notification.version

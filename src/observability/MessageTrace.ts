@@ -31,6 +31,7 @@ export type TraceState =
   | "routed"
   | "stored"
   | "delivered"
+  | "bridged"
   | "nacked"
   | "acked"
   | "expired"
@@ -79,7 +80,7 @@ interface Lifecycle {
   truncated: boolean
 }
 
-const TERMINAL: ReadonlySet<TraceState> = new Set(["acked", "expired", "deleted", "failed"])
+const TERMINAL: ReadonlySet<TraceState> = new Set(["acked", "bridged", "expired", "deleted", "failed"])
 
 /** The message id an event is about, if any. */
 const versionOf = (event: DomainEvent): string | undefined => {
@@ -97,6 +98,10 @@ const stateOf = (event: DomainEvent): TraceState | undefined => {
       return "stored"
     case "notification.delivered.1":
       return "delivered"
+    case "notification.bridged.1":
+      return "bridged"
+    case "notification.bridge_failed.1":
+      return "failed"
     case "notification.nacked.1":
       return "nacked"
     case "notification.acked.1":
@@ -110,7 +115,7 @@ const stateOf = (event: DomainEvent): TraceState | undefined => {
   }
 }
 
-/** A later event moves the state on, except that acked/expired/deleted/failed are final and routed only follows accepted. */
+/** A later event moves the state on, except that acked/bridged/expired/deleted/failed are final and routed only follows accepted. */
 const nextState = (current: TraceState, next: TraceState): TraceState =>
   TERMINAL.has(current) ? current
   : next === "routed" ? (current === "accepted" ? "routed" : current)

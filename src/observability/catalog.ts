@@ -69,10 +69,17 @@ export const METRICS = {
   // ── endpoint node ──
   received: m("notification.received", "counter", "endpoint", "Notifications accepted (valid POST /wpush/...)"),
   routed: m("notification.routed", "counter", "endpoint", "Accepted notifications by routing outcome", {
-    outcome: "direct / stored / dropped / failed"
+    outcome: "direct / stored / dropped / bridged / failed"
   }),
   routeTime: m("notification.route_time", "timer", "endpoint", "Time to route an accepted notification", {
-    outcome: "direct / stored / dropped / failed"
+    outcome: "direct / stored / dropped / bridged / failed"
+  }),
+  bridgeSent: m("notification.bridge.sent", "counter", "endpoint", "Notifications a bridge's platform accepted", {
+    platform: "fcm / apns / adm / stub"
+  }),
+  bridgeError: m("notification.bridge.error", "counter", "endpoint", "Notifications a bridge's platform did not take", {
+    platform: "fcm / apns / adm / stub",
+    reason: "not_configured / auth / connection / timeout / upstream / recipient_gone / too_large"
   }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {

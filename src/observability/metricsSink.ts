@@ -57,6 +57,11 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
   const received = counter(METRICS.received.name)
   const routed = perValue((outcome) => counter(METRICS.routed.name, { outcome }))
   const routeTime = perValue((outcome) => timer(METRICS.routeTime.name, { outcome }))
+  const bridgeSent = perValue((platform) => counter(METRICS.bridgeSent.name, { platform }))
+  const bridgeError = perValue((key) => {
+    const at = key.indexOf(":")
+    return counter(METRICS.bridgeError.name, { platform: key.slice(0, at), reason: key.slice(at + 1) })
+  })
 
   return (event: DomainEvent) => {
     switch (event.type) {
@@ -73,6 +78,10 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
         return routeTime(event.data.outcome).record(event.data.durationMs)
       case "notification.stored.1":
         return stored(event.data.reason).inc()
+      case "notification.bridged.1":
+        return bridgeSent(event.data.platform).inc()
+      case "notification.bridge_failed.1":
+        return bridgeError(`${event.data.platform}:${event.data.reason}`).inc()
       case "notification.delivered.1":
         sent(event.data.source).inc()
         if (event.data.source === "stored") retrieved.inc()

@@ -33,7 +33,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Predicate from "effect/Predicate"
 import * as Schedule from "effect/Schedule"
-import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
+import { type MessageKey, type Notification, sortkeyMs, URGENCIES } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
   nextFreeMs,
@@ -174,6 +174,7 @@ const messageToItem = (uaid: string, n: Notification): Item => ({
   timestamp: N(n.timestamp),
   expiry: N(expiryOf(n)),
   ...(n.topic !== undefined ? { topic: S(n.topic), ...(n.sortkeyTimestamp !== undefined ? { sortkey_timestamp: N(n.sortkeyTimestamp) } : {}) } : {}),
+  ...(n.urgency !== undefined ? { urgency: S(n.urgency) } : {}),
   ...(n.data !== undefined ? { data: S(n.data) } : {}),
   ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
 })
@@ -184,6 +185,7 @@ const messageFromItem = (item: Item): Notification | undefined => {
   if (key === undefined || version === undefined) return undefined
   const data = item.data?.S
   const headers = item.headers?.M
+  const urgency = URGENCIES.find((u) => u === item.urgency?.S)
   return {
     channelId: key.channelId,
     version,
@@ -192,6 +194,7 @@ const messageFromItem = (item: Item): Notification | undefined => {
     ...(key.topic !== undefined
       ? { topic: key.topic, ...(item.sortkey_timestamp?.N !== undefined ? { sortkeyTimestamp: Number(item.sortkey_timestamp.N) } : {}) }
       : { sortkeyTimestamp: key.sortkeyTimestamp }),
+    ...(urgency !== undefined ? { urgency } : {}),
     ...(data !== undefined ? { data } : {}),
     ...(headers !== undefined ? { headers: unmarshal({ M: headers }) as Record<string, string> } : {})
   }

@@ -109,6 +109,7 @@ export const storedNotification = (n: Notification): Notification => {
     version: n.version,
     ttl: n.ttl,
     timestamp: n.timestamp,
+    ...(n.urgency !== undefined ? { urgency: n.urgency } : {}),
     ...(n.data !== undefined ? { data: n.data } : {}),
     ...(n.headers !== undefined ? { headers: { ...n.headers } } : {})
   }

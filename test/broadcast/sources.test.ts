@@ -40,6 +40,17 @@ const fakeMegaphone = Effect.acquireRelease(
 const json = (body: unknown) => (_req: IncomingMessage, res: ServerResponse) =>
   void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(body))
 
+/** Until `check` holds (polling every 20 ms), at most `ms`. */
+const eventually = (check: () => Effect.Effect<boolean, never, Metrics> | boolean, ms = 3_000) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + ms
+    while (Date.now() < deadline) {
+      const result = check()
+      if (typeof result === "boolean" ? result : yield* result) return
+      yield* Effect.sleep(20)
+    }
+  })
+
 const errors = (reason: string) => Effect.map(Metrics, (m) => m.value("megaphone.updater.error", { reason }) ?? 0)
 
 describe("broadcast sets", () => {
@@ -81,17 +92,17 @@ describe("megaphone source", () => {
       for (const [reason, reply] of failures) {
         const before = yield* errors(reason)
         fake.set(reply)
-        yield* Effect.sleep(reason === "timeout" ? 800 : 300)
+        yield* eventually(() => Effect.map(errors(reason), (n) => n > before))
         assert.isAbove(yield* errors(reason), before, reason)
         assert.deepStrictEqual([...broadcasts.current()], [["remote-settings/monitor_changes", "v1"]], `kept through ${reason}`)
       }
       fake.set(json({ broadcasts: { "remote-settings/monitor_changes": "v2", "test/b": "1" } }))
-      yield* Effect.sleep(300)
+      yield* eventually(() => broadcasts.current().size === 2)
       assert.deepStrictEqual(new Map(broadcasts.current()), new Map([["remote-settings/monitor_changes", "v2"], ["test/b", "1"]]))
       assert.isAbove((yield* Metrics).value("megaphone.updater.ok") ?? 0, 1)
 
       fake.close()
-      yield* Effect.sleep(300)
+      yield* eventually(() => Effect.map(errors("unreachable"), (n) => n > 0))
       assert.isAbove(yield* errors("unreachable"), 0)
       assert.strictEqual(broadcasts.current().get("remote-settings/monitor_changes"), "v2")
     }).pipe(Effect.scoped, Effect.provide(Metrics.layerMemory)), 20_000)
@@ -107,7 +118,7 @@ describe("storage source", () => {
       assert.deepStrictEqual([...broadcasts.current()], [["a", "1"]])
       yield* storage.putBroadcast("a", "2")
       yield* storage.deleteBroadcast("missing")
-      yield* Effect.sleep(200)
+      yield* eventually(() => broadcasts.current().get("a") === "2")
       assert.deepStrictEqual([...broadcasts.current()], [["a", "2"]])
     }).pipe(
       Effect.scoped,

@@ -1,10 +1,10 @@
 /**
  * A node that cannot start says why in one line that names the option to change, exits 1, and
  * prints no stack trace: a port in use, embedded data in use or unusable, DynamoDB out of reach, a
- * bad crypto key.
+ * bad crypto key, unusable bridge credentials.
  */
 import { spawn } from "node:child_process"
-import { mkdtempSync, writeFileSync } from "node:fs"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { createServer, type Server } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -88,5 +88,17 @@ describe("start-up failures: one line naming the option, exit 1, no stack", () =
 
   it("a crypto key that is not one", async () => {
     expectOneLine(await run("autoconnect.ts", ["--crypto-key", "not-a-key"]), /^autoconnect: configuration error: crypto_key: /)
+  }, 60_000)
+
+  it("bridge credentials that cannot be used (and are not echoed)", async () => {
+    const cwd = mkdtempSync(join(tmpdir(), "autopush-startup-"))
+    const result = await run("autopush.ts", [
+      ...(await ports()),
+      "--bind-host", "127.0.0.1",
+      "--fcm-credentials", '{"app": {"project_id": "p", "credential": "{secret-but-broken"}}'
+    ], cwd)
+    rmSync(cwd, { recursive: true, force: true })
+    expectOneLine(result, /^autopush: cannot start: option fcm_credentials is not usable: app credential is not valid JSON$/)
+    expect(result.stderr + result.stdout).not.toContain("secret-but-broken")
   }, 60_000)
 })

@@ -357,7 +357,15 @@ export const storageContract = (name: string, make: MakeStorage) =>
         const table = yield* s.currentMessageTable
         const stamps = [T0 + 30, T0 + 10, T0 + 50, T0 + 20, T0 + 40]
         const messages = stamps.map((ms, i) =>
-          message({ channelId: chid(i), version: `v${ms}`, sortkeyTimestamp: ms, data: `d${i}`, headers: { encoding: "aesgcm", encryption: "salt=x", crypto_key: "dh=y" } })
+          message({
+            channelId: chid(i),
+            version: `v${ms}`,
+            sortkeyTimestamp: ms,
+            data: `d${i}`,
+            headers: { encoding: "aesgcm", encryption: "salt=x", crypto_key: "dh=y" },
+            // the sender's Urgency is kept with the message
+            ...(i === 0 ? { urgency: "high" as const } : {})
+          })
         )
         yield* s.saveMessages(uaid(1), table, messages)
         // without sortkeyTimestamp the key is timestamp * 1000

@@ -1,0 +1,146 @@
+/**
+ * The FCM bridge against a local FCM v1 server and token endpoint (fake-fcm.ts): registration, the
+ * message FCM receives, the OAuth token flow (JWT verified, token cached, refreshed once on 401),
+ * and every error mapping — recipient gone, auth, upstream errors, garbage, timeout, connection loss.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import type { BridgeOptions } from "../../src/bridges/Bridges.ts"
+import { Storage } from "../../src/storage/Storage.ts"
+import { freePort } from "../e2e/servers.ts"
+import { push, request } from "../endpoint/harness.ts"
+import { FakeFcm, type FakeFcmService } from "./fake-fcm.ts"
+import { bridgedEndpoint, call, errnoOf, eventsOf, pathOf, register } from "./harness.ts"
+
+const BODY = Buffer.from("pretend-aes128gcm-ciphertext")
+
+const fcmOptions = (fake: FakeFcmService, closedPort: number): BridgeOptions => ({
+  fcm: {
+    apps: {
+      firefox: { projectId: "firefox-project", serviceAccount: fake.account },
+      stranger: { projectId: "stranger-project", serviceAccount: fake.strangerAccount },
+      offline: { projectId: "p", serviceAccount: { ...fake.account, token_uri: `http://127.0.0.1:${closedPort}/token` } }
+    },
+    minTtl: 60,
+    maxTtl: 2_419_200,
+    timeoutMs: 400,
+    baseUrl: fake.url
+  }
+})
+
+const TestFcm = Layer.unwrap(
+  Effect.gen(function*() {
+    const fake = yield* FakeFcm
+    const closed = yield* Effect.promise(freePort)
+    return bridgedEndpoint(fcmOptions(fake, closed))
+  })
+).pipe(Layer.provideMerge(FakeFcm.layer))
+
+describe("FCM bridge", () => {
+  layer(TestFcm, { excludeTestServices: true })((it) => {
+    it.effect("register (fcm and gcm alike) and push: FCM gets token, clamped ttl, priority and the data map", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeFcm
+        const reg = yield* register("gcm", "firefox", { token: "device-token-1" })
+        const user = yield* (yield* Storage).getUser(reg.uaid.replaceAll("-", ""))
+        assert.strictEqual(user?.routerType, "fcm")
+        assert.deepStrictEqual(user?.routerData, { token: "device-token-1", app_id: "firefox" })
+
+        const reply = yield* push({ path: pathOf(reg.endpoint) }, { ttl: 10, urgency: "high", "content-encoding": "aes128gcm" }, BODY)
+        assert.strictEqual(reply.status, 201)
+        assert.strictEqual(reply.headers["ttl"], "10")
+        const sent = fake.sends.at(-1)
+        assert.strictEqual(sent?.project, "firefox-project")
+        assert.deepStrictEqual(sent?.body, {
+          message: {
+            token: "device-token-1",
+            android: {
+              ttl: "60s",
+              priority: "HIGH",
+              data: { chid: reg.channelID, body: BODY.toString("base64url"), con: "aes128gcm" }
+            }
+          }
+        })
+        const verified = fake.tokenRequests.filter((r) => r.verified)
+        assert.isAbove(verified.length, 0)
+        assert.strictEqual(verified[0]?.claims?.["iss"], "fcm-sender@test.iam.gserviceaccount.com")
+
+        // The access token is reused; low urgency asks for NORMAL priority; a huge TTL is capped at max_ttl.
+        const before = fake.tokenRequests.length
+        assert.strictEqual((yield* push({ path: pathOf(reg.endpoint) }, { ttl: 9_999_999, urgency: "low" })).status, 201)
+        assert.strictEqual(fake.tokenRequests.length, before)
+        assert.deepStrictEqual(fake.sends.at(-1)?.body.message.android, { ttl: "2419200s", priority: "NORMAL", data: { chid: reg.channelID } })
+      }))
+
+    it.effect("registration refusals: unknown app id 400/106, short or spaced token 400; health names the FCM router", () =>
+      Effect.gen(function*() {
+        const health = yield* request({ method: "GET", path: "/health" })
+        assert.deepStrictEqual(health.json().routers, { webpush: true, fcm: true, apns: false, adm: false })
+        assert.deepStrictEqual(errnoOf(yield* call("POST", "/v1/fcm/nope/registration", { token: "device-token-1" })), [400, 106])
+        assert.deepStrictEqual(errnoOf(yield* call("POST", "/v1/fcm/firefox/registration", { token: "short" })), [400, null])
+        assert.deepStrictEqual(errnoOf(yield* call("POST", "/v1/fcm/firefox/registration", { token: "has a space" })), [400, null])
+        assert.deepStrictEqual(errnoOf(yield* call("POST", "/v1/fcm/firefox/registration", {})), [400, null])
+      }))
+
+    it.effect("FCM 401 → a new access token, the message sent again (201); 401 again → 502/901", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeFcm
+        const reg = yield* register("fcm", "firefox", { token: "device-token-2" })
+        assert.strictEqual((yield* push({ path: pathOf(reg.endpoint) })).status, 201)
+        fake.valid.clear() // FCM forgot every token it issued
+        const before = fake.tokenRequests.length
+        assert.strictEqual((yield* push({ path: pathOf(reg.endpoint) })).status, 201)
+        assert.strictEqual(fake.tokenRequests.length, before + 1)
+
+        fake.rejectAll = true
+        const refused = yield* push({ path: pathOf(reg.endpoint) })
+        fake.rejectAll = false
+        assert.deepStrictEqual(errnoOf(refused), [502, 901])
+        assert.deepInclude((yield* eventsOf(reg.uaid)).find((e) => e.type === "notification.bridge_failed.1")?.data, { platform: "fcm", reason: "auth" })
+      }))
+
+    it.effect("token endpoint refuses our JWT (unknown key) → 502/901", () =>
+      Effect.gen(function*() {
+        const reg = yield* register("fcm", "stranger", { token: "device-token-3" })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(reg.endpoint) })), [502, 901])
+        assert.isTrue((yield* FakeFcm).tokenRequests.some((r) => !r.verified))
+      }))
+
+    it.effect("router data naming an app no longer configured → 502/900, user kept; router data without a token → user dropped", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const reg = yield* register("fcm", "firefox", { token: "device-token-5" })
+        const uaid = reg.uaid.replaceAll("-", "")
+        yield* storage.updateUser(uaid, { routerData: { token: "device-token-5", app_id: "removed-app" } })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(reg.endpoint) })), [502, 900])
+        assert.isDefined(yield* storage.getUser(uaid))
+        yield* storage.updateUser(uaid, { routerData: { app_id: "firefox" } })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(reg.endpoint) })), [410, 106])
+        assert.isUndefined(yield* storage.getUser(uaid))
+      }))
+
+    it.effect("UNREGISTERED (404) → user dropped, 410/106", () =>
+      Effect.gen(function*() {
+        const reg = yield* register("fcm", "firefox", { token: "gone-device-token" })
+        const reply = yield* push({ path: pathOf(reg.endpoint) })
+        assert.deepStrictEqual(errnoOf(reply), [410, 106])
+        assert.isUndefined(yield* (yield* Storage).getUser(reg.uaid.replaceAll("-", "")))
+      }))
+
+    it.effect("other FCM errors and garbage → 502 (errno null); hang → 502/903; token endpoint unreachable → 502/902", () =>
+      Effect.gen(function*() {
+        const invalid = yield* register("fcm", "firefox", { token: "invalid-device" })
+        const reply = yield* push({ path: pathOf(invalid.endpoint) })
+        assert.deepStrictEqual(errnoOf(reply), [502, null])
+        assert.match(reply.json().message, /INVALID_ARGUMENT/)
+        const garbage = yield* register("fcm", "firefox", { token: "garbage-device" })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(garbage.endpoint) })), [502, null])
+        const hang = yield* register("fcm", "firefox", { token: "hang-device" })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(hang.endpoint) })), [502, 903])
+        const offline = yield* register("fcm", "offline", { token: "device-token-4" })
+        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(offline.endpoint) })), [502, 902])
+        // The user is kept through all of these.
+        assert.isDefined(yield* (yield* Storage).getUser(hang.uaid.replaceAll("-", "")))
+      }))
+  })
+})
