@@ -173,7 +173,10 @@ const endpointOptions = (settings: Settings): EndpointOptions => ({
     clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
     maxInFlightRequests: settings.maxInFlightRequests,
     version: versionInfo.version,
-    build: versionInfo
+    build: versionInfo,
+    console: settings.console
+      ? { websocketUrl: settings.websocketUrl, websocketPort: settings.port, endpointUrl: settings.endpointUrl, version: versionInfo.version, commit: versionInfo.commit }
+      : undefined
 })
 
 const logEndpointListening = (settings: Settings) => <A, E, R>(layer: Layer.Layer<A, E, R>) =>

@@ -2,6 +2,7 @@
  * What the endpoint node needs to know, as a plain object: the configuration module maps its
  * settings onto this (the endpoint does not read configuration itself).
  */
+import type { ConsoleOptions } from "../console/console.ts"
 
 export interface EndpointOptions {
   /** Public base URL of the endpoint nodes (`Location` prefix, VAPID `aud`), no trailing slash. */
@@ -26,6 +27,8 @@ export interface EndpointOptions {
   readonly clientRequestTimeoutMs?: number | undefined
   /** Requests handled at once; beyond, 503 with Retry-After (default: no limit). */
   readonly maxInFlightRequests?: number | undefined
+  /** The web console at `GET /`; undefined: not served. */
+  readonly console?: ConsoleOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */
   readonly build?: { readonly commit?: string; readonly build?: string; readonly source?: string } | undefined
 }

@@ -20,6 +20,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "effect/http"
+import { makeConsoleRoutes } from "../console/console.ts"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import {
   type ApiError,
@@ -145,6 +146,7 @@ export const makeEndpointApp = (
           return yield* webpush.send(request, params["version"], param(params, "token"))
         })
         const cancel: Handler = Effect.flatMap(HttpRouter.params, (params) => webpush.cancel(param(params, "messageId")))
+        const consoleRoutes = options.console === undefined ? [] : yield* makeConsoleRoutes(options.console)
         const registration = "/v1/:routerType/:appId/registration"
         yield* router.addAll([
           ...resource("/wpush/:version/:token", { POST: send }),
@@ -160,7 +162,8 @@ export const makeEndpointApp = (
           ...resource("/__version__", { GET: health.version }),
           ...resource("/status", { GET: health.status }),
           ...resource("/__error__", { GET: health.logCheck }),
-          ...resource("/v1/err", { GET: health.logCheck })
+          ...resource("/v1/err", { GET: health.logCheck }),
+          ...consoleRoutes
         ])
       })
     )
