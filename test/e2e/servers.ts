@@ -3,7 +3,7 @@
  * embedded storage, or `autoconnect` + `autoendpoint` sharing a dynalite server.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -22,6 +22,7 @@ export interface Deployment {
   readonly restartConnection: (between?: () => Promise<void>) => Promise<void>
   /** Separate processes only: kill the storage (dynalite) process, and start it again after `downMs`. */
   readonly storageOutage?: (downMs: number) => Promise<void>
+  /** Stops every process and removes the working directory (embedded data, dynalite's files). */
   readonly stop: () => Promise<void>
 }
 
@@ -134,7 +135,10 @@ const startAllInOneOnce = async (): Promise<Deployment> => {
       await between?.()
       await up()
     },
-    stop: () => stopChild(child)
+    stop: async () => {
+      await stopChild(child)
+      rmSync(cwd, { recursive: true, force: true })
+    }
   }
 }
 
@@ -201,6 +205,7 @@ const startSeparateOnce = async (): Promise<Deployment> => {
     stop: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])
       await stopChild(dynalite)
+      rmSync(cwd, { recursive: true, force: true })
     }
   }
 }
