@@ -106,7 +106,13 @@ const runListen = (args: SplitArgs) =>
 const runSend = (args: SplitArgs) =>
   Effect.gen(function*() {
     if (args.positional.length > 1) return yield* new UsageError({ message: "send takes one TEXT argument (quote it)" })
+    const encoding = (yield* choice<Encoding>(args, "--encoding", ["aes128gcm", "aesgcm"])) ?? "aes128gcm"
+    const urgency = yield* choice<Urgency>(args, "--urgency", ["very-low", "low", "normal", "high"])
+    const ttl = yield* intFlag(args, "--ttl", 0, 60)
     const source = args.flags.get("--subscription") ?? "-"
+    if (source === "-" && process.stdin.isTTY) {
+      return yield* new UsageError({ message: "which subscription? give --subscription JSON|FILE, or pipe it in" })
+    }
     const subscription = source.trimStart().startsWith("{")
       ? yield* parseSubscription(source, "--subscription")
       : yield* Effect.flatMap(readText(source, "the subscription"), (text) => parseSubscription(text, source === "-" ? "stdin" : source))
@@ -120,11 +126,11 @@ const runSend = (args: SplitArgs) =>
     const result = yield* send({
       subscription,
       payload: args.positional[0],
-      encoding: (yield* choice<Encoding>(args, "--encoding", ["aes128gcm", "aesgcm"])) ?? "aes128gcm",
+      encoding,
       vapid,
-      ttl: yield* intFlag(args, "--ttl", 0, 60),
+      ttl,
       topic: args.flags.get("--topic"),
-      urgency: yield* choice<Urgency>(args, "--urgency", ["very-low", "low", "normal", "high"])
+      urgency
     })
     yield* report(result)
   })

@@ -97,40 +97,66 @@ const open = (keys: SubscriberKeys, frame: Frame): { readonly text: string } | {
 /** The shell-quoted form of a string (POSIX single quotes). */
 export const shellQuote = (text: string): string => `'${text.replaceAll("'", `'\\''`)}'`
 
+/** Pause before connecting again after the connection was lost. */
+const RECONNECT_AFTER = "2 seconds"
+
 /**
  * Stdout: the subscription JSON on one line, then each push's text on its own line (a push without
- * payload as an empty line). Stderr: what happens, for people.
+ * payload as an empty line); a new subscription (the server forgot this one) on its own line again.
+ * Stderr: what happens, for people. Once subscribed, a lost connection (a server restart) is
+ * connected again every 2 s with the same uaid and keys, so the subscription stays valid.
  */
 export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure> =>
-  Effect.scoped(Effect.gen(function*() {
-    const saved = yield* readState(options.stateFile)
-    const socket = yield* openPushSocket(options.server)
-    const { state, fresh } = yield* subscribe(socket, options, saved)
-    const subscription = JSON.stringify(subscriptionOf(state))
-    yield* Console.error(
-      [
-        `${fresh ? "subscribed" : "subscription restored"}${options.stateFile === undefined ? "" : ` (kept in ${options.stateFile})`}; waiting for pushes. Send one with:`,
-        `  npm run push -- send --subscription ${shellQuote(subscription)}${state.vapidKey === null ? "" : " --vapid vapid.json"} "hello"`
-      ].join("\n")
-    )
-    yield* Console.log(subscription)
-    let received = 0
-    while (options.count === undefined || received < options.count) {
-      const frame = yield* socket.next
-      if (frame["messageType"] !== "notification" || typeof frame["version"] !== "string") continue
-      const opened = open(state.keys, frame)
-      const encoding = (frame["headers"] as PushHeaders | undefined)?.encoding ?? "no payload"
-      if ("text" in opened) {
-        yield* Console.log(opened.text)
-        yield* Console.error(`push received (${encoding}, ${opened.text.length} chars), acked`)
-      } else {
-        yield* Console.error(`push received but not decrypted (${encoding}): ${opened.error}; acked with code 101`)
-      }
-      // 100: delivered; 101: could not be decrypted (the service deletes it either way).
-      yield* socket.send({
-        messageType: "ack",
-        updates: [{ channelID: frame["channelID"], version: frame["version"], code: "text" in opened ? 100 : 101 }]
-      })
-      received++
+  Effect.gen(function*() {
+    const progress: { state: State | undefined; printed: string | undefined; received: number } = {
+      state: yield* readState(options.stateFile),
+      printed: undefined,
+      received: 0
     }
-  }))
+    const session = Effect.scoped(Effect.gen(function*() {
+      const socket = yield* openPushSocket(options.server)
+      const { state, fresh } = yield* subscribe(socket, options, progress.state)
+      progress.state = state
+      const subscription = JSON.stringify(subscriptionOf(state))
+      if (subscription !== progress.printed) {
+        yield* Console.error(
+          [
+            `${fresh ? "subscribed" : "subscription restored"}${options.stateFile === undefined ? "" : ` (kept in ${options.stateFile})`}; waiting for pushes. Send one with:`,
+            `  npm run push -- send --subscription ${shellQuote(subscription)}${state.vapidKey === null ? "" : " --vapid vapid.json"} "hello"`
+          ].join("\n")
+        )
+        yield* Console.log(subscription)
+        progress.printed = subscription
+      } else {
+        yield* Console.error("connected again; waiting for pushes")
+      }
+      while (options.count === undefined || progress.received < options.count) {
+        const frame = yield* socket.next
+        if (frame["messageType"] !== "notification" || typeof frame["version"] !== "string") continue
+        const opened = open(state.keys, frame)
+        const encoding = (frame["headers"] as PushHeaders | undefined)?.encoding ?? "no payload"
+        if ("text" in opened) {
+          yield* Console.log(opened.text)
+          yield* Console.error(`push received (${encoding}, ${opened.text.length} chars), acked`)
+        } else {
+          yield* Console.error(`push received but not decrypted (${encoding}): ${opened.error}; acked with code 101`)
+        }
+        // 100: delivered; 101: could not be decrypted (the service deletes it either way).
+        yield* socket.send({
+          messageType: "ack",
+          updates: [{ channelID: frame["channelID"], version: frame["version"], code: "text" in opened ? 100 : 101 }]
+        })
+        progress.received++
+      }
+    }))
+    const run: Effect.Effect<void, ToolFailure> = session.pipe(
+      Effect.catchTag("ConnectionLost", (lost) =>
+        progress.printed === undefined
+          ? Effect.fail(new ToolFailure({ message: lost.message }))
+          : Console.error(`${lost.message}; connecting again in 2 s`).pipe(
+            Effect.andThen(Effect.sleep(RECONNECT_AFTER)),
+            Effect.andThen(Effect.suspend(() => run))
+          ))
+    )
+    yield* run
+  })

@@ -1,33 +1,35 @@
 /**
  * The client side of the push protocol's WebSocket (subprotocol `push-notification`): frames as
  * JSON objects in, JSON objects out. The socket lives as long as the scope; a close from the
- * server ends `next` with a `ToolFailure` naming the close code and reason.
+ * server ends `next` with `ConnectionLost` naming the close code and reason.
  */
-import { Cause, Effect, Queue, type Scope } from "effect"
+import { Cause, Data, Effect, Queue, type Scope } from "effect"
 import WebSocket from "ws"
-import { ToolFailure } from "../tools/cli.ts"
+
+/** The server could not be reached, or closed the connection: worth connecting again later. */
+export class ConnectionLost extends Data.TaggedError("ConnectionLost")<{ readonly message: string }> {}
 
 export type Frame = Readonly<Record<string, unknown>>
 
 export interface PushSocket {
   readonly send: (frame: Frame) => Effect.Effect<void>
   /** The next frame from the server. */
-  readonly next: Effect.Effect<Frame, ToolFailure>
+  readonly next: Effect.Effect<Frame, ConnectionLost>
   /** The next frame of a `messageType`, skipping others (the server may push notifications at any time). */
-  readonly expect: (messageType: string) => Effect.Effect<Frame, ToolFailure>
+  readonly expect: (messageType: string) => Effect.Effect<Frame, ConnectionLost>
 }
 
-export const openPushSocket = (url: string): Effect.Effect<PushSocket, ToolFailure, Scope.Scope> =>
+export const openPushSocket = (url: string): Effect.Effect<PushSocket, ConnectionLost, Scope.Scope> =>
   Effect.gen(function*() {
-    const frames = yield* Queue.unbounded<Frame, ToolFailure>()
-    const end = (message: string) => Queue.failCauseUnsafe(frames, Cause.fail(new ToolFailure({ message })))
+    const frames = yield* Queue.unbounded<Frame, ConnectionLost>()
+    const end = (message: string) => Queue.failCauseUnsafe(frames, Cause.fail(new ConnectionLost({ message })))
     const ws = yield* Effect.acquireRelease(
-      Effect.callback<WebSocket, ToolFailure>((resume) => {
+      Effect.callback<WebSocket, ConnectionLost>((resume) => {
         const socket = new WebSocket(url, "push-notification")
         socket.once("open", () => resume(Effect.succeed(socket)))
         socket.on("error", (error) => {
           end(`connection to ${url} failed: ${error.message}`)
-          resume(Effect.fail(new ToolFailure({ message: `cannot connect to ${url}: ${error.message}` })))
+          resume(Effect.fail(new ConnectionLost({ message: `cannot connect to ${url}: ${error.message}` })))
         })
       }),
       (socket) => Effect.sync(() => socket.close(1000))
@@ -42,7 +44,7 @@ export const openPushSocket = (url: string): Effect.Effect<PushSocket, ToolFailu
     })
     ws.on("close", (code, reason) => end(`the server closed the connection (${code}${reason.length > 0 ? ` ${reason.toString()}` : ""})`))
     const next = Queue.take(frames)
-    const expect = (messageType: string): Effect.Effect<Frame, ToolFailure> =>
+    const expect = (messageType: string): Effect.Effect<Frame, ConnectionLost> =>
       Effect.flatMap(next, (frame) => (frame["messageType"] === messageType ? Effect.succeed(frame) : expect(messageType)))
     return {
       send: (frame) => Effect.sync(() => ws.send(JSON.stringify(frame))),

@@ -3,7 +3,8 @@
  * processes against the all-in-one server (a real process on embedded storage). Each push is sent
  * by `send` (web-push), decrypted by `listen` (http_ece) and acked: aes128gcm and aesgcm, with and
  * without VAPID, to a v1 and a VAPID-bound v2 endpoint; a push sent while the listener is away
- * arrives when it comes back with its `--state`, and once acked it is not sent again.
+ * arrives when it comes back with its `--state`, and once acked it is not sent again; a listener
+ * connects again by itself after a server restart.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -11,6 +12,7 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { pushCli } from "../../src/client/cli.ts"
 import { type Deployment, startAllInOne } from "../e2e/servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
@@ -205,21 +207,48 @@ describe("push listen / send / vapid-keys", () => {
     }
   })
 
-  live("bad arguments exit 2 with a pointer to --help; an unreachable server exits 1", async () => {
-    const badEncoding = await push(["send", "--subscription", '{"endpoint":"http://127.0.0.1:1/wpush/v1/x","keys":{"p256dh":"x","auth":"y"}}', "--encoding", "aes256"])
-    assert.strictEqual(badEncoding.code, 2)
-    assert.include(badEncoding.stderr, "--encoding must be one of aes128gcm, aesgcm")
-    const notJson = await push(["send"], "not json")
-    assert.strictEqual(notJson.code, 2)
-    assert.include(notJson.stderr, "the subscription (stdin) is not JSON")
-    const wrongFlag = await push(["listen", "--ttl", "5"])
-    assert.strictEqual(wrongFlag.code, 2)
-    assert.include(wrongFlag.stderr, "listen does not take --ttl")
-    const down = await push(["listen", "--server", "ws://127.0.0.1:1/"])
-    assert.strictEqual(down.code, 1)
-    assert.include(down.stderr, "push: cannot connect to ws://127.0.0.1:1/")
-    const help = await push(["--help"])
-    assert.strictEqual(help.code, 0)
-    assert.include(help.stdout, "npm run push -- listen")
+  live("listen connects again after a server restart, with the same subscription", async () => {
+    const listener = await listen(["--server", deployment.wsUrl])
+    try {
+      await deployment.restart()
+      const sent = await push(["send", "--subscription", listener.subscriptionText, "after the restart"])
+      assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
+      assert.strictEqual(await listener.nextLine(20_000), "after the restart")
+      assert.include(listener.stderr(), "connecting again in 2 s")
+      assert.deepStrictEqual(listener.lines().slice(0, 1), [listener.subscriptionText], "the subscription is printed once")
+    } finally {
+      await listener.stop()
+    }
+  })
+
+  // The command line's refusals, in this process (exit codes are runTool's: UsageError 2, ToolFailure 1).
+  it.effect("bad arguments are usage errors; an unreachable server is a failure; --help", () =>
+    Effect.gen(function*() {
+      const refusal = (argv: ReadonlyArray<string>) => Effect.flip(pushCli(argv))
+      const badEncoding = yield* refusal(["send", "--subscription", '{"endpoint":"http://127.0.0.1:1/wpush/v1/x","keys":{"p256dh":"x","auth":"y"}}', "--encoding", "aes256"])
+      assert.strictEqual(badEncoding._tag, "UsageError")
+      assert.include(badEncoding.message, "--encoding must be one of aes128gcm, aesgcm")
+      const notJson = yield* refusal(["send", "--subscription", join(scratch, "missing.json")])
+      assert.strictEqual(notJson._tag, "UsageError")
+      assert.include(notJson.message, "cannot read the subscription from")
+      const badTtl = yield* refusal(["send", "--ttl", "soon"])
+      assert.strictEqual(badTtl._tag, "UsageError")
+      assert.include(badTtl.message, "--ttl")
+      const wrongFlag = yield* refusal(["listen", "--ttl", "5"])
+      assert.strictEqual(wrongFlag.message, "listen does not take --ttl")
+      const unknown = yield* refusal(["subscribe"])
+      assert.strictEqual(unknown.message, 'unknown command "subscribe"')
+      const down = yield* refusal(["listen", "--server", "ws://127.0.0.1:1/"])
+      assert.strictEqual(down._tag, "ToolFailure")
+      assert.include(down.message, "cannot connect to ws://127.0.0.1:1/")
+      const help = yield* refusal(["--help"])
+      assert.strictEqual(help._tag, "HelpRequested")
+      assert.include(help._tag === "HelpRequested" ? help.text : "", "npm run push -- listen")
+    }))
+
+  live("a usage error exits 2 with one line pointing to --help (a refused push exits 1: above)", async () => {
+    const usage = await push(["send", "--encoding", "aes256"], "{}")
+    assert.strictEqual(usage.code, 2)
+    assert.strictEqual(usage.stderr, 'push: --encoding must be one of aes128gcm, aesgcm, not "aes256" (see push --help)\n')
   })
 })
