@@ -10,6 +10,7 @@
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { execFileSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -90,7 +91,8 @@ describe("web console", () => {
 
       // Status: live, this server's version, this page among the clients, a rate.
       await page.waitForFunction(`document.querySelector("#live")?.textContent === "live" && /^\\d/.test(document.querySelector("#status-rate")?.textContent ?? "")`, { timeout: 10_000 })
-      assert.strictEqual(await text(page, "#status-version"), "0.1.0")
+      const commit = execFileSync("git", ["rev-parse", "HEAD"], { cwd: new URL("../../", import.meta.url).pathname, encoding: "utf8" }).trim()
+      assert.strictEqual(await text(page, "#status-version"), `0.1.0 (${commit.slice(0, 12)})`)
       assert.isAtLeast(Number(await text(page, "#status-clients")), 1)
       assert.match(await text(page, "#status-uptime"), /^\d+[smhd]/)
 
