@@ -5,15 +5,18 @@
 #   docker run -p 8080:8080 -p 8082:8082 autopush-ts                         # all-in-one, embedded storage
 #   docker run -e CRYPTO_KEY=… -e AUTOPUSH__STORAGE_ENDPOINT=… autopush-ts node src/bin/autoconnect.ts
 #
-# Node 24 strips the types of the .ts sources itself: there is no build step.
+# The base image's Node 24 strips the types of the .ts sources itself: there is no build step.
 FROM node:24-slim
 
 WORKDIR /app
 ENV NODE_ENV=production
 
-# Dependencies first, so that a change to the sources does not reinstall them.
+# Dependencies first, so that a change to the sources does not reinstall them. Without install
+# scripts: the `node` package (which pins Node 24 for checkouts on an older Node) would download a
+# second Node; this image runs on its own. No other dependency needs a script (LevelDB, under the
+# embedded storage, ships prebuilt binaries).
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev && npm cache clean --force
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 
 COPY bin ./bin
 COPY src ./src
@@ -27,6 +30,6 @@ ARG AUTOPUSH_COMMIT=unknown
 ENV AUTOPUSH_COMMIT=$AUTOPUSH_COMMIT AUTOPUSH_BUILD=docker
 
 USER node
-# 8080 WebSocket (public), 8081 router (private: endpoint nodes only), 8082 Web Push HTTP API (public)
+# 8080 WebSocket (public), 8081 router (private: endpoint nodes only), 8082 Web Push HTTP API and web console (public)
 EXPOSE 8080 8081 8082
 CMD ["node", "src/bin/autopush.ts"]

@@ -13,7 +13,7 @@ import { randomBytes } from "node:crypto"
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
 import { homedir } from "node:os"
 import { ConnectionNode, type ConnectionNodeOptions } from "../connection/node.ts"
-import { type ConfigError, type HelpRequested, loadSettings, redactedSettings, requireSecrets } from "../config/index.ts"
+import { changedSettings, type ConfigError, type HelpRequested, loadSettingsAndFiles, requireSecrets } from "../config/index.ts"
 import type { Role, Settings } from "../config/index.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { generateFernetKey } from "../crypto/fernet.ts"
@@ -109,15 +109,33 @@ const embeddedSecrets = (settings: Settings) =>
     return { ...settings, cryptoKey: secrets.crypto_key, authKeys: secrets.auth_keys } satisfies Settings
   })
 
-/** The settings a role runs with, secrets checked (or, embedded all-in-one, provided). */
+/** The settings a role runs with, secrets checked (or, embedded all-in-one, provided), and the ini files read. */
 export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
   Effect.gen(function*() {
-    const settings = yield* loadSettings({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
+    const { settings, files } = yield* loadSettingsAndFiles({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
     if (role !== "autoendpoint" && settings.megaphoneApiUrl !== undefined) yield* requireSecrets(settings, ["megaphone_api_token"])
-    if (role === "autopush" && settings.storageEndpoint === undefined) return yield* embeddedSecrets(settings)
+    if (role === "autopush" && settings.storageEndpoint === undefined) return { settings: yield* embeddedSecrets(settings), files }
     yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
-    return settings
+    return { settings, files }
   })
+
+/** The WebSocket URL clients use: as configured, else on the endpoint URL's host and the connection port. */
+export const publicWebsocketUrl = (settings: Settings): string => {
+  if (settings.websocketUrl !== undefined) return settings.websocketUrl
+  const endpoint = new URL(settings.endpointUrl)
+  return `${endpoint.protocol === "https:" ? "wss" : "ws"}://${endpoint.hostname}:${settings.port}/`
+}
+
+/** The one line that says a node is up and which URLs to use. */
+export const readyLine = (role: Role, settings: Settings): string => {
+  const endpoint = settings.endpointUrl.replace(/\/+$/, "")
+  const parts = [
+    ...(role === "autoendpoint" ? [] : [`WebSocket ${publicWebsocketUrl(settings)}`]),
+    ...(role === "autoconnect" ? [`router ${settings.routerUrl} (private)`] : [`Web Push API ${endpoint}/wpush/…`]),
+    ...(role !== "autoconnect" && settings.console ? [`web console ${endpoint}/`] : [])
+  ]
+  return `ready: ${parts.join(" · ")}`
+}
 
 export const cryptoLayer = (settings: Settings) =>
   EndpointCrypto.layer({ keys: settings.cryptoKey, endpointUrl: settings.endpointUrl })
@@ -217,7 +235,10 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     version: versionInfo.version,
     build: versionInfo,
     authKeys: Redacted.make(settings.authKeys),
-    bridges
+    bridges,
+    console: settings.console
+      ? { websocketUrl: settings.websocketUrl, websocketPort: settings.port, endpointUrl: settings.endpointUrl, version: versionInfo.version, commit: versionInfo.commit }
+      : undefined
   }))
 
 const logEndpointListening = (settings: Settings) => <A, E, R>(layer: Layer.Layer<A, E, R>) =>
@@ -282,17 +303,21 @@ export const runRole = <A, E>(
   role: Role,
   nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>
 ) => {
-  const launch = (settings: Settings) => {
+  const launch = ({ settings, files }: { readonly settings: Settings; readonly files: ReadonlyArray<string> }) => {
     const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname })
     const app = withServices(role, settings, storageLayer(settings))(nodes(settings))
     return Effect.gen(function*() {
-      yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({ role, settings: redactedSettings(settings) }))
+      yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({
+        role,
+        config_files: files.length > 0 ? files : "none found (defaults, environment and flags)",
+        settings_changed: changedSettings(settings)
+      }))
       if (settings.storageEndpoint === undefined) {
         yield* Effect.logInfo("embedded storage (dynalite); keys of this node are kept beside it").pipe(
           Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
         )
       }
-      return yield* Layer.launch(app).pipe(
+      return yield* Layer.launch(Layer.tap(app, () => Effect.logInfo(readyLine(role, settings)))).pipe(
         Effect.catch((error) => {
           const failure = startupFailure(settings, error)
           return failure === undefined ? Effect.fail(error) : refuse(role, `cannot start: ${failure}`)

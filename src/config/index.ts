@@ -2,10 +2,12 @@
 export { helpText, optionsTable, sampleIni } from "./docs.ts"
 export type { OptionRow } from "./docs.ts"
 export {
+  changedSettings,
   ConfigError,
   HelpRequested,
   iniLocations,
   loadSettings,
+  loadSettingsAndFiles,
   makeSettings,
   redactedSettings,
   requireSecrets

@@ -126,7 +126,7 @@ const parseIni = Effect.fnUntraced(function*(scope: Scope, path: string, text: s
   }
 })
 
-const iniLayer = Effect.fnUntraced(function*(input: LoadInput, scope: Scope, named: string | undefined) {
+const iniLayer = Effect.fnUntraced(function*(input: LoadInput, scope: Scope, named: string | undefined, filesRead: Array<string>) {
   const layer: Layer = new Map()
   const read = input.readFile ?? readIfExists
   const paths = named === undefined ? iniLocations(scope, input) : [resolve(input.cwd, named)]
@@ -139,6 +139,7 @@ const iniLayer = Effect.fnUntraced(function*(input: LoadInput, scope: Scope, nam
       if (named !== undefined) return yield* fail(`--config-${scope}: ${path} does not exist`)
       continue
     }
+    filesRead.push(path)
     yield* parseIni(scope, path, text, layer)
   }
   return layer
@@ -291,17 +292,22 @@ export const makeSettings = (overrides: Partial<OptionValues> = {}, cwd: string 
   )
 
 /** Reads every source of `input.role` and returns its settings. */
-export const loadSettings = Effect.fn("loadSettings")(function*(
+export const loadSettings = (input: LoadInput): Effect.Effect<Settings, ConfigError | HelpRequested> =>
+  Effect.map(loadSettingsAndFiles(input), ({ settings }) => settings)
+
+/** `loadSettings`, and the ini files that were read (in reading order), for the start-up log. */
+export const loadSettingsAndFiles = Effect.fn("loadSettings")(function*(
   input: LoadInput
-): Effect.fn.Return<Settings, ConfigError | HelpRequested> {
+): Effect.fn.Return<{ readonly settings: Settings; readonly files: ReadonlyArray<string> }, ConfigError | HelpRequested> {
   const { role } = input
   if (input.argv.includes("--help") || input.argv.includes("-h")) return yield* new HelpRequested({ text: helpText(role) })
   const flags = yield* flagLayer(role, input.argv)
   const env = yield* envLayers(role, input.env)
-  const iniShared = yield* iniLayer(input, "shared", flags.configPaths.shared)
+  const files: Array<string> = []
+  const iniShared = yield* iniLayer(input, "shared", flags.configPaths.shared, files)
   const nodeScopes = roleScopes[role].filter((scope) => scope !== "shared")
   const iniNodes: Array<Layer> = []
-  for (const scope of nodeScopes) iniNodes.push(yield* iniLayer(input, scope, flags.configPaths[scope]))
+  for (const scope of nodeScopes) iniNodes.push(yield* iniLayer(input, scope, flags.configPaths[scope], files))
   const values = yield* merge(role, [
     [iniShared],
     iniNodes,
@@ -310,7 +316,7 @@ export const loadSettings = Effect.fn("loadSettings")(function*(
     nodeScopes.map((scope) => env.byScope[scope]),
     [flags.layer]
   ])
-  return deriveSettings(values, input.cwd)
+  return { settings: deriveSettings(values, input.cwd), files }
 })
 
 /**
@@ -324,6 +330,18 @@ export const requireSecrets = (settings: Settings, names: ReadonlyArray<Required
     missing
       .map((name) => `${name} is required: set it in ${iniFile[defOf(name).scope]}, ${envNamesOf(name)[0]} or ${flagOf(name)}`)
       .join("; ")
+  )
+}
+
+/**
+ * The options whose value differs from its default (as `redactedSettings` shows them): what the
+ * start-up log records, so that what was configured stands out.
+ */
+export const changedSettings = (settings: Settings, cwd: string = process.cwd()): Readonly<Partial<Record<OptionName, unknown>>> => {
+  const current = redactedSettings(settings)
+  const defaults = redactedSettings(makeSettings({}, cwd))
+  return Object.fromEntries(
+    optionNames.filter((name) => JSON.stringify(current[name]) !== JSON.stringify(defaults[name])).map((name) => [name, current[name]])
   )
 }
 

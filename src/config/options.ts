@@ -149,6 +149,14 @@ export const url: Kind<string> = kind(
   )
 )
 
+/** An absolute ws(s) URL, as browsers and push clients connect to it. */
+export const websocketUrl: Kind<string> = kind(
+  "url",
+  "a ws(s) URL",
+  "URL",
+  Schema.String.check(Schema.makeFilter((s: string) => URL.canParse(s) && /^wss?:$/.test(new URL(s).protocol)))
+)
+
 /** Strips one pair of matching surrounding quotes (docker env files keep them). */
 export const unquote = (s: string): string => (/^(["']).*\1$/s.test(s) ? s.slice(1, -1).trim() : s)
 
@@ -263,6 +271,9 @@ export const options = {
   endpoint_url: opt("shared", url, undefined, "Public base URL of the endpoint node; overrides the three options above", {
     defaultText: "endpoint_scheme://endpoint_hostname[:endpoint_port]"
   }),
+  websocket_url: opt("shared", websocketUrl, undefined, "Public URL of the connection nodes' WebSocket, as clients reach it (behind a TLS proxy: wss://…); shown by the web console and at start", {
+    defaultText: "ws://<host the console was loaded from>:port/"
+  }),
   bind_host: opt("shared", host, "0.0.0.0", "Address the public listeners bind to (WebSocket and Web Push ports)"),
   private_bind_host: opt("shared", host, undefined, "Address the private listeners bind to: the router port and the endpoint's metrics port", {
     defaultText: "127.0.0.1 for the all-in-one autopush, bind_host for a node on its own"
@@ -313,6 +324,7 @@ export const options = {
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
   request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),
+  console: opt("endpoint", boolean, true, "Serve the web console (a push client page and the server's status) at GET / on the endpoint's port"),
   max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
   broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
   router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client for direct deliveries (0 turns it off); a record the named node does not confirm is read again"),

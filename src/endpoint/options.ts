@@ -6,6 +6,7 @@ import type { RouterCacheOptions } from "./routerCache.ts"
  * What the endpoint node needs to know, as a plain object: the configuration module maps its
  * settings onto this (the endpoint does not read configuration itself).
  */
+import type { ConsoleOptions } from "../console/console.ts"
 
 export interface EndpointOptions {
   /** Public base URL of the endpoint nodes (`Location` prefix, VAPID `aud`), no trailing slash. */
@@ -38,6 +39,8 @@ export interface EndpointOptions {
   readonly authKeys?: Redacted.Redacted<ReadonlyArray<string>> | undefined
   /** The bridges (FCM, APNs, ADM, stub) this node routes bridged users through; none by default. */
   readonly bridges?: BridgeOptions | undefined
+  /** The web console at `GET /`; undefined: not served. */
+  readonly console?: ConsoleOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */
   readonly build?: { readonly commit?: string; readonly build?: string; readonly source?: string } | undefined
 }

@@ -21,6 +21,7 @@ import * as HttpServer from "effect/http/HttpServer"
 import type * as HttpServerError from "effect/http/HttpServerError"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import { makeConsoleRoutes } from "../console/console.ts"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import { Bridges } from "../bridges/Bridges.ts"
 import {
@@ -166,6 +167,7 @@ export const makeEndpointApp = (
             return yield* handle(yield* HttpServerRequest.HttpServerRequest, id)
           })
         const listBroadcasts: Handler = Effect.flatMap(HttpServerRequest.HttpServerRequest, admin.list)
+        const consoleRoutes = options.console === undefined ? [] : yield* makeConsoleRoutes(options.console)
         const registration = "/v1/:routerType/:appId/registration"
         yield* router.addAll([
           ...resource("/wpush/:version/:token", { POST: send }),
@@ -189,7 +191,8 @@ export const makeEndpointApp = (
           ...resource("/__version__", { GET: health.version }),
           ...resource("/status", { GET: health.status }),
           ...resource("/__error__", { GET: health.logCheck }),
-          ...resource("/v1/err", { GET: health.logCheck })
+          ...resource("/v1/err", { GET: health.logCheck }),
+          ...consoleRoutes
         ])
       })
     )

@@ -24,7 +24,7 @@ export interface Deployment {
   readonly storageOutage?: (downMs: number) => Promise<void>
   /** The process holding the connection node. */
   readonly pid: () => number | undefined
-  /** Stop every process and remove the deployment's temp directory. */
+  /** Stops every process and removes the working directory (embedded data, dynalite's files). */
   readonly stop: () => Promise<void>
 }
 

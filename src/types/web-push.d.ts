@@ -1,4 +1,4 @@
-/** The part of `web-push` (3.6.x, untyped) and `http_ece` (its dependency) the tests use. */
+/** The part of `web-push` (3.6.x, untyped) and `http_ece` (the encryption it uses) we use. */
 declare module "web-push" {
   export interface PushSubscription {
     readonly endpoint: string
@@ -14,6 +14,7 @@ declare module "web-push" {
     readonly TTL?: number
     readonly contentEncoding?: "aes128gcm" | "aesgcm"
     readonly topic?: string
+    readonly urgency?: "very-low" | "low" | "normal" | "high"
     readonly headers?: Readonly<Record<string, string>>
   }
   export interface RequestDetails {

@@ -1,0 +1,162 @@
+/**
+ * `push listen`: a push client on the command line. It connects to a connection node, says hello,
+ * registers one channel (with a VAPID key when given: a v2 endpoint), makes its own keys and prints
+ * the subscription JSON a sender needs; then prints every push decrypted and acks it.
+ *
+ * With `--state FILE` the uaid, channel and keys are kept, so the subscription stays valid across
+ * runs and pushes sent meanwhile (stored by the service) arrive on the next start.
+ */
+import { randomUUID } from "node:crypto"
+import { readFile, writeFile } from "node:fs/promises"
+import { Console, Effect } from "effect"
+import { ToolFailure } from "../tools/cli.ts"
+import { decryptPush, makeKeys, type PushHeaders, type SubscriberKeys } from "./keys.ts"
+import { type Frame, openPushSocket, type PushSocket } from "./socket.ts"
+
+export interface ListenOptions {
+  /** The connection node's WebSocket URL, e.g. `ws://localhost:8080/`. */
+  readonly server: string
+  /** The application server's VAPID public key (base64url): the endpoint then only accepts pushes signed with it. */
+  readonly vapidKey?: string | undefined
+  /** Where to keep the subscription between runs. */
+  readonly stateFile?: string | undefined
+  /** Stop after this many pushes (default: run until interrupted). */
+  readonly count?: number | undefined
+}
+
+/** What `--state` keeps. */
+interface State {
+  readonly uaid: string
+  readonly channelID: string
+  readonly endpoint: string
+  readonly vapidKey: string | null
+  readonly keys: SubscriberKeys
+}
+
+export interface Subscription {
+  readonly endpoint: string
+  readonly keys: { readonly p256dh: string; readonly auth: string }
+}
+
+const subscriptionOf = (state: State): Subscription => ({ endpoint: state.endpoint, keys: { p256dh: state.keys.p256dh, auth: state.keys.auth } })
+
+const readState = (path: string | undefined): Effect.Effect<State | undefined, ToolFailure> =>
+  path === undefined ? Effect.succeed(undefined) : Effect.tryPromise({
+    try: () =>
+      readFile(path, "utf8").then(
+        (text) => JSON.parse(text) as State,
+        (error: NodeJS.ErrnoException) => (error.code === "ENOENT" ? undefined : Promise.reject(error))
+      ),
+    catch: (cause) => new ToolFailure({ message: `cannot read the state file ${path}: ${String(cause)}` })
+  })
+
+const writeState = (path: string | undefined, state: State): Effect.Effect<void, ToolFailure> =>
+  path === undefined ? Effect.void : Effect.tryPromise({
+    // The private key is in it: readable by its owner only.
+    try: () => writeFile(path, JSON.stringify(state, null, 2) + "\n", { mode: 0o600 }),
+    catch: (cause) => new ToolFailure({ message: `cannot write the state file ${path}: ${String(cause)}` })
+  })
+
+/** Hello (as the saved uaid when there is one), then the saved subscription or a new registration. */
+const subscribe = (socket: PushSocket, options: ListenOptions, saved: State | undefined) =>
+  Effect.gen(function*() {
+    yield* socket.send(
+      saved === undefined
+        ? { messageType: "hello", use_webpush: true }
+        : { messageType: "hello", use_webpush: true, uaid: saved.uaid, channelIDs: [saved.channelID] }
+    )
+    const hello = yield* socket.expect("hello")
+    if (hello["status"] !== 200 || typeof hello["uaid"] !== "string") {
+      return yield* new ToolFailure({ message: `the server refused hello: ${JSON.stringify(hello)}` })
+    }
+    const uaid = hello["uaid"]
+    const vapidKey = options.vapidKey ?? null
+    if (saved !== undefined && saved.uaid === uaid && saved.vapidKey === vapidKey) return { state: saved, fresh: false }
+    const channelID = randomUUID()
+    yield* socket.send(vapidKey === null ? { messageType: "register", channelID } : { messageType: "register", channelID, key: vapidKey })
+    const registered = yield* socket.expect("register")
+    if (registered["status"] !== 200 || typeof registered["pushEndpoint"] !== "string") {
+      return yield* new ToolFailure({ message: `the server refused to register: ${JSON.stringify(registered)}` })
+    }
+    const state: State = { uaid, channelID, endpoint: registered["pushEndpoint"], vapidKey, keys: makeKeys() }
+    yield* writeState(options.stateFile, state)
+    return { state, fresh: true }
+  })
+
+/** A notification's text, or why it could not be decrypted. */
+const open = (keys: SubscriberKeys, frame: Frame): { readonly text: string } | { readonly error: string } => {
+  const data = frame["data"]
+  if (typeof data !== "string" || data === "") return { text: "" }
+  try {
+    return { text: decryptPush(keys, data, (frame["headers"] ?? {}) as PushHeaders).toString("utf8") }
+  } catch (error) {
+    return { error: error instanceof Error ? error.message : String(error) }
+  }
+}
+
+/** The shell-quoted form of a string (POSIX single quotes). */
+export const shellQuote = (text: string): string => `'${text.replaceAll("'", `'\\''`)}'`
+
+/** Pause before connecting again after the connection was lost. */
+const RECONNECT_AFTER = "2 seconds"
+
+/**
+ * Stdout: the subscription JSON on one line, then each push's text on its own line (a push without
+ * payload as an empty line); a new subscription (the server forgot this one) on its own line again.
+ * Stderr: what happens, for people. Once subscribed, a lost connection (a server restart) is
+ * connected again every 2 s with the same uaid and keys, so the subscription stays valid.
+ */
+export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure> =>
+  Effect.gen(function*() {
+    const progress: { state: State | undefined; printed: string | undefined; received: number } = {
+      state: yield* readState(options.stateFile),
+      printed: undefined,
+      received: 0
+    }
+    const session = Effect.scoped(Effect.gen(function*() {
+      const socket = yield* openPushSocket(options.server)
+      const { state, fresh } = yield* subscribe(socket, options, progress.state)
+      progress.state = state
+      const subscription = JSON.stringify(subscriptionOf(state))
+      if (subscription !== progress.printed) {
+        yield* Console.error(
+          [
+            `${fresh ? "subscribed" : "subscription restored"}${options.stateFile === undefined ? "" : ` (kept in ${options.stateFile})`}; waiting for pushes. Send one with:`,
+            `  npm run push -- send --subscription ${shellQuote(subscription)}${state.vapidKey === null ? "" : " --vapid vapid.json"} "hello"`
+          ].join("\n")
+        )
+        yield* Console.log(subscription)
+        progress.printed = subscription
+      } else {
+        yield* Console.error("connected again; waiting for pushes")
+      }
+      while (options.count === undefined || progress.received < options.count) {
+        const frame = yield* socket.next
+        if (frame["messageType"] !== "notification" || typeof frame["version"] !== "string") continue
+        const opened = open(state.keys, frame)
+        const encoding = (frame["headers"] as PushHeaders | undefined)?.encoding ?? "no payload"
+        if ("text" in opened) {
+          yield* Console.log(opened.text)
+          yield* Console.error(`push received (${encoding}, ${opened.text.length} chars), acked`)
+        } else {
+          yield* Console.error(`push received but not decrypted (${encoding}): ${opened.error}; acked with code 101`)
+        }
+        // 100: delivered; 101: could not be decrypted (the service deletes it either way).
+        yield* socket.send({
+          messageType: "ack",
+          updates: [{ channelID: frame["channelID"], version: frame["version"], code: "text" in opened ? 100 : 101 }]
+        })
+        progress.received++
+      }
+    }))
+    const run: Effect.Effect<void, ToolFailure> = session.pipe(
+      Effect.catchTag("ConnectionLost", (lost) =>
+        progress.printed === undefined
+          ? Effect.fail(new ToolFailure({ message: lost.message }))
+          : Console.error(`${lost.message}; connecting again in 2 s`).pipe(
+            Effect.andThen(Effect.sleep(RECONNECT_AFTER)),
+            Effect.andThen(Effect.suspend(() => run))
+          ))
+    )
+    yield* run
+  })

@@ -1,0 +1,85 @@
+/**
+ * `push send`: send a push to a subscription with the `web-push` library. It builds the request
+ * (encryption, VAPID, TTL, Topic, Urgency headers); we send it with `fetch`, which speaks plain HTTP
+ * too (web-push's own sender only speaks HTTPS).
+ */
+import { Console, Effect } from "effect"
+import webpush, { type PushSubscription, type RequestOptions, type VapidDetails } from "web-push"
+import { ToolFailure, UsageError } from "../tools/cli.ts"
+
+export type Encoding = "aes128gcm" | "aesgcm"
+export type Urgency = "very-low" | "low" | "normal" | "high"
+
+export interface SendOptions {
+  readonly subscription: PushSubscription
+  /** Nothing: a push without payload. */
+  readonly payload?: string | undefined
+  readonly encoding: Encoding
+  readonly vapid?: VapidDetails | undefined
+  readonly ttl: number
+  readonly topic?: string | undefined
+  readonly urgency?: Urgency | undefined
+}
+
+/** A subscription as `PushSubscription.toJSON()` gives it: `endpoint` and `keys.p256dh`/`keys.auth`. */
+export const parseSubscription = (text: string, from: string): Effect.Effect<PushSubscription, UsageError> =>
+  Effect.try({
+    try: () => JSON.parse(text) as unknown,
+    catch: () => new UsageError({ message: `the subscription (${from}) is not JSON` })
+  }).pipe(Effect.flatMap((value) => {
+    const s = value as { endpoint?: unknown; keys?: { p256dh?: unknown; auth?: unknown } } | null
+    return typeof s?.endpoint === "string" && typeof s.keys?.p256dh === "string" && typeof s.keys.auth === "string"
+      ? Effect.succeed({ endpoint: s.endpoint, keys: { p256dh: s.keys.p256dh, auth: s.keys.auth } })
+      : Effect.fail(new UsageError({ message: `the subscription (${from}) needs "endpoint" and "keys": {"p256dh", "auth"}` }))
+  }))
+
+export interface SendResult {
+  readonly status: number
+  readonly statusText: string
+  readonly location: string | null
+  readonly body: string
+}
+
+export const send = (options: SendOptions): Effect.Effect<SendResult, ToolFailure | UsageError> =>
+  Effect.gen(function*() {
+    const requestOptions: RequestOptions = {
+      TTL: options.ttl,
+      contentEncoding: options.encoding,
+      ...(options.vapid === undefined ? {} : { vapidDetails: options.vapid }),
+      ...(options.topic === undefined ? {} : { topic: options.topic }),
+      ...(options.urgency === undefined ? {} : { urgency: options.urgency })
+    }
+    // web-push validates keys, VAPID details, topic and urgency here, and throws plain errors.
+    const details = yield* Effect.try({
+      try: () => webpush.generateRequestDetails(options.subscription, options.payload ?? null, requestOptions),
+      catch: (error) => new UsageError({ message: error instanceof Error ? error.message : String(error) })
+    })
+    const headers = Object.fromEntries(Object.entries(details.headers).map(([name, value]) => [name, String(value)]))
+    return yield* Effect.tryPromise({
+      try: async (signal) => {
+        const res = await fetch(details.endpoint, { method: details.method, headers, signal, ...(details.body === null ? {} : { body: details.body }) })
+        return { status: res.status, statusText: res.statusText, location: res.headers.get("location"), body: await res.text() }
+      },
+      catch: (error) => new ToolFailure({ message: `cannot reach ${new URL(details.endpoint).origin}: ${causeOf(error)}` })
+    })
+  })
+
+const causeOf = (error: unknown): string => {
+  const cause = (error as { cause?: { message?: unknown } } | undefined)?.cause?.message
+  return typeof cause === "string" ? cause : error instanceof Error ? error.message : String(error)
+}
+
+/** Prints the answer (status, Location, and an error's JSON body); anything but 2xx fails. */
+export const report = (result: SendResult): Effect.Effect<void, ToolFailure> =>
+  Effect.gen(function*() {
+    yield* Console.log(`${result.status} ${result.statusText}`)
+    if (result.location !== null) yield* Console.log(`Location: ${result.location}`)
+    if (result.status >= 300) {
+      if (result.body !== "") yield* Console.log(result.body)
+      return yield* new ToolFailure({ message: `the push was not accepted (${result.status})` })
+    }
+  })
+
+/** `vapid-keys`: a new VAPID key pair (P-256, base64url), as JSON that `send --vapid FILE` reads. */
+export const vapidKeys = (subject: string): Effect.Effect<void> =>
+  Effect.suspend(() => Console.log(JSON.stringify({ subject, ...webpush.generateVAPIDKeys() }, null, 2)))

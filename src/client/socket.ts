@@ -1,0 +1,54 @@
+/**
+ * The client side of the push protocol's WebSocket (subprotocol `push-notification`): frames as
+ * JSON objects in, JSON objects out. The socket lives as long as the scope; a close from the
+ * server ends `next` with `ConnectionLost` naming the close code and reason.
+ */
+import { Cause, Data, Effect, Queue, type Scope } from "effect"
+import WebSocket from "ws"
+
+/** The server could not be reached, or closed the connection: worth connecting again later. */
+export class ConnectionLost extends Data.TaggedError("ConnectionLost")<{ readonly message: string }> {}
+
+export type Frame = Readonly<Record<string, unknown>>
+
+export interface PushSocket {
+  readonly send: (frame: Frame) => Effect.Effect<void>
+  /** The next frame from the server. */
+  readonly next: Effect.Effect<Frame, ConnectionLost>
+  /** The next frame of a `messageType`, skipping others (the server may push notifications at any time). */
+  readonly expect: (messageType: string) => Effect.Effect<Frame, ConnectionLost>
+}
+
+export const openPushSocket = (url: string): Effect.Effect<PushSocket, ConnectionLost, Scope.Scope> =>
+  Effect.gen(function*() {
+    const frames = yield* Queue.unbounded<Frame, ConnectionLost>()
+    const end = (message: string) => Queue.failCauseUnsafe(frames, Cause.fail(new ConnectionLost({ message })))
+    const ws = yield* Effect.acquireRelease(
+      Effect.callback<WebSocket, ConnectionLost>((resume) => {
+        const socket = new WebSocket(url, "push-notification")
+        socket.once("open", () => resume(Effect.succeed(socket)))
+        socket.on("error", (error) => {
+          end(`connection to ${url} failed: ${error.message}`)
+          resume(Effect.fail(new ConnectionLost({ message: `cannot connect to ${url}: ${error.message}` })))
+        })
+      }),
+      (socket) => Effect.sync(() => socket.close(1000))
+    )
+    ws.on("message", (data) => {
+      try {
+        const frame = JSON.parse(data.toString()) as unknown
+        if (typeof frame === "object" && frame !== null) Queue.offerUnsafe(frames, frame as Frame)
+      } catch {
+        end("the server sent a frame that is not JSON")
+      }
+    })
+    ws.on("close", (code, reason) => end(`the server closed the connection (${code}${reason.length > 0 ? ` ${reason.toString()}` : ""})`))
+    const next = Queue.take(frames)
+    const expect = (messageType: string): Effect.Effect<Frame, ConnectionLost> =>
+      Effect.flatMap(next, (frame) => (frame["messageType"] === messageType ? Effect.succeed(frame) : expect(messageType)))
+    return {
+      send: (frame) => Effect.sync(() => ws.send(JSON.stringify(frame))),
+      next,
+      expect
+    }
+  })

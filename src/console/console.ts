@@ -1,0 +1,107 @@
+/**
+ * The web console: `GET /` on the endpoint's public port serves a page that is itself a push client
+ * of this service (src/console/static/), plus two small JSON routes it reads — `config.json` (the
+ * WebSocket URL to connect to) and `status.json` (version, uptime, connected clients, notifications
+ * received so far). Files are read once at start and served with a strict Content-Security-Policy:
+ * scripts and styles only from this origin (no inline script), connections only to this origin,
+ * the WebSocket and the endpoint origin. Nothing secret is in any of it.
+ */
+import { readFileSync } from "node:fs"
+import { Effect } from "effect"
+import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { Metrics } from "../observability/Metrics.ts"
+
+export interface ConsoleOptions {
+  /** The public WebSocket URL; undefined: `ws(s)://<host the page was loaded from>:<websocketPort>/`. */
+  readonly websocketUrl?: string | undefined
+  /** The connection node's public port, for the derived URL. */
+  readonly websocketPort: number
+  /** Public base URL of the endpoint (pushes are sent there; ws vs wss follows its scheme). */
+  readonly endpointUrl: string
+  readonly version: string
+  readonly commit: string
+}
+
+const FILES = {
+  "index.html": "text/html; charset=utf-8",
+  "app.js": "text/javascript; charset=utf-8",
+  "webpush.js": "text/javascript; charset=utf-8",
+  "style.css": "text/css; charset=utf-8"
+} as const
+
+type FileName = keyof typeof FILES
+
+const load = (): ReadonlyMap<FileName, Uint8Array> =>
+  new Map((Object.keys(FILES) as Array<FileName>).map((name) => [name, readFileSync(new URL(`./static/${name}`, import.meta.url))]))
+
+/** The host name the browser used (the `Host` header without port), else the endpoint URL's. */
+const requestHost = (request: HttpServerRequest.HttpServerRequest, endpointUrl: string): string => {
+  const host = request.headers["host"]
+  if (host !== undefined && URL.canParse(`http://${host}`)) return new URL(`http://${host}`).hostname
+  return new URL(endpointUrl).hostname
+}
+
+export const websocketUrlFor = (options: ConsoleOptions, host: string): string =>
+  options.websocketUrl ?? `${new URL(options.endpointUrl).protocol === "https:" ? "wss" : "ws"}://${host}:${options.websocketPort}/`
+
+/** The Content-Security-Policy of every console response. */
+export const contentSecurityPolicy = (websocketUrl: string, endpointUrl: string): string =>
+  [
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self'",
+    `connect-src 'self' ${new URL(websocketUrl).origin} ${new URL(endpointUrl).origin}`,
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'"
+  ].join("; ")
+
+/** The console's routes (all GET), to add to the endpoint's router. */
+export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOptions) {
+  const metrics = yield* Metrics
+  const files = load()
+  const headersFor = (request: HttpServerRequest.HttpServerRequest) => {
+    const websocketUrl = websocketUrlFor(options, requestHost(request, options.endpointUrl))
+    return {
+      websocketUrl,
+      headers: {
+        "content-security-policy": contentSecurityPolicy(websocketUrl, options.endpointUrl),
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+        "cache-control": "no-cache"
+      }
+    }
+  }
+  const file = (name: FileName) =>
+    Effect.map(HttpServerRequest.HttpServerRequest, (request) =>
+      HttpServerResponse.uint8Array(files.get(name) ?? new Uint8Array(), { contentType: FILES[name], headers: headersFor(request).headers }))
+
+  const config = Effect.map(HttpServerRequest.HttpServerRequest, (request) => {
+    const { websocketUrl, headers } = headersFor(request)
+    return HttpServerResponse.jsonUnsafe({ websocketUrl, endpointUrl: options.endpointUrl }, { headers })
+  })
+
+  /** Sums of a metric's series; null when this process has none (a separate endpoint node has no connections). */
+  const total = (name: string): number | null => {
+    const series = metrics.snapshot().filter((s) => s.name === name)
+    return series.length === 0 ? null : series.reduce((sum, s) => sum + s.value, 0)
+  }
+  const status = Effect.map(HttpServerRequest.HttpServerRequest, (request) =>
+    HttpServerResponse.jsonUnsafe({
+      version: options.version,
+      commit: options.commit,
+      uptime: Math.round(process.uptime()),
+      connections: total("ua.connections"),
+      notifications: total("notification.received") ?? 0
+    }, { headers: headersFor(request).headers }))
+
+  return [
+    HttpRouter.route("GET", "/", file("index.html")),
+    HttpRouter.route("GET", "/console/app.js", file("app.js")),
+    HttpRouter.route("GET", "/console/webpush.js", file("webpush.js")),
+    HttpRouter.route("GET", "/console/style.css", file("style.css")),
+    HttpRouter.route("GET", "/console/config.json", config),
+    HttpRouter.route("GET", "/console/status.json", status)
+  ]
+})

@@ -1,0 +1,192 @@
+// The console page: a push client of this server (WebSocket hello/register, keys made here,
+// pushes decrypted here and acked), a form that encrypts and sends a test push to it, and the
+// server's status, polled. Text from the network only ever goes into the page as textContent.
+import { decryptPush, encryptAes128gcm, makeSubscriberKeys, makeVapidKeys, vapidAuthorization } from "./webpush.js"
+
+const $ = (id) => document.getElementById(id)
+const decoder = new TextDecoder()
+const STATUS_EVERY_MS = 2000
+const RECONNECT_AFTER_MS = 3000
+
+const shellQuote = (text) => `'${text.replaceAll("'", `'\\''`)}'`
+
+// ── status panel ────────────────────────────────────────────────────────────────────────────────
+
+const duration = (seconds) => {
+  const s = Math.floor(seconds)
+  const parts = [[Math.floor(s / 86400), "d"], [Math.floor((s % 86400) / 3600), "h"], [Math.floor((s % 3600) / 60), "m"], [s % 60, "s"]]
+  const first = parts.findIndex(([n]) => n > 0)
+  return first < 0 ? "0s" : parts.slice(first, first + 2).map(([n, unit]) => `${n}${unit}`).join(" ")
+}
+
+let previous
+const pollStatus = async () => {
+  try {
+    const res = await fetch("/console/status.json", { cache: "no-store" })
+    if (!res.ok) throw new Error(String(res.status))
+    const status = await res.json()
+    const now = performance.now()
+    $("status-version").textContent = status.commit === "unknown" ? status.version : `${status.version} (${status.commit.slice(0, 12)})`
+    $("status-uptime").textContent = duration(status.uptime)
+    $("status-clients").textContent = status.connections === null ? "— (not on this node)" : String(status.connections)
+    if (previous !== undefined && now > previous.at) {
+      const rate = Math.max(0, status.notifications - previous.notifications) / ((now - previous.at) / 1000)
+      $("status-rate").textContent = rate.toFixed(rate < 10 ? 1 : 0)
+    }
+    previous = { at: now, notifications: status.notifications }
+    $("live").textContent = "live"
+    $("live").className = "badge on"
+  } catch {
+    $("live").textContent = "offline"
+    $("live").className = "badge off"
+  }
+}
+
+// ── the push client ─────────────────────────────────────────────────────────────────────────────
+
+const state = { keys: undefined, uaid: undefined, channelID: undefined, subscription: undefined, socket: undefined }
+
+const setConnection = (text, isError = false) => {
+  $("connection").textContent = text
+  $("connection").className = isError ? "error" : ""
+}
+
+const showSubscription = (endpoint) => {
+  state.subscription = { endpoint, keys: { p256dh: state.keys.p256dh, auth: state.keys.authText } }
+  const json = JSON.stringify(state.subscription)
+  $("subscription").textContent = JSON.stringify(state.subscription, null, 2)
+  $("send-command").textContent = `npm run push -- send --subscription ${shellQuote(json)} "hello"`
+  $("send-button").disabled = false
+  document.body.dataset.state = "subscribed"
+}
+
+const showReceived = (text, meta, isError) => {
+  $("received-empty").hidden = true
+  const item = document.createElement("li")
+  const body = document.createElement("div")
+  body.className = isError ? "text error" : "text"
+  body.textContent = text
+  const info = document.createElement("div")
+  info.className = "meta"
+  info.textContent = meta
+  item.append(body, info)
+  $("received").prepend(item)
+}
+
+const onNotification = async (socket, frame) => {
+  const headers = frame.headers ?? {}
+  let code = 100
+  const at = new Date().toLocaleTimeString()
+  if (typeof frame.data === "string" && frame.data !== "") {
+    try {
+      const text = decoder.decode(await decryptPush(state.keys, frame.data, headers))
+      showReceived(text, `${at} · ${headers.encoding} · acked`, false)
+    } catch (error) {
+      code = 101
+      showReceived(`(could not decrypt: ${error.message})`, `${at} · ${headers.encoding ?? "?"} · acked with code 101`, true)
+    }
+  } else {
+    showReceived("(no payload)", `${at} · acked`, false)
+  }
+  socket.send(JSON.stringify({ messageType: "ack", updates: [{ channelID: frame.channelID, version: frame.version, code }] }))
+}
+
+const register = (socket) => {
+  state.channelID = crypto.randomUUID()
+  socket.send(JSON.stringify({ messageType: "register", channelID: state.channelID }))
+}
+
+const connect = (url) => {
+  setConnection(`Connecting to ${url}…`)
+  const socket = new WebSocket(url, "push-notification")
+  state.socket = socket
+  socket.addEventListener("open", () => {
+    const hello = { messageType: "hello", use_webpush: true }
+    // After a reconnect: the same uaid and channel, so the subscription stays valid.
+    if (state.uaid !== undefined) Object.assign(hello, { uaid: state.uaid, channelIDs: [state.channelID] })
+    socket.send(JSON.stringify(hello))
+  })
+  socket.addEventListener("message", (event) => {
+    let frame
+    try {
+      frame = JSON.parse(event.data)
+    } catch {
+      return
+    }
+    switch (frame.messageType) {
+      case "hello":
+        if (frame.status !== 200) return setConnection(`The server refused hello (status ${frame.status}).`, true)
+        if (frame.uaid !== state.uaid || state.subscription === undefined) {
+          state.uaid = frame.uaid
+          register(socket)
+        } else {
+          setConnection(`Connected to ${url}; waiting for pushes.`)
+        }
+        return
+      case "register":
+        if (frame.status !== 200) return setConnection(`The server refused to register (status ${frame.status}).`, true)
+        showSubscription(frame.pushEndpoint)
+        setConnection(`Connected to ${url}; waiting for pushes.`)
+        return
+      case "notification":
+        void onNotification(socket, frame)
+        return
+    }
+  })
+  socket.addEventListener("close", (event) => {
+    if (state.socket !== socket) return
+    document.body.dataset.state = "disconnected"
+    setConnection(`Disconnected from ${url} (${event.code}${event.reason ? ` ${event.reason}` : ""}); reconnecting…`, true)
+    setTimeout(() => connect(url), RECONNECT_AFTER_MS)
+  })
+}
+
+// ── the send form ───────────────────────────────────────────────────────────────────────────────
+
+let vapid
+const send = async (event) => {
+  event.preventDefault()
+  const result = $("send-result")
+  if (state.subscription === undefined) return
+  result.className = ""
+  result.textContent = "Sending…"
+  try {
+    const { endpoint, keys } = state.subscription
+    const headers = { "Content-Encoding": "aes128gcm", "Content-Type": "application/octet-stream", TTL: $("send-ttl").value }
+    if ($("send-topic").value !== "") headers.Topic = $("send-topic").value
+    if ($("send-urgency").value !== "") headers.Urgency = $("send-urgency").value
+    if ($("send-vapid").checked) {
+      vapid ??= await makeVapidKeys()
+      headers.Authorization = await vapidAuthorization(vapid, endpoint, `mailto:console@${location.hostname || "localhost"}`)
+    }
+    const body = await encryptAes128gcm(keys, new TextEncoder().encode($("send-text").value))
+    const res = await fetch(endpoint, { method: "POST", headers, body })
+    if (res.ok) {
+      result.textContent = `${res.status} ${res.statusText || "Created"} · Location: ${res.headers.get("location") ?? "—"}`
+    } else {
+      const error = await res.json().catch(() => ({}))
+      result.className = "error"
+      result.textContent = `${res.status}${error.errno ? ` (errno ${error.errno})` : ""}: ${error.message ?? res.statusText}`
+    }
+  } catch (error) {
+    result.className = "error"
+    result.textContent = `Not sent: ${error.message}`
+  }
+}
+
+// ── start ───────────────────────────────────────────────────────────────────────────────────────
+
+const start = async () => {
+  $("send-form").addEventListener("submit", send)
+  void pollStatus()
+  setInterval(pollStatus, STATUS_EVERY_MS)
+  try {
+    const config = await (await fetch("/console/config.json", { cache: "no-store" })).json()
+    state.keys = await makeSubscriberKeys()
+    connect(config.websocketUrl)
+  } catch (error) {
+    setConnection(`Cannot start: ${error.message}`, true)
+  }
+}
+
+void start()

@@ -1,0 +1,254 @@
+/**
+ * The push client on the command line, as a user runs it: `push listen` and `push send` as child
+ * processes against the all-in-one server (a real process on embedded storage). Each push is sent
+ * by `send` (web-push), decrypted by `listen` (http_ece) and acked: aes128gcm and aesgcm, with and
+ * without VAPID, to a v1 and a VAPID-bound v2 endpoint; a push sent while the listener is away
+ * arrives when it comes back with its `--state`, and once acked it is not sent again; a listener
+ * connects again by itself after a server restart.
+ */
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { pushCli } from "../../src/client/cli.ts"
+import { type Deployment, startAllInOne } from "../e2e/servers.ts"
+
+const root = new URL("../../", import.meta.url).pathname
+const scratch = mkdtempSync(join(tmpdir(), "autopush-push-cli-"))
+
+interface Run {
+  readonly code: number | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** `push args…` to completion, with `input` on stdin. */
+const push = (args: ReadonlyArray<string>, input = ""): Promise<Run> =>
+  new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(root, "src/bin/push.ts"), ...args], { cwd: scratch, stdio: ["pipe", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()))
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()))
+    child.on("error", reject)
+    child.on("exit", (code) => resolve({ code, stdout, stderr }))
+    child.stdin.end(input)
+  })
+
+interface Listener {
+  readonly subscription: { readonly endpoint: string; readonly keys: { readonly p256dh: string; readonly auth: string } }
+  readonly subscriptionText: string
+  /** The next line printed after those already taken. */
+  readonly nextLine: (timeoutMs?: number) => Promise<string>
+  readonly lines: () => ReadonlyArray<string>
+  readonly stderr: () => string
+  readonly stop: () => Promise<void>
+}
+
+/** `push listen args…` in the background, once it has printed its subscription. */
+const listen = (args: ReadonlyArray<string>): Promise<Listener> => {
+  const child: ChildProcess = spawn(process.execPath, [join(root, "src/bin/push.ts"), "listen", ...args], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"] })
+  const lines: Array<string> = []
+  let partial = ""
+  let stderr = ""
+  let taken = 0
+  const wakers = new Set<() => void>()
+  child.stdout?.on("data", (chunk: Buffer) => {
+    const parts = (partial + chunk.toString()).split("\n")
+    partial = parts.pop() ?? ""
+    lines.push(...parts)
+    for (const wake of wakers) wake()
+  })
+  child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()))
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
+  const nextLine = (timeoutMs = 10_000) =>
+    new Promise<string>((resolve, reject) => {
+      const check = () => {
+        if (taken < lines.length) {
+          wakers.delete(check)
+          clearTimeout(timer)
+          resolve(lines[taken++]!)
+        }
+      }
+      const timer = setTimeout(() => {
+        wakers.delete(check)
+        reject(new Error(`listen printed no line within ${timeoutMs} ms; stdout ${JSON.stringify(lines)}, stderr ${stderr}`))
+      }, timeoutMs)
+      wakers.add(check)
+      check()
+    })
+  const stop = async () => {
+    if (child.exitCode === null) child.kill("SIGINT")
+    await exited
+  }
+  // Its message for people (stderr) is written before the subscription, but through another pipe.
+  const withStderr = async (first: string) => {
+    for (let i = 0; i < 100 && !stderr.includes("waiting for pushes"); i++) await new Promise((r) => setTimeout(r, 20))
+    return first
+  }
+  return nextLine(20_000).then(withStderr).then(
+    (first) => ({
+      subscription: JSON.parse(first) as Listener["subscription"],
+      subscriptionText: first,
+      nextLine,
+      lines: () => lines,
+      stderr: () => stderr,
+      stop
+    }),
+    async (error: unknown) => {
+      await stop()
+      throw error
+    }
+  )
+}
+
+describe("push listen / send / vapid-keys", () => {
+  let deployment: Deployment
+  let vapidFile: string
+  beforeAll(async () => {
+    deployment = await startAllInOne()
+    const keys = await push(["vapid-keys", "--subject", "mailto:ops@example.com"])
+    assert.strictEqual(keys.code, 0, keys.stderr)
+    vapidFile = join(scratch, "vapid.json")
+    writeFileSync(vapidFile, keys.stdout)
+  }, 60_000)
+  afterAll(async () => {
+    await deployment?.stop()
+    rmSync(scratch, { recursive: true, force: true })
+  })
+
+  const live = (title: string, body: () => Promise<void>) =>
+    it.live(title, () =>
+      Effect.tryPromise({
+        try: body,
+        catch: (e) => new Error(`${String(e)}\n--- server output (last 30 lines) ---\n${deployment.output.slice(-30).join("\n")}`)
+      }), 60_000)
+
+  live("vapid-keys prints a P-256 key pair as JSON with the subject", async () => {
+    const keys = JSON.parse(readFileSync(vapidFile, "utf8")) as { subject: string; publicKey: string; privateKey: string }
+    assert.strictEqual(keys.subject, "mailto:ops@example.com")
+    assert.strictEqual(Buffer.from(keys.publicKey, "base64url").length, 65)
+    assert.strictEqual(Buffer.from(keys.privateKey, "base64url").length, 32)
+  })
+
+  live("a v1 subscription: aes128gcm and aesgcm, with and without VAPID, from an argument, a file and stdin, each decrypted", async () => {
+    const listener = await listen(["--server", deployment.wsUrl])
+    try {
+      assert.match(listener.subscription.endpoint, new RegExp(`^${deployment.endpointUrl}/wpush/v1/`))
+      assert.include(listener.stderr(), "npm run push -- send --subscription '")
+      const file = join(scratch, "subscription.json")
+      writeFileSync(file, listener.subscriptionText)
+      const cases = [
+        { args: ["--subscription", listener.subscriptionText], input: "", text: "aes128gcm from an argument" },
+        { args: ["--subscription", file, "--encoding", "aesgcm"], input: "", text: "aesgcm from a file" },
+        { args: ["--vapid", vapidFile, "--ttl", "120", "--topic", "news", "--urgency", "high"], input: listener.subscriptionText, text: "aes128gcm + VAPID from stdin" },
+        { args: ["--subscription", "-", "--vapid", vapidFile, "--encoding", "aesgcm"], input: listener.subscriptionText, text: "aesgcm + VAPID ünïcode ✓" }
+      ]
+      for (const c of cases) {
+        const sent = await push(["send", ...c.args, c.text], c.input)
+        assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
+        const [status, location] = sent.stdout.trim().split("\n")
+        assert.strictEqual(status, "201 Created")
+        assert.match(location!, new RegExp(`^Location: ${deployment.endpointUrl}/m/`))
+        assert.strictEqual(await listener.nextLine(), c.text)
+      }
+      const empty = await push(["send", "--subscription", listener.subscriptionText])
+      assert.strictEqual(empty.code, 0, empty.stderr)
+      assert.strictEqual(await listener.nextLine(), "", "a push without payload prints an empty line")
+      assert.include(listener.stderr(), "push received (aesgcm, ")
+    } finally {
+      await listener.stop()
+    }
+  })
+
+  live("a v2 subscription (listen --vapid-key) takes pushes signed with its key and refuses others with 401", async () => {
+    const listener = await listen(["--server", deployment.wsUrl, "--vapid-key", vapidFile])
+    try {
+      assert.match(listener.subscription.endpoint, /\/wpush\/v2\//)
+      for (const encoding of ["aes128gcm", "aesgcm"]) {
+        const sent = await push(["send", "--subscription", listener.subscriptionText, "--vapid", vapidFile, "--encoding", encoding, `signed ${encoding}`])
+        assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
+        assert.strictEqual(await listener.nextLine(), `signed ${encoding}`)
+      }
+      const unsigned = await push(["send", "--subscription", listener.subscriptionText, "not signed"])
+      assert.strictEqual(unsigned.code, 1)
+      assert.match(unsigned.stdout, /^401 Unauthorized\n/)
+      assert.strictEqual((JSON.parse(unsigned.stdout.split("\n")[1]!) as { errno: number }).errno, 109)
+      assert.include(unsigned.stderr, "push: the push was not accepted (401)")
+    } finally {
+      await listener.stop()
+    }
+  })
+
+  live("with --state: a push sent while away arrives on the next run of the same subscription, and once acked never again", async () => {
+    const state = join(scratch, "state.json")
+    const first = await listen(["--server", deployment.wsUrl, "--state", state])
+    await first.stop()
+    assert.strictEqual(statSync(state).mode & 0o777, 0o600, "the state file holds the private key")
+    const sent = await push(["send", "--subscription", first.subscriptionText, "--ttl", "300", "while you were away"])
+    assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
+
+    const second = await listen(["--server", deployment.wsUrl, "--state", state])
+    try {
+      assert.strictEqual(second.subscriptionText, first.subscriptionText)
+      assert.include(second.stderr(), "subscription restored")
+      assert.strictEqual(await second.nextLine(), "while you were away")
+    } finally {
+      await second.stop()
+    }
+    const third = await listen(["--server", deployment.wsUrl, "--state", state])
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      assert.deepStrictEqual(third.lines(), [third.subscriptionText], "the acked push is not sent again")
+    } finally {
+      await third.stop()
+    }
+  })
+
+  live("listen connects again after a server restart, with the same subscription", async () => {
+    const listener = await listen(["--server", deployment.wsUrl])
+    try {
+      await deployment.restart()
+      const sent = await push(["send", "--subscription", listener.subscriptionText, "after the restart"])
+      assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
+      assert.strictEqual(await listener.nextLine(20_000), "after the restart")
+      assert.include(listener.stderr(), "connecting again in 2 s")
+      assert.deepStrictEqual(listener.lines().slice(0, 1), [listener.subscriptionText], "the subscription is printed once")
+    } finally {
+      await listener.stop()
+    }
+  })
+
+  // The command line's refusals, in this process (exit codes are runTool's: UsageError 2, ToolFailure 1).
+  it.effect("bad arguments are usage errors; an unreachable server is a failure; --help", () =>
+    Effect.gen(function*() {
+      const refusal = (argv: ReadonlyArray<string>) => Effect.flip(pushCli(argv))
+      const badEncoding = yield* refusal(["send", "--subscription", '{"endpoint":"http://127.0.0.1:1/wpush/v1/x","keys":{"p256dh":"x","auth":"y"}}', "--encoding", "aes256"])
+      assert.strictEqual(badEncoding._tag, "UsageError")
+      assert.include(badEncoding.message, "--encoding must be one of aes128gcm, aesgcm")
+      const notJson = yield* refusal(["send", "--subscription", join(scratch, "missing.json")])
+      assert.strictEqual(notJson._tag, "UsageError")
+      assert.include(notJson.message, "cannot read the subscription from")
+      const badTtl = yield* refusal(["send", "--ttl", "soon"])
+      assert.strictEqual(badTtl._tag, "UsageError")
+      assert.include(badTtl.message, "--ttl")
+      const wrongFlag = yield* refusal(["listen", "--ttl", "5"])
+      assert.strictEqual(wrongFlag.message, "listen does not take --ttl")
+      const unknown = yield* refusal(["subscribe"])
+      assert.strictEqual(unknown.message, 'unknown command "subscribe"')
+      const down = yield* refusal(["listen", "--server", "ws://127.0.0.1:1/"])
+      assert.strictEqual(down._tag, "ToolFailure")
+      assert.include(down.message, "cannot connect to ws://127.0.0.1:1/")
+      const help = yield* refusal(["--help"])
+      assert.strictEqual(help._tag, "HelpRequested")
+      assert.include(help._tag === "HelpRequested" ? help.text : "", "npm run push -- listen")
+    }))
+
+  live("a usage error exits 2 with one line pointing to --help (a refused push exits 1: above)", async () => {
+    const usage = await push(["send", "--encoding", "aes256"], "{}")
+    assert.strictEqual(usage.code, 2)
+    assert.strictEqual(usage.stderr, 'push: --encoding must be one of aes128gcm, aesgcm, not "aes256" (see push --help)\n')
+  })
+})

@@ -1,0 +1,85 @@
+/**
+ * The console's routes on the endpoint server: the page and its files with a strict
+ * Content-Security-Policy, the WebSocket URL derived from the host the page was loaded from (or as
+ * configured), the status JSON counting accepted pushes, and nothing at all when the console is off.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { MORE_INFO } from "../../src/domain/errors.ts"
+import { Metrics } from "../../src/observability/Metrics.ts"
+import { endpointWith, FakeNodeClient, options, request } from "../endpoint/harness.ts"
+
+const consoleOptions = { websocketPort: 8080, endpointUrl: options.endpointUrl, version: "1.2.3-test", commit: "abc123" }
+
+describe("web console routes", () => {
+  layer(endpointWith(FakeNodeClient, { ...options, console: consoleOptions }), { excludeTestServices: true })((it) => {
+    it.effect("GET / and the page's files, each with the CSP: scripts and styles from self only, connections to self, the WebSocket and the endpoint", () =>
+      Effect.gen(function*() {
+        const page = yield* request({ method: "GET", path: "/", headers: { host: "push.test:8082" } })
+        assert.strictEqual(page.status, 200)
+        assert.strictEqual(page.headers["content-type"], "text/html; charset=utf-8")
+        assert.include(page.text, '<script type="module" src="/console/app.js"></script>')
+        assert.notMatch(page.text, /<script(?![^>]*\bsrc=)[^>]*>/, "no inline script")
+        assert.notMatch(page.text, /(src|href)="(https?:)?\/\//, "no third-party asset")
+        const csp = String(page.headers["content-security-policy"])
+        assert.include(csp, "default-src 'none'")
+        assert.include(csp, "script-src 'self'")
+        assert.include(csp, "style-src 'self'")
+        assert.include(csp, `connect-src 'self' ws://push.test:8080 ${new URL(options.endpointUrl).origin}`)
+        assert.notInclude(csp, "unsafe-inline")
+        assert.strictEqual(page.headers["x-content-type-options"], "nosniff")
+        for (const [path, type] of [["/console/app.js", "text/javascript"], ["/console/webpush.js", "text/javascript"], ["/console/style.css", "text/css"]]) {
+          const file = yield* request({ method: "GET", path: path! })
+          assert.strictEqual(file.status, 200, path)
+          assert.strictEqual(file.headers["content-type"], `${type}; charset=utf-8`)
+          assert.isString(file.headers["content-security-policy"])
+        }
+        const missing = yield* request({ method: "GET", path: "/console/webpush.d.ts" })
+        assert.strictEqual(missing.status, 404)
+      }))
+
+    it.effect("config.json: the WebSocket on the page's host and the connection node's port", () =>
+      Effect.gen(function*() {
+        const local = yield* request({ method: "GET", path: "/console/config.json", headers: { host: "127.0.0.1:8082" } })
+        assert.deepStrictEqual(local.json(), { websocketUrl: "ws://127.0.0.1:8080/", endpointUrl: options.endpointUrl })
+        const v6 = yield* request({ method: "GET", path: "/console/config.json", headers: { host: "[::1]:8082" } })
+        assert.strictEqual(v6.json().websocketUrl, "ws://[::1]:8080/")
+      }))
+
+    it.effect("status.json: version, commit, uptime, accepted pushes and connections from the metrics; null connections on an endpoint without a connection node", () =>
+      Effect.gen(function*() {
+        const before = (yield* request({ method: "GET", path: "/console/status.json" })).json()
+        assert.strictEqual(before.version, "1.2.3-test")
+        assert.strictEqual(before.commit, "abc123")
+        assert.isAtLeast(before.uptime, 0)
+        assert.isNull(before.connections)
+        // What the observability layer records from the events of accepted pushes and sessions:
+        const metrics = yield* Metrics
+        metrics.counter("notification.received").inc(2)
+        metrics.gauge("ua.connections").set(3)
+        const after = (yield* request({ method: "GET", path: "/console/status.json" })).json()
+        assert.strictEqual(after.notifications, before.notifications + 2)
+        assert.strictEqual(after.connections, 3)
+      }))
+  })
+
+  layer(endpointWith(FakeNodeClient, { ...options, console: { ...consoleOptions, websocketUrl: "wss://push.example.com/ws" } }), { excludeTestServices: true })((it) => {
+    it.effect("a configured websocket_url is used as it is, and in the CSP", () =>
+      Effect.gen(function*() {
+        const config = yield* request({ method: "GET", path: "/console/config.json", headers: { host: "127.0.0.1:8082" } })
+        assert.strictEqual(config.json().websocketUrl, "wss://push.example.com/ws")
+        assert.include(String(config.headers["content-security-policy"]), "connect-src 'self' wss://push.example.com ")
+      }))
+  })
+
+  layer(endpointWith(FakeNodeClient, options), { excludeTestServices: true })((it) => {
+    it.effect("console off: GET / and the console paths are 404 error JSON", () =>
+      Effect.gen(function*() {
+        for (const path of ["/", "/console/app.js", "/console/status.json"]) {
+          const reply = yield* request({ method: "GET", path })
+          assert.strictEqual(reply.status, 404, path)
+          assert.deepStrictEqual(reply.json(), { code: 404, errno: null, error: "Not Found", message: "Not Found", more_info: MORE_INFO })
+        }
+      }))
+  })
+})

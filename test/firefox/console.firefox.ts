@@ -1,0 +1,115 @@
+/**
+ * The web console in real Firefox (headless, no browser setup beyond what every test profile has):
+ * the page at GET / on the endpoint's port connects to the WebSocket, registers, makes its keys with
+ * WebCrypto and shows its subscription; its form encrypts (aes128gcm) and sends a push with VAPID,
+ * which arrives, is decrypted and acked in the page; an aesgcm push from `web-push` is decrypted
+ * too; the status panel is live. The page loads nothing from elsewhere, and its Content-Security-
+ * Policy blocks inline script.
+ *
+ * Run: `npm run test:e2e` (needs `firefox-esr` on the PATH, or FIREFOX_BIN).
+ */
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { execFileSync } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import type { Page } from "puppeteer-core"
+import webpush from "web-push"
+import { type Deployment, startAllInOne } from "../e2e/servers.ts"
+import { type Firefox, launchFirefox } from "./firefox.ts"
+
+interface SubscriptionJSON {
+  readonly endpoint: string
+  readonly keys: { readonly p256dh: string; readonly auth: string }
+}
+
+const text = (page: Page, selector: string) => page.$eval(selector, (e) => e.textContent ?? "")
+
+/** The texts of the received list, newest first. */
+const received = (page: Page) => page.$$eval("#received li .text", (items) => items.map((e) => e.textContent ?? ""))
+
+describe("web console", () => {
+  let deployment: Deployment
+  let firefox: Firefox
+  let profileDir: string
+  const log: Array<string> = []
+
+  beforeAll(async () => {
+    deployment = await startAllInOne()
+    profileDir = mkdtempSync(join(tmpdir(), "autopush-firefox-console-"))
+    firefox = await launchFirefox({ profileDir, pushUrl: deployment.wsUrl, log })
+  }, 90_000)
+  afterAll(async () => {
+    await firefox?.close()
+    await deployment?.stop()
+    if (profileDir !== undefined) rmSync(profileDir, { recursive: true, force: true })
+  }, 60_000)
+
+  const live = (title: string, body: () => Promise<void>) =>
+    it.live(title, () =>
+      Effect.tryPromise({
+        try: body,
+        catch: (e) => new Error(`${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n--- server output (last 40 lines) ---\n${deployment.output.slice(-40).join("\n")}\n--- Firefox (last 20 lines) ---\n${log.slice(-20).join("\n")}`)
+      }), 60_000)
+
+  live("subscribes, sends a VAPID-signed aes128gcm push from its form, decrypts and acks it; decrypts an aesgcm push from web-push; shows live status", async () => {
+    const page = await firefox.browser.newPage()
+    const requested: Array<string> = []
+    page.on("request", (request) => void requested.push(request.url()))
+    try {
+      await page.goto(`${deployment.endpointUrl}/`)
+      await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
+      const subscription = JSON.parse(await text(page, "#subscription")) as SubscriptionJSON
+      assert.match(subscription.endpoint, new RegExp(`^${deployment.endpointUrl}/wpush/v1/`))
+      assert.strictEqual(Buffer.from(subscription.keys.p256dh, "base64url").length, 65)
+      assert.strictEqual(Buffer.from(subscription.keys.auth, "base64url").length, 16)
+      assert.include(await text(page, "#send-command"), `npm run push -- send --subscription '${JSON.stringify(subscription)}'`)
+
+      // The form: message, TTL, Topic, Urgency, VAPID.
+      const message = "Hello from Firefox's console ✓"
+      await page.evaluate(`document.querySelector("#send-text").value = ""`)
+      await page.type("#send-text", message)
+      await page.type("#send-topic", "greeting")
+      await page.select("#send-urgency", "high")
+      await page.click("#send-vapid")
+      await page.click("#send-button")
+      await page.waitForFunction(`[...document.querySelectorAll("#received li .text")].some((e) => e.textContent === ${JSON.stringify(message)})`, { timeout: 15_000 })
+      assert.match(await text(page, "#send-result"), new RegExp(`^201 .*Location: ${deployment.endpointUrl}/m/`))
+      assert.include(await text(page, "#received li .meta"), "aes128gcm · acked")
+
+      // From an application server: aesgcm, with web-push.
+      const details = webpush.generateRequestDetails(subscription, "aesgcm from web-push", { TTL: 60, contentEncoding: "aesgcm" })
+      const headers = Object.fromEntries(Object.entries(details.headers).map(([k, v]) => [k, String(v)]))
+      const res = await fetch(details.endpoint, { method: "POST", headers, body: details.body! })
+      assert.strictEqual(res.status, 201)
+      await page.waitForFunction(`document.querySelector("#received li .text")?.textContent === "aesgcm from web-push"`, { timeout: 15_000 })
+      assert.deepStrictEqual(await received(page), ["aesgcm from web-push", message])
+      // The connection node got the page's acks (its debug log has the client's frames).
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      assert.isAtLeast(deployment.output.filter((line) => line.includes('"messageType":"ack"')).length, 2)
+
+      // Status: live, this server's version, this page among the clients, a rate.
+      await page.waitForFunction(`document.querySelector("#live")?.textContent === "live" && /^\\d/.test(document.querySelector("#status-rate")?.textContent ?? "")`, { timeout: 10_000 })
+      const commit = execFileSync("git", ["rev-parse", "HEAD"], { cwd: new URL("../../", import.meta.url).pathname, encoding: "utf8" }).trim()
+      assert.strictEqual(await text(page, "#status-version"), `0.1.0 (${commit.slice(0, 12)})`)
+      assert.isAtLeast(Number(await text(page, "#status-clients")), 1)
+      assert.match(await text(page, "#status-uptime"), /^\d+[smhd]/)
+
+      // Nothing from elsewhere; inline script is refused by the Content-Security-Policy.
+      // (The WebSocket handshake is reported as an http:// request to the WebSocket's host and port.)
+      const allowed = [deployment.endpointUrl, new URL(deployment.wsUrl.replace(/^ws/, "http")).origin]
+      const elsewhere = requested.filter((url) => !allowed.includes(new URL(url).origin))
+      assert.deepStrictEqual(elsewhere, [], `requests outside ${allowed.join(", ")}`)
+      const inlineRan = await page.evaluate(`(() => {
+        const script = document.createElement("script")
+        script.textContent = "document.body.dataset.inline = 'ran'"
+        document.body.append(script)
+        return document.body.dataset.inline === "ran"
+      })()`)
+      assert.isFalse(inlineRan)
+    } finally {
+      await page.close()
+    }
+  })
+})
