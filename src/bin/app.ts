@@ -138,7 +138,7 @@ export const readyLine = (role: Role, settings: Settings): string => {
 }
 
 export const cryptoLayer = (settings: Settings) =>
-  EndpointCrypto.layer({ keys: settings.cryptoKey, endpointUrl: settings.endpointUrl })
+  EndpointCrypto.layer({ keys: Redacted.make(settings.cryptoKey), endpointUrl: settings.endpointUrl })
 
 /** Where private listeners bind: as configured, else loopback for the all-in-one (nothing else needs them), `bind_host` for a node on its own. */
 export const privateBindHost = (settings: Settings, role: Role): string =>

@@ -13,6 +13,7 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import { hyphenate, parseUuidHex } from "../domain/ids.ts"
 import type { MessageKey } from "../domain/notification.ts"
@@ -159,8 +160,8 @@ export const TEST_CRYPTO_KEY = "cw_0x689RpI-jtRR7oE8h_eQsKImvJapLeSbXpwF4e4="
 export const TEST_ENDPOINT_URL = "http://localhost:8082"
 
 export interface EndpointCryptoOptions {
-  /** Fernet key strings, newest first: the first encrypts, all decrypt. */
-  readonly keys: ReadonlyArray<string>
+  /** Fernet key strings, newest first: the first encrypts, all decrypt. Redacted: never logged. */
+  readonly keys: Redacted.Redacted<ReadonlyArray<string>>
   /** Public base URL of the endpoint nodes, e.g. `https://updates.push.example.com`. */
   readonly endpointUrl: string
 }
@@ -190,7 +191,7 @@ export class EndpointCrypto extends Context.Service<EndpointCrypto, {
   readonly parseMessageId: (id: string) => Effect.Effect<MessageIdData, MessageIdError>
 }>()("autopush/crypto/EndpointCrypto") {
   static readonly make = (options: EndpointCryptoOptions): Result.Result<EndpointCrypto["Service"], CryptoKeyConfigError> =>
-    Result.map(makeKeyRing(options.keys), (fernet) => {
+    Result.map(makeKeyRing(Redacted.value(options.keys)), (fernet) => {
       const endpointUrl = options.endpointUrl.replace(/\/+$/, "")
       // Encrypting draws a random IV, so the makers are effects (sync: never fail except on a bug).
       return EndpointCrypto.of({
@@ -207,6 +208,6 @@ export class EndpointCrypto extends Context.Service<EndpointCrypto, {
 
   static readonly layerTest: Layer.Layer<EndpointCrypto> = Layer.succeed(
     EndpointCrypto,
-    Result.getOrThrow(EndpointCrypto.make({ keys: [TEST_CRYPTO_KEY], endpointUrl: TEST_ENDPOINT_URL }))
+    Result.getOrThrow(EndpointCrypto.make({ keys: Redacted.make([TEST_CRYPTO_KEY]), endpointUrl: TEST_ENDPOINT_URL }))
   )
 }

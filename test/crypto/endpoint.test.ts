@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs"
 import { generateKeyPairSync } from "node:crypto"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Result, Schema } from "effect"
+import { Effect, Exit, Layer, Redacted, Result, Schema } from "effect"
 import {
   decodeVapidPublicKey,
   EndpointCrypto,
@@ -326,7 +326,7 @@ describe("EndpointCrypto service", () => {
       const oldKey = generateFernetKey()
       const oldEndpoint = makeEndpointToken(ring(oldKey), UAID, CHID)
       const crypto = yield* EndpointCrypto.pipe(
-        Effect.provide(EndpointCrypto.layer({ keys: [generateFernetKey(), oldKey], endpointUrl: "https://push.example/" }))
+        Effect.provide(EndpointCrypto.layer({ keys: Redacted.make([generateFernetKey(), oldKey]), endpointUrl: "https://push.example/" }))
       )
       const url = yield* crypto.makeEndpoint(UAID, CHID)
       assert.isTrue(url.startsWith("https://push.example/wpush/v1/"))
@@ -339,12 +339,12 @@ describe("EndpointCrypto service", () => {
     Effect.gen(function*() {
       const bad = "this-is-not-a-fernet-key"
       const error = yield* Effect.flip(
-        Layer.build(EndpointCrypto.layer({ keys: [generateFernetKey(), bad], endpointUrl: TEST_ENDPOINT_URL }))
+        Layer.build(EndpointCrypto.layer({ keys: Redacted.make([generateFernetKey(), bad]), endpointUrl: TEST_ENDPOINT_URL }))
       )
       assert.strictEqual(error._tag, "CryptoKeyConfigError")
       assert.include(error.message, "#2")
       assert.notInclude(error.message, bad)
-      const empty = yield* Effect.flip(Layer.build(EndpointCrypto.layer({ keys: [], endpointUrl: TEST_ENDPOINT_URL })))
+      const empty = yield* Effect.flip(Layer.build(EndpointCrypto.layer({ keys: Redacted.make([]), endpointUrl: TEST_ENDPOINT_URL })))
       assert.include(empty.message, "at least one")
     }))
 })

@@ -4,7 +4,7 @@
  * sent to the real server; status, errno and message are asserted, plus the headers §2.5 adds.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Redacted } from "effect"
 import { SignJWT } from "jose"
 import { EndpointCrypto, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
@@ -104,7 +104,7 @@ const rows: ReadonlyArray<Row> = [
     message: "Invalid token",
     send: Effect.gen(function*() {
       const sub = yield* subscribe()
-      const foreign = EndpointCrypto.make({ keys: [generateFernetKey()], endpointUrl: TEST_ENDPOINT_URL })
+      const foreign = EndpointCrypto.make({ keys: Redacted.make([generateFernetKey()]), endpointUrl: TEST_ENDPOINT_URL })
       assert.isTrue(foreign._tag === "Success")
       const endpoint = yield* (foreign as { readonly success: EndpointCrypto["Service"] }).success.makeEndpoint(sub.uaid, sub.channelId)
       return { reply: yield* push({ path: new URL(endpoint).pathname }), sub }

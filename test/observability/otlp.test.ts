@@ -7,7 +7,7 @@ import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
 import { createServer, request } from "node:http"
 import type { AddressInfo } from "node:net"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Redacted } from "effect"
 import { EndpointCrypto, TEST_CRYPTO_KEY } from "../../src/crypto/endpoint.ts"
 import { ConnectionNode } from "../../src/connection/node.ts"
 import { EndpointServer, boundPort } from "../../src/endpoint/server.ts"
@@ -85,7 +85,7 @@ describe("OTLP traces", () => {
       // Separate nodes in one process: the endpoint reaches the connection node over HTTP.
       const nodes = Layer.mergeAll(connection, EndpointServer.layer({ ...endpointOptions, port: 0, bindHost: "127.0.0.1" }))
       const app = nodes.pipe(
-        Layer.provideMerge(Layer.mergeAll(storage, EndpointCrypto.layer({ keys: [TEST_CRYPTO_KEY], endpointUrl: "http://127.0.0.1" }))),
+        Layer.provideMerge(Layer.mergeAll(storage, EndpointCrypto.layer({ keys: Redacted.make([TEST_CRYPTO_KEY]), endpointUrl: "http://127.0.0.1" }))),
         Layer.provideMerge(observabilityLayer({ role: "autopush" }))
       )
       const traced = tracingLayer({ otlpEndpoint: otlp.url, serviceName: "autopush", serviceVersion: "test", exportIntervalMs: 50 })

@@ -2,7 +2,7 @@
 import { createECDH } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { Cause, Effect, Exit, Result } from "effect"
+import { Cause, Effect, Exit, Redacted, Result } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
@@ -32,7 +32,7 @@ let server: Awaited<ReturnType<typeof startServer>>
 let table: string
 
 const makeEndpoint = (keys: ReadonlyArray<string>, user: string, channel: string, rawKey?: Uint8Array): Promise<string> =>
-  Effect.runPromise(Result.getOrThrow(EndpointCrypto.make({ keys, endpointUrl: ENDPOINT_URL })).makeEndpoint(user, channel, rawKey))
+  Effect.runPromise(Result.getOrThrow(EndpointCrypto.make({ keys: Redacted.make(keys), endpointUrl: ENDPOINT_URL })).makeEndpoint(user, channel, rawKey))
 
 beforeAll(async () => {
   server = await startServer()
