@@ -6,6 +6,7 @@
  * By registration id: `unregistered*` → 410 Unregistered, `invalid*` → 400 InvalidRegistrationId,
  * `toolarge*` → 413 MessageTooLarge, `hang*` → no answer; anything else 200 `{"registrationID": …}`.
  */
+import { json } from "./http.ts"
 import * as http from "node:http"
 import type { Socket } from "node:net"
 import { Context, Effect, Layer } from "effect"
@@ -26,10 +27,6 @@ export interface FakeAdmService {
   readonly valid: Set<string>
 }
 
-const json = (res: http.ServerResponse, status: number, body: unknown) => {
-  res.writeHead(status, { "content-type": "application/json" })
-  res.end(JSON.stringify(body))
-}
 
 export class FakeAdm extends Context.Service<FakeAdm, FakeAdmService>()("test/FakeAdm") {
   static readonly layer = Layer.effect(

@@ -7,6 +7,7 @@
  * What a send answers depends on the device token: `gone-*` → 404 UNREGISTERED, `invalid-*` → 400
  * INVALID_ARGUMENT, `garbage-*` → 500 with an HTML body, `hang-*` → no answer; anything else 200.
  */
+import { json } from "./http.ts"
 import { generateKeyPairSync } from "node:crypto"
 import * as http from "node:http"
 import { Context, Effect, Layer, Redacted } from "effect"
@@ -47,10 +48,6 @@ const readBody = (req: http.IncomingMessage): Promise<string> =>
     req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
   })
 
-const json = (res: http.ServerResponse, status: number, body: unknown) => {
-  res.writeHead(status, { "content-type": "application/json" })
-  res.end(JSON.stringify(body))
-}
 
 export class FakeFcm extends Context.Service<FakeFcm, FakeFcmService>()("test/FakeFcm") {
   static readonly layer = Layer.effect(
