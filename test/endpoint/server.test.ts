@@ -5,7 +5,9 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Layer, Logger } from "effect"
 import { MORE_INFO } from "../../src/domain/errors.ts"
-import { options, request, subscribe, TestEndpoint, withStorageFaults } from "./harness.ts"
+import { boundPort } from "../../src/endpoint/server.ts"
+import { rawHttp } from "../connection/raw.ts"
+import { endpointWith, FakeNodeClient, options, request, subscribe, TestEndpoint, withStorageFaults } from "./harness.ts"
 
 const errorBody = (code: number, errno: number | null, error: string, message: string) => ({
   code,
@@ -158,6 +160,24 @@ describe("log check", () => {
           assert.deepStrictEqual(reply.json(), errorBody(418, 999, "I'm a teapot", "LogCheck"))
           assert.deepStrictEqual(logged.filter((l) => l.level === "Error"), [{ level: "Error", message: JSON.stringify(["Test Critical Message"]) }])
         }
+      }))
+  })
+})
+
+describe("slow bodies", () => {
+  layer(endpointWith(FakeNodeClient, { ...options, clientRequestTimeoutMs: 300 }), { excludeTestServices: true })((it) => {
+    it.effect("a push whose body stalls is answered 408 within client_request_timeout, and the connection closed", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const port = yield* boundPort
+        const started = Date.now()
+        const reply = yield* Effect.promise(() =>
+          rawHttp(port, `POST ${sub.path} HTTP/1.1\r\nHost: x\r\nTTL: 60\r\nContent-Length: 100\r\n\r\n`, "half a bo")
+        )
+        assert.match(reply.text, /^HTTP\/1\.1 408 /)
+        assert.include(reply.text, JSON.stringify(errorBody(408, null, "Request Timeout", "The request body did not arrive in time")))
+        assert.isTrue(reply.closed, "the connection is closed")
+        assert.isBelow(Date.now() - started, 2_000)
       }))
   })
 })
