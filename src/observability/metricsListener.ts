@@ -10,6 +10,7 @@ import * as Layer from "effect/Layer"
 import { sendError } from "../connection/http.ts"
 import { listen } from "../connection/listen.ts"
 import { MethodNotAllowed, RouteNotFound, type StartupError } from "../domain/errors.ts"
+import { answerSocketErrors } from "../domain/raw-http.ts"
 import { Metrics, PROMETHEUS_CONTENT_TYPE } from "./Metrics.ts"
 
 export class MetricsListener extends Context.Service<MetricsListener, {
@@ -21,7 +22,7 @@ export class MetricsListener extends Context.Service<MetricsListener, {
       MetricsListener,
       Effect.gen(function*() {
         const metrics = yield* Metrics
-        const server = createServer((req, res) => {
+        const server = answerSocketErrors(createServer((req, res) => {
           req.resume()
           const path = (req.url ?? "/").split("?", 1)[0]
           if (path !== "/metrics") return sendError(res, new RouteNotFound())
@@ -34,7 +35,7 @@ export class MetricsListener extends Context.Service<MetricsListener, {
             return
           }
           res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) }).end(text)
-        })
+        }))
         const port = yield* listen(server, options.port, options.host, "metrics_port")
         return MetricsListener.of({ port })
       })

@@ -83,6 +83,25 @@ describe("connection node: the router port refuses hostile requests, and stays u
       }
     }))
 
+  live("requests Node's parser refuses, CONNECT, and broken WebSocket handshakes get the error JSON, on both ports", () =>
+    Effect.gen(function*() {
+      const { routerPort, port } = yield* urls
+      const cases: ReadonlyArray<readonly [number, string, number, string]> = [
+        [routerPort, "PUT /push/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400, "The request could not be parsed"],
+        [routerPort, `GET /status HTTP/1.1\r\nHost: x\r\nX-Filler: ${"x".repeat(20_000)}\r\n\r\n`, 400, "The request headers are too large"],
+        [routerPort, "CONNECT /status HTTP/1.1\r\nHost: x\r\n\r\n", 405, "Method Not Allowed"],
+        [port, "get / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "The request could not be parsed"],
+        [port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 400, "Invalid Upgrade header"],
+        [port, "POST / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 0\r\n\r\n", 405, "Method Not Allowed"]
+      ]
+      for (const [target, head, status, message] of cases) {
+        const reply = yield* Effect.promise(() => raw(target, head, "", 1_000))
+        assert.match(reply.text, new RegExp(`^HTTP/1\\.1 ${status} `), head.slice(0, 40))
+        assert.strictEqual(JSON.parse(reply.text.slice(reply.text.indexOf("\r\n\r\n") + 4)).message, message)
+        assert.isTrue(reply.closed, "the connection is closed")
+      }
+    }))
+
   live("a body that stalls is answered 408 within client_request_timeout, and the connection closed", () =>
     Effect.gen(function*() {
       const { routerPort } = yield* urls
