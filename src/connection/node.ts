@@ -108,7 +108,14 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         }
 
         const observability = yield* routerObservability(registry)
-        const routerServer = answerSocketErrors(createServer(handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs)))
+        const serverOptions = {
+          headersTimeout: options.clientRequestTimeoutMs,
+          // Node's own 408 only backs up the routes' timeout, which answers with the error JSON.
+          requestTimeout: options.clientRequestTimeoutMs + 1_000,
+          // Node checks both only this often (30 s by default): stalled headers held the socket that long.
+          connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs)
+        }
+        const routerServer = answerSocketErrors(createServer(serverOptions, handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs)))
         const routerPort = yield* listen(routerServer, options.routerPort, options.routerBindHost, "router_port")
         const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
 
@@ -158,16 +165,11 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           // The session's cleanup takes it out of the registry.
           run(runSession(ports, transport, handle))
         }
-        const publicServer = answerSocketErrors(createServer(handlePublicRequest(registry, health)))
+        const publicServer = answerSocketErrors(createServer(serverOptions, handlePublicRequest(registry, health)))
         publicServer.on("upgrade", (req, socket, head) => {
           if (registry.connections.size >= options.maxConnections) return answerOnSocket(socket, new TooManyConnections())
           wss.handleUpgrade(req, socket, head, accept)
         })
-        for (const server of [publicServer, routerServer]) {
-          server.headersTimeout = options.clientRequestTimeoutMs
-          // Node's own 408 (no body) only backs up the routes' timeout, which answers with the error JSON.
-          server.requestTimeout = options.clientRequestTimeoutMs + 1_000
-        }
         const port = yield* listen(publicServer, options.port, options.bindHost, "port")
         yield* Effect.logInfo("connection node listening").pipe(
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })

@@ -220,6 +220,8 @@ export const EndpointServer = {
         // push handler (this whole-request limit only backs it up, with Node's bare 408).
         headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
         requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2,
+        // Node checks both only this often (30 s by default): stalled headers held the socket that long.
+        connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs ?? 10_000),
         // The API has no upgrade routes: a request asking for one is served as any other (the
         // platform's upgrade path answers some of them with a bare 411).
         shouldUpgradeCallback: () => false

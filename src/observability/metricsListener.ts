@@ -17,12 +17,23 @@ export class MetricsListener extends Context.Service<MetricsListener, {
   /** The bound port (useful when configured as 0). */
   readonly port: number
 }>()("autopush/observability/MetricsListener") {
-  static readonly layer = (options: { readonly port: number; readonly host: string }): Layer.Layer<MetricsListener, StartupError, Metrics> =>
+  static readonly layer = (options: {
+    readonly port: number
+    readonly host: string
+    /** A request's headers must arrive within this long (408 otherwise); default 10 s. */
+    readonly clientRequestTimeoutMs?: number | undefined
+  }): Layer.Layer<MetricsListener, StartupError, Metrics> =>
     Layer.effect(
       MetricsListener,
       Effect.gen(function*() {
         const metrics = yield* Metrics
-        const server = answerSocketErrors(createServer((req, res) => {
+        const timeout = options.clientRequestTimeoutMs ?? 10_000
+        const server = answerSocketErrors(createServer({
+          headersTimeout: timeout,
+          requestTimeout: timeout + 1_000,
+          // Node checks both only this often (30 s by default).
+          connectionsCheckingInterval: Math.min(1_000, timeout)
+        }, (req, res) => {
           req.resume()
           const path = (req.url ?? "/").split("?", 1)[0]
           if (path !== "/metrics") return sendError(res, new RouteNotFound())

@@ -102,6 +102,19 @@ describe("connection node: the router port refuses hostile requests, and stays u
       }
     }))
 
+  live("headers that stall are answered 408 soon after client_request_timeout, on both ports", () =>
+    Effect.gen(function*() {
+      const { routerPort, port } = yield* urls
+      for (const target of [routerPort, port]) {
+        const started = Date.now()
+        const reply = yield* Effect.promise(() => raw(target, "GET /status HTTP/1.1\r\nHost: x\r\nX-Half: a", "", 5_000))
+        assert.match(reply.text, /^HTTP\/1\.1 408 /)
+        assert.include(reply.text, "\"errno\":null")
+        assert.isTrue(reply.closed)
+        assert.isBelow(Date.now() - started, 2_500)
+      }
+    }))
+
   live("a body that stalls is answered 408 within client_request_timeout, and the connection closed", () =>
     Effect.gen(function*() {
       const { routerPort } = yield* urls

@@ -206,5 +206,16 @@ describe("slow bodies", () => {
         assert.isTrue(reply.closed, "the connection is closed")
         assert.isBelow(Date.now() - started, 2_000)
       }))
+
+    it.effect("headers that stall are answered 408 soon after client_request_timeout, and the connection closed", () =>
+      Effect.gen(function*() {
+        const port = yield* boundPort
+        const started = Date.now()
+        const reply = yield* Effect.promise(() => rawHttp(port, "GET /status HTTP/1.1\r\nHost: x\r\nX-Half: a", "", 5_000))
+        assert.match(reply.text, /^HTTP\/1\.1 408 /)
+        assert.include(reply.text, "\"errno\":null")
+        assert.isTrue(reply.closed, "the connection is closed")
+        assert.isBelow(Date.now() - started, 2_000)
+      }))
   })
 })
