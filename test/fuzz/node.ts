@@ -14,7 +14,7 @@ import { generateFernetKey } from "../../src/crypto/fernet.ts"
 import { boundPort } from "../../src/endpoint/server.ts"
 import { MetricsListener } from "../../src/observability/metricsListener.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
-import { createActiveTables } from "../../src/storage/Storage.ts"
+import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { httpRequest, openClient, type TestClient } from "../connection/client.ts"
 import { readme, readmeTable } from "../tools/readme.ts"
 
@@ -67,6 +67,9 @@ export interface FuzzNode {
 
 const ENDPOINT_URL = "http://push.test"
 
+/** A user that exists from the start: hellos of concurrent cases with this uaid meet (already connected, ghost). */
+export const KNOWN_UAID = "0123456789abcdef0123456789abcdef"
+
 /**
  * The all-in-one node with its services as the entrypoint builds them (`withServices`), in-memory
  * storage, every port on a free loopback port, plus a separate endpoint's metrics listener. Timeouts
@@ -93,14 +96,22 @@ export const startNode = Effect.gen(function*() {
       if (logLevel === "Error" || logLevel === "Fatal") errorLogs.push(JSON.stringify(message))
     })
   ])
-  const storage = Layer.effectDiscard(createActiveTables).pipe(
+  // Built apart, so the test can reach storage too.
+  const storage = yield* Layer.build(Layer.effectDiscard(createActiveTables).pipe(
     Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
-  )
+  ))
   const nodes = Layer.merge(allInOneLayer(settings), MetricsListener.layer({ port: 0, host: "127.0.0.1", clientRequestTimeoutMs: 400 }))
-  const services = yield* Layer.build(withServices("autopush", settings, storage)(nodes).pipe(Layer.provide(captureErrors)))
+  const services = yield* Layer.build(
+    withServices("autopush", settings, Layer.succeedContext(storage))(nodes).pipe(Layer.provide(captureErrors))
+  )
   const node = yield* ConnectionNode.pipe(Effect.provideContext(services))
   const endpointPort = yield* (boundPort as Effect.Effect<number, never, HttpServer.HttpServer>).pipe(Effect.provideContext(services))
   const metrics = yield* MetricsListener.pipe(Effect.provideContext(services))
+  yield* Effect.gen(function*() {
+    const storage = yield* Storage
+    const currentMonth = yield* storage.currentMessageTable
+    yield* storage.registerUser({ uaid: KNOWN_UAID, routerType: "webpush", routerData: {}, connectedAt: Date.now(), currentMonth })
+  }).pipe(Effect.orDie, Effect.provideContext(storage))
   return {
     wsPort: node.port,
     routerPort: node.routerPort,

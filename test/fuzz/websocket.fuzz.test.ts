@@ -21,6 +21,7 @@ import {
   type FuzzNode,
   int,
   jsonObject,
+  KNOWN_UAID,
   normalFlow,
   oneOf,
   pick,
@@ -47,8 +48,7 @@ const UUIDS = [
   "eac8e1de-cddf-42d6-9919-a7b0e0f41e5"
 ] as const
 
-/** Shared by concurrent cases on purpose: their sessions of one uaid meet (already connected, ghost). */
-const SHARED_UAID = "0123456789abcdef0123456789abcdef"
+const SHARED_UAID = KNOWN_UAID
 
 /** A base64url P-256 public key (65 bytes, 0x04 first), a short one, and other strings a `key` may be. */
 const KEYS = [
@@ -178,10 +178,11 @@ const step: Arbitrary.Arbitrary<Step> = oneOf<Step>(
 )
 
 const Case = Arbitrary.all({
-  hello: bool,
+  /** Whether the case starts with a hello: as a new user, or as the one user all such cases share. */
+  hello: pick(["none", "new", "known"] as const),
   steps: Arbitrary.array(step, { minLength: 1, maxLength: 4 })
 })
-type Case = { readonly hello: boolean; readonly steps: ReadonlyArray<Step> }
+type Case = { readonly hello: "none" | "new" | "known"; readonly steps: ReadonlyArray<Step> }
 
 // ── one case over a raw socket ───────────────────────────────────────────────────────────────────
 
@@ -195,8 +196,8 @@ const runCase = async (node: FuzzNode, docs: ReturnType<typeof documented>, c: C
   let ended = false
   socket.on("close", () => (ended = true))
   try {
-    if (c.hello) {
-      socket.write(text(JSON.stringify({ messageType: "hello", use_webpush: true })))
+    if (c.hello !== "none") {
+      socket.write(text(JSON.stringify({ messageType: "hello", use_webpush: true, ...(c.hello === "known" ? { uaid: KNOWN_UAID } : {}) })))
       for (let waited = 0; frames(received()).length === 0 && !ended; waited += 10) {
         if (waited > 3_000) return { failure: "no answer to hello" }
         await sleep(10)
@@ -214,7 +215,7 @@ const runCase = async (node: FuzzNode, docs: ReturnType<typeof documented>, c: C
     const data = received()
     for (const f of frames(data)) {
       if (f.opcode === PONG || f.opcode === PING || f.opcode === CLOSE) continue
-      if (f.opcode !== TEXT) return { failure: `a frame of opcode ${f.opcode}` }
+      if (f.opcode !== TEXT) return { failure: `a frame of opcode ${f.opcode} in ${data.subarray(0, 400).toString("hex")}` }
       const body = f.payload.toString()
       if (body === "{}") continue
       let reply: Record<string, unknown>
@@ -241,7 +242,7 @@ const runCase = async (node: FuzzNode, docs: ReturnType<typeof documented>, c: C
 }
 
 const describeCase = (c: Case) =>
-  `${c.hello ? "after hello: " : ""}${c.steps.map((s) => `${s.label} ${s.bytes.subarray(0, 60).toString("hex")}${s.bytes.length > 60 ? `… (${s.bytes.length} bytes)` : ""}`).join(" | ")}`
+  `${c.hello === "none" ? "" : `after hello (${c.hello} user): `}${c.steps.map((s) => `${s.label} ${s.bytes.subarray(0, 60).toString("hex")}${s.bytes.length > 60 ? `… (${s.bytes.length} bytes)` : ""}`).join(" | ")}`
 
 describe("WebSocket fuzz", () => {
   it.live("generated frames of every kind get a protocol reply or a documented close; the node keeps serving", () =>
