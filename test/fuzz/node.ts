@@ -18,7 +18,10 @@ import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { httpRequest, openClient, type TestClient } from "../connection/client.ts"
 import { readme, readmeTable } from "../tools/readme.ts"
 
-/** Cases per property; `FUZZ_RUNS=4000 npx vitest run test/fuzz` runs more. */
+/**
+ * Cases per property; `FUZZ_RUNS=4000 npx vitest run test/fuzz --silent=false` runs ten times more
+ * and shows the outcome counts (the suite hides what passing tests print).
+ */
 export const FUZZ_RUNS = Math.max(1, Number(process.env["FUZZ_RUNS"] ?? 400))
 
 // ── what the README documents ─────────────────────────────────────────────────────────────────────
