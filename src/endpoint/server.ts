@@ -217,7 +217,7 @@ export const EndpointServer = {
       Layer.provide(Bridges.layer(options.bridges ?? {})),
       Layer.provideMerge(NodeHttpServer.layerServer(() => answerSocketErrors(createServer({
         // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
-        // push handler (this whole-request limit only backs it up, with Node's bare 408).
+        // push handler (this whole-request limit only backs it up, with `answerSocketErrors`' 408).
         headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
         requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2,
         // Node checks both only this often (30 s by default): stalled headers held the socket that long.
