@@ -25,6 +25,7 @@ import { vapidKeys } from "../endpoint/harness.ts"
 import {
   anyString,
   bool,
+  BROADCAST_ADMIN_TOKEN,
   check,
   documented,
   FUZZ_RUNS,
@@ -130,7 +131,10 @@ const fixtures = (node: FuzzNode) =>
         `webpush ${tokens.good.split(".").slice(0, 2).join(".")}`,
         "Basic dXNlcjpwYXNz",
         "garbage",
-        `vapid t=${"A".repeat(9_000)},k=${k}`
+        `vapid t=${"A".repeat(9_000)},k=${k}`,
+        `Bearer ${BROADCAST_ADMIN_TOKEN}`,
+        `bearer  ${BROADCAST_ADMIN_TOKEN}`,
+        `Bearer ${BROADCAST_ADMIN_TOKEN}x`
       ]
       return { uaid, channelId, v1: new URL(v1).pathname, v2: new URL(v2).pathname, gone: new URL(gone).pathname, messageId: location.split("/m/")[1] ?? "", authorizations, vapidKey: k, close: client.close }
     })
@@ -286,7 +290,23 @@ const endpointRequests = (f: Fixtures) => {
     Arbitrary.map(anyString, (s) => `/${encode(s)}`)
   )
   const json = Arbitrary.map(Arbitrary.array(Arbitrary.all([oneOf(anyString, pick(PROTOTYPE_KEYS)), anyString]), { maxLength: 4 }), jsonObject)
-  return oneOf(nearlyValidPush(f), request(paths, headerMatrix(endpointColumns(f)), bodyOf([anyString, json]), mostly("POST")))
+  return oneOf(
+    nearlyValidPush(f),
+    nearlyValidPush(f),
+    broadcastAdmin(f),
+    request(paths, headerMatrix(endpointColumns(f)), bodyOf([anyString, json]), mostly("POST")),
+    request(paths, headerMatrix(endpointColumns(f)), bodyOf([anyString, json]), mostly("POST"))
+  )
+}
+
+/** The broadcast admin API: list, set or delete a broadcast with the admin token, a version of any shape, one header changed. */
+const broadcastAdmin = (f: Fixtures): Arbitrary.Arbitrary<Request> => {
+  const id = segment(["remote-settings/monitor_changes", "fuzz_broadcast", "a%2Fb"])
+  const version = oneOf<unknown>(pick(["v1", "\"quoted\"", "", "x".repeat(300)]), anyString, int(-1, 5), pick([null, [], {}]))
+  return Arbitrary.map(
+    Arbitrary.all([pick(["PUT", "PUT", "DELETE", "GET", "POST"]), oneOf(Arbitrary.map(id, (i) => `/v1/broadcasts/${i}`), pick(["/v1/broadcasts", "/v1/broadcasts/"])), version, nearlyValid("PUT", ["/"], [["authorization", `Bearer ${BROADCAST_ADMIN_TOKEN}`], ["content-type", "application/json"]], endpointColumns(f))]),
+    ([method, path, v, changed]) => ({ ...changed, method, target: path + changed.target.slice(1), body: Buffer.from(jsonObject([["version", v]])) })
+  )
 }
 
 const notificationBody = (f: Fixtures) =>

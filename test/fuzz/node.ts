@@ -70,6 +70,9 @@ export interface FuzzNode {
 
 const ENDPOINT_URL = "http://push.test"
 
+/** The bearer token of the broadcast admin API (`/v1/broadcasts`). */
+export const BROADCAST_ADMIN_TOKEN = "fuzz-admin-token"
+
 /** A user that exists from the start: hellos of concurrent cases with this uaid meet (already connected, ghost). */
 export const KNOWN_UAID = "0123456789abcdef0123456789abcdef"
 
@@ -88,6 +91,7 @@ export const startNode = Effect.gen(function*() {
     endpoint_url: ENDPOINT_URL,
     crypto_key: [generateFernetKey()],
     auth_keys: ["fuzz-auth-key"],
+    broadcast_admin_tokens: [BROADCAST_ADMIN_TOKEN],
     hello_timeout: Duration.seconds(2),
     close_grace: Duration.millis(200),
     client_request_timeout: Duration.millis(400),
