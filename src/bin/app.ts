@@ -253,7 +253,11 @@ const logEndpointListening = (settings: Settings) => <A, E, R>(layer: Layer.Laye
 /** A separate endpoint node: the public API, and `/metrics` on its private listener. */
 export const endpointLayer = (settings: Settings) =>
   Layer.unwrap(Effect.map(endpointOptions(settings), EndpointServer.layer)).pipe(
-    Layer.provideMerge(MetricsListener.layer({ port: settings.metricsPort, host: privateBindHost(settings, "autoendpoint") })),
+    Layer.provideMerge(MetricsListener.layer({
+      port: settings.metricsPort,
+      host: privateBindHost(settings, "autoendpoint"),
+      clientRequestTimeoutMs: ms(settings.clientRequestTimeout)
+    })),
     logEndpointListening(settings)
   )
 

@@ -8,10 +8,11 @@ import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as LogLevel from "effect/LogLevel"
 import * as References from "effect/References"
-import { createServer, type Server } from "node:http"
+import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
 import { type RawData, WebSocketServer, type WebSocket } from "ws"
-import { toErrorResponse, TooManyConnections } from "../domain/errors.ts"
+import { MalformedRequest, MethodNotAllowed, TooManyConnections } from "../domain/errors.ts"
+import { answerOnSocket, answerSocketErrors } from "../domain/raw-http.ts"
 import { closeFrame } from "../protocol/close.ts"
 import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
@@ -107,7 +108,14 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         }
 
         const observability = yield* routerObservability(registry)
-        const routerServer = createServer(handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs))
+        const serverOptions = {
+          headersTimeout: options.clientRequestTimeoutMs,
+          // Node's own 408 only backs up the routes' timeout, which answers with the error JSON.
+          requestTimeout: options.clientRequestTimeoutMs + 1_000,
+          // Node checks both only this often (30 s by default): stalled headers held the socket that long.
+          connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs)
+        }
+        const routerServer = answerSocketErrors(createServer(serverOptions, handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs)))
         const routerPort = yield* listen(routerServer, options.routerPort, options.routerBindHost, "router_port")
         const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
 
@@ -132,6 +140,13 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         // Pings are answered here, under a rate limit: `ws`'s own answering drops the TCP connection
         // without a close frame once too many pongs are pending.
         const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxMessageBytes, clientTracking: false, autoPong: false })
+        // A broken handshake gets the error JSON too (ws would answer in plain text).
+        wss.on("wsClientError", (error: Error, socket: Duplex, req: IncomingMessage) =>
+          answerOnSocket(
+            socket,
+            req.method === "GET" ? new MalformedRequest({ message: error.message }) : new MethodNotAllowed(),
+            error.message.includes("Sec-WebSocket-Version") ? { "sec-websocket-version": "13" } : {}
+          ))
         const limits: TransportLimits = {
           closeGraceMs: options.closeGraceMs,
           maxSendBufferBytes: options.maxSendBufferBytes,
@@ -150,16 +165,11 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           // The session's cleanup takes it out of the registry.
           run(runSession(ports, transport, handle))
         }
-        const publicServer = createServer(handlePublicRequest(registry, health))
+        const publicServer = answerSocketErrors(createServer(serverOptions, handlePublicRequest(registry, health)))
         publicServer.on("upgrade", (req, socket, head) => {
-          if (registry.connections.size >= options.maxConnections) return refuseUpgrade(socket)
+          if (registry.connections.size >= options.maxConnections) return answerOnSocket(socket, new TooManyConnections())
           wss.handleUpgrade(req, socket, head, accept)
         })
-        for (const server of [publicServer, routerServer]) {
-          server.headersTimeout = options.clientRequestTimeoutMs
-          // Node's own 408 (no body) only backs up the routes' timeout, which answers with the error JSON.
-          server.requestTimeout = options.clientRequestTimeoutMs + 1_000
-        }
         const port = yield* listen(publicServer, options.port, options.bindHost, "port")
         yield* Effect.logInfo("connection node listening").pipe(
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
@@ -288,20 +298,6 @@ const onPong = guarded("pong", (t) => {
 const onClose = guarded("close", (t) => void t.mailbox.offer({ _tag: "SocketClosed" }))
 function onError(this: WebSocket): void {
   this.terminate()
-}
-
-/** Too many open WebSockets: the upgrade is answered 503 (the client retries later). */
-const refuseUpgrade = (socket: Duplex): void => {
-  const { status, headers, body } = toErrorResponse(new TooManyConnections())
-  const text = JSON.stringify(body)
-  const lines = [
-    `HTTP/1.1 ${status} Service Unavailable`,
-    "content-type: application/json",
-    `content-length: ${Buffer.byteLength(text)}`,
-    "connection: close",
-    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)
-  ]
-  socket.end(`${lines.join("\r\n")}\r\n\r\n${text}`)
 }
 
 /**

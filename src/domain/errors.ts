@@ -42,6 +42,8 @@ export class InvalidRouterToken extends Data.TaggedError("InvalidRouterToken")<{
 export class InvalidMessageId extends Data.TaggedError("InvalidMessageId")<{}> {}
 /** 400/null: a request body that is not the JSON the route expects. */
 export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{ readonly message: string }> {}
+/** 400/null: a request the HTTP parser could not read (request line, headers, framing), or a broken WebSocket handshake. */
+export class MalformedRequest extends Data.TaggedError("MalformedRequest")<{ readonly message: string }> {}
 /** 503/201: storage failed; the sender should retry later. */
 export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
 /** 503/201: the node has `max_in_flight_requests` requests in hand; the sender should retry later. */
@@ -91,6 +93,7 @@ export type ApiError =
   | InvalidUrgency
   | InvalidMessageId
   | InvalidRequestBody
+  | MalformedRequest
   | StorageUnavailable
   | Overloaded
   | TooManyConnections
@@ -150,6 +153,7 @@ const table: ErrorTable = {
   InvalidUrgency: { status: 400, errno: 115, message: fixed("Urgency must be one of very-low, low, normal, high") },
   InvalidMessageId: { status: 400, errno: null, message: fixed("Invalid message ID") },
   InvalidRequestBody: { status: 400, errno: null, message: own },
+  MalformedRequest: { status: 400, errno: null, message: own },
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },
   Overloaded: { status: 503, errno: 201, message: fixed("Too many requests in progress, retry later") },
   TooManyConnections: { status: 503, errno: null, message: fixed("Too many connections, retry later") },

@@ -31,6 +31,7 @@ import {
   RouteNotFound,
   toErrorResponse
 } from "../domain/errors.ts"
+import { answerSocketErrors } from "../domain/raw-http.ts"
 import type { EventLog } from "../observability/EventLog.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
@@ -214,12 +215,17 @@ export const EndpointServer = {
       // the endpoint's own spans (`observability/tracing.ts`) carry only what may leave the service.
       Layer.provide(Layer.succeed(HttpMiddleware.TracerDisabledWhen)(() => true)),
       Layer.provide(Bridges.layer(options.bridges ?? {})),
-      Layer.provideMerge(NodeHttpServer.layerServer(() => createServer({
+      Layer.provideMerge(NodeHttpServer.layerServer(() => answerSocketErrors(createServer({
         // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
-        // push handler (this whole-request limit only backs it up, with Node's bare 408).
+        // push handler (this whole-request limit only backs it up, with `answerSocketErrors`' 408).
         headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
-        requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2
-      }), {
+        requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2,
+        // Node checks both only this often (30 s by default): stalled headers held the socket that long.
+        connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs ?? 10_000),
+        // The API has no upgrade routes: a request asking for one is served as any other (the
+        // platform's upgrade path answers some of them with a bare 411).
+        shouldUpgradeCallback: () => false
+      })), {
         port: options.port,
         host: options.bindHost,
         // On shutdown, requests in flight get this long to finish.

@@ -8,6 +8,7 @@
 import * as ByteSize from "effect/ByteSize"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
@@ -227,14 +228,19 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const bodyOf = (request: HttpServerRequest.HttpServerRequest) => {
     const declared = Number(request.headers["content-length"] ?? 0)
     if (declared > options.maxDataBytes) return Effect.fail(tooLarge)
-    return request.arrayBuffer.pipe(
+    const read = request.arrayBuffer.pipe(
       Effect.provideService(HttpIncomingMessage.MaxBodySize, maxBodySize),
       Effect.map((buffer) => Buffer.from(buffer)),
       Effect.mapError((error): PayloadTooLarge | InvalidRequestBody =>
         error.reason._tag === "RequestParseError" && error.reason.reason === "BodyTooLarge"
           ? tooLarge
-          : new InvalidRequestBody({ message: "The request body could not be read" })),
-      // A client that stops sending its body gets 408 (and the connection closed), not a socket held forever.
+          : new InvalidRequestBody({ message: "The request body could not be read" }))
+    )
+    // A client that stops sending its body gets 408 (and the connection closed), not a socket held
+    // forever. Only the wait is timed out: interrupting the read destroys the socket, and the 408
+    // with it; the read ends when the connection closes after the answer.
+    return Effect.forkDetach(read).pipe(
+      Effect.flatMap(Fiber.join),
       Effect.timeoutOrElse({ duration: bodyTimeoutMs, orElse: () => Effect.fail(new RequestTimeout()) })
     )
   }

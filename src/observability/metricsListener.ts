@@ -10,18 +10,30 @@ import * as Layer from "effect/Layer"
 import { sendError } from "../connection/http.ts"
 import { listen } from "../connection/listen.ts"
 import { MethodNotAllowed, RouteNotFound, type StartupError } from "../domain/errors.ts"
+import { answerSocketErrors } from "../domain/raw-http.ts"
 import { Metrics, PROMETHEUS_CONTENT_TYPE } from "./Metrics.ts"
 
 export class MetricsListener extends Context.Service<MetricsListener, {
   /** The bound port (useful when configured as 0). */
   readonly port: number
 }>()("autopush/observability/MetricsListener") {
-  static readonly layer = (options: { readonly port: number; readonly host: string }): Layer.Layer<MetricsListener, StartupError, Metrics> =>
+  static readonly layer = (options: {
+    readonly port: number
+    readonly host: string
+    /** A request's headers must arrive within this long (408 otherwise); default 10 s. */
+    readonly clientRequestTimeoutMs?: number | undefined
+  }): Layer.Layer<MetricsListener, StartupError, Metrics> =>
     Layer.effect(
       MetricsListener,
       Effect.gen(function*() {
         const metrics = yield* Metrics
-        const server = createServer((req, res) => {
+        const timeout = options.clientRequestTimeoutMs ?? 10_000
+        const server = answerSocketErrors(createServer({
+          headersTimeout: timeout,
+          requestTimeout: timeout + 1_000,
+          // Node checks both only this often (30 s by default).
+          connectionsCheckingInterval: Math.min(1_000, timeout)
+        }, (req, res) => {
           req.resume()
           const path = (req.url ?? "/").split("?", 1)[0]
           if (path !== "/metrics") return sendError(res, new RouteNotFound())
@@ -34,7 +46,7 @@ export class MetricsListener extends Context.Service<MetricsListener, {
             return
           }
           res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) }).end(text)
-        })
+        }))
         const port = yield* listen(server, options.port, options.host, "metrics_port")
         return MetricsListener.of({ port })
       })

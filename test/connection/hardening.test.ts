@@ -6,7 +6,6 @@
 import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { connect as tcpConnect, type Socket } from "node:net"
 import WebSocket from "ws"
 import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
@@ -18,6 +17,7 @@ import { NodeClient } from "../../src/routers/NodeClient.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
 import { httpRequest, nodeOptions, openClient } from "./client.ts"
+import { closeOf, frame, frames, rawHttp as raw, rawWebSocket } from "./raw.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 
@@ -43,85 +43,6 @@ const errorJson = (status: number, errno: number | null, error: string, message:
   message,
   more_info: MORE_INFO
 })
-
-/** A raw HTTP exchange: what the server answered before closing, within `ms`. */
-const raw = (port: number, head: string, body: Buffer | string = "", ms = 3_000) =>
-  new Promise<{ readonly text: string; readonly closed: boolean }>((resolve) => {
-    const socket = tcpConnect(port, "127.0.0.1")
-    let text = ""
-    let closed = false
-    socket.on("data", (d) => (text += d.toString()))
-    socket.on("close", () => {
-      closed = true
-      resolve({ text, closed })
-    })
-    socket.on("error", () => {})
-    socket.write(head)
-    if (body.length > 0) socket.write(body)
-    setTimeout(() => {
-      resolve({ text, closed })
-      socket.destroy()
-    }, ms)
-  })
-
-/** A WebSocket handshake on a raw socket (so the test controls every frame, and whether it reads). */
-const rawWebSocket = (port: number) =>
-  new Promise<{ readonly socket: Socket; readonly received: () => Buffer }>((resolve, reject) => {
-    const socket = tcpConnect(port, "127.0.0.1", () =>
-      socket.write(
-        "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-      ))
-    // Chunks are kept as they come and joined when read: a non-reading client may get megabytes at once.
-    let chunks: Array<Buffer> = []
-    let upgraded = false
-    const received = () => {
-      if (chunks.length > 1) chunks = [Buffer.concat(chunks)]
-      return chunks[0] ?? Buffer.alloc(0)
-    }
-    socket.on("data", (chunk: Buffer) => {
-      chunks.push(chunk)
-      if (upgraded) return
-      const data = received()
-      if (data.includes("\r\n\r\n")) {
-        upgraded = true
-        chunks = [data.subarray(data.indexOf("\r\n\r\n") + 4)]
-        resolve({ socket, received })
-      }
-    })
-    socket.on("error", reject)
-  })
-
-/** A masked client frame. */
-const frame = (opcode: number, payload: Buffer = Buffer.alloc(0)): Buffer => {
-  const mask = Buffer.from([1, 2, 3, 4])
-  const masked = Buffer.from(payload.map((b, i) => b ^ (mask[i % 4] as number)))
-  const length = payload.length < 126 ? Buffer.from([0x80 | payload.length]) : Buffer.from([0x80 | 126, payload.length >> 8, payload.length & 0xff])
-  return Buffer.concat([Buffer.from([0x80 | opcode]), length, mask, masked])
-}
-
-/** Server frames in a byte stream: opcode and payload. */
-const frames = (data: Buffer): Array<{ readonly opcode: number; readonly payload: Buffer }> => {
-  const out: Array<{ opcode: number; payload: Buffer }> = []
-  let at = 0
-  while (at + 2 <= data.length) {
-    let length = (data[at + 1] as number) & 0x7f
-    let start = at + 2
-    if (length === 126) {
-      length = data.readUInt16BE(at + 2)
-      start = at + 4
-    }
-    if (start + length > data.length) break
-    out.push({ opcode: (data[at] as number) & 0x0f, payload: data.subarray(start, start + length) })
-    at = start + length
-  }
-  return out
-}
-
-const closeOf = (data: Buffer) => {
-  const close = frames(data).find((f) => f.opcode === 8)
-  return close === undefined ? undefined : { code: close.payload.readUInt16BE(0), reason: close.payload.subarray(2).toString() }
-}
 
 describe("connection node: the router port refuses hostile requests, and stays up", () => {
   const live = (title: string, test: () => Effect.Effect<void, unknown, ConnectionNode | EndpointCrypto>) =>
@@ -159,6 +80,38 @@ describe("connection node: the router port refuses hostile requests, and stays u
         const reply = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/0123456789abcdef0123456789abcdef`, body))
         assert.strictEqual(reply.status, 400)
         assert.strictEqual(JSON.parse(reply.body).message, "The body is not a notification")
+      }
+    }))
+
+  live("requests Node's parser refuses, CONNECT, and broken WebSocket handshakes get the error JSON, on both ports", () =>
+    Effect.gen(function*() {
+      const { routerPort, port } = yield* urls
+      const cases: ReadonlyArray<readonly [number, string, number, string]> = [
+        [routerPort, "PUT /push/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400, "The request could not be parsed"],
+        [routerPort, `GET /status HTTP/1.1\r\nHost: x\r\nX-Filler: ${"x".repeat(20_000)}\r\n\r\n`, 400, "The request headers are too large"],
+        [routerPort, "CONNECT /status HTTP/1.1\r\nHost: x\r\n\r\n", 405, "Method Not Allowed"],
+        [port, "get / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "The request could not be parsed"],
+        [port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 400, "Invalid Upgrade header"],
+        [port, "POST / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 0\r\n\r\n", 405, "Method Not Allowed"]
+      ]
+      for (const [target, head, status, message] of cases) {
+        const reply = yield* Effect.promise(() => raw(target, head, "", 1_000))
+        assert.match(reply.text, new RegExp(`^HTTP/1\\.1 ${status} `), head.slice(0, 40))
+        assert.strictEqual(JSON.parse(reply.text.slice(reply.text.indexOf("\r\n\r\n") + 4)).message, message)
+        assert.isTrue(reply.closed, "the connection is closed")
+      }
+    }))
+
+  live("headers that stall are answered 408 soon after client_request_timeout, on both ports", () =>
+    Effect.gen(function*() {
+      const { routerPort, port } = yield* urls
+      for (const target of [routerPort, port]) {
+        const started = Date.now()
+        const reply = yield* Effect.promise(() => raw(target, "GET /status HTTP/1.1\r\nHost: x\r\nX-Half: a", "", 5_000))
+        assert.match(reply.text, /^HTTP\/1\.1 408 /)
+        assert.include(reply.text, "\"errno\":null")
+        assert.isTrue(reply.closed)
+        assert.isBelow(Date.now() - started, 2_500)
       }
     }))
 

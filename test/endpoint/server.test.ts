@@ -5,7 +5,9 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Layer, Logger } from "effect"
 import { MORE_INFO } from "../../src/domain/errors.ts"
-import { options, request, subscribe, TestEndpoint, withStorageFaults } from "./harness.ts"
+import { boundPort } from "../../src/endpoint/server.ts"
+import { rawHttp } from "../connection/raw.ts"
+import { endpointWith, FakeNodeClient, options, request, subscribe, TestEndpoint, withStorageFaults } from "./harness.ts"
 
 const errorBody = (code: number, errno: number | null, error: string, message: string) => ({
   code,
@@ -158,6 +160,62 @@ describe("log check", () => {
           assert.deepStrictEqual(reply.json(), errorBody(418, 999, "I'm a teapot", "LogCheck"))
           assert.deepStrictEqual(logged.filter((l) => l.level === "Error"), [{ level: "Error", message: JSON.stringify(["Test Critical Message"]) }])
         }
+      }))
+  })
+})
+
+describe("requests Node's HTTP server cannot hand to the API", () => {
+  layer(TestEndpoint, { excludeTestServices: true })((it) => {
+    it.effect("a request the parser refuses, headers over its limit, CONNECT, a chunked upgrade request: the error JSON, then the connection closed", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const port = yield* boundPort
+        const cases: ReadonlyArray<readonly [string, number, string]> = [
+          [`POST ${sub.path} HTTP/1.1\r\nHost: x\r\nTTL: 60\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n`, 400, "The request could not be parsed"],
+          [`POST ${sub.path} HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n`, 400, "The request could not be parsed"],
+          [`POST ${sub.path} HTTP/1.1\r\nHost: x\r\nX-Filler: ${"x".repeat(20_000)}\r\n\r\n`, 400, "The request headers are too large"],
+          ["CONNECT /health HTTP/1.1\r\nHost: x\r\n\r\n", 405, "Method Not Allowed"]
+        ]
+        for (const [head, status, message] of cases) {
+          const reply = yield* Effect.promise(() => rawHttp(port, head, "", 1_000))
+          assert.match(reply.text, new RegExp(`^HTTP/1\\.1 ${status} `), head.slice(0, 40))
+          assert.strictEqual(JSON.parse(reply.text.slice(reply.text.indexOf("\r\n\r\n") + 4)).message, message)
+          assert.isTrue(reply.closed, "the connection is closed")
+        }
+        // There is no upgrade route: a request asking for one is an ordinary request.
+        const upgrade = yield* Effect.promise(() =>
+          rawHttp(port, `POST ${sub.path} HTTP/1.1\r\nHost: x\r\nTTL: 60\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, "", 1_000, (data) => data.includes("\r\n\r\n"))
+        )
+        assert.match(upgrade.text, /^HTTP\/1\.1 201 /)
+      }))
+  })
+})
+
+describe("slow bodies", () => {
+  layer(endpointWith(FakeNodeClient, { ...options, clientRequestTimeoutMs: 300 }), { excludeTestServices: true })((it) => {
+    it.effect("a push whose body stalls is answered 408 within client_request_timeout, and the connection closed", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const port = yield* boundPort
+        const started = Date.now()
+        const reply = yield* Effect.promise(() =>
+          rawHttp(port, `POST ${sub.path} HTTP/1.1\r\nHost: x\r\nTTL: 60\r\nContent-Length: 100\r\n\r\n`, "half a bo")
+        )
+        assert.match(reply.text, /^HTTP\/1\.1 408 /)
+        assert.include(reply.text, JSON.stringify(errorBody(408, null, "Request Timeout", "The request body did not arrive in time")))
+        assert.isTrue(reply.closed, "the connection is closed")
+        assert.isBelow(Date.now() - started, 2_000)
+      }))
+
+    it.effect("headers that stall are answered 408 soon after client_request_timeout, and the connection closed", () =>
+      Effect.gen(function*() {
+        const port = yield* boundPort
+        const started = Date.now()
+        const reply = yield* Effect.promise(() => rawHttp(port, "GET /status HTTP/1.1\r\nHost: x\r\nX-Half: a", "", 5_000))
+        assert.match(reply.text, /^HTTP\/1\.1 408 /)
+        assert.include(reply.text, "\"errno\":null")
+        assert.isTrue(reply.closed, "the connection is closed")
+        assert.isBelow(Date.now() - started, 2_000)
       }))
   })
 })

@@ -16,6 +16,7 @@ import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { type Client, makeHarness, pump, pushMessage } from "../protocol/harness.ts"
 import { fakeNode, FakeNodeClient, options, push, request, requestTo, subscribe, TestStorage, withStorageFaults } from "../endpoint/harness.ts"
+import { rawHttp } from "../connection/raw.ts"
 
 const NOW = Date.UTC(2026, 10, 21, 12, 0, 0)
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
@@ -262,6 +263,23 @@ describe("endpoint node metrics", () => {
         assert.strictEqual(metrics.value("request.error", { errno: "201", status: "503" }), 2)
         const routed = events.filter((e) => e.uaid === sub.uaid && e.type === "notification.routed.1")
         assert.deepStrictEqual(routed.map((e) => e.type === "notification.routed.1" && e.data.outcome), ["failed"])
+      }))
+  })
+})
+
+describe("metrics listener: what Node cannot hand to it", () => {
+  layer(MetricsListener.layer({ port: 0, host: "127.0.0.1", clientRequestTimeoutMs: 300 }).pipe(Layer.provideMerge(Metrics.layerNoop)), { excludeTestServices: true })((it) => {
+    it.effect("stalled headers are answered 408 soon after client_request_timeout, an unparsable request 400, both with the error JSON", () =>
+      Effect.gen(function*() {
+        const { port } = yield* MetricsListener
+        const started = Date.now()
+        const stalled = yield* Effect.promise(() => rawHttp(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Half: a", "", 5_000))
+        assert.match(stalled.text, /^HTTP\/1\.1 408 /)
+        assert.include(stalled.text, "\"errno\":null")
+        assert.isBelow(Date.now() - started, 2_000)
+        const garbled = yield* Effect.promise(() => rawHttp(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", "", 1_000))
+        assert.match(garbled.text, /^HTTP\/1\.1 400 /)
+        assert.include(garbled.text, "\"message\":\"The request could not be parsed\"")
       }))
   })
 })

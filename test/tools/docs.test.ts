@@ -7,6 +7,7 @@ import { configurationMarkdown } from "../../src/config/write-docs.ts"
 import { errorAnswers } from "../../src/domain/errors.ts"
 import { closeFrames } from "../../src/protocol/close.ts"
 import { COMMANDS } from "../../src/tools/maintenance.ts"
+import { readmeTable } from "./readme.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 const read = (path: string): string => readFileSync(join(root, path), "utf8")
@@ -42,21 +43,8 @@ describe("docs", () => {
     }
   })
 
-  /** The rows of the README table that follows `header`, as arrays of trimmed cells. */
-  const tableAfter = (header: string): Array<Array<string>> => {
-    const readme = read("README.md")
-    const start = readme.indexOf(header)
-    expect(start).toBeGreaterThan(-1)
-    const rows: Array<Array<string>> = []
-    for (const line of readme.slice(start).split("\n").slice(2)) {
-      if (!line.startsWith("|")) break
-      rows.push(line.split("|").slice(1, -1).map((cell) => cell.trim()))
-    }
-    return rows
-  }
-
   it("the README's error table lists every status and errno the API answers", () => {
-    const rows = tableAfter("| status | errno | message")
+    const rows = readmeTable("| status | errno | message")
     const listed = (status: number, errno: number | null) =>
       rows.some(([s, e]) => (s ?? "").split(" / ").includes(String(status)) && e === String(errno))
     const missing = errorAnswers.filter(({ status, errno }) => !listed(status, errno))
@@ -64,7 +52,7 @@ describe("docs", () => {
   })
 
   it("the README's close table lists every close code the connection node sends, and the WebSocket library's own", () => {
-    const rows = tableAfter("| close code | reason | when |")
+    const rows = readmeTable("| close code | reason | when |")
     const listed = (code: number, reason: string) =>
       rows.some(([c, r]) => c === String(code) && (reason === "" ? r === "—" : (r ?? "").includes(`\`${reason}\``)))
     // ws closes by itself: 1002 protocol violations, 1007 invalid UTF-8, 1009 over max_message_size.
@@ -74,7 +62,7 @@ describe("docs", () => {
   })
 
   it("the README's limits table names every limit option", () => {
-    const rows = tableAfter("| option | default | beyond it |")
+    const rows = readmeTable("| option | default | beyond it |")
     for (const name of ["max_connections", "max_message_size", "max_control_frames_per_second", "max_send_buffer", "max_channels_per_user", "client_commands_per_second", "client_command_burst", "msg_limit", "client_request_timeout", "max_in_flight_requests", "max_data_bytes"]) {
       expect(rows.some(([option]) => (option ?? "").includes(`\`${name}\``)), name).toBe(true)
     }

@@ -1,0 +1,69 @@
+/**
+ * Error answers written straight to a socket, where Node gives no response object: a request its
+ * HTTP parser refused (Node's own answer is a bare 400/408/431 without the error JSON), a CONNECT
+ * (Node drops the connection), a refused WebSocket handshake or upgrade. Every HTTP listener
+ * installs `answerSocketErrors`, so these too get the error JSON of the API's table.
+ */
+import type { Server } from "node:http"
+import type { Duplex } from "node:stream"
+import { type ApiError, MalformedRequest, MethodNotAllowed, RequestTimeout, toErrorResponse } from "./errors.ts"
+
+/** An error answer as raw HTTP/1.1 text; the connection is closed after it. */
+export const rawErrorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): string => {
+  const { status, headers, body } = toErrorResponse(error)
+  const text = JSON.stringify(body)
+  const lines = [
+    `HTTP/1.1 ${status} ${body.error}`,
+    "content-type: application/json",
+    `content-length: ${Buffer.byteLength(text)}`,
+    "connection: close",
+    ...Object.entries({ ...headers, ...extraHeaders }).map(([k, v]) => `${k}: ${v}`)
+  ]
+  return `${lines.join("\r\n")}\r\n\r\n${text}`
+}
+
+/** Time the client gets to read the answer after our FIN before the socket is destroyed. */
+const CLOSE_GRACE_MS = 500
+
+const answered = new WeakSet<Duplex>()
+
+/**
+ * Answer `error` on the socket and close it, once. Nothing is written when a response of this
+ * connection is already under way (it would be corrupted): the socket is only closed.
+ */
+export const answerOnSocket = (socket: Duplex, error: ApiError, extraHeaders?: Readonly<Record<string, string>>): void => {
+  if (answered.has(socket)) return
+  answered.add(socket)
+  // Node's own check (`_httpMessage` is the response being written on this socket).
+  const inFlight = (socket as { readonly _httpMessage?: { readonly headersSent: boolean } | null })._httpMessage
+  if (!socket.writable || inFlight?.headersSent === true) return void socket.destroy()
+  socket.on("error", () => socket.destroy())
+  socket.end(rawErrorResponse(error, extraHeaders))
+  setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref()
+}
+
+/** What a parser error of Node's HTTP server is for the client; undefined when the client is gone. */
+const parserError = (error: Error & { readonly code?: string }): ApiError | undefined => {
+  switch (error.code) {
+    case "ECONNRESET":
+    case "EPIPE":
+      return undefined
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return new RequestTimeout()
+    case "HPE_HEADER_OVERFLOW":
+      return new MalformedRequest({ message: "The request headers are too large" })
+    default:
+      return new MalformedRequest({ message: "The request could not be parsed" })
+  }
+}
+
+/** Requests Node's HTTP server cannot hand to a request handler get the error JSON too. */
+export const answerSocketErrors = <S extends Server>(server: S): S => {
+  server.on("clientError", (error: Error, socket: Duplex) => {
+    const answer = parserError(error)
+    if (answer === undefined) socket.destroy()
+    else answerOnSocket(socket, answer)
+  })
+  server.on("connect", (_request, socket: Duplex) => answerOnSocket(socket, new MethodNotAllowed()))
+  return server
+}
