@@ -6,6 +6,12 @@
 import WebSocket from "ws"
 
 const [port, count, localAddress] = [Number(process.argv[2]), Number(process.argv[3]), process.argv[4] ?? "127.0.0.1"]
+/** With BENCH_BROADCASTS=1 every client follows a broadcast, as Firefox follows Remote Settings'. */
+const HELLO = JSON.stringify({
+  messageType: "hello",
+  use_webpush: true,
+  ...(process.env["BENCH_BROADCASTS"] === "1" ? { broadcasts: { "remote-settings/monitor_changes": "\"1600000000000\"" } } : {})
+})
 const sockets: Array<WebSocket> = []
 let identified = 0
 let failed = 0
@@ -16,7 +22,7 @@ const openOne = () => {
   next++
   const ws = new WebSocket(`ws://127.0.0.1:${port}/`, { localAddress, perMessageDeflate: false })
   sockets.push(ws)
-  ws.once("open", () => ws.send(JSON.stringify({ messageType: "hello", use_webpush: true })))
+  ws.once("open", () => ws.send(HELLO))
   ws.once("message", () => {
     identified++
     if (identified + failed === count) process.send?.({ identified, failed })

@@ -47,6 +47,11 @@ const bare = () => {
   wss.on("listening", () => send({ port: (wss.address() as { port: number }).port }))
 }
 
+/** BENCH_BROADCASTS=1: the node serves Firefox's Remote Settings broadcast (the clients follow it). */
+const BENCH_BROADCASTS: ReadonlyMap<string, string> = process.env["BENCH_BROADCASTS"] === "1"
+  ? new Map([["remote-settings/monitor_changes", "\"1700000000000\""]])
+  : new Map()
+
 const autopush = () => {
   const node = ConnectionNode.layer(
     {
@@ -61,7 +66,7 @@ const autopush = () => {
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
       Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
     )),
-    Layer.provide(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })))
+    Layer.provide(Layer.mergeAll(Broadcasts.layerStatic(BENCH_BROADCASTS), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })))
   )
   Effect.runFork(Effect.gen(function*() {
     const { port } = yield* ConnectionNode

@@ -6,7 +6,8 @@
  * several client processes over 127.0.x.y source addresses (a process here cannot open more than
  * 20 000 files). Clients connect in batches of 5 000; after each batch, a settle and full GCs, the
  * server's memory is read; the figure per connection is the slope of memory over connections from
- * the first batch on.
+ * the first batch on. BENCH_BROADCASTS=1: every client follows a broadcast the node serves (the cost
+ * of broadcast subscriptions is the difference to a run without).
  */
 import { fork, type ChildProcess } from "node:child_process"
 import { setTimeout as sleep } from "node:timers/promises"

@@ -371,24 +371,17 @@ const suite = (name: string, start: () => Promise<Deployment>, options: { readon
         await page.close()
       })
 
-      scenario("Firefox follows remote-settings/monitor_changes; a new version set through the admin API reaches it at its next keepalive", 60_000, async () => {
-        const ID = "remote-settings/monitor_changes"
-        const follows = (f: Frame) =>
-          f.dir === "out" && (f.frame["messageType"] === "hello" || f.frame["messageType"] === "broadcast_subscribe") &&
-          typeof f.frame["broadcasts"] === "object" && f.frame["broadcasts"] !== null && ID in (f.frame["broadcasts"] as object)
-        // Firefox names it in its hello or subscribes about 20 s after start.
-        await until(`Firefox following ${ID}`, () => frames().find(follows), 40_000)
+      scenario("Firefox follows remote-settings/monitor_changes: it gets the version the server has, and a new one set through the admin API at its next keepalive", 60_000, async () => {
+        // Firefox subscribes about 20 s after it starts; the server has had BROADCAST_V1 since before.
+        const told = (version: string) => (f: Frame) =>
+          f.dir === "in" && (f.frame["messageType"] === "hello" || f.frame["messageType"] === "broadcast") &&
+          (f.frame["broadcasts"] as Record<string, unknown> | undefined)?.[BROADCAST_ID] === version
+        await until(`Firefox told of ${BROADCAST_ID} ${BROADCAST_V1}`, () => frames().find(told(BROADCAST_V1)), 40_000)
         const mark = log.length
         const version = `"${Date.now()}"`
-        const put = await fetch(`${deployment.endpointUrl}/v1/broadcasts/${ID}`, {
-          method: "PUT",
-          headers: { authorization: `Bearer ${BROADCAST_TOKEN}`, "content-type": "application/json" },
-          body: JSON.stringify({ version })
-        })
-        assert.strictEqual(put.status, 200, await put.text())
-        const change = await until("the broadcast frame", () =>
-          frames(mark).find((f) => isIn("broadcast")(f) && (f.frame["broadcasts"] as Record<string, string>)[ID] === version), 15_000)
-        assert.deepStrictEqual(change.frame["broadcasts"], { [ID]: version })
+        assert.strictEqual(await setBroadcast(deployment, version), 200)
+        const change = await until("the broadcast frame", () => frames(mark).find((f) => isIn("broadcast")(f) && told(version)(f)), 15_000)
+        assert.deepStrictEqual(change.frame["broadcasts"], { [BROADCAST_ID]: version })
         // The server's own account: the delivery is counted as a change.
         const metrics = await (await fetch(`${deployment.routerUrl}/metrics`)).text()
         assert.match(metrics, /ua_broadcast_delivered_total\{[^}]*reason="change"[^}]*\} [1-9]/)
@@ -396,10 +389,28 @@ const suite = (name: string, start: () => Promise<Deployment>, options: { readon
     }
   })
 
-/** The all-in-one runs with the broadcast admin API on, and reads broadcasts and pings Firefox often. */
+/**
+ * The all-in-one runs with the broadcast admin API on, reads broadcasts and pings Firefox often, and
+ * has a version of Remote Settings' broadcast before Firefox starts (Firefox follows only what exists).
+ */
 const BROADCAST_TOKEN = "e2e-broadcast-admin"
-const withBroadcasts = () =>
-  startAllInOne(["--broadcast-admin-tokens", BROADCAST_TOKEN, "--megaphone-poll-interval", "0.5", "--auto-ping-interval", "5"])
+const BROADCAST_ID = "remote-settings/monitor_changes"
+const BROADCAST_V1 = "\"1600000000000\""
+const setBroadcast = async (deployment: Deployment, version: string): Promise<number> => {
+  const res = await fetch(`${deployment.endpointUrl}/v1/broadcasts/${BROADCAST_ID}`, {
+    method: "PUT",
+    headers: { authorization: `Bearer ${BROADCAST_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ version })
+  })
+  await res.arrayBuffer()
+  return res.status
+}
+const withBroadcasts = async () => {
+  const deployment = await startAllInOne(["--broadcast-admin-tokens", BROADCAST_TOKEN, "--megaphone-poll-interval", "0.5", "--auto-ping-interval", "5"])
+  if ((await setBroadcast(deployment, BROADCAST_V1)) !== 200) throw new Error("the broadcast admin API refused the first version")
+  await new Promise((r) => setTimeout(r, 1_000)) // read by the connection node
+  return deployment
+}
 
 suite("Firefox: all-in-one process on embedded storage", withBroadcasts, { full: true })
 suite("Firefox: separate connection and endpoint processes on dynalite", startSeparate, { full: false })
