@@ -158,7 +158,9 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   clientChannelCapacity: settings.clientChannelCapacity,
   messageTablePrefix: settings.messageTablename,
   noTableRotation: settings.noTableRotation,
-  pageSize: 10,
+  // Stored messages per page: 25 is what one BatchWriteItem deletes once the page is acked; autopush's
+  // 10 halved the drain rate on embedded storage (bench:stored 1,062 vs 2,015 msg/s).
+  pageSize: 25,
   maxChannels: settings.maxChannelsPerUser,
   commandsPerSecond: settings.clientCommandsPerSecond,
   commandBurst: settings.clientCommandBurst,

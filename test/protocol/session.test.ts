@@ -6,7 +6,7 @@ import { opaqueId } from "../../src/observability/opaque.ts"
 import { emptySummary, foldSummary, summaryFields } from "../../src/observability/sessionSummary.ts"
 import { Storage, StorageError } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
-import { type Client, type Harness, makeHarness, pump, pushMessage, setBroadcasts, TestParts, testParts } from "./harness.ts"
+import { type Client, type Harness, makeHarness, pump, pushMessage, sessionOptions, setBroadcasts, TestParts, testParts } from "./harness.ts"
 
 const NOW = Date.UTC(2026, 10, 21, 12, 0, 0)
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
@@ -258,17 +258,19 @@ describe("session: delivery", () => {
       const harness = yield* setup()
       const { client, uaid } = yield* subscribed(harness)
       yield* client.feed({ _tag: "SocketClosed" })
-      for (let i = 0; i < 25; i++) {
+      const page = sessionOptions.pageSize
+      const total = page * 2 + Math.ceil(page / 5)
+      for (let i = 0; i < total; i++) {
         yield* TestClock.adjust(1)
         yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
       }
       const again = yield* harness.connect()
       yield* hello(again, uaid)
-      assert.strictEqual(again.of("notification").length, 10)
+      assert.strictEqual(again.of("notification").length, page)
       yield* ackAll(again)
-      assert.strictEqual(again.of("notification").length, 20)
+      assert.strictEqual(again.of("notification").length, 2 * page)
       yield* ackAll(again)
-      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), Array.from({ length: 25 }, (_, i) => `m${i}`))
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), Array.from({ length: total }, (_, i) => `m${i}`))
     }).pipe(Effect.provide(TestParts)))
 
   it.effect("a topic keeps only its newest message; expired messages are never sent", () =>
