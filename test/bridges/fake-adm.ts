@@ -6,7 +6,7 @@
  * By registration id: `unregistered*` → 410 Unregistered, `invalid*` → 400 InvalidRegistrationId,
  * `toolarge*` → 413 MessageTooLarge, `hang*` → no answer; anything else 200 `{"registrationID": …}`.
  */
-import { json } from "./http.ts"
+import { closeServer, json } from "./http.ts"
 import * as http from "node:http"
 import type { Socket } from "node:net"
 import { Context, Effect, Layer } from "effect"
@@ -76,13 +76,7 @@ export class FakeAdm extends Context.Service<FakeAdm, FakeAdmService>()("test/Fa
         const service: FakeAdmService = Object.assign(state, { url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })
         return { service, server, sockets }
       }),
-      ({ server, sockets }) =>
-        Effect.promise(() =>
-          new Promise<void>((resolve) => {
-            for (const socket of sockets) socket.destroy()
-            server.close(() => resolve())
-          })
-        )
+      ({ server, sockets }) => Effect.promise(() => closeServer(server, sockets))
     ).pipe(Effect.map(({ service }) => service))
   )
 }

@@ -7,7 +7,7 @@
  * What a send answers depends on the device token: `gone-*` → 404 UNREGISTERED, `invalid-*` → 400
  * INVALID_ARGUMENT, `garbage-*` → 500 with an HTML body, `hang-*` → no answer; anything else 200.
  */
-import { json } from "./http.ts"
+import { closeServer, json } from "./http.ts"
 import { generateKeyPairSync } from "node:crypto"
 import * as http from "node:http"
 import { Context, Effect, Layer, Redacted } from "effect"
@@ -124,13 +124,7 @@ export class FakeFcm extends Context.Service<FakeFcm, FakeFcmService>()("test/Fa
         })
         return { service, server, sockets }
       }),
-      ({ server, sockets }) =>
-        Effect.promise(() =>
-          new Promise<void>((resolve) => {
-            for (const socket of sockets) socket.destroy()
-            server.close(() => resolve())
-          })
-        )
+      ({ server, sockets }) => Effect.promise(() => closeServer(server, sockets))
     ).pipe(Effect.map(({ service }) => service))
   )
 }
