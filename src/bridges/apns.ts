@@ -13,7 +13,8 @@ import * as http2 from "node:http2"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
-import { importPKCS8, SignJWT } from "jose"
+import { importPKCS8 } from "jose/key/import"
+import { SignJWT } from "jose/jwt/sign"
 import {
   BridgeAuthFailed,
   BridgeTimeout,

@@ -6,7 +6,7 @@
 import { existsSync } from "node:fs"
 import { readFile } from "node:fs/promises"
 import { text as readStream } from "node:stream/consumers"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { VapidDetails } from "web-push"
 import { HelpRequested } from "../config/index.ts"
 import { intFlag, type SplitArgs, splitArgs, type ToolError, type ToolFlags, usageRow, UsageError } from "../tools/cli.ts"

@@ -8,7 +8,8 @@
  */
 import { randomUUID } from "node:crypto"
 import { readFile, writeFile } from "node:fs/promises"
-import { Console, Effect } from "effect"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import { ToolFailure } from "../tools/cli.ts"
 import { decryptPush, makeKeys, type PushHeaders, type SubscriberKeys } from "./keys.ts"
 import { type Frame, openPushSocket, type PushSocket } from "./socket.ts"

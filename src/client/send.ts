@@ -3,7 +3,8 @@
  * (encryption, VAPID, TTL, Topic, Urgency headers); we send it with `fetch`, which speaks plain HTTP
  * too (web-push's own sender only speaks HTTPS).
  */
-import { Console, Effect } from "effect"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import webpush, { type PushSubscription, type RequestOptions, type VapidDetails } from "web-push"
 import { ToolFailure, UsageError } from "../tools/cli.ts"
 

@@ -3,7 +3,11 @@
  * JSON objects in, JSON objects out. The socket lives as long as the scope; a close from the
  * server ends `next` with `ConnectionLost` naming the close code and reason.
  */
-import { Cause, Data, Effect, Queue, type Scope } from "effect"
+import * as Cause from "effect/Cause"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Queue from "effect/Queue"
+import type * as Scope from "effect/Scope"
 import WebSocket from "ws"
 
 /** The server could not be reached, or closed the connection: worth connecting again later. */

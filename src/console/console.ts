@@ -7,8 +7,10 @@
  * the WebSocket and the endpoint origin. Nothing secret is in any of it.
  */
 import { readFileSync } from "node:fs"
-import { Effect } from "effect"
-import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import * as Effect from "effect/Effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { Metrics } from "../observability/Metrics.ts"
 
 export interface ConsoleOptions {

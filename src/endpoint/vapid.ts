@@ -6,7 +6,7 @@
  */
 import { createPublicKey, type KeyObject } from "node:crypto"
 import * as Effect from "effect/Effect"
-import { compactVerify } from "jose"
+import { compactVerify } from "jose/jws/compact/verify"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
 import { InvalidAuth, InvalidCryptoHeaders } from "../domain/errors.ts"
 import { paramValue, parseParams, type RequestHeaders, splitAuthorization, vapidParams } from "./headers.ts"
