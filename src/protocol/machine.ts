@@ -970,12 +970,22 @@ const mailboxDrained = (phase: PhaseOf<"Closing">, _input: unknown, out: Out): P
   if (s.user === undefined) return ended(phase, [], out)
   const nowSec = Math.floor(out.now / 1000)
   const messages: Array<Notification> = []
-  for (const { notification: n, table } of s.unacked.values()) {
-    if (table !== undefined || isExpired(n, nowSec)) continue
+  // Stored topic messages the client has since had a newer message of (a TTL 0 one, sent and never
+  // stored) were replaced: their rows go, as acked ones do.
+  const replaced: Array<Unacked> = []
+  for (const entry of s.unacked.values()) {
+    const { notification: n, table } = entry
+    const newest = n.topic === undefined || s.newestTopic.get(`${n.channelId}:${n.topic}`) === n.version
+    if (table !== undefined) {
+      if (!newest) replaced.push(entry)
+      continue
+    }
+    if (isExpired(n, nowSec)) continue
     if (n.topic === undefined) messages.push({ ...n, sortkeyTimestamp: out.now + messages.length })
-    else if (s.newestTopic.get(`${n.channelId}:${n.topic}`) === n.version) messages.push(n)
+    else if (newest) messages.push(n)
   }
-  out.run({ _tag: "SaveUnacked", uaid: s.uaid, connectedAt: s.connectedAt, table: s.table, messages, acked: s.ackedRows, attempt: 0 })
+  const acked = replaced.length === 0 ? s.ackedRows : [...s.ackedRows, ...replaced]
+  out.run({ _tag: "SaveUnacked", uaid: s.uaid, connectedAt: s.connectedAt, table: s.table, messages, acked, attempt: 0 })
   return phase
 }
 

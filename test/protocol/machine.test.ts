@@ -673,6 +673,14 @@ describe("step: Closing", () => {
     command: { _tag: "SaveUnacked" },
     check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).messages, [])
   })
+  row("mailbox drained: a stored topic message the client has since had a newer one of (TTL 0, never stored) is deleted as replaced", closing({
+    unacked: new Map([["s1", { notification: message({ version: "s1", topic: "a" }), table: THIS_MONTH }]]),
+    newestTopic: new Map([[`${CHID}:a`, "t0"]])
+  }), { _tag: "MailboxDrained" }, {
+    phase: "Closing",
+    command: { _tag: "SaveUnacked" },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).acked.map((m) => m.notification.version), ["s1"])
+  })
   row("mailbox drained: acked rows not deleted yet are deleted with the save", closing({
     ackedRows: [{ notification: message({ version: "s0" }), table: THIS_MONTH }]
   }), { _tag: "MailboxDrained" }, {
