@@ -16,17 +16,16 @@ import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 import { decodeTransportNotification } from "../domain/router-wire.ts"
 import {
-  type ApiError,
   ClientUnavailable,
   InternalError,
   InvalidRequestBody,
   LogCheck,
   MethodNotAllowed,
   PayloadTooLarge,
-  RequestTimeout,
   RouteNotFound,
   toErrorResponse
 } from "../domain/errors.ts"
+import { readBody, sendError, sendJson } from "../domain/raw-http.ts"
 import { parseUaid } from "../domain/ids.ts"
 import { PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import type { RouterObservability } from "../observability/observability.ts"
@@ -43,17 +42,6 @@ export interface HealthSource {
 
 /** Largest router-port body: a notification is at most a few KiB (data ≤ max_data_bytes, base64url). */
 export const MAX_BODY = 64 * 1024
-
-export const sendJson = (res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void => {
-  const text = JSON.stringify(body)
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers })
-  res.end(text)
-}
-
-export const sendError = (res: ServerResponse, error: ApiError, close = false): void => {
-  const { status, headers, body } = toErrorResponse(error)
-  sendJson(res, status, body, close ? { ...headers, connection: "close" } : headers)
-}
 
 const sendText = (res: ServerResponse, status: number, text: string): void => {
   res.writeHead(status, { "content-type": "text/plain", "content-length": Buffer.byteLength(text) })
@@ -90,43 +78,6 @@ const routerPath = (path: string): readonly [string, string, string?] | undefine
   const decoded = decodeRouterPath(parts)
   return Exit.isSuccess(decoded) ? decoded.value : undefined
 }
-
-// ── bodies ──────────────────────────────────────────────────────────────────────────────────────
-
-type Body = { readonly _tag: "Body"; readonly text: string } | { readonly _tag: "Refused"; readonly error: ApiError }
-
-/**
- * The whole body, at most `MAX_BODY` bytes, each chunk within `idleMs` of the last. Past the limit
- * or the idle time the request is refused (and, once answered, its connection closed).
- */
-const readBody = (req: IncomingMessage, idleMs: number): Promise<Body> =>
-  new Promise((resolve) => {
-    const chunks: Array<Buffer> = []
-    let size = 0
-    let done = false
-    const finish = (body: Body) => {
-      if (done) return
-      done = true
-      clearTimeout(timer)
-      req.removeAllListeners("data")
-      if (body._tag === "Refused") req.resume()
-      resolve(body)
-    }
-    let timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), idleMs)
-    const declared = Number(req.headers["content-length"] ?? 0)
-    if (declared > MAX_BODY) return finish({ _tag: "Refused", error: tooLarge })
-    req.on("data", (chunk: Buffer) => {
-      size += chunk.length
-      if (size > MAX_BODY) return finish({ _tag: "Refused", error: tooLarge })
-      chunks.push(chunk)
-      clearTimeout(timer)
-      timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), idleMs)
-    })
-    req.on("end", () => finish({ _tag: "Body", text: Buffer.concat(chunks).toString("utf8") }))
-    req.on("error", () => finish({ _tag: "Refused", error: new InvalidRequestBody({ message: "The request body could not be read" }) }))
-  })
-
-const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${MAX_BODY} bytes` })
 
 // ── the boundary ────────────────────────────────────────────────────────────────────────────────
 
@@ -241,6 +192,8 @@ const handleOperators = (
   return true
 }
 
+const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${MAX_BODY} bytes` })
+
 /** Not here, or its queue is full: 404 makes the endpoint store the message instead (a normal outcome). */
 const unavailable = (res: ServerResponse): void => {
   res.setHeader("x-autopush-quiet", "1")
@@ -251,9 +204,9 @@ const accepted = (res: ServerResponse, text = ""): void => sendText(res, 200, te
 
 /** `PUT /push/{uaid}`: a notification for the uaid's session here. */
 const push = async (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, bodyTimeoutMs: number) => {
-  const body = await readBody(req, bodyTimeoutMs)
+  const body = await readBody(req, { maxBytes: MAX_BODY, tooLarge, idleMs: bodyTimeoutMs })
   if (body._tag === "Refused") return sendError(res, body.error, true)
-  const decoded = decodeTransportNotification(body.text)
+  const decoded = decodeTransportNotification(body.bytes.toString("utf8"))
   if (decoded === undefined) return sendError(res, new InvalidRequestBody({ message: "The body is not a notification" }))
   const traceparent = req.headers["traceparent"]
   const notification = typeof traceparent === "string" ? { ...decoded, traceparent } : decoded

@@ -1,12 +1,81 @@
 /**
- * Error answers written straight to a socket, where Node gives no response object: a request its
+ * Plain `node:http` pieces every listener shares: JSON and error answers, a bounded body read, and
+ * error answers written straight to a socket, where Node gives no response object — a request its
  * HTTP parser refused (Node's own answer is a bare 400/408/431 without the error JSON), a CONNECT
  * (Node drops the connection), a refused WebSocket handshake or upgrade. Every HTTP listener
  * installs `answerSocketErrors`, so these too get the error JSON of the API's table.
  */
-import type { Server } from "node:http"
+import type { IncomingMessage, Server, ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
-import { type ApiError, MalformedRequest, MethodNotAllowed, RequestTimeout, toErrorResponse } from "./errors.ts"
+import {
+  type ApiError,
+  InvalidRequestBody,
+  MalformedRequest,
+  MethodNotAllowed,
+  type PayloadTooLarge,
+  RequestTimeout,
+  toErrorResponse
+} from "./errors.ts"
+
+export const sendJson = (res: ServerResponse, status: number, body: unknown, headers: Readonly<Record<string, string>> = {}): void => {
+  const text = JSON.stringify(body)
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers })
+  res.end(text)
+}
+
+/** The error JSON of `error`; `close` closes the connection after it (a body left unread). */
+export const sendError = (res: ServerResponse, error: ApiError, close = false, extraHeaders: Readonly<Record<string, string>> = {}): void => {
+  const { status, headers, body } = toErrorResponse(error)
+  sendJson(res, status, body, close ? { ...headers, ...extraHeaders, connection: "close" } : { ...headers, ...extraHeaders })
+}
+
+export type Body =
+  | { readonly _tag: "Body"; readonly bytes: Buffer }
+  | { readonly _tag: "Refused"; readonly error: PayloadTooLarge | RequestTimeout | InvalidRequestBody }
+
+export interface BodyLimits {
+  /** Largest body accepted (bytes). */
+  readonly maxBytes: number
+  /** The refusal of a body over `maxBytes`. */
+  readonly tooLarge: PayloadTooLarge
+  /** A body whose next chunk takes longer than this (ms) is refused with `RequestTimeout`. */
+  readonly idleMs: number
+}
+
+/**
+ * The whole body, at most `maxBytes`, each chunk within `idleMs` of the last. Past the limit or the
+ * idle time the request is refused, the rest of the body read and dropped (once answered, close the
+ * connection).
+ */
+export const readBody = (req: IncomingMessage, limits: BodyLimits): Promise<Body> =>
+  new Promise((resolve) => {
+    const declared = Number(req.headers["content-length"] ?? 0)
+    if (declared > limits.maxBytes) {
+      req.resume()
+      return resolve({ _tag: "Refused", error: limits.tooLarge })
+    }
+    const chunks: Array<Buffer> = []
+    let size = 0
+    let done = false
+    const finish = (body: Body) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      req.removeListener("data", onData)
+      if (body._tag === "Refused") req.resume()
+      resolve(body)
+    }
+    const timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), limits.idleMs)
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      if (size > limits.maxBytes) return finish({ _tag: "Refused", error: limits.tooLarge })
+      chunks.push(chunk)
+      timer.refresh()
+    }
+    req.on("data", onData)
+    req.on("end", () => finish({ _tag: "Body", bytes: chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks) }))
+    req.on("error", () => finish({ _tag: "Refused", error: new InvalidRequestBody({ message: "The request body could not be read" }) }))
+  })
 
 /** An error answer as raw HTTP/1.1 text; the connection is closed after it. */
 export const rawErrorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): string => {

@@ -3,13 +3,16 @@
  * become responses. Every failure — a validation rule, an unknown path (404), a known path with
  * another method (405), a bug (500) — is answered with the §2.5 JSON of `toErrorResponse`.
  *
- * - `makeEndpointApp(options)` builds the request handler (an `HttpApp`) to mount on any server;
- * - `EndpointServer.layerServer(options)` serves it on `node:http` (port 0 picks a free port, see
+ * - `makeEndpoint(options)` builds the request handlers: the platform's `HttpApp` for every route,
+ *   and in front of it the push route on plain `node:http` (`push`), which takes the pushes whose
+ *   URL is spelled plainly — nearly all of them — without the platform's router and middleware (the
+ *   per-notification cost). The two share the handler, the error mapping, CORS and instrumentation;
+ * - `EndpointServer.layerServer(options)` serves them on `node:http` (port 0 picks a free port, see
  *   `boundPort`), given the `WebPushRouter`; `EndpointServer.layer(options)` also builds the router
  *   with the live `NodeClient`. Both need `Storage`, `EndpointCrypto` and `EventLog`.
  */
 import { randomBytes } from "node:crypto"
-import { createServer } from "node:http"
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
@@ -28,10 +31,11 @@ import {
   type ApiError,
   InternalError,
   MethodNotAllowed,
+  Overloaded,
   RouteNotFound,
   toErrorResponse
 } from "../domain/errors.ts"
-import { answerSocketErrors } from "../domain/raw-http.ts"
+import { answerSocketErrors, sendError } from "../domain/raw-http.ts"
 import type { EventLog } from "../observability/EventLog.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
@@ -42,7 +46,7 @@ import { makeHealthHandlers } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
 import { makeBroadcastAdmin } from "./broadcasts.ts"
 import { makeRegistrationHandlers, type RegistrationPath } from "./registration.ts"
-import { makeWebPushHandlers } from "./webpush.ts"
+import { type EmptyAnswer, makeWebPushHandlers } from "./webpush.ts"
 
 /** A request handler: what a server runs for each request. */
 export type HttpApp = Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest | Scope.Scope>
@@ -57,11 +61,17 @@ export const errorResponse = (error: ApiError, extraHeaders: Readonly<Record<str
 }
 
 /** CORS (§2.1): any origin and header, DELETE/GET/POST/PUT, preflights cached 1 h, `Location` and `TTL` readable. */
-export const endpointCors = HttpMiddleware.cors({
-  allowedMethods: ["DELETE", "GET", "POST", "PUT"],
-  exposedHeaders: ["location", "ttl"],
-  maxAge: 3600
-})
+const CORS = { allowedMethods: ["DELETE", "GET", "POST", "PUT"], exposedHeaders: ["location", "ttl"], maxAge: 3600 }
+export const endpointCors = HttpMiddleware.cors(CORS)
+
+/** What `endpointCors` adds to the answer of a request that is not a preflight. */
+const CORS_HEADERS: Readonly<Record<string, string>> = {
+  "access-control-allow-origin": "*",
+  "access-control-expose-headers": CORS.exposedHeaders.join(",")
+}
+
+const emptyResponse = (answer: EmptyAnswer): HttpServerResponse.HttpServerResponse =>
+  HttpServerResponse.empty({ status: answer.status, headers: answer.headers })
 
 /**
  * Endpoint tokens (140–184 chars) and message ids (≈ 200–230) are longer than the router's default
@@ -96,50 +106,74 @@ const toApiError = (error: ApiError | HttpServerError.HttpServerError): ApiError
 const CLOSES: ReadonlySet<ApiError["_tag"]> = new Set(["RequestTimeout", "PayloadTooLarge"])
 
 /**
- * The edge: typed errors through the one mapping (each also given to `onError`), each leaving one
+ * The edge: a failed request's error through the one mapping (also given to `onError`), leaving one
  * access-log line (route, status, errno, message — never the path, which carries tokens); a bug or
- * a defect is answered 500/999 with a request id, which its error log line carries too.
+ * a defect is answered 500/999 with a request id, which its error log line carries too. The error
+ * and the headers to answer it with; an interruption alone stays one.
  */
+const failureAnswer = (
+  cause: Cause.Cause<ApiError | HttpServerError.HttpServerError>,
+  method: string,
+  url: string,
+  onError: (error: ApiError) => void
+): Effect.Effect<{ readonly error: ApiError; readonly headers: Readonly<Record<string, string>> }> => {
+  const failure = Cause.findErrorOption(cause)
+  if (failure._tag === "None" && Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
+  const error = failure._tag === "Some" ? toApiError(failure.value) : new InternalError({ cause: Cause.squash(cause) })
+  onError(error)
+  const { status, body } = toErrorResponse(error)
+  const route = routeLabel(url)
+  if (error._tag === "InternalError") {
+    const requestId = randomBytes(8).toString("hex")
+    return Effect.logError("request failed").pipe(
+      Effect.annotateLogs({ request_id: requestId, method, route, cause: Cause.pretty(cause) }),
+      Effect.as({ error, headers: { "x-request-id": requestId } })
+    )
+  }
+  return Effect.logInfo("request rejected").pipe(
+    Effect.annotateLogs({ method, route, status, errno: body.errno, reason: body.message }),
+    Effect.as({ error, headers: CLOSES.has(error._tag) ? { connection: "close" } : {} })
+  )
+}
+
+/** `app` with its failures answered by `failureAnswer`. */
 const respondToFailures = <R>(
   app: Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError | HttpServerError.HttpServerError, R>,
   onError: (error: ApiError) => void
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, R | HttpServerRequest.HttpServerRequest> =>
   app.pipe(
-    Effect.catchCause((cause) => {
-      const failure = Cause.findErrorOption(cause)
-      if (failure._tag === "None" && Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
-      const error = failure._tag === "Some" ? toApiError(failure.value) : new InternalError({ cause: Cause.squash(cause) })
-      onError(error)
-      return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-        const { status, body } = toErrorResponse(error)
-        const route = routeLabel(request.url)
-        if (error._tag === "InternalError") {
-          const requestId = randomBytes(8).toString("hex")
-          return Effect.logError("request failed").pipe(
-            Effect.annotateLogs({ request_id: requestId, method: request.method, route, cause: Cause.pretty(cause) }),
-            Effect.as(errorResponse(error, { "x-request-id": requestId }))
-          )
-        }
-        return Effect.logInfo("request rejected").pipe(
-          Effect.annotateLogs({ method: request.method, route, status, errno: body.errno, reason: body.message }),
-          Effect.as(errorResponse(error, CLOSES.has(error._tag) ? { connection: "close" } : {}))
-        )
-      })
-    })
+    Effect.catchCause((cause) =>
+      Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+        Effect.map(failureAnswer(cause, request.method, request.url, onError), ({ error, headers }) => errorResponse(error, headers))))
   )
 
 /**
- * The endpoint's request handler, with CORS, error mapping, request and routing metrics, and the
+ * `/wpush/{token}` or `/wpush/{version}/{token}` spelled plainly: nothing in it the platform's router
+ * would read another way (no query, `;`, percent escape, empty or extra segment). Other spellings
+ * go through the router, to the same handler.
+ */
+const PLAIN_PUSH_PATH = /^\/wpush\/(?:([A-Za-z0-9]+)\/)?([A-Za-z0-9_=-]+)$/
+
+/** The endpoint's handlers: the platform's app for every route, and the plain push route in front. */
+export interface Endpoint {
+  readonly app: HttpApp
+  /** Take the request if it is a push to a plainly spelled URL (and answer it); false otherwise. */
+  readonly push: (req: IncomingMessage, res: ServerResponse) => boolean
+}
+
+/**
+ * The endpoint's request handlers, with CORS, error mapping, request and routing metrics, and the
  * in-flight limit applied. `/metrics` is not served here (the public port): see `metricsListener`.
  */
-export const makeEndpointApp = (
+export const makeEndpoint = (
   options: EndpointOptions
-): Effect.Effect<HttpApp, never, EndpointServices | Scope.Scope> =>
+): Effect.Effect<Endpoint, never, EndpointServices | Scope.Scope> =>
   Effect.gen(function*() {
     const observe = yield* endpointInstrumentation
+    const webpush = yield* observe.withRouting(makeWebPushHandlers(options))
+    const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const routes = HttpRouter.use((router) =>
       Effect.gen(function*() {
-        const webpush = yield* observe.withRouting(makeWebPushHandlers(options))
         const health = yield* makeHealthHandlers(options)
         const bridged = yield* makeRegistrationHandlers(options)
         const registrationRoute = (
@@ -157,9 +191,10 @@ export const makeEndpointApp = (
         const send: Handler = Effect.gen(function*() {
           const params = yield* HttpRouter.params
           const request = yield* HttpServerRequest.HttpServerRequest
-          return yield* webpush.send(request, params["version"], param(params, "token"))
+          const pushRequest = webpush.pushRequest(request.source as IncomingMessage)
+          return emptyResponse(yield* webpush.send(pushRequest, params["version"], param(params, "token")))
         })
-        const cancel: Handler = Effect.flatMap(HttpRouter.params, (params) => webpush.cancel(param(params, "messageId")))
+        const cancel: Handler = Effect.flatMap(HttpRouter.params, (params) => Effect.map(webpush.cancel(param(params, "messageId")), emptyResponse))
         const admin = yield* makeBroadcastAdmin(options.broadcastAdminTokens ?? [])
         const withRequest = (handle: (request: HttpServerRequest.HttpServerRequest, id: string) => Handler): Handler =>
           Effect.gen(function*() {
@@ -197,9 +232,59 @@ export const makeEndpointApp = (
         ])
       })
     )
-    const app = yield* HttpRouter.toHttpEffect(routes).pipe(Effect.provideService(HttpRouter.RouterConfig, ROUTER_CONFIG))
-    return observe.instrument(endpointCors(respondToFailures(app, observe.onError)), options.maxInFlightRequests ?? Number.POSITIVE_INFINITY)
+    const routed = yield* HttpRouter.toHttpEffect(routes).pipe(Effect.provideService(HttpRouter.RouterConfig, ROUTER_CONFIG))
+    const app = observe.instrument(endpointCors(respondToFailures(routed, observe.onError)), maxInFlight)
+
+    // The plain push route: the same handler run as a fiber of its own, answered on `res` directly.
+    const context = yield* Effect.context<EndpointServices>()
+    const run = Effect.runForkWith(context)
+    const overloaded = new Overloaded()
+    const push = (req: IncomingMessage, res: ServerResponse): boolean => {
+      const path = req.method === "POST" && req.url !== undefined ? PLAIN_PUSH_PATH.exec(req.url) : null
+      if (path === null) return false
+      const start = observe.begin(maxInFlight)
+      if (start === undefined) {
+        sendError(res, overloaded, true, CORS_HEADERS)
+        return true
+      }
+      const url = req.url as string
+      const answered = webpush.send(webpush.pushRequest(req), path[1], path[2] as string).pipe(
+        Effect.map((answer) => ({ answer, error: undefined })),
+        Effect.catchCause((cause) => Effect.map(failureAnswer(cause, "POST", url, observe.onError), (error) => ({ answer: undefined, error })))
+      )
+      const fiber = run(answered)
+      fiber.addObserver((exit) => {
+        if (exit._tag === "Failure") return observe.end(start, url, undefined) // interrupted: the client left
+        const { answer, error } = exit.value
+        if (answer !== undefined) {
+          res.writeHead(answer.status, { ...answer.headers, ...CORS_HEADERS, "content-length": 0 })
+          res.end()
+        } else {
+          sendError(res, error.error, false, { ...error.headers, ...CORS_HEADERS })
+        }
+        observe.end(start, url, res.statusCode)
+      })
+      // A client that leaves before its answer interrupts the handler, as on the platform's routes.
+      if (fiber.pollUnsafe() === undefined) {
+        res.once("close", () => {
+          if (!res.writableEnded) fiber.interruptUnsafe()
+        })
+      }
+      return true
+    }
+    return { app, push }
   })
+
+/**
+ * `server` with `front` before its `request` listeners: a request `front` takes (and answers) never
+ * reaches them; the platform's server, which owns the listeners, sees every other one.
+ */
+const withFront = (server: Server, front: (req: IncomingMessage, res: ServerResponse) => boolean): Server => {
+  const emit = server.emit.bind(server)
+  server.emit = ((event: string | symbol, ...args: Array<unknown>): boolean =>
+    event === "request" && front(args[0] as IncomingMessage, args[1] as ServerResponse) ? true : emit(event as string, ...args)) as Server["emit"]
+  return server
+}
 
 /** The port the server listens on (useful with port 0). */
 export const boundPort: Effect.Effect<number, never, HttpServer.HttpServer> = Effect.map(
@@ -210,12 +295,8 @@ export const boundPort: Effect.Effect<number, never, HttpServer.HttpServer> = Ef
 export const EndpointServer = {
   /** Serve the endpoint on `node:http` at `options.port` / `options.bindHost`, with the bridges of `options.bridges`; exposes the `HttpServer`. */
   layerServer: (options: EndpointOptions) =>
-    Layer.unwrap(Effect.map(makeEndpointApp(options), (app) => HttpServer.serve(app))).pipe(
-      // The platform's request spans record URLs and headers (endpoint tokens, message ids, keys):
-      // the endpoint's own spans (`observability/tracing.ts`) carry only what may leave the service.
-      Layer.provide(Layer.succeed(HttpMiddleware.TracerDisabledWhen)(() => true)),
-      Layer.provide(Bridges.layer(options.bridges ?? {})),
-      Layer.provideMerge(NodeHttpServer.layerServer(() => answerSocketErrors(createServer({
+    Layer.unwrap(Effect.map(makeEndpoint(options), ({ app, push }) =>
+      HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layerServer(() => answerSocketErrors(withFront(createServer({
         // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
         // push handler (this whole-request limit only backs it up, with `answerSocketErrors`' 408).
         headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
@@ -225,12 +306,16 @@ export const EndpointServer = {
         // The API has no upgrade routes: a request asking for one is served as any other (the
         // platform's upgrade path answers some of them with a bare 411).
         shouldUpgradeCallback: () => false
-      })), {
+      }), push)), {
         port: options.port,
         host: options.bindHost,
         // On shutdown, requests in flight get this long to finish.
         gracefulShutdownTimeout: options.shutdownTimeoutMs ?? 10_000
-      }))
+      }))))).pipe(
+      // The platform's request spans record URLs and headers (endpoint tokens, message ids, keys):
+      // the endpoint's own spans (`observability/tracing.ts`) carry only what may leave the service.
+      Layer.provide(Layer.succeed(HttpMiddleware.TracerDisabledWhen)(() => true)),
+      Layer.provide(Bridges.layer(options.bridges ?? {}))
     ),
 
   /** `layerServer` with the WebPush router over the given connection-node client. */

@@ -5,14 +5,11 @@
  * is wrong in several ways always gets the error of the first rule it breaks. An accepted message is
  * routed (`WebPushRouter`) and answered `201` with `Location` and the effective `TTL`.
  */
-import * as ByteSize from "effect/ByteSize"
+import type { IncomingMessage } from "node:http"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
-import type * as HttpServerRequest from "effect/http/HttpServerRequest"
-import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import type * as Headers from "effect/http/Headers"
 import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import { Bridges } from "../bridges/Bridges.ts"
 import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
@@ -28,13 +25,14 @@ import {
   InvalidApiVersion,
   InvalidAuth,
   InvalidMessageId,
-  InvalidRequestBody,
+  type InvalidRequestBody,
   InvalidToken,
   NoSubscription,
   PayloadTooLarge,
-  RequestTimeout,
+  type RequestTimeout,
   StorageUnavailable
 } from "../domain/errors.ts"
+import { type BodyLimits, readBody } from "../domain/raw-http.ts"
 import { domainEvent } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -80,6 +78,18 @@ const bridgeFailureReason = (error: BridgeError): string => {
 /** A token that decrypted but to the wrong length: reported by rule #5, after the VAPID rules. */
 const BAD_LENGTH = "bad-length" as const
 
+/** What a push reads of its request: the headers, and at rule #10 the body. */
+export interface PushRequest {
+  readonly headers: RequestHeaders
+  readonly body: Effect.Effect<Buffer, PayloadTooLarge | RequestTimeout | InvalidRequestBody>
+}
+
+/** A handler's answer without a body: status and headers. */
+export interface EmptyAnswer {
+  readonly status: number
+  readonly headers: Readonly<Record<string, string>>
+}
+
 export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
   const storage = yield* Storage
   const crypto = yield* EndpointCrypto
@@ -88,8 +98,6 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const bridges = yield* Bridges
   const origin = endpointOrigin(options.endpointUrl)
   const locationBase = `${endpointBase(options.endpointUrl)}/m/`
-  const maxBodySize = ByteSize.bytes(options.maxDataBytes)
-  const bodyTimeoutMs = options.clientRequestTimeoutMs ?? 10_000
   const cache = new RouterCache(options.routerCache ?? { ttlMs: 0, entries: 0 })
 
   // ── the checks, in the order of §2.2 ───────────────────────────────────────────────────────────
@@ -222,42 +230,38 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     return yield* subscriberOf(uaid, channelId)
   })
 
-  const tooLarge = new PayloadTooLarge({ message: `Data payload must be smaller than ${options.maxDataBytes} bytes` })
+  const bodyLimits: BodyLimits = {
+    maxBytes: options.maxDataBytes,
+    tooLarge: new PayloadTooLarge({ message: `Data payload must be smaller than ${options.maxDataBytes} bytes` }),
+    // A client that stops sending its body gets 408 (and the connection closed), not a socket held.
+    idleMs: options.clientRequestTimeoutMs ?? 10_000
+  }
 
-  /** #10: read the body, at most `max_data_bytes` of it. */
-  const bodyOf = (request: HttpServerRequest.HttpServerRequest) => {
-    const declared = Number(request.headers["content-length"] ?? 0)
-    if (declared > options.maxDataBytes) return Effect.fail(tooLarge)
-    const read = request.arrayBuffer.pipe(
-      Effect.provideService(HttpIncomingMessage.MaxBodySize, maxBodySize),
-      Effect.map((buffer) => Buffer.from(buffer)),
-      Effect.mapError((error): PayloadTooLarge | InvalidRequestBody =>
-        error.reason._tag === "RequestParseError" && error.reason.reason === "BodyTooLarge"
-          ? tooLarge
-          : new InvalidRequestBody({ message: "The request body could not be read" }))
-    )
-    // A client that stops sending its body gets 408 (and the connection closed), not a socket held
-    // forever. Only the wait is timed out: interrupting the read destroys the socket, and the 408
-    // with it; the read ends when the connection closes after the answer.
-    return Effect.forkDetach(read).pipe(
-      Effect.flatMap(Fiber.join),
-      Effect.timeoutOrElse({ duration: bodyTimeoutMs, orElse: () => Effect.fail(new RequestTimeout()) })
-    )
+  /**
+   * A push request over `node:http`. Its body is read from the start (at most `max_data_bytes`) and
+   * its outcome looked at by rule #10 only, so a request wrong in an earlier way gets that error.
+   */
+  const pushRequest = (req: IncomingMessage): PushRequest => {
+    const read = readBody(req, bodyLimits)
+    return {
+      headers: req.headers as RequestHeaders,
+      body: Effect.flatMap(Effect.promise(() => read), (body) => body._tag === "Body" ? Effect.succeed(body.bytes) : Effect.fail(body.error))
+    }
   }
 
   // ── POST ───────────────────────────────────────────────────────────────────────────────────────
 
   /** The accept span of a push: a child of the app server's `traceparent`, when it sends one. */
-  const send = (request: HttpServerRequest.HttpServerRequest, versionSegment: string | undefined, token: string) =>
+  const send = (request: PushRequest, versionSegment: string | undefined, token: string) =>
     accept(request, versionSegment, token).pipe(
       Effect.withSpan("notification.accept", {
         kind: "server",
-        parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers))
+        parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers as Headers.Headers))
       }, NO_STACK)
     )
 
   const accept = Effect.fnUntraced(function*(
-    request: HttpServerRequest.HttpServerRequest,
+    request: PushRequest,
     versionSegment: string | undefined,
     token: string
   ) {
@@ -269,7 +273,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const subscription = yield* subscriptionOf(opened) //                #5
     yield* checkBoundKey(subscription, vapid) //                          #6
     const target = yield* targetOf(subscription.uaid, subscription.channelId) // #7–#9
-    const body = yield* bodyOf(request) //                                #10
+    const body = yield* request.body //                                   #10
     const ttl = yield* ttlOf(headers, options.maxNotificationTtl) //     #11–#13
     const topic = yield* topicOf(headers) //                              #14
     const encryption = yield* encryptionOf(headers, body.length > 0) //  #15
@@ -302,7 +306,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const fresh = direct !== undefined || !target.cached ? target : yield* subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
       yield* sendBridged(fresh.bridge, fresh.user, notification)
-      return HttpServerResponse.empty({ status: 201, headers: { location: locationBase + messageId, ttl: String(ttl) } })
+      return created(messageId, ttl)
     }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification))
     const routedAt = yield* Clock.currentTimeMillis
@@ -312,10 +316,12 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     } else if (routed.outcome === "dropped") {
       events.record(domainEvent("notification.expired.1", uaid, routedAt, { version }))
     }
-    return HttpServerResponse.empty({
-      status: 201,
-      headers: { location: locationBase + version, ttl: String(ttl) }
-    })
+    return created(version, ttl)
+  })
+
+  const created = (messageId: string, ttl: number): EmptyAnswer => ({
+    status: 201,
+    headers: { location: locationBase + messageId, ttl: String(ttl) }
   })
 
   // ── DELETE /m/{message_id} ───────────────────────────────────────────────────────────────────
@@ -329,8 +335,8 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       )
       events.record(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId }))
     }
-    return HttpServerResponse.empty({ status: 204 })
+    return { status: 204, headers: {} } satisfies EmptyAnswer
   })
 
-  return { send, cancel } as const
+  return { pushRequest, send, cancel } as const
 })

@@ -68,9 +68,13 @@ export interface EndpointInstrumentation {
   /** Count an error response. */
   readonly onError: (error: ApiError) => void
   /**
-   * In-flight and timing around the whole request handler; with `maxInFlight` requests in hand, a
-   * new one is answered 503/201 (Retry-After) at once, without being read.
+   * A request starts: its start time, or undefined when `maxInFlight` requests are in hand (it is
+   * then to be answered 503/201 at once, without being read; the error is counted here).
    */
+  readonly begin: (maxInFlight: number) => number | undefined
+  /** A begun request was answered with `status` (or, with undefined, not at all). */
+  readonly end: (start: number, url: string, status: number | undefined) => void
+  /** `begin` and `end` around a whole request handler of the platform's server. */
   readonly instrument: <E, R>(
     app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
     maxInFlight: number
@@ -99,6 +103,22 @@ export const makeEndpointInstrumentation = (metrics: MetricsService, events: Eve
     const at = key.indexOf(" ")
     return metrics.counter(METRICS.requestError.name, { errno: key.slice(0, at), status: key.slice(at + 1) })
   })
+  let handling = 0
+  const overloaded = toErrorResponse(new Overloaded())
+  const begin = (maxInFlight: number): number | undefined => {
+    if (handling >= maxInFlight) {
+      requestError(`${overloaded.body.errno} ${overloaded.status}`).inc()
+      return undefined
+    }
+    handling++
+    inFlight.add(1)
+    return performance.now()
+  }
+  const end = (start: number, url: string, status: number | undefined): void => {
+    handling--
+    inFlight.add(-1)
+    if (status !== undefined) requestTime(`${routeLabel(url)} ${status}`).record(performance.now() - start)
+  }
   return {
     metrics,
     withRouting: (handlers) =>
@@ -108,30 +128,21 @@ export const makeEndpointInstrumentation = (metrics: MetricsService, events: Eve
       const { status, body } = toErrorResponse(error)
       requestError(`${body.errno ?? "none"} ${status}`).inc()
     },
-    instrument: (app, maxInFlight) => {
-      let handling = 0
-      return Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
-        if (handling >= maxInFlight) {
-          const { status, headers, body } = toErrorResponse(new Overloaded())
-          requestError(`${body.errno} ${status}`).inc()
-          return Effect.succeed(HttpServerResponse.jsonUnsafe(body, { status, headers: { ...headers, connection: "close" } }))
+    begin,
+    end,
+    instrument: (app, maxInFlight) =>
+      Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
+        const start = begin(maxInFlight)
+        if (start === undefined) {
+          return Effect.succeed(HttpServerResponse.jsonUnsafe(overloaded.body, {
+            status: overloaded.status,
+            headers: { ...overloaded.headers, connection: "close" }
+          }))
         }
-        const start = performance.now()
-        handling++
-        inFlight.add(1)
         return app.pipe(
-          Effect.onExit((exit) =>
-            Effect.sync(() => {
-              handling--
-              inFlight.add(-1)
-              if (exit._tag === "Success") {
-                requestTime(`${routeLabel(request.url)} ${exit.value.status}`).record(performance.now() - start)
-              }
-            })
-          )
+          Effect.onExit((exit) => Effect.sync(() => end(start, request.url, exit._tag === "Success" ? exit.value.status : undefined)))
         )
       })
-    }
   }
 }
 

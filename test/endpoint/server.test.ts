@@ -191,6 +191,58 @@ describe("requests Node's HTTP server cannot hand to the API", () => {
   })
 })
 
+describe("the push route, however its URL is spelled", () => {
+  layer(TestEndpoint, { excludeTestServices: true })((it) => {
+    it.effect("a query string, a trailing slash, a percent escape or no version segment reach the same handler and rules", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const token = sub.path.slice("/wpush/v1/".length)
+        const spellings = [
+          sub.path,
+          `${sub.path}?from=app`,
+          `${sub.path}/`,
+          `/wpush/v1/${token.slice(0, 5)}%${token.charCodeAt(5).toString(16).toUpperCase()}${token.slice(6)}`,
+          `/wpush/${token}`
+        ]
+        for (const path of spellings) {
+          const created = yield* request({ path, headers: { ttl: 60 } })
+          assert.strictEqual(created.status, 201, path)
+          assert.match(String(created.headers["location"]), /\/m\/gAAAA/, path)
+          assert.strictEqual(created.headers["access-control-allow-origin"], "*", path)
+          const refused = yield* request({ path })
+          assert.strictEqual(refused.status, 400, path)
+          assert.strictEqual(refused.json().errno, 111, path)
+        }
+        const unknownVersion = yield* request({ path: `/wpush/v9/${token}`, headers: { ttl: 60 } })
+        assert.strictEqual(unknownVersion.status, 404)
+        assert.strictEqual(unknownVersion.json().errno, 102)
+      }))
+  })
+})
+
+describe("max_in_flight_requests", () => {
+  layer(endpointWith(FakeNodeClient, { ...options, maxInFlightRequests: 1, clientRequestTimeoutMs: 500 }), { excludeTestServices: true })((it) => {
+    it.effect("beyond the limit a push or any other request is answered 503/201 with Retry-After at once; a slot freed is used again", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const port = yield* boundPort
+        // This push holds the only slot until its body times out.
+        const holder = Effect.runPromise(Effect.promise(() =>
+          rawHttp(port, `POST ${sub.path} HTTP/1.1\r\nHost: x\r\nTTL: 60\r\nContent-Length: 100\r\n\r\n`, "half", 3_000)
+        ))
+        yield* Effect.sleep("100 millis")
+        for (const [method, path] of [["POST", sub.path], ["POST", `${sub.path}?q=1`], ["GET", "/health"]] as const) {
+          const refused = yield* request({ method, path, headers: { ttl: 60 } })
+          assert.strictEqual(refused.status, 503, `${method} ${path}`)
+          assert.strictEqual(refused.json().errno, 201)
+          assert.strictEqual(refused.headers["retry-after"], "120")
+        }
+        assert.match((yield* Effect.promise(() => holder)).text, /^HTTP\/1\.1 408 /)
+        assert.strictEqual((yield* request({ path: sub.path, headers: { ttl: 60 } })).status, 201)
+      }))
+  })
+})
+
 describe("slow bodies", () => {
   layer(endpointWith(FakeNodeClient, { ...options, clientRequestTimeoutMs: 300 }), { excludeTestServices: true })((it) => {
     it.effect("a push whose body stalls is answered 408 within client_request_timeout, and the connection closed", () =>
