@@ -16,6 +16,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import { hyphenate, parseUuidHex } from "../domain/ids.ts"
+import { memoize } from "../domain/memo.ts"
 import type { MessageKey } from "../domain/notification.ts"
 import {
   type FernetError,
@@ -152,6 +153,9 @@ export const parseMessageId = (fernet: MultiFernet, id: string): Result.Result<M
 
 // ── service ──────────────────────────────────────────────────────────────────────────────────────
 
+/** Endpoint tokens kept opened, at most (each about half a KiB). */
+const TOKENS_REMEMBERED = 10_000
+
 /** A configured crypto key that cannot be used; names its position in the list, never its value. */
 export class CryptoKeyConfigError extends Data.TaggedError("CryptoKeyConfigError")<{ readonly message: string }> {}
 
@@ -193,11 +197,18 @@ export class EndpointCrypto extends Context.Service<EndpointCrypto, {
   static readonly make = (options: EndpointCryptoOptions): Result.Result<EndpointCrypto["Service"], CryptoKeyConfigError> =>
     Result.map(makeKeyRing(Redacted.value(options.keys)), (fernet) => {
       const endpointUrl = options.endpointUrl.replace(/\/+$/, "")
+      // A token opens the same way every time: a subscription pushed to again is not decrypted
+      // again. Refused tokens are not kept (made-up ones cannot push out the real ones).
+      const openToken = memoize(
+        TOKENS_REMEMBERED,
+        (key) => parseEndpointToken(fernet, key.startsWith("v2") ? "v2" : "v1", key.slice(2)),
+        Result.isSuccess
+      )
       // Encrypting draws a random IV, so the makers are effects (sync: never fail except on a bug).
       return EndpointCrypto.of({
         makeEndpoint: (uaid, channelId, rawKey) =>
           Effect.sync(() => makeEndpointUrl(fernet, endpointUrl, uaid, channelId, rawKey)),
-        parseEndpoint: (version, token) => Effect.fromResult(parseEndpointToken(fernet, version, token)),
+        parseEndpoint: (version, token) => Effect.fromResult(openToken(version + token)),
         makeMessageId: (data) => Effect.sync(() => makeMessageId(fernet, data)),
         parseMessageId: (id) => Effect.fromResult(parseMessageId(fernet, id))
       })

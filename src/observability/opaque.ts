@@ -11,15 +11,15 @@
  * value, so they can be joined), not reversible (a uaid has 122 random bits, a message id is
  * encrypted), and an operator who holds the real id can compute it (`opaqueId`) to grep for it.
  */
-import { createHash } from "node:crypto"
+import { hash } from "node:crypto"
+import { memoize } from "../domain/memo.ts"
 
 /** Length of an opaque id in hex digits. */
 export const OPAQUE_ID_LENGTH = 16
 
 const OPAQUE = /^[0-9a-f]{16}$/
 
-export const opaqueId = (value: string): string =>
-  createHash("sha256").update(value).digest("hex").slice(0, OPAQUE_ID_LENGTH)
+export const opaqueId = (value: string): string => hash("sha256", value, "hex").slice(0, OPAQUE_ID_LENGTH)
 
 /** True when `value` has the shape of an `opaqueId` (raw uaids and message ids never do: 32 hex / base64url ≥ 100). */
 export const isOpaqueId = (value: string): boolean => OPAQUE.test(value)
@@ -28,20 +28,4 @@ export const isOpaqueId = (value: string): boolean => OPAQUE.test(value)
  * `opaqueId` remembering its last `size` inputs (a SHA-256 costs microseconds; a session's events
  * repeat its uaid, a message's events its version).
  */
-export const makeOpaqueIds = (size = 4_096): ((value: string) => string) => {
-  const cache = new Map<string, string>()
-  // Inputs in order, as a ring (cheaper than a Map's first key after many deletions).
-  const order: Array<string | undefined> = []
-  let next = 0
-  return (value) => {
-    const hit = cache.get(value)
-    if (hit !== undefined) return hit
-    const id = opaqueId(value)
-    const oldest = order[next]
-    if (oldest !== undefined) cache.delete(oldest)
-    order[next] = value
-    next = (next + 1) % size
-    cache.set(value, id)
-    return id
-  }
-}
+export const makeOpaqueIds = (size = 4_096): ((value: string) => string) => memoize(size, opaqueId)

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs"
+import { createCipheriv, createHmac, randomBytes } from "node:crypto"
 import { inspect } from "node:util"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Result, Schema } from "effect"
@@ -270,5 +271,24 @@ describe("MultiFernet", () => {
       const stale = encrypt(oldKey, "x", { now: 100 })
       assert.strictEqual(reasonOf(ring.decrypt(stale, { ttlSeconds: 10, now: 1000 })), "expired")
       assert.strictEqual(reasonOf(ring.decrypt("%%%")), "malformed")
+    }))
+})
+
+describe("Fernet key primitives", () => {
+  it.effect("HMAC and AES-CBC agree with node:crypto's own contexts on random keys, IVs and data", () =>
+    Effect.sync(() => {
+      for (let round = 0; round < 300; round++) {
+        const raw = randomBytes(32)
+        const k = fernetKeyFromBytes(raw)
+        const data = randomBytes(round % 97)
+        assert.deepStrictEqual(k.mac(data), createHmac("sha256", raw.subarray(0, 16)).update(data).digest())
+        const iv = randomBytes(16)
+        const blocks = randomBytes(16 * (1 + (round % 6)))
+        const reference = createCipheriv("aes-128-cbc", raw.subarray(16), iv).setAutoPadding(false)
+        const expected = Buffer.concat([reference.update(blocks), reference.final()])
+        // Encrypting again on the same key: the context's chain restarts from each message's IV.
+        for (let again = 0; again < 2; again++) assert.deepStrictEqual(k.encryptBlocks(iv, Buffer.from(blocks)), expected)
+        assert.deepStrictEqual(k.decryptBlocks(iv, expected), blocks)
+      }
     }))
 })
