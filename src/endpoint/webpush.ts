@@ -37,6 +37,7 @@ import { domainEvent } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
+import { messageSpans } from "../observability/tracing.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
 import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
@@ -48,9 +49,6 @@ import { parseVapid, type VerifiedVapid, verifyVapid } from "./vapid.ts"
 const BRIDGE_TYPES: ReadonlySet<string> = new Set(["fcm", "apns", "adm", "stub"])
 
 const NO_SUBSCRIPTION = "No such subscription"
-
-/** Spans on the per-message path skip capturing a stack trace. */
-const NO_STACK = { captureStackTrace: false } as const
 
 const storageUnavailable = (error: StorageError) =>
   Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
@@ -96,6 +94,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const router = yield* WebPushRouter
   const events = yield* EventLog
   const bridges = yield* Bridges
+  const spans = yield* messageSpans
   const origin = endpointOrigin(options.endpointUrl)
   const locationBase = `${endpointBase(options.endpointUrl)}/m/`
   const cache = new RouterCache(options.routerCache ?? { ttlMs: 0, entries: 0 })
@@ -179,7 +178,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
         durationMs: Math.round((performance.now() - start) * 1000) / 1000
       }))
     return bridge.send(user, notification).pipe(
-      Effect.withSpan("notification.bridge", { attributes: { platform: bridge.platform } }, NO_STACK),
+      spans.span("notification.bridge", { attributes: { platform: bridge.platform } }),
       Effect.tap(() =>
         Effect.map(Clock.currentTimeMillis, (now) => {
           events.record(domainEvent("notification.bridged.1", user.uaid, now, {
@@ -253,12 +252,14 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
 
   /** The accept span of a push: a child of the app server's `traceparent`, when it sends one. */
   const send = (request: PushRequest, versionSegment: string | undefined, token: string) =>
-    accept(request, versionSegment, token).pipe(
-      Effect.withSpan("notification.accept", {
-        kind: "server",
-        parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers as Headers.Headers))
-      }, NO_STACK)
-    )
+    spans.enabled
+      ? accept(request, versionSegment, token).pipe(
+        spans.span("notification.accept", {
+          kind: "server",
+          parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers as Headers.Headers))
+        })
+      )
+      : accept(request, versionSegment, token)
 
   const accept = Effect.fnUntraced(function*(
     request: PushRequest,

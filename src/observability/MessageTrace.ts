@@ -10,8 +10,8 @@
  * sees delivered/acked/nacked/expired and stored-at-disconnect. Ask both and merge by time.
  *
  * The document carries opaque ids only (`opaque.ts`), so a trace can be shared like an event-log
- * line; a message is hashed once, at first sight (the window is keyed by the message id itself), and
- * `opaqueOf` lends that hash to the event-log writer.
+ * line. Recording is on every message's path and only keeps the events themselves; the hashing and
+ * the document are done when someone asks (a lookup by opaque id hashes the window's message ids).
  */
 import * as Context from "effect/Context"
 import * as Layer from "effect/Layer"
@@ -56,8 +56,6 @@ export interface MessageTraceService {
   readonly sink: EventSink
   /** By message id (the `Location` of a 201) or its opaque id (the event log's `version`). */
   readonly lookup: (messageId: string) => TraceDocument | undefined
-  /** The opaque id of a message id in the window (no hashing); undefined when not there. */
-  readonly opaqueOf: (messageId: string) => string | undefined
   readonly size: () => number
 }
 
@@ -70,13 +68,11 @@ export interface MessageTraceOptions {
 }
 
 interface Lifecycle {
-  readonly message: string
   readonly uaid: string
-  channelId: string | undefined
   state: TraceState
   readonly firstSeen: number
   lastSeen: number
-  readonly events: Array<TraceEntry>
+  readonly events: Array<DomainEvent>
   truncated: boolean
 }
 
@@ -127,8 +123,6 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
   const opaque = options.opaque ?? makeOpaqueIds()
   /** By message id, in order of first sight. */
   const window = new Map<string, Lifecycle>()
-  /** Opaque id → message id. */
-  const byOpaque = new Map<string, string>()
   /**
    * Message ids in order of first sight, as a ring: the slot to reuse next holds the oldest. (Not
    * `window.keys().next()`: a Map's iteration walks over the holes its deletions leave.)
@@ -137,67 +131,60 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
   let next = 0
 
   const sink: EventSink = (event) => {
-    const timeMs = event.time
     const version = versionOf(event)
     if (version === undefined) return
     const state = stateOf(event)
     if (state === undefined) return
-    let lifecycle = window.get(version)
+    const lifecycle = window.get(version)
     if (lifecycle === undefined) {
       const oldest = order[next]
-      if (oldest !== undefined) {
-        byOpaque.delete((window.get(oldest) as Lifecycle).message)
-        window.delete(oldest)
-      }
+      if (oldest !== undefined) window.delete(oldest)
       order[next] = version
       next = (next + 1) % capacity
-      const key = opaque(version)
-      byOpaque.set(key, version)
-      lifecycle = {
-        message: key,
-        uaid: opaque(event.uaid),
-        channelId: undefined,
-        state,
-        firstSeen: timeMs,
-        lastSeen: timeMs,
-        events: [],
-        truncated: false
-      }
-      window.set(version, lifecycle)
-    } else {
-      lifecycle.state = nextState(lifecycle.state, state)
-      lifecycle.lastSeen = timeMs
+      window.set(version, { uaid: event.uaid, state, firstSeen: event.time, lastSeen: event.time, events: [event], truncated: false })
+      return
     }
-    const data: Record<string, unknown> = {}
-    for (const [k, v] of Object.entries(event.data)) {
-      if (k === "version" || v === undefined) continue
-      if (k === "channelId" && typeof v === "string") {
-        lifecycle.channelId ??= v
-        continue
-      }
-      data[k] = v
-    }
-    if (lifecycle.events.length < maxEvents) lifecycle.events.push({ time: timeMs, type: event.type, data })
+    lifecycle.state = nextState(lifecycle.state, state)
+    lifecycle.lastSeen = event.time
+    if (lifecycle.events.length < maxEvents) lifecycle.events.push(event)
     else lifecycle.truncated = true
   }
 
-  const lookup = (messageId: string): TraceDocument | undefined => {
-    const byHash = isOpaqueId(messageId) ? byOpaque.get(messageId) : undefined
-    const lifecycle = window.get(byHash ?? messageId)
-    if (lifecycle === undefined) return undefined
+  const document = (version: string, lifecycle: Lifecycle): TraceDocument => {
+    let channelId: string | undefined
+    const events = lifecycle.events.map((event): TraceEntry => {
+      const data: Record<string, unknown> = {}
+      for (const [k, v] of Object.entries(event.data)) {
+        if (k === "version" || v === undefined) continue
+        if (k === "channelId" && typeof v === "string") {
+          channelId ??= v
+          continue
+        }
+        data[k] = v
+      }
+      return { time: event.time, type: event.type, data }
+    })
     return {
-      message: lifecycle.message,
-      uaid: lifecycle.uaid,
-      ...(lifecycle.channelId !== undefined ? { channelId: lifecycle.channelId } : {}),
+      message: opaque(version),
+      uaid: opaque(lifecycle.uaid),
+      ...(channelId !== undefined ? { channelId } : {}),
       state: lifecycle.state,
       firstSeen: lifecycle.firstSeen,
       lastSeen: lifecycle.lastSeen,
-      events: lifecycle.events.slice(),
+      events,
       truncated: lifecycle.truncated
     }
   }
 
-  return { sink, lookup, opaqueOf: (messageId) => window.get(messageId)?.message, size: () => window.size }
+  const lookup = (messageId: string): TraceDocument | undefined => {
+    const lifecycle = window.get(messageId)
+    if (lifecycle !== undefined) return document(messageId, lifecycle)
+    if (!isOpaqueId(messageId)) return undefined
+    for (const [version, candidate] of window) if (opaque(version) === messageId) return document(version, candidate)
+    return undefined
+  }
+
+  return { sink, lookup, size: () => window.size }
 }
 
 export class MessageTrace extends Context.Service<MessageTrace, MessageTraceService>()(

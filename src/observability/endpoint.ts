@@ -5,6 +5,7 @@
  *   which the metrics sink makes `notification.routed` / `notification.route_time` and the trace
  *   shows the endpoint's half of a direct delivery.
  */
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
@@ -30,19 +31,19 @@ export const recordRouting = (router: WebPushRouterService, events: EventLogServ
   ): Effect.Effect<A, E> =>
     Effect.suspend(() => {
       const start = performance.now()
-      const record = (outcome: RouteOutcome, version = notification.version) =>
-        Effect.map(Clock.currentTimeMillis, (now) =>
+      return Effect.onExit(routing, (exit) => {
+        const outcome: RouteOutcome | undefined = exit._tag === "Success"
+          ? exit.value?.outcome
+          : Cause.hasFails(exit.cause) ? "failed" : undefined
+        if (outcome === undefined) return Effect.void
+        return Effect.map(Clock.currentTimeMillis, (now) =>
           events.record(domainEvent("notification.routed.1", uaid, now, {
             channelId: notification.channelId,
-            version,
+            version: exit._tag === "Success" ? exit.value?.notification.version ?? notification.version : notification.version,
             outcome,
             durationMs: Math.round((performance.now() - start) * 1000) / 1000
-          }))
-        )
-      return routing.pipe(
-        Effect.tap((routed) => routed === undefined ? Effect.void : record(routed.outcome, routed.notification.version)),
-        Effect.tapError(() => record("failed"))
-      )
+          })))
+      })
     })
   return {
     route: (user, table, notification) => recorded(user.uaid, notification, router.route(user, table, notification)),

@@ -50,14 +50,13 @@ const eventLogOver = (
     const metrics = yield* Metrics
     const trace = yield* MessageTrace
     const tracer = yield* Tracer.Tracer
-    // The trace runs first and has hashed the event's message id already.
     const sinks: Array<EventSink> = [...extra, metricsSink(metrics), trace.sink]
     if (tracer !== Tracer.nativeTracer) sinks.push(deliverySpans(tracer))
     if (eventLog !== undefined && eventLog !== "") {
       const dropped = metrics.counter(METRICS.eventLogDropped.name)
       sinks.push(yield* openEventLog({
         target: eventLog,
-        opaque: (value) => trace.opaqueOf(value) ?? opaque(value),
+        opaque,
         onDrop: () => dropped.inc()
       }))
     }

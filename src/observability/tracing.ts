@@ -13,6 +13,7 @@
  * Without an endpoint the tracer is disabled altogether, so spans cost nothing on the hot path.
  */
 import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -98,3 +99,20 @@ export const deliverySpans = (tracer: Tracer.Tracer): EventSink => {
     }
   }
 }
+
+/**
+ * Spans on the per-message path (no stack trace captured), decided once where the handlers are
+ * built: with tracing off `span` adds nothing — Effect would still make, provide and end a no-op span
+ * on every call.
+ */
+export interface MessageSpans {
+  readonly enabled: boolean
+  readonly span: (name: string, options?: Tracer.SpanOptionsNoTrace) => <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+}
+
+const NO_STACK = { captureStackTrace: false } as const
+
+export const messageSpans: Effect.Effect<MessageSpans> = Effect.map(Effect.service(References.TracerEnabled), (enabled) => ({
+  enabled,
+  span: enabled ? (name, options) => Effect.withSpan(name, options, NO_STACK) : () => (self) => self
+}))

@@ -17,6 +17,7 @@ import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { Storage } from "../storage/Storage.ts"
+import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
 
 export type RouteOutcome = "direct" | "stored" | "dropped"
@@ -26,9 +27,6 @@ export interface Routed {
   readonly outcome: RouteOutcome
   readonly notification: Notification
 }
-
-/** Spans on the per-message path skip capturing a stack trace. */
-const NO_STACK = { captureStackTrace: false } as const
 
 export interface WebPushRouterService {
   /** Route `notification` to `user`, whose messages live in `table`. */
@@ -53,6 +51,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
       const storage = yield* Storage
       const node = yield* NodeClient
       const crypto = yield* EndpointCrypto
+      const spans = yield* messageSpans
 
       /**
        * Step 3: store. Two timestamp messages of one channel in the same ms would share a storage key:
@@ -109,7 +108,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         const stored = yield* store(user.uaid, table, notification).pipe(
           Effect.tapError((error) => Effect.logError("storing a notification failed", error)),
           Effect.mapError(() => new StorageUnavailable()),
-          Effect.withSpan("notification.store", undefined, NO_STACK)
+          spans.span("notification.store")
         )
         yield* pokeCurrentNode(user.uaid)
         return { outcome: "stored", notification: stored }
@@ -123,13 +122,15 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
       const traced = <A extends Routed | undefined, E>(routing: Effect.Effect<A, E>): Effect.Effect<A, E> =>
         routing.pipe(
           Effect.tap((routed) => Effect.annotateCurrentSpan("autopush.outcome", routed?.outcome ?? "not-direct")),
-          Effect.withSpan("notification.route", undefined, NO_STACK)
+          spans.span("notification.route")
         )
 
-      return WebPushRouter.of({
-        route: (user, table, notification) => traced(route(user, table, notification)),
-        routeDirect: (user, notification) => traced(routeDirect(user, notification))
-      })
+      return WebPushRouter.of(spans.enabled
+        ? {
+          route: (user, table, notification) => traced(route(user, table, notification)),
+          routeDirect: (user, notification) => traced(routeDirect(user, notification))
+        }
+        : { route, routeDirect })
     })
   )
 }

@@ -90,8 +90,29 @@ export const lastConnectKeys = (yyyymm: number): ReadonlyArray<number> => {
   return keys
 }
 
-/** `currentMessageTable` / `activeMessageTables` of the service, by the Effect `Clock`. */
-export const tablesByClock = (options: StorageOptions) => ({
-  currentMessageTable: Effect.map(Clock.currentTimeMillis, (ms) => currentTableName(options, ms)),
-  activeMessageTables: Effect.map(Clock.currentTimeMillis, (ms) => activeTableNames(options, ms))
-})
+/**
+ * `currentMessageTable` / `activeMessageTables` of the service, by the Effect `Clock`. Both only
+ * change at a UTC midnight, and are asked on every push: they are worked out once a day.
+ */
+export const tablesByClock = (options: StorageOptions) => {
+  let day = Number.NaN
+  let current = ""
+  let active: ReadonlyArray<string> = []
+  const at = (ms: number): void => {
+    const today = Math.floor(ms / DAY_MS)
+    if (today === day) return
+    day = today
+    current = currentTableName(options, ms)
+    active = activeTableNames(options, ms)
+  }
+  return {
+    currentMessageTable: Effect.map(Clock.currentTimeMillis, (ms) => {
+      at(ms)
+      return current
+    }),
+    activeMessageTables: Effect.map(Clock.currentTimeMillis, (ms) => {
+      at(ms)
+      return active
+    })
+  }
+}
