@@ -13,6 +13,7 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Tracer from "effect/Tracer"
 import { hyphenate } from "../domain/ids.ts"
 import type { Notification } from "../domain/notification.ts"
 import { encodeTransportNotification } from "../domain/router-wire.ts"
@@ -44,10 +45,10 @@ export interface NodeClientOptions {
 const nodeUrl = (nodeId: string, action: "push" | "notif", uaid: string, suffix = ""): URL =>
   new URL(`${nodeId.replace(/\/+$/, "")}/${action}/${uaid.length === 32 ? hyphenate(uaid) : uaid}${suffix}`)
 
-/** The W3C `traceparent` of the current span, if there is one. */
+/** The W3C `traceparent` of the current span, if there is one. (Not `currentParentSpan`: its "none" is an error with a stack trace.) */
 const currentTraceparent: Effect.Effect<string | undefined> = Effect.map(
-  Effect.orElseSucceed(Effect.currentParentSpan, () => undefined),
-  (span) => span === undefined ? undefined : `00-${span.traceId.padStart(32, "0")}-${span.spanId}-${span.sampled ? "01" : "00"}`
+  Effect.serviceOption(Tracer.ParentSpan),
+  (span) => span._tag === "None" ? undefined : `00-${span.value.traceId.padStart(32, "0")}-${span.value.spanId}-${span.value.sampled ? "01" : "00"}`
 )
 
 /** A `node:http` client with keep-alive agents: one PUT per call, resolved with the reply's status. */
