@@ -327,7 +327,7 @@ export const options = {
   console: opt("endpoint", boolean, true, "Serve the web console (a push client page and the server's status) at GET / on the endpoint's port"),
   max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
   broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
-  router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client for direct deliveries (0 turns it off); a record the named node does not confirm is read again"),
+  router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client, and the channels it read for it, for direct deliveries without reading storage (0 turns it off); the node takes a message only for the session and channels it still has, otherwise storage is read again"),
   router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
   bridge_stub: opt("endpoint", boolean, false, "Enable the stub bridge (router type stub, app id success or error, token success): for tests and demos of the registration API"),
   fcm_credentials: opt("endpoint", text, undefined, "FCM (HTTP v1) apps as JSON: {\"<app_id>\": {\"project_id\": \"…\", \"credential\": \"<service-account JSON, or the path of its file>\"}}", {

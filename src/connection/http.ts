@@ -14,7 +14,7 @@ import type { IncomingMessage, ServerResponse } from "node:http"
 import { randomBytes } from "node:crypto"
 import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
-import { decodeTransportNotification } from "../domain/router-wire.ts"
+import { CONNECTED_AT_HEADER, decodeTransportNotification, parseConnectedAt } from "../domain/router-wire.ts"
 import {
   ClientUnavailable,
   InternalError,
@@ -208,9 +208,11 @@ const push = async (req: IncomingMessage, res: ServerResponse, uaid: string, reg
   if (body._tag === "Refused") return sendError(res, body.error, true)
   const decoded = decodeTransportNotification(body.bytes.toString("utf8"))
   if (decoded === undefined) return sendError(res, new InvalidRequestBody({ message: "The body is not a notification" }))
+  const connectedAt = parseConnectedAt(req.headers[CONNECTED_AT_HEADER])
+  if (connectedAt === "invalid") return sendError(res, new InvalidRequestBody({ message: `${CONNECTED_AT_HEADER} is not a time in ms` }))
   const traceparent = req.headers["traceparent"]
   const notification = typeof traceparent === "string" ? { ...decoded, traceparent } : decoded
-  return registry.deliver(uaid, notification) ? accepted(res) : unavailable(res)
+  return registry.deliver(uaid, notification, connectedAt) ? accepted(res) : unavailable(res)
 }
 
 /**

@@ -14,8 +14,11 @@ export interface NodeRegistryService extends SessionRegistry {
   readonly get: (uaid: string) => SessionHandle | undefined
   /** Identified sessions. */
   readonly count: () => number
-  /** Queue a notification for the uaid's session; false when it is not here or its queue is full. */
-  readonly deliver: (uaid: string, notification: Notification) => boolean
+  /**
+   * Queue a notification for the uaid's session; false when it is not here, is not the session
+   * connected at `connectedAt` (when given), has unregistered the channel, or its queue is full.
+   */
+  readonly deliver: (uaid: string, notification: Notification, connectedAt?: number) => boolean
   /** Ask the uaid's session to check storage; false when it is not here. */
   readonly checkStorage: (uaid: string) => boolean
 }
@@ -28,7 +31,10 @@ export const makeNodeRegistry = (): NodeRegistryService => {
     track: (handle) => void connections.add(handle),
     get: (uaid) => byUaid.get(uaid),
     count: () => byUaid.size,
-    deliver: (uaid, notification) => byUaid.get(uaid)?.mailbox.offerDelivery({ _tag: "Delivery", notification }) ?? false,
+    deliver: (uaid, notification, connectedAt) => {
+      const handle = byUaid.get(uaid)
+      return handle !== undefined && handle.takes(notification.channelId, connectedAt) && handle.mailbox.offerDelivery({ _tag: "Delivery", notification })
+    },
     checkStorage: (uaid) => byUaid.get(uaid)?.mailbox.offer({ _tag: "CheckStorage" }) ?? false,
     register: (handle) => {
       const uaid = handle.uaid as string

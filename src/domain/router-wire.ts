@@ -52,3 +52,14 @@ export const decodeTransportNotification = (body: string): Notification | undefi
     headers: t.data == null ? undefined : t.headers ?? {}
   }
 }
+
+/**
+ * Header of `PUT /push/{uaid}` with the `connected_at` of the router record the endpoint routed on:
+ * the node takes the message only for the session connected then (a client that reconnected since
+ * may have unregistered the channel in the session between). Nodes that do not know it ignore it.
+ */
+export const CONNECTED_AT_HEADER = "autopush-connected-at"
+
+/** The header's value: a ms time, undefined when absent, "invalid" when not a whole number of ms. */
+export const parseConnectedAt = (value: string | ReadonlyArray<string> | undefined): number | undefined | "invalid" =>
+  value === undefined ? undefined : typeof value === "string" && /^\d{1,16}$/.test(value) ? Number(value) : "invalid"

@@ -212,19 +212,24 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const user = yield* userOf(uaid) //                                  #7
     const { table, bridge } = yield* destinationOf(user) //              #8
     if (!(yield* hasChannel(uaid, table, channelId))) return yield* new NoSubscription({ message: NO_SUBSCRIPTION })
-    cache.remember(user, yield* Clock.currentTimeMillis)
+    cache.remember(user, channelId, yield* Clock.currentTimeMillis)
     return { user, table, bridge, cached: false }
   })
 
   /**
-   * #7–#9, from the cache when it has a record of a connected client whose table is still served
-   * and holds the channel; anything else is decided on a fresh read.
+   * #7–#9 from the cache when it has a record of a connected client whose table is still served, and
+   * holds the channel (known, or read now); anything else is decided on a fresh read. A cached
+   * answer is only used for a direct delivery, which the node checks (`routerCache.ts`).
    */
   const targetOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
     const hit = cache.get(uaid, yield* Clock.currentTimeMillis)
-    const table = hit?.currentMonth
-    if (hit !== undefined && table !== undefined && (yield* storage.activeMessageTables).includes(table) && (yield* hasChannel(uaid, table, channelId))) {
-      return { user: hit, table, bridge: undefined, cached: true }
+    const table = hit?.user.currentMonth
+    if (hit !== undefined && table !== undefined && (yield* storage.activeMessageTables).includes(table)) {
+      if (hit.channels.has(channelId)) return { user: hit.user, table, bridge: undefined, cached: true }
+      if (yield* hasChannel(uaid, table, channelId)) {
+        hit.channels.add(channelId)
+        return { user: hit.user, table, bridge: undefined, cached: true }
+      }
     }
     return yield* subscriberOf(uaid, channelId)
   })

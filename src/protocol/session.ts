@@ -100,11 +100,28 @@ export class SessionHandle {
   /** Ms time at which the node's ticker sends a `Tick`. */
   deadline: number
   readonly mailbox: Mailbox<SessionEvent>
+  /**
+   * Channels the client unregistered in this session (and did not register again), folded from
+   * its events: deliveries for them are refused, so an endpoint that still knew the channel reads
+   * storage again. Made on the first unregister (most sessions never have one).
+   */
+  unregistered: Set<string> | undefined = undefined
 
   constructor(capacity: number, deadline: number) {
     this.mailbox = new Mailbox<SessionEvent>(capacity, isDelivery)
     this.deadline = deadline
   }
+
+  /** Whether a message for `channelId` may be delivered here (to the session connected at `connectedAt`, when given). */
+  takes(channelId: string, connectedAt: number | undefined): boolean {
+    return (connectedAt === undefined || connectedAt === this.connectedAt) && this.unregistered?.has(channelId) !== true
+  }
+}
+
+/** Fold one of the session's events into `handle.unregistered`. */
+const foldUnregistered = (handle: SessionHandle, event: DomainEvent): void => {
+  if (event.type === "channel.unregistered.1") (handle.unregistered ??= new Set()).add(event.data.channelId)
+  else if (event.type === "channel.registered.1") handle.unregistered?.delete(event.data.channelId)
 }
 
 const isDelivery = (event: SessionEvent): boolean => event._tag === "Delivery"
@@ -254,6 +271,7 @@ export class SessionRunner {
 
   private record(event: DomainEvent): void {
     this.summary = foldSummary(this.summary, event)
+    foldUnregistered(this.handle, event)
     this.ports.events.record(event)
   }
 

@@ -16,7 +16,7 @@ import * as Layer from "effect/Layer"
 import * as Tracer from "effect/Tracer"
 import { hyphenate } from "../domain/ids.ts"
 import type { Notification } from "../domain/notification.ts"
-import { encodeTransportNotification } from "../domain/router-wire.ts"
+import { CONNECTED_AT_HEADER, encodeTransportNotification } from "../domain/router-wire.ts"
 
 export class NodeTransportError extends Data.TaggedError("NodeTransportError")<{
   readonly nodeId: string
@@ -25,8 +25,11 @@ export class NodeTransportError extends Data.TaggedError("NodeTransportError")<{
 }> {}
 
 export interface NodeClientService {
-  /** Deliver to the connected client; the node's status (200 = queued for the client). */
-  readonly push: (nodeId: string, uaid: string, notification: Notification) => Effect.Effect<number, NodeTransportError>
+  /**
+   * Deliver to the connected client — only to its session connected at `connectedAt` (the router
+   * record's), when given; the node's status (200 = queued for the client).
+   */
+  readonly push: (nodeId: string, uaid: string, notification: Notification, connectedAt?: number) => Effect.Effect<number, NodeTransportError>
   /** Ask the node to check storage for this client; the node's status. */
   readonly notify: (nodeId: string, uaid: string) => Effect.Effect<number, NodeTransportError>
   /** Ask the node to drop its session of this client if it is the one connected at `connectedAt`. */
@@ -58,7 +61,14 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
     "https:": new https.Agent({ keepAlive: true })
   }
 
-  const send = (method: "PUT" | "DELETE", nodeId: string, url: URL, body: string | undefined, traceparent: string | undefined) =>
+  const send = (
+    method: "PUT" | "DELETE",
+    nodeId: string,
+    url: URL,
+    body: string | undefined,
+    traceparent: string | undefined,
+    connectedAt: number | undefined
+  ) =>
     Effect.callback<number, NodeTransportError>((resume) => {
       let settled = false
       const settle = (effect: Effect.Effect<number, NodeTransportError>) => {
@@ -76,6 +86,7 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
         ? { "content-length": 0 }
         : { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
       if (traceparent !== undefined) headers["traceparent"] = traceparent
+      if (connectedAt !== undefined) headers[CONNECTED_AT_HEADER] = String(connectedAt)
       const request = (url.protocol === "https:" ? https : http).request(url, { method, agent, headers })
       const abort = (why: NodeTransportError["reason"]) => () => {
         reason = why
@@ -116,14 +127,14 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
     })
 
   /** A node id that is not a URL (or a body that cannot be sent) is a transport failure too. */
-  const call = (method: "PUT" | "DELETE", nodeId: string, url: () => URL, body: () => string | undefined) =>
-    Effect.flatMap(currentTraceparent, (traceparent) => Effect.suspend(() => send(method, nodeId, url(), body(), traceparent))).pipe(
+  const call = (method: "PUT" | "DELETE", nodeId: string, url: () => URL, body: () => string | undefined, connectedAt?: number) =>
+    Effect.flatMap(currentTraceparent, (traceparent) => Effect.suspend(() => send(method, nodeId, url(), body(), traceparent, connectedAt))).pipe(
       Effect.catchDefect((cause) => Effect.fail(new NodeTransportError({ nodeId, reason: "error", cause })))
     )
 
   return {
-    push: (nodeId, uaid, notification) =>
-      call("PUT", nodeId, () => nodeUrl(nodeId, "push", uaid), () => encodeTransportNotification(notification)),
+    push: (nodeId, uaid, notification, connectedAt) =>
+      call("PUT", nodeId, () => nodeUrl(nodeId, "push", uaid), () => encodeTransportNotification(notification), connectedAt),
     notify: (nodeId, uaid) => call("PUT", nodeId, () => nodeUrl(nodeId, "notif", uaid), () => undefined),
     disconnect: (nodeId, uaid, connectedAt) =>
       call("DELETE", nodeId, () => nodeUrl(nodeId, "notif", uaid, `/${connectedAt}`), () => undefined),
@@ -139,7 +150,7 @@ export interface LocalNode {
   /** Its node id (router URL) as router records name it. */
   readonly nodeId: string
   /** Same meaning as its router port's answers: true = 200 (queued), false = 404. */
-  readonly push: (uaid: string, notification: Notification) => boolean
+  readonly push: (uaid: string, notification: Notification, connectedAt?: number) => boolean
   readonly notify: (uaid: string) => boolean
 }
 
@@ -164,11 +175,11 @@ export class NodeClient extends Context.Service<NodeClient, NodeClientService>()
         const here = yield* local
         const remote = yield* liveClient(options)
         return NodeClient.of({
-          push: (nodeId, uaid, notification) =>
+          push: (nodeId, uaid, notification, connectedAt) =>
             nodeId === here.nodeId
               ? Effect.map(currentTraceparent, (traceparent) =>
-                here.push(uaid, traceparent === undefined ? notification : { ...notification, traceparent }) ? 200 : 404)
-              : remote.push(nodeId, uaid, notification),
+                here.push(uaid, traceparent === undefined ? notification : { ...notification, traceparent }, connectedAt) ? 200 : 404)
+              : remote.push(nodeId, uaid, notification, connectedAt),
           notify: (nodeId, uaid) => (nodeId === here.nodeId ? Effect.sync(() => (here.notify(uaid) ? 200 : 404)) : remote.notify(nodeId, uaid)),
           disconnect: remote.disconnect
         })

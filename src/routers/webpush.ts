@@ -1,8 +1,10 @@
 /**
  * Routing an accepted notification to a WebPush user (protocol-notes §4):
  *
- * 1. the user has a `node_id` → `PUT {node}/push/{uaid}`; 200 → delivered ("direct"); another status
- *    → go on; a transport failure → clear `node_id` (only if it and `connected_at` still match), go on;
+ * 1. the user has a `node_id` → `PUT {node}/push/{uaid}` for its session connected at `connected_at`;
+ *    200 → delivered ("direct"); another status (not there, another session, the channel unregistered
+ *    in that session, queue full) → go on; a transport failure → clear `node_id` (only if it and
+ *    `connected_at` still match), go on;
  * 2. TTL 0 → nothing is stored ("dropped");
  * 3. store in the user's message table (failure → 503/201); a timestamp message whose ms is taken
  *    for its channel goes to the next ms, under a new id;
@@ -77,7 +79,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
 
       /** Step 1: true when the node took it for its connected client. */
       const deliverDirect = (user: UserRecord, nodeId: string, notification: Notification) =>
-        node.push(nodeId, user.uaid, notification).pipe(
+        node.push(nodeId, user.uaid, notification, user.connectedAt).pipe(
           Effect.map((status) => status === 200),
           Effect.catchTag("NodeTransportError", () => forgetNode(user.uaid, nodeId, user.connectedAt).pipe(Effect.as(false)))
         )

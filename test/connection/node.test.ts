@@ -11,7 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ConnectionNode } from "../../src/connection/node.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
-import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
+import { CONNECTED_AT_HEADER, encodeTransportNotification } from "../../src/domain/router-wire.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
@@ -88,6 +88,35 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
         assert.strictEqual((yield* Effect.promise(() => again.next()))["uaid"], uaid)
         assert.isTrue(yield* Effect.promise(() => again.quiet(300)))
         yield* Effect.promise(() => again.close())
+      }))
+
+    it.live("a delivery names its session: another session's, or a channel the session unregistered, is refused (404)", () =>
+      Effect.gen(function*() {
+        const { ws, router } = yield* urls
+        const crypto = yield* EndpointCrypto
+        const storage = yield* Storage
+        const { client, uaid } = yield* subscribe(ws)
+        const connectedAt = (yield* storage.getUser(uaid))?.connectedAt as number
+        const put = (headers: Record<string, string>) =>
+          Effect.gen(function*() {
+            const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
+            const body = encodeTransportNotification({ channelId: CHID, version, ttl: 60, timestamp: Math.floor(Date.now() / 1000) })
+            return (yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body, headers))).status
+          })
+        const received = () => Effect.promise(() => client.next((f) => f["messageType"] === "notification"))
+        assert.strictEqual(yield* put({ [CONNECTED_AT_HEADER]: String(connectedAt) }), 200)
+        yield* received()
+        assert.strictEqual(yield* put({ [CONNECTED_AT_HEADER]: String(connectedAt - 1) }), 404)
+        assert.strictEqual(yield* put({ [CONNECTED_AT_HEADER]: "soon" }), 400)
+        client.send({ messageType: "unregister", channelID: CHID })
+        assert.strictEqual((yield* Effect.promise(() => client.next((f) => f["messageType"] === "unregister")))["status"], 200)
+        assert.strictEqual(yield* put({ [CONNECTED_AT_HEADER]: String(connectedAt) }), 404)
+        assert.strictEqual(yield* put({}), 404)
+        client.send({ messageType: "register", channelID: CHID })
+        assert.strictEqual((yield* Effect.promise(() => client.next((f) => f["messageType"] === "register")))["status"], 200)
+        assert.strictEqual(yield* put({ [CONNECTED_AT_HEADER]: String(connectedAt) }), 200)
+        yield* received()
+        yield* Effect.promise(() => client.close())
       }))
 
     it.live("a client that is not connected gets 404 on the router port; unacked messages survive a disconnect", () =>

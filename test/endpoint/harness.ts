@@ -82,6 +82,8 @@ export interface NodeCall {
   readonly nodeId: string
   readonly uaid: string
   readonly notification?: Notification
+  /** The session a push is for (the router record's `connected_at`). */
+  readonly connectedAt?: number
 }
 
 /** How a fake node answers: a status, "down" (transport failure), or a function of the call. */
@@ -109,7 +111,8 @@ export const FakeNodeClient = Layer.effect(
             : Effect.succeed(outcome))
       )
     return NodeClient.of({
-      push: (nodeId, uaid, notification) => answer({ kind: "push", nodeId, uaid, notification }),
+      push: (nodeId, uaid, notification, connectedAt) =>
+        answer({ kind: "push", nodeId, uaid, notification, ...(connectedAt === undefined ? {} : { connectedAt }) }),
       notify: (nodeId, uaid) => answer({ kind: "notify", nodeId, uaid }),
       disconnect: (nodeId, uaid) => answer({ kind: "disconnect", nodeId, uaid })
     } satisfies NodeClientService)

@@ -344,13 +344,31 @@ describe("routing with the router cache (router_cache_ttl)", () => {
         assert.deepStrictEqual(yield* messagesOf(sub), [])
       }))
 
-    it.effect("an unsubscribed channel is refused at once (channels are never cached)", () =>
+    it.effect("a push to a known channel of a connected client reads nothing: it goes to the session the record named", () =>
       Effect.gen(function*() {
         const storage = yield* Storage
         const node = yield* fakeNode(200)
         const sub = yield* subscribe({ nodeId: node })
+        const user = yield* storage.getUser(sub.uaid)
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        // Were storage read, these pushes would fail (503).
+        yield* withStorageFaults(["getUser", "hasChannel"], Effect.gen(function*() {
+          for (let i = 0; i < 3; i++) assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        }))
+        const calls = yield* nodeCalls(sub.uaid)
+        assert.deepStrictEqual(calls.map((c) => [c.kind, c.connectedAt]), Array(4).fill(["push", user?.connectedAt]))
+      }))
+
+    it.effect("an unsubscribed channel is refused at once: the node does not take it, the fresh read finds no channel → 410", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        let subscribed = true
+        // As a connection node: it refuses a channel its session unregistered.
+        const node = yield* fakeNode(() => Effect.succeed(subscribed ? 200 : 404))
+        const sub = yield* subscribe({ nodeId: node })
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
         yield* storage.removeChannel(sub.uaid, sub.table, sub.channelId)
+        subscribed = false
         const refused = yield* push(sub, headers, BODY)
         assert.strictEqual(refused.status, 410)
         assert.strictEqual(JSON.parse(refused.text).errno, 106)
@@ -365,7 +383,25 @@ describe("routing with the router cache (router_cache_ttl)", () => {
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
         yield* storage.dropUser(sub.uaid)
         known = false
-        // The channel row went with the user: refused on the (uncached) channel check already.
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 410)
+      }))
+  })
+})
+
+describe("routing with the router cache, to a node that does not check sessions", () => {
+  // An older node, or another implementation, ignores the session a push names and takes it.
+  const cached = endpointWith(FakeNodeClient, { ...options, routerCache: { ttlMs: 300, entries: 100 } })
+  const headers = { ttl: 60, "content-encoding": "aes128gcm" }
+
+  layer(cached, { excludeTestServices: true })((it) => {
+    it.effect("an unsubscribed channel is refused once router_cache_ttl has passed", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const node = yield* fakeNode(200)
+        const sub = yield* subscribe({ nodeId: node })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        yield* storage.removeChannel(sub.uaid, sub.table, sub.channelId)
+        yield* Effect.sleep("350 millis")
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 410)
       }))
   })
