@@ -32,6 +32,7 @@ import { loggingLayer } from "../observability/logging.ts"
 import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
+import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
 import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
 import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
@@ -48,6 +49,7 @@ export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageEr
     noTableRotation: settings.noTableRotation
   }
   if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
+  dropPrestartedDynalite()
   // Tables on a shared cluster are normally made by the maintenance tool; creating the missing
   // active ones at start is what the seed did and keeps a fresh DynamoDB Local usable.
   return Layer.effectDiscard(createActiveTables).pipe(

@@ -1,12 +1,13 @@
 /**
- * The embedded dynalite, on a thread of its own (started by `embedded.ts`): LevelDB work and the
- * DynamoDB API's JSON then never stall the node's event loop. It answers on 127.0.0.1 at a free
- * port; `{ port }` is posted once it listens, `{ error }` if it cannot start. A `"close"` message
- * closes the server and the database (then `{ closed: true }`).
+ * The embedded dynalite, on a thread of its own (started by `dynaliteWorker.ts`, used by
+ * `embedded.ts`): LevelDB work and the DynamoDB API's JSON then never stall the node's event loop.
+ * It loads dynalite at once and opens the data directory of the first `{ open: dataDir }` message;
+ * it answers on 127.0.0.1 at a free port: `{ port }` is posted once it listens, `{ error }` if it
+ * cannot start. A `"close"` message closes the server and the database (then `{ closed: true }`).
  */
 import { mkdir } from "node:fs/promises"
 import { createRequire } from "node:module"
-import { parentPort, workerData } from "node:worker_threads"
+import { parentPort } from "node:worker_threads"
 import dynalite from "dynalite"
 
 interface LevelDb {
@@ -14,9 +15,9 @@ interface LevelDb {
   close(): Promise<void>
 }
 
-const { dataDir } = workerData as { readonly dataDir: string }
 const port = parentPort
 if (port === null) throw new Error("dynaliteThread.ts runs as a worker thread")
+const dataDir = await new Promise<string>((resolve) => port.once("message", (message: { readonly open: string }) => resolve(message.open)))
 
 const fail = (error: unknown) => port.postMessage({ error: error instanceof Error ? { name: error.name, message: error.message, code: (error as { code?: unknown }).code } : { message: String(error) } })
 

@@ -10,11 +10,12 @@
  */
 import { readFileSync, rmSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
-import { Worker } from "node:worker_threads"
+import type { Worker } from "node:worker_threads"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import { layerDynamo } from "./dynamodb.ts"
+import { dynaliteWorker } from "./dynaliteWorker.ts"
 import { createActiveTables, type Storage, StorageError } from "./Storage.ts"
 import type { StorageOptions } from "./tables.ts"
 
@@ -35,7 +36,8 @@ type ThreadMessage =
 
 const startThread = (dataDir: string) =>
   Effect.callback<{ readonly worker: Worker; readonly port: number }, StorageError>((resume) => {
-    const worker = new Worker(new URL("./dynaliteThread.ts", import.meta.url), { workerData: { dataDir } })
+    const worker = dynaliteWorker()
+    worker.postMessage({ open: dataDir })
     const failed = (error: EmbeddedDataError | Error) => {
       void worker.terminate()
       resume(Effect.fail(new StorageError({ operation: "startDynalite", cause: error })))
