@@ -753,14 +753,17 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
           Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed(undefined))
         )
 
-      /** Poll until the table (and its indexes) is ACTIVE, or, with `gone`, until it no longer exists. */
+      /**
+       * Poll until the table (and its indexes) is ACTIVE, or, with `gone`, until it no longer exists:
+       * soon at first (a local server is done in milliseconds), then less often (AWS takes seconds).
+       */
       const awaitTable = Effect.fnUntraced(function*(operation: string, table: string, gone = false) {
-        for (let waited = 0; waited < 120_000; waited += 50) {
+        for (let waited = 0, pause = 5; waited < 120_000; waited += pause, pause = Math.min(pause * 2, 1_000)) {
           const d = yield* describe(operation, table)
           const active = d?.TableStatus === "ACTIVE" &&
             (d.GlobalSecondaryIndexes ?? []).every((index) => index.IndexStatus === "ACTIVE")
           if (gone ? d === undefined : active) return
-          yield* Effect.sleep(50)
+          yield* Effect.sleep(pause)
         }
         return yield* new StorageError({ operation, cause: `table ${table} did not become ${gone ? "deleted" : "ACTIVE"}` })
       }, Effect.provideService(Clock.Clock, liveClock))
@@ -787,7 +790,12 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
           Effect.catchIf(isNamed("ResourceInUseException"), () => Effect.succeed(false))
         )
 
+      /** The router table and the message tables, side by side. */
       const createTables = Effect.fn("Storage.createTables")(function*(messageTables: ReadonlyArray<string>) {
+        yield* Effect.all([createRouterTable, createMessageTables(messageTables)], { concurrency: "unbounded", discard: true })
+      })
+
+      const createRouterTable = Effect.gen(function*() {
         if ((yield* describe("createTables", router)) === undefined) {
           yield* createTable({
             TableName: router,
@@ -804,7 +812,10 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
             }]
           }, false)
         }
-        yield* Effect.forEach(messageTables, (table) =>
+      })
+
+      const createMessageTables = (messageTables: ReadonlyArray<string>) =>
+        Effect.forEach(messageTables, (table) =>
           describe("createTables", table).pipe(
             Effect.flatMap((existing) =>
               existing !== undefined ? Effect.void : createTable({
@@ -820,8 +831,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
                 ]
               }, true)
             )
-          ), { discard: true })
-      })
+          ), { concurrency: "unbounded", discard: true })
 
       const checkTables = Effect.gen(function*() {
         const active = activeTableNames(options, yield* Clock.currentTimeMillis)
