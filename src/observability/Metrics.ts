@@ -17,7 +17,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as PrometheusMetrics from "effect/observability/PrometheusMetrics"
-import { StatsD } from "hot-shots"
 import { metricInfo, type MetricKind, prometheusName } from "./catalog.ts"
 
 export type Tags = Readonly<Record<string, string>>
@@ -235,8 +234,9 @@ export interface StatsdOptions {
   readonly onError?: (error: Error) => void
 }
 
-/** A hot-shots UDP client (DogStatsD tags) as a forwarder, and its closing. */
-const statsdForwarder = (options: StatsdOptions) => {
+/** A hot-shots UDP client (DogStatsD tags) as a forwarder, and its closing; loaded only when statsd is configured. */
+const statsdForwarder = async (options: StatsdOptions) => {
+  const { StatsD } = await import("hot-shots")
   const flushIntervalMs = options.flushIntervalMs ?? 1_000
   const client = new StatsD({
     host: options.host,
@@ -289,7 +289,7 @@ export class Metrics extends Context.Service<Metrics, MetricsService>()("autopus
             Effect.logWarning("statsd client error").pipe(Effect.annotateLogs({ error: error.message }))
           )
         })
-        const { forward, close } = statsdForwarder({ ...statsd, onError })
+        const { forward, close } = yield* Effect.promise(() => statsdForwarder({ ...statsd, onError }))
         const metrics = makeMetrics(forward)
         const timer = setInterval(metrics.flushGauges, statsd.gaugeIntervalMs ?? 10_000)
         timer.unref()

@@ -19,10 +19,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as References from "effect/References"
 import * as Tracer from "effect/Tracer"
-import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import type * as OtlpExporter from "effect/observability/OtlpExporter"
-import * as OtlpSerialization from "effect/observability/OtlpSerialization"
-import * as OtlpTracer from "effect/observability/OtlpTracer"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
 import { opaqueId } from "./opaque.ts"
@@ -37,15 +34,26 @@ export interface TracingOptions {
   readonly exportIntervalMs?: number | undefined
 }
 
-/** The OTLP tracer when an endpoint is configured; otherwise tracing off (`References.TracerEnabled`). */
+/**
+ * The OTLP tracer when an endpoint is configured; otherwise tracing off (`References.TracerEnabled`).
+ * The exporter's modules (an HTTP client among them) are only loaded when it is configured: they are
+ * a good part of a node's start-up otherwise.
+ */
 export const tracingLayer = (options: TracingOptions): Layer.Layer<never> | Layer.Layer<OtlpExporter.Flusher> =>
   options.otlpEndpoint === undefined
     ? Layer.succeed(References.TracerEnabled, false)
-    : OtlpTracer.layer({
-      url: `${options.otlpEndpoint.replace(/\/+$/, "")}/v1/traces`,
-      resource: { serviceName: options.serviceName, serviceVersion: options.serviceVersion },
-      exportInterval: options.exportIntervalMs ?? 5_000
-    }).pipe(Layer.provide(OtlpSerialization.layerJson), Layer.provide(FetchHttpClient.layer))
+    : Layer.unwrap(Effect.promise(async () => {
+      const [OtlpTracer, OtlpSerialization, FetchHttpClient] = await Promise.all([
+        import("effect/observability/OtlpTracer"),
+        import("effect/observability/OtlpSerialization"),
+        import("effect/http/FetchHttpClient")
+      ])
+      return OtlpTracer.layer({
+        url: `${(options.otlpEndpoint as string).replace(/\/+$/, "")}/v1/traces`,
+        resource: { serviceName: options.serviceName, serviceVersion: options.serviceVersion },
+        exportInterval: options.exportIntervalMs ?? 5_000
+      }).pipe(Layer.provide(OtlpSerialization.layerJson), Layer.provide(FetchHttpClient.layer))
+    }))
 
 /** A W3C `traceparent` (`00-{trace}-{span}-{flags}`) as a parent span, or undefined when malformed. */
 export const parseTraceparent = (value: string): Tracer.ExternalSpan | undefined => {

@@ -1,6 +1,7 @@
 /** What `/__version__`, `/status` and the health routes report. */
-import { execFileSync } from "node:child_process"
 import { readFileSync } from "node:fs"
+import { resolve } from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
 
 const root = new URL("../../", import.meta.url)
 
@@ -10,16 +11,54 @@ export const VERSION: string = pkg.version
 
 /**
  * The commit this runs: `AUTOPUSH_COMMIT` (set by the Docker build), else the checkout's HEAD, else
- * "unknown" (no git, or not a checkout).
+ * "unknown" (not a checkout). HEAD is read from `.git` rather than by running git (a process spawn
+ * at every start): a branch ref is a file, or a line of `packed-refs`.
  */
 const commitOf = (): string => {
   const fromEnv = process.env["AUTOPUSH_COMMIT"]
   if (fromEnv !== undefined && fromEnv !== "" && fromEnv !== "unknown") return fromEnv
   try {
-    const head = execFileSync("git", ["rev-parse", "HEAD"], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"], timeout: 2_000 }).trim()
-    return /^[0-9a-f]{40}$/.test(head) ? head : "unknown"
+    const gitDir = gitDirOf(new URL(".git", root))
+    const head = readFileSync(new URL("HEAD", gitDir), "utf8").trim()
+    if (!head.startsWith("ref: ")) return SHA.test(head) ? head : "unknown"
+    const ref = head.slice("ref: ".length)
+    const commonDir = commonDirOf(gitDir)
+    for (const dir of [gitDir, commonDir]) {
+      try {
+        const sha = readFileSync(new URL(ref, dir), "utf8").trim()
+        if (SHA.test(sha)) return sha
+      } catch {
+        // not a loose ref here
+      }
+    }
+    const packed = readFileSync(new URL("packed-refs", commonDir), "utf8").split("\n").find((line) => line.endsWith(` ${ref}`))
+    const sha = packed?.slice(0, 40) ?? ""
+    return SHA.test(sha) ? sha : "unknown"
   } catch {
     return "unknown"
+  }
+}
+
+const SHA = /^[0-9a-f]{40}$/
+
+/** `.git` is a directory, or (a worktree, a submodule) a file naming the directory. */
+const gitDirOf = (dotGit: URL): URL => {
+  try {
+    const text = readFileSync(dotGit, "utf8")
+    const path = text.startsWith("gitdir: ") ? text.slice("gitdir: ".length).trim() : undefined
+    if (path !== undefined) return pathToFileURL(`${resolve(fileURLToPath(root), path)}/`)
+  } catch {
+    // a directory
+  }
+  return new URL(`${dotGit.href}/`)
+}
+
+/** Where a worktree's shared refs are (`commondir`), else the git directory itself. */
+const commonDirOf = (gitDir: URL): URL => {
+  try {
+    return pathToFileURL(`${resolve(fileURLToPath(gitDir), readFileSync(new URL("commondir", gitDir), "utf8").trim())}/`)
+  } catch {
+    return gitDir
   }
 }
 
