@@ -7,6 +7,8 @@ export default defineConfig({
     silent: "passed-only",
     globalSetup: ["test/setup/tmpdir.ts"],
     include: ["test/storage/*.dynamodb-local.ts"],
+    // One DynamoDB Local (a JVM) at a time: two at once starve a small machine.
+    fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 120_000
   }

@@ -9,25 +9,7 @@
  * live clock even under a `TestClock`: it is about the real server. Expiry is judged by the Effect
  * `Clock` of the caller.
  */
-import {
-  type AttributeValue,
-  BatchWriteItemCommand,
-  type CreateTableCommandInput,
-  CreateTableCommand,
-  DeleteItemCommand,
-  DeleteTableCommand,
-  DescribeTableCommand,
-  DynamoDBClient,
-  type DynamoDBClientConfig,
-  GetItemCommand,
-  ListTablesCommand,
-  PutItemCommand,
-  type QueryCommandInput,
-  QueryCommand,
-  UpdateItemCommand,
-  UpdateTimeToLiveCommand,
-  type WriteRequest
-} from "@aws-sdk/client-dynamodb"
+import type { AttributeValue, CreateTableCommandInput, QueryCommandInput, WriteRequest } from "@aws-sdk/client-dynamodb"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -55,6 +37,7 @@ import {
   timestampLowerBound,
   TOPIC_PREFIX
 } from "./model.ts"
+import { makeDynamoClient } from "./dynamoClient.ts"
 import { Storage, StorageError, type TableStatus, type UserPatch } from "./Storage.ts"
 import {
   activeTableNames,
@@ -216,61 +199,12 @@ const chunks = <A>(items: ReadonlyArray<A>, size: number): Array<ReadonlyArray<A
 
 // ── the layer ────────────────────────────────────────────────────────────────────────────────────
 
-/**
- * Which credentials to sign with. AWS itself (no endpoint, or an https endpoint such as a VPC
- * endpoint) and any server given explicit credentials: the SDK's standard chain (environment, profile,
- * SSO, web identity, ECS and EC2 roles). A plain-http endpoint without them (DynamoDB Local, dynalite,
- * ScyllaDB Alternator without auth, a compose network): placeholder credentials, which those accept —
- * and no probe of the EC2 metadata service on a machine that has none.
- */
-const placeholderCredentials = (endpoint: string | undefined): boolean =>
-  endpoint !== undefined &&
-  new URL(endpoint).protocol === "http:" &&
-  process.env["AWS_ACCESS_KEY_ID"] === undefined &&
-  process.env["AWS_PROFILE"] === undefined
-
-/**
- * With placeholder credentials there is nothing to prove: requests carry a well-formed SigV4
- * `Authorization` header (local servers check its shape, not its signature) instead of one computed
- * per request — SigV4's hashing and HMACs were about a tenth of the node's CPU on embedded storage.
- */
-type AuthScheme = NonNullable<DynamoDBClientConfig["httpAuthSchemes"]>[number]
-
-const placeholderAuth = (region: string): AuthScheme => ({
-  schemeId: "aws.auth#sigv4",
-  identityProvider: (config) => config.getIdentityProvider("aws.auth#sigv4"),
-  signer: {
-    sign: async (request) => {
-      const amzDate = new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "")
-      request.headers["x-amz-date"] = amzDate
-      request.headers["authorization"] = `AWS4-HMAC-SHA256 Credential=autopush/${amzDate.slice(0, 8)}/${region}/dynamodb/aws4_request, ` +
-        `SignedHeaders=host;x-amz-date, Signature=${"0".repeat(64)}`
-      return request
-    }
-  }
-})
-
-const makeClient = (options: DynamoOptions): DynamoDBClient =>
-  new DynamoDBClient({
-    region: options.region,
-    // One retry policy, ours (`call`): the SDK's own would multiply the attempts and the wait.
-    maxAttempts: 1,
-    requestHandler: { httpAgent: { keepAlive: true, maxSockets: 256 }, httpsAgent: { keepAlive: true, maxSockets: 256 } },
-    ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
-    ...(placeholderCredentials(options.endpoint)
-      ? {
-        credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" },
-        httpAuthSchemes: [placeholderAuth(options.region)]
-      }
-      : {})
-  })
-
 export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
   Layer.effect(
     Storage,
     Effect.gen(function*() {
       const client = yield* Effect.acquireRelease(
-        Effect.sync(() => makeClient(options)),
+        Effect.promise(() => makeDynamoClient(options)),
         (c) => Effect.sync(() => c.destroy())
       )
       const router = options.routerTable
@@ -293,7 +227,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         )
 
       const query = (operation: string, input: QueryCommandInput) =>
-        call(operation, (o) => client.send(new QueryCommand(input), o))
+        call(operation, (o) => client.send("Query", input, o))
 
       /** Every item of a query, page by page. */
       const queryAll = Effect.fnUntraced(function*(operation: string, input: QueryCommandInput) {
@@ -321,7 +255,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
             }
             if (attempt > 0) yield* Effect.sleep(Math.min(1000, 25 * 2 ** attempt))
             const result = yield* call(operation, (o) =>
-              client.send(new BatchWriteItemCommand({ RequestItems: { [table]: pending } }), o))
+              client.send("BatchWriteItem", { RequestItems: { [table]: pending } }, o))
             pending = result.UnprocessedItems?.[table] ?? []
           }
         }
@@ -331,7 +265,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
 
       const getUser = Effect.fnUntraced(function*(uaid: string) {
         const result = yield* call("getUser", (o) =>
-          client.send(new GetItemCommand({ TableName: router, Key: { uaid: S(uaid) }, ConsistentRead: true }), o))
+          client.send("GetItem", { TableName: router, Key: { uaid: S(uaid) }, ConsistentRead: true }, o))
         return result.Item === undefined ? undefined : userFromItem(result.Item)
       })
 
@@ -339,13 +273,13 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const putUser = (operation: string, user: UserRecord, condition: string) =>
         conditional(call(operation, (o) =>
           client.send(
-            new PutItemCommand({
+            "PutItem", {
               TableName: router,
               Item: userToItem(user),
               ConditionExpression: condition,
               ExpressionAttributeNames: { "#uaid": "uaid", "#connected_at": "connected_at" },
               ExpressionAttributeValues: { ":connected_at": N(user.connectedAt) }
-            }),
+            },
             o
           )))
 
@@ -377,14 +311,14 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         ].join(" ")
         return yield* conditional(call("updateUser", (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: router,
               Key: { uaid: S(uaid) },
               UpdateExpression: update,
               ConditionExpression: "attribute_exists(#uaid)",
               ExpressionAttributeNames: names,
               ...(sets.length > 0 ? { ExpressionAttributeValues: values } : {})
-            }),
+            },
             o
           )))
       })
@@ -406,7 +340,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         const ifConnectedAt = options?.ifConnectedAt
         const result = yield* call("dropUser", (o) =>
           client.send(
-            new DeleteItemCommand({
+            "DeleteItem", {
               TableName: router,
               Key: { uaid: S(uaid) },
               ReturnValues: "ALL_OLD",
@@ -415,7 +349,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
                 ExpressionAttributeNames: { "#connected_at": "connected_at" },
                 ExpressionAttributeValues: { ":connected_at": N(ifConnectedAt) }
               })
-            }),
+            },
             o
           )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
         if (result?.Attributes === undefined) return false
@@ -427,21 +361,21 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) =>
         conditional(call("clearNodeId", (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: router,
               Key: { uaid: S(uaid) },
               UpdateExpression: "REMOVE #node_id",
               ConditionExpression: "#node_id = :node_id AND #connected_at = :connected_at",
               ExpressionAttributeNames: { "#node_id": "node_id", "#connected_at": "connected_at" },
               ExpressionAttributeValues: { ":node_id": S(nodeId), ":connected_at": N(connectedAt) }
-            }),
+            },
             o
           )))
 
       // ── broadcasts ────────────────────────────────────────────────────────────────────────────
 
       const getBroadcasts = call("getBroadcasts", (o) =>
-        client.send(new GetItemCommand({ TableName: router, Key: { uaid: S(BROADCASTS_KEY) }, ConsistentRead: true }), o)).pipe(
+        client.send("GetItem", { TableName: router, Key: { uaid: S(BROADCASTS_KEY) }, ConsistentRead: true }, o)).pipe(
           Effect.map((result) => {
             const set = new Map<string, string>()
             for (const [name, value] of Object.entries(result.Item ?? {})) {
@@ -454,26 +388,26 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const putBroadcast = (id: string, version: string) =>
         call("putBroadcast", (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: router,
               Key: { uaid: S(BROADCASTS_KEY) },
               UpdateExpression: "SET #b = :version",
               ExpressionAttributeNames: { "#b": BROADCAST_ATTRIBUTE_PREFIX + id },
               ExpressionAttributeValues: { ":version": S(version) }
-            }),
+            },
             o
           )).pipe(Effect.asVoid)
 
       const deleteBroadcast = (id: string) =>
         conditional(call("deleteBroadcast", (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: router,
               Key: { uaid: S(BROADCASTS_KEY) },
               UpdateExpression: "REMOVE #b",
               ConditionExpression: "attribute_exists(#b)",
               ExpressionAttributeNames: { "#b": BROADCAST_ATTRIBUTE_PREFIX + id }
-            }),
+            },
             o
           )))
 
@@ -482,13 +416,13 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const getMeta = (operation: string, uaid: string, table: string, attribute: string) =>
         call(operation, (o) =>
           client.send(
-            new GetItemCommand({
+            "GetItem", {
               TableName: table,
               Key: messageKey(uaid, META_SORT_KEY),
               ProjectionExpression: "#a",
               ExpressionAttributeNames: { "#a": attribute },
               ConsistentRead: true
-            }),
+            },
             o
           )).pipe(Effect.map((result) => result.Item?.[attribute]))
 
@@ -507,13 +441,13 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         })
         yield* call(operation, (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: table,
               Key: messageKey(uaid, META_SORT_KEY),
               UpdateExpression: "SET #count = :count",
               ExpressionAttributeNames: { "#count": "channel_count" },
               ExpressionAttributeValues: { ":count": N(rows.length) }
-            }),
+            },
             o
           ))
       })
@@ -525,29 +459,29 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const addChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string, maxChannels?: number) {
         const created = yield* conditional(call("addChannel", (o) =>
           client.send(
-            new PutItemCommand({
+            "PutItem", {
               TableName: table,
               Item: channelKey(uaid, channelId),
               ConditionExpression: "attribute_not_exists(#chidmessageid)",
               ExpressionAttributeNames: { "#chidmessageid": "chidmessageid" }
-            }),
+            },
             o
           )))
         if (!created) return true
         const counted = yield* conditional(call("addChannel", (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: table,
               Key: messageKey(uaid, META_SORT_KEY),
               UpdateExpression: "ADD #count :one",
               ...(maxChannels === undefined ? {} : { ConditionExpression: "attribute_not_exists(#count) OR #count < :max" }),
               ExpressionAttributeNames: { "#count": "channel_count" },
               ExpressionAttributeValues: { ":one": N(1), ...(maxChannels === undefined ? {} : { ":max": N(maxChannels) }) }
-            }),
+            },
             o
           )))
         if (counted) return true
-        yield* call("addChannel", (o) => client.send(new DeleteItemCommand({ TableName: table, Key: channelKey(uaid, channelId) }), o))
+        yield* call("addChannel", (o) => client.send("DeleteItem", { TableName: table, Key: channelKey(uaid, channelId) }, o))
         return false
       })
 
@@ -561,32 +495,32 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       /** The channel's row (and the count), or else the seed's `chids` set. */
       const removeChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
         const removed = yield* call("removeChannel", (o) =>
-          client.send(new DeleteItemCommand({ TableName: table, Key: channelKey(uaid, channelId), ReturnValues: "ALL_OLD" }), o))
+          client.send("DeleteItem", { TableName: table, Key: channelKey(uaid, channelId), ReturnValues: "ALL_OLD" }, o))
         if (removed.Attributes !== undefined) {
           yield* call("removeChannel", (o) =>
             client.send(
-              new UpdateItemCommand({
+              "UpdateItem", {
                 TableName: table,
                 Key: messageKey(uaid, META_SORT_KEY),
                 UpdateExpression: "ADD #count :minus",
                 ConditionExpression: "#count > :zero",
                 ExpressionAttributeNames: { "#count": "channel_count" },
                 ExpressionAttributeValues: { ":minus": N(-1), ":zero": N(0) }
-              }),
+              },
               o
             )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.void))
           return true
         }
         return yield* conditional(call("removeChannel", (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: table,
               Key: messageKey(uaid, META_SORT_KEY),
               UpdateExpression: "DELETE #chids :chids",
               ConditionExpression: "contains(#chids, :chid)",
               ExpressionAttributeNames: { "#chids": "chids" },
               ExpressionAttributeValues: { ":chids": { SS: [channelId] }, ":chid": S(channelId) }
-            }),
+            },
             o
           )))
       })
@@ -612,13 +546,13 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const hasChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
         const row = yield* call("hasChannel", (o) =>
           client.send(
-            new GetItemCommand({
+            "GetItem", {
               TableName: table,
               Key: channelKey(uaid, channelId),
               ProjectionExpression: "#uaid",
               ExpressionAttributeNames: { "#uaid": "uaid" },
               ConsistentRead: true
-            }),
+            },
             o
           ))
         if (row.Item !== undefined) return true
@@ -644,7 +578,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
             ExpressionAttributeValues: { ":ms": N(sortkeyMs(message)), ":seconds": N(Math.floor(sortkeyMs(message) / 1000)) }
           }
         return conditional(call(operation, (o) =>
-          client.send(new PutItemCommand({ TableName: table, Item: messageToItem(uaid, message), ...condition }), o))).pipe(
+          client.send("PutItem", { TableName: table, Item: messageToItem(uaid, message), ...condition }, o))).pipe(
             Effect.map((written): SaveOutcome => written ? "stored" : message.topic === undefined ? "taken" : "superseded")
           )
       }
@@ -715,7 +649,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
         conditional(call("deleteMessage", (o) =>
           client.send(
-            new DeleteItemCommand({
+            "DeleteItem", {
               TableName: table,
               Key: messageKey(uaid, sortKeyOf(key)),
               ...(version !== undefined
@@ -725,7 +659,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
                   ExpressionAttributeValues: { ":updateid": S(version) }
                 }
                 : {})
-            }),
+            },
             o
           ))).pipe(Effect.asVoid)
 
@@ -735,20 +669,20 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const setReadCursor = (uaid: string, table: string, sortKey: number) =>
         call("setReadCursor", (o) =>
           client.send(
-            new UpdateItemCommand({
+            "UpdateItem", {
               TableName: table,
               Key: messageKey(uaid, META_SORT_KEY),
               UpdateExpression: "SET #current_timestamp = :ts",
               ExpressionAttributeNames: { "#current_timestamp": "current_timestamp" },
               ExpressionAttributeValues: { ":ts": N(sortKey) }
-            }),
+            },
             o
           )).pipe(Effect.asVoid)
 
       // ── maintenance ───────────────────────────────────────────────────────────────────────────
 
       const describe = (operation: string, table: string) =>
-        call(operation, (o) => client.send(new DescribeTableCommand({ TableName: table }), o)).pipe(
+        call(operation, (o) => client.send("DescribeTable", { TableName: table }, o)).pipe(
           Effect.map((result) => result.Table),
           Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed(undefined))
         )
@@ -775,17 +709,17 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         if (!created || !ttl) return
         yield* call("createTables", (o) =>
           client.send(
-            new UpdateTimeToLiveCommand({
+            "UpdateTimeToLive", {
               TableName: table,
               TimeToLiveSpecification: { AttributeName: "expiry", Enabled: true }
-            }),
+            },
             o
           )).pipe(Effect.catchIf((e) => TTL_UNSUPPORTED.has(errorName(e.cause) ?? ""), () => Effect.void))
       })
 
       /** CreateTable; false when it already exists (or another node is creating it). */
       const conditionalCreate = (input: CreateTableCommandInput) =>
-        call("createTables", (o) => client.send(new CreateTableCommand(input), o)).pipe(
+        call("createTables", (o) => client.send("CreateTable", input, o)).pipe(
           Effect.as(true),
           Effect.catchIf(isNamed("ResourceInUseException"), () => Effect.succeed(false))
         )
@@ -850,7 +784,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         let start: string | undefined
         do {
           const page = yield* call("listMessageTables", (o) =>
-            client.send(new ListTablesCommand({ ExclusiveStartTableName: start }), o))
+            client.send("ListTables", { ExclusiveStartTableName: start }, o))
           names.push(...(page.TableNames ?? []))
           start = page.LastEvaluatedTableName
         } while (start !== undefined)
@@ -861,7 +795,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         if (!isMessageTable(options, table)) {
           return yield* new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` })
         }
-        yield* call("dropMessageTable", (o) => client.send(new DeleteTableCommand({ TableName: table }), o)).pipe(
+        yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
           Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.void)
         )
         yield* awaitTable("dropMessageTable", table, true)
@@ -874,14 +808,14 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const dropStaleUser = Effect.fnUntraced(function*(uaid: string, lastConnect: AttributeValue) {
         const result = yield* call("dropStaleUsers", (o) =>
           client.send(
-            new DeleteItemCommand({
+            "DeleteItem", {
               TableName: router,
               Key: { uaid: S(uaid) },
               ConditionExpression: "#last_connect = :last_connect",
               ExpressionAttributeNames: { "#last_connect": "last_connect" },
               ExpressionAttributeValues: { ":last_connect": lastConnect },
               ReturnValues: "ALL_OLD"
-            }),
+            },
             o
           )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
         if (result === undefined) return 0

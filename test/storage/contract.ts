@@ -21,7 +21,7 @@ const T0_SECONDS = T0 / 1000
 
 let counter = 0
 const freshOptions = (noTableRotation = false): StorageOptions => {
-  const prefix = `t${Date.now().toString(36)}${(counter++).toString(36)}`
+  const prefix = `t${Date.now().toString(36)}${process.pid.toString(36)}${(counter++).toString(36)}`
   return { routerTable: `${prefix}_router`, messageTablePrefix: `${prefix}_message`, noTableRotation }
 }
 
