@@ -25,7 +25,7 @@ import {
   RouteNotFound,
   toErrorResponse
 } from "../domain/errors.ts"
-import { readBody, sendError, sendJson } from "../domain/raw-http.ts"
+import { type Body, readBody, sendError, sendJson } from "../domain/raw-http.ts"
 import { parseUaid } from "../domain/ids.ts"
 import { PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import type { RouterObservability } from "../observability/observability.ts"
@@ -203,8 +203,10 @@ const unavailable = (res: ServerResponse): void => {
 const accepted = (res: ServerResponse, text = ""): void => sendText(res, 200, text)
 
 /** `PUT /push/{uaid}`: a notification for the uaid's session here. */
-const push = async (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, bodyTimeoutMs: number) => {
-  const body = await readBody(req, { maxBytes: MAX_BODY, tooLarge, idleMs: bodyTimeoutMs })
+const push = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, bodyTimeoutMs: number) =>
+  readBody(req, { maxBytes: MAX_BODY, tooLarge, idleMs: bodyTimeoutMs }, (body) => delivered(req, res, uaid, registry, body))
+
+const delivered = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, body: Body): void => {
   if (body._tag === "Refused") return sendError(res, body.error, true)
   const decoded = decodeTransportNotification(body.bytes.toString("utf8"))
   if (decoded === undefined) return sendError(res, new InvalidRequestBody({ message: "The body is not a notification" }))

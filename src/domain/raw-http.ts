@@ -43,39 +43,38 @@ export interface BodyLimits {
 }
 
 /**
- * The whole body, at most `maxBytes`, each chunk within `idleMs` of the last. Past the limit or the
- * idle time the request is refused, the rest of the body read and dropped (once answered, close the
- * connection).
+ * The whole body, at most `maxBytes`, each chunk within `idleMs` of the last, handed to `done`
+ * once. Past the limit or the idle time the request is refused, the rest of the body read and
+ * dropped (once answered, close the connection).
  */
-export const readBody = (req: IncomingMessage, limits: BodyLimits): Promise<Body> =>
-  new Promise((resolve) => {
-    const declared = Number(req.headers["content-length"] ?? 0)
-    if (declared > limits.maxBytes) {
-      req.resume()
-      return resolve({ _tag: "Refused", error: limits.tooLarge })
-    }
-    const chunks: Array<Buffer> = []
-    let size = 0
-    let done = false
-    const finish = (body: Body) => {
-      if (done) return
-      done = true
-      clearTimeout(timer)
-      req.removeListener("data", onData)
-      if (body._tag === "Refused") req.resume()
-      resolve(body)
-    }
-    const timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), limits.idleMs)
-    const onData = (chunk: Buffer) => {
-      size += chunk.length
-      if (size > limits.maxBytes) return finish({ _tag: "Refused", error: limits.tooLarge })
-      chunks.push(chunk)
-      timer.refresh()
-    }
-    req.on("data", onData)
-    req.on("end", () => finish({ _tag: "Body", bytes: chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks) }))
-    req.on("error", () => finish({ _tag: "Refused", error: new InvalidRequestBody({ message: "The request body could not be read" }) }))
-  })
+export const readBody = (req: IncomingMessage, limits: BodyLimits, done: (body: Body) => void): void => {
+  const declared = Number(req.headers["content-length"] ?? 0)
+  if (declared > limits.maxBytes) {
+    req.resume()
+    return done({ _tag: "Refused", error: limits.tooLarge })
+  }
+  const chunks: Array<Buffer> = []
+  let size = 0
+  let finished = false
+  const finish = (body: Body) => {
+    if (finished) return
+    finished = true
+    clearTimeout(timer)
+    req.removeListener("data", onData)
+    if (body._tag === "Refused") req.resume()
+    done(body)
+  }
+  const timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), limits.idleMs)
+  const onData = (chunk: Buffer) => {
+    size += chunk.length
+    if (size > limits.maxBytes) return finish({ _tag: "Refused", error: limits.tooLarge })
+    chunks.push(chunk)
+    timer.refresh()
+  }
+  req.on("data", onData)
+  req.on("end", () => finish({ _tag: "Body", bytes: chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks) }))
+  req.on("error", () => finish({ _tag: "Refused", error: new InvalidRequestBody({ message: "The request body could not be read" }) }))
+}
 
 /** An error answer as raw HTTP/1.1 text; the connection is closed after it. */
 export const rawErrorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): string => {

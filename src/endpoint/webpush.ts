@@ -32,7 +32,7 @@ import {
   type RequestTimeout,
   StorageUnavailable
 } from "../domain/errors.ts"
-import { type BodyLimits, readBody } from "../domain/raw-http.ts"
+import { type Body, type BodyLimits, readBody } from "../domain/raw-http.ts"
 import { domainEvent } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -246,10 +246,20 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
    * its outcome looked at by rule #10 only, so a request wrong in an earlier way gets that error.
    */
   const pushRequest = (req: IncomingMessage): PushRequest => {
-    const read = readBody(req, bodyLimits)
+    let read: Body | undefined
+    let waiting: ((body: Body) => void) | undefined
+    readBody(req, bodyLimits, (body) => {
+      read = body
+      waiting?.(body)
+    })
+    const outcome = (body: Body) => body._tag === "Body" ? Effect.succeed(body.bytes) : Effect.fail(body.error)
     return {
       headers: req.headers as RequestHeaders,
-      body: Effect.flatMap(Effect.promise(() => read), (body) => body._tag === "Body" ? Effect.succeed(body.bytes) : Effect.fail(body.error))
+      body: Effect.suspend(() =>
+        read !== undefined ? outcome(read) : Effect.callback<Buffer, Exclude<Body, { _tag: "Body" }>["error"]>((resume) => {
+          waiting = (body) => resume(outcome(body))
+        })
+      )
     }
   }
 

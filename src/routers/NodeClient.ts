@@ -17,6 +17,7 @@ import * as Tracer from "effect/Tracer"
 import { hyphenate } from "../domain/ids.ts"
 import type { Notification } from "../domain/notification.ts"
 import { CONNECTED_AT_HEADER, encodeTransportNotification } from "../domain/router-wire.ts"
+import { messageSpans } from "../observability/tracing.ts"
 
 export class NodeTransportError extends Data.TaggedError("NodeTransportError")<{
   readonly nodeId: string
@@ -174,12 +175,14 @@ export class NodeClient extends Context.Service<NodeClient, NodeClientService>()
       Effect.gen(function*() {
         const here = yield* local
         const remote = yield* liveClient(options)
+        // Without tracing there is no span context to hand over.
+        const traced = (yield* messageSpans).enabled
         return NodeClient.of({
           push: (nodeId, uaid, notification, connectedAt) =>
-            nodeId === here.nodeId
-              ? Effect.map(currentTraceparent, (traceparent) =>
-                here.push(uaid, traceparent === undefined ? notification : { ...notification, traceparent }, connectedAt) ? 200 : 404)
-              : remote.push(nodeId, uaid, notification, connectedAt),
+            nodeId !== here.nodeId ? remote.push(nodeId, uaid, notification, connectedAt)
+            : traced ? Effect.map(currentTraceparent, (traceparent) =>
+              here.push(uaid, traceparent === undefined ? notification : { ...notification, traceparent }, connectedAt) ? 200 : 404)
+            : Effect.sync(() => here.push(uaid, notification, connectedAt) ? 200 : 404),
           notify: (nodeId, uaid) => (nodeId === here.nodeId ? Effect.sync(() => (here.notify(uaid) ? 200 : 404)) : remote.notify(nodeId, uaid)),
           disconnect: remote.disconnect
         })
