@@ -398,7 +398,14 @@ const printTable = (title: string, pipelines: ReadonlyArray<Pipeline>, rows: Map
   console.log("  (latencies in ms; * storage process, not counted in the server CPU total)")
 }
 
-const printRatios = (label: string, rows: Map<string, Map<number, Row>>, targets: boolean) => {
+/** What a pipeline is held to at the top level, as a ratio to bare of the same run. */
+interface Targets {
+  readonly rate: number
+  readonly p99?: number
+  readonly cpu?: number
+}
+
+const printRatios = (label: string, rows: Map<string, Map<number, Row>>, targets: Targets) => {
   console.log(`  ${label}: autopush / bare`)
   for (const c of LEVELS) {
     const ours = rows.get("autopush")?.get(c)
@@ -407,10 +414,12 @@ const printRatios = (label: string, rows: Map<string, Map<number, Row>>, targets
     const rate = ours.rate / bare.rate
     const p99 = ours.p99Client / bare.p99Client
     const cpu = ours.serverCpu.reduce((a, b) => a + b, 0) / bare.serverCpu.reduce((a, b) => a + b, 0)
-    const verdict = targets && c === MAX_LEVEL
-      ? `   target ≥ 60 %: ${rate >= 0.6 ? "met" : "NOT met"}; target ≤ 2×: ${p99 <= 2 ? "met" : "NOT met"}`
-      : ""
-    console.log(`    c=${String(c).padEnd(3)} notifications/s ${(rate * 100).toFixed(0).padStart(3)} %   POST→client p99 ${f2(p99)}×   POST→201 p99 ${f2(ours.p99Answer / bare.p99Answer)}×   server CPU ${f1(cpu)}×${verdict}`)
+    const verdicts = c !== MAX_LEVEL ? [] : [
+      `target ≥ ${(targets.rate * 100).toFixed(0)} %: ${rate >= targets.rate ? "met" : "NOT met"}`,
+      ...(targets.p99 === undefined ? [] : [`p99 ≤ ${targets.p99}×: ${p99 <= targets.p99 ? "met" : "NOT met"}`]),
+      ...(targets.cpu === undefined ? [] : [`CPU ≤ ${targets.cpu}×: ${cpu <= targets.cpu ? "met" : "NOT met"}`])
+    ]
+    console.log(`    c=${String(c).padEnd(3)} notifications/s ${(rate * 100).toFixed(0).padStart(3)} %   POST→client p99 ${f2(p99)}×   POST→201 p99 ${f2(ours.p99Answer / bare.p99Answer)}×   server CPU ${f1(cpu)}×${verdicts.length === 0 ? "" : `   ${verdicts.join("; ")}`}`)
   }
 }
 
@@ -474,7 +483,7 @@ const main = async () => {
     const profiles = PROFILE ? await profileLevel(ours, "a") : []
     await stopAll([...ours.all, ...bare.all])
     printTable(`(a) all-in-one process, in-memory storage — vs bare node:http → Map → ws (one process)`, [bare, ours], rows)
-    printRatios("(a) ratios", rows, true)
+    printRatios("(a) ratios", rows, { rate: 0.7, p99: 1.5 })
     printHealth([bare, ours], rows)
     printProfiles(profiles)
   }
@@ -487,7 +496,7 @@ const main = async () => {
     const profiles = PROFILE ? await profileLevel(ours, "b") : []
     await stopAll([...ours.all, ...bare.all])
     printTable(`(b) autoendpoint + autoconnect + one dynalite (LevelDB) — vs bare POST → HTTP PUT → ws (two processes)`, [bare, ours], rows)
-    printRatios("(b) ratios", rows, false)
+    printRatios("(b) ratios", rows, { rate: 0.35, cpu: 2.5 })
     printHealth([bare, ours], rows)
     console.log("  where the time goes (autopush, per notification):")
     for (const c of LEVELS) {
