@@ -2,22 +2,7 @@
  * The notification as it travels from an endpoint node to a connection node (`PUT /push/{uaid}` on
  * the router port, protocol-notes §4). Both ends use this one codec.
  */
-import * as Exit from "effect/Exit"
-import * as Schema from "effect/Schema"
 import type { Notification } from "./notification.ts"
-
-const TransportNotification = Schema.Struct({
-  channelID: Schema.String,
-  version: Schema.String,
-  ttl: Schema.Number,
-  topic: Schema.optionalKey(Schema.NullOr(Schema.String)),
-  timestamp: Schema.Number,
-  sortkey_timestamp: Schema.optionalKey(Schema.NullOr(Schema.Number)),
-  data: Schema.optionalKey(Schema.NullOr(Schema.String)),
-  headers: Schema.optionalKey(Schema.NullOr(Schema.Record(Schema.String, Schema.String)))
-})
-
-const decode = Schema.decodeUnknownExit(TransportNotification)
 
 export const encodeTransportNotification = (n: Notification): string =>
   JSON.stringify({
@@ -30,7 +15,19 @@ export const encodeTransportNotification = (n: Notification): string =>
     ...(n.data === undefined ? {} : { data: n.data, headers: n.headers ?? {} })
   })
 
-/** The notification in a router-port body, or undefined when the body is not one. */
+const isString = (value: unknown): value is string => typeof value === "string"
+const isNumber = (value: unknown): value is number => typeof value === "number"
+const absentOr = <A>(value: unknown, is: (value: unknown) => value is A): value is A | null | undefined =>
+  value === undefined || value === null || is(value)
+const isHeaders = (value: unknown): value is Readonly<Record<string, string>> =>
+  typeof value === "object" && value !== null && !Array.isArray(value) && Object.values(value).every(isString)
+
+/**
+ * The notification in a router-port body, or undefined when the body is not one: an object with
+ * `channelID`, `version` (strings), `ttl`, `timestamp` (numbers), and optionally `topic`, `data`
+ * (strings), `sortkey_timestamp` (a number), `headers` (strings by name), each of those also null;
+ * other keys are ignored. Checked by hand: this runs for every direct delivery.
+ */
 export const decodeTransportNotification = (body: string): Notification | undefined => {
   let json: unknown
   try {
@@ -38,18 +35,23 @@ export const decodeTransportNotification = (body: string): Notification | undefi
   } catch {
     return undefined
   }
-  const result = decode(json)
-  if (Exit.isFailure(result)) return undefined
-  const t = result.value
+  if (typeof json !== "object" || json === null || Array.isArray(json)) return undefined
+  const t = json as Record<string, unknown>
+  const { channelID, version, ttl, topic, timestamp, sortkey_timestamp, data, headers } = t
+  if (
+    !isString(channelID) || !isString(version) || !isNumber(ttl) || !isNumber(timestamp) ||
+    !absentOr(topic, isString) || !absentOr(sortkey_timestamp, isNumber) || !absentOr(data, isString) ||
+    !absentOr(headers, isHeaders)
+  ) return undefined
   return {
-    channelId: t.channelID,
-    version: t.version,
-    ttl: t.ttl,
-    topic: t.topic ?? undefined,
-    timestamp: t.timestamp,
-    sortkeyTimestamp: t.sortkey_timestamp ?? undefined,
-    data: t.data ?? undefined,
-    headers: t.data == null ? undefined : t.headers ?? {}
+    channelId: channelID,
+    version,
+    ttl,
+    topic: topic ?? undefined,
+    timestamp,
+    sortkeyTimestamp: sortkey_timestamp ?? undefined,
+    data: data ?? undefined,
+    headers: data == null ? undefined : headers ?? {}
   }
 }
 
