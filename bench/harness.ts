@@ -96,10 +96,35 @@ export const startBare = async (): Promise<BareServer> => {
   }
 }
 
-/** Which pipelines to run: `--only ours|bare`, else both (bare first). */
-export const pipelines = (): ReadonlyArray<"bare" | "ours"> => {
+export interface Rows {
+  ours?: ReadonlyArray<number>
+  bare?: ReadonlyArray<number>
+}
+
+/**
+ * Starts each pipeline asked for (`--only ours|bare`, else both, bare first), one after the other,
+ * measures it, and stops its server before the next starts: the rows of `printComparison`.
+ */
+export const measurePipelines = async <S extends { readonly stop: () => Promise<void> }>(
+  starts: { readonly [name in keyof Rows]-?: () => Promise<S> },
+  measure: (name: keyof Rows, server: S) => Promise<ReadonlyArray<number>>
+): Promise<Rows> => {
   const only = option("only", "BENCH_ONLY", "")
-  return only === "ours" || only === "bare" ? [only] : ["bare", "ours"]
+  const names: ReadonlyArray<keyof Rows> = only === "ours" || only === "bare" ? [only] : ["bare", "ours"]
+  const rows: Rows = {}
+  try {
+    for (const name of names) {
+      const server = await starts[name]()
+      try {
+        rows[name] = await measure(name, server)
+      } finally {
+        await server.stop()
+      }
+    }
+  } finally {
+    agent.destroy()
+  }
+  return rows
 }
 
 export interface Column {
@@ -113,7 +138,7 @@ export interface Column {
 export const printComparison = (
   title: string,
   columns: ReadonlyArray<Column>,
-  rows: { readonly ours?: ReadonlyArray<number> | undefined; readonly bare?: ReadonlyArray<number> | undefined },
+  rows: Readonly<Rows>,
   verdict: string
 ): void => {
   const line = (name: string, cells: ReadonlyArray<string>) =>
