@@ -1,10 +1,15 @@
 /**
- * What the benchmarks that drive the real all-in-one process share: starting it, reading its CPU and
- * RSS from /proc, push clients over real sockets, and quantiles.
+ * What the benchmarks that drive the real all-in-one process share: starting it (and the bare
+ * server of the stored-message benches), reading its CPU and RSS from /proc, push clients over real
+ * sockets, quantiles, and the table of ours against bare.
  */
-import { readFileSync } from "node:fs"
+import { fork } from "node:child_process"
+import { once } from "node:events"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { Agent, request } from "node:http"
 import { randomUUID } from "node:crypto"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import WebSocket from "ws"
 import { openClient, type TestClient } from "../test/connection/client.ts"
 import { type Deployment, startAllInOne } from "../test/e2e/servers.ts"
@@ -17,11 +22,29 @@ export const option = (flag: string, env: string, fallback: string): string => {
 
 // ── the server process, seen from outside ────────────────────────────────────────────────────────
 
-/** User + system CPU of a process, in ms (clock ticks are 10 ms). */
-export const cpuMs = (pid: number): number => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+/** User + system CPU in ms of a `/proc/…/stat` (clock ticks are 10 ms). */
+const statCpuMs = (path: string): number => {
+  const stat = readFileSync(path, "utf8")
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
   return (Number(fields[11]) + Number(fields[12])) * 10
+}
+/** User + system CPU of a process (all its threads), in ms. */
+export const cpuMs = (pid: number): number => statCpuMs(`/proc/${pid}/stat`)
+/**
+ * User + system CPU of a process's worker threads (Node names them `WorkerThread`), in ms: in the
+ * servers of `bench:stored` and `bench:storm`, the embedded dynalite's thread.
+ */
+export const workerCpuMs = (pid: number): number =>
+  readdirSync(`/proc/${pid}/task`)
+    .filter((tid) => readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim() === "WorkerThread")
+    .reduce((sum, tid) => sum + statCpuMs(`/proc/${pid}/task/${tid}/stat`), 0)
+/**
+ * Starts measuring a process's CPU; the function returned reads it: µs per unit of work since, and
+ * of those the worker threads' (the storage thread's).
+ */
+export const cpuMeter = (pid: number): (units: number) => [number, number] => {
+  const [total, workers] = [cpuMs(pid), workerCpuMs(pid)]
+  return (units) => [((cpuMs(pid) - total) * 1000) / units, ((workerCpuMs(pid) - workers) * 1000) / units]
 }
 export const rssMiB = (pid: number): number => {
   const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
@@ -38,6 +61,97 @@ export const fmt = (n: number, digits = 1) => n.toFixed(digits)
 export const start = async (extra: ReadonlyArray<string>): Promise<{ readonly deployment: Deployment; readonly pid: number }> => {
   const deployment = await startAllInOne(["--log-level", "warn", ...extra])
   return { deployment, pid: deployment.pid() as number }
+}
+
+/** The bare server of `bench:stored` and `bench:storm` (`stored-servers.ts`), in its own process. */
+export interface BareServer {
+  readonly pid: number
+  readonly wsUrl: string
+  /** `{httpUrl}/push/{uaid}/{chid}` stores a message. */
+  readonly httpUrl: string
+  /** Its embedded dynalite, for seeding storage directly. */
+  readonly dynamoUrl: string
+  readonly stop: () => Promise<void>
+}
+
+export const startBare = async (): Promise<BareServer> => {
+  const dataDir = mkdtempSync(join(tmpdir(), "autopush-bench-bare-"))
+  const child = fork(new URL("./stored-servers.ts", import.meta.url).pathname, [dataDir], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
+  const [ports] = await Promise.race([
+    once(child, "message") as Promise<[{ ws: number; http: number; dynamo: number }]>,
+    once(child, "exit").then(([code]) => Promise.reject(new Error(`the bare server exited (${code})`)))
+  ])
+  return {
+    pid: child.pid as number,
+    wsUrl: `ws://127.0.0.1:${ports.ws}/`,
+    httpUrl: `http://127.0.0.1:${ports.http}`,
+    dynamoUrl: `http://127.0.0.1:${ports.dynamo}`,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGTERM")
+        await once(child, "exit")
+      }
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
+}
+
+export interface Rows {
+  ours?: ReadonlyArray<number>
+  bare?: ReadonlyArray<number>
+}
+
+/**
+ * Starts each pipeline asked for (`--only ours|bare`, else both, bare first), one after the other,
+ * measures it, and stops its server before the next starts: the rows of `printComparison`.
+ */
+export const measurePipelines = async <S extends { readonly stop: () => Promise<void> }>(
+  starts: { readonly [name in keyof Rows]-?: () => Promise<S> },
+  measure: (name: keyof Rows, server: S) => Promise<ReadonlyArray<number>>
+): Promise<Rows> => {
+  const only = option("only", "BENCH_ONLY", "")
+  const names: ReadonlyArray<keyof Rows> = only === "ours" || only === "bare" ? [only] : ["bare", "ours"]
+  const rows: Rows = {}
+  try {
+    for (const name of names) {
+      const server = await starts[name]()
+      try {
+        rows[name] = await measure(name, server)
+      } finally {
+        await server.stop()
+      }
+    }
+  } finally {
+    agent.destroy()
+  }
+  return rows
+}
+
+export interface Column {
+  readonly header: string
+  readonly digits: number
+  /** Whether ours / bare means something (not for a count of failures). */
+  readonly ratio: boolean
+}
+
+/** The one table of a benchmark: ours, bare of the same run, ours / bare, then the verdict. */
+export const printComparison = (
+  title: string,
+  columns: ReadonlyArray<Column>,
+  rows: Readonly<Rows>,
+  verdict: string
+): void => {
+  const line = (name: string, cells: ReadonlyArray<string>) =>
+    console.log(`  ${name.padEnd(12)}${cells.map((cell, i) => cell.padStart(Math.max(8, columns[i]?.header.length ?? 0) + 2)).join("")}`)
+  console.log(`\n${title}`)
+  line("", columns.map((c) => c.header))
+  const { ours, bare } = rows
+  if (ours !== undefined) line("ours", ours.map((v, i) => fmt(v, columns[i]?.digits)))
+  if (bare !== undefined) line("bare", bare.map((v, i) => fmt(v, columns[i]?.digits)))
+  if (ours !== undefined && bare !== undefined) {
+    line("ours / bare", columns.map((c, i) => (c.ratio ? `${fmt((ours[i] as number) / (bare[i] as number), 2)}×` : "–")))
+  }
+  console.log(`  ${verdict}`)
 }
 
 export const hello = async (wsUrl: string): Promise<TestClient> => {

@@ -1,28 +1,81 @@
 /**
- * `npm run bench:stored`: stored delivery on the real all-in-one process (embedded dynalite on
- * disk). A client registers and goes away; N messages are pushed to it through the public API
- * (stored); it connects again and acks each message as it comes, as Firefox does. Printed: the
- * store rate, and the drain rate from hello to the last ack with the server's CPU per message.
+ * `npm run bench:stored`: stored delivery, ours against a bare baseline in the same run, one after
+ * the other, each server in its own process and the clients in this one.
  *
- * Options (flag or environment): --messages/BENCH_MESSAGES (10000), --bytes/BENCH_BYTES (256).
+ * - ours: the real all-in-one process on embedded dynalite (on disk). A client registers and goes
+ *   away; N messages are pushed to it through the public API (stored);
+ * - bare: `stored-servers.ts`, plain `node:http` + `ws` on the same storage (embedded dynalite on a
+ *   worker thread, the same tables): the user's router record is written directly, and the N
+ *   messages are POSTed to it, each one PutItem;
+ *
+ * then the client connects again and acks each message as it comes, as Firefox does. Printed: one
+ * table of the store rate and the drain rate from hello to the last ack, each with the server's CPU
+ * per message (user + system from /proc, storage thread included), ours / bare, and the target
+ * (ours drains ≥ 2,000 msg/s).
+ *
+ * Options (flag or environment): --messages/BENCH_MESSAGES (10000), --bytes/BENCH_BYTES (256),
+ * --only/BENCH_ONLY (ours or bare; both by default).
  */
-import { randomBytes } from "node:crypto"
+import { randomBytes, randomUUID } from "node:crypto"
 import { openClient } from "../test/connection/client.ts"
-import { agent, cpuMs, fmt, hello, option, push, register, start } from "./harness.ts"
+import { cpuMeter, fmt, hello, measurePipelines, option, printComparison, push, register, start, startBare } from "./harness.ts"
+import { ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
 const MESSAGES = Number(option("messages", "BENCH_MESSAGES", "10000"))
 const BYTES = Number(option("bytes", "BENCH_BYTES", "256"))
+const TARGET = 2000
 
-const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2)])
-try {
-  const first = await hello(deployment.wsUrl)
-  const uaid = first.received.find((m) => m["messageType"] === "hello")?.["uaid"] as string
-  const endpoint = await register(first)
-  await first.close()
+interface Server {
+  readonly pid: number
+  readonly wsUrl: string
+  /** A user with one channel, offline: its uaid and its push endpoint. */
+  readonly subscribe: () => Promise<{ readonly uaid: string; readonly endpoint: string }>
+  readonly stop: () => Promise<void>
+}
+
+const ours = async (): Promise<Server> => {
+  const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2)])
+  return {
+    pid,
+    wsUrl: deployment.wsUrl,
+    subscribe: async () => {
+      const first = await hello(deployment.wsUrl)
+      const uaid = first.received.find((m) => m["messageType"] === "hello")?.["uaid"] as string
+      const endpoint = await register(first)
+      await first.close()
+      return { uaid, endpoint }
+    },
+    stop: deployment.stop
+  }
+}
+
+const bare = async (): Promise<Server> => {
+  const server = await startBare()
+  return {
+    pid: server.pid,
+    wsUrl: server.wsUrl,
+    subscribe: async () => {
+      const uaid = randomUUID().replaceAll("-", "")
+      const storage = await storageClient(server.dynamoUrl)
+      await storage.send("PutItem", { TableName: ROUTER_TABLE, Item: userItem(uaid, Date.now()) })
+      storage.destroy()
+      return { uaid, endpoint: `${server.httpUrl}/push/${uaid}/${randomUUID()}` }
+    },
+    stop: server.stop
+  }
+}
+
+/**
+ * Store N messages, then drain them: [store msg/s, store CPU µs/msg, of which the storage thread's,
+ * drain msg/s, drain CPU µs/msg, of which the storage thread's].
+ */
+const run = async (name: string, server: Server): Promise<Array<number>> => {
+  const { uaid, endpoint } = await server.subscribe()
 
   const statuses = new Map<number, number>()
   let sent = 0
-  const pushedAt = performance.now()
+  let cpu = cpuMeter(server.pid)
+  let began = performance.now()
   await Promise.all(Array.from({ length: 32 }, async () => {
     while (sent < MESSAGES) {
       sent++
@@ -30,12 +83,13 @@ try {
       statuses.set(status, (statuses.get(status) ?? 0) + 1)
     }
   }))
-  const pushSeconds = (performance.now() - pushedAt) / 1000
+  const storeSeconds = (performance.now() - began) / 1000
+  const storeCpu = cpu(MESSAGES)
   const stored = statuses.get(201) ?? 0
 
-  const client = await openClient(deployment.wsUrl)
-  const cpuBefore = cpuMs(pid)
-  const began = performance.now()
+  const client = await openClient(server.wsUrl)
+  cpu = cpuMeter(server.pid)
+  began = performance.now()
   client.send({ messageType: "hello", uaid, use_webpush: true })
   let delivered = 0
   while (delivered < stored) {
@@ -43,15 +97,31 @@ try {
     client.send({ messageType: "ack", updates: [{ channelID: n["channelID"], version: n["version"] }] })
     delivered++
   }
-  const seconds = (performance.now() - began) / 1000
-  const cpu = cpuMs(pid) - cpuBefore
+  const drainSeconds = (performance.now() - began) / 1000
+  const drainCpu = cpu(Math.max(1, delivered))
   const quiet = await client.quiet(1_000, (m) => m["messageType"] === "notification")
   await client.close()
-
-  console.log(`stored delivery, all-in-one on embedded dynalite, ${BYTES}-byte bodies`)
-  console.log(`  pushed ${MESSAGES} to an offline client in ${fmt(pushSeconds)} s (${fmt(MESSAGES / pushSeconds, 0)}/s), answers ${JSON.stringify(Object.fromEntries(statuses))}`)
-  console.log(`  drained and acked ${delivered} in ${fmt(seconds, 2)} s: ${fmt(delivered / seconds, 0)} msg/s (target ≥ 2000), server CPU ${fmt((cpu * 1000) / Math.max(1, delivered), 0)} µs per message; nothing more after: ${quiet}`)
-} finally {
-  agent.destroy()
-  await deployment.stop()
+  console.log(`  ${name}: push answers ${JSON.stringify(Object.fromEntries(statuses))}; drained and acked ${delivered}; nothing more after: ${quiet}`)
+  return [MESSAGES / storeSeconds, ...storeCpu, delivered / drainSeconds, ...drainCpu]
 }
+
+const rows = await measurePipelines({ ours, bare }, run)
+
+const drained = rows.ours?.[3]
+printComparison(
+  `stored delivery: ${MESSAGES} messages of ${BYTES} bytes stored for one offline client, then drained (each acked); embedded dynalite` +
+    "\n  (server CPU µs per message, user + system; dynalite: its storage thread's part of it; bare stores with one PutItem" +
+    " per message, drains with a Query and a BatchWriteItem per 25)",
+  [
+    { header: "store msg/s", digits: 0, ratio: true },
+    { header: "CPU µs", digits: 0, ratio: true },
+    { header: "dynalite µs", digits: 0, ratio: true },
+    { header: "drain msg/s", digits: 0, ratio: true },
+    { header: "CPU µs", digits: 0, ratio: true },
+    { header: "dynalite µs", digits: 0, ratio: true }
+  ],
+  rows,
+  drained === undefined
+    ? `target (ours drains ≥ ${TARGET} msg/s): ours not run`
+    : `target (ours drains ≥ ${TARGET} msg/s): ${drained >= TARGET ? "met" : "NOT met"} (${fmt(drained, 0)} msg/s)`
+)

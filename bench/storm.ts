@@ -1,15 +1,26 @@
 /**
- * `npm run bench:storm`: a reconnect storm on the real all-in-one process (embedded dynalite on
- * disk). N clients register and go away, one message is pushed to each (stored), then all of them
- * reconnect at once (at most --inflight handshakes in flight) and each waits for its message and
- * acks it. Printed: time until every client has its message, hellos/s, per-client time to its
- * message (p50/p99/max), and how many failed or timed out (30 s).
+ * `npm run bench:storm`: a reconnect storm, ours against a bare baseline in the same run, one after
+ * the other, each server in its own process and the clients in this one.
  *
- * Options (flag or environment): --clients/BENCH_CLIENTS (10000), --inflight/BENCH_INFLIGHT (2000).
+ * - ours: the real all-in-one process on embedded dynalite (on disk). N clients register and go
+ *   away, and one message is pushed to each through the public API (stored);
+ * - bare: `stored-servers.ts`, plain `node:http` + `ws` on the same storage (embedded dynalite on a
+ *   worker thread, the same tables): N router records and one message row each are written into
+ *   its storage directly;
+ *
+ * then all of them reconnect at once (at most --inflight handshakes in flight) and each waits for
+ * its message and acks it. Printed: one table of the time until every client has its message,
+ * hellos/s, per-client time from connecting to its message (p50/p99/max), how many failed or timed
+ * out (30 s), and the server's CPU per client (user + system from /proc, storage thread included),
+ * ours / bare, and the target (ours: all delivered, none timed out).
+ *
+ * Options (flag or environment): --clients/BENCH_CLIENTS (10000), --inflight/BENCH_INFLIGHT (2000),
+ * --only/BENCH_ONLY (ours or bare; both by default).
  */
 import { randomBytes, randomUUID } from "node:crypto"
 import WebSocket from "ws"
-import { agent, cpuMs, fmt, option, push, quantile, start } from "./harness.ts"
+import { cpuMeter, measurePipelines, option, printComparison, push, quantile, start, startBare } from "./harness.ts"
+import { MESSAGE_TABLE, messageItem, putAll, ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
 const CLIENTS = Number(option("clients", "BENCH_CLIENTS", "10000"))
 const INFLIGHT = Number(option("inflight", "BENCH_INFLIGHT", "2000"))
@@ -38,40 +49,80 @@ const pool = async (n: number, limit: number, task: (i: number) => Promise<void>
   }))
 }
 
-const { deployment, pid } = await start([])
-try {
-  // Users with one channel each, then offline.
-  const users: Array<{ uaid: string; endpoint: string }> = []
-  await pool(CLIENTS, 100, async (i) => {
-    const s = await connect(deployment.wsUrl, i)
-    const channelID = randomUUID()
-    await new Promise<void>((resolve) => {
-      let uaid = ""
-      s.frames((m) => {
-        if (m["messageType"] === "hello") {
-          uaid = m["uaid"] as string
-          s.ws.send(JSON.stringify({ messageType: "register", channelID }))
-        }
-        if (m["messageType"] === "register") {
-          users[i] = { uaid, endpoint: m["pushEndpoint"] as string }
-          resolve()
-        }
-      })
-      s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true }))
-    })
-    s.ws.close()
-  })
-  // One stored message each.
-  let stored = 0
-  await pool(CLIENTS, 32, async (i) => {
-    if ((await push(users[i]!.endpoint, randomBytes(128))) === 201) stored++
-  })
-  process.stdout.write(`  ${CLIENTS} users registered, ${stored} messages stored\n`)
+interface Server {
+  readonly pid: number
+  readonly wsUrl: string
+  /** N offline users with one stored message each: their uaids. */
+  readonly seed: () => Promise<Array<string>>
+  readonly stop: () => Promise<void>
+}
 
-  // The storm.
+const ours = async (): Promise<Server> => {
+  const { deployment, pid } = await start([])
+  return {
+    pid,
+    wsUrl: deployment.wsUrl,
+    seed: async () => {
+      // Users with one channel each, then offline.
+      const users: Array<{ uaid: string; endpoint: string }> = []
+      await pool(CLIENTS, 100, async (i) => {
+        const s = await connect(deployment.wsUrl, i)
+        const channelID = randomUUID()
+        await new Promise<void>((resolve) => {
+          let uaid = ""
+          s.frames((m) => {
+            if (m["messageType"] === "hello") {
+              uaid = m["uaid"] as string
+              s.ws.send(JSON.stringify({ messageType: "register", channelID }))
+            }
+            if (m["messageType"] === "register") {
+              users[i] = { uaid, endpoint: m["pushEndpoint"] as string }
+              resolve()
+            }
+          })
+          s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true }))
+        })
+        s.ws.close()
+      })
+      // One stored message each.
+      let stored = 0
+      await pool(CLIENTS, 32, async (i) => {
+        if ((await push(users[i]!.endpoint, randomBytes(128))) === 201) stored++
+      })
+      console.log(`  ours: ${CLIENTS} users registered, ${stored} messages stored`)
+      return users.map((u) => u.uaid)
+    },
+    stop: deployment.stop
+  }
+}
+
+const bare = async (): Promise<Server> => {
+  const server = await startBare()
+  return {
+    pid: server.pid,
+    wsUrl: server.wsUrl,
+    seed: async () => {
+      const uaids = Array.from({ length: CLIENTS }, () => randomUUID().replaceAll("-", ""))
+      const now = Date.now()
+      const storage = await storageClient(server.dynamoUrl)
+      await putAll(storage.send, ROUTER_TABLE, uaids.map((uaid) => userItem(uaid, now)))
+      await putAll(storage.send, MESSAGE_TABLE, uaids.map((uaid) => messageItem(uaid, randomUUID(), now, randomBytes(128).toString("base64url"), "aes128gcm", 600)))
+      storage.destroy()
+      console.log(`  bare: ${CLIENTS} router records and message rows written`)
+      return uaids
+    },
+    stop: server.stop
+  }
+}
+
+/**
+ * The storm: [total s, hellos/s, p50, p99, max (ms), failed or timed out, server CPU µs per client,
+ * of which the storage thread's].
+ */
+const storm = async (server: Server, uaids: ReadonlyArray<string>): Promise<Array<number>> => {
   const times: Array<number> = []
   let failed = 0
-  const cpuBefore = cpuMs(pid)
+  const cpu = cpuMeter(server.pid)
   const began = performance.now()
   let hellos = 0
   let helloDone = 0
@@ -79,7 +130,7 @@ try {
   await pool(CLIENTS, INFLIGHT, async (i) => {
     const t0 = performance.now()
     try {
-      const s = await connect(deployment.wsUrl, i)
+      const s = await connect(server.wsUrl, i)
       sockets.push(s.ws)
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error("timeout")), TIMEOUT_MS)
@@ -95,20 +146,45 @@ try {
             resolve()
           }
         })
-        s.ws.send(JSON.stringify({ messageType: "hello", uaid: users[i]!.uaid, use_webpush: true }))
+        s.ws.send(JSON.stringify({ messageType: "hello", uaid: uaids[i], use_webpush: true }))
       })
     } catch {
       failed++
     }
   })
   const seconds = (performance.now() - began) / 1000
-  const cpu = cpuMs(pid) - cpuBefore
+  const perClient = cpu(CLIENTS)
   for (const ws of sockets) ws.terminate()
-  console.log(`reconnect storm, all-in-one on embedded dynalite: ${CLIENTS} clients with 1 stored message each, ${INFLIGHT} handshakes in flight`)
-  console.log(`  all delivered in ${fmt(seconds, 2)} s; ${hellos} hellos answered in ${fmt((helloDone - began) / 1000, 2)} s (${fmt(hellos / ((helloDone - began) / 1000), 0)} hellos/s)`)
-  console.log(`  connect → message: p50 ${fmt(quantile(times, 0.5), 0)} ms, p99 ${fmt(quantile(times, 0.99), 0)} ms, max ${fmt(Math.max(...times), 0)} ms; ${times.length} delivered, ${failed} failed or timed out`)
-  console.log(`  server CPU ${fmt(cpu / 1000, 1)} s (${fmt((cpu * 1000) / CLIENTS, 0)} µs per reconnecting client)`)
-} finally {
-  agent.destroy()
-  await deployment.stop()
+  return [
+    seconds,
+    hellos / ((helloDone - began) / 1000),
+    quantile(times, 0.5),
+    quantile(times, 0.99),
+    Math.max(...times),
+    failed,
+    ...perClient
+  ]
 }
+
+const rows = await measurePipelines({ ours, bare }, async (_, server) => storm(server, await server.seed()))
+
+const failed = rows.ours?.[5]
+printComparison(
+  `reconnect storm: ${CLIENTS} clients with 1 stored message each reconnect at once, ${INFLIGHT} handshakes in flight; embedded dynalite; latencies from connecting to the message` +
+    "\n  (server CPU µs per client, user + system; dynalite: its storage thread's part of it; bare makes a GetItem," +
+    " UpdateItem, Query and DeleteItem per client)",
+  [
+    { header: "total s", digits: 2, ratio: true },
+    { header: "hellos/s", digits: 0, ratio: true },
+    { header: "p50 ms", digits: 0, ratio: true },
+    { header: "p99 ms", digits: 0, ratio: true },
+    { header: "max ms", digits: 0, ratio: true },
+    { header: "failed or timed out", digits: 0, ratio: false },
+    { header: "CPU µs", digits: 0, ratio: true },
+    { header: "dynalite µs", digits: 0, ratio: true }
+  ],
+  rows,
+  failed === undefined
+    ? "target (ours: all delivered, none timed out): ours not run"
+    : `target (ours: all delivered, none timed out): ${failed === 0 ? "met" : `NOT met (${failed} of ${CLIENTS} failed or timed out)`}`
+)

@@ -1,0 +1,138 @@
+/**
+ * The bare server of `bench:stored` and `bench:storm`, a child process: `node stored-servers.ts
+ * DATA_DIR`. Plain `node:http` and `ws` in one process with the service's storage: an embedded
+ * dynalite on a worker thread of this process (`src/storage/dynaliteThread.ts`, LevelDB under
+ * DATA_DIR), spoken to with the service's DynamoDB JSON client, in the service's table layout
+ * (`stored-tables.ts`). No protocol logic, no validation, no Effect; only what the service must do
+ * for the same outcome:
+ *
+ * - `POST /push/{uaid}/{chid}`: PutItem the body (base64url) as a timestamp row, answer 201;
+ * - a WebSocket's first frame, a hello `{ uaid }`: GetItem the router record, UpdateItem it (node id
+ *   and `connected_at`: the user is claimed), answer the hello; then Query the user's rows, 25 at a
+ *   time with `ConsistentRead` as the service does, and send each as a notification frame. Once a
+ *   page is acked its rows are deleted (DeleteItem for one, BatchWriteItem else) and, if the page
+ *   was full, the next one is read.
+ *
+ * Posts `{ ready: true, ws, http, dynamo }` (ports on 127.0.0.1) over IPC once listening.
+ */
+import { createServer } from "node:http"
+import { type WebSocket, WebSocketServer } from "ws"
+import { dynaliteWorker } from "../src/storage/dynaliteWorker.ts"
+import { createTables, type Item, MESSAGE_TABLE, messageItem, PAGE, ROUTER_TABLE, storageClient } from "./stored-tables.ts"
+
+const HOST = "127.0.0.1"
+process.on("SIGTERM", () => process.exit(0))
+process.on("SIGINT", () => process.exit(0))
+// The bench is gone (even killed): so is its server.
+process.on("disconnect", () => process.exit(0))
+
+const worker = dynaliteWorker()
+worker.postMessage({ open: process.argv[2] })
+const dynamoPort = await new Promise<number>((resolve, reject) =>
+  worker.once("message", (m: { readonly port?: number; readonly error?: { readonly message: string } }) =>
+    m.port !== undefined ? resolve(m.port) : reject(new Error(`dynalite did not start: ${m.error?.message}`))))
+const { send } = await storageClient(`http://${HOST}:${dynamoPort}`)
+await createTables(send)
+
+const fail = (error: unknown) => console.error("bare server:", error)
+
+let lastMs = 0
+/** A ms of its own per message: the service moves a message whose key is taken to the next ms. */
+const nextMs = () => (lastMs = Math.max(Date.now(), lastMs + 1))
+
+const http = createServer((req, res) => {
+  const [, route, uaid, chid] = (req.url ?? "").split("/")
+  const chunks: Array<Buffer> = []
+  req.on("data", (chunk: Buffer) => chunks.push(chunk))
+  req.on("end", () => {
+    const answer = (status: number) => res.writeHead(status, { "content-length": 0 }).end()
+    if (route !== "push" || uaid === undefined || chid === undefined) return answer(404)
+    const data = Buffer.concat(chunks).toString("base64url")
+    const item = messageItem(uaid, chid, nextMs(), data, String(req.headers["content-encoding"] ?? "aes128gcm"), Number(req.headers["ttl"] ?? 0))
+    send("PutItem", { TableName: MESSAGE_TABLE, Item: item }).then(() => answer(201), (error: unknown) => {
+      fail(error)
+      answer(503)
+    })
+  })
+})
+
+const notification = (item: Item): string => {
+  const sortKey = item["chidmessageid"]?.S ?? ""
+  const headers = Object.fromEntries(Object.entries(item["headers"]?.M ?? {}).map(([name, value]) => [name, value.S]))
+  return JSON.stringify({
+    messageType: "notification",
+    channelID: sortKey.slice(sortKey.lastIndexOf(":") + 1),
+    version: item["updateid"]?.S,
+    data: item["data"]?.S,
+    headers
+  })
+}
+
+const session = (ws: WebSocket, routerUrl: string) => {
+  let uaid = ""
+  /** The page sent: its rows' keys, and the sort keys (= versions) not acked yet. */
+  let keys: Array<Item> = []
+  const unacked = new Set<string>()
+  /** Where the next page starts, if the last one was full. */
+  let more: Item | undefined
+
+  const readPage = async (start: Item | undefined) => {
+    const page = await send("Query", {
+      TableName: MESSAGE_TABLE,
+      KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
+      ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+      ExpressionAttributeValues: { ":uaid": { S: uaid }, ":lo": { S: "02:" }, ":hi": { S: "02;" } },
+      ConsistentRead: true,
+      Limit: PAGE,
+      ...(start === undefined ? {} : { ExclusiveStartKey: start })
+    })
+    more = page.LastEvaluatedKey
+    keys = (page.Items ?? []).map((item) => ({ uaid: { S: uaid }, chidmessageid: item["chidmessageid"] as Item[string] }))
+    for (const item of page.Items ?? []) {
+      unacked.add(item["chidmessageid"]?.S ?? "")
+      ws.send(notification(item))
+    }
+  }
+
+  const hello = async () => {
+    const { Item: user } = await send("GetItem", { TableName: ROUTER_TABLE, Key: { uaid: { S: uaid } }, ConsistentRead: true })
+    if (user === undefined) return ws.close()
+    await send("UpdateItem", {
+      TableName: ROUTER_TABLE,
+      Key: { uaid: { S: uaid } },
+      UpdateExpression: "SET #node_id = :node_id, #connected_at = :connected_at",
+      ExpressionAttributeNames: { "#node_id": "node_id", "#connected_at": "connected_at" },
+      ExpressionAttributeValues: { ":node_id": { S: routerUrl }, ":connected_at": { N: String(Date.now()) } }
+    })
+    ws.send(JSON.stringify({ messageType: "hello", uaid, status: 200, use_webpush: true, broadcasts: {} }))
+    await readPage(undefined)
+  }
+
+  const deletePage = async () => {
+    const rows = keys
+    keys = []
+    await (rows.length === 1
+      ? send("DeleteItem", { TableName: MESSAGE_TABLE, Key: rows[0] as Item })
+      : send("BatchWriteItem", { RequestItems: { [MESSAGE_TABLE]: rows.map((Key) => ({ DeleteRequest: { Key } })) } }))
+    if (more !== undefined) await readPage(more)
+  }
+
+  ws.on("message", (data) => {
+    const frame = JSON.parse(data.toString()) as { messageType?: string; uaid?: string; updates?: Array<{ version?: string }> }
+    if (frame.messageType === "hello") {
+      uaid = frame.uaid ?? ""
+      hello().catch(fail)
+    } else if (frame.messageType === "ack") {
+      for (const update of frame.updates ?? []) unacked.delete(update.version ?? "")
+      if (unacked.size === 0 && keys.length > 0) deletePage().catch(fail)
+    }
+  })
+}
+
+const wss = new WebSocketServer({ port: 0, host: HOST, clientTracking: false })
+await new Promise<void>((resolve) => wss.once("listening", resolve))
+const wsPort = (wss.address() as { port: number }).port
+const routerUrl = `http://${HOST}:${wsPort}`
+wss.on("connection", (ws) => session(ws, routerUrl))
+await new Promise<void>((resolve) => http.listen(0, HOST, resolve))
+process.send?.({ ready: true, ws: wsPort, http: (http.address() as { port: number }).port, dynamo: dynamoPort })
