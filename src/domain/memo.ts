@@ -1,24 +1,45 @@
 /**
- * `compute` remembering its results for the last `size` keys it was asked about (oldest forgotten
- * first), for work that costs more than a map lookup and always gives the same answer for a key.
- * Only results `keep` accepts are remembered (a caller can leave failures out, so that garbage keys
- * cannot push out the useful ones).
+ * A map that keeps the last `size` keys set (the oldest forgotten first), and `memoize` over it.
+ * Keys are kept in order as a ring: cheaper than a Map's first key after many deletions.
+ */
+export class RecentMap<V> {
+  private readonly entries = new Map<string, V>()
+  private readonly order: Array<string | undefined> = []
+  private next = 0
+  private readonly size: number
+
+  constructor(size: number) {
+    this.size = size
+  }
+
+  get(key: string): V | undefined {
+    return this.entries.get(key)
+  }
+
+  set(key: string, value: V): void {
+    if (!this.entries.has(key)) {
+      const oldest = this.order[this.next]
+      if (oldest !== undefined) this.entries.delete(oldest)
+      this.order[this.next] = key
+      this.next = (this.next + 1) % this.size
+    }
+    this.entries.set(key, value)
+  }
+}
+
+/**
+ * `compute` remembering its results for the last `size` keys it was asked about, for work that
+ * costs more than a map lookup and always gives the same answer for a key. Only results `keep`
+ * accepts are remembered (a caller can leave failures out, so that garbage keys cannot push out the
+ * useful ones).
  */
 export const memoize = <A>(size: number, compute: (key: string) => A, keep: (value: A) => boolean = () => true): ((key: string) => A) => {
-  const cache = new Map<string, A>()
-  // Keys in order, as a ring (cheaper than a Map's first key after many deletions).
-  const order: Array<string | undefined> = []
-  let next = 0
+  const cache = new RecentMap<A>(size)
   return (key) => {
     const hit = cache.get(key)
     if (hit !== undefined) return hit
     const value = compute(key)
-    if (!keep(value)) return value
-    const oldest = order[next]
-    if (oldest !== undefined) cache.delete(oldest)
-    order[next] = key
-    next = (next + 1) % size
-    cache.set(key, value)
+    if (keep(value)) cache.set(key, value)
     return value
   }
 }

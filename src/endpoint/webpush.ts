@@ -32,6 +32,7 @@ import {
   type RequestTimeout,
   StorageUnavailable
 } from "../domain/errors.ts"
+import { RecentMap } from "../domain/memo.ts"
 import { type Body, type BodyLimits, readBody } from "../domain/raw-http.ts"
 import { domainEvent } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
@@ -263,6 +264,20 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     }
   }
 
+  /**
+   * The storage ms of a timestamp message: now, or the ms after the last one this node gave the
+   * channel. Two messages of a channel in one ms would share a storage key (the later one is then
+   * moved to the next free ms by another conditional write): a burst to one channel does not
+   * collide on this node. Kept for the channels of the last 10,000 pushes.
+   */
+  const lastSortKeyMs = new RecentMap<number>(10_000)
+  const sortKeyMs = (uaid: string, channelId: string, nowMs: number): number => {
+    const key = uaid + channelId
+    const ms = Math.max(nowMs, (lastSortKeyMs.get(key) ?? 0) + 1)
+    lastSortKeyMs.set(key, ms)
+    return ms
+  }
+
   // ── POST ───────────────────────────────────────────────────────────────────────────────────────
 
   /** The accept span of a push: a child of the app server's `traceparent`, when it sends one. */
@@ -296,17 +311,18 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const urgency = yield* urgencyOf(headers) //                          #16 (RFC 8030 §5.3)
 
     const { uaid, channelId } = subscription
+    const sortkeyTimestamp = topic !== undefined ? nowMs : sortKeyMs(uaid, channelId, nowMs)
     const messageId = yield* crypto.makeMessageId(
       topic !== undefined
         ? { kind: "topic", uaid, channelId, topic }
-        : { kind: "timestamp", uaid, channelId, sortkeyTimestamp: nowMs }
+        : { kind: "timestamp", uaid, channelId, sortkeyTimestamp }
     )
     const notification: Notification = {
       channelId,
       version: messageId,
       ttl,
       timestamp: Math.floor(nowMs / 1000),
-      sortkeyTimestamp: nowMs,
+      sortkeyTimestamp,
       ...(topic !== undefined ? { topic } : {}),
       ...(urgency !== undefined ? { urgency } : {}),
       ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
