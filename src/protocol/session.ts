@@ -34,7 +34,7 @@ import {
   type Transition,
   type Unacked
 } from "./machine.ts"
-import { Mailbox } from "./mailbox.ts"
+import { type Consumer, Mailbox } from "./mailbox.ts"
 import { describeFrame } from "./messages.ts"
 
 export type { SessionEvent } from "./machine.ts"
@@ -135,11 +135,12 @@ const isDelivery = (event: SessionEvent): boolean => event._tag === "Delivery"
 export const runSession = (ports: SessionPorts, transport: Transport, handle: SessionHandle) =>
   Effect.flatMap(Clock.currentTimeMillis, (now) => {
     const session = new SessionRunner(ports, transport, handle, now)
-    return session.run().pipe(Effect.ensuring(Effect.suspend(() => session.finish())))
+    // Bound, not closures: no context object per connection.
+    return Effect.onExit(session.next, session.finish.bind(session))
   })
 
 /** The session fiber's state and work. Tests drive one with `feed`. */
-export class SessionRunner {
+export class SessionRunner implements Consumer<SessionEvent> {
   phase: Phase
   /** The fold of this session's events (the `Session` summary record). */
   summary: SessionSummary = emptySummary
@@ -148,6 +149,12 @@ export class SessionRunner {
   private readonly handle: SessionHandle
   /** Inputs that go before the mailbox: command results, replayed commands, leftovers at close. */
   private readonly front: Array<Input> = []
+  /**
+   * The rest of the session, one input at a time until it is closed: a plain continuation loop (no
+   * generator), made once per session. While closing (the mailbox is shut) it waits for the
+   * machine's own deadline (a retried save) instead of the mailbox.
+   */
+  readonly next: Effect.Effect<void> = Effect.suspend(this.proceed.bind(this))
 
   constructor(ports: SessionPorts, transport: Transport, handle: SessionHandle, now: number) {
     this.ports = ports
@@ -161,23 +168,20 @@ export class SessionRunner {
     return this.phase._tag === "Closed"
   }
 
-  /**
-   * Take inputs until the session is closed. A plain continuation loop rather than a generator: an
-   * idle connection's fiber then holds only its pending `take`. While closing (the mailbox is shut)
-   * the loop waits for the machine's own deadline (a retried save) instead.
-   */
-  run(): Effect.Effect<void> {
-    const next: Effect.Effect<void> = Effect.suspend(() => {
-      switch (this.phase._tag) {
-        case "Closed":
-          return Effect.void
-        case "Closing":
-          return Effect.andThen(this.untilDeadline(), Effect.andThen(this.feed({ _tag: "Tick" }), next))
-        default:
-          return Effect.flatMap(this.handle.mailbox.take(), (event) => Effect.andThen(this.feed(event), next))
-      }
-    })
-    return next
+  private proceed(): Effect.Effect<void> {
+    switch (this.phase._tag) {
+      case "Closed":
+        return Effect.void
+      case "Closing":
+        return Effect.andThen(this.untilDeadline(), this.receive({ _tag: "Tick" }))
+      default:
+        return this.handle.mailbox.take(this)
+    }
+  }
+
+  /** An input from the mailbox (or the closing deadline), then the rest of the session. */
+  receive(event: SessionEvent): Effect.Effect<void> {
+    return Effect.andThen(this.feed(event), this.next)
   }
 
   /** Bring an interrupted session to its end: as if the socket closed, with a few save attempts. */
