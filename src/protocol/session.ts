@@ -41,12 +41,12 @@ export type { SessionEvent } from "./machine.ts"
 
 // ── what a session talks to ─────────────────────────────────────────────────────────────────────
 
-/** The socket, as the session sees it. `close` sends a close frame; the transport ends TCP after a grace. */
+/** The socket, as the session sees it. `sendClose` sends a close frame; the transport ends TCP after a grace. */
 export interface Transport {
-  readonly send: (text: string) => void
-  readonly close: (code: number, reason: string) => void
+  readonly sendText: (text: string) => void
+  readonly sendClose: (code: number, reason: string) => void
   /** A WebSocket-level ping frame (keepalive); the pong comes back as a `Pong` event. */
-  readonly ping: () => void
+  readonly sendPing: () => void
   /** Stop / start reading the client's frames (back-pressure while its commands wait). */
   readonly pause: () => void
   readonly resume: () => void
@@ -244,7 +244,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
   /** Carry out a transition (but its command); what it has to log, if anything. */
   private apply(input: Input, t: Transition): Effect.Effect<void> | undefined {
     const before = this.phase
-    for (const text of t.frames) this.transport.send(text)
+    for (const text of t.frames) this.transport.sendText(text)
     for (const event of t.events) this.record(event)
     for (const signal of t.effects) this.signal(signal)
     if (t.close !== undefined) this.closeSocket(t.close)
@@ -282,7 +282,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
   private signal(signal: Signal): void {
     switch (signal._tag) {
       case "Ping":
-        return this.transport.ping()
+        return this.transport.sendPing()
       case "Claim":
         this.handle.uaid = signal.uaid
         this.handle.connectedAt = signal.connectedAt
@@ -301,7 +301,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
 
   private closeSocket(kind: CloseKind): void {
     const { code, reason } = closeFrame(kind)
-    this.transport.close(code, reason)
+    this.transport.sendClose(code, reason)
   }
 
   private uaidHash(): string | null {
