@@ -12,7 +12,8 @@ export interface Consumer<E> {
 }
 
 export class Mailbox<E> {
-  private items: Array<E> = []
+  /** Made when something is queued: an idle connection's mailbox is empty. */
+  private items: Array<E> | undefined = undefined
   private head = 0
   /** While the fiber waits: its resume, and who receives the event it waits for. */
   private waiter: ((effect: Effect.Effect<void>) => void) | undefined = undefined
@@ -33,7 +34,7 @@ export class Mailbox<E> {
     if (this.closed) return false
     if (this.wake(event)) return true
     if (this.isDelivery(event)) this.deliveries++
-    this.items.push(event)
+    ;(this.items ??= []).push(event)
     return true
   }
 
@@ -42,8 +43,9 @@ export class Mailbox<E> {
     if (this.closed) return false
     if (this.wake(event)) return true
     if (this.isDelivery(event)) this.deliveries++
-    if (this.head > 0) this.items[--this.head] = event
-    else this.items.unshift(event)
+    const items = this.items ??= []
+    if (this.head > 0) items[--this.head] = event
+    else items.unshift(event)
     return true
   }
 
@@ -62,7 +64,7 @@ export class Mailbox<E> {
   }
 
   get size(): number {
-    return this.items.length - this.head
+    return (this.items?.length ?? 0) - this.head
   }
 
   /**
@@ -72,7 +74,7 @@ export class Mailbox<E> {
    * resume is ignored, and the mailbox is dropped with its session anyway.
    */
   take(consumer: Consumer<E>): Effect.Effect<void> {
-    if (this.head < this.items.length) return consumer.receive(this.shift())
+    if (this.size > 0) return consumer.receive(this.shift())
     return Effect.callback<void>((resume) => {
       this.waiter = resume
       this.consumer = consumer
@@ -93,14 +95,16 @@ export class Mailbox<E> {
 
   /** Take without waiting, or undefined when empty. */
   poll(): E | undefined {
-    return this.head < this.items.length ? this.shift() : undefined
+    return this.size > 0 ? this.shift() : undefined
   }
 
+  /** The first queued event (there is one). */
   private shift(): E {
-    const event = this.items[this.head] as E
-    this.items[this.head++] = undefined as E
-    if (this.head === this.items.length) {
-      this.items = []
+    const items = this.items as Array<E>
+    const event = items[this.head] as E
+    items[this.head++] = undefined as E
+    if (this.head === items.length) {
+      this.items = undefined
       this.head = 0
     }
     if (this.isDelivery(event)) this.deliveries--

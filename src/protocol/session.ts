@@ -148,7 +148,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
   private readonly transport: Transport
   private readonly handle: SessionHandle
   /** Inputs that go before the mailbox: command results, replayed commands, leftovers at close. */
-  private readonly front: Array<Input> = []
+  private front: Array<Input> | undefined = undefined
   /**
    * The rest of the session, one input at a time until it is closed: a plain continuation loop (no
    * generator), made once per session. While closing (the mailbox is shut) it waits for the
@@ -162,6 +162,19 @@ export class SessionRunner implements Consumer<SessionEvent> {
     this.handle = handle
     this.phase = ports.protocol.initial(now)
     handle.deadline = ports.protocol.deadline(this.phase)
+  }
+
+  /** `front`, made when needed and dropped once empty: an idle session has nothing ahead of the mailbox. */
+  private ahead(): Array<Input> {
+    return this.front ??= []
+  }
+
+  private nextAhead(): Input | undefined {
+    const front = this.front
+    if (front === undefined) return undefined
+    const input = front.shift()
+    if (front.length === 0) this.front = undefined
+    return input
   }
 
   get isClosed(): boolean {
@@ -218,7 +231,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
   feed(first: Input): Effect.Effect<void> {
     let input: Input | undefined = first
     const next = Effect.suspend(() => {
-      input = this.front.shift()
+      input = this.nextAhead()
       return loop
     })
     const loop: Effect.Effect<void> = Effect.suspend(() => {
@@ -230,7 +243,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
         const command = transition.command
         const rest = command === undefined ? next : this.execute(command, now).pipe(
           Effect.flatMap((result) => {
-            this.front.unshift(result)
+            this.ahead().unshift(result)
             return next
           })
         )
@@ -265,9 +278,9 @@ export class SessionRunner implements Consumer<SessionEvent> {
     if (phase._tag === "Closing") {
       // Deliveries still queued were accepted by the router port (the endpoint did not store them).
       for (let event = this.handle.mailbox.poll(); event !== undefined; event = this.handle.mailbox.poll()) {
-        if (event._tag === "Delivery") this.front.push(event)
+        if (event._tag === "Delivery") this.ahead().push(event)
       }
-      this.front.push({ _tag: "MailboxDrained" })
+      this.ahead().push({ _tag: "MailboxDrained" })
     }
     if (phase._tag !== "Closed" || this.summary.uaid === undefined) return undefined
     return Effect.logInfo("Session").pipe(Effect.annotateLogs(summaryFields(this.summary, opaqueId)))
@@ -290,7 +303,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
       case "DisconnectPeer":
         return this.ports.peers.disconnect(signal.nodeId, signal.uaid, signal.connectedAt)
       case "Replay":
-        for (const message of signal.messages) this.front.push({ _tag: "Frame", message, admitted: true })
+        for (const message of signal.messages) this.ahead().push({ _tag: "Frame", message, admitted: true })
         return
       case "PauseReading":
         return this.transport.pause()
@@ -312,7 +325,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
   private defect(cause: Cause.Cause<unknown>): Effect.Effect<void> {
     if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
     const live = this.phase._tag === "Identified" || this.phase._tag === "Migrating"
-    this.front.length = 0
+    this.front = undefined
     this.closeSocket("internal-error")
     const log = Effect.logError("session failed").pipe(
       Effect.annotateLogs({ uaid_hash: this.uaidHash(), phase: this.phase._tag, cause: Cause.pretty(cause) })
