@@ -4,9 +4,13 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Cause from "effect/Cause"
+import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as LogLevel from "effect/LogLevel"
+import * as Pull from "effect/Pull"
+import * as Queue from "effect/Queue"
 import * as References from "effect/References"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
@@ -161,13 +165,29 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           maxControlFramesPerSecond: options.maxControlFramesPerSecond,
           defect: (where, cause) => health.logError("websocket handler failed", { where, cause: String(cause) })
         }
+        // Every session fiber is a child of this one: a child costs its parent one Set entry, where a
+        // FiberSet puts an exit observer (a closure and an array) on each (memory per connection). It
+        // takes sockets until the drain ends the queue, then waits for its sessions.
+        const accepted = yield* Queue.unbounded<PushSocket, Cause.Done>()
+        const sessions = yield* Effect.forkScoped(Effect.awaitAllChildren(
+          Queue.take(accepted).pipe(
+            Effect.flatMap((socket) =>
+              Effect.forkChild(runSession(ports, socket, socket.handle as SessionHandle), { startImmediately: true })
+            ),
+            Effect.forever,
+            Pull.catchDone(() => Effect.void)
+          )
+        ))
         const accept = (socket: PushSocket): void => {
           const handle = new SessionHandle(options.clientChannelCapacity, Number.POSITIVE_INFINITY)
-          registry.track(handle)
-          socket.mailbox = handle.mailbox
+          socket.handle = handle
           socket.limits = limits
           // The session's cleanup takes it out of the registry.
-          run(runSession(ports, socket, handle))
+          registry.track(handle)
+          if (Queue.offerUnsafe(accepted, socket)) return
+          // Draining: no new sessions.
+          registry.remove(handle)
+          socket.terminate()
         }
         const publicServer = answerSocketErrors(createServer(serverOptions, handlePublicRequest(registry, health)))
         publicServer.on("upgrade", (req, socket, head) => {
@@ -179,7 +199,9 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
         )
         // Registered last, so it runs first on shutdown: while the router port still answers.
-        yield* Effect.addFinalizer(() => drain(publicServer, registry, FiberSet.awaitEmpty(fibers), options.shutdownTimeoutMs))
+        // Sessions end, then what they started in the background (peer pokes).
+        const sessionsDone = Effect.andThen(Fiber.await(sessions), FiberSet.awaitEmpty(fibers))
+        yield* Effect.addFinalizer(() => drain(publicServer, () => void Queue.endUnsafe(accepted), registry, sessionsDone, options.shutdownTimeoutMs))
         return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
       })
     ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
@@ -217,7 +239,7 @@ interface TransportLimits {
  */
 class PushSocket extends WebSocket implements Transport {
   /** Set by `accept` before any frame can arrive. */
-  mailbox: Mailbox<SessionEvent> | undefined = undefined
+  handle: SessionHandle | undefined = undefined
   limits: TransportLimits | undefined = undefined
   /** Control frames in the current one-second window, and when it began. */
   controlFrames = 0
@@ -230,7 +252,7 @@ class PushSocket extends WebSocket implements Transport {
     if (this.bufferedAmount > (this.limits as TransportLimits).maxSendBufferBytes) {
       // Its unacked messages are saved by the session's close; other clients are not held up.
       this.stalled = true
-      this.mailbox?.offerFirst({ _tag: "Kick", kind: "slow-client" })
+      this.handle?.mailbox.offerFirst({ _tag: "Kick", kind: "slow-client" })
       return
     }
     this.send(text)
@@ -247,7 +269,7 @@ class PushSocket extends WebSocket implements Transport {
 
   /** `ws` events, in place of listeners; a bug here closes this socket (1011) and is logged, never thrown. */
   override emit(event: string | symbol, ...args: Array<any>): boolean {
-    const mailbox = this.mailbox
+    const mailbox = this.handle?.mailbox
     if (mailbox === undefined) return false
     try {
       switch (event) {
@@ -306,12 +328,14 @@ const onMessage = (mailbox: Mailbox<SessionEvent>, data: RawData, isBinary: bool
  */
 const drain = (
   publicServer: Server,
+  stopAccepting: () => void,
   registry: NodeRegistryService,
   sessionsDone: Effect.Effect<void>,
   timeoutMs: number
 ) =>
   Effect.gen(function*() {
     publicServer.close()
+    stopAccepting()
     const sessions = registry.connections.size
     for (const handle of registry.connections) handle.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
     const done = yield* sessionsDone.pipe(Effect.timeoutOption(timeoutMs))
