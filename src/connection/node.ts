@@ -141,8 +141,6 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           }
         }
 
-        // Pings are answered here, under a rate limit: `ws`'s own answering drops the TCP connection
-        // without a close frame once too many pongs are pending.
         // Pings are answered by PushSocket, under a rate limit: `ws`'s own answering drops the TCP
         // connection without a close frame once too many pongs are pending.
         const wss = new WebSocketServer<typeof PushSocket>({
