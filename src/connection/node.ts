@@ -4,13 +4,17 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Cause from "effect/Cause"
+import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as LogLevel from "effect/LogLevel"
+import * as Pull from "effect/Pull"
+import * as Queue from "effect/Queue"
 import * as References from "effect/References"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
-import { type RawData, WebSocketServer, type WebSocket } from "ws"
+import { type RawData, WebSocket, WebSocketServer } from "ws"
 import { MalformedRequest, MethodNotAllowed, TooManyConnections } from "../domain/errors.ts"
 import { answerOnSocket, answerSocketErrors } from "../domain/raw-http.ts"
 import { closeFrame } from "../protocol/close.ts"
@@ -137,9 +141,15 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           }
         }
 
-        // Pings are answered here, under a rate limit: `ws`'s own answering drops the TCP connection
-        // without a close frame once too many pongs are pending.
-        const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxMessageBytes, clientTracking: false, autoPong: false })
+        // Pings are answered by PushSocket, under a rate limit: `ws`'s own answering drops the TCP
+        // connection without a close frame once too many pongs are pending.
+        const wss = new WebSocketServer<typeof PushSocket>({
+          noServer: true,
+          maxPayload: options.maxMessageBytes,
+          clientTracking: false,
+          autoPong: false,
+          WebSocket: PushSocket
+        })
         // A broken handshake gets the error JSON too (ws would answer in plain text).
         wss.on("wsClientError", (error: Error, socket: Duplex, req: IncomingMessage) =>
           answerOnSocket(
@@ -153,17 +163,29 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           maxControlFramesPerSecond: options.maxControlFramesPerSecond,
           defect: (where, cause) => health.logError("websocket handler failed", { where, cause: String(cause) })
         }
-        const accept = (ws: WebSocket): void => {
+        // Every session fiber is a child of this one: a child costs its parent one Set entry, where a
+        // FiberSet puts an exit observer (a closure and an array) on each (memory per connection). It
+        // takes sockets until the drain ends the queue, then waits for its sessions.
+        const accepted = yield* Queue.unbounded<PushSocket, Cause.Done>()
+        const sessions = yield* Effect.forkScoped(Effect.awaitAllChildren(
+          Queue.take(accepted).pipe(
+            Effect.flatMap((socket) =>
+              Effect.forkChild(runSession(ports, socket, socket.handle as SessionHandle), { startImmediately: true })
+            ),
+            Effect.forever,
+            Pull.catchDone(() => Effect.void)
+          )
+        ))
+        const accept = (socket: PushSocket): void => {
           const handle = new SessionHandle(options.clientChannelCapacity, Number.POSITIVE_INFINITY)
-          registry.track(handle)
-          const transport = new WsTransport(ws, handle.mailbox, limits)
-          ws.on("message", onMessage)
-          ws.on("ping", onPing)
-          ws.on("pong", onPong)
-          ws.on("close", onClose)
-          ws.on("error", onError)
+          socket.handle = handle
+          socket.limits = limits
           // The session's cleanup takes it out of the registry.
-          run(runSession(ports, transport, handle))
+          registry.track(handle)
+          if (Queue.offerUnsafe(accepted, socket)) return
+          // Draining: no new sessions.
+          registry.remove(handle)
+          socket.terminate()
         }
         const publicServer = answerSocketErrors(createServer(serverOptions, handlePublicRequest(registry, health)))
         publicServer.on("upgrade", (req, socket, head) => {
@@ -175,7 +197,9 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
         )
         // Registered last, so it runs first on shutdown: while the router port still answers.
-        yield* Effect.addFinalizer(() => drain(publicServer, registry, FiberSet.awaitEmpty(fibers), options.shutdownTimeoutMs))
+        // Sessions end, then what they started in the background (peer pokes).
+        const sessionsDone = Effect.andThen(Fiber.await(sessions), FiberSet.awaitEmpty(fibers))
+        yield* Effect.addFinalizer(() => drain(publicServer, () => void Queue.endUnsafe(accepted), registry, sessionsDone, options.shutdownTimeoutMs))
         return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
       })
     ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
@@ -207,97 +231,95 @@ interface TransportLimits {
 }
 
 /**
- * The session's view of a `ws` socket. It also carries the socket's mailbox, so the `ws` listeners
- * below are shared functions rather than closures per connection (memory per connection).
+ * A `ws` socket that is also its session's transport: `ws` makes it (the server's `WebSocket`
+ * option) and its events go straight to the session's mailbox, with no listener, closure or side
+ * object per connection (memory per connection).
  */
-class WsTransport implements Transport {
-  readonly ws: WebSocket
-  readonly mailbox: Mailbox<SessionEvent>
-  readonly limits: TransportLimits
+class PushSocket extends WebSocket implements Transport {
+  /** Set by `accept` before any frame can arrive. */
+  handle: SessionHandle | undefined = undefined
+  limits: TransportLimits | undefined = undefined
   /** Control frames in the current one-second window, and when it began. */
   controlFrames = 0
   controlWindow = 0
   /** The client stopped reading: nothing more is sent, the session is being closed. */
   stalled = false
+  /**
+   * No listener table (a dictionary object, 184 bytes per connection): nothing listens on a
+   * PushSocket, and EventEmitter makes the table afresh if a listener is ever added.
+   */
+  _events = undefined
 
-  constructor(ws: WebSocket, mailbox: Mailbox<SessionEvent>, limits: TransportLimits) {
-    this.ws = ws
-    this.mailbox = mailbox
-    this.limits = limits
-    transports.set(ws, this)
-  }
-
-  send(text: string): void {
-    if (this.ws.readyState !== this.ws.OPEN || this.stalled) return
-    if (this.ws.bufferedAmount > this.limits.maxSendBufferBytes) {
+  sendText(text: string): void {
+    if (this.readyState !== this.OPEN || this.stalled) return
+    if (this.bufferedAmount > (this.limits as TransportLimits).maxSendBufferBytes) {
       // Its unacked messages are saved by the session's close; other clients are not held up.
       this.stalled = true
-      this.mailbox.offerFirst({ _tag: "Kick", kind: "slow-client" })
+      this.handle?.mailbox.offerFirst({ _tag: "Kick", kind: "slow-client" })
       return
     }
-    this.ws.send(text)
+    this.send(text)
   }
 
-  close(code: number, reason: string): void {
-    const ws = this.ws
-    if (ws.readyState === ws.OPEN) ws.close(code, reason)
-    setTimeout(() => ws.terminate(), this.limits.closeGraceMs).unref()
+  sendClose(code: number, reason: string): void {
+    if (this.readyState === this.OPEN) this.close(code, reason)
+    setTimeout(terminate, (this.limits as TransportLimits).closeGraceMs, this).unref()
   }
 
-  ping(): void {
-    if (this.ws.readyState === this.ws.OPEN) this.ws.ping()
+  sendPing(): void {
+    if (this.readyState === this.OPEN) this.ping()
   }
 
-  pause(): void {
-    this.ws.pause()
-  }
-
-  resume(): void {
-    this.ws.resume()
+  /** `ws` events, in place of listeners; a bug here closes this socket (1011) and is logged, never thrown. */
+  override emit(event: string | symbol, ...args: Array<any>): boolean {
+    const mailbox = this.handle?.mailbox
+    if (mailbox === undefined) return false
+    try {
+      switch (event) {
+        case "message":
+          onMessage(mailbox, args[0], args[1])
+          break
+        case "ping":
+          if (this.control(Date.now())) this.pong(args[0])
+          else mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
+          break
+        case "pong":
+          if (this.control(Date.now())) mailbox.offer({ _tag: "Pong" })
+          else mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
+          break
+        case "close":
+          mailbox.offer({ _tag: "SocketClosed" })
+          break
+        case "error":
+          this.terminate()
+          break
+        default:
+          return false
+      }
+    } catch (cause) {
+      ;(this.limits as TransportLimits).defect(String(event), cause)
+      const { code, reason } = closeFrame("internal-error")
+      this.sendClose(code, reason)
+    }
+    return true
   }
 
   /** Count a control frame from the client; false once it sends more than its share this second. */
-  control(now: number): boolean {
+  private control(now: number): boolean {
     if (now - this.controlWindow >= 1_000) {
       this.controlWindow = now
       this.controlFrames = 0
     }
-    return ++this.controlFrames <= this.limits.maxControlFramesPerSecond
+    return ++this.controlFrames <= (this.limits as TransportLimits).maxControlFramesPerSecond
   }
 }
 
-const transports = new WeakMap<WebSocket, WsTransport>()
+const terminate = (socket: PushSocket): void => socket.terminate()
 
-/** Run a `ws` callback so that a bug closes that socket (1011) and is logged, instead of throwing. */
-const guarded = (where: string, callback: (transport: WsTransport, ...args: Array<any>) => void) =>
-  function(this: WebSocket, ...args: Array<any>): void {
-    const transport = transports.get(this)
-    if (transport === undefined) return
-    try {
-      callback(transport, ...args)
-    } catch (cause) {
-      transport.limits.defect(where, cause)
-      const { code, reason } = closeFrame("internal-error")
-      transport.close(code, reason)
-    }
-  }
-
-const onMessage = guarded("message", (t, data: RawData, isBinary: boolean) => {
-  if (isBinary) return void t.mailbox.offer({ _tag: "BinaryFrame" })
+const onMessage = (mailbox: Mailbox<SessionEvent>, data: RawData, isBinary: boolean): void => {
+  if (isBinary) return void mailbox.offer({ _tag: "BinaryFrame" })
   const message = decodeClientFrame(data.toString())
-  t.mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
-})
-const onPing = guarded("ping", (t, data: Buffer) => {
-  if (t.control(Date.now())) return void t.ws.pong(data)
-  t.mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
-})
-const onPong = guarded("pong", (t) => {
-  if (!t.control(Date.now())) return void t.mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
-  t.mailbox.offer({ _tag: "Pong" })
-})
-const onClose = guarded("close", (t) => void t.mailbox.offer({ _tag: "SocketClosed" }))
-function onError(this: WebSocket): void {
-  this.terminate()
+  mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
 }
 
 /**
@@ -309,12 +331,14 @@ function onError(this: WebSocket): void {
  */
 const drain = (
   publicServer: Server,
+  stopAccepting: () => void,
   registry: NodeRegistryService,
   sessionsDone: Effect.Effect<void>,
   timeoutMs: number
 ) =>
   Effect.gen(function*() {
     publicServer.close()
+    stopAccepting()
     const sessions = registry.connections.size
     for (const handle of registry.connections) handle.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
     const done = yield* sessionsDone.pipe(Effect.timeoutOption(timeoutMs))

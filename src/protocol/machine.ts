@@ -26,6 +26,7 @@ import { broadcastFrame, helloReply, notificationFrame, PING_REPLY, registerRepl
 import { closeFrame, type CloseKind } from "./close.ts"
 import { domainEvent, type DomainEvent, type DomainEventType, type EventData } from "../domain/events.ts"
 import { isCanonicalChannelId, parseChannelId, parseUaid } from "../domain/ids.ts"
+import { memoize } from "../domain/memo.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
 import { USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
 import { activeTableNames, currentTableName } from "../storage/tables.ts"
@@ -343,8 +344,11 @@ const EMPTY_UNACKED: ReadonlyMap<string, Unacked> = new Map()
 const EMPTY_TOPICS: ReadonlyMap<string, string> = new Map()
 const NOTHING: ReadonlyArray<never> = []
 
+/** Table names as one string each: every session keeps its table's, built afresh or read from storage. */
+const tableName = memoize(16, (name) => name)
+
 const currentTable = (o: ProtocolOptions, now: number): string =>
-  currentTableName({ routerTable: "", messageTablePrefix: o.messageTablePrefix, noTableRotation: o.noTableRotation }, now)
+  tableName(currentTableName({ routerTable: "", messageTablePrefix: o.messageTablePrefix, noTableRotation: o.noTableRotation }, now))
 
 const activeTables = (o: ProtocolOptions, now: number): ReadonlyArray<string> =>
   activeTableNames({ routerTable: "", messageTablePrefix: o.messageTablePrefix, noTableRotation: o.noTableRotation }, now)
@@ -449,7 +453,7 @@ const identify = (
 ): Phase => {
   const now = out.now
   const current = currentTable(out.o, now)
-  const table = user?.currentMonth ?? current
+  const table = user?.currentMonth === undefined ? current : tableName(user.currentMonth)
   const followed = follow(NOTHING, phase.broadcasts, out.broadcasts)
   const session: Session = {
     uaid,
@@ -457,7 +461,7 @@ const identify = (
     table,
     user,
     unacked: EMPTY_UNACKED,
-    ackedRows: [],
+    ackedRows: NOTHING,
     newestTopic: EMPTY_TOPICS,
     drain: undefined,
     retry: undefined,
@@ -735,10 +739,10 @@ const ack = (phase: Live, message: Msg<"ack">, out: Out): Phase => {
   if (deletes.length === 0) return continueDrain(withSession(phase, s), out)
   if (s.retry?.command._tag === "DeleteMessages") {
     const pending = s.retry.command
-    return withSession(phase, { ...s, ackedRows: [], retry: { ...s.retry, command: { ...pending, messages: [...pending.messages, ...deletes] } } })
+    return withSession(phase, { ...s, ackedRows: NOTHING, retry: { ...s.retry, command: { ...pending, messages: [...pending.messages, ...deletes] } } })
   }
   out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: deletes, attempt: 0 })
-  return withSession(phase, { ...s, ackedRows: [] })
+  return withSession(phase, { ...s, ackedRows: NOTHING })
 }
 
 const messagesDeleted = (phase: Live, _input: unknown, out: Out): Phase => continueDrain(phase, out)

@@ -6,10 +6,18 @@
  */
 import * as Effect from "effect/Effect"
 
+/** What takes a mailbox's events: the fiber goes on with `receive(event)`. */
+export interface Consumer<E> {
+  receive(event: E): Effect.Effect<void>
+}
+
 export class Mailbox<E> {
-  private items: Array<E> = []
+  /** Made when something is queued: an idle connection's mailbox is empty. */
+  private items: Array<E> | undefined = undefined
   private head = 0
-  private waiter: ((effect: Effect.Effect<E>) => void) | undefined = undefined
+  /** While the fiber waits: its resume, and who receives the event it waits for. */
+  private waiter: ((effect: Effect.Effect<void>) => void) | undefined = undefined
+  private consumer: Consumer<E> | undefined = undefined
   private closed = false
   /** Deliveries queued and not yet taken. */
   deliveries = 0
@@ -24,29 +32,20 @@ export class Mailbox<E> {
   /** Queue an event; false once the mailbox is closed. */
   offer(event: E): boolean {
     if (this.closed) return false
-    const waiter = this.waiter
-    if (waiter !== undefined) {
-      this.waiter = undefined
-      waiter(Effect.succeed(event))
-      return true
-    }
+    if (this.wake(event)) return true
     if (this.isDelivery(event)) this.deliveries++
-    this.items.push(event)
+    ;(this.items ??= []).push(event)
     return true
   }
 
   /** Queue an event ahead of everything waiting (a kick: nothing queued behind it matters any more). */
   offerFirst(event: E): boolean {
     if (this.closed) return false
-    const waiter = this.waiter
-    if (waiter !== undefined) {
-      this.waiter = undefined
-      waiter(Effect.succeed(event))
-      return true
-    }
+    if (this.wake(event)) return true
     if (this.isDelivery(event)) this.deliveries++
-    if (this.head > 0) this.items[--this.head] = event
-    else this.items.unshift(event)
+    const items = this.items ??= []
+    if (this.head > 0) items[--this.head] = event
+    else items.unshift(event)
     return true
   }
 
@@ -65,30 +64,47 @@ export class Mailbox<E> {
   }
 
   get size(): number {
-    return this.items.length - this.head
+    return (this.items?.length ?? 0) - this.head
   }
 
   /**
-   * The next event, waiting if there is none. No cancel hook: an interrupted take leaves a waiter
-   * whose resume is ignored, and the mailbox is dropped with its session anyway.
+   * Go on with `consumer.receive(next event)`, waiting for one if there is none. The fiber resumes
+   * straight into `receive`, so while it waits it holds no continuation of its own (an idle
+   * connection's fiber stays small). No cancel hook: an interrupted take leaves a waiter whose
+   * resume is ignored, and the mailbox is dropped with its session anyway.
    */
-  take(): Effect.Effect<E> {
-    if (this.head < this.items.length) return Effect.succeed(this.shift())
-    return Effect.callback<E>((resume) => {
+  take(consumer: Consumer<E>): Effect.Effect<void> {
+    if (this.size > 0) return consumer.receive(this.shift())
+    return Effect.callback<void>((resume) => {
       this.waiter = resume
+      this.consumer = consumer
     })
+  }
+
+  /** Hand `event` to a waiting fiber, if one waits. */
+  private wake(event: E): boolean {
+    const waiter = this.waiter
+    const consumer = this.consumer
+    if (waiter === undefined || consumer === undefined) return false
+    this.waiter = undefined
+    this.consumer = undefined
+    // Built in the fiber: a bug in `receive` ends that session, not the caller (a `ws` callback).
+    waiter(Effect.suspend(() => consumer.receive(event)))
+    return true
   }
 
   /** Take without waiting, or undefined when empty. */
   poll(): E | undefined {
-    return this.head < this.items.length ? this.shift() : undefined
+    return this.size > 0 ? this.shift() : undefined
   }
 
+  /** The first queued event (there is one). */
   private shift(): E {
-    const event = this.items[this.head] as E
-    this.items[this.head++] = undefined as E
-    if (this.head === this.items.length) {
-      this.items = []
+    const items = this.items as Array<E>
+    const event = items[this.head] as E
+    items[this.head++] = undefined as E
+    if (this.head === items.length) {
+      this.items = undefined
       this.head = 0
     }
     if (this.isDelivery(event)) this.deliveries--

@@ -34,19 +34,19 @@ import {
   type Transition,
   type Unacked
 } from "./machine.ts"
-import { Mailbox } from "./mailbox.ts"
+import { type Consumer, Mailbox } from "./mailbox.ts"
 import { describeFrame } from "./messages.ts"
 
 export type { SessionEvent } from "./machine.ts"
 
 // ── what a session talks to ─────────────────────────────────────────────────────────────────────
 
-/** The socket, as the session sees it. `close` sends a close frame; the transport ends TCP after a grace. */
+/** The socket, as the session sees it. `sendClose` sends a close frame; the transport ends TCP after a grace. */
 export interface Transport {
-  readonly send: (text: string) => void
-  readonly close: (code: number, reason: string) => void
+  readonly sendText: (text: string) => void
+  readonly sendClose: (code: number, reason: string) => void
   /** A WebSocket-level ping frame (keepalive); the pong comes back as a `Pong` event. */
-  readonly ping: () => void
+  readonly sendPing: () => void
   /** Stop / start reading the client's frames (back-pressure while its commands wait). */
   readonly pause: () => void
   readonly resume: () => void
@@ -135,11 +135,12 @@ const isDelivery = (event: SessionEvent): boolean => event._tag === "Delivery"
 export const runSession = (ports: SessionPorts, transport: Transport, handle: SessionHandle) =>
   Effect.flatMap(Clock.currentTimeMillis, (now) => {
     const session = new SessionRunner(ports, transport, handle, now)
-    return session.run().pipe(Effect.ensuring(Effect.suspend(() => session.finish())))
+    // Bound, not closures: no context object per connection.
+    return Effect.onExit(session.next, session.finish.bind(session))
   })
 
 /** The session fiber's state and work. Tests drive one with `feed`. */
-export class SessionRunner {
+export class SessionRunner implements Consumer<SessionEvent> {
   phase: Phase
   /** The fold of this session's events (the `Session` summary record). */
   summary: SessionSummary = emptySummary
@@ -147,7 +148,13 @@ export class SessionRunner {
   private readonly transport: Transport
   private readonly handle: SessionHandle
   /** Inputs that go before the mailbox: command results, replayed commands, leftovers at close. */
-  private readonly front: Array<Input> = []
+  private front: Array<Input> | undefined = undefined
+  /**
+   * The rest of the session, one input at a time until it is closed: a plain continuation loop (no
+   * generator), made once per session. While closing (the mailbox is shut) it waits for the
+   * machine's own deadline (a retried save) instead of the mailbox.
+   */
+  readonly next: Effect.Effect<void> = Effect.suspend(this.proceed.bind(this))
 
   constructor(ports: SessionPorts, transport: Transport, handle: SessionHandle, now: number) {
     this.ports = ports
@@ -157,27 +164,37 @@ export class SessionRunner {
     handle.deadline = ports.protocol.deadline(this.phase)
   }
 
+  /** `front`, made when needed and dropped once empty: an idle session has nothing ahead of the mailbox. */
+  private ahead(): Array<Input> {
+    return this.front ??= []
+  }
+
+  private nextAhead(): Input | undefined {
+    const front = this.front
+    if (front === undefined) return undefined
+    const input = front.shift()
+    if (front.length === 0) this.front = undefined
+    return input
+  }
+
   get isClosed(): boolean {
     return this.phase._tag === "Closed"
   }
 
-  /**
-   * Take inputs until the session is closed. A plain continuation loop rather than a generator: an
-   * idle connection's fiber then holds only its pending `take`. While closing (the mailbox is shut)
-   * the loop waits for the machine's own deadline (a retried save) instead.
-   */
-  run(): Effect.Effect<void> {
-    const next: Effect.Effect<void> = Effect.suspend(() => {
-      switch (this.phase._tag) {
-        case "Closed":
-          return Effect.void
-        case "Closing":
-          return Effect.andThen(this.untilDeadline(), Effect.andThen(this.feed({ _tag: "Tick" }), next))
-        default:
-          return Effect.flatMap(this.handle.mailbox.take(), (event) => Effect.andThen(this.feed(event), next))
-      }
-    })
-    return next
+  private proceed(): Effect.Effect<void> {
+    switch (this.phase._tag) {
+      case "Closed":
+        return Effect.void
+      case "Closing":
+        return Effect.andThen(this.untilDeadline(), this.receive({ _tag: "Tick" }))
+      default:
+        return this.handle.mailbox.take(this)
+    }
+  }
+
+  /** An input from the mailbox (or the closing deadline), then the rest of the session. */
+  receive(event: SessionEvent): Effect.Effect<void> {
+    return Effect.andThen(this.feed(event), this.next)
   }
 
   /** Bring an interrupted session to its end: as if the socket closed, with a few save attempts. */
@@ -214,7 +231,7 @@ export class SessionRunner {
   feed(first: Input): Effect.Effect<void> {
     let input: Input | undefined = first
     const next = Effect.suspend(() => {
-      input = this.front.shift()
+      input = this.nextAhead()
       return loop
     })
     const loop: Effect.Effect<void> = Effect.suspend(() => {
@@ -226,7 +243,7 @@ export class SessionRunner {
         const command = transition.command
         const rest = command === undefined ? next : this.execute(command, now).pipe(
           Effect.flatMap((result) => {
-            this.front.unshift(result)
+            this.ahead().unshift(result)
             return next
           })
         )
@@ -240,7 +257,7 @@ export class SessionRunner {
   /** Carry out a transition (but its command); what it has to log, if anything. */
   private apply(input: Input, t: Transition): Effect.Effect<void> | undefined {
     const before = this.phase
-    for (const text of t.frames) this.transport.send(text)
+    for (const text of t.frames) this.transport.sendText(text)
     for (const event of t.events) this.record(event)
     for (const signal of t.effects) this.signal(signal)
     if (t.close !== undefined) this.closeSocket(t.close)
@@ -261,9 +278,9 @@ export class SessionRunner {
     if (phase._tag === "Closing") {
       // Deliveries still queued were accepted by the router port (the endpoint did not store them).
       for (let event = this.handle.mailbox.poll(); event !== undefined; event = this.handle.mailbox.poll()) {
-        if (event._tag === "Delivery") this.front.push(event)
+        if (event._tag === "Delivery") this.ahead().push(event)
       }
-      this.front.push({ _tag: "MailboxDrained" })
+      this.ahead().push({ _tag: "MailboxDrained" })
     }
     if (phase._tag !== "Closed" || this.summary.uaid === undefined) return undefined
     return Effect.logInfo("Session").pipe(Effect.annotateLogs(summaryFields(this.summary, opaqueId)))
@@ -278,7 +295,7 @@ export class SessionRunner {
   private signal(signal: Signal): void {
     switch (signal._tag) {
       case "Ping":
-        return this.transport.ping()
+        return this.transport.sendPing()
       case "Claim":
         this.handle.uaid = signal.uaid
         this.handle.connectedAt = signal.connectedAt
@@ -286,7 +303,7 @@ export class SessionRunner {
       case "DisconnectPeer":
         return this.ports.peers.disconnect(signal.nodeId, signal.uaid, signal.connectedAt)
       case "Replay":
-        for (const message of signal.messages) this.front.push({ _tag: "Frame", message, admitted: true })
+        for (const message of signal.messages) this.ahead().push({ _tag: "Frame", message, admitted: true })
         return
       case "PauseReading":
         return this.transport.pause()
@@ -297,7 +314,7 @@ export class SessionRunner {
 
   private closeSocket(kind: CloseKind): void {
     const { code, reason } = closeFrame(kind)
-    this.transport.close(code, reason)
+    this.transport.sendClose(code, reason)
   }
 
   private uaidHash(): string | null {
@@ -308,7 +325,7 @@ export class SessionRunner {
   private defect(cause: Cause.Cause<unknown>): Effect.Effect<void> {
     if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
     const live = this.phase._tag === "Identified" || this.phase._tag === "Migrating"
-    this.front.length = 0
+    this.front = undefined
     this.closeSocket("internal-error")
     const log = Effect.logError("session failed").pipe(
       Effect.annotateLogs({ uaid_hash: this.uaidHash(), phase: this.phase._tag, cause: Cause.pretty(cause) })

@@ -110,11 +110,11 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
         const handle = new SessionHandle(ports.options.clientChannelCapacity, Number.POSITIVE_INFINITY)
         registry.track(handle)
         const machine = new SessionRunner(ports, {
-          send: (text) => void sent.frames.push(JSON.parse(text) as Record<string, unknown>),
-          close: (code, reason) => {
+          sendText: (text) => void sent.frames.push(JSON.parse(text) as Record<string, unknown>),
+          sendClose: (code, reason) => {
             sent.closed = { code, reason }
           },
-          ping: () => void sent.pings++,
+          sendPing: () => void sent.pings++,
           pause: () => {
             sent.paused = true
           },
