@@ -199,16 +199,14 @@ export class EndpointCrypto extends Context.Service<EndpointCrypto, {
       const endpointUrl = options.endpointUrl.replace(/\/+$/, "")
       // A token opens the same way every time: a subscription pushed to again is not decrypted
       // again. Refused tokens are not kept (made-up ones cannot push out the real ones).
-      const openToken = memoize(
-        TOKENS_REMEMBERED,
-        (key) => parseEndpointToken(fernet, key.startsWith("v2") ? "v2" : "v1", key.slice(2)),
-        Result.isSuccess
-      )
+      const opened = (version: EndpointVersion) =>
+        memoize(TOKENS_REMEMBERED, (token) => parseEndpointToken(fernet, version, token), Result.isSuccess)
+      const openToken = { v1: opened("v1"), v2: opened("v2") }
       // Encrypting draws a random IV, so the makers are effects (sync: never fail except on a bug).
       return EndpointCrypto.of({
         makeEndpoint: (uaid, channelId, rawKey) =>
           Effect.sync(() => makeEndpointUrl(fernet, endpointUrl, uaid, channelId, rawKey)),
-        parseEndpoint: (version, token) => Effect.fromResult(openToken(version + token)),
+        parseEndpoint: (version, token) => Effect.fromResult(openToken[version](token)),
         makeMessageId: (data) => Effect.sync(() => makeMessageId(fernet, data)),
         parseMessageId: (id) => Effect.fromResult(parseMessageId(fernet, id))
       })

@@ -268,13 +268,13 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
    * The storage ms of a timestamp message: now, or the ms after the last one this node gave the
    * channel. Two messages of a channel in one ms would share a storage key (the later one is then
    * moved to the next free ms by another conditional write): a burst to one channel does not
-   * collide on this node. Kept for the channels of the last 10,000 pushes.
+   * collide on this node. Kept for the channels of the last 10,000 pushes, by channel id alone (a
+   * random UUID; were two users to share one, their messages would only take later ms).
    */
   const lastSortKeyMs = new RecentMap<number>(10_000)
-  const sortKeyMs = (uaid: string, channelId: string, nowMs: number): number => {
-    const key = uaid + channelId
-    const ms = Math.max(nowMs, (lastSortKeyMs.get(key) ?? 0) + 1)
-    lastSortKeyMs.set(key, ms)
+  const sortKeyMs = (channelId: string, nowMs: number): number => {
+    const ms = Math.max(nowMs, (lastSortKeyMs.get(channelId) ?? 0) + 1)
+    lastSortKeyMs.set(channelId, ms)
     return ms
   }
 
@@ -311,7 +311,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const urgency = yield* urgencyOf(headers) //                          #16 (RFC 8030 §5.3)
 
     const { uaid, channelId } = subscription
-    const sortkeyTimestamp = topic !== undefined ? nowMs : sortKeyMs(uaid, channelId, nowMs)
+    const sortkeyTimestamp = topic !== undefined ? nowMs : sortKeyMs(channelId, nowMs)
     const messageId = yield* crypto.makeMessageId(
       topic !== undefined
         ? { kind: "topic", uaid, channelId, topic }
