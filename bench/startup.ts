@@ -1,6 +1,8 @@
 /**
- * `npm run bench:startup`: time from spawning a node to it answering, for each entrypoint, against
- * the bare pipeline (`node:http` + `ws`, `delivery-servers.ts bare`) started the same way.
+ * `npm run bench:startup`: time from spawning a node to it answering, for each entrypoint as the
+ * npm scripts start it (`bin/*.js`: the compile cache is on before the first TypeScript module
+ * loads), against the bare pipeline (`node:http` + `ws`, `delivery-servers.ts bare`) started the
+ * same way.
  *
  * - all-in-one on embedded storage: a fresh data directory (tables created) and an existing one;
  * - autoconnect alone and autoendpoint alone, on a dynalite server started once beforehand;
@@ -99,7 +101,7 @@ try {
   const allInOne = async (dataDir: string) => {
     const [ws, router, endpoint] = [await freePort(), await freePort(), await freePort()]
     const args = [...quiet, "--data-dir", dataDir, "--port", String(ws), "--router-port", String(router), "--endpoint-port", String(endpoint)]
-    return timeStart(() => [spawnNode("src/bin/autopush.ts", args, work)], [
+    return timeStart(() => [spawnNode("bin/autopush.js", args, work)], [
       `http://127.0.0.1:${endpoint}/__lbheartbeat__`,
       `http://127.0.0.1:${router}/__lbheartbeat__`
     ])
@@ -118,14 +120,14 @@ try {
     const connection = async () => {
       const [ws, router] = [await freePort(), await freePort()]
       return {
-        spawn: () => spawnNode("src/bin/autoconnect.ts", [...shared, "--port", String(ws), "--router-port", String(router)], work),
+        spawn: () => spawnNode("bin/autoconnect.js", [...shared, "--port", String(ws), "--router-port", String(router)], work),
         url: `http://127.0.0.1:${router}/__lbheartbeat__`
       }
     }
     const endpoint = async () => {
       const [port, metrics] = [await freePort(), await freePort()]
       return {
-        spawn: () => spawnNode("src/bin/autoendpoint.ts", [...shared, "--endpoint-port", String(port), "--metrics-port", String(metrics)], work),
+        spawn: () => spawnNode("bin/autoendpoint.js", [...shared, "--endpoint-port", String(port), "--metrics-port", String(metrics)], work),
         url: `http://127.0.0.1:${port}/__lbheartbeat__`
       }
     }

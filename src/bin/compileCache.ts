@@ -1,12 +1,11 @@
 /**
- * Node's compile cache for the entrypoints: modules compiled once are read back from
- * `node_modules/.cache/autopush` on the next start (about a sixth of the start-up CPU). It must be
- * on before the application's modules are loaded, so entrypoints import the application after it.
- * An unwritable cache directory only means no cache.
+ * Node's compile cache for the entrypoints run as `node src/bin/….ts` (`bin/*.js`, what the npm
+ * scripts run, turns it on before the entrypoint itself loads: see `bin/compile-cache.js`). It must
+ * be on before the application's modules are loaded, so entrypoints import the application after it.
  */
-import { enableCompileCache } from "node:module"
+import { enableServiceCompileCache } from "../../bin/compile-cache.js"
 
 export const withCompileCache = <A>(load: () => Promise<A>): Promise<A> => {
-  enableCompileCache(new URL("../../node_modules/.cache/autopush", import.meta.url).pathname)
+  enableServiceCompileCache()
   return load()
 }

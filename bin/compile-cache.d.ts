@@ -1,0 +1,2 @@
+export declare const COMPILE_CACHE: string
+export declare const enableServiceCompileCache: () => unknown
