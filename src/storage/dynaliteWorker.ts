@@ -5,11 +5,16 @@
  * loads nothing else. A thread started but never used is ended by `dropPrestartedDynalite`, and
  * does not keep the process alive meanwhile.
  */
+import { getCompileCacheDir } from "node:module"
 import { Worker } from "node:worker_threads"
 
 let prestarted: Worker | undefined
 
-const start = () => new Worker(new URL("./dynaliteThread.ts", import.meta.url))
+/** With the process's compile cache, if it has one: a thread does not share it otherwise (~40 ms of its start). */
+const start = () => {
+  const cache = getCompileCacheDir()
+  return new Worker(new URL("./dynaliteThread.ts", import.meta.url), cache === undefined ? {} : { env: { ...process.env, NODE_COMPILE_CACHE: cache } })
+}
 
 export const prestartDynalite = (): void => {
   if (prestarted !== undefined) return
