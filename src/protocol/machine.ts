@@ -83,7 +83,8 @@ export interface Unacked {
 /** Where the storage drain is: tables still to read, topic or timestamp rows, position. */
 export interface Drain {
   readonly tables: ReadonlyArray<string>
-  readonly rows: "topic" | "timestamp"
+  /** What to read next in `tables[0]`; `read`: every row of it is sent (the last page was not full). */
+  readonly rows: "topic" | "timestamp" | "read"
   /** Sort key (ms) of the last timestamp row read in `tables[0]`. */
   readonly after: number | undefined
   /** A poke arrived mid-drain: start over once this pass ends (a message may sit behind `after`). */
@@ -263,6 +264,8 @@ export type CommandResult =
     readonly messages: ReadonlyArray<Notification>
     /** Timestamp pages: sort key of the last row read, expired or not. */
     readonly lastSortKey: number | undefined
+    /** Timestamp pages: rows after this page may exist (it was full). */
+    readonly more: boolean
   }
   | { readonly _tag: "MessagesDeleted" }
   | { readonly _tag: "MonthMoved"; readonly command: Extract<Command, { _tag: "MoveMonth" }> }
@@ -792,6 +795,7 @@ const continueDrain = (phase: Live, out: Out): Phase => {
   if (drain === undefined || s.retry !== undefined || out.command !== undefined || storedOutstanding(s) > 0) return phase
   const table = drain.tables[0]
   if (table !== undefined) {
+    if (drain.rows === "read") return continueDrain(withSession(phase, { ...s, drain: nextTable(drain) }), out)
     out.run({ _tag: "ReadPage", uaid: s.uaid, table, rows: drain.rows, after: drain.after, limit: out.o.pageSize, attempt: 0 })
     return phase
   }
@@ -804,6 +808,9 @@ const continueDrain = (phase: Live, out: Out): Phase => {
   return done
 }
 
+/** The drain goes on with the next table (from its topic rows). */
+const nextTable = (drain: Drain): Drain => ({ ...drain, tables: drain.tables.slice(1), rows: "topic", after: undefined })
+
 const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" }>, out: Out): Phase => {
   const s = phase.session
   const drain = s.drain as Drain
@@ -811,9 +818,9 @@ const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" 
   if (messages.length === 0) {
     const next: Drain = command.rows === "topic"
       ? { ...drain, rows: "timestamp" }
-      : input.lastSortKey !== undefined
+      : input.lastSortKey !== undefined && input.more
       ? { ...drain, after: input.lastSortKey } // a page of expired rows only: keep reading after it
-      : { ...drain, tables: drain.tables.slice(1), rows: "topic", after: undefined }
+      : nextTable(drain)
     return continueDrain(withSession(phase, { ...s, drain: next }), out)
   }
   const sent = drain.sent + messages.length
@@ -821,9 +828,14 @@ const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" 
     out.run({ _tag: "DropUser", uaid: s.uaid, connectedAt: s.connectedAt, reason: "too_many_messages", attempt: 0 })
     return withSession(phase, { ...s, drain: { ...drain, sent } })
   }
+  // A timestamp page that was not full is the last of its table — but while migrating, endpoints
+  // that read the old record may still store into the old table: it is read until a page is empty.
+  const last = command.rows === "timestamp" && !input.more && phase._tag === "Identified"
   let next: Session = {
     ...s,
-    drain: { ...drain, sent, after: command.rows === "timestamp" ? input.lastSortKey : drain.after }
+    drain: command.rows === "timestamp"
+      ? { ...drain, sent, after: input.lastSortKey, rows: last ? "read" : "timestamp" }
+      : { ...drain, sent }
   }
   let fresh = 0
   for (const n of messages) {

@@ -393,13 +393,15 @@ export class SessionRunner implements Consumer<SessionEvent> {
             _tag: "PageRead",
             command,
             messages,
-            lastSortKey: undefined
+            lastSortKey: undefined,
+            more: false
           }))
           : Effect.map(storage.fetchTimestampMessages(command.uaid, command.table, command.after, command.limit), (page) => ({
             _tag: "PageRead",
             command,
             messages: page.messages,
-            lastSortKey: page.lastSortKey
+            lastSortKey: page.lastSortKey,
+            more: page.more
           }))
       case "DeleteMessages":
         return Effect.as(this.deleteRows(command.uaid, command.messages), { _tag: "MessagesDeleted" })

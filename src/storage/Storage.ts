@@ -28,6 +28,8 @@ export interface TimestampPage {
   readonly messages: ReadonlyArray<Notification>
   /** Sort key (ms) of the last row read, expired or not: where the next page starts. */
   readonly lastSortKey?: number | undefined
+  /** Rows after this page may exist: it was full (false: there were none when it was read). */
+  readonly more: boolean
 }
 
 /** Fields of a router record that `updateUser` may change. */

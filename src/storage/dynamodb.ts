@@ -639,7 +639,8 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         const last = items.at(-1)?.chidmessageid?.S
         return {
           messages: visibleMessages(items, now),
-          lastSortKey: last === undefined ? undefined : sortKeyMsOf(last)
+          lastSortKey: last === undefined ? undefined : sortKeyMsOf(last),
+          more: page.LastEvaluatedKey !== undefined
         }
       })
 

@@ -226,7 +226,8 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       const last = page.at(-1)
       return {
         messages: page.map(([, message]) => message).filter((message) => isVisible(expiryOf(message), now)),
-        lastSortKey: last === undefined ? undefined : sortKeyMsOf(last[0])
+        lastSortKey: last === undefined ? undefined : sortKeyMsOf(last[0]),
+        more: page.length === limit
       }
     })
 

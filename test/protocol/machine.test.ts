@@ -532,11 +532,12 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Identified",
     check: (t) => assert.isTrue(sessionOf(t).drain?.again)
   })
-  const read = (rows: "topic" | "timestamp", messages: ReadonlyArray<Notification>, lastSortKey?: number): Input => ({
+  const read = (rows: "topic" | "timestamp", messages: ReadonlyArray<Notification>, lastSortKey?: number, more = false): Input => ({
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows, after: undefined, limit: 10, attempt: 0 },
     messages,
-    lastSortKey
+    lastSortKey,
+    more
   })
   const start = { tables: [THIS_MONTH], rows: "topic" as const, after: undefined, again: false, sent: 0 }
   row("no topic messages: timestamp messages next", identified({ drain: start }), read("topic", []), {
@@ -551,9 +552,27 @@ describe("step: Identified, deliveries and acks", () => {
       assert.strictEqual(sessionOf(t).drain?.after, NOW - 1_000)
     }
   })
-  row("a page of expired rows only: read on after it", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [], NOW - 3_000), {
+  row("a full page of expired rows only: read on after it", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [], NOW - 3_000, true), {
     phase: "Identified",
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 3_000 }
+  })
+  row("a page of expired rows that was not full: the table is read", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [], NOW - 3_000), {
+    phase: "Identified",
+    check: (t) => assert.isUndefined(sessionOf(t).drain)
+  })
+  const acked = (t: { readonly phase: Phase }) => step(t.phase, frame({ messageType: "ack", updates: [{ channelID: CHID, version: "v1", code: 100 }] }), NOW)
+  const deleted = (t: { readonly phase: Phase }) => step(t.phase, { _tag: "MessagesDeleted" }, NOW)
+  it("a full page, once acked and deleted: the next page is read after it", () => {
+    const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [message()], NOW - 1_000, true), NOW)
+    const afterAck = acked(sent)
+    assert.strictEqual(afterAck.command?._tag, "DeleteMessages")
+    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: NOW - 1_000, limit: OPTIONS.pageSize, attempt: 0 })
+  })
+  it("a page that was not full, once acked and deleted: the table is not read again, the drain is over", () => {
+    const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [message()], NOW - 1_000), NOW)
+    const afterDelete = deleted(acked(sent))
+    assert.isUndefined(afterDelete.command)
+    assert.isUndefined(sessionOf(afterDelete).drain)
   })
   row("the last table read: the drain is over", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", []), {
     phase: "Identified",
@@ -631,7 +650,8 @@ describe("step: Migrating", () => {
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "timestamp", after: undefined, limit: 10, attempt: 0 },
     messages: [],
-    lastSortKey: undefined
+    lastSortKey: undefined,
+    more: false
   }, { phase: "Migrating", command: { _tag: "MoveMonth", from: LAST_MONTH, to: THIS_MONTH } })
   row("moved: event, the waiting commands replayed, both months drained", {
     ...(migrating() as Extract<Phase, { _tag: "Migrating" }>),
@@ -713,7 +733,7 @@ describe("step: invariants of the table", () => {
     assert.deepStrictEqual([t.phase._tag, t.frames, t.events, t.close], ["Closed", [], [], undefined])
   })
   it("a command result the phase did not ask for is a bug", () => {
-    assert.throws(() => step(awaiting, { _tag: "PageRead", command: {} as never, messages: [], lastSortKey: undefined }, NOW))
+    assert.throws(() => step(awaiting, { _tag: "PageRead", command: {} as never, messages: [], lastSortKey: undefined, more: false }, NOW))
   })
   it("phases are values: a step leaves its input phase as it was", () => {
     const before = identified()

@@ -203,7 +203,8 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [])
         assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10), {
           messages: [],
-          lastSortKey: undefined
+          lastSortKey: undefined,
+          more: false
         })
 
         assert.isDefined(yield* s.getUser(uaid(2)))
@@ -488,13 +489,14 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual(versions(page.messages), ["long"])
         // a page of expired rows still moves the cursor on
         const first = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 1)
-        assert.deepStrictEqual(first, { messages: [], lastSortKey: T0 + 1 })
+        assert.deepStrictEqual(first, { messages: [], lastSortKey: T0 + 1, more: true })
 
         yield* TestClock.setTime(T0 + 3_600_000)
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [])
         assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10), {
           messages: [],
-          lastSortKey: T0 + 3
+          lastSortKey: T0 + 3,
+          more: false
         })
       }))
 
