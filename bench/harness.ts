@@ -134,12 +134,13 @@ export interface Column {
   readonly ratio: boolean
 }
 
-/** The one table of a benchmark: ours, bare of the same run, ours / bare, then the verdict. */
+/** The one table of a benchmark: ours, bare of the same run, ours / bare, then the target and how ours did (`judge`). */
 export const printComparison = (
   title: string,
   columns: ReadonlyArray<Column>,
   rows: Readonly<Rows>,
-  verdict: string
+  target: string,
+  judge: (ours: ReadonlyArray<number>) => string
 ): void => {
   const line = (name: string, cells: ReadonlyArray<string>) =>
     console.log(`  ${name.padEnd(12)}${cells.map((cell, i) => cell.padStart(Math.max(8, columns[i]?.header.length ?? 0) + 2)).join("")}`)
@@ -151,7 +152,7 @@ export const printComparison = (
   if (ours !== undefined && bare !== undefined) {
     line("ours / bare", columns.map((c, i) => (c.ratio ? `${fmt((ours[i] as number) / (bare[i] as number), 2)}×` : "–")))
   }
-  console.log(`  ${verdict}`)
+  console.log(`  target (${target}): ${rows.ours === undefined ? "ours not run" : judge(rows.ours)}`)
 }
 
 export const hello = async (wsUrl: string): Promise<TestClient> => {

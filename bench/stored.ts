@@ -107,7 +107,6 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
 
 const rows = await measurePipelines({ ours, bare }, run)
 
-const drained = rows.ours?.[3]
 printComparison(
   `stored delivery: ${MESSAGES} messages of ${BYTES} bytes stored for one offline client, then drained (each acked); embedded dynalite` +
     "\n  (server CPU µs per message, user + system; dynalite: its storage thread's part of it; bare stores with one PutItem" +
@@ -121,7 +120,6 @@ printComparison(
     { header: "dynalite µs", digits: 0, ratio: true }
   ],
   rows,
-  drained === undefined
-    ? `target (ours drains ≥ ${TARGET} msg/s): ours not run`
-    : `target (ours drains ≥ ${TARGET} msg/s): ${drained >= TARGET ? "met" : "NOT met"} (${fmt(drained, 0)} msg/s)`
+  `ours drains ≥ ${TARGET} msg/s`,
+  (ours) => `${(ours[3] as number) >= TARGET ? "met" : "NOT met"} (${fmt(ours[3] as number, 0)} msg/s)`
 )
