@@ -213,7 +213,7 @@ const open = (key: FernetKey, bytes: Buffer, options: DecryptOptions | undefined
 const fail = (reason: FernetErrorReason) => Result.fail(new FernetError({ reason }))
 
 /** Try each key; the first whose HMAC matches decides the outcome. */
-export const decryptWith = (
+const decryptWith = (
   keys: ReadonlyArray<FernetKey>,
   token: string,
   options: DecryptOptions | undefined

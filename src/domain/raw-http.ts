@@ -29,9 +29,12 @@ export const sendError = (res: ServerResponse, error: ApiError, close = false, e
   sendJson(res, status, body, close ? { ...headers, ...extraHeaders, connection: "close" } : { ...headers, ...extraHeaders })
 }
 
+/** Why a body was not read: too large, too slow, or broken off. */
+export type BodyRefusal = PayloadTooLarge | RequestTimeout | InvalidRequestBody
+
 export type Body =
   | { readonly _tag: "Body"; readonly bytes: Buffer }
-  | { readonly _tag: "Refused"; readonly error: PayloadTooLarge | RequestTimeout | InvalidRequestBody }
+  | { readonly _tag: "Refused"; readonly error: BodyRefusal }
 
 export interface BodyLimits {
   /** Largest body accepted (bytes). */

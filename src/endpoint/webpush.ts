@@ -25,15 +25,13 @@ import {
   InvalidApiVersion,
   InvalidAuth,
   InvalidMessageId,
-  type InvalidRequestBody,
   InvalidToken,
   NoSubscription,
   PayloadTooLarge,
-  type RequestTimeout,
   StorageUnavailable
 } from "../domain/errors.ts"
 import { RecentMap } from "../domain/memo.ts"
-import { type Body, type BodyLimits, readBody } from "../domain/raw-http.ts"
+import { type Body, type BodyLimits, type BodyRefusal, readBody } from "../domain/raw-http.ts"
 import { domainEvent } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -80,7 +78,7 @@ const BAD_LENGTH = "bad-length" as const
 /** What a push reads of its request: the headers, and at rule #10 the body. */
 export interface PushRequest {
   readonly headers: RequestHeaders
-  readonly body: Effect.Effect<Buffer, PayloadTooLarge | RequestTimeout | InvalidRequestBody>
+  readonly body: Effect.Effect<Buffer, BodyRefusal>
 }
 
 /** A handler's answer without a body: status and headers. */
@@ -225,12 +223,12 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const targetOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
     const hit = cache.get(uaid, yield* Clock.currentTimeMillis)
     const table = hit?.user.currentMonth
-    if (hit !== undefined && table !== undefined && (yield* storage.activeMessageTables).includes(table)) {
-      if (hit.channels.has(channelId)) return { user: hit.user, table, bridge: undefined, cached: true }
-      if (yield* hasChannel(uaid, table, channelId)) {
-        hit.channels.add(channelId)
-        return { user: hit.user, table, bridge: undefined, cached: true }
-      }
+    if (
+      hit !== undefined && table !== undefined && (yield* storage.activeMessageTables).includes(table) &&
+      (hit.channels.has(channelId) || (yield* hasChannel(uaid, table, channelId)))
+    ) {
+      hit.channels.add(channelId)
+      return { user: hit.user, table, bridge: undefined, cached: true }
     }
     return yield* subscriberOf(uaid, channelId)
   })
@@ -257,7 +255,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     return {
       headers: req.headers as RequestHeaders,
       body: Effect.suspend(() =>
-        read !== undefined ? outcome(read) : Effect.callback<Buffer, Exclude<Body, { _tag: "Body" }>["error"]>((resume) => {
+        read !== undefined ? outcome(read) : Effect.callback<Buffer, BodyRefusal>((resume) => {
           waiting = (body) => resume(outcome(body))
         })
       )

@@ -17,7 +17,7 @@ import * as Context from "effect/Context"
 import * as Layer from "effect/Layer"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
-import { isOpaqueId, makeOpaqueIds } from "./opaque.ts"
+import { isOpaqueId, makeOpaqueIds, opaqueId } from "./opaque.ts"
 
 export interface TraceEntry {
   readonly time: number
@@ -180,7 +180,8 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
     const lifecycle = window.get(messageId)
     if (lifecycle !== undefined) return document(messageId, lifecycle)
     if (!isOpaqueId(messageId)) return undefined
-    for (const [version, candidate] of window) if (opaque(version) === messageId) return document(version, candidate)
+    // Hashed without the shared memo: 10,000 ids would push out the ones the event log reuses.
+    for (const [version, candidate] of window) if (opaqueId(version) === messageId) return document(version, candidate)
     return undefined
   }
 

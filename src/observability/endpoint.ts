@@ -32,14 +32,13 @@ export const recordRouting = (router: WebPushRouterService, events: EventLogServ
     Effect.suspend(() => {
       const start = performance.now()
       return Effect.onExit(routing, (exit) => {
-        const outcome: RouteOutcome | undefined = exit._tag === "Success"
-          ? exit.value?.outcome
-          : Cause.hasFails(exit.cause) ? "failed" : undefined
+        const routed = exit._tag === "Success" ? exit.value : undefined
+        const outcome: RouteOutcome | undefined = routed?.outcome ?? (exit._tag === "Failure" && Cause.hasFails(exit.cause) ? "failed" : undefined)
         if (outcome === undefined) return Effect.void
         return Effect.map(Clock.currentTimeMillis, (now) =>
           events.record(domainEvent("notification.routed.1", uaid, now, {
             channelId: notification.channelId,
-            version: exit._tag === "Success" ? exit.value?.notification.version ?? notification.version : notification.version,
+            version: routed?.notification.version ?? notification.version,
             outcome,
             durationMs: Math.round((performance.now() - start) * 1000) / 1000
           })))

@@ -81,17 +81,14 @@ const MAX_SOCKETS = 256
  * Whether to use placeholder credentials: a plain-http endpoint, and no credentials configured in
  * the environment (then the SDK's chain is what the operator asked for).
  */
-export const placeholderCredentials = (endpoint: string | undefined): boolean =>
-  endpoint !== undefined &&
+const placeholderCredentials = (endpoint: string): boolean =>
   new URL(endpoint).protocol === "http:" &&
   process.env["AWS_ACCESS_KEY_ID"] === undefined &&
   process.env["AWS_PROFILE"] === undefined
 
 /** The SDK, or the JSON protocol over HTTP for a local endpoint (see the module comment). */
-export const makeDynamoClient = async (options: DynamoClientOptions): Promise<DynamoClient> =>
-  options.endpoint !== undefined && placeholderCredentials(options.endpoint)
-    ? jsonClient(options.endpoint, options.region)
-    : await sdkClient(options)
+export const makeDynamoClient = async ({ endpoint, region }: DynamoClientOptions): Promise<DynamoClient> =>
+  endpoint !== undefined && placeholderCredentials(endpoint) ? jsonClient(endpoint, region) : await sdkClient({ endpoint, region })
 
 /** An error answer of the server: its error type as `name`. */
 export class DynamoServiceError extends Error {
