@@ -33,7 +33,7 @@ import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
 import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
-import { embeddedDataDir, embeddedSecretsFile } from "../tools/storage.ts"
+import { embeddedDataDir, embeddedSecretsFile, storageOptionsOf } from "../tools/storage.ts"
 import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
@@ -43,11 +43,7 @@ const ms = (d: Duration.Duration): number => Duration.toMillis(d)
 
 /** Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint. */
 export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
-  const options = {
-    routerTable: settings.routerTablename,
-    messageTablePrefix: settings.messageTablename,
-    noTableRotation: settings.noTableRotation
-  }
+  const options = storageOptionsOf(settings)
   if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
   dropPrestartedDynalite()
   // Tables on a shared cluster are normally made by the maintenance tool; creating the missing

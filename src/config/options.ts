@@ -263,6 +263,7 @@ export const options = {
     env: ["AWS_ENDPOINT_URL_DYNAMODB"],
     defaultText: "unset (embedded dynalite under data_dir)"
   }),
+  storage_timeout: opt("shared", seconds, s(5), "Deadline of one storage operation (retries included): past it the operation fails — a push is answered 503 with Retry-After, a hello is closed (HandshakeTimeout once hello_timeout has passed), a session's drain retries later"),
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
   data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory)"),
   endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs", { env: ["AUTOEND__SCHEME"] }),

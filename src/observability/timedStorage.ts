@@ -8,35 +8,24 @@
  */
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { Storage, type StorageService } from "../storage/Storage.ts"
+import { mapStorageOperations, Storage, type StorageService } from "../storage/Storage.ts"
 import { METRICS } from "./catalog.ts"
 import { Metrics, type MetricsService } from "./Metrics.ts"
 
-export const timeStorage = (inner: StorageService, metrics: MetricsService): StorageService => {
-  const wrapped: Record<string, unknown> = {}
-  for (const [name, member] of Object.entries(inner)) {
-    if (typeof member !== "function") {
-      wrapped[name] = member
-      continue
-    }
+export const timeStorage = (inner: StorageService, metrics: MetricsService): StorageService =>
+  mapStorageOperations(inner, (name) => {
     const ok = metrics.timer(METRICS.storageTime.name, { operation: name, outcome: "ok" })
     const error = metrics.timer(METRICS.storageTime.name, { operation: name, outcome: "error" })
-    const operation = member as (...args: Array<unknown>) => Effect.Effect<unknown, unknown>
-    wrapped[name] = (...args: Array<unknown>) =>
+    return (operation) =>
       Effect.suspend(() => {
         const start = performance.now()
-        return operation(...args).pipe(
-          Effect.onExit((exit) =>
-            Effect.sync(() => {
-              if (exit._tag === "Success") ok.record(performance.now() - start)
-              else error.record(performance.now() - start)
-            })
-          )
-        )
+        return Effect.onExit(operation, (exit) =>
+          Effect.sync(() => {
+            if (exit._tag === "Success") ok.record(performance.now() - start)
+            else error.record(performance.now() - start)
+          }))
       })
-  }
-  return wrapped as unknown as StorageService
-}
+  }, { values: false })
 
 /** `Storage` timed, over the `Storage` it is given: `timedStorage.pipe(Layer.provide(storageLayer))`. */
 export const timedStorage: Layer.Layer<Storage, never, Storage | Metrics> = Layer.effect(

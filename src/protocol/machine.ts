@@ -17,7 +17,8 @@
  * - an acked stored message is deleted (conditionally on its version, so a newer message that replaced
  *   a topic is kept); an acked direct message is just forgotten;
  * - unacked direct messages are saved to storage when the session ends;
- * - more than `msgLimit` messages from storage in one drain → the user is dropped, close 1000;
+ * - more than `msgLimit` messages from storage in one drain → the client gets the first `msgLimit`,
+ *   then (once they are acked) the user is dropped and the socket closed 1000;
  * - storage failures inside a session never close it: reads, deletes and the month move are retried
  *   with backoff; a register or unregister that fails is answered with status 500.
  */
@@ -89,7 +90,10 @@ export interface Drain {
   readonly after: number | undefined
   /** A poke arrived mid-drain: start over once this pass ends (a message may sit behind `after`). */
   readonly again: boolean
-  /** Messages sent from storage in this drain (the `msg_limit` count). */
+  /**
+   * Messages read from storage in this drain (the `msg_limit` count). Past `msgLimit`, only the first
+   * `msgLimit` were sent: once they are acked the user is dropped.
+   */
   readonly sent: number
 }
 
@@ -152,8 +156,11 @@ export type Phase =
     readonly broadcasts: Readonly<Record<string, string>> | undefined
   }
   | { readonly _tag: "Identified"; readonly session: Session }
-  /** Draining last month's table before moving the user to this month's; commands wait in `deferred`. */
-  | { readonly _tag: "Migrating"; readonly session: Session; readonly deferred: ReadonlyArray<ClientMessage> }
+  /**
+   * Draining last month's table before moving the user to this month's: register and unregister wait
+   * with the commands held for budget (same cap, same back-pressure) and go through the budget after.
+   */
+  | { readonly _tag: "Migrating"; readonly session: Session }
   /** The socket is gone: saving what is unacked. `reason` is the close reason, or `client`. */
   | {
     readonly _tag: "Closing"
@@ -446,7 +453,12 @@ const resumed = (phase: PhaseOf<"Identifying">, input: Extract<CommandResult, { 
 const uaidMinted = (phase: PhaseOf<"Identifying">, { uaid }: { readonly uaid: string }, out: Out): Phase =>
   identify(phase, uaid, undefined, phase.claimed === undefined ? "new" : "reassigned", out)
 
-/** The hello reply (with the broadcasts the client is behind on), and the session begins. */
+/**
+ * The hello reply (with the broadcasts the client is behind on), and the session begins. A resumed
+ * session is the one its router record names: its `connectedAt` is the value it wrote there (time
+ * has passed since), which every condition on `connected_at` compares with; a new uaid's is now, and
+ * its first register writes it.
+ */
 const identify = (
   phase: PhaseOf<"Identifying">,
   uaid: string,
@@ -455,12 +467,13 @@ const identify = (
   out: Out
 ): Phase => {
   const now = out.now
+  const connectedAt = user?.connectedAt ?? now
   const current = currentTable(out.o, now)
   const table = user?.currentMonth === undefined ? current : tableName(user.currentMonth)
   const followed = follow(NOTHING, phase.broadcasts, out.broadcasts)
   const session: Session = {
     uaid,
-    connectedAt: now,
+    connectedAt,
     table,
     user,
     unacked: EMPTY_UNACKED,
@@ -477,13 +490,13 @@ const identify = (
     readingPaused: false,
     broadcasts: followed.broadcasts
   }
-  out.signal({ _tag: "Claim", uaid, connectedAt: now })
+  out.signal({ _tag: "Claim", uaid, connectedAt })
   out.frame(helloReply(uaid, broadcastsReply(followed)))
   out.event("client.hello.1", uaid, { kind })
   if (followed.changed !== undefined) out.event("broadcast.delivered.1", uaid, { broadcasts: followed.changed, reason: "hello" })
   if (user === undefined) return { _tag: "Identified", session }
   const live: Live = !out.o.noTableRotation && table !== current
-    ? { _tag: "Migrating", session, deferred: NOTHING }
+    ? { _tag: "Migrating", session }
     : { _tag: "Identified", session }
   return requestDrain(live, out)
 }
@@ -603,13 +616,19 @@ const budgeted = <M extends ClientMessage>(
   if (admitted) return handle(phase, message, out)
   const s = refill(phase.session, out.o, out.now)
   if (s.held.length === 0 && s.tokens >= 1) return handle(withSession(phase, { ...s, tokens: s.tokens - 1 }), message, out)
+  return hold(withSession(phase, s), message, out)
+}
+
+/** A command waits, after those already waiting; the socket stops being read while many wait. */
+const hold = (phase: Live, message: ClientMessage, out: Out): Phase => {
+  const s = phase.session
   const held = [...s.held, message]
   const pause = held.length >= HELD_COMMANDS_MAX && !s.readingPaused
   if (pause) out.signal({ _tag: "PauseReading" })
   return withSession(phase, { ...s, held, readingPaused: s.readingPaused || pause })
 }
 
-/** Release waiting commands the budget now allows (at a tick). */
+/** Release waiting commands the budget now allows (at a tick, and once a month move is done). */
 const releaseHeld = (phase: Live, out: Out): Live => {
   const s = refill(phase.session, out.o, out.now)
   if (s.held.length === 0) return withSession(phase, s)
@@ -707,12 +726,6 @@ const channelRemoved = (phase: Live, { command }: Extract<CommandResult, { _tag:
   return phase
 }
 
-/** While migrating, commands wait until the user lives in this month's table (the seed). */
-const deferred = (phase: PhaseOf<"Migrating">, message: ClientMessage): Phase => ({
-  ...phase,
-  deferred: [...phase.deferred, message]
-})
-
 // ── acks, pings, nacks ──────────────────────────────────────────────────────────────────────────
 
 const ack = (phase: Live, message: Msg<"ack">, out: Out): Phase => {
@@ -793,6 +806,10 @@ const continueDrain = (phase: Live, out: Out): Phase => {
   const s = phase.session
   const drain = s.drain
   if (drain === undefined || s.retry !== undefined || out.command !== undefined || storedOutstanding(s) > 0) return phase
+  if (drain.sent > out.o.msgLimit) {
+    out.run({ _tag: "DropUser", uaid: s.uaid, connectedAt: s.connectedAt, reason: "too_many_messages", attempt: 0 })
+    return phase
+  }
   const table = drain.tables[0]
   if (table !== undefined) {
     if (drain.rows === "read") return continueDrain(withSession(phase, { ...s, drain: nextTable(drain) }), out)
@@ -824,10 +841,9 @@ const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" 
     return continueDrain(withSession(phase, { ...s, drain: next }), out)
   }
   const sent = drain.sent + messages.length
-  if (sent > out.o.msgLimit) {
-    out.run({ _tag: "DropUser", uaid: s.uaid, connectedAt: s.connectedAt, reason: "too_many_messages", attempt: 0 })
-    return withSession(phase, { ...s, drain: { ...drain, sent } })
-  }
+  // The client gets `msgLimit` messages of a drain whatever the page size; the rest of a page that
+  // goes past it is not sent (the user is dropped once what was sent is acked: continueDrain).
+  const page = sent > out.o.msgLimit ? messages.slice(0, Math.max(0, out.o.msgLimit - drain.sent)) : messages
   // A timestamp page that was not full is the last of its table — but while migrating, endpoints
   // that read the old record may still store into the old table: it is read until a page is empty.
   const last = command.rows === "timestamp" && !input.more && phase._tag === "Identified"
@@ -838,7 +854,7 @@ const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" 
       : { ...drain, sent }
   }
   let fresh = 0
-  for (const n of messages) {
+  for (const n of page) {
     if (next.unacked.has(n.version)) continue
     next = send(next, n, command.table, out)
     fresh++
@@ -859,11 +875,13 @@ const tooManyDropped = (phase: Live, { dropped }: { readonly dropped: boolean },
   return closeNow(withSession(phase, { ...s, user: undefined, unacked: EMPTY_UNACKED, drain: undefined }), "uaid-reset", out)
 }
 
-/** The old month is drained and the user moved: accept the commands that waited, drain both months. */
+/**
+ * The old month is drained and the user moved: the commands that waited go through the budget, both
+ * months are drained.
+ */
 const monthMoved = (phase: PhaseOf<"Migrating">, { command }: Extract<CommandResult, { _tag: "MonthMoved" }>, out: Out): Phase => {
   const s = phase.session
   out.event("month.migrated.1", s.uaid, { from: command.from, to: command.to })
-  if (phase.deferred.length > 0) out.signal({ _tag: "Replay", messages: phase.deferred })
   const session: Session = {
     ...s,
     table: command.to,
@@ -871,14 +889,19 @@ const monthMoved = (phase: PhaseOf<"Migrating">, { command }: Extract<CommandRes
     // An endpoint that read the old record may have stored into the old table meanwhile.
     drain: { tables: [command.from, command.to], rows: "topic", after: undefined, again: false, sent: 0 }
   }
-  return continueDrain({ _tag: "Identified", session }, out)
+  return continueDrain(releaseHeld({ _tag: "Identified", session }, out), out)
 }
 
 // ── failures ────────────────────────────────────────────────────────────────────────────────────
 
-/** Storage failed for a command: hello closes; register/unregister answer 500; the rest retries. */
-const commandFailed = (phase: Phase, { command }: Extract<CommandResult, { _tag: "CommandFailed" }>, out: Out): Phase => {
-  if (phase._tag === "AwaitingHello" || phase._tag === "Identifying") return closeNow(phase, "storage-error", out)
+/**
+ * Storage failed for a command (or did not answer within `storage_timeout`): a hello closes (as a
+ * handshake timeout once `hello_timeout` has passed); register/unregister answer 500; the rest retries.
+ */
+const commandFailed = (phase: PhaseOf<"Identifying" | "Identified" | "Migrating" | "Closing">, { command }: Extract<CommandResult, { _tag: "CommandFailed" }>, out: Out): Phase => {
+  if (phase._tag === "Identifying") {
+    return closeNow(phase, out.now >= phase.openedAt + out.o.helloTimeoutMs ? "hello-timeout" : "storage-error", out)
+  }
   switch (command._tag) {
     case "MintUaid":
     case "ReadUser":
@@ -897,7 +920,6 @@ const commandFailed = (phase: Phase, { command }: Extract<CommandResult, { _tag:
       out.frame(unregisterReply(command.channelId, 500))
       return phase
   }
-  if (phase._tag === "Closed") return phase
   if (phase._tag === "Closing" && out.now - phase.since >= out.o.saveRetryForMs) return giveUp(phase, out)
   const retry: Retry = { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) }
   return phase._tag === "Closing" ? { ...phase, retry } : withSession(phase, { ...phase.session, retry })
@@ -908,7 +930,11 @@ const commandFailed = (phase: Phase, { command }: Extract<CommandResult, { _tag:
 const helloTick = (phase: PhaseOf<"AwaitingHello">, _input: unknown, out: Out): Phase =>
   out.now >= phase.openedAt + out.o.helloTimeoutMs ? closeNow(phase, "hello-timeout", out) : phase
 
-const liveTick = (phase: Live, _input: unknown, out: Out): Phase => {
+/**
+ * Keepalive, the retry due, and (`release`) the waiting commands the budget allows; while migrating,
+ * waiting commands wait for the move.
+ */
+const liveTick = (release: boolean) => (phase: Live, _input: unknown, out: Out): Phase => {
   let s = phase.session
   const now = out.now
   if (s.pingSentAt !== undefined && now >= s.pingSentAt + out.o.autoPingTimeoutMs) return closeNow(phase, "pong-timeout", out)
@@ -928,7 +954,7 @@ const liveTick = (phase: Live, _input: unknown, out: Out): Phase => {
     out.run(s.retry.command)
     s = { ...s, retry: undefined }
   }
-  return releaseHeld(withSession(phase, s), out)
+  return release ? releaseHeld(withSession(phase, s), out) : withSession(phase, s)
 }
 
 const closingTick = (phase: PhaseOf<"Closing">, _input: unknown, out: Out): Phase => {
@@ -954,7 +980,10 @@ export const deadlineOf = (phase: Phase, o: ProtocolOptions): number => {
       const s = phase.session
       let at = s.pingSentAt !== undefined ? s.pingSentAt + o.autoPingTimeoutMs : s.lastActivity + o.autoPingIntervalMs
       if (s.retry !== undefined) at = Math.min(at, s.retry.at)
-      if (s.held.length > 0) at = Math.min(at, s.tokensAt + Math.ceil((1 - s.tokens) * 1000 / o.commandsPerSecond))
+      // Waiting commands are released by the budget, not while migrating (the move releases them).
+      if (s.held.length > 0 && phase._tag === "Identified") {
+        at = Math.min(at, s.tokensAt + Math.ceil((1 - s.tokens) * 1000 / o.commandsPerSecond))
+      }
       return at
     }
     case "Closing":
@@ -1042,7 +1071,6 @@ const live = {
   Pong: pong,
   Delivery: delivery,
   CheckStorage: (phase: Live, _input: unknown, out: Out) => requestDrain(phase, out),
-  Tick: liveTick,
   Kick: kicked,
   SocketClosed: socketClosed,
   PageRead: pageRead,
@@ -1077,8 +1105,8 @@ const TRANSITIONS: Transitions = {
     UaidMinted: uaidMinted,
     CommandFailed: commandFailed
   },
-  Identified: { ...live, register: budgeted(register), unregister: budgeted(unregister) },
-  Migrating: { ...live, register: deferred, unregister: deferred, MonthMoved: monthMoved },
+  Identified: { ...live, register: budgeted(register), unregister: budgeted(unregister), Tick: liveTick(true) },
+  Migrating: { ...live, register: hold, unregister: hold, Tick: liveTick(false), MonthMoved: monthMoved },
   Closing: {
     Delivery: leftover,
     MailboxDrained: mailboxDrained,

@@ -171,3 +171,26 @@ export class Storage extends Context.Service<Storage, StorageService>()("autopus
 export const createActiveTables: Effect.Effect<void, StorageError, Storage> = Storage.use((storage) =>
   Effect.flatMap(storage.activeMessageTables, storage.createTables)
 )
+
+/**
+ * A `StorageService` whose operations (the methods, and, with `values`, the members that are effects
+ * themselves) each go through what `wrap` makes for its name, once per operation: timing, deadlines,
+ * test latency.
+ */
+export const mapStorageOperations = (
+  inner: StorageService,
+  wrap: (name: string) => <A, E>(operation: Effect.Effect<A, E>) => Effect.Effect<A, E>,
+  options: { readonly values: boolean } = { values: true }
+): StorageService => {
+  const wrapped: Record<string, unknown> = {}
+  for (const [name, member] of Object.entries(inner)) {
+    if (typeof member === "function") {
+      const through = wrap(name)
+      const operation = member as (...args: Array<unknown>) => Effect.Effect<unknown, unknown>
+      wrapped[name] = (...args: Array<unknown>) => through(operation(...args))
+    } else {
+      wrapped[name] = options.values && Effect.isEffect(member) ? wrap(name)(member as Effect.Effect<unknown, unknown>) : member
+    }
+  }
+  return wrapped as unknown as StorageService
+}

@@ -53,6 +53,21 @@ export interface DynamoOptions extends StorageOptions {
   /** Endpoint URL (DynamoDB Local, dynalite, Alternator); AWS's regional endpoint when absent. */
   readonly endpoint?: string | undefined
   readonly region: string
+  /** Deadline of one operation, retries included (ms; default `STORAGE_TIMEOUT_MS`). */
+  readonly timeoutMs?: number | undefined
+}
+
+/** Default deadline of one storage operation: a server that accepts and never answers must not park callers. */
+export const STORAGE_TIMEOUT_MS = 5_000
+
+/** The cause of a `StorageError` whose operation ran out of time. */
+export class StorageTimeout extends Error {
+  override readonly name = "StorageTimeout"
+  readonly timeoutMs: number
+  constructor(timeoutMs: number) {
+    super(`no answer within ${timeoutMs} ms`)
+    this.timeoutMs = timeoutMs
+  }
 }
 
 type Item = Record<string, AttributeValue>
@@ -208,14 +223,22 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         (c) => Effect.sync(() => c.destroy())
       )
       const router = options.routerTable
+      const timeoutMs = options.timeoutMs ?? STORAGE_TIMEOUT_MS
 
-      /** One request; throttling and dropped connections retried with a short bounded back-off. */
+      /**
+       * One request; throttling and dropped connections retried with a short bounded back-off, all
+       * within the deadline (a request still out then is aborted).
+       */
       const call = <A>(operation: string, send: (o: { abortSignal: AbortSignal }) => Promise<A>) =>
         Effect.tryPromise({
           try: (abortSignal) => send({ abortSignal }),
           catch: (cause) => new StorageError({ operation, cause })
         }).pipe(
           Effect.retry({ schedule: retryBackoff, while: isRetryable }),
+          Effect.timeoutOrElse({
+            duration: timeoutMs,
+            orElse: () => Effect.fail(new StorageError({ operation, cause: new StorageTimeout(timeoutMs) }))
+          }),
           Effect.provideService(Clock.Clock, liveClock)
         )
 

@@ -99,7 +99,9 @@ const announce = (dataDir: string, endpoint: string) =>
  * created on start and re-checked every hour, so that next month's table exists before the month
  * turns (nothing else creates tables in the all-in-one process).
  */
-export const layerEmbedded = (options: StorageOptions & { readonly dataDir: string }): Layer.Layer<Storage, StorageError> =>
+export const layerEmbedded = (
+  options: StorageOptions & { readonly dataDir: string; readonly timeoutMs?: number | undefined }
+): Layer.Layer<Storage, StorageError> =>
   Layer.unwrap(
     Effect.gen(function*() {
       const endpoint = yield* startDynalite(options.dataDir)

@@ -10,6 +10,7 @@
  */
 import { existsSync } from "node:fs"
 import { join } from "node:path"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { Settings } from "../config/index.ts"
@@ -19,10 +20,11 @@ import type { Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
 
-export const storageOptionsOf = (settings: Settings): StorageOptions => ({
+export const storageOptionsOf = (settings: Settings): StorageOptions & { readonly timeoutMs: number } => ({
   routerTable: settings.routerTablename,
   messageTablePrefix: settings.messageTablename,
-  noTableRotation: settings.noTableRotation
+  noTableRotation: settings.noTableRotation,
+  timeoutMs: Duration.toMillis(settings.storageTimeout)
 })
 
 /** Where the all-in-one keeps its dynalite data: `data_dir/dynalite`. */

@@ -190,6 +190,11 @@ describe("connection node metrics", () => {
       }
       const b = yield* harness.connect()
       yield* b.frame({ messageType: "hello", uaid, use_webpush: true })
+      // The client gets msg_limit of them; once it has acked those, the user is dropped.
+      const got = b.of("notification")
+      assert.strictEqual(got.length, 2)
+      assert.isUndefined(metrics.value("ua.expiration", { reason: "too_many_messages" }))
+      yield* b.frame({ messageType: "ack", updates: got.map((f) => ({ channelID: CHID, version: f["version"] as string })) })
       assert.strictEqual(metrics.value("ua.expiration", { reason: "too_many_messages" }), 1)
     }).pipe(Effect.provide(SessionParts)))
 })

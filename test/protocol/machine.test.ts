@@ -8,6 +8,7 @@ import type { Notification } from "../../src/domain/notification.ts"
 import type { UserRecord } from "../../src/domain/user.ts"
 import {
   type Command,
+  HELD_COMMANDS_MAX,
   type Input,
   makeProtocol,
   type Phase,
@@ -70,8 +71,7 @@ const minting: Phase = { _tag: "Identifying", openedAt: NOW - 100, claimed: unde
 const identified = (overrides: Partial<Session> = {}): Phase => ({ _tag: "Identified", session: session(overrides) })
 const migrating = (overrides: Partial<Session> = {}): Phase => ({
   _tag: "Migrating",
-  session: session({ table: LAST_MONTH, ...overrides }),
-  deferred: []
+  session: session({ table: LAST_MONTH, ...overrides })
 })
 const closing = (overrides: Partial<Session> = {}, since = NOW - 10): Phase => ({
   _tag: "Closing",
@@ -214,6 +214,21 @@ describe("step: Resuming", () => {
     events: ["client.hello.1"],
     effects: ["DisconnectPeer", "Claim"],
     command: { _tag: "ReadPage", table: THIS_MONTH, rows: "topic" }
+  })
+  it("resumed after time has passed: the session is the one the record names (its connected_at)", () => {
+    const later = NOW + 873 // the write took time
+    const t = step(resuming(), written(user({ nodeId: "http://other:8081" })), later)
+    assert.strictEqual(sessionOf(t).connectedAt, NOW)
+    const claim = t.effects.find((e) => e._tag === "Claim") as Extract<Transition["effects"][number], { _tag: "Claim" }>
+    assert.strictEqual(claim.connectedAt, NOW, "deliveries for the record's connected_at are taken")
+    // …and every later condition on connected_at names the record's value.
+    const closed = step(step(t.phase, { _tag: "SocketClosed" }, later + 5_000).phase, { _tag: "MailboxDrained" }, later + 5_000)
+    assert.deepInclude(closed.command as object, { _tag: "SaveUnacked", connectedAt: NOW })
+  })
+  it("a hello whose storage failed after hello_timeout closes as a handshake timeout", () => {
+    const failed = { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID } } as const
+    assert.strictEqual(step(resuming(), failed, NOW - 100 + OPTIONS.helloTimeoutMs).close, "hello-timeout")
+    assert.strictEqual(step(resuming(), failed, NOW).close, "storage-error")
   })
   row("resumed on last month's table: migrating, draining the old month", resuming(), written(user({ currentMonth: LAST_MONTH })), {
     phase: "Migrating",
@@ -578,10 +593,33 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Identified",
     check: (t) => assert.isUndefined(sessionOf(t).drain)
   })
-  row("more than msg_limit from storage drops the user", identified({ drain: { ...start, rows: "timestamp", sent: OPTIONS.msgLimit } }), read("timestamp", [message()], NOW), {
+  row("the client already had msg_limit messages from storage: one more drops the user, sending nothing", identified({ drain: { ...start, rows: "timestamp", sent: OPTIONS.msgLimit } }), read("timestamp", [message()], NOW), {
     phase: "Identified",
     frames: [],
-    command: { _tag: "DropUser", reason: "too_many_messages" }
+    command: { _tag: "DropUser", reason: "too_many_messages", connectedAt: NOW - 1_000 }
+  })
+  it("a page past msg_limit: the client gets up to msg_limit, and the user is dropped once they are acked", () => {
+    const page = [message({ version: "v1" }), message({ version: "v2", sortkeyTimestamp: NOW - 999 }), message({ version: "v3", sortkeyTimestamp: NOW - 998 })]
+    const sent = step(identified({ drain: { ...start, rows: "timestamp", sent: OPTIONS.msgLimit - 2 } }), read("timestamp", page, NOW - 998), NOW)
+    assert.deepStrictEqual(sent.frames.map((f) => JSON.parse(f).version), ["v1", "v2"])
+    assert.isUndefined(sent.command, "nothing is dropped while the client has messages to ack")
+    const ack = (t: Transition, version: string, now: number) =>
+      step(t.phase, frame({ messageType: "ack", updates: [{ channelID: CHID, version, code: 100 }] }), now)
+    const one = ack(sent, "v1", NOW + 50)
+    assert.isUndefined(one.command)
+    const both = ack(one, "v2", NOW + 90)
+    assert.strictEqual(both.command?._tag, "DeleteMessages")
+    const drop = step(both.phase, { _tag: "MessagesDeleted" }, NOW + 120)
+    assert.deepInclude(drop.command as object, { _tag: "DropUser", reason: "too_many_messages", connectedAt: NOW - 1_000 })
+  })
+  it("exactly msg_limit stored: all are sent and nobody is dropped", () => {
+    const page = Array.from({ length: OPTIONS.msgLimit }, (_, i) => message({ version: `v${i}`, sortkeyTimestamp: NOW - 1_000 + i }))
+    const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", page, NOW - 1_000 + OPTIONS.msgLimit - 1), NOW)
+    assert.strictEqual(sent.frames.length, OPTIONS.msgLimit)
+    const acked = step(sent.phase, frame({ messageType: "ack", updates: page.map((m) => ({ channelID: CHID, version: m.version, code: 100 })) }), NOW + 10)
+    const done = step(acked.phase, { _tag: "MessagesDeleted" }, NOW + 20)
+    assert.isUndefined(done.command)
+    assert.isUndefined(sessionOf(done).drain)
   })
   row("not dropped (a newer session took over): this one goes", identified(), { _tag: "UserDropped", dropped: false }, {
     phase: "Closing",
@@ -639,10 +677,31 @@ describe("step: Identified, timers and the end", () => {
 })
 
 describe("step: Migrating", () => {
-  row("commands wait for the month switch", migrating(), frame({ messageType: "register", channelID: CHID }), {
+  const register = { messageType: "register", channelID: CHID } as const
+  row("commands wait for the month switch, budget or not", migrating(), frame(register), {
     phase: "Migrating",
     frames: [],
-    check: (t) => assert.strictEqual((t.phase as Extract<Phase, { _tag: "Migrating" }>).deferred.length, 1)
+    check: (t) => {
+      assert.strictEqual(sessionOf(t).held.length, 1)
+      assert.strictEqual(sessionOf(t).tokens, 3, "no budget spent before the command runs")
+    }
+  })
+  row("the waiting commands are capped as held ones are: reading pauses", migrating({
+    held: Array.from({ length: HELD_COMMANDS_MAX - 1 }, () => register)
+  }), frame(register), {
+    phase: "Migrating",
+    effects: ["PauseReading"],
+    check: (t) => assert.isTrue(sessionOf(t).readingPaused)
+  })
+  row("a tick while migrating releases nothing, and no tick is asked for them", migrating({ held: [register], tokensAt: NOW - 10_000 }), {
+    _tag: "Tick"
+  }, {
+    phase: "Migrating",
+    effects: [],
+    check: (t) => {
+      assert.strictEqual(sessionOf(t).held.length, 1)
+      assert.isAbove(deadline(t.phase), NOW + 1_000)
+    }
   })
   row("the old month drained: the user moves to this month", migrating({
     drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
@@ -653,15 +712,19 @@ describe("step: Migrating", () => {
     lastSortKey: undefined,
     more: false
   }, { phase: "Migrating", command: { _tag: "MoveMonth", from: LAST_MONTH, to: THIS_MONTH } })
-  row("moved: event, the waiting commands replayed, both months drained", {
-    ...(migrating() as Extract<Phase, { _tag: "Migrating" }>),
-    deferred: [{ messageType: "register", channelID: CHID }]
-  }, { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, {
+  row("moved: event, the waiting commands replayed as the budget allows, both months drained", migrating({
+    held: Array.from({ length: 5 }, () => register),
+    tokens: 2,
+    tokensAt: NOW
+  }), { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, {
     phase: "Identified",
     events: ["month.migrated.1"],
     effects: ["Replay"],
     command: { _tag: "ReadPage", table: LAST_MONTH },
     check: (t) => {
+      const replay = t.effects[0] as Extract<Transition["effects"][number], { _tag: "Replay" }>
+      assert.strictEqual(replay.messages.length, 2)
+      assert.strictEqual(sessionOf(t).held.length, 3)
       assert.strictEqual(sessionOf(t).table, THIS_MONTH)
       assert.deepStrictEqual(sessionOf(t).drain?.tables, [LAST_MONTH, THIS_MONTH])
     }

@@ -496,10 +496,12 @@ describe("session: the msg_limit race", () => {
       const b = yield* harness.connect()
       const bHello = yield* Effect.forkChild(hello(b, uaid))
       yield* Deferred.await(gate.reached)
-      // …while A connects, finds more than msg_limit messages and drops the user.
+      // …while A connects, finds more than msg_limit messages, acks the first msg_limit and so drops the user.
       const a = yield* harness.connect()
       yield* TestClock.adjust(5)
       yield* hello(a, uaid)
+      assert.strictEqual(a.of("notification").length, 3)
+      yield* ackAll(a)
       assert.deepStrictEqual(a.sent.closed, { code: 1000, reason: "UaidReset" })
       yield* Deferred.succeed(gate.go, undefined)
       yield* Fiber.join(bHello)

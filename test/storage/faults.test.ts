@@ -1,6 +1,6 @@
 /**
  * The DynamoDB layer against a server that misbehaves: a proxy in front of dynalite answers some
- * requests itself with throttling errors or "nothing processed" batch results.
+ * requests itself with throttling errors or "nothing processed" batch results, or never answers.
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer, request, type IncomingMessage, type Server } from "node:http"
@@ -10,11 +10,11 @@ import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
 import { afterAll, beforeAll } from "vitest"
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerDynamo, StorageTimeout } from "../../src/storage/dynamodb.ts"
 import { startDynalite } from "../../src/storage/embedded.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
-type Fault = "throttle" | "unprocessed"
+type Fault = "throttle" | "unprocessed" | "hang"
 
 const dataDir = mkdtempSync(join(tmpdir(), "autopush-faults-"))
 const scope = Effect.runSync(Scope.make())
@@ -23,6 +23,8 @@ let endpoint = ""
 /** Faults to inject, per operation (`GetItem`, `BatchWriteItem`, ...), used up in order. */
 const faults = new Map<string, Array<Fault>>()
 const seen: Array<string> = []
+/** Requests the proxy left unanswered that the client has since abandoned (their sockets closed). */
+let abandoned = 0
 
 const body = (req: IncomingMessage) =>
   new Promise<Buffer>((resolve) => {
@@ -38,6 +40,7 @@ beforeAll(async () => {
     const operation = String(req.headers["x-amz-target"]).split(".")[1] ?? ""
     seen.push(operation)
     const fault = faults.get(operation)?.shift()
+    if (fault === "hang") return void res.on("close", () => abandoned++)
     const reply = (status: number, json: unknown) => {
       res.writeHead(status, { "content-type": "application/x-amz-json-1.0" })
       res.end(JSON.stringify(json))
@@ -71,7 +74,7 @@ afterAll(async () => {
 })
 
 let n = 0
-const withStorage = <A, E>(effect: Effect.Effect<A, E, Storage>) => {
+const withStorage = <A, E>(effect: Effect.Effect<A, E, Storage>, timeoutMs?: number) => {
   const prefix = `f${Date.now().toString(36)}${n++}`
   return Effect.gen(function*() {
     yield* createActiveTables
@@ -84,7 +87,8 @@ const withStorage = <A, E>(effect: Effect.Effect<A, E, Storage>) => {
       messageTablePrefix: `${prefix}_message`,
       noTableRotation: false,
       endpoint,
-      region: "local"
+      region: "local",
+      timeoutMs
     }))
   )
 }
@@ -109,6 +113,24 @@ describe("DynamoDB layer under faults", () => {
       assert.strictEqual((error.cause as Error).name, "ProvisionedThroughputExceededException")
       assert.strictEqual(count("GetItem"), 5)
     })))
+
+  it.live("a server that never answers: the operation fails at the deadline and its request is abandoned", () =>
+    withStorage(Effect.gen(function*() {
+      const s = yield* Storage
+      faults.set("GetItem", ["hang"])
+      abandoned = 0
+      const started = Date.now()
+      const error = yield* Effect.flip(s.getUser("00000000000000000000000000000001"))
+      const took = Date.now() - started
+      assert.strictEqual(error.operation, "getUser")
+      assert.instanceOf(error.cause, StorageTimeout)
+      assert.isAtLeast(took, 300)
+      assert.isBelow(took, 3_000)
+      yield* Effect.promise(() => new Promise((r) => setTimeout(r, 100)))
+      assert.strictEqual(abandoned, 1, "the hanging request was aborted")
+      // The next call is answered as usual.
+      assert.isUndefined(yield* s.getUser("00000000000000000000000000000001"))
+    }), 300))
 
   it.effect("unprocessed batch items are resubmitted until written", () =>
     withStorage(Effect.gen(function*() {
