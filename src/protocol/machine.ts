@@ -831,7 +831,14 @@ const nextTable = (drain: Drain): Drain => ({ ...drain, tables: drain.tables.sli
 const pageRead = (phase: Live, input: Extract<CommandResult, { _tag: "PageRead" }>, out: Out): Phase => {
   const s = phase.session
   const drain = s.drain as Drain
-  const { messages, command } = input
+  const { command } = input
+  // Storage filtered expired rows when it read them; time has passed since: what expired on the way is not sent.
+  const nowSec = Math.floor(out.now / 1000)
+  const messages = input.messages.filter((n) => {
+    if (!isExpired(n, nowSec)) return true
+    out.event("notification.expired.1", s.uaid, { version: n.version })
+    return false
+  })
   if (messages.length === 0) {
     const next: Drain = command.rows === "topic"
       ? { ...drain, rows: "timestamp" }

@@ -1,6 +1,11 @@
 /**
  * A session machine wired to deterministic parts: in-memory storage, the test crypto key, a
  * recording transport, recording peers and an in-memory event log. Events are fed one at a time.
+ *
+ * Time passes as in the world: every storage operation takes time on the `TestClock` (half before
+ * it reaches storage, half after), so a command's result arrives later than the command, and what
+ * a session wrote is older than the step that reads it back. Pushes go through the endpoint's own
+ * router (`WebPushRouter`) to this node's registry, with the checks of the router port.
  */
 import { Clock, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
@@ -20,14 +25,33 @@ import {
   SessionRunner
 } from "../../src/protocol/session.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
-import { Storage } from "../../src/storage/Storage.ts"
+import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
+import type { Notification } from "../../src/domain/notification.ts"
+import { NodeClient, NodeTransportError } from "../../src/routers/NodeClient.ts"
+import { WebPushRouter, type WebPushRouterService } from "../../src/routers/webpush.ts"
 
 export const sessionOptions: SessionOptions = { ...connectionNodeOptions(makeSettings()), routerUrl: "http://node-a:8081" }
 
-/** In-memory storage, the test crypto key and the in-memory event log. */
-export const testParts = (noTableRotation = false) =>
+/** Time one storage operation takes by default (ms, on the TestClock). */
+export const STORAGE_LATENCY_MS = 4
+
+/** Storage whose every operation takes `latency()` ms of TestClock time. */
+export const withStorageLatency = (latency: () => number) =>
+  Layer.effect(
+    Storage,
+    Effect.map(Storage, (inner) =>
+      mapStorageOperations(inner, () => (operation) =>
+        Effect.suspend(() => {
+          const ms = latency()
+          const before = Math.floor(ms / 2)
+          return TestClock.adjust(before).pipe(Effect.andThen(operation), Effect.tap(() => TestClock.adjust(ms - before)))
+        })))
+  )
+
+/** In-memory storage (taking `latency()` ms an operation), the test crypto key and the in-memory event log. */
+export const testParts = (noTableRotation = false, latency: () => number = () => STORAGE_LATENCY_MS) =>
   Layer.mergeAll(
-    layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation }),
+    withStorageLatency(latency).pipe(Layer.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation }))),
     EndpointCrypto.layerTest,
     EventLog.layerMemory
   )
@@ -59,6 +83,10 @@ export interface Harness {
   readonly pokes: Array<{ readonly kind: "notify" | "disconnect"; readonly nodeId: string; readonly uaid: string }>
   readonly events: Array<DomainEvent>
   readonly connect: () => Effect.Effect<Client>
+  /** The endpoint's router, delivering to this node. */
+  readonly router: WebPushRouterService
+  /** This node as the router reaches it: `takesDirect` false refuses every delivery. */
+  readonly node: { takesDirect: boolean }
 }
 
 /** The node's broadcasts as the harness's sessions see them; tests replace it. */
@@ -102,6 +130,17 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
         }
       }
     }
+    // This node's router port as the endpoint's router reaches it; any other node is gone.
+    const node = { takesDirect: true }
+    const here = options.routerUrl
+    const gone = (nodeId: string) => Effect.fail(new NodeTransportError({ nodeId, reason: "error" }))
+    const nodeClient = NodeClient.of({
+      push: (nodeId, uaid, notification, connectedAt) =>
+        nodeId !== here ? gone(nodeId) : Effect.sync(() => node.takesDirect && registry.deliver(uaid, notification, connectedAt) ? 200 : 404),
+      notify: (nodeId, uaid) => nodeId !== here ? gone(nodeId) : Effect.sync(() => registry.checkStorage(uaid) ? 200 : 404),
+      disconnect: (nodeId) => gone(nodeId)
+    })
+    const router = yield* Effect.provide(Effect.service(WebPushRouter), WebPushRouter.layer.pipe(Layer.provide(Layer.succeed(NodeClient, nodeClient))))
     const connect = () =>
       Effect.gen(function*() {
         // Connections are at least a millisecond apart: a uaid's newer connection must be newer.
@@ -133,10 +172,15 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
           of: (type: string) => sent.frames.filter((f) => f["messageType"] === type)
         } satisfies Client
       })
-    return { ports, registry, pokes, events, connect } satisfies Harness
+    return { ports, registry, pokes, events, connect, router, node } satisfies Harness
   })
 
-/** What an endpoint node does with a push, minus HTTP: deliver directly if connected here, else store and poke. */
+/**
+ * What an endpoint node does with a push, minus HTTP: the endpoint's router with this node as the
+ * only connection node (reached as the all-in-one reaches its own, with the router port's checks:
+ * the session connected at the record's `connected_at`, the channel not unregistered, room in its
+ * queue). `direct: false`: the node refuses the delivery (as a full queue would), so it is stored.
+ */
 export const pushMessage = (
   harness: Harness,
   uaid: string,
@@ -154,7 +198,7 @@ export const pushMessage = (
         ? { kind: "topic", uaid, channelId, topic: options.topic }
         : { kind: "timestamp", uaid, channelId, sortkeyTimestamp: nowMs }
     )
-    const notification = {
+    const notification: Notification = {
       channelId,
       version,
       ttl: options.ttl ?? 60,
@@ -164,19 +208,9 @@ export const pushMessage = (
       data: options.data,
       headers: options.data === undefined ? undefined : { encoding: "aes128gcm" }
     }
-    const session = harness.registry.get(uaid)
-    if (options.direct !== false && session !== undefined && session.mailbox.offerDelivery({ _tag: "Delivery", notification })) {
-      return { notification, direct: true }
-    }
-    if (notification.ttl === 0) return { notification, direct: false }
-    // As the endpoint: a timestamp message whose ms is taken on its channel goes to the next one.
-    let stored = notification
-    while ((yield* storage.saveMessage(uaid, user.currentMonth, stored)) === "taken") {
-      const sortkeyTimestamp = (stored.sortkeyTimestamp as number) + 1
-      stored = { ...stored, sortkeyTimestamp, version: yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId, sortkeyTimestamp }) }
-    }
-    session?.mailbox.offer({ _tag: "CheckStorage" })
-    return { notification: stored, direct: false }
+    harness.node.takesDirect = options.direct !== false
+    const routed = yield* harness.router.route(user, user.currentMonth, notification).pipe(Effect.orDie)
+    return { notification: routed.notification, direct: routed.outcome === "direct" }
   })
 
 /** Hand every queued mailbox event of a client to its machine (what its fiber does). */

@@ -589,6 +589,13 @@ describe("step: Identified, deliveries and acks", () => {
     assert.isUndefined(afterDelete.command)
     assert.isUndefined(sessionOf(afterDelete).drain)
   })
+  row("a stored message that expired between the read and now is not sent", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [
+    message({ ttl: 5, timestamp: Math.floor(NOW / 1000) - 5 })
+  ]), {
+    phase: "Identified",
+    frames: [],
+    events: ["notification.expired.1"]
+  })
   row("the last table read: the drain is over", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", []), {
     phase: "Identified",
     check: (t) => assert.isUndefined(sessionOf(t).drain)

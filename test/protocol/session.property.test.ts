@@ -1,9 +1,15 @@
 /**
  * Property tests of the connection protocol over generated client/server interleavings: connects
  * and disconnects at any point, a second session of the same uaid, pushes (direct or stored, topics,
- * TTLs), partial acks, pokes, clock jumps, a month boundary, and garbage frames. After each run a
- * final session drains everything left, and the invariants are checked on the sessions' domain
- * events (each session's events are those its feeds recorded):
+ * TTLs), partial acks, pokes, clock jumps, a month boundary, and garbage frames. Time passes as in
+ * the world: every storage operation takes a generated time (so a command's result comes later than
+ * the command), and a generated gap separates inputs. Pushes go through the endpoint's router. While
+ * the run goes on:
+ * - a push the node may take, to a uaid with a live identified session, is delivered directly —
+ *   resumed sessions included;
+ * - once a session ended and no other is live, the router record names no node.
+ * After each run a final session drains everything left, and the invariants are checked on the
+ * sessions' domain events (each session's events are those its feeds recorded):
  * - a message is delivered to at most one live session at a time;
  * - nothing is delivered after its ack, nor after it expired;
  * - every accepted message ends acked, expired, replaced by a newer one of its topic, or dropped
@@ -21,7 +27,7 @@ import { emptySummary, foldSummary } from "../../src/observability/sessionSummar
 import { type ClientMessage, decodeClientFrame, isFrameError } from "../../src/protocol/messages.ts"
 import { closeFrame, type CloseKind } from "../../src/protocol/close.ts"
 import { Storage } from "../../src/storage/Storage.ts"
-import { type Client, makeHarness, pump, pushMessage, TestParts } from "./harness.ts"
+import { type Client, makeHarness, pump, pushMessage, TestParts, testParts } from "./harness.ts"
 
 const START = Date.UTC(2026, 10, 27, 12, 0, 0)
 const CHANNELS = ["eac8e1de-cddf-42d6-9919-a7b0e0f41e59", "7dbb5bdb-0845-4535-98c9-0f34a94e2e7b"] as const
@@ -50,6 +56,14 @@ const KNOWN_CLOSES = (["uaid-reset", "invalid-json", "binary-frame", "expected-h
   .map((kind) => `${closeFrame(kind).code} ${closeFrame(kind).reason}`)
 
 const Commands = Arbitrary.array(Arbitrary.schema(Command), { maxLength: 40 })
+/** Times (ms) that storage operations take and that pass between inputs, used in turn. */
+const Latencies = Arbitrary.array(Arbitrary.schema(Schema.Literals([0, 1, 3, 17, 120, 1_100])), { minLength: 1, maxLength: 8 })
+
+/** The generated times in turn, forever. */
+const cycle = (times: ReadonlyArray<number>) => {
+  let i = 0
+  return () => times[i++ % times.length] as number
+}
 
 interface Pushed {
   readonly version: string
@@ -68,7 +82,7 @@ interface Recorded {
   readonly events: Array<DomainEvent>
 }
 
-const runScenario = (commands: ReadonlyArray<Command>) =>
+const runScenario = (commands: ReadonlyArray<Command>, gap: () => number) =>
   Effect.gen(function*() {
     yield* TestClock.setTime(START)
     const harness = yield* makeHarness({ msgLimit: 10_000, pageSize: 3 })
@@ -127,7 +141,12 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
           break
         }
         case "disconnect":
-          if (live !== undefined) yield* feed(live, { _tag: "SocketClosed" })
+          if (live !== undefined) {
+            yield* feed(live, { _tag: "SocketClosed" })
+            if (current() === undefined) {
+              assert.isUndefined((yield* storage.getUser(uaid))?.nodeId, "the router record still names a node after its session ended")
+            }
+          }
           break
         case "push": {
           const channelId = CHANNELS[command.channel]
@@ -140,6 +159,11 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
             data: `p${pushes}`,
             ...(topic === undefined ? {} : { topic })
           })
+          // A live identified session of the uaid (fresh or resumed) gets what the node may take directly.
+          const holder = current()
+          if (command.direct && holder !== undefined && holder.client.handle.uaid === uaid && harness.registry.get(uaid) === holder.client.handle) {
+            assert.isTrue(direct, "a push to a connected client was not delivered directly")
+          }
           pushed.push({
             version: notification.version,
             key: `p${pushes}`,
@@ -175,6 +199,7 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
         }
       }
       yield* pumpAll
+      yield* TestClock.adjust(gap())
     }
 
     // Final drain: a fresh session acks whatever comes until nothing more does.
@@ -283,9 +308,9 @@ const runScenario = (commands: ReadonlyArray<Command>) =>
 
 describe("session properties", () => {
   it.effect.prop(
-    "no loss, no redelivery of acked, topics replace, expired never delivered, one session per uaid",
-    [Commands],
-    ([commands]) => runScenario(commands).pipe(Effect.provide(TestParts)),
+    "no loss, no redelivery of acked, topics replace, expired never delivered, one session per uaid, direct to resumed sessions",
+    [Commands, Latencies, Latencies],
+    ([commands, latencies, gaps]) => runScenario(commands, cycle(gaps)).pipe(Effect.provide(testParts(false, cycle(latencies)))),
     { timeout: 120_000, arbitrary: { runs: 300 } }
   )
 
