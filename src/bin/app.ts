@@ -111,7 +111,6 @@ const embeddedSecrets = (settings: Settings) =>
 export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const { settings, files } = yield* loadSettingsAndFiles({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
-    if (role !== "autoendpoint" && settings.megaphoneApiUrl !== undefined) yield* requireSecrets(settings, ["megaphone_api_token"])
     if (role === "autopush" && settings.storageEndpoint === undefined) return { settings: yield* embeddedSecrets(settings), files }
     yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
     return { settings, files }
@@ -188,7 +187,7 @@ export const broadcastsLayer = (settings: Settings) => {
   const interval = ms(settings.megaphonePollInterval)
   return settings.megaphoneApiUrl !== undefined
     ? Broadcasts.layerPolling(
-      megaphoneSource({ url: settings.megaphoneApiUrl, token: Redacted.make(settings.megaphoneApiToken ?? ""), timeoutMs: MEGAPHONE_TIMEOUT_MS }),
+      megaphoneSource({ url: settings.megaphoneApiUrl, token: settings.megaphoneApiToken === undefined ? undefined : Redacted.make(settings.megaphoneApiToken), timeoutMs: MEGAPHONE_TIMEOUT_MS }),
       interval,
       "megaphone"
     )

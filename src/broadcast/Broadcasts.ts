@@ -2,7 +2,8 @@
  * The broadcast set a connection node serves (Firefox's Remote Settings and the like): read by
  * every session step, so `current()` is a plain read of the last good set. Where it comes from:
  *
- * - a megaphone server (`megaphone_api_url`): `GET` with `Authorization: Bearer <token>`, answered
+ * - a megaphone server (`megaphone_api_url`): `GET` (with `Authorization: Bearer <token>` when a token is
+ *   configured), answered
  *   `{"broadcasts": {"<id>": "<version>", …}}`;
  * - otherwise our own storage (one item of the router table, shared by every node), changed through
  *   the endpoint's admin API (`/v1/broadcasts`).
@@ -34,7 +35,8 @@ export type BroadcastSource = Effect.Effect<BroadcastSet, BroadcastSourceError>
 
 export interface MegaphoneOptions {
   readonly url: string
-  readonly token: Redacted.Redacted<string>
+  /** Sent as `Authorization: Bearer` when given (a public source such as Remote Settings needs none). */
+  readonly token: Redacted.Redacted<string> | undefined
   /** A poll taking longer fails (`timeout`). */
   readonly timeoutMs: number
 }
@@ -65,7 +67,9 @@ export const megaphoneSource = (options: MegaphoneOptions): BroadcastSource =>
   Effect.tryPromise({
     try: async (signal) => {
       const response = await fetch(options.url, {
-        headers: { authorization: `Bearer ${Redacted.value(options.token)}`, accept: "application/json" },
+        headers: options.token === undefined
+          ? { accept: "application/json" }
+          : { authorization: `Bearer ${Redacted.value(options.token)}`, accept: "application/json" },
         signal: AbortSignal.any([signal, AbortSignal.timeout(options.timeoutMs)])
       })
       if (response.status !== 200) {

@@ -316,7 +316,7 @@ export const options = {
   megaphone_api_url: opt("connection", url, undefined, "Megaphone server the broadcast set is polled from; unset: the set kept in storage, changed through the endpoint's /v1/broadcasts", {
     defaultText: "unset (broadcasts from storage)"
   }),
-  megaphone_api_token: opt("connection", text, undefined, "Bearer token for megaphone_api_url (required with it)", { secret: true, defaultText: "unset" }),
+  megaphone_api_token: opt("connection", text, undefined, "Bearer token sent to megaphone_api_url, when the server asks for one (unset: no Authorization header)", { secret: true, defaultText: "unset" }),
   megaphone_poll_interval: opt("connection", seconds, s(30), "How often the broadcast set is read (from megaphone or storage)"),
   max_channels_per_user: opt("connection", integer(1), 1000, "Channels one user may register; a register beyond it is answered with status 413"),
   client_commands_per_second: opt("connection", integer(1), 10, "Commands (register, unregister, nack, broadcast_subscribe) a client may send per second once its burst is spent; beyond, its commands wait"),
@@ -380,9 +380,9 @@ export const optionsOf = (scopes: ReadonlyArray<Scope>): ReadonlyArray<OptionNam
 
 export const secretOptionNames = optionNames.filter((name) => options[name].secret)
 /** The secret options; a test keeps this in step with the table's `secret` marks. */
-export type SecretOption = RequiredSecret | "broadcast_admin_tokens" | "fcm_credentials" | "apns_channels" | "adm_credentials"
+export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_admin_tokens" | "fcm_credentials" | "apns_channels" | "adm_credentials"
 /** The secrets a node may require at start. */
-export type RequiredSecret = "crypto_key" | "auth_keys" | "megaphone_api_token"
+export type RequiredSecret = "crypto_key" | "auth_keys"
 
 export const flagOf = (name: OptionName): string => `--${name.replaceAll("_", "-")}`
 
