@@ -46,18 +46,27 @@ export interface BodyLimits {
 }
 
 /**
+ * Of a body over the limit, how much more is read (and dropped) before it is refused: clients send
+ * their whole body before they read the answer, and a connection closed with unread data is reset,
+ * which takes the answer with it. Beyond this much, the connection is closed all the same.
+ */
+export const DISCARD_MAX_BYTES = 32 * 1024 * 1024
+
+/**
  * The whole body, at most `maxBytes`, each chunk within `idleMs` of the last, handed to `done`
- * once. Past the limit or the idle time the request is refused, the rest of the body read and
- * dropped (once answered, close the connection).
+ * once. A body over the limit is read to its end and dropped (at most `DISCARD_MAX_BYTES`, each
+ * chunk within `idleMs`) before it is refused, so that the client can read the answer; a body that
+ * stalls is refused at once. Once refused, answer and close the connection.
  */
 export const readBody = (req: IncomingMessage, limits: BodyLimits, done: (body: Body) => void): void => {
   const declared = Number(req.headers["content-length"] ?? 0)
-  if (declared > limits.maxBytes) {
+  if (declared > DISCARD_MAX_BYTES) {
     req.resume()
     return done({ _tag: "Refused", error: limits.tooLarge })
   }
   const chunks: Array<Buffer> = []
   let size = 0
+  let tooLarge = declared > limits.maxBytes
   let finished = false
   const finish = (body: Body) => {
     if (finished) return
@@ -67,15 +76,25 @@ export const readBody = (req: IncomingMessage, limits: BodyLimits, done: (body: 
     if (body._tag === "Refused") req.resume()
     done(body)
   }
-  const timer = setTimeout(() => finish({ _tag: "Refused", error: new RequestTimeout() }), limits.idleMs)
+  const timer = setTimeout(() => finish({ _tag: "Refused", error: tooLarge ? limits.tooLarge : new RequestTimeout() }), limits.idleMs)
   const onData = (chunk: Buffer) => {
     size += chunk.length
-    if (size > limits.maxBytes) return finish({ _tag: "Refused", error: limits.tooLarge })
-    chunks.push(chunk)
     timer.refresh()
+    if (size > limits.maxBytes) {
+      if (!tooLarge) chunks.length = 0
+      tooLarge = true
+      if (size > DISCARD_MAX_BYTES) finish({ _tag: "Refused", error: limits.tooLarge })
+      return
+    }
+    chunks.push(chunk)
   }
   req.on("data", onData)
-  req.on("end", () => finish({ _tag: "Body", bytes: chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks) }))
+  req.on("end", () =>
+    finish(
+      tooLarge
+        ? { _tag: "Refused", error: limits.tooLarge }
+        : { _tag: "Body", bytes: chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks) }
+    ))
   req.on("error", () => finish({ _tag: "Refused", error: new InvalidRequestBody({ message: "The request body could not be read" }) }))
 }
 

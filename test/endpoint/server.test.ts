@@ -3,6 +3,7 @@
  * the bridge registration routes (400/108 until the bridges exist), the log check.
  */
 import { assert, describe, layer } from "@effect/vitest"
+import { request as httpRequest } from "node:http"
 import { Effect, Layer, Logger } from "effect"
 import { MORE_INFO } from "../../src/domain/errors.ts"
 import { boundPort } from "../../src/endpoint/server.ts"
@@ -269,5 +270,58 @@ describe("slow bodies", () => {
         assert.isTrue(reply.closed, "the connection is closed")
         assert.isBelow(Date.now() - started, 2_000)
       }))
+  })
+})
+
+describe("bodies over max_data_bytes", () => {
+  /** A push of `bytes` sent whole (Content-Length) or in chunks, as a client that writes all before it reads. */
+  const bigPush = (port: number, path: string, bytes: number, chunked: boolean) =>
+    new Promise<{ readonly status: number | undefined; readonly body: string; readonly error: string | undefined }>((resolve) => {
+      const body = Buffer.alloc(bytes, 7)
+      let status: number | undefined
+      let text = ""
+      let error: string | undefined
+      const req = httpRequest({
+        host: "127.0.0.1",
+        port,
+        path,
+        method: "POST",
+        headers: chunked ? { ttl: "60", "content-encoding": "aes128gcm" } : { ttl: "60", "content-encoding": "aes128gcm", "content-length": bytes }
+      }, (res) => {
+        status = res.statusCode
+        res.on("data", (chunk: Buffer) => void (text += chunk.toString()))
+        res.on("end", () => setTimeout(() => resolve({ status, body: text, error }), 50))
+      })
+      req.on("error", (e: NodeJS.ErrnoException) => {
+        error = e.code ?? e.message
+        if (status === undefined) resolve({ status, body: text, error })
+      })
+      if (chunked) {
+        for (let at = 0; at < bytes; at += 65_536) req.write(body.subarray(at, at + 65_536))
+        req.end()
+      } else req.end(body)
+    })
+
+  layer(TestEndpoint, { excludeTestServices: true })((it) => {
+    it.effect("10 MB, whole, chunked or 20 at once: answered 413/104 and readable; the client's write is never cut", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const port = yield* boundPort
+        const tooLarge = JSON.stringify(errorBody(413, 104, "Payload Too Large", `Data payload must be smaller than ${options.maxDataBytes} bytes`))
+        const replies = yield* Effect.promise(() =>
+          Promise.all([
+            bigPush(port, sub.path, 10_000_000, false),
+            bigPush(port, sub.path, 10_000_000, true),
+            ...Array.from({ length: 20 }, () => bigPush(port, sub.path, 10_000_000, false))
+          ])
+        )
+        for (const reply of replies) {
+          assert.strictEqual(reply.status, 413)
+          assert.strictEqual(reply.body, tooLarge)
+          assert.isUndefined(reply.error, "the connection was reset while the client was sending")
+        }
+        // The endpoint still takes pushes.
+        assert.strictEqual((yield* request({ path: sub.path, headers: { ttl: 60 } })).status, 201)
+      }), 60_000)
   })
 })
