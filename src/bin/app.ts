@@ -10,7 +10,6 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { bridgeOptionsOf } from "../bridges/Bridges.ts"
 import { randomBytes } from "node:crypto"
-import { chmod, mkdir, readFile, writeFile } from "node:fs/promises"
 import { homedir } from "node:os"
 import { ConnectionNode, type ConnectionNodeOptions } from "../connection/node.ts"
 import { changedSettings, type ConfigError, type HelpRequested, loadSettingsAndFiles, requireSecrets } from "../config/index.ts"
@@ -33,7 +32,14 @@ import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
 import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
-import { embeddedDataDir, embeddedSecretsFile, storageOptionsOf } from "../tools/storage.ts"
+import {
+  embeddedDataDir,
+  embeddedSecretsFile,
+  readEmbeddedSecrets,
+  type SecretsFileError,
+  storageOptionsOf,
+  writeEmbeddedSecrets
+} from "../tools/storage.ts"
 import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
@@ -89,20 +95,14 @@ const causeText = (cause: unknown): string => {
 const embeddedSecrets = (settings: Settings) =>
   Effect.gen(function*() {
     const path = embeddedSecretsFile(settings)
-    const stored = yield* Effect.promise(() => readFile(path, "utf8").then((t) => JSON.parse(t) as Record<string, Array<string>>, () => undefined))
+    const failed = (error: SecretsFileError) => new StartupError({ message: error.message })
+    const stored = yield* Effect.mapError(readEmbeddedSecrets(path), failed)
     const secrets = {
-      crypto_key: settings.cryptoKey.length > 0 ? [...settings.cryptoKey] : stored?.["crypto_key"] ?? [generateFernetKey()],
-      auth_keys: settings.authKeys.length > 0 ? [...settings.authKeys] : stored?.["auth_keys"] ?? [randomBytes(32).toString("base64url")]
+      crypto_key: settings.cryptoKey.length > 0 ? [...settings.cryptoKey] : stored?.crypto_key ?? [generateFernetKey()],
+      auth_keys: settings.authKeys.length > 0 ? [...settings.authKeys] : stored?.auth_keys ?? [randomBytes(32).toString("base64url")]
     }
     if (stored === undefined && (settings.cryptoKey.length === 0 || settings.authKeys.length === 0)) {
-      yield* Effect.tryPromise({
-        try: async () => {
-          await mkdir(settings.dataDir, { recursive: true })
-          await writeFile(path, JSON.stringify(secrets, null, 2), { mode: 0o600 })
-          await chmod(path, 0o600)
-        },
-        catch: (cause) => new StartupError({ message: `cannot keep the generated keys in ${path} (option data_dir): ${causeText(cause)}` })
-      })
+      yield* Effect.mapError(writeEmbeddedSecrets(path, secrets), failed)
     }
     return { ...settings, cryptoKey: secrets.crypto_key, authKeys: secrets.auth_keys } satisfies Settings
   })

@@ -7,7 +7,6 @@
  * Secrets stay secret: the keys are never printed, and of a bridge user's `router_data` only the
  * field names are.
  */
-import { readFile } from "node:fs/promises"
 import * as Clock from "effect/Clock"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
@@ -38,7 +37,7 @@ import {
   usageRow,
   UsageError
 } from "./cli.ts"
-import { embeddedSecretsFile, storageDescription, toolStorageLayer } from "./storage.ts"
+import { embeddedSecretsFile, readEmbeddedSecrets, storageDescription, toolStorageLayer } from "./storage.ts"
 
 // ── the URL ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -375,11 +374,8 @@ const cryptoKeys = (settings: Settings): Effect.Effect<ReadonlyArray<string>, Co
       return settings.cryptoKey
     }
     const path = embeddedSecretsFile(settings)
-    const stored = yield* Effect.promise(() =>
-      readFile(path, "utf8").then((text) => JSON.parse(text) as { crypto_key?: unknown }, () => undefined)
-    )
-    const keys = stored?.crypto_key
-    if (Array.isArray(keys) && keys.length > 0 && keys.every((k) => typeof k === "string")) return keys as Array<string>
+    const stored = yield* readEmbeddedSecrets(path).pipe(Effect.mapError((error) => new ConfigError({ message: error.message })))
+    if (stored !== undefined) return stored.crypto_key
     return yield* requireSecrets(settings, ["crypto_key"]).pipe(
       Effect.mapError((e) => new ConfigError({ message: `${e.message} (and ${path} holds no generated key)` })),
       Effect.as([])

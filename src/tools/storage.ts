@@ -9,7 +9,9 @@
  * otherwise the tool starts its own on the data.
  */
 import { existsSync } from "node:fs"
-import { join } from "node:path"
+import { chmod, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises"
+import { dirname, join } from "node:path"
+import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -32,6 +34,70 @@ export const embeddedDataDir = (settings: Settings): string => join(settings.dat
 
 /** Where the all-in-one keeps the secrets it generated: `data_dir/secrets.json`. */
 export const embeddedSecretsFile = (settings: Settings): string => join(settings.dataDir, "secrets.json")
+
+/** The keys the all-in-one generated (`crypto_key` signs endpoints: losing it breaks every endpoint). */
+export interface EmbeddedSecrets {
+  readonly crypto_key: ReadonlyArray<string>
+  readonly auth_keys: ReadonlyArray<string>
+}
+
+/** `secrets.json` cannot be read or written; the message says which file and what to do. */
+export class SecretsFileError extends Data.TaggedError("SecretsFileError")<{ readonly message: string }> {}
+
+const keyList = (value: unknown): ReadonlyArray<string> | undefined =>
+  Array.isArray(value) && value.length > 0 && value.every((k) => typeof k === "string" && k.length > 0) ? value : undefined
+
+/**
+ * The secrets the all-in-one kept in `path`; undefined when there is no such file (a first start).
+ * A file that is there but unusable is an error, never a reason to make new keys: the endpoints
+ * made with the old ones would all stop working.
+ */
+export const readEmbeddedSecrets = (path: string): Effect.Effect<EmbeddedSecrets | undefined, SecretsFileError> =>
+  Effect.tryPromise({
+    try: () => readFile(path, "utf8"),
+    catch: (cause) => cause
+  }).pipe(
+    Effect.catch((cause) =>
+      (cause as NodeJS.ErrnoException).code === "ENOENT"
+        ? Effect.succeed(undefined)
+        : Effect.fail(new SecretsFileError({ message: `cannot read ${path} (option data_dir): ${(cause as Error).message}` }))
+    ),
+    Effect.flatMap((text) => {
+      if (text === undefined) return Effect.succeed(undefined)
+      const unusable = (why: string) =>
+        Effect.fail(
+          new SecretsFileError({
+            message: `${path} is not usable (${why}): restore it from a backup, or remove it to have new keys made ` +
+              "(every endpoint made with the old keys then stops working) (option data_dir)"
+          })
+        )
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(text)
+      } catch {
+        return unusable("not JSON")
+      }
+      const record = parsed as { readonly crypto_key?: unknown; readonly auth_keys?: unknown } | null
+      const cryptoKey = keyList(record?.crypto_key)
+      const authKeys = keyList(record?.auth_keys)
+      if (cryptoKey === undefined || authKeys === undefined) return unusable("crypto_key and auth_keys must be lists of keys")
+      return Effect.succeed({ crypto_key: cryptoKey, auth_keys: authKeys })
+    })
+  )
+
+/** Keep `secrets` in `path` (mode 0600), atomically: a temporary file renamed over it, never half a file. */
+export const writeEmbeddedSecrets = (path: string, secrets: EmbeddedSecrets): Effect.Effect<void, SecretsFileError> => {
+  const temporary = `${path}.${process.pid}.tmp`
+  return Effect.tryPromise({
+    try: async () => {
+      await mkdir(dirname(path), { recursive: true })
+      await writeFile(temporary, JSON.stringify(secrets, null, 2), { mode: 0o600 })
+      await chmod(temporary, 0o600)
+      await rename(temporary, path)
+    },
+    catch: (cause) => new SecretsFileError({ message: `cannot keep the generated keys in ${path} (option data_dir): ${(cause as Error).message}` })
+  }).pipe(Effect.tapError(() => Effect.promise(() => rm(temporary, { force: true }))))
+}
 
 /** Human description of the storage a tool talks to, for its output. */
 export const storageDescription = (settings: Settings): string =>

@@ -4,7 +4,7 @@
  * bad crypto key, unusable bridge credentials.
  */
 import { spawn } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { createServer, type Server } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -75,6 +75,19 @@ describe("start-up failures: one line naming the option, exit 1, no stack", () =
     writeFileSync(join(cwd, "a-file"), "")
     expectOneLine(await run("autopush.ts", [...(await ports()), "--data-dir", "a-file/data"], cwd), /\(option data_dir\)/)
   }, 120_000)
+
+  it("a corrupt secrets.json is refused in one line, never replaced by new keys", async () => {
+    const cwd = mkdtempSync(join(tmpdir(), "autopush-startup-"))
+    mkdirSync(join(cwd, "data"))
+    for (const [content, why] of [["{\"crypto_key\": [\"abc", /not JSON/], ["{\"crypto_key\": []}", /lists of keys/]] as const) {
+      writeFileSync(join(cwd, "data/secrets.json"), content)
+      expectOneLine(
+        await run("autopush.ts", await ports(), cwd),
+        new RegExp(`^autopush: cannot start: .*secrets\\.json is not usable \\(.*${why.source}\\): restore it from a backup`)
+      )
+      expect(readFileSync(join(cwd, "data/secrets.json"), "utf8")).toBe(content)
+    }
+  }, 60_000)
 
   it("DynamoDB out of reach", async () => {
     const result = await run("autoconnect.ts", [
