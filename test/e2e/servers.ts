@@ -8,6 +8,7 @@ import { connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
+import { runningEmbeddedEndpoint } from "../../src/storage/embedded.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 
@@ -22,6 +23,10 @@ export interface Deployment {
   readonly restartConnection: (between?: () => Promise<void>) => Promise<void>
   /** Separate processes only: kill the storage (dynalite) process, and start it again after `downMs`. */
   readonly storageOutage?: (downMs: number) => Promise<void>
+  /** Separate processes only: stop the storage process (SIGSTOP: connections are accepted, never answered), until `resume`. */
+  readonly storageFreeze?: () => { readonly resume: () => void }
+  /** The DynamoDB endpoint the nodes use (the all-in-one's embedded one while it runs). */
+  readonly storageEndpoint: () => string
   /** The process holding the connection node. */
   readonly pid: () => number | undefined
   /** Stops every process and removes the working directory (embedded data, dynalite's files). */
@@ -110,7 +115,9 @@ const withFreshPorts = async (start: () => Promise<Deployment>): Promise<Deploym
 
 /** `extra` flags come last, so they override the defaults above. */
 export const startAllInOne = (extra: ReadonlyArray<string> = []): Promise<Deployment> => withFreshPorts(() => startAllInOneOnce(extra))
-export const startSeparate = (): Promise<Deployment> => withFreshPorts(startSeparateOnce)
+/** `connectionExtra` flags for the connection node, `sharedExtra` for both. */
+export const startSeparate = (connectionExtra: ReadonlyArray<string> = [], sharedExtra: ReadonlyArray<string> = []): Promise<Deployment> =>
+  withFreshPorts(() => startSeparateOnce(connectionExtra, sharedExtra))
 
 const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
@@ -139,6 +146,11 @@ const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployme
       await between?.()
       await up()
     },
+    storageEndpoint: () => {
+      const endpoint = runningEmbeddedEndpoint(join(cwd, "data", "dynalite"))
+      if (endpoint === undefined) throw new Error("the all-in-one's embedded storage is not running")
+      return endpoint
+    },
     pid: () => child.pid,
     stop: async () => {
       await stopChild(child)
@@ -148,7 +160,7 @@ const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployme
 }
 
 /** `autoconnect` and `autoendpoint` as separate processes sharing one dynalite server process. */
-const startSeparateOnce = async (): Promise<Deployment> => {
+const startSeparateOnce = async (connectionExtra: ReadonlyArray<string>, sharedExtra: ReadonlyArray<string>): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
   const dynamoPort = await freePort()
@@ -169,12 +181,13 @@ const startSeparateOnce = async (): Promise<Deployment> => {
     ...sharedFlags(ports),
     "--storage-endpoint", `http://127.0.0.1:${dynamoPort}`,
     "--crypto-key", generateFernetKey(),
-    "--auth-keys", "e2e-auth-key"
+    "--auth-keys", "e2e-auth-key",
+    ...sharedExtra
   ]
   let connection: ChildProcess
   let endpoint: ChildProcess
   const upConnection = async () => {
-    connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports)], output, cwd)
+    connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports), ...connectionExtra], output, cwd)
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
   }
   const up = async () => {
@@ -208,6 +221,11 @@ const startSeparateOnce = async (): Promise<Deployment> => {
       dynalite = startDynalite()
       await waitForPort(dynamoPort)
     },
+    storageFreeze: () => {
+      dynalite.kill("SIGSTOP")
+      return { resume: () => void dynalite.kill("SIGCONT") }
+    },
+    storageEndpoint: () => `http://127.0.0.1:${dynamoPort}`,
     pid: () => connection.pid,
     stop: async () => {
       await Promise.all([stopChild(connection), stopChild(endpoint)])

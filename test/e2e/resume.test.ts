@@ -1,0 +1,144 @@
+/**
+ * Returning clients as Firefox is one: hello, register, disconnect, real time passes, hello again
+ * with the same uaid — on the all-in-one (embedded dynalite) and on separate nodes sharing a dynalite
+ * server. A resumed session must be indistinguishable from a fresh one: pushes to it are delivered
+ * directly (the connection node's trace says `direct`), what it did not ack is saved when it ends and
+ * comes on the next resume, the router record names no node once it ended, and `msg_limit` holds.
+ */
+import { Effect } from "effect"
+import { afterAll, assert, beforeAll, describe, it } from "vitest"
+import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { Storage } from "../../src/storage/Storage.ts"
+import { openClient, type TestClient } from "../connection/client.ts"
+import { type Deployment, startAllInOne, startSeparate } from "./servers.ts"
+
+const MSG_LIMIT = 20
+const FLAGS = ["--msg-limit", String(MSG_LIMIT)]
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+const helloAs = async (deployment: Deployment, uaid?: string): Promise<{ readonly client: TestClient; readonly uaid: string }> => {
+  const client = await openClient(deployment.wsUrl)
+  client.send({ messageType: "hello", use_webpush: true, ...(uaid === undefined ? {} : { uaid }) })
+  const hello = await client.next((f) => f["messageType"] === "hello")
+  return { client, uaid: hello["uaid"] as string }
+}
+
+const register = async (client: TestClient): Promise<string> => {
+  client.send({ messageType: "register", channelID: crypto.randomUUID() })
+  return (await client.next((f) => f["messageType"] === "register"))["pushEndpoint"] as string
+}
+
+/** A push whose body names it (the server relays bodies as they are); its message id. */
+const push = async (endpoint: string, text: string): Promise<string> => {
+  const res = await fetch(endpoint, { method: "POST", headers: { TTL: "3600", "Content-Encoding": "aes128gcm" }, body: text })
+  await res.arrayBuffer()
+  assert.strictEqual(res.status, 201, text)
+  return (res.headers.get("location") as string).split("/").pop() as string
+}
+
+const dataOf = (frame: Record<string, unknown>) => Buffer.from(frame["data"] as string, "base64url").toString()
+
+const ack = (client: TestClient, frame: Record<string, unknown>) =>
+  client.send({ messageType: "ack", updates: [{ channelID: frame["channelID"], version: frame["version"], code: 100 }] })
+
+/** How the connection node delivered a message: its trace's `delivered` event says `direct` or `stored`. */
+const deliveredAs = async (deployment: Deployment, messageId: string): Promise<string | undefined> => {
+  for (let i = 0; i < 20; i++) {
+    const res = await fetch(`${deployment.routerUrl}/__trace__/${encodeURIComponent(messageId)}`)
+    if (res.ok) {
+      const trace = (await res.json()) as { readonly events: ReadonlyArray<{ readonly type: string; readonly data: Record<string, unknown> }> }
+      const delivered = trace.events.find((e) => e.type === "notification.delivered.1")
+      if (delivered !== undefined) return delivered.data["source"] as string
+    } else await res.arrayBuffer()
+    await sleep(50)
+  }
+  return undefined
+}
+
+const nodeIdOf = (deployment: Deployment, uaid: string) =>
+  Effect.runPromise(
+    Storage.use((storage) => storage.getUser(uaid)).pipe(
+      Effect.provide(layerDynamo({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false, endpoint: deployment.storageEndpoint(), region: "local" }))
+    )
+  ).then((user) => user?.nodeId)
+
+/** Take notifications, acking each, until none comes for a while or the socket closes. */
+const drain = async (client: TestClient): Promise<Array<string>> => {
+  const got: Array<string> = []
+  for (;;) {
+    const frame = await client.next((f) => f["messageType"] === "notification", 1_500).catch(() => undefined)
+    if (frame === undefined) return got
+    got.push(dataOf(frame))
+    ack(client, frame)
+  }
+}
+
+const scenario = (name: string, start: () => Promise<Deployment>) =>
+  describe(name, () => {
+    let deployment: Deployment
+    beforeAll(async () => {
+      deployment = await start()
+    }, 60_000)
+    afterAll(async () => {
+      await deployment?.stop()
+    })
+    const failing = <A>(run: () => Promise<A>) => () =>
+      run().catch((error: unknown) => {
+        throw new Error(`${String(error)}\n--- server output (last 30 lines) ---\n${deployment.output.slice(-30).join("\n")}`)
+      })
+
+    it("resumed after a second: direct delivery, unacked saved and redelivered, node_id cleared, twice", failing(async () => {
+      const first = await helloAs(deployment)
+      const endpoint = await register(first.client)
+      await first.client.close()
+      await sleep(1_100)
+
+      for (const round of [1, 2]) {
+        const { client, uaid } = await helloAs(deployment, first.uaid)
+        assert.strictEqual(uaid, first.uaid, `round ${round}: the uaid is resumed`)
+        if (round === 2) assert.deepStrictEqual(await drain(client), ["kept 1", "offline 1"], "what the first session left")
+        await sleep(300)
+        const acked = await push(endpoint, `acked ${round}`)
+        const frame = await client.next((f) => f["messageType"] === "notification")
+        assert.strictEqual(dataOf(frame), `acked ${round}`)
+        ack(client, frame)
+        assert.strictEqual(await deliveredAs(deployment, acked), "direct", `round ${round}: a resumed, connected client gets pushes directly`)
+        const kept = await push(endpoint, `kept ${round}`)
+        assert.strictEqual(dataOf(await client.next((f) => f["messageType"] === "notification")), `kept ${round}`)
+        assert.strictEqual(await deliveredAs(deployment, kept), "direct")
+        await sleep(500)
+        await client.close() // `kept` unacked: saved by the node
+        await sleep(300)
+        assert.isUndefined(await nodeIdOf(deployment, uaid), `round ${round}: the router record names no node once the session ended`)
+        await push(endpoint, `offline ${round}`)
+        await sleep(1_100)
+      }
+      const last = await helloAs(deployment, first.uaid)
+      assert.deepStrictEqual(await drain(last.client), ["kept 2", "offline 2"])
+      await last.client.close()
+    }), 60_000)
+
+    it("msg_limit: 21 stored → the client gets 20, then 1000 UaidReset and a new uaid; exactly 20 → all, no reset", failing(async () => {
+      for (const stored of [MSG_LIMIT + 1, MSG_LIMIT]) {
+        const first = await helloAs(deployment)
+        const endpoint = await register(first.client)
+        await first.client.close()
+        for (let i = 0; i < stored; i++) await push(endpoint, `m${i}`)
+        await sleep(1_000)
+        const { client, uaid } = await helloAs(deployment, first.uaid)
+        assert.strictEqual(uaid, first.uaid)
+        const got = await drain(client)
+        assert.deepStrictEqual(got, Array.from({ length: MSG_LIMIT }, (_, i) => `m${i}`), `${stored} stored`)
+        if (stored > MSG_LIMIT) assert.deepStrictEqual(await client.closed, { code: 1000, reason: "UaidReset" })
+        else assert.isTrue(await client.quiet(300), "nothing more, no close")
+        await client.close()
+        const next = await helloAs(deployment, first.uaid)
+        assert.strictEqual(next.uaid === first.uaid, stored === MSG_LIMIT, `${stored} stored: uaid kept only without a reset`)
+        await next.client.close()
+      }
+    }), 60_000)
+  })
+
+scenario("returning clients: all-in-one on embedded storage", () => startAllInOne(FLAGS))
+scenario("returning clients: separate nodes sharing dynalite", () => startSeparate(FLAGS))
