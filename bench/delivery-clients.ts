@@ -1,10 +1,14 @@
 /**
  * Clients and load generator of `bench:delivery`, in one child process (one clock for both ends):
- * `node delivery-clients.ts autopush|bare WS_URL K [ENDPOINT_BASE]`.
+ * `node delivery-clients.ts autopush WS_URL K ROUTER_URL RESUMED` or `… bare WS_URL K ENDPOINT_BASE`.
  *
- * Opens K WebSockets; each says hello and then, against autopush, registers one channel (no key:
- * a v1 endpoint), against a bare pipeline takes the id of the hello reply (`ENDPOINT_BASE/push/{id}`).
- * Reports `{ ready, failed }`. Every notification is acked at once and its arrival time recorded.
+ * Against a bare pipeline it opens K WebSockets; each says hello and takes the id of the reply
+ * (`ENDPOINT_BASE/push/{id}`); then `{ ready, failed }`. Against autopush, as Firefox's clients are:
+ * first RESUMED of the K say hello and register one channel (no key: a v1 endpoint), then
+ * `{ registered, failed }`; the parent may restart the server, and after `{ cmd: "resume" }` those
+ * clients close (if the server has not closed them), say hello again with their uaid, and the rest
+ * say hello as new clients and register; then `{ ready, failed }` (a resumed client given another
+ * uaid is a failure). Every notification is acked at once and its arrival time recorded.
  *
  * On `{ cmd: "warm", c }` it opens the next level's connections (2·c unmeasured POSTs). On
  * `{ cmd: "level", c, count, timeoutMs }` it POSTs `count` notifications round-robin over the K
@@ -18,9 +22,15 @@ import { randomBytes, randomUUID } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { Agent, request } from "node:http"
 import WebSocket from "ws"
+import { type Routes, routesOf } from "./trace.ts"
 
-const [mode, wsUrl, kArg, endpointBase] = process.argv.slice(2) as [string, string, string, string | undefined]
+const [mode, wsUrl, kArg, base, resumedArg] = process.argv.slice(2) as [string, string, string, string, string | undefined]
 const K = Number(kArg)
+/** Bare: where pushes go; autopush: the router port, whose `/__trace__` says how each message was delivered. */
+const endpointBase = base
+const routerUrl = base
+/** Clients (the first targets) that resume a uaid; the others are new. */
+const RESUMED = mode === "autopush" ? Number(resumedArg ?? 0) : 0
 const HANDSHAKES_IN_FLIGHT = 100
 /** Body size: BENCH_BYTES from the parent (`bench:delivery --bytes`), 256 by default. */
 const BODY_BYTES = Number(process.env["BENCH_BYTES"] ?? 256)
@@ -36,9 +46,14 @@ interface Target {
 }
 
 const targets: Array<Target> = []
-const sockets: Array<WebSocket> = []
 let failed = 0
 let opened = 0
+/** Sockets to open in this phase; the uaid each resumed one says hello with. */
+let toOpen = mode === "autopush" ? RESUMED : K
+const resuming: Array<string | undefined> = []
+const uaids: Array<string> = []
+const sockets: Array<WebSocket> = []
+const claimed = new WeakMap<WebSocket, string>()
 
 const toTarget = (url: string): Target => {
   const u = new URL(url)
@@ -77,10 +92,21 @@ function onFrame(this: WebSocket, data: WebSocket.RawData): void {
       l.onProgress()
       return
     }
-    case "hello":
-      if (mode === "autopush") return void this.send(JSON.stringify({ messageType: "register", channelID: randomUUID() }))
-      targets.push(toTarget(`${endpointBase}/push/${frame["uaid"] as string}`))
+    case "hello": {
+      const uaid = frame["uaid"] as string
+      const claim = claimed.get(this)
+      if (claim !== undefined) {
+        // A resumed client: its target is the endpoint it registered before.
+        if (uaid !== claim) failed++
+        return identified()
+      }
+      if (mode === "autopush") {
+        uaids.push(uaid)
+        return void this.send(JSON.stringify({ messageType: "register", channelID: randomUUID() }))
+      }
+      targets.push(toTarget(`${endpointBase}/push/${uaid}`))
       return identified()
+    }
     case "register":
       if (frame["status"] !== 200) {
         failed++
@@ -91,25 +117,57 @@ function onFrame(this: WebSocket, data: WebSocket.RawData): void {
   }
 }
 
+let identifiedCount = 0
 const identified = () => {
-  if (targets.length + failed === K) process.send?.({ ready: targets.length, failed })
+  identifiedCount++
+  if (identifiedCount === toOpen) phaseDone()
   openOne()
 }
 
+/** The end of a phase: the first RESUMED registered (autopush), or everyone ready. */
+let phaseDone = () => {
+  if (mode === "autopush" && targets.length < K && opened === RESUMED && resuming.length === 0) {
+    process.send?.({ registered: targets.length, failed })
+  } else process.send?.({ ready: targets.length, failed })
+}
+
 const openOne = () => {
-  if (opened >= K) return
+  if (opened >= toOpen) return
+  const claim = resuming[opened]
   opened++
   const ws = new WebSocket(wsUrl, { perMessageDeflate: false })
   sockets.push(ws)
-  ws.once("open", () => ws.send(JSON.stringify({ messageType: "hello", use_webpush: true })))
+  if (claim !== undefined) claimed.set(ws, claim)
+  ws.once("open", () => ws.send(JSON.stringify({ messageType: "hello", use_webpush: true, ...(claim === undefined ? {} : { uaid: claim }) })))
   ws.on("message", onFrame)
   ws.once("error", () => {
     failed++
-    if (targets.length + failed === K) process.send?.({ ready: targets.length, failed })
-    openOne()
+    identified()
   })
 }
-for (let i = 0; i < HANDSHAKES_IN_FLIGHT; i++) openOne()
+const openPhase = () => {
+  if (toOpen === 0) return phaseDone()
+  for (let i = 0; i < HANDSHAKES_IN_FLIGHT; i++) openOne()
+}
+openPhase()
+
+/** The resumed clients come back with their uaids (after closing, unless the server closed them), then the new ones. */
+const resume = async () => {
+  await Promise.all(sockets.map((ws) =>
+    ws.readyState === ws.CLOSED ? undefined : new Promise<void>((resolve) => {
+      ws.once("close", () => resolve())
+      ws.close()
+    })
+  ))
+  sockets.length = 0
+  resuming.push(...uaids)
+  resuming.length = K // the new clients: no uaid
+  opened = 0
+  identifiedCount = 0
+  toOpen = K
+  phaseDone = () => process.send?.({ ready: targets.length, failed })
+  openPhase()
+}
 
 // ── sending ────────────────────────────────────────────────────────────────────────────────────
 
@@ -128,8 +186,8 @@ const latencies = (from: Float64Array, to: Float64Array): Float64Array => {
 
 const f3 = (n: number) => n.toFixed(3)
 
-/** One POST of sequence number `seq`: `onHead` gets the status when it arrives; resolves once read. */
-const post = (agent: Agent, seq: number, onHead: (status: number) => void): Promise<string> =>
+/** One POST of sequence number `seq`: `onHead` gets the status and `Location` when they arrive; resolves once read. */
+const post = (agent: Agent, seq: number, onHead: (status: number, location: string | undefined) => void): Promise<string> =>
   new Promise((resolve) => {
     const target = targets[seq % targets.length] as Target
     const body = Buffer.from(template)
@@ -147,7 +205,7 @@ const post = (agent: Agent, seq: number, onHead: (status: number) => void): Prom
         "content-length": BODY_BYTES
       }
     }, (res) => {
-      onHead(res.statusCode ?? 0)
+      onHead(res.statusCode ?? 0, res.headers.location)
       res.resume()
       res.on("end", () => resolve(String(res.statusCode)))
       res.on("error", () => resolve("response error"))
@@ -191,6 +249,8 @@ const runLevel = async (c: number, count: number, timeoutMs: number) => {
   const answered = new Float64Array(count)
   const received = new Float64Array(count)
   const statuses: Record<string, number> = {}
+  const messageIds: Array<string | undefined> = new Array(count)
+  lastLevel = { base, messageIds }
   let accepted = 0
   const agent = warmed?.c === c ? warmed.agent : new Agent({ keepAlive: true, maxSockets: c })
   warmed = undefined
@@ -212,9 +272,10 @@ const runLevel = async (c: number, count: number, timeoutMs: number) => {
 
   await postAll(c, count, async (i) => {
     sent[i] = performance.now()
-    const status = await post(agent, base + i, (code) => {
+    const status = await post(agent, base + i, (code, location) => {
       answered[i] = performance.now()
       if (code === 201) accepted++
+      messageIds[i] = location?.slice(location.lastIndexOf("/") + 1)
     })
     statuses[status] = (statuses[status] ?? 0) + 1
   })
@@ -234,6 +295,12 @@ const runLevel = async (c: number, count: number, timeoutMs: number) => {
   }
   const toAnswer = latencies(sent, answered)
   const toClient = latencies(sent, received)
+  /** POST→client of one group's messages (autopush: resumed or new clients). */
+  const ofGroup = (resumed: boolean) => {
+    const mask = (times: Float64Array) => times.map((t, i) => ((base + i) % targets.length < RESUMED) === resumed ? t : 0)
+    const sorted = latencies(mask(sent), mask(received))
+    return { received: sorted.length, p50Client: percentile(sorted, 0.5), p99Client: percentile(sorted, 0.99) }
+  }
   const dump = process.env["BENCH_DELIVERY_DUMP"]
   if (dump !== undefined) {
     // Raw per-notification times (ms since the level's first POST), for a closer look.
@@ -252,15 +319,45 @@ const runLevel = async (c: number, count: number, timeoutMs: number) => {
     p99Answer: percentile(toAnswer, 0.99),
     p50Client: percentile(toClient, 0.5),
     p99Client: percentile(toClient, 0.99),
+    byGroup: { resumed: ofGroup(true), fresh: ofGroup(false) },
     clientCpuUs: cpu.user + cpu.system
   }
 }
 
 export type LevelResult = Awaited<ReturnType<typeof runLevel>>
 
+/** The message ids of the last level (from each 201's `Location`), by index from `base`. */
+let lastLevel: { readonly base: number; readonly messageIds: ReadonlyArray<string | undefined> } | undefined
+
+export type DirectShare = { readonly resumed: Routes; readonly fresh: Routes }
+
+/**
+ * How the last level's messages reached their clients, by group (resumed or new clients): for up
+ * to `sample` messages of each, the connection node's `/__trace__` says `direct` or `stored`.
+ */
+const directShare = async (sample: number): Promise<DirectShare> => {
+  const groups = { resumed: [] as Array<string>, fresh: [] as Array<string> }
+  const level = lastLevel
+  if (level !== undefined) {
+    level.messageIds.forEach((id, i) => {
+      if (id !== undefined) groups[(level.base + i) % targets.length < RESUMED ? "resumed" : "fresh"].push(id)
+    })
+  }
+  const agent = new Agent({ keepAlive: true, maxSockets: 8 })
+  const count = (ids: ReadonlyArray<string>): Promise<Routes> => {
+    const step = Math.max(1, Math.floor(ids.length / sample))
+    return routesOf(routerUrl, ids.filter((_, i) => i % step === 0).slice(0, sample), agent)
+  }
+  const share = { resumed: await count(groups.resumed), fresh: await count(groups.fresh) }
+  agent.destroy()
+  return share
+}
+
 process.on("message", (m) => {
   const message = m as { cmd?: string; c?: number; count?: number; timeoutMs?: number }
   if (message.cmd === "warm") void warm(message.c ?? 1).then(() => process.send?.({ warmed: true }))
+  if (message.cmd === "resume") void resume()
+  if (message.cmd === "share") void directShare(message.count ?? 200).then((share) => process.send?.({ share }))
   if (message.cmd === "level") {
     void runLevel(message.c ?? 1, message.count ?? 1, message.timeoutMs ?? 60_000).then((result) => process.send?.({ level: result }))
   }

@@ -17,10 +17,17 @@
  * A last unmeasured c = max level run per autopush pipeline is CPU-profiled (self time by function
  * and package; the `.cpuprofile` files are kept in a temp directory).
  *
+ * Autopush's clients are those Firefox has: a share of them (--resumed, half by default) registered
+ * in an earlier session and say hello with their uaid again — after a restart of the connection node
+ * in (b); in (a), whose storage is in memory, after a second away — and the rest are new. After each
+ * level, a sample of its messages per group is looked up in the connection node's `/__trace__`:
+ * the share delivered directly (rather than stored and drained) is printed for each group.
+ *
  * Options (flag or environment): --clients/BENCH_CLIENTS (1000), --count/BENCH_COUNT (3000 per
  * level), --levels/BENCH_LEVELS (1,10,50), --reps/BENCH_REPS (3), --scenarios/BENCH_SCENARIOS (a,b),
  * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s), --bytes/BENCH_BYTES
- * (body size, 256; at most the service's max_data_bytes, 4096).
+ * (body size, 256; at most the service's max_data_bytes, 4096), --resumed/BENCH_RESUMED (share of
+ * the clients that resume a uaid, 0.5).
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -30,7 +37,8 @@ import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { setTimeout as sleep } from "node:timers/promises"
 import { generateFernetKey } from "../src/crypto/fernet.ts"
-import type { LevelResult } from "./delivery-clients.ts"
+import type { DirectShare, LevelResult } from "./delivery-clients.ts"
+import { directShareText, type Routes } from "./trace.ts"
 import type { ProfileSummary } from "./delivery-probe.ts"
 
 // ── options ──────────────────────────────────────────────────────────────────────────────────────
@@ -46,6 +54,9 @@ const REPS = Number(option("reps", "BENCH_REPS", "3"))
 const SCENARIOS = option("scenarios", "BENCH_SCENARIOS", "a,b").split(",")
 const PROFILE = option("profile", "BENCH_PROFILE", "1") !== "0"
 const TIMEOUT_S = Number(option("timeout", "BENCH_TIMEOUT_S", "1800"))
+const RESUMED = Math.round(K * Number(option("resumed", "BENCH_RESUMED", "0.5")))
+/** Messages per group and level whose delivery is looked up in the trace. */
+const SHARE_SAMPLE = 200
 const WARMUP = Math.min(COUNT, 1000)
 const MAX_LEVEL = Math.max(...LEVELS)
 // The client process reads it from its environment.
@@ -194,12 +205,37 @@ interface Measured {
   readonly health: ReadonlyArray<Omit<ProbeReading, "cpu">>
   /** DynamoDB requests per notification by operation, with the mean service time (ms). */
   readonly dynamo?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
+  /** Autopush: how a sample of the level's messages reached resumed and new clients. */
+  readonly share?: DirectShare | undefined
 }
 
-const startClients = async (name: string, mode: "autopush" | "bare", wsUrl: string, endpointBase?: string) => {
-  const clients = spawnNode(`${name} clients`, join(here, "delivery-clients.ts"), [mode, wsUrl, String(K), ...(endpointBase === undefined ? [] : [endpointBase])])
-  const { ready: n, failed } = await ready(clients, 120_000) as { ready: number; failed: number }
-  if (failed > 0 || n !== K) throw new Error(`${name}: ${n} of ${K} clients subscribed, ${failed} failed; last output:\n${clients.output.slice(-15).join("\n")}`)
+const subscribed = async (name: string, clients: Proc, predicate: (m: Record<string, unknown>) => boolean, expected: number) => {
+  const answer = await next<{ ready?: number; registered?: number; failed: number }>(clients, predicate, 120_000)
+  const n = answer.ready ?? answer.registered ?? 0
+  if (answer.failed > 0 || n !== expected) {
+    throw new Error(`${name}: ${n} of ${expected} clients subscribed, ${answer.failed} failed; last output:\n${clients.output.slice(-15).join("\n")}`)
+  }
+}
+
+/** Bare: K new clients. */
+const startBareClients = async (name: string, wsUrl: string, endpointBase: string) => {
+  const clients = spawnNode(`${name} clients`, join(here, "delivery-clients.ts"), ["bare", wsUrl, String(K), endpointBase])
+  await subscribed(name, clients, (m) => "ready" in m, K)
+  return clients
+}
+
+/**
+ * Autopush: RESUMED clients register, `between` happens (a restart), a second passes, they say hello
+ * again with their uaids, and K − RESUMED new clients join.
+ */
+const startAutopushClients = async (name: string, wsUrl: string, routerUrl: string, between: () => Promise<void>) => {
+  const clients = spawnNode(`${name} clients`, join(here, "delivery-clients.ts"), ["autopush", wsUrl, String(K), routerUrl, String(RESUMED)])
+  await subscribed(name, clients, (m) => "registered" in m || "ready" in m, RESUMED)
+  await between()
+  await sleep(1_100)
+  const answer = subscribed(name, clients, (m) => "ready" in m, K)
+  clients.child.send({ cmd: "resume" })
+  await answer
   return clients
 }
 
@@ -207,7 +243,8 @@ const startAllInOne = async (): Promise<Pipeline> => {
   const [ws, router, endpoint] = [await freePort(), await freePort(), await freePort()]
   const server = spawnNode("autopush (all-in-one)", join(here, "delivery-servers.ts"), ["autopush", String(ws), String(router), String(endpoint)])
   await ready(server)
-  const clients = await startClients("autopush (a)", "autopush", `ws://127.0.0.1:${ws}/`)
+  // In-memory storage does not survive a restart: the resumed clients are away for a second only.
+  const clients = await startAutopushClients("autopush (a)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${router}`, async () => {})
   return { name: "autopush", servers: [server], storage: [], clients, all: [clients, server] }
 }
 
@@ -215,7 +252,7 @@ const startBare = async (): Promise<Pipeline> => {
   const [ws, http] = [await freePort(), await freePort()]
   const server = spawnNode("bare", join(here, "delivery-servers.ts"), ["bare", String(ws), String(http)])
   await ready(server)
-  const clients = await startClients("bare (a)", "bare", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
+  const clients = await startBareClients("bare (a)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
   return { name: "bare", servers: [server], storage: [], clients, all: [clients, server] }
 }
 
@@ -233,16 +270,24 @@ const startSeparate = async (): Promise<Pipeline> => {
     "--auth-keys", "bench-auth-key"
   ]
   const preload = ["--import", probe]
-  const connection = spawnNode("autoconnect", join(root, "src/bin/autoconnect.ts"), [
-    ...shared,
-    "--port", String(ws),
-    "--router-port", String(router),
-    "--router-hostname", "127.0.0.1"
-  ], preload)
-  await waitForHttp(connection, `http://127.0.0.1:${router}/__lbheartbeat__`)
+  const startConnection = async () => {
+    const proc = spawnNode("autoconnect", join(root, "src/bin/autoconnect.ts"), [
+      ...shared,
+      "--port", String(ws),
+      "--router-port", String(router),
+      "--router-hostname", "127.0.0.1"
+    ], preload)
+    await waitForHttp(proc, `http://127.0.0.1:${router}/__lbheartbeat__`)
+    return proc
+  }
+  let connection = await startConnection()
   const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), [...shared, "--metrics-port", String(await freePort())], preload)
   await waitForHttp(endpointNode, `http://127.0.0.1:${endpoint}/__lbheartbeat__`)
-  const clients = await startClients("autopush (b)", "autopush", `ws://127.0.0.1:${ws}/`)
+  // The resumed clients come back after the connection node restarted (as after a deploy).
+  const clients = await startAutopushClients("autopush (b)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${router}`, async () => {
+    await stopAll([connection])
+    connection = await startConnection()
+  })
   return {
     name: "autopush",
     servers: [endpointNode, connection],
@@ -259,7 +304,7 @@ const startBareTwo = async (): Promise<Pipeline> => {
   await ready(back)
   const front = spawnNode("bare front", join(here, "delivery-servers.ts"), ["bare-front", String(http), String(router)])
   await ready(front)
-  const clients = await startClients("bare (b)", "bare", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
+  const clients = await startBareClients("bare (b)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
   return { name: "bare", servers: [front, back], storage: [], clients, all: [clients, front, back] }
 }
 
@@ -282,6 +327,10 @@ const runLevel = async (pipeline: Pipeline, c: number, count: number): Promise<M
     const { counts } = await ask<{ counts: Counts }>(pipeline.dynalite, { cmd: "counts" }, (m) => "counts" in m)
     dynamo = Object.fromEntries(Object.entries(counts).map(([op, { n, ms }]) => [op, { perNotification: n / count, meanMs: ms / n }]))
   }
+  // After the CPU reading: the trace lookups are not part of the level.
+  const share = pipeline.name === "autopush"
+    ? (await ask<{ share: DirectShare }>(pipeline.clients, { cmd: "share", count: SHARE_SAMPLE }, (m) => "share" in m, 60_000)).share
+    : undefined
   if (result.received < count || result.accepted < count) {
     console.log(`  ! ${pipeline.name} c=${c}: ${result.accepted} accepted, ${result.received} received of ${count}; statuses ${JSON.stringify(result.statuses)}`)
   }
@@ -290,7 +339,8 @@ const runLevel = async (pipeline: Pipeline, c: number, count: number): Promise<M
     serverCpu: perNotification.slice(0, pipeline.servers.length),
     storageCpu: perNotification.slice(pipeline.servers.length),
     health: after.map(({ loopP99, loopMax, gcMs, gcMax }) => ({ loopP99, loopMax, gcMs, gcMax })),
-    dynamo
+    dynamo,
+    share
   }
 }
 
@@ -333,7 +383,13 @@ interface Row {
   readonly clientCpu: number
   readonly health: ReadonlyArray<Omit<ProbeReading, "cpu">>
   readonly dynamo?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
+  /** Summed over the reps. */
+  readonly share?: DirectShare | undefined
+  /** POST→client p50 / p99 of the messages to resumed and to new clients (medians over the reps). */
+  readonly groups: { readonly resumed: readonly [number, number]; readonly fresh: readonly [number, number] }
 }
+
+const addRoutes = (a: Routes, b: Routes): Routes => ({ direct: a.direct + b.direct, stored: a.stored + b.stored, unknown: a.unknown + b.unknown })
 
 const summarise = (runs: ReadonlyArray<Measured>): Row => {
   const m = (f: (r: Measured) => number) => median(runs.map(f))
@@ -364,7 +420,15 @@ const summarise = (runs: ReadonlyArray<Measured>): Row => {
       gcMs: m((r) => r.health[i]?.gcMs ?? 0),
       gcMax: m((r) => r.health[i]?.gcMax ?? 0)
     })),
-    dynamo
+    dynamo,
+    groups: {
+      resumed: [m((r) => r.result.byGroup.resumed.p50Client), m((r) => r.result.byGroup.resumed.p99Client)],
+      fresh: [m((r) => r.result.byGroup.fresh.p50Client), m((r) => r.result.byGroup.fresh.p99Client)]
+    },
+    share: runs.reduce<DirectShare | undefined>((sum, r) =>
+      r.share === undefined ? sum
+      : sum === undefined ? r.share
+      : { resumed: addRoutes(sum.resumed, r.share.resumed), fresh: addRoutes(sum.fresh, r.share.fresh) }, undefined)
   }
 }
 
@@ -425,6 +489,18 @@ const printRatios = (label: string, rows: Map<string, Map<number, Row>>, targets
 
 const percent = (share: number) => `${f1(share * 100)} %`
 
+/** The share of messages delivered directly to resumed and to new clients, per level. */
+const printShare = (rows: Map<string, Map<number, Row>>) => {
+  console.log(`  delivered directly (autopush; a traced sample of up to ${SHARE_SAMPLE} messages per group, level and rep; ${RESUMED} of ${K} clients resumed):`)
+  for (const c of LEVELS) {
+    const row = rows.get("autopush")?.get(c)
+    if (row?.share === undefined) continue
+    const latency = ([p50, p99]: readonly [number, number]) => `POST→client p50 ${f2(p50)} / p99 ${f2(p99)} ms`
+    console.log(`    c=${String(c).padEnd(3)} resumed clients ${directShareText(row.share.resumed)}, ${latency(row.groups.resumed)}`)
+    console.log(`          new clients     ${directShareText(row.share.fresh)}, ${latency(row.groups.fresh)}`)
+  }
+}
+
 const printProfiles = (profiles: ReadonlyArray<Profiled>) => {
   for (const { proc, summary, file, cpu } of profiles) {
     console.log(`  CPU profile of ${proc.name}, an extra c=${MAX_LEVEL} level of ${COUNT} (${cpu.toFixed(0)} µs CPU/notification while profiled, ${summary.samples} samples): ${file}`)
@@ -484,6 +560,7 @@ const main = async () => {
     await stopAll([...ours.all, ...bare.all])
     printTable(`(a) all-in-one process, in-memory storage — vs bare node:http → Map → ws (one process)`, [bare, ours], rows)
     printRatios("(a) ratios", rows, { rate: 0.7, p99: 1.5 })
+    printShare(rows)
     printHealth([bare, ours], rows)
     printProfiles(profiles)
   }
@@ -497,6 +574,7 @@ const main = async () => {
     await stopAll([...ours.all, ...bare.all])
     printTable(`(b) autoendpoint + autoconnect + one dynalite (LevelDB) — vs bare POST → HTTP PUT → ws (two processes)`, [bare, ours], rows)
     printRatios("(b) ratios", rows, { rate: 0.35, cpu: 2.5 })
+    printShare(rows)
     printHealth([bare, ours], rows)
     console.log("  where the time goes (autopush, per notification):")
     for (const c of LEVELS) {

@@ -170,11 +170,12 @@ export const register = async (client: TestClient): Promise<string> => {
 }
 
 export const agent = new Agent({ keepAlive: true, maxSockets: 32 })
-export const push = (endpoint: string, body: Buffer): Promise<number> =>
+export const push = (endpoint: string, body: Buffer): Promise<{ readonly status: number; readonly messageId: string | undefined }> =>
   new Promise((resolve, reject) => {
     const req = request(endpoint, { method: "POST", agent, headers: { TTL: "600", "Content-Encoding": "aes128gcm", "Content-Length": body.length } }, (res) => {
       res.resume()
-      res.on("end", () => resolve(res.statusCode ?? 0))
+      const location = res.headers.location
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, messageId: location?.slice(location.lastIndexOf("/") + 1) }))
     })
     req.on("error", reject)
     req.end(body)

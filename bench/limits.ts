@@ -120,7 +120,7 @@ const slowRun = async (withNonReaders: boolean) => {
       await sleep(Math.random() * 100)
       while (storming) {
         const began = performance.now()
-        const status = await push(endpoint, randomBytes(200))
+        const { status } = await push(endpoint, randomBytes(200))
         if (status === 201) {
           const n = await client.next((m) => m["messageType"] === "notification", 30_000)
           latencies.push(performance.now() - began)
@@ -138,7 +138,7 @@ const slowRun = async (withNonReaders: boolean) => {
     await Promise.all(Array.from({ length: 16 }, async () => {
       while (sent < bodies) {
         sent++
-        const status = await push(target.endpoint, randomBytes(4096))
+        const { status } = await push(target.endpoint, randomBytes(4096))
         statuses.set(status, (statuses.get(status) ?? 0) + 1)
       }
     }))

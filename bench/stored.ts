@@ -79,7 +79,7 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
   await Promise.all(Array.from({ length: 32 }, async () => {
     while (sent < MESSAGES) {
       sent++
-      const status = await push(endpoint, randomBytes(BYTES))
+      const { status } = await push(endpoint, randomBytes(BYTES))
       statuses.set(status, (statuses.get(status) ?? 0) + 1)
     }
   }))

@@ -12,19 +12,25 @@
  * its message and acks it. Printed: one table of the time until every client has its message,
  * hellos/s, per-client time from connecting to its message (p50/p99/max), how many failed or timed
  * out (30 s), and the server's CPU per client (user + system from /proc, storage thread included),
- * ours / bare, and the target (ours: all delivered, none timed out).
+ * ours / bare, and the target (ours: all delivered, none timed out). Then, ours only: one more push to
+ * each of a sample of the resumed clients, still connected, and the share of them its trace says
+ * were delivered directly (a resumed session must get pushes as a new one does).
  *
  * Options (flag or environment): --clients/BENCH_CLIENTS (10000), --inflight/BENCH_INFLIGHT (2000),
  * --only/BENCH_ONLY (ours or bare; both by default).
  */
 import { randomBytes, randomUUID } from "node:crypto"
 import WebSocket from "ws"
+import { Agent } from "node:http"
 import { cpuMeter, measurePipelines, option, printComparison, push, quantile, start, startBare } from "./harness.ts"
+import { directShareText, type Routes, routesOf } from "./trace.ts"
 import { MESSAGE_TABLE, messageItem, putAll, ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
 const CLIENTS = Number(option("clients", "BENCH_CLIENTS", "10000"))
 const INFLIGHT = Number(option("inflight", "BENCH_INFLIGHT", "2000"))
 const TIMEOUT_MS = 30_000
+/** Resumed clients pushed to after the storm, to see how their pushes are delivered. */
+const SHARE_SAMPLE = 500
 
 /** Client i's source address: 200 per address, so the ephemeral ports of one address suffice. */
 const localAddress = (i: number) => `127.0.${1 + Math.floor(i / 50_000)}.${1 + (i % 200)}`
@@ -52,8 +58,10 @@ const pool = async (n: number, limit: number, task: (i: number) => Promise<void>
 interface Server {
   readonly pid: number
   readonly wsUrl: string
-  /** N offline users with one stored message each: their uaids. */
-  readonly seed: () => Promise<Array<string>>
+  /** N offline users with one stored message each: their uaids, and (ours) their endpoints. */
+  readonly seed: () => Promise<{ readonly uaids: ReadonlyArray<string>; readonly endpoints?: ReadonlyArray<string> }>
+  /** Ours: the router port, whose trace says how a message was delivered. */
+  readonly routerUrl?: string
   readonly stop: () => Promise<void>
 }
 
@@ -62,6 +70,7 @@ const ours = async (): Promise<Server> => {
   return {
     pid,
     wsUrl: deployment.wsUrl,
+    routerUrl: deployment.routerUrl,
     seed: async () => {
       // Users with one channel each, then offline.
       const users: Array<{ uaid: string; endpoint: string }> = []
@@ -87,10 +96,10 @@ const ours = async (): Promise<Server> => {
       // One stored message each.
       let stored = 0
       await pool(CLIENTS, 32, async (i) => {
-        if ((await push(users[i]!.endpoint, randomBytes(128))) === 201) stored++
+        if ((await push(users[i]!.endpoint, randomBytes(128))).status === 201) stored++
       })
       console.log(`  ours: ${CLIENTS} users registered, ${stored} messages stored`)
-      return users.map((u) => u.uaid)
+      return { uaids: users.map((u) => u.uaid), endpoints: users.map((u) => u.endpoint) }
     },
     stop: deployment.stop
   }
@@ -109,7 +118,7 @@ const bare = async (): Promise<Server> => {
       await putAll(storage.send, MESSAGE_TABLE, uaids.map((uaid) => messageItem(uaid, randomUUID(), now, randomBytes(128).toString("base64url"), "aes128gcm", 600)))
       storage.destroy()
       console.log(`  bare: ${CLIENTS} router records and message rows written`)
-      return uaids
+      return { uaids }
     },
     stop: server.stop
   }
@@ -119,9 +128,11 @@ const bare = async (): Promise<Server> => {
  * The storm: [total s, hellos/s, p50, p99, max (ms), failed or timed out, server CPU µs per client,
  * of which the storage thread's].
  */
-const storm = async (server: Server, uaids: ReadonlyArray<string>): Promise<Array<number>> => {
+const storm = async (server: Server, { uaids, endpoints }: Awaited<ReturnType<Server["seed"]>>): Promise<Array<number>> => {
   const times: Array<number> = []
   let failed = 0
+  /** Each client's session once it had its message. */
+  const resumed: Array<Session | undefined> = []
   const cpu = cpuMeter(server.pid)
   const began = performance.now()
   let hellos = 0
@@ -143,6 +154,7 @@ const storm = async (server: Server, uaids: ReadonlyArray<string>): Promise<Arra
             s.ws.send(JSON.stringify({ messageType: "ack", updates: [{ channelID: m["channelID"], version: m["version"] }] }))
             clearTimeout(timer)
             times.push(performance.now() - t0)
+            resumed[i] = s
             resolve()
           }
         })
@@ -154,8 +166,7 @@ const storm = async (server: Server, uaids: ReadonlyArray<string>): Promise<Arra
   })
   const seconds = (performance.now() - began) / 1000
   const perClient = cpu(CLIENTS)
-  for (const ws of sockets) ws.terminate()
-  return [
+  const figures = [
     seconds,
     hellos / ((helloDone - began) / 1000),
     quantile(times, 0.5),
@@ -164,6 +175,30 @@ const storm = async (server: Server, uaids: ReadonlyArray<string>): Promise<Arra
     failed,
     ...perClient
   ]
+  if (endpoints !== undefined && server.routerUrl !== undefined) {
+    const routes = await afterTheStorm(server.routerUrl, endpoints, resumed)
+    console.log(`  ours after the storm: a push to each of ${SHARE_SAMPLE} resumed, connected clients — delivered directly ${directShareText(routes)}`)
+  }
+  for (const ws of sockets) ws.terminate()
+  return figures
+}
+
+/** One push to each of a sample of the resumed clients (the session's next frame is it): how it was delivered. */
+const afterTheStorm = async (routerUrl: string, endpoints: ReadonlyArray<string>, resumed: ReadonlyArray<Session | undefined>): Promise<Routes> => {
+  const sample = resumed.flatMap((s, i) => (s === undefined ? [] : [i])).filter((_, n, all) => n % Math.max(1, Math.floor(all.length / SHARE_SAMPLE)) === 0).slice(0, SHARE_SAMPLE)
+  const ids: Array<string> = []
+  await pool(sample.length, 32, async (n) => {
+    const i = sample[n] as number
+    const session = resumed[i] as Session
+    const arrived = new Promise<void>((resolve) => session.ws.once("message", () => resolve()))
+    const { messageId } = await push(endpoints[i] as string, randomBytes(128))
+    if (messageId !== undefined) ids.push(messageId)
+    await Promise.race([arrived, new Promise((r) => setTimeout(r, 5_000))])
+  })
+  const agent = new Agent({ keepAlive: true, maxSockets: 8 })
+  const routes = await routesOf(routerUrl, ids, agent)
+  agent.destroy()
+  return routes
 }
 
 const rows = await measurePipelines({ ours, bare }, async (_, server) => storm(server, await server.seed()))
