@@ -2,10 +2,10 @@
  * Graceful drain under load: clients that never ack, pushes flowing, SIGTERM to the connection node
  * in the middle. Every push the endpoint accepted (201) must reach its client after the node is back.
  */
-import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, startAllInOne, startSeparate } from "./servers.ts"
+import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
 
 const CLIENTS = 40
 const PUSHES = 400
@@ -42,19 +42,13 @@ const push = async (endpoint: string, id: number): Promise<number> => {
 
 const drainScenario = (name: string, start: () => Promise<Deployment>) =>
   describe(name, () => {
-    let deployment: Deployment
-    beforeAll(async () => {
-      deployment = await start()
-    }, 60_000)
-    afterAll(async () => {
-      await deployment?.stop()
-    })
+    const deployment = deploymentFor(start)
 
     it.live("SIGTERM under load loses nothing; clients are closed with 1001", () =>
       Effect.tryPromise({
         try: async () => {
           const subs: Array<Sub> = []
-          for (let i = 0; i < CLIENTS; i++) subs.push(await subscribe(deployment))
+          for (let i = 0; i < CLIENTS; i++) subs.push(await subscribe(deployment()))
           const closes = subs.map((s) => s.client.closed)
           const accepted = new Map<string, string>() // push id → uaid
           let next = 0
@@ -69,7 +63,7 @@ const drainScenario = (name: string, start: () => Promise<Deployment>) =>
           while (next < PUSHES / 3) await new Promise((r) => setTimeout(r, 5))
           const stopping = Date.now()
           // Pushes keep coming while the node drains and while it is down.
-          await deployment.restartConnection(async () => {
+          await deployment().restartConnection(async () => {
             const codes = await Promise.all(closes)
             assert.isTrue(codes.every((c) => c.code === 1001), `close codes ${JSON.stringify([...new Set(codes.map((c) => c.code))])}`)
             assert.isBelow(Date.now() - stopping, 15_000)
@@ -81,7 +75,7 @@ const drainScenario = (name: string, start: () => Promise<Deployment>) =>
           // Everyone comes back and acks everything until nothing more arrives.
           const got = new Map<string, Set<string>>()
           await Promise.all(subs.map(async (sub) => {
-            const client = await openClient(deployment.wsUrl)
+            const client = await openClient(deployment().wsUrl)
             client.send({ messageType: "hello", uaid: sub.uaid, use_webpush: true })
             assert.strictEqual((await client.next((f) => f["messageType"] === "hello"))["uaid"], sub.uaid)
             // Nothing was acked before the restart: every accepted push must come (again) now.
@@ -98,7 +92,7 @@ const drainScenario = (name: string, start: () => Promise<Deployment>) =>
           const lost = [...accepted].filter(([id, uaid]) => !got.get(uaid)?.has(id))
           assert.deepStrictEqual(lost, [], `${lost.length} of ${accepted.size} accepted pushes were lost`)
         },
-        catch: (e) => new Error(`${String(e)}\n--- server output (last 30 lines) ---\n${deployment.output.slice(-30).join("\n")}`)
+        catch: (e) => new Error(`${String(e)}\n--- server output (last 30 lines) ---\n${deployment().output.slice(-30).join("\n")}`)
       }), 120_000)
   })
 

@@ -6,11 +6,11 @@
  * comes on the next resume, the router record names no node once it ended, and `msg_limit` holds.
  */
 import { Effect } from "effect"
-import { afterAll, assert, beforeAll, describe, it } from "vitest"
+import { assert, describe, it } from "vitest"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, startAllInOne, startSeparate } from "./servers.ts"
+import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
 
 const MSG_LIMIT = 20
 const FLAGS = ["--msg-limit", String(MSG_LIMIT)]
@@ -76,26 +76,20 @@ const drain = async (client: TestClient): Promise<Array<string>> => {
 
 const scenario = (name: string, start: () => Promise<Deployment>) =>
   describe(name, () => {
-    let deployment: Deployment
-    beforeAll(async () => {
-      deployment = await start()
-    }, 60_000)
-    afterAll(async () => {
-      await deployment?.stop()
-    })
+    const deployment = deploymentFor(start)
     const failing = <A>(run: () => Promise<A>) => () =>
       run().catch((error: unknown) => {
-        throw new Error(`${String(error)}\n--- server output (last 30 lines) ---\n${deployment.output.slice(-30).join("\n")}`)
+        throw new Error(`${String(error)}\n--- server output (last 30 lines) ---\n${deployment().output.slice(-30).join("\n")}`)
       })
 
     it("resumed after a second: direct delivery, unacked saved and redelivered, node_id cleared, twice", failing(async () => {
-      const first = await helloAs(deployment)
+      const first = await helloAs(deployment())
       const endpoint = await register(first.client)
       await first.client.close()
       await sleep(1_100)
 
       for (const round of [1, 2]) {
-        const { client, uaid } = await helloAs(deployment, first.uaid)
+        const { client, uaid } = await helloAs(deployment(), first.uaid)
         assert.strictEqual(uaid, first.uaid, `round ${round}: the uaid is resumed`)
         if (round === 2) assert.deepStrictEqual(await drain(client), ["kept 1", "offline 1"], "what the first session left")
         await sleep(300)
@@ -103,37 +97,37 @@ const scenario = (name: string, start: () => Promise<Deployment>) =>
         const frame = await client.next((f) => f["messageType"] === "notification")
         assert.strictEqual(dataOf(frame), `acked ${round}`)
         ack(client, frame)
-        assert.strictEqual(await deliveredAs(deployment, acked), "direct", `round ${round}: a resumed, connected client gets pushes directly`)
+        assert.strictEqual(await deliveredAs(deployment(), acked), "direct", `round ${round}: a resumed, connected client gets pushes directly`)
         const kept = await push(endpoint, `kept ${round}`)
         assert.strictEqual(dataOf(await client.next((f) => f["messageType"] === "notification")), `kept ${round}`)
-        assert.strictEqual(await deliveredAs(deployment, kept), "direct")
+        assert.strictEqual(await deliveredAs(deployment(), kept), "direct")
         await sleep(500)
         await client.close() // `kept` unacked: saved by the node
         await sleep(300)
-        assert.isUndefined(await nodeIdOf(deployment, uaid), `round ${round}: the router record names no node once the session ended`)
+        assert.isUndefined(await nodeIdOf(deployment(), uaid), `round ${round}: the router record names no node once the session ended`)
         await push(endpoint, `offline ${round}`)
         await sleep(1_100)
       }
-      const last = await helloAs(deployment, first.uaid)
+      const last = await helloAs(deployment(), first.uaid)
       assert.deepStrictEqual(await drain(last.client), ["kept 2", "offline 2"])
       await last.client.close()
     }), 60_000)
 
     it("msg_limit: 21 stored → the client gets 20, then 1000 UaidReset and a new uaid; exactly 20 → all, no reset", failing(async () => {
       for (const stored of [MSG_LIMIT + 1, MSG_LIMIT]) {
-        const first = await helloAs(deployment)
+        const first = await helloAs(deployment())
         const endpoint = await register(first.client)
         await first.client.close()
         for (let i = 0; i < stored; i++) await push(endpoint, `m${i}`)
         await sleep(1_000)
-        const { client, uaid } = await helloAs(deployment, first.uaid)
+        const { client, uaid } = await helloAs(deployment(), first.uaid)
         assert.strictEqual(uaid, first.uaid)
         const got = await drain(client)
         assert.deepStrictEqual(got, Array.from({ length: MSG_LIMIT }, (_, i) => `m${i}`), `${stored} stored`)
         if (stored > MSG_LIMIT) assert.deepStrictEqual(await client.closed, { code: 1000, reason: "UaidReset" })
         else assert.isTrue(await client.quiet(300), "nothing more, no close")
         await client.close()
-        const next = await helloAs(deployment, first.uaid)
+        const next = await helloAs(deployment(), first.uaid)
         assert.strictEqual(next.uaid === first.uaid, stored === MSG_LIMIT, `${stored} stored: uaid kept only without a reset`)
         await next.client.close()
       }

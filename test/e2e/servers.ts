@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { afterAll, beforeAll } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
 import { runningEmbeddedEndpoint } from "../../src/storage/embedded.ts"
 
@@ -250,4 +251,19 @@ const waitForPort = async (port: number, timeoutMs = 10_000): Promise<void> => {
     await new Promise((r) => setTimeout(r, 50))
   }
   throw new Error(`nothing listens on ${port}`)
+}
+
+/** A deployment started before the tests of the enclosing block and stopped after them: the getter gives it to them. */
+export const deploymentFor = (start: () => Promise<Deployment>): (() => Deployment) => {
+  let deployment: Deployment | undefined
+  beforeAll(async () => {
+    deployment = await start()
+  }, 60_000)
+  afterAll(async () => {
+    await deployment?.stop()
+  })
+  return () => {
+    if (deployment === undefined) throw new Error("the deployment did not start")
+    return deployment
+  }
 }

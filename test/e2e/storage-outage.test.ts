@@ -6,9 +6,9 @@
  * node keeps its clients' sockets; both recover on their own, and every message that got a 201
  * reaches its client (the offline ones when they connect again).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, startSeparate } from "./servers.ts"
+import { deploymentFor, startSeparate } from "./servers.ts"
 
 interface Client {
   readonly ws: TestClient
@@ -36,17 +36,11 @@ const connect = async (wsUrl: string, uaid?: string): Promise<Omit<Client, "endp
 }
 
 describe("storage outage under load (separate processes)", () => {
-  let deployment: Deployment
-  beforeAll(async () => {
-    deployment = await startSeparate()
-  }, 60_000)
-  afterAll(async () => {
-    await deployment?.stop()
-  })
+  const deployment = deploymentFor(() => startSeparate())
 
   it("503 + Retry-After while storage is down, sockets kept, everything that got a 201 delivered after", async () => {
     const subscribe = async (): Promise<Client> => {
-      const client = await connect(deployment.wsUrl)
+      const client = await connect(deployment().wsUrl)
       client.ws.send({ messageType: "register", channelID: crypto.randomUUID() })
       const reply = await client.ws.next((f) => f["messageType"] === "register")
       return { ...client, endpoint: reply["pushEndpoint"] as string }
@@ -96,7 +90,7 @@ describe("storage outage under load (separate processes)", () => {
     await new Promise((r) => setTimeout(r, 1_000))
     const before = statuses.get(201) ?? 0
     outage = true
-    await deployment.storageOutage!(3_000)
+    await deployment().storageOutage!(3_000)
     outage = false
     const during = statuses.get(503) ?? 0
     await new Promise((r) => setTimeout(r, 3_000))
@@ -115,7 +109,7 @@ describe("storage outage under load (separate processes)", () => {
 
     // Every 201 arrives: the offline clients' ones when they connect again.
     for (const [i, client] of offline.entries()) {
-      const again = await connect(deployment.wsUrl, client.uaid)
+      const again = await connect(deployment().wsUrl, client.uaid)
       expect(again.uaid).toBe(client.uaid)
       offline[i] = { ...client, ws: again.ws, received: again.received }
       accepted.set(offline[i]!, accepted.get(client) ?? [])

@@ -4,21 +4,15 @@
  * 503 with Retry-After, a hello that cannot resume is closed, the nodes keep answering — and once
  * storage answers again, everything works as before.
  */
-import { afterAll, assert, beforeAll, describe, it } from "vitest"
+import { assert, describe, it } from "vitest"
 import { openClient } from "../connection/client.ts"
-import { type Deployment, startSeparate } from "./servers.ts"
+import { deploymentFor, startSeparate } from "./servers.ts"
 
 describe("storage that never answers (separate processes, storage_timeout 1 s)", () => {
-  let deployment: Deployment
-  beforeAll(async () => {
-    deployment = await startSeparate(["--hello-timeout", "2"], ["--storage-timeout", "1"])
-  }, 60_000)
-  afterAll(async () => {
-    await deployment?.stop()
-  })
+  const deployment = deploymentFor(() => startSeparate(["--hello-timeout", "2"], ["--storage-timeout", "1"]))
 
   const subscribe = async () => {
-    const client = await openClient(deployment.wsUrl)
+    const client = await openClient(deployment().wsUrl)
     client.send({ messageType: "hello", use_webpush: true })
     const uaid = (await client.next((f) => f["messageType"] === "hello"))["uaid"] as string
     client.send({ messageType: "register", channelID: crypto.randomUUID() })
@@ -30,7 +24,7 @@ describe("storage that never answers (separate processes, storage_timeout 1 s)",
   it("pushes are answered 503 + Retry-After, a hello is closed, the nodes stay up; all is well once storage answers", async () => {
     const offline = await subscribe()
     await offline.client.close()
-    const frozen = deployment.storageFreeze!()
+    const frozen = deployment().storageFreeze!()
     try {
       let started = Date.now()
       const refused = await push(offline.endpoint)
@@ -41,20 +35,20 @@ describe("storage that never answers (separate processes, storage_timeout 1 s)",
       assert.isBelow(Date.now() - started, 5_000, "answered within a few storage deadlines")
 
       started = Date.now()
-      const client = await openClient(deployment.wsUrl)
+      const client = await openClient(deployment().wsUrl)
       client.send({ messageType: "hello", use_webpush: true, uaid: offline.uaid })
       const closed = await client.closed
       assert.strictEqual(closed.code, 1011)
       assert.include(["StorageError", "HandshakeTimeout"], closed.reason)
       assert.isBelow(Date.now() - started, 4_000, "closed about when hello_timeout says")
 
-      for (const url of [`${deployment.endpointUrl}/__lbheartbeat__`, `${deployment.routerUrl}/__lbheartbeat__`]) {
+      for (const url of [`${deployment().endpointUrl}/__lbheartbeat__`, `${deployment().routerUrl}/__lbheartbeat__`]) {
         assert.strictEqual((await fetch(url)).status, 200, url)
       }
     } finally {
       frozen.resume()
     }
-    const back = await openClient(deployment.wsUrl)
+    const back = await openClient(deployment().wsUrl)
     back.send({ messageType: "hello", use_webpush: true, uaid: offline.uaid })
     assert.strictEqual((await back.next((f) => f["messageType"] === "hello"))["uaid"], offline.uaid)
     assert.strictEqual((await push(offline.endpoint)).status, 201)

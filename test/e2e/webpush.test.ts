@@ -4,13 +4,13 @@
  * subscription keys and acks. Runs against the all-in-one process (embedded storage) and against
  * separate connection and endpoint processes sharing a dynalite server.
  */
-import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import ece from "http_ece"
 import { createECDH, randomBytes } from "node:crypto"
 import webpush, { type PushSubscription } from "web-push"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, startAllInOne, startSeparate } from "./servers.ts"
+import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
 
 interface Subscriber {
   readonly client: TestClient
@@ -87,26 +87,20 @@ const isNotification = (f: Record<string, unknown>) => f["messageType"] === "not
 
 const scenarios = (name: string, start: () => Promise<Deployment>) =>
   describe(name, () => {
-    let deployment: Deployment
-    beforeAll(async () => {
-      deployment = await start()
-    }, 60_000)
-    afterAll(async () => {
-      await deployment?.stop()
-    })
+    const deployment = deploymentFor(start)
 
     const live = (title: string, body: () => Promise<void>) =>
       it.live(title, () =>
         Effect.tryPromise({
           try: body,
           // On failure, show what the servers logged (the session's frames are in the debug log).
-          catch: (e) => new Error(`${String(e)}\n--- server output (last 40 lines) ---\n${deployment.output.slice(-40).join("\n")}`)
+          catch: (e) => new Error(`${String(e)}\n--- server output (last 40 lines) ---\n${deployment().output.slice(-40).join("\n")}`)
         }), 30_000)
 
     for (const contentEncoding of ["aes128gcm", "aesgcm"] as const) {
       for (const withKey of [false, true]) {
         live(`${contentEncoding} payload to a ${withKey ? "v2 (VAPID-bound)" : "v1"} endpoint arrives, decrypts, and is not sent again after the ack`, async () => {
-          const sub = await subscribe(deployment, withKey)
+          const sub = await subscribe(deployment(), withKey)
           assert.match(sub.subscription.endpoint, withKey ? /\/wpush\/v2\// : /\/wpush\/v1\//)
           const text = `hello ${contentEncoding} ${withKey}`
           const sent = await sendNotification(sub.subscription, text, {
@@ -115,13 +109,13 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
             ...(withKey ? { vapidDetails } : {})
           })
           assert.strictEqual(sent.statusCode, 201)
-          assert.match(sent.headers["location"]!, new RegExp(`^${deployment.endpointUrl}/m/`))
+          assert.match(sent.headers["location"]!, new RegExp(`^${deployment().endpointUrl}/m/`))
           assert.strictEqual(sent.headers["ttl"], "60")
           const frame = await sub.client.next(isNotification)
           assert.strictEqual(sub.decrypt(frame), text)
           ack(sub.client, frame)
           await sub.client.close()
-          const again = await hello(deployment, sub.uaid)
+          const again = await hello(deployment(), sub.uaid)
           assert.strictEqual(again.uaid, sub.uaid)
           assert.isTrue(await again.client.quiet(300, isNotification))
           await again.client.close()
@@ -130,7 +124,7 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
     }
 
     live("a v2 endpoint refuses a push without its VAPID key", async () => {
-      const sub = await subscribe(deployment, true)
+      const sub = await subscribe(deployment(), true)
       const error = await sendNotification(sub.subscription, "x", { TTL: 60 })
       assert.strictEqual(error.statusCode, 401)
       assert.strictEqual((JSON.parse(error.body) as { errno: number }).errno, 109)
@@ -138,7 +132,7 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
     })
 
     live("messages sent while offline arrive on reconnect; a topic keeps only the newer; TTL 0 and cancelled ones never", async () => {
-      const sub = await subscribe(deployment, false)
+      const sub = await subscribe(deployment(), false)
       await sub.client.close()
       const send = (text: string | null, options: { TTL: number; topic?: string }) =>
         sendNotification(sub.subscription, text, { contentEncoding: "aes128gcm", ...options })
@@ -151,7 +145,7 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
       assert.strictEqual(cancel.status, 204)
       await send(null, { TTL: 600 })
 
-      const again = await hello(deployment, sub.uaid)
+      const again = await hello(deployment(), sub.uaid)
       const received: Array<string | undefined> = []
       for (let i = 0; i < 3; i++) {
         const frame = await again.client.next(isNotification)
@@ -164,7 +158,7 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
     })
 
     live("the endpoint of an unregistered channel answers 410", async () => {
-      const sub = await subscribe(deployment, false)
+      const sub = await subscribe(deployment(), false)
       sub.client.send({ messageType: "unregister", channelID: sub.channelId })
       const reply = await sub.client.next((f) => f["messageType"] === "unregister")
       assert.strictEqual(reply["status"], 200)
@@ -175,14 +169,14 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
     })
 
     live("every log line is MozLog JSON, and no uaid, endpoint token or payload appears in the logs", async () => {
-      const sub = await subscribe(deployment, true)
+      const sub = await subscribe(deployment(), true)
       const secret = "a payload that must not be logged"
       await sendNotification(sub.subscription, secret, { TTL: 60, vapidDetails })
       const frame = await sub.client.next(isNotification)
       ack(sub.client, frame)
       await sub.client.close()
       await new Promise((r) => setTimeout(r, 200))
-      const lines = deployment.output.filter((l) => !l.startsWith("[")) // "[...]": lines the test harness adds
+      const lines = deployment().output.filter((l) => !l.startsWith("[")) // "[...]": lines the test harness adds
       assert.isAbove(lines.length, 10)
       for (const line of lines) {
         const record = JSON.parse(line) as Record<string, unknown>
@@ -199,11 +193,11 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
     })
 
     live("a restart keeps the uaid, the subscription and stored messages", async () => {
-      const sub = await subscribe(deployment, false)
+      const sub = await subscribe(deployment(), false)
       await sub.client.close()
       await sendNotification(sub.subscription, "before restart", { TTL: 600 })
-      await deployment.restart()
-      const again = await hello(deployment, sub.uaid)
+      await deployment().restart()
+      const again = await hello(deployment(), sub.uaid)
       assert.strictEqual(again.uaid, sub.uaid)
       const frame = await again.client.next(isNotification)
       assert.strictEqual(sub.decrypt(frame), "before restart")
