@@ -282,6 +282,26 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isFalse(yield* s.resumeUser(user(1, { currentMonth: table, connectedAt: T0 + 5 })), "equal is not newer")
       }))
 
+    test("a resumed session after time has passed: clearNodeId and a conditional drop match the connected_at it wrote, not a later now", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const node = "http://a:8081"
+        yield* s.registerUser(user(1, { currentMonth: table, connectedAt: T0, nodeId: node }))
+        for (const [round, away] of [[1, 1_100], [2, 3_600_000]] as const) {
+          yield* TestClock.adjust(away) // the client was away, then says hello with its uaid
+          const wrote = T0 + (round === 1 ? 1_100 : 3_601_100)
+          assert.isTrue(yield* s.resumeUser(user(1, { currentMonth: table, connectedAt: wrote, nodeId: node })), `round ${round}`)
+          yield* TestClock.adjust(873) // the write took time; the session lives on
+          assert.isFalse(yield* s.clearNodeId(uaid(1), node, wrote + 873), "a later reading of the clock is not the session's")
+          assert.isTrue(yield* s.clearNodeId(uaid(1), node, wrote), `round ${round}: the session's own connected_at clears its node`)
+          const after = yield* s.getUser(uaid(1))
+          assert.isUndefined(after?.nodeId)
+          assert.strictEqual(after?.connectedAt, wrote)
+        }
+        assert.isFalse(yield* s.dropUser(uaid(1), { ifConnectedAt: T0 + 3_601_100 + 873 }))
+        assert.isTrue(yield* s.dropUser(uaid(1), { ifConnectedAt: T0 + 3_601_100 }))
+      }))
+
     test("drop: the router record and the rows go; with ifConnectedAt only if nobody re-claimed the user", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable
