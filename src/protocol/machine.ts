@@ -158,9 +158,9 @@ export type Phase =
   | { readonly _tag: "Identified"; readonly session: Session }
   /**
    * Draining last month's table before moving the user to this month's: register and unregister wait
-   * with the commands held for budget (same cap, same back-pressure) and go through the budget after.
+   * in `deferred` (at most `HELD_COMMANDS_MAX`), then go through the command budget.
    */
-  | { readonly _tag: "Migrating"; readonly session: Session }
+  | { readonly _tag: "Migrating"; readonly session: Session; readonly deferred: ReadonlyArray<ClientMessage> }
   /** The socket is gone: saving what is unacked. `reason` is the close reason, or `client`. */
   | {
     readonly _tag: "Closing"
@@ -292,8 +292,11 @@ export type Signal =
   | { readonly _tag: "Claim"; readonly uaid: string; readonly connectedAt: number }
   /** Tell another node to drop its stale session of this uaid. */
   | { readonly _tag: "DisconnectPeer"; readonly nodeId: string; readonly uaid: string; readonly connectedAt: number }
-  /** Feed these client messages again, before the mailbox (deferred or held commands). */
-  | { readonly _tag: "Replay"; readonly messages: ReadonlyArray<ClientMessage> }
+  /**
+   * Feed these client messages again, before the mailbox: held commands the budget now admits
+   * (`admitted`), or commands deferred by a month move (through the budget now).
+   */
+  | { readonly _tag: "Replay"; readonly messages: ReadonlyArray<ClientMessage>; readonly admitted: boolean }
   | { readonly _tag: "PauseReading" }
   | { readonly _tag: "ResumeReading" }
 
@@ -496,7 +499,7 @@ const identify = (
   if (followed.changed !== undefined) out.event("broadcast.delivered.1", uaid, { broadcasts: followed.changed, reason: "hello" })
   if (user === undefined) return { _tag: "Identified", session }
   const live: Live = !out.o.noTableRotation && table !== current
-    ? { _tag: "Migrating", session }
+    ? { _tag: "Migrating", session, deferred: NOTHING }
     : { _tag: "Identified", session }
   return requestDrain(live, out)
 }
@@ -616,26 +619,20 @@ const budgeted = <M extends ClientMessage>(
   if (admitted) return handle(phase, message, out)
   const s = refill(phase.session, out.o, out.now)
   if (s.held.length === 0 && s.tokens >= 1) return handle(withSession(phase, { ...s, tokens: s.tokens - 1 }), message, out)
-  return hold(withSession(phase, s), message, out)
-}
-
-/** A command waits, after those already waiting; the socket stops being read while many wait. */
-const hold = (phase: Live, message: ClientMessage, out: Out): Phase => {
-  const s = phase.session
   const held = [...s.held, message]
   const pause = held.length >= HELD_COMMANDS_MAX && !s.readingPaused
   if (pause) out.signal({ _tag: "PauseReading" })
   return withSession(phase, { ...s, held, readingPaused: s.readingPaused || pause })
 }
 
-/** Release waiting commands the budget now allows (at a tick, and once a month move is done). */
+/** Release waiting commands the budget now allows (at a tick). */
 const releaseHeld = (phase: Live, out: Out): Live => {
   const s = refill(phase.session, out.o, out.now)
   if (s.held.length === 0) return withSession(phase, s)
   const n = Math.min(s.held.length, Math.floor(s.tokens))
   if (n === 0) return withSession(phase, s)
   const held = s.held.slice(n)
-  out.signal({ _tag: "Replay", messages: s.held.slice(0, n) })
+  out.signal({ _tag: "Replay", messages: s.held.slice(0, n), admitted: true })
   const resume = s.readingPaused && held.length === 0
   if (resume) out.signal({ _tag: "ResumeReading" })
   return withSession(phase, { ...s, tokens: s.tokens - n, held, readingPaused: s.readingPaused && !resume })
@@ -717,6 +714,17 @@ const unregister = (phase: Live, message: Msg<"unregister">, out: Out): Phase =>
     return phase
   }
   out.run({ _tag: "RemoveChannel", uaid: s.uaid, table: s.table, channelId, code: message.code })
+  return phase
+}
+
+/**
+ * While migrating, register and unregister wait until the user lives in this month's table (the
+ * seed), at most `HELD_COMMANDS_MAX` of them; beyond, one is answered 503 at once (the socket must
+ * go on being read: the move waits for the client's acks).
+ */
+const deferred = (phase: PhaseOf<"Migrating">, message: Msg<"register" | "unregister">, out: Out): Phase => {
+  if (phase.deferred.length < HELD_COMMANDS_MAX) return { ...phase, deferred: [...phase.deferred, message] }
+  out.frame(message.messageType === "register" ? registerReply(message.channelID, 503, "") : unregisterReply(message.channelID, 503))
   return phase
 }
 
@@ -883,12 +891,13 @@ const tooManyDropped = (phase: Live, { dropped }: { readonly dropped: boolean },
 }
 
 /**
- * The old month is drained and the user moved: the commands that waited go through the budget, both
- * months are drained.
+ * The old month is drained and the user moved: the commands that waited are fed again, through the
+ * command budget; both months are drained.
  */
 const monthMoved = (phase: PhaseOf<"Migrating">, { command }: Extract<CommandResult, { _tag: "MonthMoved" }>, out: Out): Phase => {
   const s = phase.session
   out.event("month.migrated.1", s.uaid, { from: command.from, to: command.to })
+  if (phase.deferred.length > 0) out.signal({ _tag: "Replay", messages: phase.deferred, admitted: false })
   const session: Session = {
     ...s,
     table: command.to,
@@ -896,7 +905,7 @@ const monthMoved = (phase: PhaseOf<"Migrating">, { command }: Extract<CommandRes
     // An endpoint that read the old record may have stored into the old table meanwhile.
     drain: { tables: [command.from, command.to], rows: "topic", after: undefined, again: false, sent: 0 }
   }
-  return continueDrain(releaseHeld({ _tag: "Identified", session }, out), out)
+  return continueDrain({ _tag: "Identified", session }, out)
 }
 
 // ── failures ────────────────────────────────────────────────────────────────────────────────────
@@ -937,11 +946,7 @@ const commandFailed = (phase: PhaseOf<"Identifying" | "Identified" | "Migrating"
 const helloTick = (phase: PhaseOf<"AwaitingHello">, _input: unknown, out: Out): Phase =>
   out.now >= phase.openedAt + out.o.helloTimeoutMs ? closeNow(phase, "hello-timeout", out) : phase
 
-/**
- * Keepalive, the retry due, and (`release`) the waiting commands the budget allows; while migrating,
- * waiting commands wait for the move.
- */
-const liveTick = (release: boolean) => (phase: Live, _input: unknown, out: Out): Phase => {
+const liveTick = (phase: Live, _input: unknown, out: Out): Phase => {
   let s = phase.session
   const now = out.now
   if (s.pingSentAt !== undefined && now >= s.pingSentAt + out.o.autoPingTimeoutMs) return closeNow(phase, "pong-timeout", out)
@@ -961,7 +966,7 @@ const liveTick = (release: boolean) => (phase: Live, _input: unknown, out: Out):
     out.run(s.retry.command)
     s = { ...s, retry: undefined }
   }
-  return release ? releaseHeld(withSession(phase, s), out) : withSession(phase, s)
+  return releaseHeld(withSession(phase, s), out)
 }
 
 const closingTick = (phase: PhaseOf<"Closing">, _input: unknown, out: Out): Phase => {
@@ -987,10 +992,7 @@ export const deadlineOf = (phase: Phase, o: ProtocolOptions): number => {
       const s = phase.session
       let at = s.pingSentAt !== undefined ? s.pingSentAt + o.autoPingTimeoutMs : s.lastActivity + o.autoPingIntervalMs
       if (s.retry !== undefined) at = Math.min(at, s.retry.at)
-      // Waiting commands are released by the budget, not while migrating (the move releases them).
-      if (s.held.length > 0 && phase._tag === "Identified") {
-        at = Math.min(at, s.tokensAt + Math.ceil((1 - s.tokens) * 1000 / o.commandsPerSecond))
-      }
+      if (s.held.length > 0) at = Math.min(at, s.tokensAt + Math.ceil((1 - s.tokens) * 1000 / o.commandsPerSecond))
       return at
     }
     case "Closing":
@@ -1078,6 +1080,7 @@ const live = {
   Pong: pong,
   Delivery: delivery,
   CheckStorage: (phase: Live, _input: unknown, out: Out) => requestDrain(phase, out),
+  Tick: liveTick,
   Kick: kicked,
   SocketClosed: socketClosed,
   PageRead: pageRead,
@@ -1112,8 +1115,8 @@ const TRANSITIONS: Transitions = {
     UaidMinted: uaidMinted,
     CommandFailed: commandFailed
   },
-  Identified: { ...live, register: budgeted(register), unregister: budgeted(unregister), Tick: liveTick(true) },
-  Migrating: { ...live, register: hold, unregister: hold, Tick: liveTick(false), MonthMoved: monthMoved },
+  Identified: { ...live, register: budgeted(register), unregister: budgeted(unregister) },
+  Migrating: { ...live, register: deferred, unregister: deferred, MonthMoved: monthMoved },
   Closing: {
     Delivery: leftover,
     MailboxDrained: mailboxDrained,

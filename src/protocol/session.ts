@@ -303,7 +303,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
       case "DisconnectPeer":
         return this.ports.peers.disconnect(signal.nodeId, signal.uaid, signal.connectedAt)
       case "Replay":
-        for (const message of signal.messages) this.ahead().push({ _tag: "Frame", message, admitted: true })
+        for (const message of signal.messages) this.ahead().push({ _tag: "Frame", message, admitted: signal.admitted })
         return
       case "PauseReading":
         return this.transport.pause()

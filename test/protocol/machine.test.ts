@@ -71,7 +71,8 @@ const minting: Phase = { _tag: "Identifying", openedAt: NOW - 100, claimed: unde
 const identified = (overrides: Partial<Session> = {}): Phase => ({ _tag: "Identified", session: session(overrides) })
 const migrating = (overrides: Partial<Session> = {}): Phase => ({
   _tag: "Migrating",
-  session: session({ table: LAST_MONTH, ...overrides })
+  session: session({ table: LAST_MONTH, ...overrides }),
+  deferred: []
 })
 const closing = (overrides: Partial<Session> = {}, since = NOW - 10): Phase => ({
   _tag: "Closing",
@@ -685,30 +686,25 @@ describe("step: Identified, timers and the end", () => {
 
 describe("step: Migrating", () => {
   const register = { messageType: "register", channelID: CHID } as const
-  row("commands wait for the month switch, budget or not", migrating(), frame(register), {
+  const migratingWith = (deferred: ReadonlyArray<Record<string, unknown>>): Phase => ({
+    ...(migrating() as Extract<Phase, { _tag: "Migrating" }>),
+    deferred: deferred as never
+  })
+  row("commands wait for the month switch, no budget spent yet", migrating(), frame(register), {
     phase: "Migrating",
     frames: [],
     check: (t) => {
-      assert.strictEqual(sessionOf(t).held.length, 1)
-      assert.strictEqual(sessionOf(t).tokens, 3, "no budget spent before the command runs")
+      assert.strictEqual((t.phase as Extract<Phase, { _tag: "Migrating" }>).deferred.length, 1)
+      assert.strictEqual(sessionOf(t).tokens, 3)
     }
   })
-  row("the waiting commands are capped as held ones are: reading pauses", migrating({
-    held: Array.from({ length: HELD_COMMANDS_MAX - 1 }, () => register)
-  }), frame(register), {
+  row("beyond HELD_COMMANDS_MAX waiting, a command is answered 503 at once (the socket is still read: the move waits for acks)", migratingWith(
+    Array.from({ length: HELD_COMMANDS_MAX }, () => register)
+  ), frame({ messageType: "unregister", channelID: CHID }), {
     phase: "Migrating",
-    effects: ["PauseReading"],
-    check: (t) => assert.isTrue(sessionOf(t).readingPaused)
-  })
-  row("a tick while migrating releases nothing, and no tick is asked for them", migrating({ held: [register], tokensAt: NOW - 10_000 }), {
-    _tag: "Tick"
-  }, {
-    phase: "Migrating",
+    frames: [{ messageType: "unregister", channelID: CHID, status: 503 }],
     effects: [],
-    check: (t) => {
-      assert.strictEqual(sessionOf(t).held.length, 1)
-      assert.isAbove(deadline(t.phase), NOW + 1_000)
-    }
+    check: (t) => assert.strictEqual((t.phase as Extract<Phase, { _tag: "Migrating" }>).deferred.length, HELD_COMMANDS_MAX)
   })
   row("the old month drained: the user moves to this month", migrating({
     drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
@@ -719,22 +715,27 @@ describe("step: Migrating", () => {
     lastSortKey: undefined,
     more: false
   }, { phase: "Migrating", command: { _tag: "MoveMonth", from: LAST_MONTH, to: THIS_MONTH } })
-  row("moved: event, the waiting commands replayed as the budget allows, both months drained", migrating({
-    held: Array.from({ length: 5 }, () => register),
-    tokens: 2,
-    tokensAt: NOW
-  }), { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, {
+  row("moved: event, the waiting commands fed again through the budget, both months drained", migratingWith([register]), {
+    _tag: "MonthMoved",
+    command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 }
+  }, {
     phase: "Identified",
     events: ["month.migrated.1"],
     effects: ["Replay"],
     command: { _tag: "ReadPage", table: LAST_MONTH },
     check: (t) => {
       const replay = t.effects[0] as Extract<Transition["effects"][number], { _tag: "Replay" }>
-      assert.strictEqual(replay.messages.length, 2)
-      assert.strictEqual(sessionOf(t).held.length, 3)
+      assert.deepStrictEqual(replay, { _tag: "Replay", messages: [register], admitted: false })
       assert.strictEqual(sessionOf(t).table, THIS_MONTH)
       assert.deepStrictEqual(sessionOf(t).drain?.tables, [LAST_MONTH, THIS_MONTH])
     }
+  })
+  it("a replayed command is budgeted: beyond the burst it is held", () => {
+    const moved = step(migratingWith([register]), { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, NOW)
+    const spent = { ...moved.phase, session: { ...sessionOf(moved), tokens: 0, tokensAt: NOW } } as Phase
+    const replayed = step(spent, { _tag: "Frame", message: register, admitted: false }, NOW)
+    assert.isUndefined(replayed.command)
+    assert.strictEqual(sessionOf(replayed).held.length, 1)
   })
 })
 
