@@ -1,5 +1,5 @@
 /**
- * One WebSocket connection: the fiber that interprets the protocol (`machine.ts`). It takes inputs
+ * One WebSocket connection: the fiber that interprets the protocol (`table.ts`). It takes inputs
  * from the connection's mailbox, asks `step` what they mean, and carries that out — frames to the
  * socket, domain events to the event log, signals to the registry and peers, commands to storage —
  * feeding each command's result back as the next input before anything else. It decides nothing.
@@ -20,24 +20,13 @@ import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
 import type { StorageError, StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
-import {
-  type BroadcastSet,
-  type Command,
-  type CommandResult,
-  type Input,
-  makeProtocol,
-  type Phase,
-  type Protocol,
-  type ProtocolOptions,
-  type SessionEvent,
-  type Signal,
-  type Transition,
-  type Unacked
-} from "./machine.ts"
+import type { Command, CommandResult, Input, SessionEvent, Signal, Transition } from "./inputs.ts"
 import { type Consumer, Mailbox } from "./mailbox.ts"
 import { describeFrame } from "./messages.ts"
+import { type BroadcastSet, isLive, type Phase, type ProtocolOptions, type StoredUnacked } from "./phases.ts"
+import { makeProtocol, type Protocol } from "./table.ts"
 
-export type { SessionEvent } from "./machine.ts"
+export type { SessionEvent } from "./inputs.ts"
 
 // ── what a session talks to ─────────────────────────────────────────────────────────────────────
 
@@ -324,7 +313,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
   /** A bug: close 1011, log it once, and still save what is unacked (the close sequence starts afresh). */
   private defect(cause: Cause.Cause<unknown>): Effect.Effect<void> {
     if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
-    const live = this.phase._tag === "Identified" || this.phase._tag === "Migrating"
+    const live = isLive(this.phase)
     this.front = undefined
     this.closeSocket("internal-error")
     const log = Effect.logError("session failed").pipe(
@@ -418,33 +407,32 @@ export class SessionRunner implements Consumer<SessionEvent> {
   }
 
   /**
-   * Save an ended session's messages into the table the router record names, clear our node id, and
-   * poke the user's node if it reconnected elsewhere meanwhile; if the user moved to a new month in
-   * the meantime, the messages follow it (the migrating session may have swept already).
-   */
-  /**
    * Acked stored rows: topic rows one by one on their version (a newer message may have replaced
    * one), timestamp rows in batches per table (never rewritten, so no condition is needed).
    */
-  private deleteRows(uaid: string, rows: ReadonlyArray<Unacked>): Effect.Effect<void, StorageError> {
+  private deleteRows(uaid: string, rows: ReadonlyArray<StoredUnacked>): Effect.Effect<void, StorageError> {
     const { storage } = this.ports
     const batches = new Map<string, Array<MessageKey>>()
-    const topics: Array<Unacked> = []
+    const topics: Array<StoredUnacked> = []
     for (const row of rows) {
       if (row.notification.topic !== undefined) topics.push(row)
       else {
-        const table = row.table as string
-        let keys = batches.get(table)
-        if (keys === undefined) batches.set(table, keys = [])
+        let keys = batches.get(row.table)
+        if (keys === undefined) batches.set(row.table, keys = [])
         keys.push(messageKeyOf(row.notification))
       }
     }
     return Effect.andThen(
-      Effect.forEach(topics, ({ notification: n, table }) => storage.deleteMessage(uaid, table as string, messageKeyOf(n), n.version), { discard: true }),
+      Effect.forEach(topics, ({ notification: n, table }) => storage.deleteMessage(uaid, table, messageKeyOf(n), n.version), { discard: true }),
       Effect.forEach(batches, ([table, keys]) => storage.deleteMessages(uaid, table, keys), { discard: true })
     )
   }
 
+  /**
+   * Save an ended session's messages into the table the router record names, clear our node id, and
+   * poke the user's node if it reconnected elsewhere meanwhile; if the user moved to a new month in
+   * the meantime, the messages follow it (the migrating session may have swept already).
+   */
   private saveUnacked(command: Extract<Command, { _tag: "SaveUnacked" }>): Effect.Effect<ReadonlyArray<Notification>, StorageError> {
     const { storage, peers, options } = this.ports
     const { uaid, connectedAt, messages } = command

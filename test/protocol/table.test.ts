@@ -6,16 +6,20 @@ import { assert, describe, it } from "@effect/vitest"
 import type { DomainEvent } from "../../src/domain/events.ts"
 import type { Notification } from "../../src/domain/notification.ts"
 import type { UserRecord } from "../../src/domain/user.ts"
+import type { Command, Input, Transition } from "../../src/protocol/inputs.ts"
+import type { ClientMessage } from "../../src/protocol/messages.ts"
 import {
-  type Command,
+  type Drain,
   HELD_COMMANDS_MAX,
-  type Input,
-  makeProtocol,
   type Phase,
+  type PhaseOf,
   type ProtocolOptions,
+  type Retry,
   type Session,
-  type Transition
-} from "../../src/protocol/machine.ts"
+  type StoredUnacked,
+  type Unacked
+} from "../../src/protocol/phases.ts"
+import { makeProtocol } from "../../src/protocol/table.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { sessionOptions } from "./harness.ts"
 
@@ -38,49 +42,65 @@ const user = (overrides: Partial<UserRecord> = {}): UserRecord => ({
   ...overrides
 })
 
-const session = (overrides: Partial<Session> = {}): Session => ({
-  uaid: UAID,
-  connectedAt: NOW - 1_000,
-  table: THIS_MONTH,
-  user: user({ nodeId: NODE, connectedAt: NOW - 1_000 }),
-  unacked: new Map(),
-  ackedRows: [],
-  newestTopic: new Map(),
-  drain: undefined,
-  retry: undefined,
-  lastActivity: NOW - 1_000,
-  pingSentAt: undefined,
-  lastClientPing: undefined,
-  tokens: 3,
-  tokensAt: NOW - 1_000,
-  held: [],
-  readingPaused: false,
-  broadcasts: [],
-  ...overrides
+/** A session's fields, flat (as the rows name them), and the drain of the phase that has one. */
+interface Flat {
+  readonly uaid: string
+  readonly connectedAt: number
+  readonly table: string
+  readonly user: UserRecord | undefined
+  readonly unacked: ReadonlyMap<string, Unacked>
+  readonly ackedRows: ReadonlyArray<StoredUnacked>
+  readonly newestTopic: ReadonlyMap<string, string>
+  readonly lastActivity: number
+  readonly pingSentAt: number | undefined
+  readonly lastClientPing: number | undefined
+  readonly tokens: number
+  readonly tokensAt: number
+  readonly held: ReadonlyArray<ClientMessage>
+  readonly readingPaused: boolean
+  readonly broadcasts: ReadonlyArray<string>
+  readonly retry: Retry | undefined
+  readonly drain: Drain | undefined
+}
+
+const session = (o: Partial<Flat> = {}): Session => ({
+  uaid: o.uaid ?? UAID,
+  connectedAt: o.connectedAt ?? NOW - 1_000,
+  table: o.table ?? THIS_MONTH,
+  user: "user" in o ? o.user : user({ nodeId: NODE, connectedAt: NOW - 1_000 }),
+  acks: { unacked: o.unacked ?? new Map(), ackedRows: o.ackedRows ?? [], newestTopic: o.newestTopic ?? new Map() },
+  keepalive: { lastActivity: o.lastActivity ?? NOW - 1_000, pingSentAt: o.pingSentAt, lastClientPing: o.lastClientPing },
+  budget: { tokens: o.tokens ?? 3, tokensAt: o.tokensAt ?? NOW - 1_000, held: o.held ?? [], readingPaused: o.readingPaused ?? false },
+  broadcasts: o.broadcasts ?? [],
+  retry: o.retry
 })
 
 const awaiting: Phase = { _tag: "AwaitingHello", openedAt: NOW - 100 }
-const resuming = (rechecking = false, broadcasts?: Record<string, string>): Phase => ({
-  _tag: "Identifying",
-  openedAt: NOW - 100,
-  claimed: UAID,
-  rechecking,
-  broadcasts
-})
-const minting: Phase = { _tag: "Identifying", openedAt: NOW - 100, claimed: undefined, rechecking: false, broadcasts: undefined }
-const identified = (overrides: Partial<Session> = {}): Phase => ({ _tag: "Identified", session: session(overrides) })
-const migrating = (overrides: Partial<Session> = {}): Phase => ({
+const resuming = (broadcasts?: Record<string, string>): Phase => ({ _tag: "Resuming", openedAt: NOW - 100, claimed: UAID, broadcasts })
+const rechecking: Phase = { _tag: "Rechecking", openedAt: NOW - 100, claimed: UAID, broadcasts: undefined }
+const minting: Phase = { _tag: "Minting", openedAt: NOW - 100, claimed: undefined, broadcasts: undefined }
+/** Identified, or (given a drain) Draining. */
+const identified = (overrides: Partial<Flat> = {}): Phase =>
+  overrides.drain === undefined ? { _tag: "Identified", session: session(overrides) } : { _tag: "Draining", session: session(overrides), drain: overrides.drain }
+const draining = (overrides: Partial<Flat> = {}): Phase =>
+  ({ _tag: "Draining", session: session(overrides), drain: overrides.drain ?? { tables: [THIS_MONTH], rows: "topic", after: undefined, again: false, sent: 0 } })
+const migrating = (overrides: Partial<Flat> = {}): PhaseOf<"Migrating"> => ({
   _tag: "Migrating",
   session: session({ table: LAST_MONTH, ...overrides }),
+  drain: overrides.drain ?? { tables: [LAST_MONTH], rows: "topic", after: undefined, again: false, sent: 0 },
   deferred: []
 })
-const closing = (overrides: Partial<Session> = {}, since = NOW - 10): Phase => ({
+const moving = (deferred: ReadonlyArray<ClientMessage> = []): Phase => ({ _tag: "Moving", session: session({ table: LAST_MONTH }), deferred })
+const closing = (overrides: Partial<Flat> = {}, since = NOW - 10): Phase => ({
   _tag: "Closing",
   session: session(overrides),
   reason: "client",
   since,
   retry: undefined
 })
+
+const direct = (n: Notification): Unacked => ({ _tag: "Direct", notification: n })
+const stored = (n: Notification, table = THIS_MONTH): StoredUnacked => ({ _tag: "Stored", notification: n, table })
 
 const message = (overrides: Partial<Notification> = {}): Notification => ({
   channelId: CHID,
@@ -120,21 +140,24 @@ const row = (name: string, phase: Phase, input: Input, expected: Expect, now = N
     expected.check?.(t)
   })
 
-const sessionOf = (t: Transition): Session => {
-  if (t.phase._tag !== "Identified" && t.phase._tag !== "Migrating" && t.phase._tag !== "Closing") {
-    throw new Error(`no session in ${t.phase._tag}`)
+/** The session of the phase a transition led to, flat, with the phase's drain (if it has one). */
+const sessionOf = (t: Transition): Flat => {
+  const phase = t.phase
+  if (phase._tag === "AwaitingHello" || phase._tag === "Resuming" || phase._tag === "Rechecking" || phase._tag === "Minting" || phase._tag === "Closed") {
+    throw new Error(`no session in ${phase._tag}`)
   }
-  return t.phase.session
+  const s = phase.session
+  return { ...s, ...s.acks, ...s.keepalive, ...s.budget, drain: "drain" in phase ? phase.drain : undefined }
 }
 
 describe("step: AwaitingHello", () => {
-  row("hello without a uaid mints one", awaiting, frame({ messageType: "hello" }), { phase: "Identifying", command: { _tag: "MintUaid" } })
+  row("hello without a uaid mints one", awaiting, frame({ messageType: "hello" }), { phase: "Minting", command: { _tag: "MintUaid" } })
   row("hello with a malformed uaid mints one", awaiting, frame({ messageType: "hello", uaid: "not-a-uuid" }), {
-    phase: "Identifying",
+    phase: "Minting",
     command: { _tag: "MintUaid" }
   })
   row("hello with a uaid in any spelling reads its record", awaiting, frame({ messageType: "hello", uaid: UAID.toUpperCase() }), {
-    phase: "Identifying",
+    phase: "Resuming",
     command: { _tag: "ReadUser", uaid: UAID }
   })
   row("a minted uaid: hello reply, claim, hello event, nothing stored", minting, { _tag: "UaidMinted", uaid: UAID }, {
@@ -158,19 +181,15 @@ describe("step: AwaitingHello", () => {
   row("a kick closes with its kind", awaiting, { _tag: "Kick", kind: "shutdown" }, { phase: "Closed", close: "shutdown" })
   row("the socket closing ends it", awaiting, { _tag: "SocketClosed" }, { phase: "Closed" })
   row("a delivery is ignored", awaiting, { _tag: "Delivery", notification: message() }, { phase: "AwaitingHello", frames: [] })
-  row("storage failing at hello closes StorageError", minting, { _tag: "CommandFailed", command: { _tag: "MintUaid" } }, {
-    phase: "Closed",
-    close: "storage-error"
-  })
 })
 
 describe("step: Resuming", () => {
-  row("no record: a new uaid", resuming(), { _tag: "UserRead", user: undefined }, { phase: "Identifying", command: { _tag: "MintUaid" } })
+  row("no record: a new uaid", resuming(), { _tag: "UserRead", user: undefined }, { phase: "Minting", command: { _tag: "MintUaid" } })
   row("a bridged record is not resumed here: a new uaid", resuming(), { _tag: "UserRead", user: user({ routerType: "fcm" }) }, {
-    phase: "Identifying",
+    phase: "Minting",
     command: { _tag: "MintUaid" }
   })
-  row("a minted uaid after a claim is a reassigned hello", resuming(), { _tag: "UaidMinted", uaid: "b".repeat(32) }, {
+  row("a minted uaid after a claim is a reassigned hello", { ...minting, claimed: UAID } as Phase, { _tag: "UaidMinted", uaid: "b".repeat(32) }, {
     phase: "Identified",
     events: ["client.hello.1"],
     check: (t) => assert.deepStrictEqual(t.events[0]?.data, { kind: "reassigned" })
@@ -182,19 +201,19 @@ describe("step: Resuming", () => {
   row("a record whose month table is no longer active is dropped", resuming(), {
     _tag: "UserRead",
     user: user({ currentMonth: "message_2020_01" })
-  }, { phase: "Identifying", command: { _tag: "DropUser", uaid: UAID, reason: "stale_month" } })
+  }, { phase: "Resuming", command: { _tag: "DropUser", uaid: UAID, reason: "stale_month" } })
   row("dropped for its month: reset event, then a new uaid", resuming(), { _tag: "UserDropped", dropped: true }, {
-    phase: "Identifying",
+    phase: "Minting",
     events: ["uaid.reset.1"],
     command: { _tag: "MintUaid" }
   })
   row("not dropped (another session re-claimed it first): a new uaid all the same", resuming(), { _tag: "UserDropped", dropped: false }, {
-    phase: "Identifying",
+    phase: "Minting",
     events: [],
     command: { _tag: "MintUaid" }
   })
   row("a resumable record is re-claimed: this node, connected now", resuming(), { _tag: "UserRead", user: user({ nodeId: "http://other:8081" }) }, {
-    phase: "Identifying",
+    phase: "Resuming",
     command: { _tag: "WriteUser" },
     check: (t) => {
       const command = t.command as Extract<Command, { _tag: "WriteUser" }>
@@ -210,7 +229,7 @@ describe("step: Resuming", () => {
     written: true
   })
   row("resumed: hello reply, the old node told to drop its session, the drain starts", resuming(), written(user({ nodeId: "http://other:8081" })), {
-    phase: "Identified",
+    phase: "Draining",
     frames: [{ messageType: "hello", uaid: UAID, status: 200, use_webpush: true, broadcasts: {} }],
     events: ["client.hello.1"],
     effects: ["DisconnectPeer", "Claim"],
@@ -240,12 +259,12 @@ describe("step: Resuming", () => {
     _tag: "UserWritten",
     command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Resume", previous: user() } },
     written: false
-  }, { phase: "Identifying", command: { _tag: "ReadUser", uaid: UAID } })
-  row("read again, the record is gone (dropped meanwhile): a new uaid", resuming(true), { _tag: "UserRead", user: undefined }, {
-    phase: "Identifying",
+  }, { phase: "Rechecking", command: { _tag: "ReadUser", uaid: UAID } })
+  row("read again, the record is gone (dropped meanwhile): a new uaid", rechecking, { _tag: "UserRead", user: undefined }, {
+    phase: "Minting",
     command: { _tag: "MintUaid" }
   })
-  row("read again, the record is there (newer): AlreadyConnected", resuming(true), { _tag: "UserRead", user: user() }, {
+  row("read again, the record is there (newer): AlreadyConnected", rechecking, { _tag: "UserRead", user: user() }, {
     phase: "Closed",
     close: "already-connected"
   })
@@ -266,7 +285,7 @@ describe("step: broadcasts", () => {
       if (expected.effects !== undefined) assert.deepStrictEqual(t.effects.map((e) => e._tag), expected.effects)
       expected.check?.(t)
     })
-  const helloWith = (broadcasts: Record<string, string>): Phase => ({ ...(minting as Extract<Phase, { _tag: "Identifying" }>), broadcasts })
+  const helloWith = (broadcasts: Record<string, string>): Phase => ({ ...(minting as PhaseOf<"Minting">), broadcasts })
   withSet("hello: the versions the client is behind on, errors for unknown ids, the known ones followed", helloWith({
     "remote-settings/monitor_changes": "\"0\"",
     other: "v2",
@@ -469,7 +488,7 @@ describe("step: Identified, the command budget", () => {
 
 describe("step: Identified, deliveries and acks", () => {
   const unacked = (entries: ReadonlyArray<[Notification, string | undefined]>) =>
-    new Map(entries.map(([n, table]) => [n.version, { notification: n, table }]))
+    new Map(entries.map(([n, table]) => [n.version, table === undefined ? direct(n) : stored(n, table)]))
   row("a direct delivery is sent and tracked", identified(), { _tag: "Delivery", notification: message() }, {
     phase: "Identified",
     frames: [{ messageType: "notification", channelID: CHID, version: "v1", data: "ZGF0YQ", headers: { encoding: "aes128gcm" } }],
@@ -494,16 +513,16 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Identified",
     events: []
   })
-  const draining = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, sent: 1 }
+  const paged = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, sent: 1 }
   row("acking the last outstanding stored message deletes the page's acked rows together, before the next page", identified({
     unacked: unacked([[message(), THIS_MONTH]]),
-    ackedRows: [{ notification: message({ version: "v0" }), table: THIS_MONTH }],
-    drain: draining
+    ackedRows: [stored(message({ version: "v0" }))],
+    drain: paged
   }), frame({
     messageType: "ack",
     updates: [{ channelID: CHID, version: "v1", code: 100 }]
   }), {
-    phase: "Identified",
+    phase: "Draining",
     events: ["notification.acked.1"],
     command: { _tag: "DeleteMessages", uaid: UAID },
     check: (t) => {
@@ -514,12 +533,12 @@ describe("step: Identified, deliveries and acks", () => {
   })
   row("acking a stored timestamp message while others are outstanding: its row waits for the page", identified({
     unacked: unacked([[message(), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
-    drain: draining
+    drain: paged
   }), frame({
     messageType: "ack",
     updates: [{ channelID: CHID, version: "v1", code: 100 }]
   }), {
-    phase: "Identified",
+    phase: "Draining",
     events: ["notification.acked.1"],
     check: (t) => {
       assert.isUndefined(t.command)
@@ -528,24 +547,24 @@ describe("step: Identified, deliveries and acks", () => {
   })
   row("acking a stored topic message deletes at once (on its version), with the rows waiting", identified({
     unacked: unacked([[message({ topic: "a" }), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
-    ackedRows: [{ notification: message({ version: "v0" }), table: THIS_MONTH }],
-    drain: draining
+    ackedRows: [stored(message({ version: "v0" }))],
+    drain: paged
   }), frame({
     messageType: "ack",
     updates: [{ channelID: CHID, version: "v1", code: 100 }]
   }), {
-    phase: "Identified",
+    phase: "Draining",
     command: { _tag: "DeleteMessages", uaid: UAID },
     check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["v0", "v1"])
   })
-  row("rows deleted, page acked: the next page is read", identified({ drain: draining }), { _tag: "MessagesDeleted" }, {
-    phase: "Identified",
+  row("rows deleted, page acked: the next page is read", identified({ drain: paged }), { _tag: "MessagesDeleted" }, {
+    phase: "Draining",
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 }
   })
   row("a poke with no router record does nothing", identified({ user: undefined }), { _tag: "CheckStorage" }, { phase: "Identified" })
-  row("a poke starts a drain", identified(), { _tag: "CheckStorage" }, { phase: "Identified", command: { _tag: "ReadPage", rows: "topic" } })
-  row("a poke mid-drain: go again afterwards", identified({ drain: draining, unacked: unacked([[message(), THIS_MONTH]]) }), { _tag: "CheckStorage" }, {
-    phase: "Identified",
+  row("a poke starts a drain", identified(), { _tag: "CheckStorage" }, { phase: "Draining", command: { _tag: "ReadPage", rows: "topic" } })
+  row("a poke mid-drain: go again afterwards", identified({ drain: paged, unacked: unacked([[message(), THIS_MONTH]]) }), { _tag: "CheckStorage" }, {
+    phase: "Draining",
     check: (t) => assert.isTrue(sessionOf(t).drain?.again)
   })
   const read = (rows: "topic" | "timestamp", messages: ReadonlyArray<Notification>, lastSortKey?: number, more = false): Input => ({
@@ -557,11 +576,11 @@ describe("step: Identified, deliveries and acks", () => {
   })
   const start = { tables: [THIS_MONTH], rows: "topic" as const, after: undefined, again: false, sent: 0 }
   row("no topic messages: timestamp messages next", identified({ drain: start }), read("topic", []), {
-    phase: "Identified",
+    phase: "Draining",
     command: { _tag: "ReadPage", rows: "timestamp" }
   })
   row("a page: each message sent from storage", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [message(), message({ version: "v2" })], NOW - 1_000), {
-    phase: "Identified",
+    phase: "Draining",
     events: ["notification.delivered.1", "notification.delivered.1"],
     check: (t) => {
       assert.strictEqual(t.frames.length, 2)
@@ -569,7 +588,7 @@ describe("step: Identified, deliveries and acks", () => {
     }
   })
   row("a full page of expired rows only: read on after it", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [], NOW - 3_000, true), {
-    phase: "Identified",
+    phase: "Draining",
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 3_000 }
   })
   row("a page of expired rows that was not full: the table is read", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [], NOW - 3_000), {
@@ -602,7 +621,7 @@ describe("step: Identified, deliveries and acks", () => {
     check: (t) => assert.isUndefined(sessionOf(t).drain)
   })
   row("the client already had msg_limit messages from storage: one more drops the user, sending nothing", identified({ drain: { ...start, rows: "timestamp", sent: OPTIONS.msgLimit } }), read("timestamp", [message()], NOW), {
-    phase: "Identified",
+    phase: "Draining",
     frames: [],
     command: { _tag: "DropUser", reason: "too_many_messages", connectedAt: NOW - 1_000 }
   })
@@ -629,11 +648,11 @@ describe("step: Identified, deliveries and acks", () => {
     assert.isUndefined(done.command)
     assert.isUndefined(sessionOf(done).drain)
   })
-  row("not dropped (a newer session took over): this one goes", identified(), { _tag: "UserDropped", dropped: false }, {
+  row("not dropped (a newer session took over): this one goes", draining(), { _tag: "UserDropped", dropped: false }, {
     phase: "Closing",
     close: "ghost"
   })
-  row("dropped: reset event, close 1000, nothing left to save", identified(), { _tag: "UserDropped", dropped: true }, {
+  row("dropped: reset event, close 1000, nothing left to save", draining(), { _tag: "UserDropped", dropped: true }, {
     phase: "Closing",
     close: "uaid-reset",
     events: ["uaid.reset.1", "session.closed.1"],
@@ -643,7 +662,7 @@ describe("step: Identified, deliveries and acks", () => {
     _tag: "CommandFailed",
     command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "topic", after: undefined, limit: 10, attempt: 2 }
   }, {
-    phase: "Identified",
+    phase: "Draining",
     check: (t) => {
       const retry = sessionOf(t).retry
       assert.strictEqual(retry?.at, NOW + OPTIONS.storageRetryMs * 4)
@@ -684,17 +703,14 @@ describe("step: Identified, timers and the end", () => {
   row("the socket closing: saving begins", identified(), { _tag: "SocketClosed" }, { phase: "Closing", events: [] })
 })
 
-describe("step: Migrating", () => {
+describe("step: Migrating and Moving", () => {
   const register = { messageType: "register", channelID: CHID } as const
-  const migratingWith = (deferred: ReadonlyArray<Record<string, unknown>>): Phase => ({
-    ...(migrating() as Extract<Phase, { _tag: "Migrating" }>),
-    deferred: deferred as never
-  })
+  const migratingWith = (deferred: ReadonlyArray<ClientMessage>): Phase => ({ ...migrating(), deferred })
   row("commands wait for the month switch, no budget spent yet", migrating(), frame(register), {
     phase: "Migrating",
     frames: [],
     check: (t) => {
-      assert.strictEqual((t.phase as Extract<Phase, { _tag: "Migrating" }>).deferred.length, 1)
+      assert.strictEqual((t.phase as PhaseOf<"Migrating">).deferred.length, 1)
       assert.strictEqual(sessionOf(t).tokens, 3)
     }
   })
@@ -704,8 +720,17 @@ describe("step: Migrating", () => {
     phase: "Migrating",
     frames: [{ messageType: "unregister", channelID: CHID, status: 503 }],
     effects: [],
-    check: (t) => assert.strictEqual((t.phase as Extract<Phase, { _tag: "Migrating" }>).deferred.length, HELD_COMMANDS_MAX)
+    check: (t) => assert.strictEqual((t.phase as PhaseOf<"Migrating">).deferred.length, HELD_COMMANDS_MAX)
   })
+  row("while migrating, a timestamp page that was not full is not the last: the old table is read until a page is empty", migrating({
+    drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
+  }), {
+    _tag: "PageRead",
+    command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "timestamp", after: undefined, limit: 10, attempt: 0 },
+    messages: [message()],
+    lastSortKey: NOW - 1_000,
+    more: false
+  }, { phase: "Migrating", check: (t) => assert.strictEqual(sessionOf(t).drain?.rows, "timestamp") })
   row("the old month drained: the user moves to this month", migrating({
     drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
   }), {
@@ -714,12 +739,21 @@ describe("step: Migrating", () => {
     messages: [],
     lastSortKey: undefined,
     more: false
-  }, { phase: "Migrating", command: { _tag: "MoveMonth", from: LAST_MONTH, to: THIS_MONTH } })
-  row("moved: event, the waiting commands fed again through the budget, both months drained", migratingWith([register]), {
+  }, { phase: "Moving", command: { _tag: "MoveMonth", from: LAST_MONTH, to: THIS_MONTH } })
+  row("moving: commands still wait", moving(), frame(register), {
+    phase: "Moving",
+    check: (t) => assert.strictEqual((t.phase as PhaseOf<"Moving">).deferred.length, 1)
+  })
+  row("moving: a poke is not needed (both months are drained once moved)", moving(), { _tag: "CheckStorage" }, { phase: "Moving" })
+  row("moving: the move failed, retried with backoff", moving(), {
+    _tag: "CommandFailed",
+    command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 }
+  }, { phase: "Moving", check: (t) => assert.strictEqual(sessionOf(t).retry?.command._tag, "MoveMonth") })
+  row("moved: event, the waiting commands fed again through the budget, both months drained", moving([register]), {
     _tag: "MonthMoved",
     command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 }
   }, {
-    phase: "Identified",
+    phase: "Draining",
     events: ["month.migrated.1"],
     effects: ["Replay"],
     command: { _tag: "ReadPage", table: LAST_MONTH },
@@ -731,8 +765,9 @@ describe("step: Migrating", () => {
     }
   })
   it("a replayed command is budgeted: beyond the burst it is held", () => {
-    const moved = step(migratingWith([register]), { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, NOW)
-    const spent = { ...moved.phase, session: { ...sessionOf(moved), tokens: 0, tokensAt: NOW } } as Phase
+    const moved = step(moving([register]), { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, NOW)
+    const phase = moved.phase as PhaseOf<"Draining">
+    const spent: Phase = { ...phase, session: { ...phase.session, budget: { ...phase.session.budget, tokens: 0, tokensAt: NOW } } }
     const replayed = step(spent, { _tag: "Frame", message: register, admitted: false }, NOW)
     assert.isUndefined(replayed.command)
     assert.strictEqual(sessionOf(replayed).held.length, 1)
@@ -740,13 +775,13 @@ describe("step: Migrating", () => {
 })
 
 describe("step: Closing", () => {
-  const direct = message({ version: "d1" })
-  row("a delivery left in the mailbox is kept", closing(), { _tag: "Delivery", notification: direct }, {
+  const sent = message({ version: "d1" })
+  row("a delivery left in the mailbox is kept", closing(), { _tag: "Delivery", notification: sent }, {
     phase: "Closing",
     check: (t) => assert.isTrue(sessionOf(t).unacked.has("d1"))
   })
   row("mailbox drained: unacked direct messages saved, re-stamped after what is stored", closing({
-    unacked: new Map([["d1", { notification: direct, table: undefined }], ["s1", { notification: message({ version: "s1" }), table: THIS_MONTH }]])
+    unacked: new Map([["d1", direct(sent)], ["s1", stored(message({ version: "s1" }))]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
     command: { _tag: "SaveUnacked" },
@@ -757,7 +792,7 @@ describe("step: Closing", () => {
     }
   })
   row("a topic message is saved only if it is still its topic's newest", closing({
-    unacked: new Map([["t1", { notification: message({ version: "t1", topic: "a" }), table: undefined }]]),
+    unacked: new Map([["t1", direct(message({ version: "t1", topic: "a" }))]]),
     newestTopic: new Map([[`${CHID}:a`, "t2"]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
@@ -765,7 +800,7 @@ describe("step: Closing", () => {
     check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).messages, [])
   })
   row("mailbox drained: a stored topic message the client has since had a newer one of (TTL 0, never stored) is deleted as replaced", closing({
-    unacked: new Map([["s1", { notification: message({ version: "s1", topic: "a" }), table: THIS_MONTH }]]),
+    unacked: new Map([["s1", stored(message({ version: "s1", topic: "a" }))]]),
     newestTopic: new Map([[`${CHID}:a`, "t0"]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
@@ -773,7 +808,7 @@ describe("step: Closing", () => {
     check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).acked.map((m) => m.notification.version), ["s1"])
   })
   row("mailbox drained: acked rows not deleted yet are deleted with the save", closing({
-    ackedRows: [{ notification: message({ version: "s0" }), table: THIS_MONTH }]
+    ackedRows: [stored(message({ version: "s0" }))]
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
     command: { _tag: "SaveUnacked" },
@@ -783,11 +818,11 @@ describe("step: Closing", () => {
     phase: "Closed",
     events: ["session.ended.1"]
   })
-  row("saved: a stored event each, then the end", closing(), { _tag: "UnackedSaved", saved: [direct] }, {
+  row("saved: a stored event each, then the end", closing(), { _tag: "UnackedSaved", saved: [sent] }, {
     phase: "Closed",
     events: ["notification.stored.1", "session.ended.1"]
   })
-  const save: Command = { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [direct], acked: [], attempt: 0 }
+  const save: Command = { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [sent], acked: [], attempt: 0 }
   row("saving failed: retried later", closing(), { _tag: "CommandFailed", command: save }, {
     phase: "Closing",
     check: (t) => assert.strictEqual(deadline(t.phase), NOW + OPTIONS.storageRetryMs)

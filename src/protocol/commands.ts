@@ -1,0 +1,163 @@
+/**
+ * The client's commands: register and unregister (with the storage and crypto they need), ping,
+ * nack — and the command budget they go through (a token bucket per client; beyond it commands
+ * wait, in order, and the socket stops being read while many wait).
+ */
+import type { CommandResult, Registering } from "./inputs.ts"
+import { type ClientMessage, PING_REPLY, registerReply, unregisterReply } from "./messages.ts"
+import { closeLive, type Out, withSession } from "./out.ts"
+import { type Budget, HELD_COMMANDS_MAX, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
+import { isCanonicalChannelId, parseChannelId } from "../domain/ids.ts"
+import { USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
+
+type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { readonly messageType: T }>
+
+// ── the budget ──────────────────────────────────────────────────────────────────────────────────
+
+/** The bucket refilled to `now` (a full one is left as it is: its time does not matter). */
+const refill = (b: Budget, o: ProtocolOptions, now: number): Budget => {
+  if (b.tokens >= o.commandBurst) return b
+  return { ...b, tokens: Math.min(o.commandBurst, b.tokens + ((now - b.tokensAt) * o.commandsPerSecond) / 1000), tokensAt: now }
+}
+
+/**
+ * A command that costs budget: run now when there is budget and nothing waits before it; otherwise
+ * it waits (in order), and the socket stops being read while many wait. `admitted`: it waited and
+ * the budget let it through.
+ */
+export const budgeted = <P extends Live, M extends ClientMessage>(handle: (phase: P, message: M, out: Out) => Phase) =>
+(phase: P, message: M, out: Out, admitted: boolean): Phase => {
+  if (admitted) return handle(phase, message, out)
+  const s = phase.session
+  const b = refill(s.budget, out.o, out.now)
+  if (b.held.length === 0 && b.tokens >= 1) return handle(withSession(phase, { ...s, budget: { ...b, tokens: b.tokens - 1, tokensAt: out.now } }), message, out)
+  const held = [...b.held, message]
+  const pause = held.length >= HELD_COMMANDS_MAX && !b.readingPaused
+  if (pause) out.signal({ _tag: "PauseReading" })
+  return withSession(phase, { ...s, budget: { ...b, held, readingPaused: b.readingPaused || pause } })
+}
+
+/** Release waiting commands the budget now allows (at a tick). */
+export const releaseHeld = <P extends Live>(phase: P, out: Out): P => {
+  const s = phase.session
+  if (s.budget.held.length === 0) return phase
+  const b = refill(s.budget, out.o, out.now)
+  const n = Math.min(b.held.length, Math.floor(b.tokens))
+  if (n === 0) return b === s.budget ? phase : withSession(phase, { ...s, budget: b })
+  const held = b.held.slice(n)
+  out.signal({ _tag: "Replay", messages: b.held.slice(0, n), admitted: true })
+  const resume = b.readingPaused && held.length === 0
+  if (resume) out.signal({ _tag: "ResumeReading" })
+  return withSession(phase, { ...s, budget: { ...b, tokens: b.tokens - n, held, readingPaused: b.readingPaused && !resume } })
+}
+
+/** When the budget lets the first waiting command through (ms), if one waits. */
+export const budgetDeadline = (b: Budget, o: ProtocolOptions): number =>
+  b.held.length === 0 ? Number.POSITIVE_INFINITY : b.tokensAt + Math.ceil((1 - b.tokens) * 1000 / o.commandsPerSecond)
+
+// ── register / unregister ───────────────────────────────────────────────────────────────────────
+
+export const register = (phase: Live, message: Msg<"register">, out: Out): Phase => {
+  if (!isCanonicalChannelId(message.channelID)) {
+    out.frame(registerReply(message.channelID, 401, ""))
+    return phase
+  }
+  out.run({ _tag: "MakeEndpoint", uaid: phase.session.uaid, channelId: message.channelID, key: message.key ?? undefined })
+  return phase
+}
+
+/** The endpoint is made: add the channel (a new uaid's router record is written first). */
+export const endpointMade = (phase: Live, input: Extract<CommandResult, { _tag: "EndpointMade" }>, out: Out): Phase => {
+  const s = phase.session
+  const { channelId } = input.command
+  if (input.endpoint === undefined) {
+    out.frame(registerReply(channelId, 400, "Failed to generate endpoint"))
+    return phase
+  }
+  const registering: Registering = { channelId, endpoint: input.endpoint }
+  if (s.user !== undefined) {
+    out.run({ _tag: "AddChannel", uaid: s.uaid, table: s.table, registering })
+    return phase
+  }
+  const user: UserRecord = {
+    uaid: s.uaid,
+    routerType: "webpush",
+    routerData: {},
+    connectedAt: s.connectedAt,
+    nodeId: out.o.routerUrl,
+    currentMonth: s.table,
+    recordVersion: USER_RECORD_VERSION
+  }
+  out.run({ _tag: "WriteUser", user, purpose: { _tag: "Register", registering } })
+  return phase
+}
+
+/** The first register of a new uaid wrote its router record. */
+export const userWritten = (phase: Live, input: Extract<CommandResult, { _tag: "UserWritten" }>, out: Out): Phase => {
+  const { purpose, user } = input.command
+  if (purpose._tag !== "Register") throw new Error("a resume write answered in an identified phase")
+  if (!input.written) {
+    out.frame(registerReply(purpose.registering.channelId, 500, ""))
+    return phase
+  }
+  out.run({ _tag: "AddChannel", uaid: phase.session.uaid, table: phase.session.table, registering: purpose.registering })
+  return withSession(phase, { ...phase.session, user })
+}
+
+export const channelAdded = (phase: Live, { registering, added }: { readonly registering: Registering; readonly added: boolean }, out: Out): Phase => {
+  if (!added) {
+    out.frame(registerReply(registering.channelId, 413, ""))
+    return phase
+  }
+  out.event("channel.registered.1", phase.session.uaid, { channelId: registering.channelId })
+  out.frame(registerReply(registering.channelId, 200, registering.endpoint))
+  return phase
+}
+
+export const unregister = (phase: Live, message: Msg<"unregister">, out: Out): Phase => {
+  const s = phase.session
+  const channelId = parseChannelId(message.channelID)
+  if (channelId === undefined) {
+    out.frame(unregisterReply(message.channelID, 401))
+    return phase
+  }
+  if (s.user === undefined) {
+    out.event("channel.unregistered.1", s.uaid, { channelId, code: message.code })
+    out.frame(unregisterReply(channelId, 200))
+    return phase
+  }
+  out.run({ _tag: "RemoveChannel", uaid: s.uaid, table: s.table, channelId, code: message.code })
+  return phase
+}
+
+export const channelRemoved = (phase: Live, { command }: Extract<CommandResult, { _tag: "ChannelRemoved" }>, out: Out): Phase => {
+  out.event("channel.unregistered.1", phase.session.uaid, { channelId: command.channelId, code: command.code })
+  out.frame(unregisterReply(command.channelId, 200))
+  return phase
+}
+
+/**
+ * While the user's month moves, register and unregister wait until it lives in this month's table
+ * (the seed), at most `HELD_COMMANDS_MAX` of them; beyond, one is answered 503 at once (the socket
+ * must go on being read: the move waits for the client's acks).
+ */
+export const deferred = <P extends Migrating | Moving>(phase: P, message: Msg<"register" | "unregister">, out: Out): Phase => {
+  if (phase.deferred.length < HELD_COMMANDS_MAX) return { ...phase, deferred: [...phase.deferred, message] }
+  out.frame(message.messageType === "register" ? registerReply(message.channelID, 503, "") : unregisterReply(message.channelID, 503))
+  return phase
+}
+
+// ── ping, nack ──────────────────────────────────────────────────────────────────────────────────
+
+export const ping = (phase: Live, _message: unknown, out: Out): Phase => {
+  const s = phase.session
+  const last = s.keepalive.lastClientPing
+  if (last !== undefined && out.now - last < out.o.minPingIntervalMs) return closeLive(phase, "excessive-ping", out)
+  out.frame(PING_REPLY)
+  return withSession(phase, { ...s, keepalive: { ...s.keepalive, lastClientPing: out.now } })
+}
+
+export const nack = (phase: Live, message: Msg<"nack">, out: Out): Phase => {
+  out.event("notification.nacked.1", phase.session.uaid, { version: message.version, code: message.code ?? 0 })
+  return phase
+}

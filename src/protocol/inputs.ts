@@ -1,0 +1,163 @@
+/**
+ * What reaches a connection and what a step asks for: the inputs (`SessionEvent`s from the socket
+ * and the node, `CommandResult`s of the storage and crypto work a step asked for), the commands,
+ * the fire-and-forget signals, and the `Transition` a step returns.
+ */
+import type { CloseKind } from "./close.ts"
+import type { ClientMessage } from "./messages.ts"
+import type { Phase, StoredUnacked } from "./phases.ts"
+import type { DomainEvent } from "../domain/events.ts"
+import type { Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+
+/** What the mailbox carries: from the socket and from the node. */
+export type SessionEvent =
+  /** `admitted`: a command that already passed the command budget (held and released). */
+  | { readonly _tag: "Frame"; readonly message: ClientMessage; readonly admitted?: boolean }
+  | { readonly _tag: "BadFrame"; readonly detail: string }
+  | { readonly _tag: "BinaryFrame" }
+  | { readonly _tag: "Pong" }
+  | { readonly _tag: "SocketClosed" }
+  | { readonly _tag: "Delivery"; readonly notification: Notification }
+  | { readonly _tag: "CheckStorage" }
+  | { readonly _tag: "Tick" }
+  | { readonly _tag: "Kick"; readonly kind: CloseKind }
+
+/** A register in progress: the channel, and its endpoint once made. */
+export interface Registering {
+  readonly channelId: string
+  readonly endpoint: string
+}
+
+/** Why a router record is written: to resume a claimed uaid, or at a new uaid's first register. */
+export type WritePurpose =
+  /** `previous`: the record as read; the node it names is told to drop its stale session. */
+  | { readonly _tag: "Resume"; readonly previous: UserRecord }
+  | { readonly _tag: "Register"; readonly registering: Registering }
+
+/** Storage and crypto work whose result is the next input. */
+export type Command =
+  | { readonly _tag: "MintUaid" }
+  | { readonly _tag: "ReadUser"; readonly uaid: string }
+  /**
+   * Write the router record, unless a newer one exists: to resume a claimed uaid (only if its record
+   * still exists: a user dropped meanwhile stays dropped), or at a new uaid's first register.
+   */
+  | { readonly _tag: "WriteUser"; readonly user: UserRecord; readonly purpose: WritePurpose }
+  | { readonly _tag: "MakeEndpoint"; readonly uaid: string; readonly channelId: string; readonly key: string | undefined }
+  | { readonly _tag: "AddChannel"; readonly uaid: string; readonly table: string; readonly registering: Registering }
+  | { readonly _tag: "RemoveChannel"; readonly uaid: string; readonly table: string; readonly channelId: string; readonly code: number | undefined }
+  | RetriedCommand
+
+/** Commands retried with backoff when storage fails. */
+export type RetriedCommand =
+  | {
+    readonly _tag: "ReadPage"
+    readonly uaid: string
+    readonly table: string
+    readonly rows: "topic" | "timestamp"
+    readonly after: number | undefined
+    readonly limit: number
+    readonly attempt: number
+  }
+  | { readonly _tag: "DeleteMessages"; readonly uaid: string; readonly messages: ReadonlyArray<StoredUnacked>; readonly attempt: number }
+  | { readonly _tag: "MoveMonth"; readonly uaid: string; readonly from: string; readonly to: string; readonly attempt: number }
+  /** The session ended: save these, clear our node id, poke the user's new node if it moved. */
+  | {
+    readonly _tag: "SaveUnacked"
+    readonly uaid: string
+    readonly connectedAt: number
+    readonly table: string
+    readonly messages: ReadonlyArray<Notification>
+    /** Acked stored rows still to delete. */
+    readonly acked: ReadonlyArray<StoredUnacked>
+    readonly attempt: number
+  }
+  /** Drop the user, unless its record was re-claimed since (its `connectedAt` changed). */
+  | {
+    readonly _tag: "DropUser"
+    readonly uaid: string
+    readonly connectedAt: number
+    readonly reason: "stale_month" | "too_many_messages"
+    readonly attempt: number
+  }
+
+/** The result of a command: the next input. */
+export type CommandResult =
+  | { readonly _tag: "UaidMinted"; readonly uaid: string }
+  | { readonly _tag: "UserRead"; readonly user: UserRecord | undefined }
+  | { readonly _tag: "UserWritten"; readonly command: Extract<Command, { _tag: "WriteUser" }>; readonly written: boolean }
+  /** `dropped` false: another session re-claimed the user first. */
+  | { readonly _tag: "UserDropped"; readonly dropped: boolean }
+  | { readonly _tag: "EndpointMade"; readonly command: Extract<Command, { _tag: "MakeEndpoint" }>; readonly endpoint: string | undefined }
+  /** `added` false: the user has `maxChannels` channels already. */
+  | { readonly _tag: "ChannelAdded"; readonly registering: Registering; readonly added: boolean }
+  | { readonly _tag: "ChannelRemoved"; readonly command: Extract<Command, { _tag: "RemoveChannel" }> }
+  | {
+    readonly _tag: "PageRead"
+    readonly command: Extract<Command, { _tag: "ReadPage" }>
+    readonly messages: ReadonlyArray<Notification>
+    /** Timestamp pages: sort key of the last row read, expired or not. */
+    readonly lastSortKey: number | undefined
+    /** Timestamp pages: rows after this page may exist (it was full). */
+    readonly more: boolean
+  }
+  | { readonly _tag: "MessagesDeleted" }
+  | { readonly _tag: "MonthMoved"; readonly command: Extract<Command, { _tag: "MoveMonth" }> }
+  | { readonly _tag: "UnackedSaved"; readonly saved: ReadonlyArray<Notification> }
+  | { readonly _tag: "CommandFailed"; readonly command: Command }
+
+/** Every result tag, checked against the type both ways (a result missing here does not compile). */
+const RESULT_TAGS: { readonly [K in CommandResult["_tag"]]: true } = {
+  UaidMinted: true,
+  UserRead: true,
+  UserWritten: true,
+  UserDropped: true,
+  EndpointMade: true,
+  ChannelAdded: true,
+  ChannelRemoved: true,
+  PageRead: true,
+  MessagesDeleted: true,
+  MonthMoved: true,
+  UnackedSaved: true,
+  CommandFailed: true
+}
+
+/** Whether an input kind is a command's result (one nobody asked for is a bug). */
+export const isResultKind = (kind: string): boolean => Object.hasOwn(RESULT_TAGS, kind)
+
+/** After a close: the mailbox is shut and its leftover deliveries were handed over. */
+export type Ended = { readonly _tag: "MailboxDrained" }
+
+export type Input = SessionEvent | CommandResult | Ended
+
+/** Input kinds: client frames by `messageType`, everything else by `_tag`. */
+export type InputKind = ClientMessage["messageType"] | Exclude<Input["_tag"], "Frame">
+
+export const inputKind = (input: Input): InputKind => (input._tag === "Frame" ? input.message.messageType : input._tag)
+
+/** Fire-and-forget effects, run in order before the command. */
+export type Signal =
+  /** A WebSocket ping frame (keepalive). */
+  | { readonly _tag: "Ping" }
+  /** Become the uaid's live session on this node (the older one is kicked). */
+  | { readonly _tag: "Claim"; readonly uaid: string; readonly connectedAt: number }
+  /** Tell another node to drop its stale session of this uaid. */
+  | { readonly _tag: "DisconnectPeer"; readonly nodeId: string; readonly uaid: string; readonly connectedAt: number }
+  /**
+   * Feed these client messages again, before the mailbox: held commands the budget now admits
+   * (`admitted`), or commands deferred by a month move (through the budget now).
+   */
+  | { readonly _tag: "Replay"; readonly messages: ReadonlyArray<ClientMessage>; readonly admitted: boolean }
+  | { readonly _tag: "PauseReading" }
+  | { readonly _tag: "ResumeReading" }
+
+export interface Transition {
+  readonly phase: Phase
+  readonly frames: ReadonlyArray<string>
+  readonly events: ReadonlyArray<DomainEvent>
+  readonly effects: ReadonlyArray<Signal>
+  /** At most one command per transition: its result is the next input. */
+  readonly command: Command | undefined
+  readonly close: CloseKind | undefined
+}

@@ -1,0 +1,118 @@
+/**
+ * What every handler shares: `Out`, where one transition's frames, events, signals, command and
+ * close are collected while it is decided, and the small helpers over sessions.
+ */
+import { closeFrame, type CloseKind } from "./close.ts"
+import type { Command, Signal, Transition } from "./inputs.ts"
+import { notificationFrame } from "./messages.ts"
+import type { Acks, BroadcastSet, Closed, Closing, Live, Phase, ProtocolOptions, Session, Unacked } from "./phases.ts"
+import { domainEvent, type DomainEvent, type DomainEventType, type EventData } from "../domain/events.ts"
+import { memoize } from "../domain/memo.ts"
+import type { Notification } from "../domain/notification.ts"
+import { activeTableNames, currentTableName } from "../storage/tables.ts"
+
+export class Out {
+  readonly frames: Array<string> = []
+  readonly events: Array<DomainEvent> = []
+  readonly effects: Array<Signal> = []
+  command: Command | undefined = undefined
+  close: CloseKind | undefined = undefined
+  readonly now: number
+  readonly o: ProtocolOptions
+  /** The node's broadcasts as of this step. */
+  readonly broadcasts: BroadcastSet
+
+  constructor(now: number, options: ProtocolOptions, broadcasts: BroadcastSet) {
+    this.now = now
+    this.o = options
+    this.broadcasts = broadcasts
+  }
+
+  frame(text: string): void {
+    this.frames.push(text)
+  }
+
+  event<T extends DomainEventType>(type: T, uaid: string, data: EventData<T>): void {
+    this.events.push(domainEvent(type, uaid, this.now, data))
+  }
+
+  run(command: Command): void {
+    if (this.command !== undefined) throw new Error(`two commands in one transition: ${this.command._tag}, ${command._tag}`)
+    this.command = command
+  }
+
+  signal(effect: Signal): void {
+    this.effects.push(effect)
+  }
+
+  done(phase: Phase): Transition {
+    return { phase, frames: this.frames, events: this.events, effects: this.effects, command: this.command, close: this.close }
+  }
+}
+
+/** A handler of one (phase, input) cell of the table. */
+export type Handler<P extends Phase, I> = (phase: P, input: I, out: Out, admitted: boolean) => Phase
+
+export const NOTHING: ReadonlyArray<never> = []
+export const NO_ACKS: Acks = { unacked: new Map(), ackedRows: NOTHING, newestTopic: new Map() }
+
+// ── tables ──────────────────────────────────────────────────────────────────────────────────────
+
+/** Table names as one string each: every session keeps its table's, built afresh or read from storage. */
+export const tableName = memoize(16, (name) => name)
+
+export const currentTable = (o: ProtocolOptions, now: number): string =>
+  tableName(currentTableName({ routerTable: "", messageTablePrefix: o.messageTablePrefix, noTableRotation: o.noTableRotation }, now))
+
+export const activeTables = (o: ProtocolOptions, now: number): ReadonlyArray<string> =>
+  activeTableNames({ routerTable: "", messageTablePrefix: o.messageTablePrefix, noTableRotation: o.noTableRotation }, now)
+
+export const backoff = (o: ProtocolOptions, attempt: number): number => Math.min(o.storageRetryMaxMs, o.storageRetryMs * 2 ** attempt)
+
+// ── sessions ────────────────────────────────────────────────────────────────────────────────────
+
+export const withSession = <P extends Live>(phase: P, session: Session): P => ({ ...phase, session })
+
+export const storedOutstanding = (acks: Acks): number => {
+  let n = 0
+  for (const entry of acks.unacked.values()) if (entry._tag === "Stored") n++
+  return n
+}
+
+/** Track a message until it is acked. TTL 0 direct messages are fire-and-forget: nothing to save. */
+export const remember = (s: Session, n: Notification, table: string | undefined): Session => {
+  const tracked = table !== undefined || n.ttl > 0
+  const entry: Unacked = table === undefined ? { _tag: "Direct", notification: n } : { _tag: "Stored", notification: n, table }
+  const { acks } = s
+  const unacked = tracked ? new Map(acks.unacked).set(n.version, entry) : acks.unacked
+  const newestTopic = n.topic === undefined ? acks.newestTopic : new Map(acks.newestTopic).set(`${n.channelId}:${n.topic}`, n.version)
+  return unacked === acks.unacked && newestTopic === acks.newestTopic ? s : { ...s, acks: { ...acks, unacked, newestTopic } }
+}
+
+/** Send one notification frame (directly, or from a row of `table`) and track it. */
+export const send = (s: Session, n: Notification, table: string | undefined, out: Out): Session => {
+  out.frame(notificationFrame(n))
+  out.event("notification.delivered.1", s.uaid, {
+    channelId: n.channelId,
+    version: n.version,
+    source: table === undefined ? "direct" : "stored",
+    ...(n.traceparent === undefined ? {} : { traceparent: n.traceparent })
+  })
+  return remember(s, n, table)
+}
+
+// ── closing ─────────────────────────────────────────────────────────────────────────────────────
+
+/** Close a live connection: the close frame goes out, and what is unacked is saved (`Closing`). */
+export const closeLive = (phase: Live, kind: CloseKind, out: Out): Closing => {
+  out.close = kind
+  const { code, reason } = closeFrame(kind)
+  out.event("session.closed.1", phase.session.uaid, { code, reason })
+  return { _tag: "Closing", session: phase.session, reason, since: out.now, retry: undefined }
+}
+
+/** Close a connection that has no session yet: nothing to save. */
+export const closeEarly = (kind: CloseKind, out: Out): Closed => {
+  out.close = kind
+  return { _tag: "Closed" }
+}

@@ -1,0 +1,228 @@
+/**
+ * What a connection can be in: the phases of the protocol (`table.ts`), each its own type carrying
+ * only the fields valid in it, and the session an identified connection keeps, grouped by concern.
+ */
+import type { ClientMessage } from "./messages.ts"
+import type { Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+import type { RetriedCommand } from "./inputs.ts"
+
+// ── options ─────────────────────────────────────────────────────────────────────────────────────
+
+export interface ProtocolOptions {
+  /** This node's router URL: the `node_id` written to router records. */
+  readonly routerUrl: string
+  readonly helloTimeoutMs: number
+  readonly autoPingIntervalMs: number
+  readonly autoPingTimeoutMs: number
+  readonly minPingIntervalMs: number
+  readonly msgLimit: number
+  /** Messages per storage page (RS: 10). */
+  readonly pageSize: number
+  /** Message tables: `{prefix}_{YYYY}_{MM}`, or exactly `{prefix}` without rotation. */
+  readonly messageTablePrefix: string
+  readonly noTableRotation: boolean
+  /** Channels a user may have; a register beyond it is answered with status 413. */
+  readonly maxChannels: number
+  /** Commands (register, unregister, nack, broadcast_subscribe) a client may send per second… */
+  readonly commandsPerSecond: number
+  /** …and in a burst; beyond it its commands wait (and its socket is not read while many wait). */
+  readonly commandBurst: number
+  /** First retry of a failed storage read, delete or month move; doubles up to `storageRetryMaxMs`. */
+  readonly storageRetryMs: number
+  readonly storageRetryMaxMs: number
+  /** How long a session that ended keeps trying to save its unacked messages. */
+  readonly saveRetryForMs: number
+}
+
+/** Commands waiting for a client beyond which the socket is paused (back-pressure on reading). */
+export const HELD_COMMANDS_MAX = 32
+
+/** The node's broadcasts (id → version) as of a step; a new map whenever they change. */
+export type BroadcastSet = ReadonlyMap<string, string>
+
+/** Broadcast ids of one client message that are looked at; the rest are ignored. */
+export const BROADCASTS_PER_MESSAGE = 100
+/** Longer ids cannot name a broadcast (the admin API refuses them): ignored, not echoed. */
+export const BROADCAST_ID_MAX = 128
+
+// ── the session ─────────────────────────────────────────────────────────────────────────────────
+
+/** A message sent to the client directly (from an endpoint node), not yet acked. */
+export interface DirectUnacked {
+  readonly _tag: "Direct"
+  readonly notification: Notification
+}
+
+/** A message sent from a stored row of `table`, not yet acked. */
+export interface StoredUnacked {
+  readonly _tag: "Stored"
+  readonly notification: Notification
+  readonly table: string
+}
+
+export type Unacked = DirectUnacked | StoredUnacked
+
+/** What the client has been sent and not acked (RS: `AckState`). */
+export interface Acks {
+  readonly unacked: ReadonlyMap<string, Unacked>
+  /**
+   * Stored timestamp messages the client acked whose rows are not deleted yet: they are deleted
+   * together once no stored message is outstanding (a page at a time), or when the session ends.
+   * (A timestamp row is never rewritten, and pages are read after the last row read, so nothing
+   * acked is read again meanwhile; topic rows are deleted at once, on their version.)
+   */
+  readonly ackedRows: ReadonlyArray<StoredUnacked>
+  /** The last version sent per `chid:topic`: an older unacked topic message must not be saved over it. */
+  readonly newestTopic: ReadonlyMap<string, string>
+}
+
+/** The keepalive: client activity, our ping awaiting its pong, the client's own pings. */
+export interface Keepalive {
+  readonly lastActivity: number
+  /** When our keepalive ping went out, while its pong is awaited. */
+  readonly pingSentAt: number | undefined
+  readonly lastClientPing: number | undefined
+}
+
+/** The command budget (a token bucket as of `tokensAt`) and the commands waiting for it, in order. */
+export interface Budget {
+  readonly tokens: number
+  readonly tokensAt: number
+  readonly held: ReadonlyArray<ClientMessage>
+  readonly readingPaused: boolean
+}
+
+/** A failed command waiting for its next attempt. */
+export interface Retry {
+  readonly command: RetriedCommand
+  readonly at: number
+}
+
+/** Everything an identified connection knows. */
+export interface Session {
+  readonly uaid: string
+  /** The router record's `connected_at` this session wrote (or, a new uaid, will write at its first register). */
+  readonly connectedAt: number
+  /** The message table the user lives in (while migrating: the old month). */
+  readonly table: string
+  /** The router record, once written (a new uaid has none until its first register). */
+  readonly user: UserRecord | undefined
+  readonly acks: Acks
+  readonly keepalive: Keepalive
+  readonly budget: Budget
+  /**
+   * Broadcasts the client follows, flat: id, version it has, id, version, … — the strings are the
+   * node set's own (shared by every session), so a subscription costs two references.
+   */
+  readonly broadcasts: ReadonlyArray<string>
+  readonly retry: Retry | undefined
+}
+
+/** Where the storage drain is: tables still to read, topic or timestamp rows, position. */
+export interface Drain {
+  readonly tables: ReadonlyArray<string>
+  /** What to read next in `tables[0]`; `read`: every row of it is sent (the last page was not full). */
+  readonly rows: "topic" | "timestamp" | "read"
+  /** Sort key (ms) of the last timestamp row read in `tables[0]`. */
+  readonly after: number | undefined
+  /** A poke arrived mid-drain: start over once this pass ends (a message may sit behind `after`). */
+  readonly again: boolean
+  /**
+   * Messages read from storage in this drain (the `msg_limit` count). Past `msgLimit`, only the first
+   * `msgLimit` were sent: once they are acked the user is dropped.
+   */
+  readonly sent: number
+}
+
+// ── phases ──────────────────────────────────────────────────────────────────────────────────────
+
+/** Socket open, no hello yet. */
+export interface AwaitingHello {
+  readonly _tag: "AwaitingHello"
+  readonly openedAt: number
+}
+
+/** What a hello asked for, kept until the uaid is known (then the broadcasts are answered). */
+interface Hello {
+  readonly openedAt: number
+  readonly broadcasts: Readonly<Record<string, string>> | undefined
+}
+
+/** The hello claimed a uaid: its router record is read, and re-claimed (or, a stale month, dropped). */
+export interface Resuming extends Hello {
+  readonly _tag: "Resuming"
+  readonly claimed: string
+}
+
+/** The resume write lost: the record is read once more to tell why (dropped meanwhile, or newer). */
+export interface Rechecking extends Hello {
+  readonly _tag: "Rechecking"
+  readonly claimed: string
+}
+
+/** A new uaid is made (none claimed, or the claimed one cannot be resumed). */
+export interface Minting extends Hello {
+  readonly _tag: "Minting"
+  readonly claimed: string | undefined
+}
+
+/** Identified, nothing to read from storage. */
+export interface Identified {
+  readonly _tag: "Identified"
+  readonly session: Session
+}
+
+/** Identified, reading stored messages a page at a time. */
+export interface Draining {
+  readonly _tag: "Draining"
+  readonly session: Session
+  readonly drain: Drain
+}
+
+/**
+ * The user lives in last month's table: it is drained before the user moves to this month's.
+ * Register and unregister wait in `deferred` (at most `HELD_COMMANDS_MAX`), then go through the budget.
+ */
+export interface Migrating {
+  readonly _tag: "Migrating"
+  readonly session: Session
+  readonly drain: Drain
+  readonly deferred: ReadonlyArray<ClientMessage>
+}
+
+/** Last month's table (still `session.table`) is drained: the user's channels and record move to this month. */
+export interface Moving {
+  readonly _tag: "Moving"
+  readonly session: Session
+  readonly deferred: ReadonlyArray<ClientMessage>
+}
+
+/** The socket is gone: saving what is unacked. `reason` is the close reason, or `client`. */
+export interface Closing {
+  readonly _tag: "Closing"
+  readonly session: Session
+  readonly reason: string
+  readonly since: number
+  readonly retry: Retry | undefined
+}
+
+export interface Closed {
+  readonly _tag: "Closed"
+}
+
+export type Phase = AwaitingHello | Resuming | Rechecking | Minting | Identified | Draining | Migrating | Moving | Closing | Closed
+
+export type PhaseTag = Phase["_tag"]
+export type PhaseOf<T extends PhaseTag> = Extract<Phase, { readonly _tag: T }>
+
+/** Before the uaid is known. */
+export type Unidentified = Resuming | Rechecking | Minting
+/** A live, identified connection. */
+export type Live = Identified | Draining | Migrating | Moving
+/** Live and reading storage. */
+export type Reading = Draining | Migrating
+
+/** Whether a connection is live and identified (it has a session to save when it ends). */
+export const isLive = (phase: Phase): phase is Live =>
+  phase._tag === "Identified" || phase._tag === "Draining" || phase._tag === "Migrating" || phase._tag === "Moving"
