@@ -21,7 +21,7 @@ import { closeFrame } from "../protocol/close.ts"
 import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { routerObservability } from "../observability/observability.ts"
-import { decodeClientFrame, isFrameError } from "../protocol/messages.ts"
+import { textFrame } from "../protocol/inputs.ts"
 import type { Mailbox } from "../protocol/mailbox.ts"
 import { NodeClient, type NodeClientService, type NodeTransportError } from "../routers/NodeClient.ts"
 import {
@@ -318,8 +318,7 @@ const terminate = (socket: PushSocket): void => socket.terminate()
 
 const onMessage = (mailbox: Mailbox<SessionEvent>, data: RawData, isBinary: boolean): void => {
   if (isBinary) return void mailbox.offer({ _tag: "BinaryFrame" })
-  const message = decodeClientFrame(data.toString())
-  mailbox.offer(isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message })
+  mailbox.offer(textFrame(data.toString()))
 }
 
 /**

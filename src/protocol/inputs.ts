@@ -4,7 +4,7 @@
  * the fire-and-forget signals, and the `Transition` a step returns.
  */
 import type { CloseKind } from "./close.ts"
-import type { ClientMessage } from "./messages.ts"
+import { type ClientMessage, decodeClientFrame, isFrameError } from "./messages.ts"
 import type { Phase, StoredUnacked } from "./phases.ts"
 import type { DomainEvent } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
@@ -22,6 +22,12 @@ export type SessionEvent =
   | { readonly _tag: "CheckStorage" }
   | { readonly _tag: "Tick" }
   | { readonly _tag: "Kick"; readonly kind: CloseKind }
+
+/** A text frame from the client as the session gets it: a message, or why it is not one. */
+export const textFrame = (text: string): SessionEvent => {
+  const message = decodeClientFrame(text)
+  return isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message }
+}
 
 /** A register in progress: the channel, and its endpoint once made. */
 export interface Registering {

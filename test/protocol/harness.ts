@@ -73,6 +73,8 @@ export interface Client {
   /** Feed one event at the Clock's now. */
   readonly feed: (event: SessionEvent) => Effect.Effect<void>
   readonly frame: (message: ClientMessage) => Effect.Effect<void>
+  /** The versions the client acked, in order (what it sent on the wire). */
+  readonly acked: Array<string>
   /** Frames of a messageType sent so far. */
   readonly of: (type: string) => Array<Record<string, unknown>>
 }
@@ -163,12 +165,17 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
         }, handle, yield* Clock.currentTimeMillis)
         /** One event and everything it causes (a close runs the whole close sequence). */
         const feed = (event: SessionEvent) => machine.feed(event)
+        const acked: Array<string> = []
         return {
           handle,
           machine,
           sent,
           feed,
-          frame: (message: ClientMessage) => feed({ _tag: "Frame", message }),
+          acked,
+          frame: (message: ClientMessage) => {
+            if (message.messageType === "ack") acked.push(...message.updates.map((u) => u.version))
+            return feed({ _tag: "Frame", message })
+          },
           of: (type: string) => sent.frames.filter((f) => f["messageType"] === type)
         } satisfies Client
       })
