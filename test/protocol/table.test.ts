@@ -6,7 +6,7 @@ import { assert, describe, it } from "@effect/vitest"
 import type { DomainEvent } from "../../src/domain/events.ts"
 import type { Notification } from "../../src/domain/notification.ts"
 import type { UserRecord } from "../../src/domain/user.ts"
-import type { Command, Input, Transition } from "../../src/protocol/inputs.ts"
+import { type Command, type Input, inputKind, type Transition } from "../../src/protocol/inputs.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
 import {
   type Drain,
@@ -19,7 +19,7 @@ import {
   type StoredUnacked,
   type Unacked
 } from "../../src/protocol/phases.ts"
-import { makeProtocol } from "../../src/protocol/table.ts"
+import { makeProtocol, TRANSITIONS } from "../../src/protocol/table.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { sessionOptions } from "./harness.ts"
 
@@ -30,7 +30,14 @@ const THIS_MONTH = monthTableName("message", NOW)
 const LAST_MONTH = monthTableName("message", Date.UTC(2026, 9, 15))
 const NODE = sessionOptions.routerUrl
 const OPTIONS: ProtocolOptions = { ...sessionOptions, commandsPerSecond: 10, commandBurst: 3 }
-const { step, deadline } = makeProtocol(OPTIONS)
+const protocol = makeProtocol(OPTIONS)
+const { deadline } = protocol
+/** The (phase, input kind) cells the rows below step through: every cell of the table must be one. */
+const covered = new Set<string>()
+const step: typeof protocol.step = (phase, input, now, broadcasts) => {
+  covered.add(`${phase._tag} ${inputKind(input)}`)
+  return protocol.step(phase, input, now, broadcasts)
+}
 
 const user = (overrides: Partial<UserRecord> = {}): UserRecord => ({
   uaid: UAID,
@@ -833,6 +840,79 @@ describe("step: Closing", () => {
   })
 })
 
+describe("step: what every live phase does alike", () => {
+  const phases: ReadonlyArray<Phase> = [identified(), draining(), migrating(), moving()]
+  for (const phase of phases) {
+    const tag = phase._tag
+    row(`${tag}: a second hello closes AlreadyHello`, phase, frame({ messageType: "hello" }), { phase: "Closing", close: "already-hello" })
+    row(`${tag}: nack is an event`, phase, frame({ messageType: "nack", version: "v", code: 302 }), { phase: tag, events: ["notification.nacked.1"] })
+    row(`${tag}: ping answered {}`, phase, frame({ messageType: "ping" }), { phase: tag, frames: [{}] })
+    row(`${tag}: broadcast_subscribe of nothing new: no reply`, phase, frame({ messageType: "broadcast_subscribe", broadcasts: {} }), { phase: tag, frames: [] })
+    row(`${tag}: a bad frame closes Json`, phase, { _tag: "BadFrame", detail: "x" }, { phase: "Closing", close: "invalid-json" })
+    row(`${tag}: a binary frame closes UnsupportedMessage`, phase, { _tag: "BinaryFrame" }, { phase: "Closing", close: "binary-frame" })
+    row(`${tag}: a pong restarts the keepalive`, { ...phase, session: session({ pingSentAt: NOW - 5 }) } as Phase, { _tag: "Pong" }, {
+      phase: tag,
+      check: (t) => assert.isUndefined(sessionOf(t).pingSentAt)
+    })
+    row(`${tag}: a delivery goes out`, phase, { _tag: "Delivery", notification: message() }, { phase: tag, events: ["notification.delivered.1"] })
+    row(`${tag}: a tick past auto_ping_interval pings`, phase, { _tag: "Tick" }, { phase: tag, effects: ["Ping"] }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
+    row(`${tag}: a kick closes`, phase, { _tag: "Kick", kind: "shutdown" }, { phase: "Closing", close: "shutdown" })
+    row(`${tag}: the socket closing: saving begins`, phase, { _tag: "SocketClosed" }, { phase: "Closing" })
+    row(`${tag}: acking a direct message forgets it`, { ...phase, session: session({ unacked: new Map([["v1", direct(message())]]) }) } as Phase, frame({
+      messageType: "ack",
+      updates: [{ channelID: CHID, version: "v1" }]
+    }), {
+      phase: tag,
+      events: ["notification.acked.1"],
+      // A reading phase with nothing stored outstanding reads its next page.
+      ...(tag === "Draining" || tag === "Migrating" ? { command: { _tag: "ReadPage" } as const } : {}),
+      check: (t) => assert.strictEqual(sessionOf(t).unacked.size, 0)
+    })
+    row(`${tag}: a failed delete is retried`, phase, {
+      _tag: "CommandFailed",
+      command: { _tag: "DeleteMessages", uaid: UAID, messages: [], attempt: 0 }
+    }, { phase: tag, check: (t) => assert.strictEqual(sessionOf(t).retry?.at, NOW + OPTIONS.storageRetryMs) })
+  }
+  const registering = { channelId: CHID, endpoint: "http://e/wpush/v1/t" }
+  for (const phase of [identified(), draining()]) {
+    const tag = phase._tag
+    row(`${tag}: unregister removes the channel`, phase, frame({ messageType: "unregister", channelID: CHID }), { phase: tag, command: { _tag: "RemoveChannel" } })
+    row(`${tag}: endpoint made: the channel is added`, phase, {
+      _tag: "EndpointMade",
+      command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, key: undefined },
+      endpoint: registering.endpoint
+    }, { phase: tag, command: { _tag: "AddChannel" } })
+    row(`${tag}: a new uaid's record written: the channel is added`, { ...phase, session: session({ user: undefined }) } as Phase, {
+      _tag: "UserWritten",
+      command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Register", registering } },
+      written: true
+    }, { phase: tag, command: { _tag: "AddChannel" } })
+    row(`${tag}: channel added: 200`, phase, { _tag: "ChannelAdded", registering, added: true }, { phase: tag, events: ["channel.registered.1"] })
+    row(`${tag}: channel removed: 200`, phase, {
+      _tag: "ChannelRemoved",
+      command: { _tag: "RemoveChannel", uaid: UAID, table: THIS_MONTH, channelId: CHID, code: undefined }
+    }, { phase: tag, events: ["channel.unregistered.1"] })
+  }
+  row("Moving: unregister waits for the move", moving(), frame({ messageType: "unregister", channelID: CHID }), {
+    phase: "Moving",
+    check: (t) => assert.strictEqual((t.phase as PhaseOf<"Moving">).deferred.length, 1)
+  })
+  row("Migrating: a poke mid-drain: go again afterwards", migrating({ unacked: new Map([["v1", stored(message(), LAST_MONTH)]]) }), { _tag: "CheckStorage" }, {
+    phase: "Migrating",
+    check: (t) => assert.isTrue(sessionOf(t).drain?.again)
+  })
+  row("Migrating: rows deleted, the old table read on", migrating(), { _tag: "MessagesDeleted" }, { phase: "Migrating", command: { _tag: "ReadPage", table: LAST_MONTH } })
+  row("Migrating: dropped for too many messages: close 1000", migrating(), { _tag: "UserDropped", dropped: true }, { phase: "Closing", close: "uaid-reset" })
+  row("Rechecking: storage failing closes StorageError", rechecking, { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID } }, {
+    phase: "Closed",
+    close: "storage-error"
+  })
+  row("Closing: a retried save that is due runs again", {
+    ...(closing() as PhaseOf<"Closing">),
+    retry: { command: { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [], acked: [], attempt: 1 }, at: NOW }
+  }, { _tag: "Tick" }, { phase: "Closing", command: { _tag: "SaveUnacked", attempt: 1 } })
+})
+
 describe("step: invariants of the table", () => {
   it("Closed ignores everything", () => {
     const t = step({ _tag: "Closed" }, frame({ messageType: "hello" }), NOW)
@@ -847,5 +927,9 @@ describe("step: invariants of the table", () => {
     step(before, { _tag: "Delivery", notification: message() }, NOW)
     step(before, frame({ messageType: "register", channelID: CHID }), NOW)
     assert.deepStrictEqual(before, copy)
+  })
+  it("every cell of the table has a row above (this file's rows run first)", () => {
+    const cells = Object.entries(TRANSITIONS).flatMap(([phase, row]) => Object.keys(row).map((kind) => `${phase} ${kind}`))
+    assert.deepStrictEqual(cells.filter((cell) => !covered.has(cell)), [])
   })
 })
