@@ -24,7 +24,6 @@ import {
 } from "./bridge.ts"
 import { makeTokenCache, type TokenCache } from "./token.ts"
 
-export const ADM_BASE_URL = "https://api.amazon.com"
 
 export interface AdmProfile {
   readonly clientId: string

@@ -59,7 +59,8 @@ interface Entry {
   readonly value: unknown
   readonly source: string
 }
-type Layer = Map<OptionName, Entry>
+/** The options one source (an ini file, the environment, the flags) sets, with where each came from. */
+type Source = Map<OptionName, Entry>
 
 const fail = (message: string) => Effect.fail(new ConfigError({ message }))
 
@@ -109,7 +110,7 @@ export const iniLocations = (scope: Scope, where: { cwd: string; home: string; e
 }
 
 /** Parses one ini file into `layer` (later lines win). */
-const parseIni = Effect.fnUntraced(function*(scope: Scope, path: string, text: string, layer: Layer) {
+const parseIni = Effect.fnUntraced(function*(scope: Scope, path: string, text: string, layer: Source) {
   for (const [index, line] of text.split(/\r?\n/).entries()) {
     const trimmed = line.trim()
     if (trimmed === "" || /^[#;]/.test(trimmed) || /^\[.*\]$/.test(trimmed)) continue
@@ -127,7 +128,7 @@ const parseIni = Effect.fnUntraced(function*(scope: Scope, path: string, text: s
 })
 
 const iniLayer = Effect.fnUntraced(function*(input: LoadInput, scope: Scope, named: string | undefined, filesRead: Array<string>) {
-  const layer: Layer = new Map()
+  const layer: Source = new Map()
   const read = input.readFile ?? readIfExists
   const paths = named === undefined ? iniLocations(scope, input) : [resolve(input.cwd, named)]
   for (const path of paths) {
@@ -152,8 +153,8 @@ const aliasOf = new Map<string, OptionName>(optionNames.flatMap((name) => defOf(
 
 interface EnvLayers {
   /** Unprefixed aliases (`CRYPTO_KEY`, `AWS_REGION`, …): below every prefixed name. */
-  readonly plain: Layer
-  readonly byScope: Readonly<Record<Scope, Layer>>
+  readonly plain: Source
+  readonly byScope: Readonly<Record<Scope, Source>>
 }
 
 const envLayers = Effect.fnUntraced(function*(role: Role, env: LoadInput["env"]) {
@@ -193,7 +194,7 @@ const envLayers = Effect.fnUntraced(function*(role: Role, env: LoadInput["env"])
 const flagKey = (flag: string): string => flag.slice(2).toLowerCase().replaceAll("-", "_")
 
 const flagLayer = Effect.fnUntraced(function*(role: Role, argv: ReadonlyArray<string>) {
-  const layer: Layer = new Map()
+  const layer: Source = new Map()
   const configPaths: Partial<Record<Scope, string>> = {}
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? ""
@@ -237,10 +238,10 @@ const flagLayer = Effect.fnUntraced(function*(role: Role, argv: ReadonlyArray<st
 // Merging and derivation
 
 /** Applies groups of layers in order; within a group, the layers must agree. */
-const merge = Effect.fnUntraced(function*(role: Role, groups: ReadonlyArray<ReadonlyArray<Layer>>) {
-  const merged: Layer = new Map()
+const merge = Effect.fnUntraced(function*(role: Role, groups: ReadonlyArray<ReadonlyArray<Source>>) {
+  const merged: Source = new Map()
   for (const group of groups) {
-    const seen: Layer = new Map()
+    const seen: Source = new Map()
     for (const layer of group) {
       for (const [name, entry] of layer) {
         const other = seen.get(name)
@@ -306,7 +307,7 @@ export const loadSettingsAndFiles = Effect.fn("loadSettings")(function*(
   const files: Array<string> = []
   const iniShared = yield* iniLayer(input, "shared", flags.configPaths.shared, files)
   const nodeScopes = roleScopes[role].filter((scope) => scope !== "shared")
-  const iniNodes: Array<Layer> = []
+  const iniNodes: Array<Source> = []
   for (const scope of nodeScopes) iniNodes.push(yield* iniLayer(input, scope, flags.configPaths[scope], files))
   const values = yield* merge(role, [
     [iniShared],

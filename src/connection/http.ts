@@ -7,8 +7,9 @@
  *
  * Every request runs under one boundary (`serve`): a bug answers 500/999 with a request id and is
  * logged once, never the process; every error answer is the JSON of `toErrorResponse`, the same
- * table as the endpoint's. Paths and bodies are decoded with Schema; a body over `MAX_BODY` is
- * answered 413, one that stops arriving for `bodyTimeoutMs` 408, and the connection is closed.
+ * table as the endpoint's. Paths are decoded with Schema, a notification body by hand (it is read on
+ * every direct delivery: `domain/router-wire.ts`); a body over `MAX_BODY` is answered 413 (once read
+ * to its end), one that stops arriving for `bodyTimeoutMs` 408, and the connection is closed.
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { randomBytes } from "node:crypto"

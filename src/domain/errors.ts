@@ -64,9 +64,9 @@ export class BridgeUpstreamError extends Data.TaggedError("BridgeUpstreamError")
 export class ClientUnavailable extends Data.TaggedError("ClientUnavailable")<{}> {}
 /** 408/null: the request body stopped arriving (the connection is closed). */
 export class RequestTimeout extends Data.TaggedError("RequestTimeout")<{}> {}
-/** 404/null: no route for this path. */
 /** 404/null: the broadcast admin API has no broadcast of that id. */
 export class BroadcastNotFound extends Data.TaggedError("BroadcastNotFound")<{}> {}
+/** 404/null: no route for this path. */
 export class RouteNotFound extends Data.TaggedError("RouteNotFound")<{}> {}
 /** 405/null: the path exists, the method does not. */
 export class MethodNotAllowed extends Data.TaggedError("MethodNotAllowed")<{}> {}

@@ -1,6 +1,7 @@
 /**
  * A push message as the service keeps it: what the endpoint accepted, what storage holds and what
- * the connection node hands to the client (minus the internal fields, see `toClientFrame` later).
+ * the connection node hands to the client (minus the internal fields: `notificationFrame` in
+ * `protocol/messages.ts` writes what the client sees).
  */
 
 export interface Notification {

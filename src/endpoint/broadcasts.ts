@@ -18,8 +18,8 @@ import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { isBroadcastId, isBroadcastVersion, MAX_BROADCASTS } from "../broadcast/validate.ts"
-import { BroadcastNotFound, InvalidAuth, InvalidRequestBody, RouteNotFound, StorageUnavailable } from "../domain/errors.ts"
-import { Storage, type StorageError } from "../storage/Storage.ts"
+import { BroadcastNotFound, InvalidAuth, InvalidRequestBody, RouteNotFound } from "../domain/errors.ts"
+import { Storage, storageUnavailable } from "../storage/Storage.ts"
 
 /** A PUT body is `{"version": "…"}`: this is plenty. */
 const MAX_BODY = ByteSize.bytes(4_096)
@@ -29,9 +29,6 @@ const digest = (text: string): Buffer => createHash("sha256").update(text).diges
 export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyArray<Redacted.Redacted<string>>) {
   const storage = yield* Storage
   const digests = tokens.map((token) => digest(Redacted.value(token)))
-
-  const unavailable = (error: StorageError) =>
-    Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
   /** Comparing digests keeps the time independent of where and whether a token differs. */
   const authorize = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<void, RouteNotFound | InvalidAuth> => {
@@ -56,7 +53,7 @@ export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyAr
       : Effect.fail(new InvalidRequestBody({ message: "A broadcast id is 1 to 128 of A-Z a-z 0-9 _ - . / :" }))
   }
 
-  const answer = Effect.map(Effect.catchTag(storage.getBroadcasts, "StorageError", unavailable), (set) =>
+  const answer = Effect.map(Effect.catchTag(storage.getBroadcasts, "StorageError", storageUnavailable), (set) =>
     HttpServerResponse.jsonUnsafe({ broadcasts: Object.fromEntries(set) }))
 
   const versionOf = (request: HttpServerRequest.HttpServerRequest) =>
@@ -84,11 +81,11 @@ export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyAr
         yield* authorize(request)
         const id = yield* idOf(rawId)
         const version = yield* versionOf(request)
-        const set = yield* Effect.catchTag(storage.getBroadcasts, "StorageError", unavailable)
+        const set = yield* Effect.catchTag(storage.getBroadcasts, "StorageError", storageUnavailable)
         if (!set.has(id) && set.size >= MAX_BROADCASTS) {
           return yield* new InvalidRequestBody({ message: `At most ${MAX_BROADCASTS} broadcasts` })
         }
-        yield* Effect.catchTag(storage.putBroadcast(id, version), "StorageError", unavailable)
+        yield* Effect.catchTag(storage.putBroadcast(id, version), "StorageError", storageUnavailable)
         yield* Effect.logInfo("broadcast changed").pipe(Effect.annotateLogs({ broadcast: id, version }))
         return yield* answer
       }),
@@ -96,7 +93,7 @@ export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyAr
       Effect.gen(function*() {
         yield* authorize(request)
         const id = yield* idOf(rawId)
-        if (!(yield* Effect.catchTag(storage.deleteBroadcast(id), "StorageError", unavailable))) return yield* new BroadcastNotFound()
+        if (!(yield* Effect.catchTag(storage.deleteBroadcast(id), "StorageError", storageUnavailable))) return yield* new BroadcastNotFound()
         yield* Effect.logInfo("broadcast removed").pipe(Effect.annotateLogs({ broadcast: id }))
         return yield* answer
       })

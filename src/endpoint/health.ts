@@ -8,7 +8,6 @@ import * as Effect from "effect/Effect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { Bridges } from "../bridges/Bridges.ts"
 import { LogCheck } from "../domain/errors.ts"
-import { type MetricsService, PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import { Storage, type TableStatus } from "../storage/Storage.ts"
 import type { EndpointOptions } from "./options.ts"
 
@@ -74,7 +73,3 @@ export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointO
 
   return { health, status, lbHeartbeat, version, logCheck } as const
 })
-
-/** `GET /metrics`: the Prometheus text of the node's registry. */
-export const metricsResponse = (metrics: Pick<MetricsService, "prometheus">) =>
-  Effect.sync(() => HttpServerResponse.text(metrics.prometheus(), { contentType: PROMETHEUS_CONTENT_TYPE }))

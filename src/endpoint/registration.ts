@@ -28,12 +28,11 @@ import {
   InvalidRouterType,
   NoSubscription,
   RequestTimeout,
-  StorageUnavailable,
   UaidNotFound
 } from "../domain/errors.ts"
 import { hyphenate, newUaid, parseChannelId, parseUaid } from "../domain/ids.ts"
 import { lastConnectValue, USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
-import { Storage, type StorageError } from "../storage/Storage.ts"
+import { Storage, type StorageError, storageUnavailable } from "../storage/Storage.ts"
 import type { EndpointOptions } from "./options.ts"
 
 /** Registration bodies are small: a token, a channel id, a key, an `aps` override. */
@@ -48,8 +47,6 @@ export interface RegistrationPath {
 
 type Request = HttpServerRequest.HttpServerRequest
 
-const storageUnavailable = (error: StorageError) =>
-  Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
 const ok = () => HttpServerResponse.jsonUnsafe({})
 

@@ -170,7 +170,7 @@ export const makeEndpoint = (
 ): Effect.Effect<Endpoint, never, EndpointServices | Scope.Scope> =>
   Effect.gen(function*() {
     const observe = yield* endpointInstrumentation
-    const webpush = yield* observe.withRouting(makeWebPushHandlers(options))
+    const webpush = yield* makeWebPushHandlers(options)
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const routes = HttpRouter.use((router) =>
       Effect.gen(function*() {

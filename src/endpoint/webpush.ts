@@ -27,18 +27,17 @@ import {
   InvalidMessageId,
   InvalidToken,
   NoSubscription,
-  PayloadTooLarge,
-  StorageUnavailable
+  PayloadTooLarge
 } from "../domain/errors.ts"
 import { RecentMap } from "../domain/memo.ts"
 import { type Body, type BodyLimits, type BodyRefusal, readBody } from "../domain/raw-http.ts"
-import { domainEvent } from "../domain/events.ts"
+import { domainEvent, type RouteOutcome } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
-import { Storage, type StorageError } from "../storage/Storage.ts"
+import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
 import { endpointBase, endpointOrigin, type EndpointOptions } from "./options.ts"
 import { RouterCache } from "./routerCache.ts"
@@ -49,8 +48,6 @@ const BRIDGE_TYPES: ReadonlySet<string> = new Set(["fcm", "apns", "adm", "stub"]
 
 const NO_SUBSCRIPTION = "No such subscription"
 
-const storageUnavailable = (error: StorageError) =>
-  Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
 /** The `reason` tag of `notification.bridge.error`: a bounded label per kind of failure. */
 const bridgeFailureReason = (error: BridgeError): string => {
@@ -166,40 +163,44 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     return { table, bridge: undefined }
   })
 
-  /** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
-  const sendBridged = (bridge: BridgeRouter, user: UserRecord, notification: Notification) => {
-    const start = performance.now()
-    const routed = (outcome: "bridged" | "failed", now: number) =>
-      events.record(domainEvent("notification.routed.1", user.uaid, now, {
+  /**
+   * What became of a message, where it was decided (the one producer of `notification.routed.1`):
+   * its outcome, and how long routing took since `startNanos` (the Clock's).
+   */
+  const recordRouted = (uaid: string, notification: Notification, outcome: RouteOutcome, startNanos: bigint) =>
+    Effect.map(Clock.currentTimeNanos, (nanos) =>
+      events.record(domainEvent("notification.routed.1", uaid, Number(nanos / 1_000_000n), {
         channelId: notification.channelId,
         version: notification.version,
         outcome,
-        durationMs: Math.round((performance.now() - start) * 1000) / 1000
-      }))
-    return bridge.send(user, notification).pipe(
+        durationMs: Number(nanos - startNanos) / 1_000_000
+      })))
+
+  /** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
+  const sendBridged = (bridge: BridgeRouter, user: UserRecord, notification: Notification, startNanos: bigint) =>
+    bridge.send(user, notification).pipe(
       spans.span("notification.bridge", { attributes: { platform: bridge.platform } }),
       Effect.tap(() =>
-        Effect.map(Clock.currentTimeMillis, (now) => {
+        Effect.flatMap(Clock.currentTimeMillis, (now) => {
           events.record(domainEvent("notification.bridged.1", user.uaid, now, {
             channelId: notification.channelId,
             version: notification.version,
             platform: bridge.platform,
             ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {})
           }))
-          routed("bridged", now)
+          return recordRouted(user.uaid, notification, "bridged", startNanos)
         })),
       Effect.tapError((error: BridgeError) =>
-        Effect.map(Clock.currentTimeMillis, (now) => {
+        Effect.flatMap(Clock.currentTimeMillis, (now) => {
           events.record(domainEvent("notification.bridge_failed.1", user.uaid, now, {
             version: notification.version,
             platform: bridge.platform,
             reason: bridgeFailureReason(error)
           }))
-          routed("failed", now)
+          return recordRouted(user.uaid, notification, "failed", startNanos)
         })),
       Effect.catchTag("BridgeRecipientGone", (gone) => dropUser(user.uaid, gone.message))
     )
-  }
 
   /** #9 */
   const hasChannel = (uaid: string, table: string, channelId: string) =>
@@ -332,13 +333,17 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       ...(urgency !== undefined ? { urgency } : {})
     }))
     // A cached record is only good for a direct delivery; otherwise route on a fresh one.
+    const startNanos = yield* Clock.currentTimeNanos
     const direct = target.cached ? yield* router.routeDirect(target.user, notification) : undefined
     const fresh = direct !== undefined || !target.cached ? target : yield* subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
-      yield* sendBridged(fresh.bridge, fresh.user, notification)
+      yield* sendBridged(fresh.bridge, fresh.user, notification, startNanos)
       return created(messageId, ttl)
     }
-    const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification))
+    const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
+      Effect.tapError(() => recordRouted(uaid, notification, "failed", startNanos))
+    ))
+    yield* recordRouted(uaid, routed.notification, routed.outcome, startNanos)
     const routedAt = yield* Clock.currentTimeMillis
     const version = routed.notification.version
     if (routed.outcome === "stored") {

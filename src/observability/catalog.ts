@@ -104,12 +104,6 @@ const sanitize = (name: string): string => {
   return /^[0-9]/.test(s) ? `_${s}` : s
 }
 
-/** Label names: `[a-zA-Z_][a-zA-Z0-9_]*`. */
-export const prometheusLabel = (name: string): string => {
-  const s = name.replace(/[^a-zA-Z0-9_]/g, "_")
-  return /^[0-9]/.test(s) ? `_${s}` : s
-}
-
 /**
  * The Prometheus family name: dots become underscores; counters end in `_total`; timers are
  * histograms in milliseconds (`_milliseconds`, with `_bucket`, `_sum`, `_count`).

@@ -1,54 +1,14 @@
 /**
- * The endpoint node's instrumentation, on when `Metrics` is provided (the observability layer):
- * - requests: `request.in_flight`, `request.time{route,status}`, `request.error{errno,status}`;
- * - routing: each routed message is recorded as `notification.routed.1` (outcome and time), from
- *   which the metrics sink makes `notification.routed` / `notification.route_time` and the trace
- *   shows the endpoint's half of a direct delivery.
+ * The endpoint node's request instrumentation: `request.in_flight`, `request.time{route,status}`,
+ * `request.error{errno,status}`, and the `max_in_flight_requests` gate. (What became of each message
+ * is the `notification.routed.1` event the push handler records where routing is decided.)
  */
-import * as Cause from "effect/Cause"
-import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { type ApiError, Overloaded, toErrorResponse } from "../domain/errors.ts"
-import { domainEvent, type RouteOutcome } from "../domain/events.ts"
-import type { Notification } from "../domain/notification.ts"
-import { type Routed, WebPushRouter, type WebPushRouterService } from "../routers/webpush.ts"
 import { METRICS } from "./catalog.ts"
-import { EventLog, type EventLogService } from "./EventLog.ts"
 import { Metrics, type MetricsService, type Timer } from "./Metrics.ts"
-
-/**
- * A router that records `notification.routed.1` for every message it routes (or fails to); a
- * direct attempt on a cached record that the node did not take is not an outcome (the message is
- * routed again, and recorded then).
- */
-export const recordRouting = (router: WebPushRouterService, events: EventLogService): WebPushRouterService => {
-  const recorded = <A extends Routed | undefined, E>(
-    uaid: string,
-    notification: Notification,
-    routing: Effect.Effect<A, E>
-  ): Effect.Effect<A, E> =>
-    Effect.suspend(() => {
-      const start = performance.now()
-      return Effect.onExit(routing, (exit) => {
-        const routed = exit._tag === "Success" ? exit.value : undefined
-        const outcome: RouteOutcome | undefined = routed?.outcome ?? (exit._tag === "Failure" && Cause.hasFails(exit.cause) ? "failed" : undefined)
-        if (outcome === undefined) return Effect.void
-        return Effect.map(Clock.currentTimeMillis, (now) =>
-          events.record(domainEvent("notification.routed.1", uaid, now, {
-            channelId: notification.channelId,
-            version: routed?.notification.version ?? notification.version,
-            outcome,
-            durationMs: Math.round((performance.now() - start) * 1000) / 1000
-          })))
-      })
-    })
-  return {
-    route: (user, table, notification) => recorded(user.uaid, notification, router.route(user, table, notification)),
-    routeDirect: (user, notification) => recorded(user.uaid, notification, router.routeDirect(user, notification))
-  }
-}
 
 /** Coarse route of a request path (a bounded label). */
 export const routeLabel = (url: string): string =>
@@ -63,8 +23,6 @@ export const routeLabel = (url: string): string =>
 
 export interface EndpointInstrumentation {
   readonly metrics: MetricsService
-  /** Run `handlers` with the routing recorded (`recordRouting` over the `WebPushRouter` in context). */
-  readonly withRouting: <A, E, R>(handlers: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R | WebPushRouter>
   /** Count an error response. */
   readonly onError: (error: ApiError) => void
   /**
@@ -93,7 +51,7 @@ const perKey = <H>(make: (key: string) => H) => {
   }
 }
 
-export const makeEndpointInstrumentation = (metrics: MetricsService, events: EventLogService): EndpointInstrumentation => {
+export const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumentation => {
   const inFlight = metrics.gauge(METRICS.inFlight.name)
   const requestTime = perKey((key): Timer => {
     const at = key.indexOf(" ")
@@ -121,9 +79,6 @@ export const makeEndpointInstrumentation = (metrics: MetricsService, events: Eve
   }
   return {
     metrics,
-    withRouting: (handlers) =>
-      Effect.flatMap(Effect.service(WebPushRouter), (router) =>
-        handlers.pipe(Effect.provideService(WebPushRouter, WebPushRouter.of(recordRouting(router, events))))),
     onError: (error) => {
       const { status, body } = toErrorResponse(error)
       requestError(`${body.errno ?? "none"} ${status}`).inc()
@@ -146,9 +101,9 @@ export const makeEndpointInstrumentation = (metrics: MetricsService, events: Eve
   }
 }
 
-/** The endpoint's instrumentation over the node's `Metrics` and `EventLog`. */
-export const endpointInstrumentation: Effect.Effect<EndpointInstrumentation, never, Metrics | EventLog> = Effect.gen(
+/** The endpoint's instrumentation over the node's `Metrics`. */
+export const endpointInstrumentation: Effect.Effect<EndpointInstrumentation, never, Metrics> = Effect.gen(
   function*() {
-    return makeEndpointInstrumentation(yield* Metrics, yield* EventLog)
+    return makeEndpointInstrumentation(yield* Metrics)
   }
 )

@@ -3,7 +3,6 @@
  * mapping to close code and reason (protocol-notes §1.7 with the decisions of §0). The table is keyed
  * by every kind, so a new kind without a code does not typecheck.
  */
-import * as Data from "effect/Data"
 
 export type CloseKind =
   | "uaid-reset" // msg_limit exceeded or stale month: the next hello gets a new uaid
@@ -21,8 +20,6 @@ export type CloseKind =
   | "internal-error" // a bug while handling this connection (logged); the node carries on
   | "slow-client" // the client does not read what it is sent (max_send_buffer): closed, its messages kept
   | "control-flood" // ping/pong frames faster than max_control_frames_per_second
-
-export class SessionClose extends Data.TaggedError("SessionClose")<{ readonly kind: CloseKind }> {}
 
 const frames: { readonly [K in CloseKind]: { readonly code: number; readonly reason: string } } = {
   "uaid-reset": { code: 1000, reason: "UaidReset" },

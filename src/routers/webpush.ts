@@ -15,18 +15,17 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { StorageUnavailable, UserDeletedDuringRouting } from "../domain/errors.ts"
+import type { RouteOutcome } from "../domain/events.ts"
 import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { Storage } from "../storage/Storage.ts"
+import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
 
-export type RouteOutcome = "direct" | "stored" | "dropped"
-
 /** What became of a message: its outcome, and the message as routed (stored at a later ms, it has a new id). */
 export interface Routed {
-  readonly outcome: RouteOutcome
+  readonly outcome: Extract<RouteOutcome, "direct" | "stored" | "dropped">
   readonly notification: Notification
 }
 
@@ -108,8 +107,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         if (user.nodeId !== undefined && (yield* deliverDirect(user, user.nodeId, notification))) return { outcome: "direct", notification }
         if (notification.ttl === 0) return { outcome: "dropped", notification }
         const stored = yield* store(user.uaid, table, notification).pipe(
-          Effect.tapError((error) => Effect.logError("storing a notification failed", error)),
-          Effect.mapError(() => new StorageUnavailable()),
+          Effect.catchTag("StorageError", storageUnavailable),
           spans.span("notification.store")
         )
         yield* pokeCurrentNode(user.uaid)

@@ -15,6 +15,7 @@
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
+import { StorageUnavailable } from "../domain/errors.ts"
 import type { MessageKey, Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import type { SaveOutcome } from "./model.ts"
@@ -23,6 +24,13 @@ export class StorageError extends Data.TaggedError("StorageError")<{
   readonly operation: string
   readonly cause: unknown
 }> {}
+
+/**
+ * A storage failure as the API answers it — 503/201 with Retry-After (`StorageUnavailable`), the
+ * cause logged once — for `Effect.catchTag("StorageError", storageUnavailable)`.
+ */
+export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
+  Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
 export interface TimestampPage {
   readonly messages: ReadonlyArray<Notification>
@@ -135,9 +143,6 @@ export interface StorageService {
   ) => Effect.Effect<void, StorageError>
   /** Delete these messages, unconditionally, in batches; missing rows are not an error. */
   readonly deleteMessages: (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) => Effect.Effect<void, StorageError>
-  /** The per-user read cursor (ms sort key of the last timestamp message read) in that table. */
-  readonly getReadCursor: (uaid: string, table: string) => Effect.Effect<number | undefined, StorageError>
-  readonly setReadCursor: (uaid: string, table: string, sortKey: number) => Effect.Effect<void, StorageError>
 
   // ── maintenance ──────────────────────────────────────────────────────────────────────────────
   /**

@@ -687,22 +687,6 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
             o
           ))).pipe(Effect.asVoid)
 
-      const getReadCursor = (uaid: string, table: string) =>
-        getMeta("getReadCursor", uaid, table, "current_timestamp").pipe(Effect.map(num))
-
-      const setReadCursor = (uaid: string, table: string, sortKey: number) =>
-        call("setReadCursor", (o) =>
-          client.send(
-            "UpdateItem", {
-              TableName: table,
-              Key: messageKey(uaid, META_SORT_KEY),
-              UpdateExpression: "SET #current_timestamp = :ts",
-              ExpressionAttributeNames: { "#current_timestamp": "current_timestamp" },
-              ExpressionAttributeValues: { ":ts": N(sortKey) }
-            },
-            o
-          )).pipe(Effect.asVoid)
-
       // ── maintenance ───────────────────────────────────────────────────────────────────────────
 
       const describe = (operation: string, table: string) =>
@@ -907,8 +891,6 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         fetchTimestampMessages,
         deleteMessage,
         deleteMessages,
-        getReadCursor,
-        setReadCursor,
         createTables,
         checkTables,
         listMessageTables,

@@ -39,7 +39,6 @@ import {
 /** Per user and message table: the meta row (`" "`) and the message rows by sort key. */
 interface UserRows {
   chids?: ReadonlySet<string>
-  cursor?: number
   readonly messages: Map<string, Notification>
 }
 
@@ -244,16 +243,6 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       if (version === undefined || rows.messages.get(sortKey)?.version === version) rows.messages.delete(sortKey)
     })
 
-    const getReadCursor = Effect.fnUntraced(function*(uaid: string, table: string) {
-      const t = yield* messageTable("getReadCursor", table)
-      return t.get(uaid)?.cursor
-    })
-
-    const setReadCursor = Effect.fnUntraced(function*(uaid: string, table: string, sortKey: number) {
-      const t = yield* messageTable("setReadCursor", table)
-      rowsOf(t, uaid).cursor = sortKey
-    })
-
     const createTables = Effect.fnUntraced(function*(messageTables: ReadonlyArray<string>) {
       router ??= new Map()
       for (const table of messageTables) if (!tables.has(table)) tables.set(table, new Map())
@@ -315,8 +304,6 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       fetchTimestampMessages,
       deleteMessage,
       deleteMessages,
-      getReadCursor,
-      setReadCursor,
       createTables,
       checkTables,
       listMessageTables: Effect.sync(() => messageTablesOf(options, tables.keys())),

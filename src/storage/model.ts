@@ -3,7 +3,7 @@
  * sort keys, key ranges, what a stored item reads back as, and when it is visible.
  *
  * Sort keys:
- * - `" "` — the per-user meta row (`channel_count`, `current_timestamp`; the seed's `chids` string
+ * - `" "` — the per-user meta row (`channel_count`; the seed's `chids` string
  *   set is still read and removed from, never written);
  * - `00:{chid}` — one row per registered channel (a register costs the same at the 1st and the
  *   10,000th channel, and no item grows towards DynamoDB's 400 KB item limit);

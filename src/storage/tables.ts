@@ -24,7 +24,7 @@ export interface StorageOptions {
 const DAY_MS = 86_400_000
 
 /** Months since year 0 of a UTC instant: `year * 12 + month0`. */
-const monthIndex = (ms: number): number => {
+export const monthIndex = (ms: number): number => {
   const d = new Date(ms)
   return d.getUTCFullYear() * 12 + d.getUTCMonth()
 }

@@ -19,7 +19,7 @@ import * as Effect from "effect/Effect"
 import { HelpRequested, type Settings } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
 import { Storage } from "../storage/Storage.ts"
-import { activeTableNames, currentTableName, monthTableName, type StorageOptions, staleMonths } from "../storage/tables.ts"
+import { activeTableNames, currentTableName, monthIndex, monthTableName, type StorageOptions, staleMonths } from "../storage/tables.ts"
 import {
   describeStorageError,
   intFlag,
@@ -48,11 +48,6 @@ export const DEFAULT_LOOKBACK = 12
 
 // ── months ───────────────────────────────────────────────────────────────────────────────────────
 
-const monthIndexOf = (ms: number): number => {
-  const d = new Date(ms)
-  return d.getUTCFullYear() * 12 + d.getUTCMonth()
-}
-
 const monthText = (index: number): string => `${Math.floor(index / 12)}-${String((index % 12) + 1).padStart(2, "0")}`
 
 /** The month index of a `{prefix}_{YYYY}_{MM}` table; undefined for the bare `{prefix}` table and others. */
@@ -80,7 +75,7 @@ export const tablesToDrop = (
   nowMs: number,
   olderThan: number
 ): ReadonlyArray<string> => {
-  const cutoff = monthIndexOf(nowMs) - olderThan
+  const cutoff = monthIndex(nowMs) - olderThan
   const active = new Set(activeTableNames(options, nowMs))
   return existing.filter((name) => {
     const index = tableMonthIndex(options, name)
@@ -188,7 +183,7 @@ const dropTables: Command = {
         const options = storageOptionsOf(settings)
         const now = yield* Clock.currentTimeMillis
         const doomed = tablesToDrop(options, yield* storage.listMessageTables, now, olderThan)
-        const what = `older than ${plural(olderThan, "month")} (before ${monthText(monthIndexOf(now) - olderThan)})`
+        const what = `older than ${plural(olderThan, "month")} (before ${monthText(monthIndex(now) - olderThan)})`
         if (doomed.length === 0) return yield* say(`no message table is ${what}; nothing to drop`)
         yield* say(`message tables ${what}: ${doomed.length}`)
         if (!args.flags.has("--yes")) {

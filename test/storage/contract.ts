@@ -188,7 +188,6 @@ export const storageContract = (name: string, make: MakeStorage) =>
         for (const n of [1, 2]) {
           yield* s.registerUser(user(n, { currentMonth: table }))
           yield* s.addChannels(uaid(n), table, [chid(1), chid(2)])
-          yield* s.setReadCursor(uaid(n), table, T0)
           yield* s.saveMessages(uaid(n), table, [
             message({ channelId: chid(1), version: "a", topic: "t" }),
             ...Array.from({ length: 30 }, (_, i) => message({ channelId: chid(2), version: `v${i}`, sortkeyTimestamp: T0 + i }))
@@ -199,7 +198,6 @@ export const storageContract = (name: string, make: MakeStorage) =>
         yield* s.dropUser(uaid(3)) // never existed: fine
         assert.isUndefined(yield* s.getUser(uaid(1)))
         assert.strictEqual((yield* s.getChannels(uaid(1), table)).size, 0)
-        assert.isUndefined(yield* s.getReadCursor(uaid(1), table))
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [])
         assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10), {
           messages: [],
@@ -323,7 +321,6 @@ export const storageContract = (name: string, make: MakeStorage) =>
         const april = `${o.messageTablePrefix}_2024_04`
         yield* s.registerUser(user(1, { currentMonth: april }))
         yield* s.addChannels(uaid(1), april, [chid(1), chid(2)])
-        yield* s.setReadCursor(uaid(1), april, T0 - 5000)
         yield* s.saveMessage(uaid(1), april, message({ channelId: chid(1), version: "old", sortkeyTimestamp: T0 - 1000 }))
 
         const may = yield* s.currentMessageTable
@@ -334,7 +331,6 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
         assert.strictEqual((yield* s.getUser(uaid(1)))?.currentMonth, may)
         assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), may))].sort(), [chid(1), chid(2)])
-        assert.isUndefined(yield* s.getReadCursor(uaid(1), may)) // a new month starts without a cursor
         // the old table still serves what was stored there until it is drained
         assert.strictEqual((yield* s.fetchTimestampMessages(uaid(1), april, undefined, 10)).messages.length, 1)
 
@@ -462,24 +458,6 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.strictEqual(yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "t2", topic: "t", sortkeyTimestamp: T0 + 1 })), "stored")
         assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [message({ channelId: chid(1), version: "t0", topic: "t", sortkeyTimestamp: T0 - 1 })]), [])
         assert.deepStrictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).map((m) => m.version), ["t2"])
-      }))
-
-    test("read cursor: per user and table, independent of the channel set", (s) =>
-      Effect.gen(function*() {
-        const [last, current] = yield* s.activeMessageTables as Effect.Effect<readonly [string, string]>
-        assert.isUndefined(yield* s.getReadCursor(uaid(1), current))
-        yield* s.setReadCursor(uaid(1), current, T0 + 123)
-        assert.strictEqual(yield* s.getReadCursor(uaid(1), current), T0 + 123)
-        assert.strictEqual((yield* s.getChannels(uaid(1), current)).size, 0)
-        yield* s.addChannel(uaid(1), current, chid(1))
-        yield* s.setReadCursor(uaid(1), current, T0 + 456)
-        assert.strictEqual(yield* s.getReadCursor(uaid(1), current), T0 + 456)
-        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), current))], [chid(1)])
-        assert.isUndefined(yield* s.getReadCursor(uaid(1), last))
-        assert.isUndefined(yield* s.getReadCursor(uaid(2), current))
-        // the meta row is not a message
-        assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), current, undefined, 10)).messages, [])
-        assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), current, 10), [])
       }))
 
     test("expired messages are invisible on every read (expiry <= now)", (s) =>
