@@ -38,7 +38,7 @@ import { Broadcasts } from "../broadcast/Broadcasts.ts"
 import { Storage } from "../storage/Storage.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
-import { listen } from "./listen.ts"
+import { listen } from "../domain/listen.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
 

@@ -318,3 +318,16 @@ export class Metrics extends Context.Service<Metrics, MetricsService>()("autopus
     prometheus: () => ""
   }))
 }
+
+/** Metric handles made once per label value (or key of values) and kept: a hot path looks them up, never remakes them. */
+export const handlesBy = <H>(make: (key: string) => H): ((key: string) => H) => {
+  const handles = new Map<string, H>()
+  return (key) => {
+    let handle = handles.get(key)
+    if (handle === undefined) {
+      handle = make(key)
+      handles.set(key, handle)
+    }
+    return handle
+  }
+}

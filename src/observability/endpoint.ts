@@ -8,7 +8,7 @@ import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { type ApiError, Overloaded, toErrorResponse } from "../domain/errors.ts"
 import { METRICS } from "./catalog.ts"
-import { Metrics, type MetricsService, type Timer } from "./Metrics.ts"
+import { handlesBy, Metrics, type MetricsService, type Timer } from "./Metrics.ts"
 
 /** Coarse route of a request path (a bounded label). */
 export const routeLabel = (url: string): string =>
@@ -39,25 +39,13 @@ export interface EndpointInstrumentation {
   ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest>
 }
 
-const perKey = <H>(make: (key: string) => H) => {
-  const handles = new Map<string, H>()
-  return (key: string): H => {
-    let handle = handles.get(key)
-    if (handle === undefined) {
-      handle = make(key)
-      handles.set(key, handle)
-    }
-    return handle
-  }
-}
-
 export const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumentation => {
   const inFlight = metrics.gauge(METRICS.inFlight.name)
-  const requestTime = perKey((key): Timer => {
+  const requestTime = handlesBy((key): Timer => {
     const at = key.indexOf(" ")
     return metrics.timer(METRICS.requestTime.name, { route: key.slice(0, at), status: key.slice(at + 1) })
   })
-  const requestError = perKey((key) => {
+  const requestError = handlesBy((key) => {
     const at = key.indexOf(" ")
     return metrics.counter(METRICS.requestError.name, { errno: key.slice(0, at), status: key.slice(at + 1) })
   })

@@ -6,21 +6,9 @@
 import type { DomainEvent } from "../domain/events.ts"
 import { METRICS } from "./catalog.ts"
 import type { EventSink } from "./EventLog.ts"
-import type { Counter, MetricsService, Tags, Timer } from "./Metrics.ts"
+import { type Counter, handlesBy, type MetricsService, type Tags, type Timer } from "./Metrics.ts"
 
-/** A handle per tag value, made on first use. */
-const perValue = <H>(make: (value: string) => H) => {
-  const handles = new Map<string, H>()
-  return (value: string): H => {
-    let handle = handles.get(value)
-    if (handle === undefined) {
-      handle = make(value)
-      handles.set(value, handle)
-    }
-    return handle
-  }
-}
-
+/** A client's code as a tag value: one of `values`, or `otherwise`. */
 const known = (values: ReadonlyArray<number>, otherwise: string) => {
   const set = new Set(values)
   return (code: number | undefined): string => (code === undefined ? "none" : set.has(code) ? String(code) : otherwise)
@@ -34,31 +22,31 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
   const counter = (name: string, tags?: Tags): Counter => metrics.counter(name, tags)
   const timer = (name: string, tags?: Tags): Timer => metrics.timer(name, tags)
 
-  const hello = perValue((uaid) => counter(METRICS.hello.name, { uaid }))
+  const hello = handlesBy((uaid) => counter(METRICS.hello.name, { uaid }))
   const register = counter(METRICS.register.name)
-  const unregister = perValue((code) => counter(METRICS.unregister.name, { code }))
-  const ack = perValue((key) => {
+  const unregister = handlesBy((code) => counter(METRICS.unregister.name, { code }))
+  const ack = handlesBy((key) => {
     const [source, code] = key.split(":") as [string, string]
     return counter(METRICS.ack.name, { source, code })
   })
-  const nack = perValue((code) => counter(METRICS.nack.name, { code }))
-  const sent = perValue((source) => counter(METRICS.sent.name, { source }))
+  const nack = handlesBy((code) => counter(METRICS.nack.name, { code }))
+  const sent = handlesBy((source) => counter(METRICS.sent.name, { source }))
   const retrieved = counter(METRICS.retrieved.name)
-  const expiration = perValue((reason) => counter(METRICS.expiration.name, { reason }))
+  const expiration = handlesBy((reason) => counter(METRICS.expiration.name, { reason }))
   const migrated = counter(METRICS.migrated.name)
-  const closed = perValue((key) => {
+  const closed = handlesBy((key) => {
     const at = key.indexOf(":")
     return counter(METRICS.closed.name, { code: key.slice(0, at), reason: key.slice(at + 1) })
   })
-  const stored = perValue((reason) => counter(METRICS.stored.name, { reason }))
-  const broadcastDelivered = perValue((reason) => counter(METRICS.broadcastDelivered.name, { reason }))
+  const stored = handlesBy((reason) => counter(METRICS.stored.name, { reason }))
+  const broadcastDelivered = handlesBy((reason) => counter(METRICS.broadcastDelivered.name, { reason }))
   const expired = counter(METRICS.expired.name)
   const deleted = counter(METRICS.deleted.name)
   const received = counter(METRICS.received.name)
-  const routed = perValue((outcome) => counter(METRICS.routed.name, { outcome }))
-  const routeTime = perValue((outcome) => timer(METRICS.routeTime.name, { outcome }))
-  const bridgeSent = perValue((platform) => counter(METRICS.bridgeSent.name, { platform }))
-  const bridgeError = perValue((key) => {
+  const routed = handlesBy((outcome) => counter(METRICS.routed.name, { outcome }))
+  const routeTime = handlesBy((outcome) => timer(METRICS.routeTime.name, { outcome }))
+  const bridgeSent = handlesBy((platform) => counter(METRICS.bridgeSent.name, { platform }))
+  const bridgeError = handlesBy((key) => {
     const at = key.indexOf(":")
     return counter(METRICS.bridgeError.name, { platform: key.slice(0, at), reason: key.slice(at + 1) })
   })

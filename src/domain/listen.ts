@@ -2,7 +2,7 @@
 import * as Effect from "effect/Effect"
 import type { Server } from "node:http"
 import type { AddressInfo } from "node:net"
-import { listenFailure, type StartupError } from "../domain/errors.ts"
+import { listenFailure, type StartupError } from "./errors.ts"
 
 /** Listen until the scope closes; the bound port. A port that cannot be bound names its option. */
 export const listen = (server: Server, port: number, host: string, option: string) =>
