@@ -1,19 +1,37 @@
 /**
- * A map that keeps the last `size` keys set (the oldest forgotten first), and `memoize` over it.
- * Keys are kept in order as a ring: cheaper than a Map's first key after many deletions.
+ * A map that keeps the last `capacity` keys set (the oldest forgotten first), and `memoize` over it:
+ * the one bounded map of the project (caches, the message trace's window, open spans). Keys are kept
+ * in order as a ring: cheaper than a Map's first key after many deletions.
  */
 export class RecentMap<V> {
   private readonly entries = new Map<string, V>()
   private readonly order: Array<string | undefined> = []
   private next = 0
-  private readonly size: number
+  private readonly capacity: number
 
-  constructor(size: number) {
-    this.size = size
+  constructor(capacity: number) {
+    this.capacity = capacity
   }
 
   get(key: string): V | undefined {
     return this.entries.get(key)
+  }
+
+  /**
+   * Forget `key` now. Its slot in the ring stays until it comes round: a key deleted and set again
+   * may then be forgotten before `capacity` newer keys were set (for caches, one more miss).
+   */
+  delete(key: string): void {
+    this.entries.delete(key)
+  }
+
+  get size(): number {
+    return this.entries.size
+  }
+
+  /** Key and value of every entry, oldest first by when it was last set. */
+  [Symbol.iterator](): IterableIterator<[string, V]> {
+    return this.entries[Symbol.iterator]()
   }
 
   set(key: string, value: V): void {
@@ -21,7 +39,7 @@ export class RecentMap<V> {
       const oldest = this.order[this.next]
       if (oldest !== undefined) this.entries.delete(oldest)
       this.order[this.next] = key
-      this.next = (this.next + 1) % this.size
+      this.next = (this.next + 1) % this.capacity
     }
     this.entries.set(key, value)
   }

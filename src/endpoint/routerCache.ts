@@ -8,6 +8,7 @@
  * the push goes the normal way on a fresh read. Nothing destructive (dropping a user, storing a
  * message) is decided on a cached record.
  */
+import { RecentMap } from "../domain/memo.ts"
 import type { UserRecord } from "../domain/user.ts"
 
 export interface RouterCacheOptions {
@@ -24,11 +25,12 @@ export interface CachedRouter {
 }
 
 export class RouterCache {
-  private readonly records = new Map<string, CachedRouter & { readonly until: number }>()
+  private readonly records: RecentMap<CachedRouter & { readonly until: number }>
   private readonly options: RouterCacheOptions
 
   constructor(options: RouterCacheOptions) {
     this.options = options
+    this.records = new RecentMap(Math.max(1, options.entries))
   }
 
   /** The record of `uaid` if it is fresh. */
@@ -45,10 +47,6 @@ export class RouterCache {
     if (this.options.ttlMs <= 0) return
     this.records.delete(user.uaid)
     if (user.routerType !== "webpush" || user.nodeId === undefined || user.currentMonth === undefined) return
-    if (this.records.size >= this.options.entries) {
-      const oldest = this.records.keys().next()
-      if (oldest.done !== true) this.records.delete(oldest.value)
-    }
     this.records.set(user.uaid, { user, channels: new Set([channelId]), until: now + this.options.ttlMs })
   }
 

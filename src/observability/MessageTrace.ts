@@ -17,6 +17,7 @@ import * as Context from "effect/Context"
 import * as Layer from "effect/Layer"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
+import { RecentMap } from "../domain/memo.ts"
 import { isOpaqueId, makeOpaqueIds, opaqueId } from "./opaque.ts"
 
 export interface TraceEntry {
@@ -121,14 +122,8 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
   const capacity = Math.max(1, options.capacity ?? 10_000)
   const maxEvents = Math.max(1, options.maxEventsPerMessage ?? 32)
   const opaque = options.opaque ?? makeOpaqueIds()
-  /** By message id, in order of first sight. */
-  const window = new Map<string, Lifecycle>()
-  /**
-   * Message ids in order of first sight, as a ring: the slot to reuse next holds the oldest. (Not
-   * `window.keys().next()`: a Map's iteration walks over the holes its deletions leave.)
-   */
-  const order: Array<string | undefined> = []
-  let next = 0
+  /** By message id: the last `capacity` by first sight. */
+  const window = new RecentMap<Lifecycle>(capacity)
 
   const sink: EventSink = (event) => {
     const version = versionOf(event)
@@ -137,10 +132,6 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
     if (state === undefined) return
     const lifecycle = window.get(version)
     if (lifecycle === undefined) {
-      const oldest = order[next]
-      if (oldest !== undefined) window.delete(oldest)
-      order[next] = version
-      next = (next + 1) % capacity
       window.set(version, { uaid: event.uaid, state, firstSeen: event.time, lastSeen: event.time, events: [event], truncated: false })
       return
     }

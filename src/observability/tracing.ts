@@ -20,6 +20,7 @@ import * as Option from "effect/Option"
 import * as References from "effect/References"
 import * as Tracer from "effect/Tracer"
 import type * as OtlpExporter from "effect/observability/OtlpExporter"
+import { RecentMap } from "../domain/memo.ts"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
 import { opaqueId } from "./opaque.ts"
@@ -72,7 +73,7 @@ const OPEN_DELIVERIES = 10_000
  * delivery with a trace context goes out, `notification.ack` (from delivery to ack) when it is acked.
  */
 export const deliverySpans = (tracer: Tracer.Tracer): EventSink => {
-  const open = new Map<string, { readonly parent: Tracer.ExternalSpan; readonly at: number }>()
+  const open = new RecentMap<{ readonly parent: Tracer.ExternalSpan; readonly at: number }>(OPEN_DELIVERIES)
   const span = (name: string, parent: Tracer.ExternalSpan, start: number, end: number, attributes: Record<string, unknown>) => {
     const s = tracer.span({
       name,
@@ -92,7 +93,6 @@ export const deliverySpans = (tracer: Tracer.Tracer): EventSink => {
       const parent = event.data.traceparent === undefined ? undefined : parseTraceparent(event.data.traceparent)
       if (parent === undefined) return
       span("notification.deliver", parent, event.time, event.time, { "autopush.message": opaqueId(event.data.version) })
-      if (open.size >= OPEN_DELIVERIES) open.delete(open.keys().next().value as string)
       open.set(event.data.version, { parent, at: event.time })
       return
     }

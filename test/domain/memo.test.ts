@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { memoize } from "../../src/domain/memo.ts"
+import { memoize, RecentMap } from "../../src/domain/memo.ts"
 
 describe("memoize", () => {
   it.effect("computes a key once while it is among the last `size` kept, then again", () =>
@@ -30,4 +30,19 @@ describe("memoize", () => {
       assert.strictEqual(parse("good"), 1)
       assert.strictEqual(calls, 4)
     }))
+})
+
+describe("RecentMap", () => {
+  it("keeps the last `capacity` keys set; delete forgets one now; iteration and size see what is kept", () => {
+    const map = new RecentMap<number>(3)
+    for (const [i, key] of ["a", "b", "c", "d"].entries()) map.set(key, i)
+    assert.deepStrictEqual([...map], [["b", 1], ["c", 2], ["d", 3]])
+    map.set("c", 20) // a key set again keeps its place
+    map.delete("b")
+    assert.isUndefined(map.get("b"))
+    assert.strictEqual(map.size, 2)
+    map.set("e", 4) // takes b's slot (b is gone already): c, d, e
+    map.set("f", 5) // pushes out c, the oldest
+    assert.deepStrictEqual([...map].map(([key]) => key), ["d", "e", "f"])
+  })
 })
