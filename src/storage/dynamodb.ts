@@ -5,49 +5,36 @@
  * no PartiQL. Failures become `StorageError`s; server errors are told apart by their `name`, never
  * by message text. Reserved words (`data`, `ttl`, `timestamp`, ...) are always escaped.
  *
- * Waiting for the server (throughput back-off, unprocessed batch items, table status) runs on the
- * live clock even under a `TestClock`: it is about the real server. Expiry is judged by the Effect
- * `Clock` of the caller.
+ * Expiry is judged by the Effect `Clock` of the caller. The requests themselves (retries, deadlines)
+ * are `dynamoRequests.ts`; items `dynamoRows.ts`; creating, checking and dropping tables and stale
+ * users `dynamoMaintenance.ts`.
  */
-import type { AttributeValue, CreateTableCommandInput, QueryCommandInput, WriteRequest } from "@aws-sdk/client-dynamodb"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Predicate from "effect/Predicate"
-import * as Schedule from "effect/Schedule"
-import { type MessageKey, type Notification, sortkeyMs, URGENCIES } from "../domain/notification.ts"
+import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
+import { makeDynamoClient } from "./dynamoClient.ts"
+import { makeMaintenance } from "./dynamoMaintenance.ts"
+import { isNamed, makeRequests, STORAGE_TIMEOUT_MS } from "./dynamoRequests.ts"
+import { type Item, messageKey, messageToItem, N, S, userFields, userFromItem, userToItem, userValue, visibleMessages } from "./dynamoRows.ts"
 import {
   nextFreeMs,
   type SaveOutcome,
   CHANNEL_END,
   CHANNEL_PREFIX,
   channelSortKey,
-  expiryOf,
-  isVisible,
-  messageSortKey,
   BROADCAST_ATTRIBUTE_PREFIX,
   BROADCASTS_KEY,
   META_SORT_KEY,
-  parseSortKey,
-  plainData,
   sortKeyMsOf,
   sortKeyOf,
   TIMESTAMP_END,
   timestampLowerBound,
   TOPIC_PREFIX
 } from "./model.ts"
-import { makeDynamoClient } from "./dynamoClient.ts"
-import { Storage, StorageError, type TableStatus, type UserPatch } from "./Storage.ts"
-import {
-  activeTableNames,
-  isMessageTable,
-  lastConnectKeys,
-  messageTablesOf,
-  type StorageOptions,
-  staleMonths,
-  tablesByClock
-} from "./tables.ts"
+import { Storage, StorageError, type UserPatch } from "./Storage.ts"
+import { type StorageOptions, tablesByClock } from "./tables.ts"
 
 export interface DynamoOptions extends StorageOptions {
   /** Endpoint URL (DynamoDB Local, dynalite, Alternator); AWS's regional endpoint when absent. */
@@ -56,161 +43,6 @@ export interface DynamoOptions extends StorageOptions {
   /** Deadline of one operation, retries included (ms; default `STORAGE_TIMEOUT_MS`). */
   readonly timeoutMs?: number | undefined
 }
-
-/** Default deadline of one storage operation: a server that accepts and never answers must not park callers. */
-export const STORAGE_TIMEOUT_MS = 5_000
-
-/** The cause of a `StorageError` whose operation ran out of time. */
-export class StorageTimeout extends Error {
-  override readonly name = "StorageTimeout"
-  readonly timeoutMs: number
-  constructor(timeoutMs: number) {
-    super(`no answer within ${timeoutMs} ms`)
-    this.timeoutMs = timeoutMs
-  }
-}
-
-type Item = Record<string, AttributeValue>
-
-export const ACCESS_INDEX = "AccessIndex"
-const BATCH_WRITE_MAX = 25
-const STALE_PAGE = 25
-const THROUGHPUT_ERRORS = new Set(["ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"])
-/** Connection errors worth one more try (a reused keep-alive socket the server had closed). */
-const TRANSIENT_CODES = new Set(["ECONNRESET", "EPIPE", "ETIMEDOUT"])
-/** What servers without TTL answer to `UpdateTimeToLive` (dynalite: UnknownOperationException). */
-const TTL_UNSUPPORTED = new Set(["UnknownOperationException", "UnsupportedOperationException", "NotImplementedException"])
-
-/** The `name` of an SDK error (`ConditionalCheckFailedException`, ...). */
-export const errorName = (cause: unknown): string | undefined =>
-  Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : undefined
-
-const isNamed = (name: string) => (error: StorageError): boolean => errorName(error.cause) === name
-
-/** Throttling or a dropped connection: retried a few times, quickly. */
-const isRetryable = (error: StorageError): boolean =>
-  THROUGHPUT_ERRORS.has(errorName(error.cause) ?? "") ||
-  (Predicate.hasProperty(error.cause, "code") && TRANSIENT_CODES.has(String(error.cause.code)))
-
-const liveClock = Clock.Clock.defaultValue()
-/** 25, 50, 100, 200 ms (jittered): a throttled request fails within about half a second. */
-const retryBackoff = Schedule.exponential("25 millis").pipe(Schedule.jittered, Schedule.upTo({ times: 4 }))
-
-// ── attribute values ─────────────────────────────────────────────────────────────────────────────
-
-const S = (value: string): AttributeValue => ({ S: value })
-const N = (value: number): AttributeValue => ({ N: String(value) })
-
-const marshal = (value: unknown): AttributeValue => {
-  if (value === null || value === undefined) return { NULL: true }
-  if (Predicate.isString(value)) return S(value)
-  if (Predicate.isNumber(value)) return N(value)
-  if (Predicate.isBoolean(value)) return { BOOL: value }
-  if (Array.isArray(value)) return { L: value.map(marshal) }
-  if (Predicate.isObject(value)) {
-    return { M: Object.fromEntries(Object.entries(value).map(([k, v]) => [k, marshal(v)])) }
-  }
-  return S(String(value))
-}
-
-const unmarshal = (value: AttributeValue): unknown => {
-  if (value.S !== undefined) return value.S
-  if (value.N !== undefined) return Number(value.N)
-  if (value.BOOL !== undefined) return value.BOOL
-  if (value.NULL !== undefined) return null
-  if (value.L !== undefined) return value.L.map(unmarshal)
-  if (value.M !== undefined) return Object.fromEntries(Object.entries(value.M).map(([k, v]) => [k, unmarshal(v)]))
-  if (value.SS !== undefined) return value.SS
-  if (value.NS !== undefined) return value.NS.map(Number)
-  return undefined
-}
-
-const num = (value: AttributeValue | undefined): number | undefined =>
-  value?.N === undefined ? undefined : Number(value.N)
-
-// ── router records ───────────────────────────────────────────────────────────────────────────────
-
-const USER_ATTRIBUTES = {
-  connectedAt: "connected_at",
-  routerType: "router_type",
-  routerData: "router_data",
-  nodeId: "node_id",
-  lastConnect: "last_connect",
-  currentMonth: "current_month",
-  recordVersion: "record_version"
-} as const satisfies Record<keyof UserPatch, string>
-
-const userFields = Object.entries(USER_ATTRIBUTES) as ReadonlyArray<[keyof UserPatch, string]>
-
-const userValue = (field: keyof UserPatch, value: unknown): AttributeValue =>
-  marshal(field === "routerData" ? plainData(value as Record<string, unknown>) : value)
-
-const userToItem = (user: UserRecord): Item => {
-  const item: Item = { uaid: S(user.uaid) }
-  for (const [field, attribute] of userFields) {
-    if (user[field] !== undefined) item[attribute] = userValue(field, user[field])
-  }
-  return item
-}
-
-const userFromItem = (item: Item): UserRecord => {
-  const fields: Record<string, unknown> = { uaid: item.uaid?.S, routerType: "webpush", routerData: {}, connectedAt: 0 }
-  for (const [field, attribute] of userFields) {
-    const value = item[attribute]
-    if (value !== undefined) fields[field] = unmarshal(value)
-  }
-  return fields as unknown as UserRecord
-}
-
-// ── message rows ─────────────────────────────────────────────────────────────────────────────────
-
-const messageToItem = (uaid: string, n: Notification): Item => ({
-  uaid: S(uaid),
-  chidmessageid: S(messageSortKey(n)),
-  updateid: S(n.version),
-  ttl: N(n.ttl),
-  timestamp: N(n.timestamp),
-  expiry: N(expiryOf(n)),
-  ...(n.topic !== undefined ? { topic: S(n.topic), ...(n.sortkeyTimestamp !== undefined ? { sortkey_timestamp: N(n.sortkeyTimestamp) } : {}) } : {}),
-  ...(n.urgency !== undefined ? { urgency: S(n.urgency) } : {}),
-  ...(n.data !== undefined ? { data: S(n.data) } : {}),
-  ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
-})
-
-const messageFromItem = (item: Item): Notification | undefined => {
-  const key = parseSortKey(item.chidmessageid?.S ?? "")
-  const version = item.updateid?.S
-  if (key === undefined || version === undefined) return undefined
-  const data = item.data?.S
-  const headers = item.headers?.M
-  const urgency = URGENCIES.find((u) => u === item.urgency?.S)
-  return {
-    channelId: key.channelId,
-    version,
-    ttl: num(item.ttl) ?? 0,
-    timestamp: num(item.timestamp) ?? 0,
-    ...(key.topic !== undefined
-      ? { topic: key.topic, ...(item.sortkey_timestamp?.N !== undefined ? { sortkeyTimestamp: Number(item.sortkey_timestamp.N) } : {}) }
-      : { sortkeyTimestamp: key.sortkeyTimestamp }),
-    ...(urgency !== undefined ? { urgency } : {}),
-    ...(data !== undefined ? { data } : {}),
-    ...(headers !== undefined ? { headers: unmarshal({ M: headers }) as Record<string, string> } : {})
-  }
-}
-
-const rowVisible = (item: Item, nowMs: number): boolean =>
-  isVisible(num(item.expiry) ?? (num(item.timestamp) ?? 0) + (num(item.ttl) ?? 0), nowMs)
-
-const visibleMessages = (items: ReadonlyArray<Item>, nowMs: number): Array<Notification> =>
-  items.flatMap((item) => {
-    const message = rowVisible(item, nowMs) ? messageFromItem(item) : undefined
-    return message === undefined ? [] : [message]
-  })
-
-const messageKey = (uaid: string, sortKey: string): Item => ({ uaid: S(uaid), chidmessageid: S(sortKey) })
-
-const chunks = <A>(items: ReadonlyArray<A>, size: number): Array<ReadonlyArray<A>> =>
-  Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size))
 
 // ── the layer ────────────────────────────────────────────────────────────────────────────────────
 
@@ -223,66 +55,8 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         (c) => Effect.sync(() => c.destroy())
       )
       const router = options.routerTable
-      const timeoutMs = options.timeoutMs ?? STORAGE_TIMEOUT_MS
-
-      /**
-       * One request; throttling and dropped connections retried with a short bounded back-off, all
-       * within the deadline (a request still out then is aborted).
-       */
-      const call = <A>(operation: string, send: (o: { abortSignal: AbortSignal }) => Promise<A>) =>
-        Effect.tryPromise({
-          try: (abortSignal) => send({ abortSignal }),
-          catch: (cause) => new StorageError({ operation, cause })
-        }).pipe(
-          Effect.retry({ schedule: retryBackoff, while: isRetryable }),
-          Effect.timeoutOrElse({
-            duration: timeoutMs,
-            orElse: () => Effect.fail(new StorageError({ operation, cause: new StorageTimeout(timeoutMs) }))
-          }),
-          Effect.provideService(Clock.Clock, liveClock)
-        )
-
-      /** `true` when the conditional write happened, `false` when its condition did not hold. */
-      const conditional = (self: Effect.Effect<unknown, StorageError>) =>
-        self.pipe(
-          Effect.as(true),
-          Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(false))
-        )
-
-      const query = (operation: string, input: QueryCommandInput) =>
-        call(operation, (o) => client.send("Query", input, o))
-
-      /** Every item of a query, page by page. */
-      const queryAll = Effect.fnUntraced(function*(operation: string, input: QueryCommandInput) {
-        const items: Array<Item> = []
-        let start: Item | undefined
-        do {
-          const page = yield* query(operation, { ...input, ExclusiveStartKey: start })
-          items.push(...(page.Items ?? []))
-          start = page.LastEvaluatedKey
-        } while (start !== undefined)
-        return items
-      })
-
-      /** BatchWriteItem in chunks of 25, resubmitting unprocessed items with back-off. */
-      const batchWrite = Effect.fnUntraced(function*(
-        operation: string,
-        table: string,
-        requests: ReadonlyArray<WriteRequest>
-      ) {
-        for (const chunk of chunks(requests, BATCH_WRITE_MAX)) {
-          let pending: Array<WriteRequest> = [...chunk]
-          for (let attempt = 0; pending.length > 0; attempt++) {
-            if (attempt >= 8) {
-              return yield* new StorageError({ operation, cause: `${pending.length} unprocessed items in ${table}` })
-            }
-            if (attempt > 0) yield* Effect.sleep(Math.min(1000, 25 * 2 ** attempt))
-            const result = yield* call(operation, (o) =>
-              client.send("BatchWriteItem", { RequestItems: { [table]: pending } }, o))
-            pending = result.UnprocessedItems?.[table] ?? []
-          }
-        }
-      }, Effect.provideService(Clock.Clock, liveClock))
+      const requests = makeRequests(client, options.timeoutMs ?? STORAGE_TIMEOUT_MS)
+      const { call, conditional, query, queryAll, batchWrite } = requests
 
       // ── router table ──────────────────────────────────────────────────────────────────────────
 
@@ -687,187 +461,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
             o
           ))).pipe(Effect.asVoid)
 
-      // ── maintenance ───────────────────────────────────────────────────────────────────────────
-
-      const describe = (operation: string, table: string) =>
-        call(operation, (o) => client.send("DescribeTable", { TableName: table }, o)).pipe(
-          Effect.map((result) => result.Table),
-          Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed(undefined))
-        )
-
-      /**
-       * Poll until the table (and its indexes) is ACTIVE, or, with `gone`, until it no longer exists:
-       * soon at first (a local server is done in milliseconds), then less often (AWS takes seconds).
-       */
-      const awaitTable = Effect.fnUntraced(function*(operation: string, table: string, gone = false) {
-        for (let waited = 0, pause = 5; waited < 120_000; waited += pause, pause = Math.min(pause * 2, 1_000)) {
-          const d = yield* describe(operation, table)
-          const active = d?.TableStatus === "ACTIVE" &&
-            (d.GlobalSecondaryIndexes ?? []).every((index) => index.IndexStatus === "ACTIVE")
-          if (gone ? d === undefined : active) return
-          yield* Effect.sleep(pause)
-        }
-        return yield* new StorageError({ operation, cause: `table ${table} did not become ${gone ? "deleted" : "ACTIVE"}` })
-      }, Effect.provideService(Clock.Clock, liveClock))
-
-      const createTable = Effect.fnUntraced(function*(input: CreateTableCommandInput, ttl: boolean) {
-        const table = input.TableName ?? ""
-        const created = yield* conditionalCreate(input)
-        yield* awaitTable("createTables", table)
-        if (!created || !ttl) return
-        yield* call("createTables", (o) =>
-          client.send(
-            "UpdateTimeToLive", {
-              TableName: table,
-              TimeToLiveSpecification: { AttributeName: "expiry", Enabled: true }
-            },
-            o
-          )).pipe(Effect.catchIf((e) => TTL_UNSUPPORTED.has(errorName(e.cause) ?? ""), () => Effect.void))
-      })
-
-      /** CreateTable; false when it already exists (or another node is creating it). */
-      const conditionalCreate = (input: CreateTableCommandInput) =>
-        call("createTables", (o) => client.send("CreateTable", input, o)).pipe(
-          Effect.as(true),
-          Effect.catchIf(isNamed("ResourceInUseException"), () => Effect.succeed(false))
-        )
-
-      /** The router table and the message tables, side by side. */
-      const createTables = Effect.fn("Storage.createTables")(function*(messageTables: ReadonlyArray<string>) {
-        yield* Effect.all([createRouterTable, createMessageTables(messageTables)], { concurrency: "unbounded", discard: true })
-      })
-
-      const createRouterTable = Effect.gen(function*() {
-        if ((yield* describe("createTables", router)) === undefined) {
-          yield* createTable({
-            TableName: router,
-            BillingMode: "PAY_PER_REQUEST",
-            AttributeDefinitions: [
-              { AttributeName: "uaid", AttributeType: "S" },
-              { AttributeName: "last_connect", AttributeType: "N" }
-            ],
-            KeySchema: [{ AttributeName: "uaid", KeyType: "HASH" }],
-            GlobalSecondaryIndexes: [{
-              IndexName: ACCESS_INDEX,
-              KeySchema: [{ AttributeName: "last_connect", KeyType: "HASH" }],
-              Projection: { ProjectionType: "KEYS_ONLY" }
-            }]
-          }, false)
-        }
-      })
-
-      const createMessageTables = (messageTables: ReadonlyArray<string>) =>
-        Effect.forEach(messageTables, (table) =>
-          describe("createTables", table).pipe(
-            Effect.flatMap((existing) =>
-              existing !== undefined ? Effect.void : createTable({
-                TableName: table,
-                BillingMode: "PAY_PER_REQUEST",
-                AttributeDefinitions: [
-                  { AttributeName: "uaid", AttributeType: "S" },
-                  { AttributeName: "chidmessageid", AttributeType: "S" }
-                ],
-                KeySchema: [
-                  { AttributeName: "uaid", KeyType: "HASH" },
-                  { AttributeName: "chidmessageid", KeyType: "RANGE" }
-                ]
-              }, true)
-            )
-          ), { concurrency: "unbounded", discard: true })
-
-      const checkTables = Effect.gen(function*() {
-        const active = activeTableNames(options, yield* Clock.currentTimeMillis)
-        return yield* Effect.forEach([router, ...active], (table) =>
-          describe("checkTables", table).pipe(
-            Effect.map((description): TableStatus => {
-              if (description === undefined) return { table, ok: false, cause: "table not found" }
-              const status = description.TableStatus ?? "UNKNOWN"
-              return status === "ACTIVE" || status === "UPDATING" ? { table, ok: true } : { table, ok: false, cause: status }
-            })
-          ), { concurrency: "unbounded" })
-      })
-
-      const listMessageTables = Effect.gen(function*() {
-        const names: Array<string> = []
-        let start: string | undefined
-        do {
-          const page = yield* call("listMessageTables", (o) =>
-            client.send("ListTables", { ExclusiveStartTableName: start }, o))
-          names.push(...(page.TableNames ?? []))
-          start = page.LastEvaluatedTableName
-        } while (start !== undefined)
-        return messageTablesOf(options, names)
-      })
-
-      const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
-        if (!isMessageTable(options, table)) {
-          return yield* new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` })
-        }
-        yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
-          Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.void)
-        )
-        yield* awaitTable("dropMessageTable", table, true)
-      })
-
-      /**
-       * Drop one stale user: delete the router record only if `last_connect` is still the value the
-       * index showed (the user may have connected since), then its rows in its message table.
-       */
-      const dropStaleUser = Effect.fnUntraced(function*(uaid: string, lastConnect: AttributeValue) {
-        const result = yield* call("dropStaleUsers", (o) =>
-          client.send(
-            "DeleteItem", {
-              TableName: router,
-              Key: { uaid: S(uaid) },
-              ConditionExpression: "#last_connect = :last_connect",
-              ExpressionAttributeNames: { "#last_connect": "last_connect" },
-              ExpressionAttributeValues: { ":last_connect": lastConnect },
-              ReturnValues: "ALL_OLD"
-            },
-            o
-          )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
-        if (result === undefined) return 0
-        const table = result.Attributes?.current_month?.S
-        if (table !== undefined) yield* deleteUserRows("dropStaleUsers", uaid, table)
-        return 1
-      })
-
-      const dropStaleUsers = Effect.fn("Storage.dropStaleUsers")(function*(args: {
-        readonly monthsAgo: number
-        readonly lookbackMonths: number
-        readonly onProgress?: (dropped: number) => Effect.Effect<void>
-      }) {
-        const now = yield* Clock.currentTimeMillis
-        const keys = staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys)
-        let dropped = 0
-        // Small pages of the index, a few keys at a time: a sweep must not eat the table's capacity.
-        yield* Effect.forEach(keys, (key) =>
-          Effect.gen(function*() {
-            let start: Item | undefined
-            do {
-              const page = yield* query("dropStaleUsers", {
-                TableName: router,
-                IndexName: ACCESS_INDEX,
-                KeyConditionExpression: "#last_connect = :last_connect",
-                ExpressionAttributeNames: { "#last_connect": "last_connect" },
-                ExpressionAttributeValues: { ":last_connect": N(key) },
-                Limit: STALE_PAGE,
-                ExclusiveStartKey: start
-              })
-              const users = (page.Items ?? []).flatMap((item) =>
-                item.uaid?.S !== undefined && item.last_connect !== undefined ? [[item.uaid.S, item.last_connect] as const] : []
-              )
-              const counts = yield* Effect.forEach(users, ([uaid, lc]) => dropStaleUser(uaid, lc), { concurrency: 5 })
-              const n = counts.reduce<number>((a, b) => a + b, 0)
-              if (n > 0) {
-                dropped += n
-                if (args.onProgress !== undefined) yield* args.onProgress(dropped)
-              }
-              start = page.LastEvaluatedKey
-            } while (start !== undefined)
-          }), { concurrency: 4, discard: true })
-        return dropped
-      })
+      const maintenance = makeMaintenance(client, requests, options, deleteUserRows)
 
       return Storage.of({
         getUser,
@@ -891,11 +485,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         fetchTimestampMessages,
         deleteMessage,
         deleteMessages,
-        createTables,
-        checkTables,
-        listMessageTables,
-        dropMessageTable,
-        dropStaleUsers
+        ...maintenance
       })
     })
   )

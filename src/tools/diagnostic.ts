@@ -24,7 +24,7 @@ import {
 import type { FernetErrorReason } from "../crypto/fernet.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { errorName } from "../storage/dynamodb.ts"
+import { errorName } from "../storage/dynamoRequests.ts"
 import { Storage, StorageError } from "../storage/Storage.ts"
 import {
   describeStorageError,
