@@ -18,14 +18,12 @@ import { type RawData, WebSocket, WebSocketServer } from "ws"
 import { MalformedRequest, MethodNotAllowed, TooManyConnections } from "../domain/errors.ts"
 import { answerOnSocket, answerSocketErrors } from "../domain/raw-http.ts"
 import { closeFrame } from "../protocol/close.ts"
-import { decodeVapidPublicKey, EndpointCrypto } from "../crypto/endpoint.ts"
+import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { routerObservability } from "../observability/observability.ts"
 import { textFrame } from "../protocol/inputs.ts"
 import type { Mailbox } from "../protocol/mailbox.ts"
-import { NodeClient, type NodeClientService, type NodeTransportError } from "../routers/NodeClient.ts"
 import {
-  type Peers,
   protocolFor,
   runSession,
   SessionHandle,
@@ -39,6 +37,7 @@ import { Storage } from "../storage/Storage.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
 import { listen } from "../domain/listen.ts"
+import { PeerNodes } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
 
@@ -86,11 +85,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
       ConnectionNode,
       Effect.gen(function*() {
         const storage = yield* Storage
-        const broadcasts = yield* Broadcasts
-        const crypto = yield* EndpointCrypto
-        const events = yield* EventLog
         const registry = yield* NodeRegistry
-        const nodes = yield* NodeClient
         const fibers = yield* FiberSet.make()
         const run = yield* FiberSet.runtime(fibers)<never>()
         const runPromise = <A, E>(effect: Effect.Effect<A, E>) =>
@@ -123,23 +118,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         const routerPort = yield* listen(routerServer, options.routerPort, options.routerBindHost, "router_port")
         const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
 
-        const ports: SessionPorts = {
-          storage,
-          events,
-          registry,
-          logFrames: LogLevel.isGreaterThanOrEqualTo("Debug", yield* References.MinimumLogLevel),
-          options: sessionOptions,
-          protocol: protocolFor(sessionOptions),
-          broadcasts: broadcasts.current,
-          peers: peersOver(nodes, (effect) => void run(effect)),
-          endpoints: {
-            makeEndpoint: (uaid, channelId, key) => {
-              if (key === undefined) return crypto.makeEndpoint(uaid, channelId)
-              const raw = decodeVapidPublicKey(key)
-              return raw === undefined ? Effect.succeed(undefined) : crypto.makeEndpoint(uaid, channelId, raw)
-            }
-          }
-        }
+        const ports = yield* sessionPorts(sessionOptions, LogLevel.isGreaterThanOrEqualTo("Debug", yield* References.MinimumLogLevel))
 
         // Pings are answered by PushSocket, under a rate limit: `ws`'s own answering drops the TCP
         // connection without a close frame once too many pongs are pending.
@@ -202,25 +181,28 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         yield* Effect.addFinalizer(() => drain(publicServer, () => void Queue.endUnsafe(accepted), registry, sessionsDone, options.shutdownTimeoutMs))
         return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
       })
-    ).pipe(Layer.provideMerge(SessionTicker(options.tickMs)), Layer.provideMerge(NodeRegistry.layer))
+    ).pipe(
+      Layer.provideMerge(SessionTicker(options.tickMs)),
+      Layer.provide(PeerNodes.layer),
+      Layer.provideMerge(NodeRegistry.layer)
+    )
 }
 
-/**
- * Other connection nodes, through the one router-port client, in the background: a failure is a
- * warning, never awaited by the session.
- */
-const peersOver = (nodes: NodeClientService, run: (effect: Effect.Effect<void>) => void): Peers => {
-  const background = (what: string, call: Effect.Effect<number, NodeTransportError>) =>
-    run(call.pipe(
-      Effect.asVoid,
-      Effect.catchTag("NodeTransportError", (error) =>
-        Effect.logWarning(`${what} to peer node failed`).pipe(Effect.annotateLogs({ reason: error.reason })))
-    ))
-  return {
-    notify: (nodeId, uaid) => background("PUT /notif", nodes.notify(nodeId, uaid)),
-    disconnect: (nodeId, uaid, connectedAt) => background("DELETE /notif", nodes.disconnect(nodeId, uaid, connectedAt))
-  }
-}
+/** What a session talks to, from the node's services: the one place the session's ports are assembled. */
+export const sessionPorts = (options: SessionOptions, logFrames: boolean) =>
+  Effect.gen(function*() {
+    return {
+      storage: yield* Storage,
+      events: yield* EventLog,
+      registry: yield* NodeRegistry,
+      peers: yield* PeerNodes,
+      endpoints: yield* EndpointCrypto,
+      broadcasts: (yield* Broadcasts).current,
+      options,
+      protocol: protocolFor(options),
+      logFrames
+    } satisfies SessionPorts
+  })
 
 interface TransportLimits {
   readonly closeGraceMs: number

@@ -7,6 +7,7 @@ import type { CommandResult, Registering } from "./inputs.ts"
 import { type ClientMessage, PING_REPLY, registerReply, unregisterReply } from "./messages.ts"
 import { closeLive, type Out, withSession } from "./out.ts"
 import { type Budget, HELD_COMMANDS_MAX, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
+import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
 import { isCanonicalChannelId, parseChannelId } from "../domain/ids.ts"
 import { USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
 
@@ -57,12 +58,19 @@ export const budgetDeadline = (b: Budget, o: ProtocolOptions): number =>
 
 // ── register / unregister ───────────────────────────────────────────────────────────────────────
 
+/** A register: its channel id must be canonical, and its key (if any) a VAPID public key; then the endpoint is made. */
 export const register = (phase: Live, message: Msg<"register">, out: Out): Phase => {
   if (!isCanonicalChannelId(message.channelID)) {
     out.frame(registerReply(message.channelID, 401, ""))
     return phase
   }
-  out.run({ _tag: "MakeEndpoint", uaid: phase.session.uaid, channelId: message.channelID, key: message.key ?? undefined })
+  const key = message.key ?? undefined
+  const rawKey = key === undefined ? undefined : decodeVapidPublicKey(key)
+  if (key !== undefined && rawKey === undefined) {
+    out.frame(registerReply(message.channelID, 400, "Failed to generate endpoint"))
+    return phase
+  }
+  out.run({ _tag: "MakeEndpoint", uaid: phase.session.uaid, channelId: message.channelID, rawKey })
   return phase
 }
 
@@ -70,10 +78,6 @@ export const register = (phase: Live, message: Msg<"register">, out: Out): Phase
 export const endpointMade = (phase: Live, input: Extract<CommandResult, { _tag: "EndpointMade" }>, out: Out): Phase => {
   const s = phase.session
   const { channelId } = input.command
-  if (input.endpoint === undefined) {
-    out.frame(registerReply(channelId, 400, "Failed to generate endpoint"))
-    return phase
-  }
   const registering: Registering = { channelId, endpoint: input.endpoint }
   if (s.user !== undefined) {
     out.run({ _tag: "AddChannel", uaid: s.uaid, table: s.table, registering })

@@ -50,7 +50,8 @@ export type Command =
    * still exists: a user dropped meanwhile stays dropped), or at a new uaid's first register.
    */
   | { readonly _tag: "WriteUser"; readonly user: UserRecord; readonly purpose: WritePurpose }
-  | { readonly _tag: "MakeEndpoint"; readonly uaid: string; readonly channelId: string; readonly key: string | undefined }
+  /** `rawKey`: the VAPID public key the endpoint is bound to (a v2 endpoint), decoded already. */
+  | { readonly _tag: "MakeEndpoint"; readonly uaid: string; readonly channelId: string; readonly rawKey: Uint8Array | undefined }
   | { readonly _tag: "AddChannel"; readonly uaid: string; readonly table: string; readonly registering: Registering }
   | { readonly _tag: "RemoveChannel"; readonly uaid: string; readonly table: string; readonly channelId: string; readonly code: number | undefined }
   | RetriedCommand
@@ -95,7 +96,7 @@ export type CommandResult =
   | { readonly _tag: "UserWritten"; readonly command: Extract<Command, { _tag: "WriteUser" }>; readonly written: boolean }
   /** `dropped` false: another session re-claimed the user first. */
   | { readonly _tag: "UserDropped"; readonly dropped: boolean }
-  | { readonly _tag: "EndpointMade"; readonly command: Extract<Command, { _tag: "MakeEndpoint" }>; readonly endpoint: string | undefined }
+  | { readonly _tag: "EndpointMade"; readonly command: Extract<Command, { _tag: "MakeEndpoint" }>; readonly endpoint: string }
   /** `added` false: the user has `maxChannels` channels already. */
   | { readonly _tag: "ChannelAdded"; readonly registering: Registering; readonly added: boolean }
   | { readonly _tag: "ChannelRemoved"; readonly command: Extract<Command, { _tag: "RemoveChannel" }> }

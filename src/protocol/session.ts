@@ -15,6 +15,7 @@ import { type DomainEvent } from "../domain/events.ts"
 import { newUaid } from "../domain/ids.ts"
 import { type MessageKey, messageKeyOf, type Notification } from "../domain/notification.ts"
 import { lastConnectValue } from "../domain/user.ts"
+import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
@@ -59,14 +60,10 @@ export interface Peers {
   readonly disconnect: (nodeId: string, uaid: string, connectedAt: number) => void
 }
 
-export interface EndpointMaker {
-  /** The push endpoint URL for a channel, bound to the VAPID key when given; undefined for a bad key. */
-  readonly makeEndpoint: (uaid: string, channelId: string, key: string | undefined) => Effect.Effect<string | undefined>
-}
-
 export interface SessionPorts {
   readonly storage: StorageService
-  readonly endpoints: EndpointMaker
+  /** Push endpoint URLs: the node's endpoint crypto. */
+  readonly endpoints: Pick<EndpointCrypto["Service"], "makeEndpoint">
   readonly registry: SessionRegistry
   readonly peers: Peers
   readonly events: EventLogService
@@ -366,7 +363,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
         }))
       case "MakeEndpoint":
         return Effect.map(
-          this.ports.endpoints.makeEndpoint(command.uaid, command.channelId, command.key),
+          this.ports.endpoints.makeEndpoint(command.uaid, command.channelId, command.rawKey),
           (endpoint) => ({ _tag: "EndpointMade", command, endpoint })
         )
       case "AddChannel":

@@ -12,12 +12,14 @@ import { TestClock } from "effect/testing"
 import { connectionNodeOptions } from "../../src/bin/app.ts"
 import { makeSettings } from "../../src/config/index.ts"
 import type { DomainEvent } from "../../src/domain/events.ts"
-import { EndpointCrypto, decodeVapidPublicKey } from "../../src/crypto/endpoint.ts"
-import { makeNodeRegistry } from "../../src/connection/registry.ts"
+import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
+import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { sessionPorts } from "../../src/connection/node.ts"
+import { type PeerCall, PeerNodes } from "../../src/connection/peers.ts"
+import { makeNodeRegistry, NodeRegistry } from "../../src/connection/registry.ts"
 import { EventLog, EventLogMemory } from "../../src/observability/EventLog.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
 import {
-  protocolFor,
   SessionHandle,
   type SessionEvent,
   type SessionOptions,
@@ -82,7 +84,7 @@ export interface Client {
 export interface Harness {
   readonly ports: SessionPorts
   readonly registry: ReturnType<typeof makeNodeRegistry>
-  readonly pokes: Array<{ readonly kind: "notify" | "disconnect"; readonly nodeId: string; readonly uaid: string }>
+  readonly pokes: Array<PeerCall>
   readonly events: Array<DomainEvent>
   readonly connect: () => Effect.Effect<Client>
   /** The endpoint's router, delivering to this node. */
@@ -101,37 +103,21 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
   Effect.gen(function*() {
     broadcasts = new Map()
     const storage = yield* Storage
-    const crypto = yield* EndpointCrypto
     const { events } = yield* EventLogMemory
-    const eventLog = yield* EventLog
     yield* storage.createTables(yield* storage.activeMessageTables)
     const registry = makeNodeRegistry()
-    const pokes: Harness["pokes"] = []
+    const pokes: Array<PeerCall> = []
     const options = { ...sessionOptions, ...overrides }
-    const ports: SessionPorts = {
-      storage,
-      events: eventLog,
-      registry,
-      logFrames: false,
-      options,
-      protocol: protocolFor(options),
-      broadcasts: () => broadcasts,
-      peers: {
-        notify: (nodeId, uaid) => {
-          pokes.push({ kind: "notify", nodeId, uaid })
-          // This node's own router port would hand the poke to the live session.
-          if (nodeId === ports.options.routerUrl) registry.get(uaid)?.mailbox.offer({ _tag: "CheckStorage" })
-        },
-        disconnect: (nodeId, uaid) => void pokes.push({ kind: "disconnect", nodeId, uaid })
-      },
-      endpoints: {
-        makeEndpoint: (uaid, channelId, key) => {
-          if (key === undefined) return crypto.makeEndpoint(uaid, channelId)
-          const raw = decodeVapidPublicKey(key)
-          return raw === undefined ? Effect.succeed(undefined) : crypto.makeEndpoint(uaid, channelId, raw)
-        }
-      }
-    }
+    // The node's own services, with this registry, the broadcasts tests set, and peers that record.
+    const ports = yield* sessionPorts(options, false).pipe(Effect.provide(Layer.mergeAll(
+      Layer.succeed(NodeRegistry, registry),
+      Layer.succeed(Broadcasts, Broadcasts.of({ current: () => broadcasts })),
+      PeerNodes.layerTest((call) => {
+        pokes.push(call)
+        // This node's own router port would hand the poke to the live session.
+        if (call.kind === "notify" && call.nodeId === options.routerUrl) registry.get(call.uaid)?.mailbox.offer({ _tag: "CheckStorage" })
+      })
+    )))
     // This node's router port as the endpoint's router reaches it; any other node is gone.
     const node = { takesDirect: true }
     const here = options.routerUrl

@@ -156,7 +156,7 @@ const run = (
       case "DropUser":
         return o === "fail" ? failed : { _tag: "UserDropped", dropped: o !== "no" }
       case "MakeEndpoint":
-        return o === "fail" ? failed : { _tag: "EndpointMade", command, endpoint: o === "no" ? undefined : "http://e/wpush/v1/t" }
+        return o === "fail" ? failed : { _tag: "EndpointMade", command, endpoint: "http://e/wpush/v1/t" }
       case "AddChannel":
         return o === "fail" ? failed : { _tag: "ChannelAdded", registering: command.registering, added: o !== "full" }
       case "RemoveChannel":

@@ -29,6 +29,7 @@ const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 const THIS_MONTH = monthTableName("message", NOW)
 const LAST_MONTH = monthTableName("message", Date.UTC(2026, 9, 15))
 const NODE = sessionOptions.routerUrl
+const VAPID_KEY = "BKlyY43YrGTW22IHoLvkIZyrcD3nTsaQGSXe6e7iapBYFrFoaXq0MBacyF0SOIydSR8uvXoH_0WGcyMY0pzLViA="
 const OPTIONS: ProtocolOptions = { ...sessionOptions, commandsPerSecond: 10, commandBurst: 3 }
 const protocol = makeProtocol(OPTIONS)
 const { deadline } = protocol
@@ -361,18 +362,19 @@ describe("step: Identified, commands", () => {
     phase: "Identified",
     frames: [{ messageType: "register", channelID: CHID.toUpperCase(), status: 401, pushEndpoint: "" }]
   })
-  row("register makes the endpoint first", identified(), frame({ messageType: "register", channelID: CHID, key: "k" }), {
+  row("register makes the endpoint first, bound to the decoded VAPID key", identified(), frame({ messageType: "register", channelID: CHID, key: VAPID_KEY }), {
     phase: "Identified",
-    command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, key: "k" }
+    command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID },
+    check: (t) => assert.strictEqual((t.command as Extract<Command, { _tag: "MakeEndpoint" }>).rawKey?.length, 65)
   })
-  const made = (endpoint: string | undefined): Input => ({
-    _tag: "EndpointMade",
-    command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, key: undefined },
-    endpoint
-  })
-  row("a bad key: status 400", identified(), made(undefined), {
+  row("a key that is not a VAPID public key: status 400 at once, socket kept", identified(), frame({ messageType: "register", channelID: CHID, key: "k" }), {
     phase: "Identified",
     frames: [{ messageType: "register", channelID: CHID, status: 400, pushEndpoint: "Failed to generate endpoint" }]
+  })
+  const made = (endpoint: string): Input => ({
+    _tag: "EndpointMade",
+    command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, rawKey: undefined },
+    endpoint
   })
   row("endpoint made, user known: the channel is added", identified(), made("http://e/wpush/v1/t"), {
     phase: "Identified",
@@ -879,7 +881,7 @@ describe("step: what every live phase does alike", () => {
     row(`${tag}: unregister removes the channel`, phase, frame({ messageType: "unregister", channelID: CHID }), { phase: tag, command: { _tag: "RemoveChannel" } })
     row(`${tag}: endpoint made: the channel is added`, phase, {
       _tag: "EndpointMade",
-      command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, key: undefined },
+      command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, rawKey: undefined },
       endpoint: registering.endpoint
     }, { phase: tag, command: { _tag: "AddChannel" } })
     row(`${tag}: a new uaid's record written: the channel is added`, { ...phase, session: session({ user: undefined }) } as Phase, {
