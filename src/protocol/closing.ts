@@ -1,15 +1,18 @@
 /**
  * The end of a connection, and what storage failures mean on the way: a socket that closes (or a
  * close we decide) leaves the node; a live session then saves what the client did not ack
- * (`Closing`), and ends (`Closed`). Storage failures: a hello closes; a register or unregister is
- * answered 500; reads, deletes, month moves and the final save are retried with backoff.
+ * (`Closing`, a storage call a stage: delete acked rows, read the record, save into the table it
+ * names, leave the record, read it again to follow a month move or poke the node the user moved
+ * to), and ends (`Closed`). Storage failures: a hello closes; a register or unregister is answered
+ * 500; reads, deletes, month moves and the steps of the end are retried with backoff.
  */
 import type { CloseKind } from "./close.ts"
 import type { CommandResult } from "./inputs.ts"
 import { registerReply, unregisterReply } from "./messages.ts"
-import { backoff, closeEarly, closeLive, type Out, remember, withSession } from "./out.ts"
+import { backoff, closeEarly, closeLive, COLLECTING, NOTHING, type Out, remember, withSession } from "./out.ts"
 import type { Closed, Closing, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
 
 type Failed = Extract<CommandResult, { _tag: "CommandFailed" }>
 
@@ -27,7 +30,8 @@ export const socketClosedLive = (phase: Live, _input: unknown, out: Out): Phase 
   session: phase.session,
   reason: "client",
   since: out.now,
-  retry: undefined
+  retry: undefined,
+  stage: COLLECTING
 })
 
 export const socketClosedEarly = (): Closed => ({ _tag: "Closed" })
@@ -43,10 +47,11 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
 /**
  * What to save of an ended session: unacked direct messages, unexpired, re-stamped so they sort after
  * what is stored and do not collide; a topic message only if it is still the newest of its topic.
+ * Acked rows not deleted yet go first.
  */
 export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase => {
   const s = phase.session
-  if (s.user === undefined) return ended(phase, [], out)
+  if (s.user === undefined) return ended(phase, NOTHING, out)
   const nowSec = Math.floor(out.now / 1000)
   const messages: Array<Notification> = []
   // Stored topic messages the client has since had a newer message of (a TTL 0 one, sent and never
@@ -65,12 +70,89 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
     else if (newest) messages.push(n)
   }
   const acked = replaced.length === 0 ? ackedRows : [...ackedRows, ...replaced]
-  out.run({ _tag: "SaveUnacked", uaid: s.uaid, connectedAt: s.connectedAt, table: s.table, messages, acked, attempt: 0 })
-  return phase
+  if (acked.length === 0) return saveUnacked(phase, messages, out)
+  out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: acked, attempt: 0 })
+  return { ...phase, stage: { _tag: "DeletingAcked", messages } }
 }
 
-export const unackedSaved = (phase: Closing, { saved }: { readonly saved: ReadonlyArray<Notification> }, out: Out): Phase =>
-  ended(phase, saved, out)
+/** Unacked messages go to the table the router record names (read now: the user may have moved); nothing to save: this node just leaves the record. */
+const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, out: Out): Phase => {
+  const s = phase.session
+  if (messages.length === 0) {
+    out.run({ _tag: "ClearNodeId", uaid: s.uaid, connectedAt: s.connectedAt, attempt: 0 })
+    return { ...phase, stage: { _tag: "Clearing", table: undefined, saved: NOTHING } }
+  }
+  out.run({ _tag: "ReadUser", uaid: s.uaid, attempt: 0 })
+  return { ...phase, stage: { _tag: "ReadingBefore", messages } }
+}
+
+/** Rows deleted: the acked ones (then the save), or the copies left in the old month (then the end). */
+export const closingRowsDeleted = (phase: Closing, _input: unknown, out: Out): Phase => {
+  const { stage } = phase
+  switch (stage._tag) {
+    case "DeletingAcked":
+      return saveUnacked(phase, stage.messages, out)
+    case "DeletingMoved":
+      return finish(phase, stage.after, stage.saved, out)
+    default:
+      throw new Error(`MessagesDeleted at stage ${stage._tag}`)
+  }
+}
+
+/** The record before the save (gone: the user was dropped, nothing to keep), or after it (moved?). */
+export const closingUserRead = (phase: Closing, { user }: { readonly user: UserRecord | undefined }, out: Out): Phase => {
+  const { stage, session } = phase
+  switch (stage._tag) {
+    case "ReadingBefore": {
+      if (user === undefined) return ended(phase, NOTHING, out)
+      const table = user.currentMonth ?? session.table
+      out.run({ _tag: "SaveMessages", uaid: session.uaid, table, messages: stage.messages, attempt: 0 })
+      return { ...phase, stage: { _tag: "Saving", table } }
+    }
+    case "ReadingAfter": {
+      if (user?.currentMonth === undefined || user.currentMonth === stage.table) return finish(phase, user, stage.saved, out)
+      // The user moved to a new month while we saved (its session may have swept the old one already).
+      out.run({ _tag: "SaveMessages", uaid: session.uaid, table: user.currentMonth, messages: stage.saved, attempt: 0 })
+      return { ...phase, stage: { _tag: "Following", from: stage.table, after: user, saved: stage.saved } }
+    }
+    default:
+      throw new Error(`UserRead at stage ${stage._tag}`)
+  }
+}
+
+/** Saved: this node leaves the record next; or, saved again in the user's new month, the old copies go. */
+export const closingMessagesSaved = (phase: Closing, { saved }: { readonly saved: ReadonlyArray<Notification> }, out: Out): Phase => {
+  const { stage, session } = phase
+  switch (stage._tag) {
+    case "Saving":
+      out.run({ _tag: "ClearNodeId", uaid: session.uaid, connectedAt: session.connectedAt, attempt: 0 })
+      return { ...phase, stage: { _tag: "Clearing", table: stage.table, saved } }
+    case "Following": {
+      const copies = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.from }))
+      out.run({ _tag: "DeleteMessages", uaid: session.uaid, messages: copies, attempt: 0 })
+      return { ...phase, stage: { _tag: "DeletingMoved", after: stage.after, saved: stage.saved } }
+    }
+    default:
+      throw new Error(`MessagesSaved at stage ${stage._tag}`)
+  }
+}
+
+/** This node left the record: with nothing saved, the end; else the record is read again. */
+export const closingNodeCleared = (phase: Closing, _input: unknown, out: Out): Phase => {
+  const { stage, session } = phase
+  if (stage._tag !== "Clearing") throw new Error(`NodeCleared at stage ${stage._tag}`)
+  if (stage.table === undefined) return ended(phase, NOTHING, out)
+  out.run({ _tag: "ReadUser", uaid: session.uaid, attempt: 0 })
+  return { ...phase, stage: { _tag: "ReadingAfter", table: stage.table, saved: stage.saved } }
+}
+
+/** The end: the node the user reconnected to meanwhile (if any) is told to check storage for what was saved. */
+const finish = (phase: Closing, after: UserRecord | undefined, saved: ReadonlyArray<Notification>, out: Out): Phase => {
+  if (after?.nodeId !== undefined && after.connectedAt !== phase.session.connectedAt) {
+    out.signal({ _tag: "NotifyPeer", nodeId: after.nodeId, uaid: phase.session.uaid })
+  }
+  return ended(phase, saved, out)
+}
 
 const ended = (phase: Closing, saved: ReadonlyArray<Notification>, out: Out): Phase => {
   const uaid = phase.session.uaid
@@ -90,7 +172,8 @@ export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): P
   switch (command._tag) {
     case "MintUaid":
     case "ReadUser":
-    case "SaveUnacked":
+    case "SaveMessages":
+    case "ClearNodeId":
       throw new Error(`${command._tag} failed in phase ${phase._tag}`)
     case "WriteUser":
       if (command.purpose._tag === "Resume") throw new Error(`a resume write failed in phase ${phase._tag}`)
@@ -112,9 +195,17 @@ export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): P
   }
 }
 
-/** The final save failed: retried with backoff until `saveRetryForMs`; then the session ends without it. */
+/** A step of the end failed: retried with backoff until `saveRetryForMs`; then the session ends without what was left. */
 export const closingFailed = (phase: Closing, { command }: Failed, out: Out): Phase => {
-  if (command._tag !== "SaveUnacked") throw new Error(`${command._tag} failed in phase Closing`)
-  if (out.now - phase.since >= out.o.saveRetryForMs) return ended(phase, [], out)
-  return { ...phase, retry: { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) } }
+  switch (command._tag) {
+    case "ReadUser":
+    case "SaveMessages":
+    case "ClearNodeId":
+    case "DeleteMessages": {
+      if (out.now - phase.since >= out.o.saveRetryForMs) return ended(phase, NOTHING, out)
+      return { ...phase, retry: { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) } }
+    }
+    default:
+      throw new Error(`${command._tag} failed in phase Closing`)
+  }
 }

@@ -76,8 +76,8 @@ export const advanceDraining: Advance<Draining> = (phase, out) =>
 export const advanceMigrating: Advance<Migrating> = (phase, out) =>
   advance(phase, out, (done, o) => {
     const s = done.session
-    o.run({ _tag: "MoveMonth", uaid: s.uaid, from: s.table, to: currentTable(o.o, o.now), attempt: 0 })
-    return { _tag: "Moving", session: s, deferred: done.deferred }
+    o.run({ _tag: "ReadChannels", uaid: s.uaid, table: s.table, attempt: 0 })
+    return { _tag: "Moving", session: s, to: currentTable(o.o, o.now), deferred: done.deferred }
   })
 
 /** Phases that read nothing go on as they are. */
@@ -188,15 +188,28 @@ export const tooManyDropped = (phase: Reading, { dropped }: { readonly dropped: 
   return closeLive({ _tag: "Identified", session: { ...s, user: undefined, acks: NO_ACKS } }, "uaid-reset", out)
 }
 
+/** The month move: the channels read in the old table are copied into the new one… */
+export const channelsRead = (phase: Moving, { channels }: { readonly channels: ReadonlySet<string> }, out: Out): Phase => {
+  out.run({ _tag: "AddChannels", uaid: phase.session.uaid, table: phase.to, channels, attempt: 0 })
+  return phase
+}
+
+/** …then the record is pointed at the new table… */
+export const channelsAdded = (phase: Moving, _input: unknown, out: Out): Phase => {
+  out.run({ _tag: "PointRecord", uaid: phase.session.uaid, table: phase.to, attempt: 0 })
+  return phase
+}
+
 /**
- * The user lives in this month's table now: the commands that waited are fed again, through the
- * command budget; both months are drained (an endpoint that read the old record may have stored
+ * …and the user lives in this month's table now: the commands that waited are fed again, through
+ * the command budget; both months are drained (an endpoint that read the old record may have stored
  * into the old table meanwhile).
  */
-export const monthMoved = (phase: Moving, { command }: Extract<CommandResult, { _tag: "MonthMoved" }>, out: Out): Phase => {
+export const recordPointed = (phase: Moving, _input: unknown, out: Out): Phase => {
   const s = phase.session
-  out.event("month.migrated.1", s.uaid, { from: command.from, to: command.to })
+  const from = s.table
+  out.event("month.migrated.1", s.uaid, { from, to: phase.to })
   if (phase.deferred.length > 0) out.signal({ _tag: "Replay", messages: phase.deferred, admitted: false })
-  const session = { ...s, table: command.to, user: s.user === undefined ? undefined : { ...s.user, currentMonth: command.to } }
-  return advanceDraining({ _tag: "Draining", session, drain: newDrain(command.from, command.to) }, out)
+  const session = { ...s, table: phase.to, user: s.user === undefined ? undefined : { ...s.user, currentMonth: phase.to } }
+  return advanceDraining({ _tag: "Draining", session, drain: newDrain(from, phase.to) }, out)
 }

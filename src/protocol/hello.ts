@@ -18,7 +18,7 @@ export const hello = (phase: AwaitingHello, message: HelloMessage, out: Out): Ph
   const claimed = typeof message.uaid === "string" ? parseUaid(message.uaid) : undefined
   const asked = { openedAt: phase.openedAt, broadcasts: message.broadcasts }
   if (claimed === undefined) return mint({ ...asked, claimed }, out)
-  out.run({ _tag: "ReadUser", uaid: claimed })
+  out.run({ _tag: "ReadUser", uaid: claimed, attempt: 0 })
   return { _tag: "Resuming", ...asked, claimed }
 }
 
@@ -60,7 +60,7 @@ export const staleUserDropped = (phase: Resuming, { dropped }: { readonly droppe
 export const resumed = (phase: Resuming, input: Extract<CommandResult, { _tag: "UserWritten" }>, out: Out): Phase => {
   const { user, purpose } = input.command
   if (!input.written) {
-    out.run({ _tag: "ReadUser", uaid: user.uaid })
+    out.run({ _tag: "ReadUser", uaid: user.uaid, attempt: 0 })
     return { ...phase, _tag: "Rechecking" }
   }
   const previous = purpose._tag === "Resume" ? purpose.previous : undefined

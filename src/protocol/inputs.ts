@@ -44,7 +44,6 @@ export type WritePurpose =
 /** Storage and crypto work whose result is the next input. */
 export type Command =
   | { readonly _tag: "MintUaid" }
-  | { readonly _tag: "ReadUser"; readonly uaid: string }
   /**
    * Write the router record, unless a newer one exists: to resume a claimed uaid (only if its record
    * still exists: a user dropped meanwhile stays dropped), or at a new uaid's first register.
@@ -56,8 +55,9 @@ export type Command =
   | { readonly _tag: "RemoveChannel"; readonly uaid: string; readonly table: string; readonly channelId: string; readonly code: number | undefined }
   | RetriedCommand
 
-/** Commands retried with backoff when storage fails. */
+/** Commands retried with backoff when storage fails (but while saying hello: then the connection closes). */
 export type RetriedCommand =
+  | { readonly _tag: "ReadUser"; readonly uaid: string; readonly attempt: number }
   | {
     readonly _tag: "ReadPage"
     readonly uaid: string
@@ -68,18 +68,14 @@ export type RetriedCommand =
     readonly attempt: number
   }
   | { readonly _tag: "DeleteMessages"; readonly uaid: string; readonly messages: ReadonlyArray<StoredUnacked>; readonly attempt: number }
-  | { readonly _tag: "MoveMonth"; readonly uaid: string; readonly from: string; readonly to: string; readonly attempt: number }
-  /** The session ended: save these, clear our node id, poke the user's new node if it moved. */
-  | {
-    readonly _tag: "SaveUnacked"
-    readonly uaid: string
-    readonly connectedAt: number
-    readonly table: string
-    readonly messages: ReadonlyArray<Notification>
-    /** Acked stored rows still to delete. */
-    readonly acked: ReadonlyArray<StoredUnacked>
-    readonly attempt: number
-  }
+  /** The month move, a write at a time: the user's channels read in the old table, copied into the new one, the record pointed at it. */
+  | { readonly _tag: "ReadChannels"; readonly uaid: string; readonly table: string; readonly attempt: number }
+  | { readonly _tag: "AddChannels"; readonly uaid: string; readonly table: string; readonly channels: ReadonlySet<string>; readonly attempt: number }
+  | { readonly _tag: "PointRecord"; readonly uaid: string; readonly table: string; readonly attempt: number }
+  /** Store messages whose ids are out already (unacked at the end of a session). */
+  | { readonly _tag: "SaveMessages"; readonly uaid: string; readonly table: string; readonly messages: ReadonlyArray<Notification>; readonly attempt: number }
+  /** Take this node out of the router record, if the record is still the session's (`connectedAt`). */
+  | { readonly _tag: "ClearNodeId"; readonly uaid: string; readonly connectedAt: number; readonly attempt: number }
   /** Drop the user, unless its record was re-claimed since (its `connectedAt` changed). */
   | {
     readonly _tag: "DropUser"
@@ -110,8 +106,12 @@ export type CommandResult =
     readonly more: boolean
   }
   | { readonly _tag: "MessagesDeleted" }
-  | { readonly _tag: "MonthMoved"; readonly command: Extract<Command, { _tag: "MoveMonth" }> }
-  | { readonly _tag: "UnackedSaved"; readonly saved: ReadonlyArray<Notification> }
+  | { readonly _tag: "ChannelsRead"; readonly channels: ReadonlySet<string> }
+  | { readonly _tag: "ChannelsAdded" }
+  | { readonly _tag: "RecordPointed" }
+  /** The messages as stored (a timestamp one may have taken a later ms). */
+  | { readonly _tag: "MessagesSaved"; readonly saved: ReadonlyArray<Notification> }
+  | { readonly _tag: "NodeCleared" }
   | { readonly _tag: "CommandFailed"; readonly command: Command }
 
 /** Every result tag, checked against the type both ways (a result missing here does not compile). */
@@ -125,8 +125,11 @@ const RESULT_TAGS: { readonly [K in CommandResult["_tag"]]: true } = {
   ChannelRemoved: true,
   PageRead: true,
   MessagesDeleted: true,
-  MonthMoved: true,
-  UnackedSaved: true,
+  ChannelsRead: true,
+  ChannelsAdded: true,
+  RecordPointed: true,
+  MessagesSaved: true,
+  NodeCleared: true,
   CommandFailed: true
 }
 
@@ -149,6 +152,8 @@ export type Signal =
   | { readonly _tag: "Ping" }
   /** Become the uaid's live session on this node (the older one is kicked). */
   | { readonly _tag: "Claim"; readonly uaid: string; readonly connectedAt: number }
+  /** Tell another node to check storage (the user reconnected there). */
+  | { readonly _tag: "NotifyPeer"; readonly nodeId: string; readonly uaid: string }
   /** Tell another node to drop its stale session of this uaid. */
   | { readonly _tag: "DisconnectPeer"; readonly nodeId: string; readonly uaid: string; readonly connectedAt: number }
   /**

@@ -103,12 +103,15 @@ export const send = (s: Session, n: Notification, table: string | undefined, out
 
 // ── closing ─────────────────────────────────────────────────────────────────────────────────────
 
+/** The first stage of every end: what is still in the mailbox is collected. */
+export const COLLECTING = { _tag: "Collecting" } as const
+
 /** Close a live connection: the close frame goes out, and what is unacked is saved (`Closing`). */
 export const closeLive = (phase: Live, kind: CloseKind, out: Out): Closing => {
   out.close = kind
   const { code, reason } = closeFrame(kind)
   out.event("session.closed.1", phase.session.uaid, { code, reason })
-  return { _tag: "Closing", session: phase.session, reason, since: out.now, retry: undefined }
+  return { _tag: "Closing", session: phase.session, reason, since: out.now, retry: undefined, stage: COLLECTING }
 }
 
 /** Close a connection that has no session yet: nothing to save. */

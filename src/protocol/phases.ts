@@ -191,10 +191,11 @@ export interface Migrating {
   readonly deferred: ReadonlyArray<ClientMessage>
 }
 
-/** Last month's table (still `session.table`) is drained: the user's channels and record move to this month. */
+/** Last month's table (still `session.table`) is drained: the user's channels and record move to table `to`. */
 export interface Moving {
   readonly _tag: "Moving"
   readonly session: Session
+  readonly to: string
   readonly deferred: ReadonlyArray<ClientMessage>
 }
 
@@ -205,7 +206,26 @@ export interface Closing {
   readonly reason: string
   readonly since: number
   readonly retry: Retry | undefined
+  readonly stage: ClosingStage
 }
+
+/** How far the end of a session is, each step one storage call (`closing.ts`). */
+export type ClosingStage =
+  /** Deliveries still in the mailbox are kept, until it is drained. */
+  | { readonly _tag: "Collecting" }
+  /** Acked rows not deleted yet are deleted; then `messages` (unacked) are saved. */
+  | { readonly _tag: "DeletingAcked"; readonly messages: ReadonlyArray<Notification> }
+  /** The router record is read: its table is where `messages` go. */
+  | { readonly _tag: "ReadingBefore"; readonly messages: ReadonlyArray<Notification> }
+  | { readonly _tag: "Saving"; readonly table: string }
+  /** This node leaves the record; `table` undefined: nothing was saved. */
+  | { readonly _tag: "Clearing"; readonly table: string | undefined; readonly saved: ReadonlyArray<Notification> }
+  /** The record is read again: did the user move to a new month, or connect to another node, meanwhile? */
+  | { readonly _tag: "ReadingAfter"; readonly table: string; readonly saved: ReadonlyArray<Notification> }
+  /** The user moved to a new month meanwhile: what was saved follows it… */
+  | { readonly _tag: "Following"; readonly from: string; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
+  /** …and its copies in the old month go. */
+  | { readonly _tag: "DeletingMoved"; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
 
 export interface Closed {
   readonly _tag: "Closed"

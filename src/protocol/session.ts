@@ -13,7 +13,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type DomainEvent } from "../domain/events.ts"
 import { newUaid } from "../domain/ids.ts"
-import { type MessageKey, messageKeyOf, type Notification } from "../domain/notification.ts"
+import { type MessageKey, messageKeyOf } from "../domain/notification.ts"
 import { lastConnectValue } from "../domain/user.ts"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
@@ -288,6 +288,8 @@ export class SessionRunner implements Consumer<SessionEvent> {
         return this.ports.registry.register(this.handle)
       case "DisconnectPeer":
         return this.ports.peers.disconnect(signal.nodeId, signal.uaid, signal.connectedAt)
+      case "NotifyPeer":
+        return this.ports.peers.notify(signal.nodeId, signal.uaid)
       case "Replay":
         for (const message of signal.messages) this.ahead().push({ _tag: "Frame", message, admitted: signal.admitted })
         return
@@ -391,15 +393,16 @@ export class SessionRunner implements Consumer<SessionEvent> {
           }))
       case "DeleteMessages":
         return Effect.as(this.deleteRows(command.uaid, command.messages), { _tag: "MessagesDeleted" })
-      case "MoveMonth":
-        return Effect.gen(function*() {
-          const channels = yield* storage.getChannels(command.uaid, command.from)
-          yield* storage.addChannels(command.uaid, command.to, channels)
-          yield* storage.updateUser(command.uaid, { currentMonth: command.to, lastConnect: lastConnectValue(now) })
-          return { _tag: "MonthMoved", command } as const
-        })
-      case "SaveUnacked":
-        return Effect.map(this.saveUnacked(command), (saved) => ({ _tag: "UnackedSaved", saved }))
+      case "ReadChannels":
+        return Effect.map(storage.getChannels(command.uaid, command.table), (channels) => ({ _tag: "ChannelsRead", channels }))
+      case "AddChannels":
+        return Effect.as(storage.addChannels(command.uaid, command.table, command.channels), { _tag: "ChannelsAdded" })
+      case "PointRecord":
+        return Effect.as(storage.updateUser(command.uaid, { currentMonth: command.table, lastConnect: lastConnectValue(now) }), { _tag: "RecordPointed" })
+      case "SaveMessages":
+        return Effect.map(storage.saveMessages(command.uaid, command.table, command.messages), (saved) => ({ _tag: "MessagesSaved", saved }))
+      case "ClearNodeId":
+        return Effect.as(storage.clearNodeId(command.uaid, this.ports.options.routerUrl, command.connectedAt), { _tag: "NodeCleared" })
     }
   }
 
@@ -423,31 +426,5 @@ export class SessionRunner implements Consumer<SessionEvent> {
       Effect.forEach(topics, ({ notification: n, table }) => storage.deleteMessage(uaid, table, messageKeyOf(n), n.version), { discard: true }),
       Effect.forEach(batches, ([table, keys]) => storage.deleteMessages(uaid, table, keys), { discard: true })
     )
-  }
-
-  /**
-   * Save an ended session's messages into the table the router record names, clear our node id, and
-   * poke the user's node if it reconnected elsewhere meanwhile; if the user moved to a new month in
-   * the meantime, the messages follow it (the migrating session may have swept already).
-   */
-  private saveUnacked(command: Extract<Command, { _tag: "SaveUnacked" }>): Effect.Effect<ReadonlyArray<Notification>, StorageError> {
-    const { storage, peers, options } = this.ports
-    const { uaid, connectedAt, messages } = command
-    const acked = command.acked.length === 0 ? Effect.void : this.deleteRows(uaid, command.acked)
-    if (messages.length === 0) return Effect.andThen(acked, Effect.as(storage.clearNodeId(uaid, options.routerUrl, connectedAt), []))
-    return Effect.andThen(acked, Effect.gen(function*() {
-      const before = yield* storage.getUser(uaid)
-      if (before === undefined) return [] // dropped meanwhile: nobody to keep them for
-      const table = before.currentMonth ?? command.table
-      const saved = yield* storage.saveMessages(uaid, table, messages)
-      yield* storage.clearNodeId(uaid, options.routerUrl, connectedAt)
-      const after = yield* storage.getUser(uaid)
-      if (after?.currentMonth !== undefined && after.currentMonth !== table) {
-        yield* storage.saveMessages(uaid, after.currentMonth, saved)
-        for (const n of saved) yield* storage.deleteMessage(uaid, table, messageKeyOf(n), n.version)
-      }
-      if (after?.nodeId !== undefined && after.connectedAt !== connectedAt) peers.notify(after.nodeId, uaid)
-      return saved
-    }))
   }
 }

@@ -28,6 +28,10 @@ import {
   closeEarlyWith,
   closeLiveWith,
   closingFailed,
+  closingMessagesSaved,
+  closingNodeCleared,
+  closingRowsDeleted,
+  closingUserRead,
   helloFailed,
   kickedEarly,
   kickedLive,
@@ -35,18 +39,19 @@ import {
   liveCommandFailed,
   mailboxDrained,
   socketClosedEarly,
-  socketClosedLive,
-  unackedSaved
+  socketClosedLive
 } from "./closing.ts"
 import {
   ack,
   advanceDraining,
   advanceMigrating,
+  channelsAdded,
+  channelsRead,
   delivery,
   drainAgain,
   messagesDeleted,
-  monthMoved,
   pageRead,
+  recordPointed,
   startDrain,
   stay,
   tooManyDropped
@@ -138,11 +143,22 @@ export const TRANSITIONS: Transitions = {
     UserDropped: tooManyDropped
   },
   // A poke while moving is not needed: both months are drained once the user has moved.
-  Moving: { ...live, register: frame(deferred), unregister: frame(deferred), ack: frame(ack(stay)), MonthMoved: monthMoved },
+  Moving: {
+    ...live,
+    register: frame(deferred),
+    unregister: frame(deferred),
+    ack: frame(ack(stay)),
+    ChannelsRead: channelsRead,
+    ChannelsAdded: channelsAdded,
+    RecordPointed: recordPointed
+  },
   Closing: {
     Delivery: leftover,
     MailboxDrained: mailboxDrained,
-    UnackedSaved: unackedSaved,
+    MessagesDeleted: closingRowsDeleted,
+    UserRead: closingUserRead,
+    MessagesSaved: closingMessagesSaved,
+    NodeCleared: closingNodeCleared,
     CommandFailed: closingFailed,
     Tick: closingTick
   },

@@ -178,10 +178,16 @@ const run = (
       }
       case "DeleteMessages":
         return o === "fail" ? failed : { _tag: "MessagesDeleted" }
-      case "MoveMonth":
-        return o === "fail" ? failed : { _tag: "MonthMoved", command }
-      case "SaveUnacked":
-        return o === "fail" ? failed : { _tag: "UnackedSaved", saved: command.messages }
+      case "ReadChannels":
+        return o === "fail" ? failed : { _tag: "ChannelsRead", channels: new Set(CHANNELS) }
+      case "AddChannels":
+        return o === "fail" ? failed : { _tag: "ChannelsAdded" }
+      case "PointRecord":
+        return o === "fail" ? failed : { _tag: "RecordPointed" }
+      case "SaveMessages":
+        return o === "fail" ? failed : { _tag: "MessagesSaved", saved: command.messages }
+      case "ClearNodeId":
+        return o === "fail" ? failed : { _tag: "NodeCleared" }
     }
   }
 

@@ -9,6 +9,7 @@ import type { UserRecord } from "../../src/domain/user.ts"
 import { type Command, type Input, inputKind, type Transition } from "../../src/protocol/inputs.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
 import {
+  type ClosingStage,
   type Drain,
   HELD_COMMANDS_MAX,
   type Phase,
@@ -98,13 +99,14 @@ const migrating = (overrides: Partial<Flat> = {}): PhaseOf<"Migrating"> => ({
   drain: overrides.drain ?? { tables: [LAST_MONTH], rows: "topic", after: undefined, again: false, sent: 0 },
   deferred: []
 })
-const moving = (deferred: ReadonlyArray<ClientMessage> = []): Phase => ({ _tag: "Moving", session: session({ table: LAST_MONTH }), deferred })
-const closing = (overrides: Partial<Flat> = {}, since = NOW - 10): Phase => ({
+const moving = (deferred: ReadonlyArray<ClientMessage> = []): Phase => ({ _tag: "Moving", session: session({ table: LAST_MONTH }), to: THIS_MONTH, deferred })
+const closing = (overrides: Partial<Flat> = {}, since = NOW - 10, stage: ClosingStage = { _tag: "Collecting" }): Phase => ({
   _tag: "Closing",
   session: session(overrides),
   reason: "client",
   since,
-  retry: undefined
+  retry: undefined,
+  stage
 })
 
 const direct = (n: Notification): Unacked => ({ _tag: "Direct", notification: n })
@@ -251,10 +253,11 @@ describe("step: Resuming", () => {
     assert.strictEqual(claim.connectedAt, NOW, "deliveries for the record's connected_at are taken")
     // …and every later condition on connected_at names the record's value.
     const closed = step(step(t.phase, { _tag: "SocketClosed" }, later + 5_000).phase, { _tag: "MailboxDrained" }, later + 5_000)
-    assert.deepInclude(closed.command as object, { _tag: "SaveUnacked", connectedAt: NOW })
+    // Nothing to save: this node leaves the record — the one the session wrote.
+    assert.deepInclude(closed.command as object, { _tag: "ClearNodeId", connectedAt: NOW })
   })
   it("a hello whose storage failed after hello_timeout closes as a handshake timeout", () => {
-    const failed = { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID } } as const
+    const failed = { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID, attempt: 0 } } as const
     assert.strictEqual(step(resuming(), failed, NOW - 100 + OPTIONS.helloTimeoutMs).close, "hello-timeout")
     assert.strictEqual(step(resuming(), failed, NOW).close, "storage-error")
   })
@@ -267,7 +270,7 @@ describe("step: Resuming", () => {
     _tag: "UserWritten",
     command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Resume", previous: user() } },
     written: false
-  }, { phase: "Rechecking", command: { _tag: "ReadUser", uaid: UAID } })
+  }, { phase: "Rechecking", command: { _tag: "ReadUser", uaid: UAID, attempt: 0 } })
   row("read again, the record is gone (dropped meanwhile): a new uaid", rechecking, { _tag: "UserRead", user: undefined }, {
     phase: "Minting",
     command: { _tag: "MintUaid" }
@@ -276,7 +279,7 @@ describe("step: Resuming", () => {
     phase: "Closed",
     close: "already-connected"
   })
-  row("storage failing while resuming closes StorageError", resuming(), { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID } }, {
+  row("storage failing while resuming closes StorageError", resuming(), { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID, attempt: 0 } }, {
     phase: "Closed",
     close: "storage-error"
   })
@@ -748,7 +751,19 @@ describe("step: Migrating and Moving", () => {
     messages: [],
     lastSortKey: undefined,
     more: false
-  }, { phase: "Moving", command: { _tag: "MoveMonth", from: LAST_MONTH, to: THIS_MONTH } })
+  }, {
+    phase: "Moving",
+    command: { _tag: "ReadChannels", table: LAST_MONTH },
+    check: (t) => assert.strictEqual((t.phase as PhaseOf<"Moving">).to, THIS_MONTH)
+  })
+  row("moving: the channels read are copied into this month's table", moving(), { _tag: "ChannelsRead", channels: new Set([CHID]) }, {
+    phase: "Moving",
+    command: { _tag: "AddChannels", table: THIS_MONTH, channels: new Set([CHID]) }
+  })
+  row("moving: the channels copied, the record is pointed at this month's table", moving(), { _tag: "ChannelsAdded" }, {
+    phase: "Moving",
+    command: { _tag: "PointRecord", table: THIS_MONTH }
+  })
   row("moving: commands still wait", moving(), frame(register), {
     phase: "Moving",
     check: (t) => assert.strictEqual((t.phase as PhaseOf<"Moving">).deferred.length, 1)
@@ -756,11 +771,10 @@ describe("step: Migrating and Moving", () => {
   row("moving: a poke is not needed (both months are drained once moved)", moving(), { _tag: "CheckStorage" }, { phase: "Moving" })
   row("moving: the move failed, retried with backoff", moving(), {
     _tag: "CommandFailed",
-    command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 }
-  }, { phase: "Moving", check: (t) => assert.strictEqual(sessionOf(t).retry?.command._tag, "MoveMonth") })
+    command: { _tag: "AddChannels", uaid: UAID, table: THIS_MONTH, channels: new Set([CHID]), attempt: 0 }
+  }, { phase: "Moving", check: (t) => assert.strictEqual(sessionOf(t).retry?.command._tag, "AddChannels") })
   row("moved: event, the waiting commands fed again through the budget, both months drained", moving([register]), {
-    _tag: "MonthMoved",
-    command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 }
+    _tag: "RecordPointed"
   }, {
     phase: "Draining",
     events: ["month.migrated.1"],
@@ -774,7 +788,7 @@ describe("step: Migrating and Moving", () => {
     }
   })
   it("a replayed command is budgeted: beyond the burst it is held", () => {
-    const moved = step(moving([register]), { _tag: "MonthMoved", command: { _tag: "MoveMonth", uaid: UAID, from: LAST_MONTH, to: THIS_MONTH, attempt: 0 } }, NOW)
+    const moved = step(moving([register]), { _tag: "RecordPointed" }, NOW)
     const phase = moved.phase as PhaseOf<"Draining">
     const spent: Phase = { ...phase, session: { ...phase.session, budget: { ...phase.session.budget, tokens: 0, tokensAt: NOW } } }
     const replayed = step(spent, { _tag: "Frame", message: register, admitted: false }, NOW)
@@ -789,54 +803,108 @@ describe("step: Closing", () => {
     phase: "Closing",
     check: (t) => assert.isTrue(sessionOf(t).unacked.has("d1"))
   })
-  row("mailbox drained: unacked direct messages saved, re-stamped after what is stored", closing({
+  const stageOf = (t: Transition) => (t.phase as PhaseOf<"Closing">).stage
+  row("mailbox drained: unacked direct messages are to be saved (re-stamped after what is stored): the record is read first", closing({
     unacked: new Map([["d1", direct(sent)], ["s1", stored(message({ version: "s1" }))]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "SaveUnacked" },
+    command: { _tag: "ReadUser", uaid: UAID },
     check: (t) => {
-      const command = t.command as Extract<Command, { _tag: "SaveUnacked" }>
-      assert.strictEqual(command._tag, "SaveUnacked")
-      assert.deepStrictEqual(command.messages.map((m) => [m.version, m.sortkeyTimestamp]), [["d1", NOW]])
+      const stage = stageOf(t)
+      assert.strictEqual(stage._tag, "ReadingBefore")
+      if (stage._tag === "ReadingBefore") assert.deepStrictEqual(stage.messages.map((m) => [m.version, m.sortkeyTimestamp]), [["d1", NOW]])
     }
   })
-  row("a topic message is saved only if it is still its topic's newest", closing({
+  row("a topic message is saved only if it is still its topic's newest: nothing to save, the node leaves the record", closing({
     unacked: new Map([["t1", direct(message({ version: "t1", topic: "a" }))]]),
     newestTopic: new Map([[`${CHID}:a`, "t2"]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "SaveUnacked" },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).messages, [])
+    command: { _tag: "ClearNodeId", uaid: UAID, connectedAt: NOW - 1_000 }
   })
   row("mailbox drained: a stored topic message the client has since had a newer one of (TTL 0, never stored) is deleted as replaced", closing({
     unacked: new Map([["s1", stored(message({ version: "s1", topic: "a" }))]]),
     newestTopic: new Map([[`${CHID}:a`, "t0"]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "SaveUnacked" },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).acked.map((m) => m.notification.version), ["s1"])
+    command: { _tag: "DeleteMessages" },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["s1"])
   })
-  row("mailbox drained: acked rows not deleted yet are deleted with the save", closing({
-    ackedRows: [stored(message({ version: "s0" }))]
+  row("mailbox drained: acked rows not deleted yet are deleted first", closing({
+    ackedRows: [stored(message({ version: "s0" }))],
+    unacked: new Map([["d1", direct(sent)]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "SaveUnacked" },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveUnacked" }>).acked.map((m) => m.notification.version), ["s0"])
+    command: { _tag: "DeleteMessages" },
+    check: (t) => {
+      assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["s0"])
+      assert.strictEqual(stageOf(t)._tag, "DeletingAcked")
+    }
+  })
+  row("acked rows deleted: then the save (the record is read)", closing({}, NOW - 10, { _tag: "DeletingAcked", messages: [sent] }), { _tag: "MessagesDeleted" }, {
+    phase: "Closing",
+    command: { _tag: "ReadUser" }
   })
   row("nothing was ever written (new uaid): ended at once", closing({ user: undefined }), { _tag: "MailboxDrained" }, {
     phase: "Closed",
     events: ["session.ended.1"]
   })
-  row("saved: a stored event each, then the end", closing(), { _tag: "UnackedSaved", saved: [sent] }, {
+  row("the record is gone (the user was dropped): nothing to keep, the end", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent] }), {
+    _tag: "UserRead",
+    user: undefined
+  }, { phase: "Closed", events: ["session.ended.1"] })
+  row("the record names the table: the messages are saved there", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent] }), {
+    _tag: "UserRead",
+    user: user({ currentMonth: LAST_MONTH })
+  }, { phase: "Closing", command: { _tag: "SaveMessages", table: LAST_MONTH } })
+  row("saved: this node leaves the record (the session's connected_at)", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH }), {
+    _tag: "MessagesSaved",
+    saved: [sent]
+  }, { phase: "Closing", command: { _tag: "ClearNodeId", connectedAt: NOW - 1_000 } })
+  row("left the record: read again, to see whether the user moved", closing({}, NOW - 10, { _tag: "Clearing", table: THIS_MONTH, saved: [sent] }), {
+    _tag: "NodeCleared"
+  }, { phase: "Closing", command: { _tag: "ReadUser" } })
+  row("left the record with nothing saved: the end", closing({}, NOW - 10, { _tag: "Clearing", table: undefined, saved: [] }), { _tag: "NodeCleared" }, {
     phase: "Closed",
+    events: ["session.ended.1"]
+  })
+  row("the user stayed: a stored event each, then the end", closing({}, NOW - 10, { _tag: "ReadingAfter", table: THIS_MONTH, saved: [sent] }), {
+    _tag: "UserRead",
+    user: user({ nodeId: undefined })
+  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"], effects: [] })
+  row("the user reconnected to another node meanwhile: that node is told to check storage", closing({}, NOW - 10, {
+    _tag: "ReadingAfter",
+    table: THIS_MONTH,
+    saved: [sent]
+  }), { _tag: "UserRead", user: user({ nodeId: "http://node-b:8081", connectedAt: NOW - 5 }) }, {
+    phase: "Closed",
+    effects: ["NotifyPeer"],
     events: ["notification.stored.1", "session.ended.1"]
   })
-  const save: Command = { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [sent], acked: [], attempt: 0 }
-  row("saving failed: retried later", closing(), { _tag: "CommandFailed", command: save }, {
+  row("the user moved to a new month meanwhile: what was saved follows it", closing({}, NOW - 10, { _tag: "ReadingAfter", table: LAST_MONTH, saved: [sent] }), {
+    _tag: "UserRead",
+    user: user({ currentMonth: THIS_MONTH })
+  }, { phase: "Closing", command: { _tag: "SaveMessages", table: THIS_MONTH } })
+  row("saved in the new month: the old copies go", closing({}, NOW - 10, { _tag: "Following", from: LAST_MONTH, after: user(), saved: [sent] }), {
+    _tag: "MessagesSaved",
+    saved: [sent]
+  }, {
+    phase: "Closing",
+    command: { _tag: "DeleteMessages" },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.table), [LAST_MONTH])
+  })
+  row("the old copies deleted: the end", closing({}, NOW - 10, { _tag: "DeletingMoved", after: user({ nodeId: undefined }), saved: [sent] }), {
+    _tag: "MessagesDeleted"
+  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"] })
+  const save: Command = { _tag: "SaveMessages", uaid: UAID, table: THIS_MONTH, messages: [sent], attempt: 0 }
+  row("a step of the end failed: retried later", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH }), { _tag: "CommandFailed", command: save }, {
     phase: "Closing",
     check: (t) => assert.strictEqual(deadline(t.phase), NOW + OPTIONS.storageRetryMs)
   })
-  row("saving failed for save_retry: given up, the session ends", closing({}, NOW - OPTIONS.saveRetryForMs), { _tag: "CommandFailed", command: save }, {
+  row("failing for save_retry: given up, the session ends", closing({}, NOW - OPTIONS.saveRetryForMs, { _tag: "Saving", table: THIS_MONTH }), {
+    _tag: "CommandFailed",
+    command: save
+  }, {
     phase: "Closed",
     events: ["session.ended.1"]
   })
@@ -905,14 +973,14 @@ describe("step: what every live phase does alike", () => {
   })
   row("Migrating: rows deleted, the old table read on", migrating(), { _tag: "MessagesDeleted" }, { phase: "Migrating", command: { _tag: "ReadPage", table: LAST_MONTH } })
   row("Migrating: dropped for too many messages: close 1000", migrating(), { _tag: "UserDropped", dropped: true }, { phase: "Closing", close: "uaid-reset" })
-  row("Rechecking: storage failing closes StorageError", rechecking, { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID } }, {
+  row("Rechecking: storage failing closes StorageError", rechecking, { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID, attempt: 0 } }, {
     phase: "Closed",
     close: "storage-error"
   })
   row("Closing: a retried save that is due runs again", {
     ...(closing() as PhaseOf<"Closing">),
-    retry: { command: { _tag: "SaveUnacked", uaid: UAID, connectedAt: NOW, table: THIS_MONTH, messages: [], acked: [], attempt: 1 }, at: NOW }
-  }, { _tag: "Tick" }, { phase: "Closing", command: { _tag: "SaveUnacked", attempt: 1 } })
+    retry: { command: { _tag: "SaveMessages", uaid: UAID, table: THIS_MONTH, messages: [], attempt: 1 }, at: NOW }
+  }, { _tag: "Tick" }, { phase: "Closing", command: { _tag: "SaveMessages", attempt: 1 } })
 })
 
 describe("step: invariants of the table", () => {
