@@ -11,6 +11,7 @@
 import { createHash, timingSafeEqual } from "node:crypto"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
@@ -88,22 +89,29 @@ export const matchesVapidKey = (token: EndpointToken, rawKey: Uint8Array): boole
 
 // ── endpoint tokens ──────────────────────────────────────────────────────────────────────────────
 
-/** The token as it appears in the URL (no `=`); v2 when a raw VAPID key is given. */
-export const makeEndpointToken = (fernet: MultiFernet, uaid: string, channelId: string, rawKey?: Uint8Array): string => {
+/** The token as it appears in the URL (no `=`), made at `nowSeconds`; v2 when a raw VAPID key is given. */
+export const makeEndpointToken = (
+  fernet: MultiFernet,
+  nowSeconds: number,
+  uaid: string,
+  channelId: string,
+  rawKey?: Uint8Array
+): string => {
   const ids = Buffer.from(simpleHex(uaid, "uaid") + simpleHex(channelId, "channel id"), "hex")
   const plaintext = rawKey === undefined ? ids : Buffer.concat([ids, vapidKeyHash(rawKey)])
-  return fernet.encrypt(plaintext).replace(/=+$/, "")
+  return fernet.encrypt(plaintext, { now: nowSeconds }).replace(/=+$/, "")
 }
 
 /** `{endpointUrl}/wpush/{v1|v2}/{token}`; `endpointUrl` without a trailing slash. */
 export const makeEndpointUrl = (
   fernet: MultiFernet,
+  nowSeconds: number,
   endpointUrl: string,
   uaid: string,
   channelId: string,
   rawKey?: Uint8Array
 ): string =>
-  `${endpointUrl}/wpush/${rawKey === undefined ? "v1" : "v2"}/${makeEndpointToken(fernet, uaid, channelId, rawKey)}`
+  `${endpointUrl}/wpush/${rawKey === undefined ? "v1" : "v2"}/${makeEndpointToken(fernet, nowSeconds, uaid, channelId, rawKey)}`
 
 export const parseEndpointToken = (
   fernet: MultiFernet,
@@ -121,11 +129,9 @@ export const parseEndpointToken = (
 
 // ── message ids ──────────────────────────────────────────────────────────────────────────────────
 
-export const makeMessageId = (fernet: MultiFernet, data: MessageIdData): string => {
+export const makeMessageId = (fernet: MultiFernet, nowSeconds: number, data: MessageIdData): string => {
   const ids = `${simpleHex(data.uaid, "uaid")}:${simpleHex(data.channelId, "channel id")}`
-  return fernet.encrypt(
-    data.kind === "topic" ? `01:${ids}:${data.topic}` : `02:${ids}:${data.sortkeyTimestamp}`
-  )
+  return fernet.encrypt(data.kind === "topic" ? `01:${ids}:${data.topic}` : `02:${ids}:${data.sortkeyTimestamp}`, { now: nowSeconds })
 }
 
 const HEX32 = /^[0-9a-fA-F]{32}$/
@@ -202,12 +208,13 @@ export class EndpointCrypto extends Context.Service<EndpointCrypto, {
       const opened = (version: EndpointVersion) =>
         memoize(TOKENS_REMEMBERED, (token) => parseEndpointToken(fernet, version, token), Result.isSuccess)
       const openToken = { v1: opened("v1"), v2: opened("v2") }
-      // Encrypting draws a random IV, so the makers are effects (sync: never fail except on a bug).
+      // Encrypting draws a random IV and stamps the Clock's time: the makers are effects (never failing but on a bug).
+      const nowSeconds = Effect.map(Clock.currentTimeMillis, (ms) => Math.floor(ms / 1000))
       return EndpointCrypto.of({
         makeEndpoint: (uaid, channelId, rawKey) =>
-          Effect.sync(() => makeEndpointUrl(fernet, endpointUrl, uaid, channelId, rawKey)),
+          Effect.map(nowSeconds, (now) => makeEndpointUrl(fernet, now, endpointUrl, uaid, channelId, rawKey)),
         parseEndpoint: (version, token) => Effect.fromResult(openToken[version](token)),
-        makeMessageId: (data) => Effect.sync(() => makeMessageId(fernet, data)),
+        makeMessageId: (data) => Effect.map(nowSeconds, (now) => makeMessageId(fernet, now, data)),
         parseMessageId: (id) => Effect.fromResult(parseMessageId(fernet, id))
       })
     })

@@ -139,20 +139,18 @@ export const parseFernetKey = (key: string): Result.Result<FernetKey, FernetKeyE
 export const generateFernetKey = (): string => randomBytes(32).toString("base64url") + "="
 
 export interface EncryptOptions {
-  /** Timestamp to record, seconds since the epoch; default now. Only the spec vectors need to set it. */
-  readonly now?: number
+  /** Timestamp to record, seconds since the epoch: the caller's Clock. */
+  readonly now: number
   /** 16-byte IV; default random. Only the spec vectors need to set it: reusing an IV leaks equality. */
   readonly iv?: Uint8Array
 }
 
+/** A time check: refuse tokens older than `ttlSeconds` at `now` (and too far in the future). Without it, no time check. */
 export interface DecryptOptions {
-  /** Refuse tokens older than this many seconds (and too far in the future). Default: no time check. */
-  readonly ttlSeconds?: number
-  /** "Now" in seconds since the epoch for the TTL check; default the wall clock. */
-  readonly now?: number
+  readonly ttlSeconds: number
+  /** Seconds since the epoch: the caller's Clock. */
+  readonly now: number
 }
-
-const nowSeconds = (): number => Math.floor(Date.now() / 1000)
 
 /** Random IVs, each used once: drawn from the CSPRNG 256 at a time. */
 const ivPool = Buffer.alloc(BLOCK * 256)
@@ -167,8 +165,8 @@ const nextIv = (): Buffer => {
   return ivPool.subarray(ivNext - BLOCK, ivNext)
 }
 
-export const encrypt = (key: FernetKey, plaintext: Uint8Array | string, options?: EncryptOptions): string => {
-  const iv = options?.iv ?? nextIv()
+export const encrypt = (key: FernetKey, plaintext: Uint8Array | string, options: EncryptOptions): string => {
+  const iv = options.iv ?? nextIv()
   const bytes = typeof plaintext === "string" ? Buffer.from(plaintext, "utf8") : plaintext
   // PKCS#7: 1 to 16 bytes, each the pad's length.
   const padded = Buffer.alloc(bytes.length + BLOCK - (bytes.length % BLOCK), BLOCK - (bytes.length % BLOCK))
@@ -176,7 +174,7 @@ export const encrypt = (key: FernetKey, plaintext: Uint8Array | string, options?
   const bodyLength = HEADER + padded.length
   const token = Buffer.allocUnsafe(bodyLength + MAC)
   token[0] = VERSION
-  token.writeBigUInt64BE(BigInt(options?.now ?? nowSeconds()), 1)
+  token.writeBigUInt64BE(BigInt(options.now), 1)
   token.set(iv, 9)
   token.set(key.encryptBlocks(iv, padded), HEADER)
   token.set(key.mac(token.subarray(0, bodyLength)), bodyLength)
@@ -197,8 +195,8 @@ const open = (key: FernetKey, bytes: Buffer, options: DecryptOptions | undefined
   const macAt = bytes.length - MAC
   const mac = key.mac(bytes.subarray(0, macAt))
   if (!timingSafeEqual(mac, bytes.subarray(macAt))) return "bad-signature"
-  if (options?.ttlSeconds !== undefined) {
-    const now = options.now ?? nowSeconds()
+  if (options !== undefined) {
+    const { now } = options
     const stamped = Number(bytes.readBigUInt64BE(1))
     if (stamped + options.ttlSeconds < now) return "expired"
     if (stamped > now + MAX_CLOCK_SKEW_SECONDS) return "future"
@@ -235,7 +233,7 @@ export const decrypt = (
 
 /** Key rotation: encrypt with the first key, decrypt with any. Prepend a new key to rotate. */
 export interface MultiFernet {
-  readonly encrypt: (plaintext: Uint8Array | string, options?: EncryptOptions) => string
+  readonly encrypt: (plaintext: Uint8Array | string, options: EncryptOptions) => string
   readonly decrypt: (token: string, options?: DecryptOptions) => Result.Result<Buffer, FernetError>
 }
 

@@ -38,6 +38,8 @@ const interop: Interop = JSON.parse(readFileSync(new URL("./vectors/interop.json
 
 const ring = (...keys: ReadonlyArray<string>): MultiFernet => Result.getOrThrow(makeKeyRing(keys))
 const fernet = ring(TEST_CRYPTO_KEY)
+/** When the tokens of these tests are made (seconds since the epoch). */
+const NOW_S = Math.floor(Date.UTC(2026, 10, 21, 12) / 1000)
 const plaintextOf = (token: string): Buffer =>
   Result.getOrThrow(decrypt(Result.getOrThrow(parseFernetKey(TEST_CRYPTO_KEY)), token))
 
@@ -59,7 +61,7 @@ describe("endpoint tokens", () => {
 
   it.effect("v1 is Fernet(uaid ‖ chid): 32 bytes, 140 characters, no padding", () =>
     Effect.sync(() => {
-      const token = makeEndpointToken(fernet, UAID, CHID)
+      const token = makeEndpointToken(fernet, NOW_S, UAID, CHID)
       assert.strictEqual(token.length, 140)
       assert.match(token, /^[A-Za-z0-9_-]+$/)
       assert.strictEqual(plaintextOf(token).toString("hex"), UAID + CHID.replaceAll("-", ""))
@@ -67,7 +69,7 @@ describe("endpoint tokens", () => {
 
   it.effect("v2 appends sha256(raw key): 64 bytes, 184 characters of which the one `=` is stripped", () =>
     Effect.sync(() => {
-      const token = makeEndpointToken(fernet, UAID, CHID, key)
+      const token = makeEndpointToken(fernet, NOW_S, UAID, CHID, key)
       assert.strictEqual(token.length, 183)
       assert.notInclude(token, "=")
       const plain = plaintextOf(`${token}=`)
@@ -77,36 +79,36 @@ describe("endpoint tokens", () => {
 
   it.effect("any uuid spelling makes the same plaintext", () =>
     Effect.sync(() => {
-      const a = plaintextOf(makeEndpointToken(fernet, UAID, CHID))
-      const b = plaintextOf(makeEndpointToken(fernet, UAID.toUpperCase(), `{${CHID.replaceAll("-", "").toUpperCase()}}`))
+      const a = plaintextOf(makeEndpointToken(fernet, NOW_S, UAID, CHID))
+      const b = plaintextOf(makeEndpointToken(fernet, NOW_S, UAID.toUpperCase(), `{${CHID.replaceAll("-", "").toUpperCase()}}`))
       assert.deepStrictEqual(a, b)
     }))
 
   it.effect("a value that is not a uuid is a bug: it throws", () =>
     Effect.sync(() => {
-      assert.throws(() => makeEndpointToken(fernet, "not-a-uuid", CHID))
-      assert.throws(() => makeEndpointToken(fernet, UAID, "0b8e3c1a"))
+      assert.throws(() => makeEndpointToken(fernet, NOW_S, "not-a-uuid", CHID))
+      assert.throws(() => makeEndpointToken(fernet, NOW_S, UAID, "0b8e3c1a"))
     }))
 
   it.effect("parses back, re-padding what the URL stripped", () =>
     Effect.sync(() => {
-      const v1 = Result.getOrThrow(parseEndpointToken(fernet, "v1", makeEndpointToken(fernet, UAID, CHID)))
+      const v1 = Result.getOrThrow(parseEndpointToken(fernet, "v1", makeEndpointToken(fernet, NOW_S, UAID, CHID)))
       assert.deepStrictEqual(v1, { uaid: UAID, channelId: CHID })
       assert.isFalse("keyHash" in v1)
-      const v2 = Result.getOrThrow(parseEndpointToken(fernet, "v2", makeEndpointToken(fernet, UAID, CHID, key)))
+      const v2 = Result.getOrThrow(parseEndpointToken(fernet, "v2", makeEndpointToken(fernet, NOW_S, UAID, CHID, key)))
       assert.strictEqual(v2.uaid, UAID)
       assert.strictEqual(v2.channelId, CHID)
       assert.isTrue(matchesVapidKey(v2, key))
       assert.isFalse(matchesVapidKey(v2, newVapidKey()))
       assert.isFalse(matchesVapidKey(v1, key))
       // A client that kept the padding is fine too.
-      assert.isTrue(Result.isSuccess(parseEndpointToken(fernet, "v2", `${makeEndpointToken(fernet, UAID, CHID, key)}=`)))
+      assert.isTrue(Result.isSuccess(parseEndpointToken(fernet, "v2", `${makeEndpointToken(fernet, NOW_S, UAID, CHID, key)}=`)))
     }))
 
   it.effect("a token of the other version's length is invalid", () =>
     Effect.sync(() => {
-      const v1 = parseEndpointToken(fernet, "v2", makeEndpointToken(fernet, UAID, CHID))
-      const v2 = parseEndpointToken(fernet, "v1", makeEndpointToken(fernet, UAID, CHID, key))
+      const v1 = parseEndpointToken(fernet, "v2", makeEndpointToken(fernet, NOW_S, UAID, CHID))
+      const v2 = parseEndpointToken(fernet, "v1", makeEndpointToken(fernet, NOW_S, UAID, CHID, key))
       for (const result of [v1, v2]) {
         assert.isTrue(Result.isFailure(result))
         if (Result.isFailure(result)) {
@@ -115,13 +117,13 @@ describe("endpoint tokens", () => {
         }
       }
       // Other plaintext lengths too (e.g. a message id presented as an endpoint token).
-      const other = parseEndpointToken(fernet, "v1", fernet.encrypt(Buffer.alloc(48)).replace(/=+$/, ""))
+      const other = parseEndpointToken(fernet, "v1", fernet.encrypt(Buffer.alloc(48), { now: NOW_S }).replace(/=+$/, ""))
       assert.isTrue(Result.isFailure(other) && other.failure.reason === "bad-length")
     }))
 
   it.effect("garbage, a tampered token and another key's token are invalid with Fernet's reason", () =>
     Effect.sync(() => {
-      const token = makeEndpointToken(fernet, UAID, CHID)
+      const token = makeEndpointToken(fernet, NOW_S, UAID, CHID)
       const reason = (t: string, f: MultiFernet = fernet) => {
         const r = parseEndpointToken(f, "v1", t)
         return Result.isFailure(r) ? r.failure.reason : "ok"
@@ -141,7 +143,7 @@ describe("endpoint tokens", () => {
     Effect.sync(() => {
       const f = ring(Buffer.from(fernetKey).toString("base64url"))
       const version = vapid === undefined ? "v1" : "v2"
-      const parsed = Result.getOrThrow(parseEndpointToken(f, version, makeEndpointToken(f, uaid, channelId, vapid)))
+      const parsed = Result.getOrThrow(parseEndpointToken(f, version, makeEndpointToken(f, NOW_S, uaid, channelId, vapid)))
       assert.strictEqual(parsed.uaid, uaid)
       assert.strictEqual(parsed.channelId, channelId.toLowerCase())
       assert.strictEqual(vapid === undefined ? parsed.keyHash === undefined : matchesVapidKey(parsed, vapid), true)
@@ -151,11 +153,11 @@ describe("endpoint tokens", () => {
 describe("message ids", () => {
   it.effect("topic and timestamp ids carry the documented plaintext and keep their padding", () =>
     Effect.sync(() => {
-      const t = makeMessageId(fernet, { kind: "topic", uaid: UAID, channelId: CHID, topic: "a".repeat(32) })
+      const t = makeMessageId(fernet, NOW_S, { kind: "topic", uaid: UAID, channelId: CHID, topic: "a".repeat(32) })
       assert.strictEqual(plaintextOf(t).toString(), `01:${UAID}:${CHID.replaceAll("-", "")}:${"a".repeat(32)}`)
       assert.strictEqual(t.length, 228)
       assert.isTrue(t.endsWith("=="))
-      const s = makeMessageId(fernet, { kind: "timestamp", uaid: UAID, channelId: CHID, sortkeyTimestamp: 1_700_000_000_123 })
+      const s = makeMessageId(fernet, NOW_S, { kind: "timestamp", uaid: UAID, channelId: CHID, sortkeyTimestamp: 1_700_000_000_123 })
       assert.strictEqual(plaintextOf(s).toString(), `02:${UAID}:${CHID.replaceAll("-", "")}:1700000000123`)
       assert.strictEqual(s.length, 204)
     }))
@@ -164,8 +166,8 @@ describe("message ids", () => {
     Effect.sync(() => {
       const topicData: MessageIdData = { kind: "topic", uaid: UAID, channelId: CHID, topic: "mail" }
       const tsData: MessageIdData = { kind: "timestamp", uaid: UAID, channelId: CHID, sortkeyTimestamp: 42 }
-      assert.deepStrictEqual(Result.getOrThrow(parseMessageId(fernet, makeMessageId(fernet, topicData))), topicData)
-      assert.deepStrictEqual(Result.getOrThrow(parseMessageId(fernet, makeMessageId(fernet, tsData))), tsData)
+      assert.deepStrictEqual(Result.getOrThrow(parseMessageId(fernet, makeMessageId(fernet, NOW_S, topicData))), topicData)
+      assert.deepStrictEqual(Result.getOrThrow(parseMessageId(fernet, makeMessageId(fernet, NOW_S, tsData))), tsData)
     }))
 
   it.effect.each([
@@ -182,7 +184,7 @@ describe("message ids", () => {
     { desc: "an endpoint token's plaintext", plain: Buffer.from(UAID + CHID.replaceAll("-", ""), "hex") }
   ])("refuses a plaintext with $desc", ({ plain }) =>
     Effect.sync(() => {
-      const result = parseMessageId(fernet, fernet.encrypt(plain))
+      const result = parseMessageId(fernet, fernet.encrypt(plain, { now: NOW_S }))
       assert.isTrue(Result.isFailure(result))
       if (Result.isFailure(result)) {
         assert.strictEqual(result.failure._tag, "MessageIdError")
@@ -192,14 +194,14 @@ describe("message ids", () => {
 
   it.effect("refuses an id that does not decrypt, including one stripped of its padding", () =>
     Effect.sync(() => {
-      const id = makeMessageId(fernet, { kind: "topic", uaid: UAID, channelId: CHID, topic: "a".repeat(32) })
+      const id = makeMessageId(fernet, NOW_S, { kind: "topic", uaid: UAID, channelId: CHID, topic: "a".repeat(32) })
       const reason = (s: string) => {
         const r = parseMessageId(fernet, s)
         return Result.isFailure(r) ? r.failure.reason : "ok"
       }
       assert.strictEqual(reason(id.replace(/=+$/, "")), "malformed")
       assert.strictEqual(reason("not-an-id"), "malformed")
-      assert.strictEqual(reason(makeMessageId(ring(generateFernetKey()), { kind: "timestamp", uaid: UAID, channelId: CHID, sortkeyTimestamp: 1 })), "bad-signature")
+      assert.strictEqual(reason(makeMessageId(ring(generateFernetKey()), NOW_S, { kind: "timestamp", uaid: UAID, channelId: CHID, sortkeyTimestamp: 1 })), "bad-signature")
     }))
 
   it.effect.prop("round-trip for random ids, topics and sort keys", {
@@ -213,7 +215,7 @@ describe("message ids", () => {
       const data: MessageIdData = topic === undefined
         ? { kind: "timestamp", ...ids, sortkeyTimestamp }
         : { kind: "topic", ...ids, topic }
-      const id = makeMessageId(fernet, { ...data, uaid, channelId })
+      const id = makeMessageId(fernet, NOW_S, { ...data, uaid, channelId })
       assert.deepStrictEqual(Result.getOrThrow(parseMessageId(fernet, id)), data)
     }))
 })
@@ -324,7 +326,7 @@ describe("EndpointCrypto service", () => {
   it.effect("layer: trailing slashes of the endpoint URL are dropped; rotation decrypts old endpoints", () =>
     Effect.gen(function*() {
       const oldKey = generateFernetKey()
-      const oldEndpoint = makeEndpointToken(ring(oldKey), UAID, CHID)
+      const oldEndpoint = makeEndpointToken(ring(oldKey), NOW_S, UAID, CHID)
       const crypto = yield* EndpointCrypto.pipe(
         Effect.provide(EndpointCrypto.layer({ keys: Redacted.make([generateFernetKey(), oldKey]), endpointUrl: "https://push.example/" }))
       )

@@ -41,6 +41,8 @@ const vectors = <A>(name: string): ReadonlyArray<A> =>
   JSON.parse(readFileSync(new URL(`./vectors/${name}.json`, import.meta.url), "utf8"))
 
 const seconds = (iso: string): number => Date.parse(iso) / 1000
+/** When the tokens of these tests are made (seconds since the epoch). */
+const NOW_S = Math.floor(Date.UTC(2026, 10, 21, 12) / 1000)
 const key = (secret: string): FernetKey => Result.getOrThrow(parseFernetKey(secret))
 const reasonOf = (result: Result.Result<Buffer, { readonly reason: FernetErrorReason }>): string =>
   Result.isFailure(result) ? result.failure.reason : `ok:${result.success.toString("hex")}`
@@ -166,8 +168,8 @@ describe("Fernet encrypt / decrypt", () => {
 
   it.effect("tokens are version 0x80, padded base64url, random per call", () =>
     Effect.sync(() => {
-      const a = encrypt(k, "same")
-      const b = encrypt(k, "same")
+      const a = encrypt(k, "same", { now: NOW_S })
+      const b = encrypt(k, "same", { now: NOW_S })
       assert.notStrictEqual(a, b)
       assert.match(a, /^gAAAAA[A-Za-z0-9_-]*=*$/)
       assert.strictEqual(a.length % 4, 0)
@@ -176,14 +178,14 @@ describe("Fernet encrypt / decrypt", () => {
 
   it.effect("empty plaintext round-trips (one block of padding)", () =>
     Effect.sync(() => {
-      const token = encrypt(k, new Uint8Array(0))
+      const token = encrypt(k, new Uint8Array(0), { now: NOW_S })
       assert.strictEqual(Buffer.from(token, "base64url").length, 25 + 16 + 32)
       assert.strictEqual(reasonOf(decrypt(k, token)), "ok:")
     }))
 
   it.effect("a tampered byte, a truncated token, a wrong key, an unpadded token fail with their reason", () =>
     Effect.sync(() => {
-      const token = encrypt(k, "hello world") // 73 bytes: ends in "=="
+      const token = encrypt(k, "hello world", { now: NOW_S }) // 73 bytes: ends in "=="
       const bytes = Buffer.from(token, "base64url")
       const cut = (n: number) => {
         const s = bytes.subarray(0, n).toString("base64url")
@@ -199,7 +201,7 @@ describe("Fernet encrypt / decrypt", () => {
       assert.isTrue(token.endsWith("=="))
       assert.strictEqual(reasonOf(decrypt(k, token.replace(/=+$/, ""))), "malformed")
       // Dropping a whole block keeps the structure valid, so only the signature can catch it.
-      const long = encrypt(k, "x".repeat(40))
+      const long = encrypt(k, "x".repeat(40), { now: NOW_S })
       const longBytes = Buffer.from(long, "base64url")
       const shortened = Buffer.concat([longBytes.subarray(0, longBytes.length - 48), longBytes.subarray(-32)])
       const s = shortened.toString("base64url")
@@ -228,7 +230,7 @@ describe("Fernet encrypt / decrypt", () => {
     ([plaintext, raw]) =>
       Effect.sync(() => {
         const k2 = fernetKeyFromBytes(raw)
-        const result = decrypt(k2, encrypt(k2, plaintext))
+        const result = decrypt(k2, encrypt(k2, plaintext, { now: NOW_S }))
         assert.isTrue(Result.isSuccess(result))
         if (Result.isSuccess(result)) assert.deepStrictEqual(new Uint8Array(result.success), plaintext)
       })
@@ -239,7 +241,7 @@ describe("Fernet encrypt / decrypt", () => {
     [Schema.Uint8Array, Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 10_000 })), Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 255 }))],
     ([plaintext, index, mask]) =>
       Effect.sync(() => {
-        const token = encrypt(k, plaintext)
+        const token = encrypt(k, plaintext, { now: NOW_S })
         const reason = reasonOf(decrypt(k, tamper(token, index, mask)))
         assert.include(["bad-signature", "bad-version"], reason)
       })
@@ -254,8 +256,8 @@ describe("MultiFernet", () => {
     Effect.sync(() => {
       const before = makeMultiFernet([oldKey])
       const after = makeMultiFernet([newKey, oldKey])
-      const oldToken = before.encrypt("old")
-      const newToken = after.encrypt("new")
+      const oldToken = before.encrypt("old", { now: NOW_S })
+      const newToken = after.encrypt("new", { now: NOW_S })
       assert.strictEqual(reasonOf(after.decrypt(oldToken)), `ok:${Buffer.from("old").toString("hex")}`)
       assert.strictEqual(reasonOf(after.decrypt(newToken)), `ok:${Buffer.from("new").toString("hex")}`)
       // The new token really is under the new key: the old ring and the old key alone refuse it.
