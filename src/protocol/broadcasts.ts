@@ -72,9 +72,9 @@ export const behind = (session: Session, set: BroadcastSet): Followed => {
   let kept: Array<string> | undefined
   const flat = session.broadcasts
   for (let i = 0; i < flat.length; i += 2) {
-    const id = flat[i] as string
-    const version = set.get(id)
-    if (version === undefined || version === flat[i + 1]) continue
+    const id = flat[i]
+    const version = id === undefined ? undefined : set.get(id)
+    if (id === undefined || version === undefined || version === flat[i + 1]) continue
     ;(changed ??= {})[id] = version
     ;(kept ??= flat.slice())[i + 1] = version
   }
