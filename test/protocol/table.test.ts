@@ -526,14 +526,12 @@ describe("step: Identified, deliveries and acks", () => {
     events: []
   })
   const paged = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, sent: 1 }
+  const ackV1 = frame({ messageType: "ack", updates: [{ channelID: CHID, version: "v1", code: 100 }] })
   row("acking the last outstanding stored message deletes the page's acked rows together, before the next page", identified({
     unacked: unacked([[message(), THIS_MONTH]]),
     ackedRows: [stored(message({ version: "v0" }))],
     drain: paged
-  }), frame({
-    messageType: "ack",
-    updates: [{ channelID: CHID, version: "v1", code: 100 }]
-  }), {
+  }), ackV1, {
     phase: "Draining",
     events: ["notification.acked.1"],
     command: { _tag: "DeleteMessages", uaid: UAID },
@@ -546,10 +544,7 @@ describe("step: Identified, deliveries and acks", () => {
   row("acking a stored timestamp message while others are outstanding: its row waits for the page", identified({
     unacked: unacked([[message(), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
     drain: paged
-  }), frame({
-    messageType: "ack",
-    updates: [{ channelID: CHID, version: "v1", code: 100 }]
-  }), {
+  }), ackV1, {
     phase: "Draining",
     events: ["notification.acked.1"],
     check: (t) => {
@@ -561,10 +556,7 @@ describe("step: Identified, deliveries and acks", () => {
     unacked: unacked([[message({ topic: "a" }), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
     ackedRows: [stored(message({ version: "v0" }))],
     drain: paged
-  }), frame({
-    messageType: "ack",
-    updates: [{ channelID: CHID, version: "v1", code: 100 }]
-  }), {
+  }), ackV1, {
     phase: "Draining",
     command: { _tag: "DeleteMessages", uaid: UAID },
     check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["v0", "v1"])
