@@ -31,7 +31,7 @@
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
-import { freePort } from "../test/e2e/servers.ts"
+import { freePorts } from "../test/e2e/servers.ts"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
@@ -240,7 +240,7 @@ const startAutopushClients = async (name: string, wsUrl: string, routerUrl: stri
 }
 
 const startAllInOne = async (): Promise<Pipeline> => {
-  const [ws, router, endpoint] = [await freePort(), await freePort(), await freePort()]
+  const [ws, router, endpoint] = (await freePorts(3)) as [number, number, number]
   const server = spawnNode("autopush (all-in-one)", join(here, "delivery-servers.ts"), ["autopush", String(ws), String(router), String(endpoint)])
   await ready(server)
   // In-memory storage does not survive a restart: the resumed clients are away for a second only.
@@ -249,7 +249,7 @@ const startAllInOne = async (): Promise<Pipeline> => {
 }
 
 const startBare = async (): Promise<Pipeline> => {
-  const [ws, http] = [await freePort(), await freePort()]
+  const [ws, http] = (await freePorts(2)) as [number, number]
   const server = spawnNode("bare", join(here, "delivery-servers.ts"), ["bare", String(ws), String(http)])
   await ready(server)
   const clients = await startBareClients("bare (a)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
@@ -257,7 +257,7 @@ const startBare = async (): Promise<Pipeline> => {
 }
 
 const startSeparate = async (): Promise<Pipeline> => {
-  const [dynamo, ws, router, endpoint] = [await freePort(), await freePort(), await freePort(), await freePort()]
+  const [dynamo, ws, router, endpoint, metrics] = (await freePorts(5)) as [number, number, number, number, number]
   const dynalite = spawnNode("dynalite", join(here, "delivery-dynalite.ts"), [String(dynamo), join(work, "dynalite")])
   await ready(dynalite)
   // The flags of test/e2e/servers.ts, at the default log level (info).
@@ -281,7 +281,7 @@ const startSeparate = async (): Promise<Pipeline> => {
     return proc
   }
   let connection = await startConnection()
-  const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), [...shared, "--metrics-port", String(await freePort())], preload)
+  const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), [...shared, "--metrics-port", String(metrics)], preload)
   await waitForHttp(endpointNode, `http://127.0.0.1:${endpoint}/__lbheartbeat__`)
   // The resumed clients come back after the connection node restarted (as after a deploy).
   const clients = await startAutopushClients("autopush (b)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${router}`, async () => {
@@ -299,7 +299,7 @@ const startSeparate = async (): Promise<Pipeline> => {
 }
 
 const startBareTwo = async (): Promise<Pipeline> => {
-  const [ws, router, http] = [await freePort(), await freePort(), await freePort()]
+  const [ws, router, http] = (await freePorts(3)) as [number, number, number]
   const back = spawnNode("bare back", join(here, "delivery-servers.ts"), ["bare-back", String(ws), String(router)])
   await ready(back)
   const front = spawnNode("bare front", join(here, "delivery-servers.ts"), ["bare-front", String(http), String(router)])

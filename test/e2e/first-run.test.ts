@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort } from "./servers.ts"
+import { freePorts } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 
@@ -24,7 +24,8 @@ describe("first run of npm start", () => {
   let ports: { ws: number; router: number; endpoint: number }
 
   beforeAll(async () => {
-    ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
+    const [ws, router, endpoint] = (await freePorts(3)) as [number, number, number]
+    ports = { ws, router, endpoint }
     // An ini file in the working directory, as a user would keep one.
     writeFileSync(join(cwd, ".autopush_connection.ini"), "msg_limit = 50\n")
     child = spawn(process.execPath, [

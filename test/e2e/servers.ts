@@ -34,15 +34,20 @@ export interface Deployment {
   readonly stop: () => Promise<void>
 }
 
-export const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const server = createServer()
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
+export const freePort = async (): Promise<number> => (await freePorts(1))[0] as number
+
+/** `n` distinct free ports: all held at once while they are picked, so no two are the same. */
+export const freePorts = async (n: number): Promise<Array<number>> => {
+  const servers = Array.from({ length: n }, () => createServer())
+  const ports = await Promise.all(servers.map((server) =>
+    new Promise<number>((resolve, reject) => {
+      server.once("error", reject)
+      server.listen(0, "127.0.0.1", () => resolve((server.address() as { port: number }).port))
     })
-    server.on("error", reject)
-  })
+  ))
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))))
+  return ports
+}
 
 /** Until `url` answers 200; fails at once when a process exits meanwhile (its last lines say why). */
 const waitFor = async (url: string, output: ReadonlyArray<string>, timeoutMs = 20_000): Promise<void> => {
@@ -109,7 +114,8 @@ const withFreshPorts = async (start: () => Promise<Deployment>): Promise<Deploym
     try {
       return await start()
     } catch (error) {
-      if (attempt >= 3 || !String(error).includes("EADDRINUSE")) throw error
+      // Another process may take a port between its pick and our listen (the node then says "is in use").
+      if (attempt >= 3 || !/EADDRINUSE|is in use/.test(String(error))) throw error
     }
   }
 }
@@ -122,7 +128,8 @@ export const startSeparate = (connectionExtra: ReadonlyArray<string> = [], share
 
 const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
-  const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
+  const [ws, router, endpointPort] = (await freePorts(3)) as [number, number, number]
+  const ports = { ws, router, endpoint: endpointPort }
   const output: Array<string> = []
   let child: ChildProcess
   const up = async () => {
@@ -163,9 +170,8 @@ const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployme
 /** `autoconnect` and `autoendpoint` as separate processes sharing one dynalite server process. */
 const startSeparateOnce = async (connectionExtra: ReadonlyArray<string>, sharedExtra: ReadonlyArray<string>): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
-  const ports = { ws: await freePort(), router: await freePort(), endpoint: await freePort() }
-  const dynamoPort = await freePort()
-  const metricsPort = await freePort()
+  const [ws, router, endpointPort, dynamoPort, metricsPort] = (await freePorts(5)) as [number, number, number, number, number]
+  const ports = { ws, router, endpoint: endpointPort }
   const output: Array<string> = []
   // dynalite's own lines (its start, or why it could not start) go to the same output, marked.
   const collectDynalite = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0).map((l) => `[dynalite] ${l}`))

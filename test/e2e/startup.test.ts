@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
-import { freePort, startAllInOne } from "./servers.ts"
+import { freePort, freePorts, startAllInOne } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 
@@ -50,7 +50,10 @@ afterAll(() => {
   for (const server of held) server.close()
 })
 
-const ports = async () => ["--port", String(await freePort()), "--router-port", String(await freePort()), "--endpoint-port", String(await freePort())]
+const ports = async () => {
+  const [port, router, endpoint] = await freePorts(3)
+  return ["--port", String(port), "--router-port", String(router), "--endpoint-port", String(endpoint)]
+}
 
 describe("start-up failures: one line naming the option, exit 1, no stack", () => {
   it("a port in use (each listener names its option)", async () => {
