@@ -11,7 +11,8 @@ import type { VapidDetails } from "web-push"
 import { HelpRequested } from "../config/index.ts"
 import { intFlag, type SplitArgs, splitArgs, type ToolError, type ToolFlags, usageRow, UsageError } from "../tools/cli.ts"
 import { listen } from "./listen.ts"
-import { type Encoding, parseSubscription, report, send, type Urgency, vapidKeys } from "./send.ts"
+import { URGENCIES } from "../domain/notification.ts"
+import { type Encoding, parseSubscription, report, send, vapidKeys } from "./send.ts"
 
 const DEFAULT_SERVER = "ws://localhost:8080/"
 const DEFAULT_SUBJECT = "mailto:admin@localhost"
@@ -20,7 +21,7 @@ const HELP = [
   "push: a Web Push client for trying the service.",
   "",
   "Usage:",
-  "  npm run push -- listen [--server URL] [--vapid-key KEY|FILE] [--state FILE] [--count N]",
+  "  npm run push -- listen [--server URL] [--vapid-key KEY|FILE] [--state FILE] [--count N] [--min-urgency U]",
   "  npm run push -- send [--subscription JSON|FILE|-] [options] [TEXT]",
   "  npm run push -- vapid-keys [--subject mailto:…] > vapid.json",
   "",
@@ -30,6 +31,7 @@ const HELP = [
   usageRow("--vapid-key KEY|FILE", "register with this VAPID public key (or vapid-keys' JSON file): only pushes signed with it are accepted"),
   usageRow("--state FILE", "keep uaid, channel and keys in FILE (mode 0600): the same subscription on the next run"),
   usageRow("--count N", "exit after N pushes"),
+  usageRow("--min-urgency U", "only pushes at least this urgent (very-low, low, normal, high); the others wait on the server"),
   "",
   "send: encrypt TEXT for the subscription and POST it to its endpoint; prints the status line and",
   "Location. Without TEXT: a push without payload. Exit 1 when the push is not accepted.",
@@ -50,6 +52,7 @@ const FLAGS: ToolFlags = {
   "--vapid-key": "value",
   "--state": "value",
   "--count": "value",
+  "--min-urgency": "value",
   "--subscription": "value",
   "--encoding": "value",
   "--vapid": "value",
@@ -61,7 +64,7 @@ const FLAGS: ToolFlags = {
 }
 
 const ALLOWED: Readonly<Record<string, ReadonlyArray<string>>> = {
-  listen: ["--server", "--vapid-key", "--state", "--count"],
+  listen: ["--server", "--vapid-key", "--state", "--count", "--min-urgency"],
   send: ["--subscription", "--encoding", "--vapid", "--vapid-subject", "--ttl", "--topic", "--urgency"],
   "vapid-keys": ["--subject"]
 }
@@ -100,14 +103,15 @@ const runListen = (args: SplitArgs) =>
     const key = args.flags.get("--vapid-key")
     const vapidKey = key === undefined ? undefined : existsSync(key) ? (yield* readVapidFile(key)).publicKey : key
     const count = args.flags.has("--count") ? yield* intFlag(args, "--count", 1) : undefined
-    yield* listen({ server: args.flags.get("--server") ?? DEFAULT_SERVER, vapidKey, stateFile: args.flags.get("--state"), count })
+    const minUrgency = yield* choice(args, "--min-urgency", URGENCIES)
+    yield* listen({ server: args.flags.get("--server") ?? DEFAULT_SERVER, vapidKey, stateFile: args.flags.get("--state"), count, minUrgency })
   })
 
 const runSend = (args: SplitArgs) =>
   Effect.gen(function*() {
     if (args.positional.length > 1) return yield* new UsageError({ message: "send takes one TEXT argument (quote it)" })
     const encoding = (yield* choice<Encoding>(args, "--encoding", ["aes128gcm", "aesgcm"])) ?? "aes128gcm"
-    const urgency = yield* choice<Urgency>(args, "--urgency", ["very-low", "low", "normal", "high"])
+    const urgency = yield* choice(args, "--urgency", URGENCIES)
     const ttl = yield* intFlag(args, "--ttl", 0, 60)
     const source = args.flags.get("--subscription") ?? "-"
     if (source === "-" && process.stdin.isTTY) {

@@ -13,6 +13,7 @@ import * as Effect from "effect/Effect"
 import { ToolFailure } from "../tools/cli.ts"
 import { decryptPush, makeKeys, type PushHeaders, type SubscriberKeys } from "./keys.ts"
 import { type Frame, openPushSocket, type PushSocket } from "./socket.ts"
+import type { Urgency } from "../domain/notification.ts"
 
 export interface ListenOptions {
   /** The connection node's WebSocket URL, e.g. `ws://localhost:8080/`. */
@@ -23,6 +24,8 @@ export interface ListenOptions {
   readonly stateFile?: string | undefined
   /** Stop after this many pushes (default: run until interrupted). */
   readonly count?: number | undefined
+  /** Ask the server for pushes at least this urgent only (RFC 8030 §5.3); the others wait in storage. */
+  readonly minUrgency?: Urgency | undefined
 }
 
 /** What `--state` keeps. */
@@ -131,8 +134,15 @@ export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure>
       } else {
         yield* Console.error("connected again; waiting for pushes")
       }
+      // Answered in the stream below (stored pushes may come first, and must not be skipped).
+      if (options.minUrgency !== undefined) yield* socket.send({ messageType: "urgency", min: options.minUrgency })
       while (options.count === undefined || progress.received < options.count) {
         const frame = yield* socket.next
+        if (frame["messageType"] === "urgency") {
+          if (frame["status"] !== 200) return yield* new ToolFailure({ message: `the server refused the minimum urgency: ${JSON.stringify(frame)}` })
+          yield* Console.error(`only pushes at least as urgent as ${options.minUrgency} come now; the others wait on the server`)
+          continue
+        }
         if (frame["messageType"] !== "notification" || typeof frame["version"] !== "string") continue
         const opened = open(state.keys, frame)
         const encoding = (frame["headers"] as PushHeaders | undefined)?.encoding ?? "no payload"

@@ -6,10 +6,10 @@
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import webpush, { type PushSubscription, type RequestOptions, type VapidDetails } from "web-push"
+import type { Urgency } from "../domain/notification.ts"
 import { ToolFailure, UsageError } from "../tools/cli.ts"
 
 export type Encoding = "aes128gcm" | "aesgcm"
-export type Urgency = "very-low" | "low" | "normal" | "high"
 
 export interface SendOptions {
   readonly subscription: PushSubscription

@@ -16,7 +16,8 @@ export interface NodeRegistryService extends SessionRegistry {
   readonly count: () => number
   /**
    * Queue a notification for the uaid's session; false when it is not here, is not the session
-   * connected at `connectedAt` (when given), has unregistered the channel, or its queue is full.
+   * connected at `connectedAt` (when given), has unregistered the channel, wants more urgent
+   * messages than this one, or its queue is full.
    */
   readonly deliver: (uaid: string, notification: Notification, connectedAt?: number) => boolean
   /** Ask the uaid's session to check storage; false when it is not here. */
@@ -33,7 +34,7 @@ export const makeNodeRegistry = (): NodeRegistryService => {
     count: () => byUaid.size,
     deliver: (uaid, notification, connectedAt) => {
       const handle = byUaid.get(uaid)
-      return handle !== undefined && handle.takes(notification.channelId, connectedAt) && handle.mailbox.offerDelivery({ _tag: "Delivery", notification })
+      return handle !== undefined && handle.takes(notification, connectedAt) && handle.mailbox.offerDelivery({ _tag: "Delivery", notification })
     },
     checkStorage: (uaid) => byUaid.get(uaid)?.mailbox.offer({ _tag: "CheckStorage" }) ?? false,
     register: (handle) => {

@@ -26,6 +26,8 @@ interface Event<T extends string, D> {
 
 export type DomainEvent =
   | Event<"client.hello.1", { readonly kind: "new" | "existing" | "reassigned" }>
+  /** The client's minimum urgency (RFC 8030 §5.3): messages below it are held in storage. */
+  | Event<"client.urgency.1", { readonly min: Urgency }>
   | Event<"channel.registered.1", { readonly channelId: string }>
   | Event<"channel.unregistered.1", { readonly channelId: string; readonly code?: number | undefined }>
   | Event<"notification.accepted.1", {

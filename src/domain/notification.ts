@@ -38,6 +38,10 @@ export interface Notification {
 export const URGENCIES = ["very-low", "low", "normal", "high"] as const
 export type Urgency = (typeof URGENCIES)[number]
 
+/** Whether a message may go to a client whose minimum urgency is `min` (a message without one is `normal`, RFC 8030 §5.3). */
+export const urgentEnough = (n: { readonly urgency?: Urgency | undefined }, min: Urgency | undefined): boolean =>
+  min === undefined || URGENCIES.indexOf(n.urgency ?? "normal") >= URGENCIES.indexOf(min)
+
 /** Milliseconds a message sorts by (timestamp messages) or was accepted at (both). */
 export const sortkeyMs = (n: Notification): number => n.sortkeyTimestamp ?? n.timestamp * 1000
 

@@ -1,4 +1,5 @@
 import { randomInt } from "node:crypto"
+import type { Urgency } from "./notification.ts"
 
 /** The router record: one per uaid, naming the node a client is connected to and its message table. */
 
@@ -19,6 +20,8 @@ export interface UserRecord {
   readonly currentMonth?: string | undefined
   /** Record layout version; below 1 means the user is reset once its storage is drained. */
   readonly recordVersion?: number | undefined
+  /** The lowest urgency the client wants delivered (RFC 8030 §5.3); absent: every urgency. */
+  readonly urgency?: Urgency | undefined
 }
 
 export const USER_RECORD_VERSION = 1

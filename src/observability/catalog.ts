@@ -37,6 +37,9 @@ export const METRICS = {
     code: "100 delivered / 101 decryption error / 102 not delivered / other"
   }),
   nack: m("ua.command.nack", "counter", "connection", "Negative acknowledgements", { code: "301 / 302 / 303 / 0" }),
+  urgency: m("ua.command.urgency", "counter", "connection", "Minimum urgencies set by clients (RFC 8030 §5.3)", {
+    min: "very-low / low / normal / high"
+  }),
   sent: m("ua.notification.sent", "counter", "connection", "Notifications sent to clients", { source: "direct / stored" }),
   retrieved: m("notification.message.retrieved", "counter", "connection", "Stored notifications sent to clients"),
   expiration: m("ua.expiration", "counter", "connection", "Users dropped; their next hello gets a new uaid", {

@@ -30,6 +30,7 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
     return counter(METRICS.ack.name, { source, code })
   })
   const nack = handlesBy((code) => counter(METRICS.nack.name, { code }))
+  const urgency = handlesBy((min) => counter(METRICS.urgency.name, { min }))
   const sent = handlesBy((source) => counter(METRICS.sent.name, { source }))
   const retrieved = counter(METRICS.retrieved.name)
   const expiration = handlesBy((reason) => counter(METRICS.expiration.name, { reason }))
@@ -78,6 +79,8 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
         return ack(`${event.data.source}:${ackCode(event.data.code)}`).inc()
       case "notification.nacked.1":
         return nack(nackCode(event.data.code)).inc()
+      case "client.urgency.1":
+        return urgency(event.data.min).inc()
       case "notification.expired.1":
         return expired.inc()
       case "notification.deleted.1":

@@ -8,7 +8,7 @@
  */
 import type { CloseKind } from "./close.ts"
 import type { CommandResult } from "./inputs.ts"
-import { registerReply, unregisterReply } from "./messages.ts"
+import { registerReply, unregisterReply, urgencyReply } from "./messages.ts"
 import { backoff, closeEarly, closeLive, COLLECTING, NOTHING, type Out, remember, withSession } from "./out.ts"
 import type { Closed, Closing, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
@@ -187,6 +187,9 @@ export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): P
       return phase
     case "RemoveChannel":
       out.frame(unregisterReply(command.channelId, 500))
+      return phase
+    case "WriteUrgency":
+      out.frame(urgencyReply(500))
       return phase
     default: {
       const retry: Retry = { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) }

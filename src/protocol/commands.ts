@@ -4,11 +4,12 @@
  * wait, in order, and the socket stops being read while many wait).
  */
 import type { CommandResult, Registering } from "./inputs.ts"
-import { type ClientMessage, PING_REPLY, registerReply, unregisterReply } from "./messages.ts"
+import { type ClientMessage, PING_REPLY, registerReply, unregisterReply, urgencyReply } from "./messages.ts"
 import { closeLive, type Out, withSession } from "./out.ts"
 import { type Budget, HELD_COMMANDS_MAX, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
 import { isCanonicalChannelId, parseChannelId } from "../domain/ids.ts"
+import { type Urgency, URGENCIES, urgentEnough } from "../domain/notification.ts"
 import { USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
 
 type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { readonly messageType: T }>
@@ -90,7 +91,8 @@ export const endpointMade = (phase: Live, input: Extract<CommandResult, { _tag: 
     connectedAt: s.connectedAt,
     nodeId: out.o.routerUrl,
     currentMonth: s.table,
-    recordVersion: USER_RECORD_VERSION
+    recordVersion: USER_RECORD_VERSION,
+    ...(s.minUrgency === undefined ? {} : { urgency: s.minUrgency })
   }
   out.run({ _tag: "WriteUser", user, purpose: { _tag: "Register", registering } })
   return phase
@@ -149,6 +151,39 @@ export const deferred = <P extends Migrating | Moving>(phase: P, message: Msg<"r
   if (phase.deferred.length < HELD_COMMANDS_MAX) return { ...phase, deferred: [...phase.deferred, message] }
   out.frame(message.messageType === "register" ? registerReply(message.channelID, 503, "") : unregisterReply(message.channelID, 503))
   return phase
+}
+
+// ── the client's minimum urgency (RFC 8030 §5.3) ────────────────────────────────────────────────
+
+/**
+ * `urgency`: from now on the client gets only messages at least this urgent; the others wait in
+ * storage. Kept in the router record (a new uaid's at its first register), answered once written.
+ */
+export const urgency = (phase: Live, message: Msg<"urgency">, out: Out): Phase => {
+  const min = URGENCIES.find((u) => u === message.min)
+  if (min === undefined) {
+    out.frame(urgencyReply(400))
+    return phase
+  }
+  const s = phase.session
+  if (s.user === undefined) return urgencySet(withSession(phase, s), min, out)
+  out.run({ _tag: "WriteUrgency", uaid: s.uaid, min })
+  return phase
+}
+
+/** Written: the session takes it; a lower minimum lets held messages go (`drainHeld`: how this phase reads storage again). */
+export const urgencyWritten = <P extends Live>(drainHeld: (phase: P, out: Out) => Phase) =>
+(phase: P, { command }: Extract<CommandResult, { _tag: "UrgencyWritten" }>, out: Out): Phase => {
+  const before = phase.session.minUrgency
+  const lowered = before !== undefined && !urgentEnough({ urgency: command.min }, before)
+  const next = urgencySet(phase, command.min, out)
+  return lowered ? drainHeld(next, out) : next
+}
+
+const urgencySet = <P extends Live>(phase: P, min: Urgency, out: Out): P => {
+  out.event("client.urgency.1", phase.session.uaid, { min })
+  out.frame(urgencyReply(200))
+  return withSession(phase, { ...phase.session, minUrgency: min })
 }
 
 // ── ping, nack ──────────────────────────────────────────────────────────────────────────────────

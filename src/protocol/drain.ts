@@ -16,7 +16,7 @@ import type { CommandResult } from "./inputs.ts"
 import type { ClientMessage } from "./messages.ts"
 import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, send, storedOutstanding, withSession } from "./out.ts"
 import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, StoredUnacked, Unacked } from "./phases.ts"
-import { isExpired, type Notification } from "../domain/notification.ts"
+import { isExpired, type Notification, urgentEnough } from "../domain/notification.ts"
 
 type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { readonly messageType: T }>
 
@@ -97,12 +97,15 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   const s = phase.session
   const drain = phase.drain
   const { command } = input
-  // Storage filtered expired rows when it read them; time has passed since: what expired on the way is not sent.
+  // Storage filtered expired rows when it read them; time has passed since: what expired on the way is
+  // not sent. What is less urgent than the client wants now stays stored (sent once it lowers its minimum).
   const nowSec = Math.floor(out.now / 1000)
   const messages = input.messages.filter((n) => {
-    if (!isExpired(n, nowSec)) return true
-    out.event("notification.expired.1", s.uaid, { version: n.version })
-    return false
+    if (isExpired(n, nowSec)) {
+      out.event("notification.expired.1", s.uaid, { version: n.version })
+      return false
+    }
+    return urgentEnough(n, s.minUrgency)
   })
   if (messages.length === 0) {
     const next: Drain = command.rows === "topic"

@@ -108,9 +108,10 @@ const identify = (
     keepalive: { lastActivity: now, pingSentAt: undefined, lastClientPing: undefined },
     budget: fullBudget(out.o),
     broadcasts: followed.broadcasts,
-    retry: undefined
+    retry: undefined,
+    minUrgency: user?.urgency
   }
-  out.signal({ _tag: "Claim", uaid, connectedAt })
+  out.signal({ _tag: "Claim", uaid, connectedAt, minUrgency: session.minUrgency })
   out.frame(helloReply(uaid, broadcastsReply(followed)))
   out.event("client.hello.1", uaid, { kind })
   if (followed.changed !== undefined) out.event("broadcast.delivered.1", uaid, { broadcasts: followed.changed, reason: "hello" })

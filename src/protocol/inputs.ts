@@ -7,7 +7,7 @@ import type { CloseKind } from "./close.ts"
 import { type ClientMessage, decodeClientFrame, isFrameError } from "./messages.ts"
 import type { Phase, StoredUnacked } from "./phases.ts"
 import type { DomainEvent } from "../domain/events.ts"
-import type { Notification } from "../domain/notification.ts"
+import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 
 /** What the mailbox carries: from the socket and from the node. */
@@ -53,6 +53,8 @@ export type Command =
   | { readonly _tag: "MakeEndpoint"; readonly uaid: string; readonly channelId: string; readonly rawKey: Uint8Array | undefined }
   | { readonly _tag: "AddChannel"; readonly uaid: string; readonly table: string; readonly registering: Registering }
   | { readonly _tag: "RemoveChannel"; readonly uaid: string; readonly table: string; readonly channelId: string; readonly code: number | undefined }
+  /** Keep the client's minimum urgency in its router record (for its next sessions, on any node). */
+  | { readonly _tag: "WriteUrgency"; readonly uaid: string; readonly min: Urgency }
   | RetriedCommand
 
 /** Commands retried with backoff when storage fails (but while saying hello: then the connection closes). */
@@ -96,6 +98,7 @@ export type CommandResult =
   /** `added` false: the user has `maxChannels` channels already. */
   | { readonly _tag: "ChannelAdded"; readonly registering: Registering; readonly added: boolean }
   | { readonly _tag: "ChannelRemoved"; readonly command: Extract<Command, { _tag: "RemoveChannel" }> }
+  | { readonly _tag: "UrgencyWritten"; readonly command: Extract<Command, { _tag: "WriteUrgency" }> }
   | {
     readonly _tag: "PageRead"
     readonly command: Extract<Command, { _tag: "ReadPage" }>
@@ -123,6 +126,7 @@ const RESULT_TAGS: { readonly [K in CommandResult["_tag"]]: true } = {
   EndpointMade: true,
   ChannelAdded: true,
   ChannelRemoved: true,
+  UrgencyWritten: true,
   PageRead: true,
   MessagesDeleted: true,
   ChannelsRead: true,
@@ -150,8 +154,8 @@ export const inputKind = (input: Input): InputKind => (input._tag === "Frame" ? 
 export type Signal =
   /** A WebSocket ping frame (keepalive). */
   | { readonly _tag: "Ping" }
-  /** Become the uaid's live session on this node (the older one is kicked). */
-  | { readonly _tag: "Claim"; readonly uaid: string; readonly connectedAt: number }
+  /** Become the uaid's live session on this node (the older one is kicked), taking messages from `minUrgency` up. */
+  | { readonly _tag: "Claim"; readonly uaid: string; readonly connectedAt: number; readonly minUrgency: Urgency | undefined }
   /** Tell another node to check storage (the user reconnected there). */
   | { readonly _tag: "NotifyPeer"; readonly nodeId: string; readonly uaid: string }
   /** Tell another node to drop its stale session of this uaid. */

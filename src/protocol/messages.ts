@@ -24,6 +24,8 @@ const Ack = Schema.Struct({
 })
 const Nack = Schema.Struct({ version: Schema.String, code: Code })
 const BroadcastSubscribe = Schema.Struct({ broadcasts: Broadcasts })
+/** RFC 8030 §5.3: the lowest urgency the client wants now (checked by the session: a bad one is answered 400). */
+const Urgency = Schema.Struct({ min: Schema.String })
 
 const bodies = {
   hello: Schema.decodeUnknownExit(Hello),
@@ -31,7 +33,8 @@ const bodies = {
   unregister: Schema.decodeUnknownExit(Unregister),
   ack: Schema.decodeUnknownExit(Ack),
   nack: Schema.decodeUnknownExit(Nack),
-  broadcast_subscribe: Schema.decodeUnknownExit(BroadcastSubscribe)
+  broadcast_subscribe: Schema.decodeUnknownExit(BroadcastSubscribe),
+  urgency: Schema.decodeUnknownExit(Urgency)
 } as const
 
 type Bodies = typeof bodies
@@ -94,6 +97,8 @@ export const registerReply = (channelID: string, status: number, pushEndpoint: s
 
 export const unregisterReply = (channelID: string, status: number): string =>
   JSON.stringify({ messageType: "unregister", channelID, status })
+
+export const urgencyReply = (status: number): string => JSON.stringify({ messageType: "urgency", status })
 
 export const PING_REPLY = "{}"
 

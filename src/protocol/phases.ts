@@ -3,7 +3,7 @@
  * only the fields valid in it, and the session an identified connection keeps, grouped by concern.
  */
 import type { ClientMessage } from "./messages.ts"
-import type { Notification } from "../domain/notification.ts"
+import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import type { RetriedCommand } from "./inputs.ts"
 
@@ -117,6 +117,8 @@ export interface Session {
    */
   readonly broadcasts: ReadonlyArray<string>
   readonly retry: Retry | undefined
+  /** The lowest urgency the client wants now (RFC 8030 §5.3); undefined: every urgency. */
+  readonly minUrgency: Urgency | undefined
 }
 
 /** Where the storage drain is: tables still to read, topic or timestamp rows, position. */

@@ -13,7 +13,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type DomainEvent } from "../domain/events.ts"
 import { newUaid } from "../domain/ids.ts"
-import { type MessageKey, messageKeyOf } from "../domain/notification.ts"
+import { type MessageKey, messageKeyOf, type Notification, type Urgency, urgentEnough } from "../domain/notification.ts"
 import { lastConnectValue } from "../domain/user.ts"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
@@ -92,22 +92,31 @@ export class SessionHandle {
    * storage again. Made on the first unregister (most sessions never have one).
    */
   unregistered: Set<string> | undefined = undefined
+  /** The client's minimum urgency (from its record, then its `urgency` commands): less urgent messages are refused. */
+  minUrgency: Urgency | undefined = undefined
 
   constructor(capacity: number, deadline: number) {
     this.mailbox = new Mailbox<SessionEvent>(capacity, isDelivery)
     this.deadline = deadline
   }
 
-  /** Whether a message for `channelId` may be delivered here (to the session connected at `connectedAt`, when given). */
-  takes(channelId: string, connectedAt: number | undefined): boolean {
-    return (connectedAt === undefined || connectedAt === this.connectedAt) && this.unregistered?.has(channelId) !== true
+  /**
+   * Whether `notification` may be delivered here: to the session connected at `connectedAt` (when
+   * given), on a channel it has not unregistered, at least as urgent as the client wants (a refused
+   * one is stored by the endpoint, and sent when the client lowers its minimum).
+   */
+  takes(notification: Notification, connectedAt: number | undefined): boolean {
+    return (connectedAt === undefined || connectedAt === this.connectedAt) &&
+      this.unregistered?.has(notification.channelId) !== true &&
+      urgentEnough(notification, this.minUrgency)
   }
 }
 
-/** Fold one of the session's events into `handle.unregistered`. */
-const foldUnregistered = (handle: SessionHandle, event: DomainEvent): void => {
+/** Fold one of the session's events into the handle: unregistered channels, the minimum urgency. */
+const foldIntoHandle = (handle: SessionHandle, event: DomainEvent): void => {
   if (event.type === "channel.unregistered.1") (handle.unregistered ??= new Set()).add(event.data.channelId)
   else if (event.type === "channel.registered.1") handle.unregistered?.delete(event.data.channelId)
+  else if (event.type === "client.urgency.1") handle.minUrgency = event.data.min
 }
 
 const isDelivery = (event: SessionEvent): boolean => event._tag === "Delivery"
@@ -274,7 +283,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
 
   private record(event: DomainEvent): void {
     this.summary = foldSummary(this.summary, event)
-    foldUnregistered(this.handle, event)
+    foldIntoHandle(this.handle, event)
     this.ports.events.record(event)
   }
 
@@ -285,6 +294,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
       case "Claim":
         this.handle.uaid = signal.uaid
         this.handle.connectedAt = signal.connectedAt
+        this.handle.minUrgency = signal.minUrgency
         return this.ports.registry.register(this.handle)
       case "DisconnectPeer":
         return this.ports.peers.disconnect(signal.nodeId, signal.uaid, signal.connectedAt)
@@ -375,6 +385,8 @@ export class SessionRunner implements Consumer<SessionEvent> {
         )
       case "RemoveChannel":
         return Effect.as(storage.removeChannel(command.uaid, command.table, command.channelId), { _tag: "ChannelRemoved", command })
+      case "WriteUrgency":
+        return Effect.as(storage.updateUser(command.uaid, { urgency: command.min }), { _tag: "UrgencyWritten", command })
       case "ReadPage":
         return command.rows === "topic"
           ? Effect.map(storage.fetchTopicMessages(command.uaid, command.table, command.limit), (messages) => ({

@@ -22,6 +22,8 @@ import {
   ping,
   register,
   unregister,
+  urgency,
+  urgencyWritten,
   userWritten
 } from "./commands.ts"
 import {
@@ -83,6 +85,7 @@ const live = {
   nack: frame(budgeted(nack)),
   ping: frame(ping),
   broadcast_subscribe: frame(budgeted(broadcastSubscribe)),
+  urgency: frame(budgeted(urgency)),
   BadFrame: closeLiveWith("invalid-json"),
   BinaryFrame: closeLiveWith("binary-frame"),
   Pong: pong,
@@ -112,6 +115,7 @@ export const TRANSITIONS: Transitions = {
     nack: notYet,
     ping: notYet,
     broadcast_subscribe: notYet,
+    urgency: notYet,
     BadFrame: closeEarlyWith("invalid-json"),
     BinaryFrame: closeEarlyWith("binary-frame"),
     Tick: helloTick,
@@ -121,7 +125,13 @@ export const TRANSITIONS: Transitions = {
   Resuming: { UserRead: userRead, UserDropped: staleUserDropped, UserWritten: resumed, CommandFailed: helloFailed },
   Rechecking: { UserRead: userReread, CommandFailed: helloFailed },
   Minting: { UaidMinted: uaidMinted },
-  Identified: { ...live, ...commands, ack: frame(ack(stay)), CheckStorage: (phase, _input, out) => startDrain(phase, out) },
+  Identified: {
+    ...live,
+    ...commands,
+    ack: frame(ack(stay)),
+    CheckStorage: (phase, _input, out) => startDrain(phase, out),
+    UrgencyWritten: urgencyWritten(startDrain)
+  },
   Draining: {
     ...live,
     ...commands,
@@ -129,7 +139,8 @@ export const TRANSITIONS: Transitions = {
     CheckStorage: drainAgain,
     PageRead: pageRead(advanceDraining, true),
     MessagesDeleted: messagesDeleted(advanceDraining),
-    UserDropped: tooManyDropped
+    UserDropped: tooManyDropped,
+    UrgencyWritten: urgencyWritten(drainAgain)
   },
   Migrating: {
     ...live,
@@ -140,7 +151,8 @@ export const TRANSITIONS: Transitions = {
     // Endpoints that read the old record may still store into the old table: read until a page is empty.
     PageRead: pageRead(advanceMigrating, false),
     MessagesDeleted: messagesDeleted(advanceMigrating),
-    UserDropped: tooManyDropped
+    UserDropped: tooManyDropped,
+    UrgencyWritten: urgencyWritten(drainAgain)
   },
   // A poke while moving is not needed: both months are drained once the user has moved.
   Moving: {
@@ -150,7 +162,9 @@ export const TRANSITIONS: Transitions = {
     ack: frame(ack(stay)),
     ChannelsRead: channelsRead,
     ChannelsAdded: channelsAdded,
-    RecordPointed: recordPointed
+    RecordPointed: recordPointed,
+    // Both months are drained once moved: what the lower minimum lets go comes then.
+    UrgencyWritten: urgencyWritten(stay)
   },
   Closing: {
     Delivery: leftover,

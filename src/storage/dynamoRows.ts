@@ -52,7 +52,8 @@ export const USER_ATTRIBUTES = {
   nodeId: "node_id",
   lastConnect: "last_connect",
   currentMonth: "current_month",
-  recordVersion: "record_version"
+  recordVersion: "record_version",
+  urgency: "urgency"
 } as const satisfies Record<keyof UserPatch, string>
 
 export const userFields = Object.entries(USER_ATTRIBUTES) as ReadonlyArray<[keyof UserPatch, string]>
@@ -74,6 +75,8 @@ export const userFromItem = (item: Item): UserRecord => {
     const value = item[attribute]
     if (value !== undefined) fields[field] = unmarshal(value)
   }
+  // A minimum urgency this service did not write is no minimum.
+  if (!URGENCIES.some((u) => u === fields["urgency"])) delete fields["urgency"]
   return fields as unknown as UserRecord
 }
 

@@ -104,6 +104,13 @@ const listen = (args: ReadonlyArray<string>): Promise<Listener> => {
   )
 }
 
+/** Until `check` holds (the listener's messages arrive in their own time), at most 5 s. */
+const eventually = async (check: () => boolean): Promise<void> => {
+  for (const deadline = Date.now() + 5_000; !check(); await new Promise((r) => setTimeout(r, 20))) {
+    if (Date.now() > deadline) throw new Error("not within 5 s")
+  }
+}
+
 describe("push listen / send / vapid-keys", () => {
   let deployment: Deployment
   let vapidFile: string
@@ -180,6 +187,30 @@ describe("push listen / send / vapid-keys", () => {
     } finally {
       await listener.stop()
     }
+  })
+
+  live("listen --min-urgency high: less urgent pushes wait on the server (201), then come on the next run without the minimum", async () => {
+    const state = join(scratch, "urgency-state.json")
+    const listener = await listen(["--server", deployment.wsUrl, "--state", state, "--min-urgency", "high"])
+    try {
+      await eventually(() => listener.stderr().includes("only pushes at least as urgent as high come now"))
+      for (const [urgency, text] of [["low", "can wait"], ["high", "urgent"]] as const) {
+        const sent = await push(["send", "--subscription", listener.subscriptionText, "--urgency", urgency, text])
+        assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
+      }
+      assert.strictEqual(await listener.nextLine(), "urgent", "the low one is held")
+    } finally {
+      await listener.stop()
+    }
+    const next = await listen(["--server", deployment.wsUrl, "--state", state, "--min-urgency", "very-low"])
+    try {
+      assert.strictEqual(await next.nextLine(), "can wait")
+    } finally {
+      await next.stop()
+    }
+    const bad = await push(["listen", "--min-urgency", "soon"])
+    assert.strictEqual(bad.code, 2)
+    assert.include(bad.stderr, "--min-urgency must be one of very-low, low, normal, high")
   })
 
   live("with --state: a push sent while away arrives on the next run of the same subscription, and once acked never again", async () => {

@@ -28,7 +28,7 @@ import {
 } from "../../src/protocol/session.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
-import type { Notification } from "../../src/domain/notification.ts"
+import type { Notification, Urgency } from "../../src/domain/notification.ts"
 import { NodeClient, NodeTransportError } from "../../src/routers/NodeClient.ts"
 import { WebPushRouter, type WebPushRouterService } from "../../src/routers/webpush.ts"
 
@@ -178,7 +178,7 @@ export const pushMessage = (
   harness: Harness,
   uaid: string,
   channelId: string,
-  options: { readonly ttl?: number; readonly topic?: string; readonly data?: string; readonly direct?: boolean } = {}
+  options: { readonly ttl?: number; readonly topic?: string; readonly data?: string; readonly direct?: boolean; readonly urgency?: Urgency } = {}
 ) =>
   Effect.gen(function*() {
     const storage = yield* Storage
@@ -199,7 +199,8 @@ export const pushMessage = (
       timestamp: Math.floor(nowMs / 1000),
       sortkeyTimestamp: nowMs,
       data: options.data,
-      headers: options.data === undefined ? undefined : { encoding: "aes128gcm" }
+      headers: options.data === undefined ? undefined : { encoding: "aes128gcm" },
+      urgency: options.urgency
     }
     harness.node.takesDirect = options.direct !== false
     const routed = yield* harness.router.route(user, user.currentMonth, notification).pipe(Effect.orDie)

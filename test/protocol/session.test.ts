@@ -197,6 +197,45 @@ describe("session: a resumed session is the same as a fresh one", () => {
   }
 })
 
+describe("session: the client's minimum urgency (RFC 8030 §5.3)", () => {
+  it.effect("less urgent pushes are held in storage, not sent; sent once the minimum is lowered; the minimum survives a reconnect", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      const urgencyPush = (data: string, urgency?: "very-low" | "low" | "normal" | "high") =>
+        pushMessage(harness, uaid, CHID, { data, ...(urgency === undefined ? {} : { urgency }) })
+      yield* client.frame({ messageType: "urgency", min: "high" })
+      assert.deepStrictEqual(client.of("urgency"), [{ messageType: "urgency", status: 200 }])
+      const storage = yield* Storage
+      assert.strictEqual((yield* storage.getUser(uaid))?.urgency, "high", "kept in the router record")
+      const low = yield* urgencyPush("held", "low")
+      const plain = yield* urgencyPush("held too") // no Urgency header: normal
+      const high = yield* urgencyPush("now", "high")
+      assert.deepStrictEqual([low.direct, plain.direct, high.direct], [false, false, true])
+      yield* pump(client)
+      assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["now"])
+      yield* ackAll(client)
+      yield* client.frame({ messageType: "urgency", min: "low" })
+      yield* pump(client)
+      assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["now", "held", "held too"])
+      yield* ackAll(client)
+      // Raised again, then a reconnect: the new session holds to the record's minimum.
+      yield* client.frame({ messageType: "urgency", min: "normal" })
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* urgencyPush("waits", "very-low")
+      yield* TestClock.adjust(1_000)
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      const waiting = yield* urgencyPush("comes", "normal")
+      assert.isTrue(waiting.direct)
+      yield* pump(again)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["comes"])
+      yield* again.frame({ messageType: "urgency", min: "very-low" })
+      yield* pump(again)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["comes", "waits"])
+    }).pipe(Effect.provide(TestParts)))
+})
+
 describe("session: register and unregister", () => {
   it.effect("v1 and v2 endpoints decode to the uaid and channel; bad input keeps the socket", () =>
     Effect.gen(function*() {

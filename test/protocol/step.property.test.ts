@@ -19,7 +19,7 @@ import { type Command, type CommandResult, type Input, type Transition } from ".
 import { isLive, type Phase, type ProtocolOptions } from "../../src/protocol/phases.ts"
 import { makeProtocol } from "../../src/protocol/table.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
-import type { Notification } from "../../src/domain/notification.ts"
+import { type Notification, type Urgency, URGENCIES, urgentEnough } from "../../src/domain/notification.ts"
 import { sessionOptions } from "./harness.ts"
 
 const START = Date.UTC(2026, 10, 27, 12, 0, 0)
@@ -36,7 +36,13 @@ const Op = Schema.Union([
   Schema.Struct({ op: Schema.Literal("nack") }),
   Schema.Struct({ op: Schema.Literal("ping") }),
   Schema.Struct({ op: Schema.Literal("subscribe") }),
-  Schema.Struct({ op: Schema.Literal("delivery"), ttl: Schema.Literals([0, 5, 60]), topic: Schema.Literals(["", "a"]) }),
+  Schema.Struct({ op: Schema.Literal("urgency"), min: Schema.Literals(["very-low", "low", "normal", "high", "bogus"]) }),
+  Schema.Struct({
+    op: Schema.Literal("delivery"),
+    ttl: Schema.Literals([0, 5, 60]),
+    topic: Schema.Literals(["", "a"]),
+    urgency: Schema.Literals(["", "very-low", "high"])
+  }),
   Schema.Struct({ op: Schema.Literal("poke") }),
   Schema.Struct({ op: Schema.Literal("tick") }),
   Schema.Struct({ op: Schema.Literal("pong") }),
@@ -85,6 +91,8 @@ const run = (
   let ended = 0
   /** Delivered and tracked, not acked yet. */
   const delivered = new Set<string>()
+  /** The urgency of each stored message the world handed out. */
+  const urgencyOf = new Map<string, Urgency | undefined>()
   const acked = new Set<string>()
   const lastMonth = monthTableName("message", Date.UTC(2026, 9, 15))
   /** Stored rows not read yet: pages take them (a poke stores one more), so a drain comes to an end. */
@@ -109,6 +117,9 @@ const run = (
     for (const e of t.events) {
       if (e.type === "notification.delivered.1") {
         assert.isFalse(delivered.has(e.data.version), "delivered again while unacked")
+        if (e.data.source === "stored" && isLive(t.phase)) {
+          assert.isTrue(urgentEnough({ urgency: urgencyOf.get(e.data.version) }, t.phase.session.minUrgency), "a stored message less urgent than the client wants")
+        }
         assert.isFalse(acked.has(e.data.version), "delivered after its ack")
         // TTL 0 direct messages are fire-and-forget: delivered, never tracked, never acked.
         if (tracked?.has(e.data.version) === true) delivered.add(e.data.version)
@@ -161,6 +172,8 @@ const run = (
         return o === "fail" ? failed : { _tag: "ChannelAdded", registering: command.registering, added: o !== "full" }
       case "RemoveChannel":
         return o === "fail" ? failed : { _tag: "ChannelRemoved", command }
+      case "WriteUrgency":
+        return o === "fail" ? failed : { _tag: "UrgencyWritten", command }
       case "ReadPage": {
         if (o === "fail") return failed
         // Topic rows are rare: one when the world says "full"; timestamp pages take what is left.
@@ -169,11 +182,13 @@ const run = (
         const messages = Array.from({ length: n }, (_, i): Notification => ({
           channelId: CHANNELS[i % 2] as string,
           version: `s${versions++}`,
+          urgency: URGENCIES[(versions + i) % URGENCIES.length] as Urgency,
           ttl: 60,
           timestamp: Math.floor(now / 1000),
           sortkeyTimestamp: now - 1_000 + i,
           ...(command.rows === "topic" ? { topic: "t" } : {})
         }))
+        for (const m of messages) urgencyOf.set(m.version, m.urgency)
         return { _tag: "PageRead", command, messages, lastSortKey: n > 0 ? now - 1_000 + n - 1 : undefined, more: n === command.limit }
       }
       case "DeleteMessages":
@@ -238,6 +253,9 @@ const run = (
       case "subscribe":
         frame({ messageType: "broadcast_subscribe", broadcasts: { "remote-settings/monitor_changes": "v0" } })
         break
+      case "urgency":
+        frame({ messageType: "urgency", min: op.min })
+        break
       case "delivery":
         feed({
           _tag: "Delivery",
@@ -247,7 +265,8 @@ const run = (
             ttl: op.ttl,
             timestamp: Math.floor(now / 1000),
             sortkeyTimestamp: now,
-            ...(op.topic === "" ? {} : { topic: op.topic })
+            ...(op.topic === "" ? {} : { topic: op.topic }),
+            ...(op.urgency === "" ? {} : { urgency: op.urgency })
           }
         })
         break

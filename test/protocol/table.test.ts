@@ -4,7 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { DomainEvent } from "../../src/domain/events.ts"
-import type { Notification } from "../../src/domain/notification.ts"
+import type { Notification, Urgency } from "../../src/domain/notification.ts"
 import type { UserRecord } from "../../src/domain/user.ts"
 import { type Command, type Input, inputKind, type Transition } from "../../src/protocol/inputs.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
@@ -70,6 +70,7 @@ interface Flat {
   readonly broadcasts: ReadonlyArray<string>
   readonly retry: Retry | undefined
   readonly drain: Drain | undefined
+  readonly minUrgency: Urgency | undefined
 }
 
 const session = (o: Partial<Flat> = {}): Session => ({
@@ -81,7 +82,8 @@ const session = (o: Partial<Flat> = {}): Session => ({
   keepalive: { lastActivity: o.lastActivity ?? NOW - 1_000, pingSentAt: o.pingSentAt, lastClientPing: o.lastClientPing },
   budget: { tokens: o.tokens ?? 3, tokensAt: o.tokensAt ?? NOW - 1_000, held: o.held ?? [], readingPaused: o.readingPaused ?? false },
   broadcasts: o.broadcasts ?? [],
-  retry: o.retry
+  retry: o.retry,
+  minUrgency: o.minUrgency
 })
 
 const awaiting: Phase = { _tag: "AwaitingHello", openedAt: NOW - 100 }
@@ -177,7 +179,7 @@ describe("step: AwaitingHello", () => {
     effects: ["Claim"],
     check: (t) => assert.deepStrictEqual(t.events[0]?.data, { kind: "new" })
   })
-  for (const messageType of ["register", "unregister", "ack", "nack", "ping", "broadcast_subscribe"]) {
+  for (const messageType of ["register", "unregister", "ack", "nack", "ping", "broadcast_subscribe", "urgency"]) {
     row(`${messageType} before hello closes ExpectedHello`, awaiting, frame({ messageType }), {
       phase: "Closed",
       close: "expected-hello",
@@ -910,6 +912,7 @@ describe("step: what every live phase does alike", () => {
     row(`${tag}: nack is an event`, phase, frame({ messageType: "nack", version: "v", code: 302 }), { phase: tag, events: ["notification.nacked.1"] })
     row(`${tag}: ping answered {}`, phase, frame({ messageType: "ping" }), { phase: tag, frames: [{}] })
     row(`${tag}: broadcast_subscribe of nothing new: no reply`, phase, frame({ messageType: "broadcast_subscribe", broadcasts: {} }), { phase: tag, frames: [] })
+    row(`${tag}: urgency is kept in the record`, phase, frame({ messageType: "urgency", min: "high" }), { phase: tag, command: { _tag: "WriteUrgency", min: "high" } })
     row(`${tag}: a bad frame closes Json`, phase, { _tag: "BadFrame", detail: "x" }, { phase: "Closing", close: "invalid-json" })
     row(`${tag}: a binary frame closes UnsupportedMessage`, phase, { _tag: "BinaryFrame" }, { phase: "Closing", close: "binary-frame" })
     row(`${tag}: a pong restarts the keepalive`, { ...phase, session: session({ pingSentAt: NOW - 5 }) } as Phase, { _tag: "Pong" }, {
@@ -973,6 +976,67 @@ describe("step: what every live phase does alike", () => {
     ...(closing() as PhaseOf<"Closing">),
     retry: { command: { _tag: "SaveMessages", uaid: UAID, table: THIS_MONTH, messages: [], attempt: 1 }, at: NOW }
   }, { _tag: "Tick" }, { phase: "Closing", command: { _tag: "SaveMessages", attempt: 1 } })
+})
+
+describe("step: the client's minimum urgency (RFC 8030 §5.3)", () => {
+  const written = (min: Urgency): Input => ({ _tag: "UrgencyWritten", command: { _tag: "WriteUrgency", uaid: UAID, min } })
+  row("urgency: kept in the router record first", identified(), frame({ messageType: "urgency", min: "high" }), {
+    phase: "Identified",
+    frames: [],
+    command: { _tag: "WriteUrgency", uaid: UAID, min: "high" }
+  })
+  row("urgency of a new uaid (no record yet): taken at once, written with the record", identified({ user: undefined }), frame({ messageType: "urgency", min: "low" }), {
+    phase: "Identified",
+    frames: [{ messageType: "urgency", status: 200 }],
+    events: ["client.urgency.1"],
+    check: (t) => assert.strictEqual(sessionOf(t).minUrgency, "low")
+  })
+  row("urgency that is not one of RFC 8030's four: 400, the socket kept", identified(), frame({ messageType: "urgency", min: "urgent" }), {
+    phase: "Identified",
+    frames: [{ messageType: "urgency", status: 400 }]
+  })
+  row("written: answered 200, the session takes it", identified(), written("high"), {
+    phase: "Identified",
+    frames: [{ messageType: "urgency", status: 200 }],
+    events: ["client.urgency.1"],
+    check: (t) => assert.strictEqual(sessionOf(t).minUrgency, "high")
+  })
+  row("lowered: what was held in storage is read again", identified({ minUrgency: "high" }), written("low"), {
+    phase: "Draining",
+    command: { _tag: "ReadPage", rows: "topic" }
+  })
+  row("lowered mid-drain: read again once this pass ends", draining({ minUrgency: "high", unacked: new Map([["v1", stored(message())]]) }), written("very-low"), {
+    phase: "Draining",
+    check: (t) => assert.isTrue(sessionOf(t).drain?.again)
+  })
+  row("lowered while migrating: the same", migrating({ minUrgency: "high", unacked: new Map([["v1", stored(message(), LAST_MONTH)]]) }), written("normal"), {
+    phase: "Migrating",
+    check: (t) => assert.isTrue(sessionOf(t).drain?.again)
+  })
+  row("while moving: taken; both months are drained once moved", moving(), written("high"), { phase: "Moving", frames: [{ messageType: "urgency", status: 200 }] })
+  row("the record could not be written: 500", identified(), { _tag: "CommandFailed", command: { _tag: "WriteUrgency", uaid: UAID, min: "high" } }, {
+    phase: "Identified",
+    frames: [{ messageType: "urgency", status: 500 }]
+  })
+  row("a page: messages less urgent than the client wants stay stored, the rest are sent", draining({
+    minUrgency: "normal",
+    drain: { tables: [THIS_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
+  }), {
+    _tag: "PageRead",
+    command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: undefined, limit: 10, attempt: 0 },
+    messages: [message({ version: "low", urgency: "low" }), message({ version: "plain" }), message({ version: "high", urgency: "high" })],
+    lastSortKey: NOW - 1_000,
+    more: false
+  }, {
+    phase: "Draining",
+    check: (t) => {
+      assert.deepStrictEqual(t.frames.map((f) => JSON.parse(f).version), ["plain", "high"])
+      assert.strictEqual(sessionOf(t).drain?.sent, 2, "held messages do not count towards msg_limit")
+    }
+  })
+  for (const phase of [draining(), migrating()]) {
+    row(`${phase._tag}: urgency written`, phase, written("low"), { phase: phase._tag, events: ["client.urgency.1"] })
+  }
 })
 
 describe("step: invariants of the table", () => {
