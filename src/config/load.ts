@@ -157,26 +157,56 @@ interface EnvLayers {
   readonly byScope: Readonly<Record<Scope, Source>>
 }
 
+/**
+ * `KEY_FILE` for a secret option's `KEY`: the value read from that file (Docker and systemd secrets),
+ * one trailing newline dropped. Undefined for anything else.
+ */
+const secretFileValue = (key: string, path: string, env: LoadInput["env"]) =>
+  Effect.gen(function*() {
+    const base = key.slice(0, -"_FILE".length)
+    if (env[base] !== undefined) return yield* fail(`${key} and ${base} are both set: set one of them`)
+    return yield* Effect.try({
+      try: () => readFileSync(path, "utf8").replace(/\r?\n$/, ""),
+      catch: (cause) => new ConfigError({ message: `${key}: cannot read ${path} (${(cause as NodeJS.ErrnoException).code ?? String(cause)})` })
+    })
+  })
+
+/** The option an environment variable names, with the scope of its prefix; or why it names none. */
+const envOption = (key: string) => {
+  const scope = prefixScope(key)
+  if (scope === undefined) {
+    const name = aliasOf.get(key)
+    return name === undefined ? undefined : { name, scope, alias: true, error: undefined }
+  }
+  const suffix = key.slice(envPrefix[scope].length).toLowerCase()
+  // An alias wins over the suffix: autopush-rs' AUTOEND__PORT is our endpoint_port, not `port`.
+  const name = aliasOf.get(key) ?? (isOptionName(suffix) ? suffix : undefined)
+  if (name === undefined) return { name, scope, alias: false, error: `unknown environment variable ${key}: there is no option ${JSON.stringify(suffix)}` }
+  return { name, scope, alias: name !== suffix, error: undefined }
+}
+
 const envLayers = Effect.fnUntraced(function*(role: Role, env: LoadInput["env"]) {
   const layers: EnvLayers = { plain: new Map(), byScope: { shared: new Map(), connection: new Map(), endpoint: new Map() } }
   const found: Array<{ key: string; raw: string; name: OptionName; scope: Scope | undefined; alias: boolean }> = []
-  for (const [key, raw] of Object.entries(env)) {
-    if (raw === undefined) continue
-    const scope = prefixScope(key)
+  for (const [key, value] of Object.entries(env)) {
+    if (value === undefined) continue
+    // A secret may come from a file: `AUTOEND__CRYPTO_KEYS_FILE=/run/secrets/crypto_keys`.
+    const fromFile = key.endsWith("_FILE") ? envOption(key.slice(0, -"_FILE".length)) : undefined
+    const isSecretFile = fromFile?.name !== undefined && fromFile.error === undefined && defOf(fromFile.name).secret
+    const option = isSecretFile ? fromFile : envOption(key)
+    if (option === undefined) continue
+    if (option.error !== undefined || option.name === undefined) return yield* fail(option.error ?? `unknown environment variable ${key}`)
+    const { name, scope, alias } = option
+    const raw = isSecretFile ? yield* secretFileValue(key, value, env) : value
     if (scope === undefined) {
-      const name = aliasOf.get(key)
-      if (name !== undefined) found.push({ key, raw, name, scope, alias: true })
+      found.push({ key, raw, name, scope, alias })
       continue
     }
-    const suffix = key.slice(envPrefix[scope].length).toLowerCase()
-    // An alias wins over the suffix: autopush-rs' AUTOEND__PORT is our endpoint_port, not `port`.
-    const name = aliasOf.get(key) ?? (isOptionName(suffix) ? suffix : undefined)
-    if (name === undefined) return yield* fail(`unknown environment variable ${key}: there is no option ${JSON.stringify(suffix)}`)
     const owner = defOf(name).scope
     if (owner !== "shared" && owner !== scope) {
       return yield* fail(`${key}: ${name} is an option of the ${owner} node; set ${envPrefix[owner]}${name.toUpperCase()} instead`)
     }
-    if (roleScopes[role].includes(scope)) found.push({ key, raw, name, scope, alias: name !== suffix })
+    if (roleScopes[role].includes(scope)) found.push({ key, raw, name, scope, alias })
   }
   // Aliases first, so that a canonical name set alongside wins.
   found.sort((a, b) => Number(b.alias) - Number(a.alias))

@@ -92,6 +92,25 @@ describe("precedence: defaults < ini < environment < flags", () => {
       assert.deepStrictEqual((yield* box.load("autoconnect", { env })).cryptoKey, [KEY1, KEY2])
     }))
 
+  it.effect("a secret from a file: KEY_FILE (Docker and systemd secrets), for every name of every secret option", () =>
+    Effect.gen(function*() {
+      const box = sandbox()
+      const keys = box.write("secrets/crypto_keys", `${KEY1},${KEY2}\n`)
+      const auth = box.write("secrets/auth", "one,two")
+      const s = yield* box.load("autoendpoint", { env: { AUTOEND__CRYPTO_KEYS_FILE: keys, AUTOPUSH__AUTH_KEYS_FILE: auth } })
+      assert.deepStrictEqual(s.cryptoKey, [KEY1, KEY2], "one trailing newline dropped")
+      assert.deepStrictEqual(s.authKeys, ["one", "two"])
+      assert.deepStrictEqual((yield* box.load("autoconnect", { env: { CRYPTO_KEY_FILE: keys } })).cryptoKey, [KEY1, KEY2])
+      const both = yield* box.fail("autoconnect", { env: { CRYPTO_KEY_FILE: keys, CRYPTO_KEY: KEY1 } })
+      assert.include(both.message, "CRYPTO_KEY_FILE and CRYPTO_KEY are both set")
+      const missing = yield* box.fail("autoconnect", { env: { AUTOCONNECT__CRYPTO_KEY_FILE: join(box.cwd, "nope") } })
+      assert.include(missing.message, "AUTOCONNECT__CRYPTO_KEY_FILE: cannot read")
+      assert.include(missing.message, "ENOENT")
+      // Only secrets come from files: anything else named *_FILE is an unknown variable.
+      const port = yield* box.fail("autoconnect", { env: { AUTOCONNECT__PORT_FILE: keys } })
+      assert.include(port.message, "unknown environment variable AUTOCONNECT__PORT_FILE")
+    }))
+
   it.effect("a shared option in the node's ini file overrides autopush_shared.ini", () =>
     Effect.gen(function*() {
       const box = sandbox()
