@@ -223,6 +223,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     port: settings.endpointPort,
     bindHost: settings.bindHost,
     maxDataBytes: settings.maxDataBytes,
+    requireVapid: settings.requireVapid,
     maxNotificationTtl: Math.floor(Duration.toSeconds(settings.maxNotificationTtl)),
     connectionTimeoutMs: ms(settings.connectionTimeout),
     requestTimeoutMs: ms(settings.requestTimeout),

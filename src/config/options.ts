@@ -323,6 +323,7 @@ export const options = {
   client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
   // endpoint
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
+  require_vapid: opt("endpoint", boolean, false, "Accept only pushes signed with VAPID (RFC 8292): an unsigned push is answered 401/109, whatever its endpoint"),
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
   request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),
   console: opt("endpoint", boolean, true, "Serve the web console (a push client page and the server's status) at GET / on the endpoint's port"),

@@ -17,6 +17,8 @@ export interface EndpointOptions {
   readonly bindHost?: string | undefined
   /** Largest notification body accepted, in bytes (413/104 above). */
   readonly maxDataBytes: number
+  /** Accept only pushes signed with VAPID (401/109 otherwise); default: unsigned pushes to v1 endpoints are taken. */
+  readonly requireVapid?: boolean | undefined
   /** Larger TTLs are capped to this (seconds). */
   readonly maxNotificationTtl: number
   /** Connect timeout of deliveries to connection nodes (ms). */

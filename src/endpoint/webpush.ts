@@ -121,9 +121,10 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const subscriptionOf = (opened: EndpointToken | typeof BAD_LENGTH): Effect.Effect<EndpointToken, InvalidToken> =>
     opened === BAD_LENGTH ? Effect.fail(new InvalidToken()) : Effect.succeed(opened)
 
-  /** #6: a v2 endpoint only takes messages signed with the key it was made for. */
+  /** #6: a v2 endpoint only takes messages signed with the key it was made for; with `require_vapid`, every one signed. */
   const checkBoundKey = (token: EndpointToken, vapid: VerifiedVapid | undefined): Effect.Effect<void, InvalidAuth> =>
-    token.keyHash === undefined ? Effect.void
+    vapid === undefined && options.requireVapid === true ? Effect.fail(new InvalidAuth({ message: "This server accepts only VAPID-signed pushes" }))
+    : token.keyHash === undefined ? Effect.void
     : vapid === undefined ? Effect.fail(new InvalidAuth({ message: "Missing VAPID public key" }))
     : matchesVapidKey(token, vapid.rawKey) ? Effect.void
     : Effect.fail(new InvalidAuth({ message: "VAPID public key mismatch" }))

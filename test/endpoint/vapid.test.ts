@@ -10,10 +10,13 @@ import { Effect } from "effect"
 import webpush, { type RequestDetails } from "web-push"
 import { TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
 import {
+  endpointWith,
   fakeNode,
+  FakeNodeClient,
   goodClaims,
   nodeCalls,
   nowSeconds,
+  options,
   push,
   request,
   subscribe,
@@ -203,6 +206,21 @@ describe("VAPID accepted", () => {
           assert.include(n?.headers?.["crypto_key"] ?? "", "dh=")
           if (withVapid) assert.include(n?.headers?.["crypto_key"] ?? "", "p256ecdsa=")
         }
+      }))
+  })
+})
+
+describe("require_vapid", () => {
+  layer(endpointWith(FakeNodeClient, { ...options, requireVapid: true }), { excludeTestServices: true })((it) => {
+    it.effect("an unsigned push is refused 401/109 on a v1 endpoint too; a signed one is taken", () =>
+      Effect.gen(function*() {
+        const keys = yield* vapidKeys
+        const v1 = yield* subscribe()
+        const unsigned = yield* push(v1)
+        assert.strictEqual(unsigned.status, 401)
+        assert.deepInclude(unsigned.json(), { errno: 109, message: "This server accepts only VAPID-signed pushes" })
+        const authorization = `vapid t=${yield* Effect.promise(() => keys.sign(goodClaims()))}, k=${keys.publicKey}`
+        assert.strictEqual((yield* push(v1, { authorization })).status, 201)
       }))
   })
 })
