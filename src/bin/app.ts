@@ -4,6 +4,9 @@
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Cause from "effect/Cause"
+import * as Exit from "effect/Exit"
+import * as Runtime from "effect/Runtime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -338,5 +341,28 @@ export const runRole = <A, E>(
       onSuccess: launch
     })
   )
-  NodeRuntime.runMain(program)
+  stopWhenOrphaned()
+  NodeRuntime.runMain(program, { teardown: stopTeardown })
+}
+
+/**
+ * A stop on a signal is a clean stop: exit 0 (a service manager would mark 130 a failure). Failures
+ * keep the default codes.
+ */
+const stopTeardown: Runtime.Teardown = (exit, onExit) =>
+  Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)
+
+/**
+ * A server whose parent goes away (`kill` of the `npm start` that ran it) stops as on SIGTERM, rather
+ * than live on as an orphan holding its ports and data. One started by init, systemd or Docker has
+ * no parent to lose.
+ */
+const stopWhenOrphaned = (): void => {
+  const parent = process.ppid
+  if (parent <= 1) return
+  const watch = setInterval(() => {
+    if (process.ppid === parent) return
+    clearInterval(watch)
+    process.kill(process.pid, "SIGTERM")
+  }, 1_000).unref()
 }

@@ -1,0 +1,74 @@
+/**
+ * Stopping a server: SIGTERM is a clean stop (exit 0, as a service manager expects); a server whose
+ * parent goes away (the `npm start` that ran it, killed) stops by itself instead of living on as an
+ * orphan holding its ports and data.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, describe, expect, it } from "vitest"
+import { freePorts } from "./servers.ts"
+
+const root = new URL("../../", import.meta.url).pathname
+const dirs: Array<string> = []
+afterAll(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
+})
+
+const args = async () => {
+  const [port, router, endpoint] = await freePorts(3)
+  return { endpoint: endpoint as number, flags: ["--port", String(port), "--router-port", String(router), "--endpoint-port", String(endpoint), "--bind-host", "127.0.0.1"] }
+}
+
+const workDir = () => {
+  const dir = mkdtempSync(join(tmpdir(), "autopush-stop-"))
+  dirs.push(dir)
+  return dir
+}
+
+const up = async (endpointPort: number) => {
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) {
+    const ok = await fetch(`http://127.0.0.1:${endpointPort}/__lbheartbeat__`).then((r) => r.ok, () => false)
+    if (ok) return
+  }
+  throw new Error("the server did not come up")
+}
+
+const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
+
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+describe("stopping a server", () => {
+  it("SIGTERM: a clean stop, exit code 0", async () => {
+    const { endpoint, flags } = await args()
+    const child = spawn(process.execPath, [join(root, "src/bin/autopush.ts"), ...flags], { cwd: workDir(), stdio: "ignore" })
+    const code = exited(child)
+    await up(endpoint)
+    child.kill("SIGTERM")
+    expect(await code).toBe(0)
+  }, 60_000)
+
+  it("its parent killed: it stops by itself within seconds", async () => {
+    const { endpoint, flags } = await args()
+    // A parent like `npm start`'s shell: it starts the server, then is killed outright.
+    const parent = spawn("sh", ["-c", `"${process.execPath}" "${join(root, "src/bin/autopush.ts")}" ${flags.join(" ")} & echo $!; wait`], {
+      cwd: workDir(),
+      stdio: ["ignore", "pipe", "ignore"]
+    })
+    const pid = await new Promise<number>((resolve) => parent.stdout.once("data", (chunk: Buffer) => resolve(Number(chunk.toString().trim()))))
+    await up(endpoint)
+    parent.kill("SIGKILL")
+    for (const deadline = Date.now() + 15_000; alive(pid) && Date.now() < deadline; await new Promise((r) => setTimeout(r, 100)));
+    const orphaned = alive(pid)
+    if (orphaned) process.kill(pid, "SIGKILL")
+    expect(orphaned, "the orphaned server was still running").toBe(false)
+  }, 60_000)
+})
