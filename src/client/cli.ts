@@ -101,10 +101,11 @@ const choice = <A extends string>(args: SplitArgs, flag: string, allowed: Readon
 const runListen = (args: SplitArgs) =>
   Effect.gen(function*() {
     const key = args.flags.get("--vapid-key")
-    const vapidKey = key === undefined ? undefined : existsSync(key) ? (yield* readVapidFile(key)).publicKey : key
+    const vapidFile = key !== undefined && existsSync(key) ? key : undefined
+    const vapidKey = vapidFile !== undefined ? (yield* readVapidFile(vapidFile)).publicKey : key
     const count = args.flags.has("--count") ? yield* intFlag(args, "--count", 1) : undefined
     const minUrgency = yield* choice(args, "--min-urgency", URGENCIES)
-    yield* listen({ server: args.flags.get("--server") ?? DEFAULT_SERVER, vapidKey, stateFile: args.flags.get("--state"), count, minUrgency })
+    yield* listen({ server: args.flags.get("--server") ?? DEFAULT_SERVER, vapidKey, vapidFile, stateFile: args.flags.get("--state"), count, minUrgency })
   })
 
 const runSend = (args: SplitArgs) =>

@@ -20,6 +20,8 @@ export interface ListenOptions {
   readonly server: string
   /** The application server's VAPID public key (base64url): the endpoint then only accepts pushes signed with it. */
   readonly vapidKey?: string | undefined
+  /** The VAPID key file it came from, if it did (the `send` hint names it). */
+  readonly vapidFile?: string | undefined
   /** Where to keep the subscription between runs. */
   readonly stateFile?: string | undefined
   /** Stop after this many pushes (default: run until interrupted). */
@@ -126,7 +128,7 @@ export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure>
         yield* Console.error(
           [
             `${fresh ? "subscribed" : "subscription restored"}${options.stateFile === undefined ? "" : ` (kept in ${options.stateFile})`}; waiting for pushes. Send one with:`,
-            `  npm run push -- send --subscription ${shellQuote(subscription)}${state.vapidKey === null ? "" : " --vapid vapid.json"} "hello"`
+            `  npm run push -- send --subscription ${shellQuote(subscription)}${state.vapidKey === null ? "" : ` --vapid ${options.vapidFile === undefined ? "<your VAPID key file>" : shellQuote(options.vapidFile)}`} "hello"`
           ].join("\n")
         )
         yield* Console.log(subscription)

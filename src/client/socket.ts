@@ -31,6 +31,15 @@ export const openPushSocket = (url: string): Effect.Effect<PushSocket, Connectio
       Effect.callback<WebSocket, ConnectionLost>((resume) => {
         const socket = new WebSocket(url, "push-notification")
         socket.once("open", () => resume(Effect.succeed(socket)))
+        // An HTTP answer instead of a WebSocket: the URL names an HTTP port (the endpoint's, say).
+        socket.once("unexpected-response", (_request, response) => {
+          response.resume()
+          const message = `${url} answered HTTP ${response.statusCode} instead of opening a WebSocket: ` +
+            "--server takes the connection node's WebSocket URL (ws://host:8080/ by default)"
+          end(message)
+          socket.terminate()
+          resume(Effect.fail(new ConnectionLost({ message })))
+        })
         socket.on("error", (error) => {
           end(`connection to ${url} failed: ${error.message}`)
           resume(Effect.fail(new ConnectionLost({ message: `cannot connect to ${url}: ${error.message}` })))

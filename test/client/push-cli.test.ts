@@ -174,6 +174,7 @@ describe("push listen / send / vapid-keys", () => {
     const listener = await listen(["--server", deployment.wsUrl, "--vapid-key", vapidFile])
     try {
       assert.match(listener.subscription.endpoint, /\/wpush\/v2\//)
+      assert.include(listener.stderr(), `--vapid '${vapidFile}'`, "the hint names the key file given")
       for (const encoding of ["aes128gcm", "aesgcm"]) {
         const sent = await push(["send", "--subscription", listener.subscriptionText, "--vapid", vapidFile, "--encoding", encoding, `signed ${encoding}`])
         assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
@@ -211,6 +212,12 @@ describe("push listen / send / vapid-keys", () => {
     const bad = await push(["listen", "--min-urgency", "soon"])
     assert.strictEqual(bad.code, 2)
     assert.include(bad.stderr, "--min-urgency must be one of very-low, low, normal, high")
+  })
+
+  live("listen --server at an HTTP port says what --server takes", async () => {
+    const wrong = await push(["listen", "--server", deployment.endpointUrl.replace("http", "ws")])
+    assert.strictEqual(wrong.code, 1)
+    assert.include(wrong.stderr, "answered HTTP 200 instead of opening a WebSocket: --server takes the connection node's WebSocket URL")
   })
 
   live("with --state: a push sent while away arrives on the next run of the same subscription, and once acked never again", async () => {
