@@ -161,12 +161,13 @@ export interface StorageService {
    * `lookbackMonths` months further: months `monthsAgo` … `monthsAgo + lookbackMonths` ago, both
    * included), via the `last_connect` index, with their rows in their current message table. A user
    * whose `last_connect` changed meanwhile is kept. `onProgress` gets the running total after each
-   * small batch. Returns how many were dropped.
+   * small batch. Returns how many were dropped; with `dryRun`, how many would be (nothing is dropped).
    */
   readonly dropStaleUsers: (options: {
     readonly monthsAgo: number
     readonly lookbackMonths: number
     readonly onProgress?: (dropped: number) => Effect.Effect<void>
+    readonly dryRun?: boolean
   }) => Effect.Effect<number, StorageError>
 }
 

@@ -175,6 +175,7 @@ export const makeMaintenance = (
     readonly monthsAgo: number
     readonly lookbackMonths: number
     readonly onProgress?: (dropped: number) => Effect.Effect<void>
+    readonly dryRun?: boolean
   }) {
     const now = yield* Clock.currentTimeMillis
     const keys = staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys)
@@ -196,7 +197,9 @@ export const makeMaintenance = (
           const users = (page.Items ?? []).flatMap((item) =>
             item.uaid?.S !== undefined && item.last_connect !== undefined ? [[item.uaid.S, item.last_connect] as const] : []
           )
-          const counts = yield* Effect.forEach(users, ([uaid, lc]) => dropStaleUser(uaid, lc), { concurrency: 5 })
+          const counts = args.dryRun === true
+            ? users.map(() => 1)
+            : yield* Effect.forEach(users, ([uaid, lc]) => dropStaleUser(uaid, lc), { concurrency: 5 })
           const n = counts.reduce<number>((a, b) => a + b, 0)
           if (n > 0) {
             dropped += n

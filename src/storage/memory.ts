@@ -265,11 +265,13 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       readonly monthsAgo: number
       readonly lookbackMonths: number
       readonly onProgress?: (dropped: number) => Effect.Effect<void>
+      readonly dryRun?: boolean
     }) {
       const users = yield* routerTable("dropStaleUsers")
       const now = yield* Clock.currentTimeMillis
       const keys = new Set(staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys))
       const stale = Array.from(users.values()).filter((u) => u.lastConnect !== undefined && keys.has(u.lastConnect))
+      if (args.dryRun === true) return stale.length
       let dropped = 0
       for (let i = 0; i < stale.length; i += STALE_BATCH) {
         for (const user of stale.slice(i, i + STALE_BATCH)) {

@@ -232,7 +232,10 @@ const dropUsers: Command = {
             `users last connected in ${yyyymmText(swept[0])} back to ${yyyymmText(swept.at(-1))} ` +
               `(${months} to ${months + lookback} months ago: ${plural(swept.length, "month")} of the last_connect index)`
           )
-          if (!args.flags.has("--yes")) return yield* say("dry run: nothing dropped; run again with --yes to drop them")
+          if (!args.flags.has("--yes")) {
+            const stale = yield* storage.dropStaleUsers({ monthsAgo: months, lookbackMonths: lookback, dryRun: true })
+            return yield* say(`dry run: ${plural(stale, "user")} would be dropped, nothing was; run again with --yes to drop ${stale === 1 ? "it" : "them"}`)
+          }
           let lastPrint = now
           const dropped = yield* storage.dropStaleUsers({
             monthsAgo: months,

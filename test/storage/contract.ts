@@ -522,6 +522,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
             yield* s.saveMessage(u.uaid, table, message({ channelId: chid(1), version: "v", sortkeyTimestamp: T0 }))
           }), { concurrency: 8 })
 
+        const wouldDrop = yield* s.dropStaleUsers({ monthsAgo: 2, lookbackMonths: 1, dryRun: true })
+        assert.strictEqual(wouldDrop, stale.length, "a dry run counts them")
+        assert.isDefined(yield* s.getUser(stale[0]!.uaid), "and drops nothing")
         const progress: Array<number> = []
         const dropped = yield* s.dropStaleUsers({
           monthsAgo: 2,

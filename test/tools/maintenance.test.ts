@@ -219,7 +219,7 @@ describe("maintenance: drop-users", () => {
     const dry = await runTool("maintenance", flags)
     expect(dry.code, dry.stderr).toBe(0)
     expect(dry.stdout).toContain("(3 to 6 months ago: 4 months of the last_connect index)")
-    expect(dry.stdout).toContain("dry run: nothing dropped")
+    expect(dry.stdout).toContain("dry run: 1 user would be dropped, nothing was; run again with --yes to drop it")
     expect((await state()).every((s) => s.user && s.channels === 1 && s.messages === 1)).toBe(true)
 
     const real = await runTool("maintenance", [...flags, "--yes"])
