@@ -281,7 +281,10 @@ export const options = {
   }),
   statsd_host: opt("shared", host, undefined, "StatsD host for metrics", { defaultText: "unset (no StatsD)" }),
   statsd_port: opt("shared", port, 8125, "StatsD port"),
-  human_logs: opt("shared", boolean, false, "Log human-readable lines instead of MozLog JSON"),
+  // A person at a terminal reads lines; a pipe (journald, docker, a log shipper) gets records.
+  human_logs: opt("shared", boolean, () => process.stdout.isTTY === true, "Log human-readable lines instead of MozLog JSON", {
+    defaultText: "true when stdout is a terminal, false when it is piped"
+  }),
   log_level: opt("shared", oneOf(["trace", "debug", "info", "warn", "error"]), "info", "Lowest level logged"),
   max_notification_ttl: opt("shared", seconds, s(2_592_000), "Largest TTL accepted; larger TTLs are capped"),
   shutdown_timeout: opt("shared", seconds, s(10), "How long a stopping node waits for work in flight"),

@@ -26,7 +26,8 @@ describe("defaults", () => {
       assert.strictEqual(s.bindHost, "0.0.0.0")
       assert.strictEqual(s.statsdHost, undefined)
       assert.strictEqual(s.statsdPort, 8125)
-      assert.strictEqual(s.humanLogs, false)
+      // Lines for a terminal, records for a pipe (the test runner's stdout is either).
+      assert.strictEqual(s.humanLogs, process.stdout.isTTY === true)
       assert.strictEqual(s.logLevel, "info")
       assert.strictEqual(Duration.toSeconds(s.maxNotificationTtl), 2_592_000)
       assert.strictEqual(Duration.toSeconds(s.shutdownTimeout), 10)
@@ -307,6 +308,30 @@ describe("environment", () => {
       box.write(join(box.cwd, ".autopush_shared.ini"), "statsd_host = statsd\n")
       const s = yield* box.load("autoconnect", { env: { AUTOPUSH__STATSD_HOST: "" } })
       assert.strictEqual(s.statsdHost, undefined)
+    }))
+})
+
+describe("human_logs", () => {
+  const withStdoutTty = <A, E, R>(tty: boolean, effect: Effect.Effect<A, E, R>) =>
+    Effect.acquireUseRelease(
+      Effect.sync(() => {
+        const was = process.stdout.isTTY
+        process.stdout.isTTY = tty
+        return was
+      }),
+      () => effect,
+      (was) => Effect.sync(() => void (process.stdout.isTTY = was))
+    )
+
+  it.effect("lines on a terminal, records on a pipe, unless set", () =>
+    Effect.gen(function*() {
+      const box = sandbox()
+      assert.strictEqual((yield* withStdoutTty(true, box.load("autopush"))).humanLogs, true)
+      assert.strictEqual((yield* withStdoutTty(false, box.load("autopush"))).humanLogs, false)
+      const forced = yield* withStdoutTty(true, box.load("autopush", { argv: ["--human-logs=false"] }))
+      assert.strictEqual(forced.humanLogs, false)
+      const asked = yield* withStdoutTty(false, box.load("autopush", { env: { AUTOPUSH__HUMAN_LOGS: "true" } }))
+      assert.strictEqual(asked.humanLogs, true)
     }))
 })
 
