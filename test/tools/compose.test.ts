@@ -25,9 +25,10 @@ interface Service {
   readonly ports?: ReadonlyArray<string>
   readonly expose?: ReadonlyArray<string>
   readonly depends_on?: ReadonlyArray<string>
+  readonly volumes?: ReadonlyArray<string>
 }
 
-const compose = parse(read("docker-compose.yml")) as { services: Record<string, Service> }
+const compose = parse(read("docker-compose.yml")) as { services: Record<string, Service>; volumes?: Record<string, unknown> }
 const services = compose.services
 const nodes = { autoconnect: services["autoconnect"]!, autoendpoint: services["autoendpoint"]! } as const
 
@@ -99,6 +100,17 @@ describe("docker-compose.yml", () => {
       expect(context, name).toBe(".")
       expect(node.depends_on, name).toContain("dynamodb")
     }
+  })
+
+  it("keeps DynamoDB Local's data on a named volume (docker compose down keeps the subscriptions)", () => {
+    const command = services["dynamodb"]?.command as ReadonlyArray<string>
+    expect(command).not.toContain("-inMemory")
+    const dbPath = command[command.indexOf("-dbPath") + 1]
+    expect(command).toContain("-dbPath")
+    const mounts = (services["dynamodb"]?.volumes ?? []).map((spec) => spec.split(":"))
+    const volume = mounts.find(([, target]) => target === dbPath)?.[0]
+    expect(volume, `a volume mounted at ${dbPath}`).toBeDefined()
+    expect(Object.keys(compose.volumes ?? {})).toContain(volume)
   })
 
   it("runs the entrypoints that exist, one per node", () => {
