@@ -240,7 +240,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     authKeys: Redacted.make(settings.authKeys),
     bridges,
     console: settings.console
-      ? { websocketUrl: settings.websocketUrl, websocketPort: settings.port, endpointUrl: settings.endpointUrl, version: versionInfo.version, commit: versionInfo.commit }
+      ? { websocketUrl: settings.websocketUrl, websocketPort: settings.port, endpointUrl: settings.endpointUrl, maxDataBytes: settings.maxDataBytes, version: versionInfo.version, commit: versionInfo.commit }
       : undefined
   }))
 

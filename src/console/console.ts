@@ -20,6 +20,8 @@ export interface ConsoleOptions {
   readonly websocketPort: number
   /** Public base URL of the endpoint (pushes are sent there; ws vs wss follows its scheme). */
   readonly endpointUrl: string
+  /** The largest push body the endpoint accepts (`max_data_bytes`): the send form keeps under it. */
+  readonly maxDataBytes: number
   readonly version: string
   readonly commit: string
 }
@@ -81,7 +83,7 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
 
   const config = Effect.map(HttpServerRequest.HttpServerRequest, (request) => {
     const { websocketUrl, headers } = headersFor(request)
-    return HttpServerResponse.jsonUnsafe({ websocketUrl, endpointUrl: options.endpointUrl }, { headers })
+    return HttpServerResponse.jsonUnsafe({ websocketUrl, endpointUrl: options.endpointUrl, maxDataBytes: options.maxDataBytes }, { headers })
   })
 
   /** Sums of a metric's series; null when this process has none (a separate endpoint node has no connections). */

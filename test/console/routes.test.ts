@@ -9,7 +9,7 @@ import { MORE_INFO } from "../../src/domain/errors.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { endpointWith, FakeNodeClient, options, request } from "../endpoint/harness.ts"
 
-const consoleOptions = { websocketPort: 8080, endpointUrl: options.endpointUrl, version: "1.2.3-test", commit: "abc123" }
+const consoleOptions = { websocketPort: 8080, endpointUrl: options.endpointUrl, maxDataBytes: 4096, version: "1.2.3-test", commit: "abc123" }
 
 describe("web console routes", () => {
   layer(endpointWith(FakeNodeClient, { ...options, console: consoleOptions }), { excludeTestServices: true })((it) => {
@@ -38,10 +38,10 @@ describe("web console routes", () => {
         assert.strictEqual(missing.status, 404)
       }))
 
-    it.effect("config.json: the WebSocket on the page's host and the connection node's port", () =>
+    it.effect("config.json: the WebSocket on the page's host and the connection node's port, and the largest body", () =>
       Effect.gen(function*() {
         const local = yield* request({ method: "GET", path: "/console/config.json", headers: { host: "127.0.0.1:8082" } })
-        assert.deepStrictEqual(local.json(), { websocketUrl: "ws://127.0.0.1:8080/", endpointUrl: options.endpointUrl })
+        assert.deepStrictEqual(local.json(), { websocketUrl: "ws://127.0.0.1:8080/", endpointUrl: options.endpointUrl, maxDataBytes: 4096 })
         const v6 = yield* request({ method: "GET", path: "/console/config.json", headers: { host: "[::1]:8082" } })
         assert.strictEqual(v6.json().websocketUrl, "ws://[::1]:8080/")
       }))

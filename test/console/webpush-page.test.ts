@@ -10,7 +10,7 @@ import { createECDH, randomBytes } from "node:crypto"
 import ece from "http_ece"
 import webpush from "web-push"
 import { parseVapid, verifyVapid } from "../../src/endpoint/vapid.ts"
-import { decryptPush, encryptAes128gcm, makeSubscriberKeys, makeVapidKeys, vapidAuthorization } from "../../src/console/static/webpush.js"
+import { decryptPush, encryptAes128gcm, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, vapidAuthorization } from "../../src/console/static/webpush.js"
 
 const text = "héllo from the console ✓"
 
@@ -25,6 +25,23 @@ describe("console page crypto", () => {
         new TextEncoder().encode(text)
       )
       assert.strictEqual(ece.decrypt(Buffer.from(body), { version: "aes128gcm", privateKey: ecdh, authSecret: auth }).toString(), text)
+    }))
+
+  it.effect("maxPlaintextBytes: the largest message whose body is within max_data_bytes and one record", () =>
+    Effect.promise(async () => {
+      const ecdh = createECDH("prime256v1")
+      ecdh.generateKeys()
+      const keys = { p256dh: ecdh.getPublicKey().toString("base64url"), auth: randomBytes(16).toString("base64url") }
+      for (const maxBody of [4096, 2048]) {
+        const fits = maxPlaintextBytes(maxBody)
+        assert.strictEqual((await encryptAes128gcm(keys, new Uint8Array(fits))).length, maxBody)
+        assert.strictEqual((await encryptAes128gcm(keys, new Uint8Array(fits + 1))).length, maxBody + 1)
+      }
+      // A server taking larger bodies: one 4096-byte record is the limit of the page's encryption.
+      assert.strictEqual(maxPlaintextBytes(65_536), 4079)
+      await encryptAes128gcm(keys, new Uint8Array(4079))
+      const tooLong = await encryptAes128gcm(keys, new Uint8Array(4080)).then(() => undefined, (e: Error) => e.message)
+      assert.strictEqual(tooLong, "at most 4079 bytes fit in one record")
     }))
 
   for (const contentEncoding of ["aes128gcm", "aesgcm"] as const) {

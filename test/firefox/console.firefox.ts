@@ -112,4 +112,46 @@ describe("web console", () => {
       await page.close()
     }
   })
+
+  live("the send form fits its card at 400, 800 and 1280 px; a message too large for max_data_bytes is refused in the page, the largest that fits is accepted", async () => {
+    const page = await firefox.browser.newPage()
+    try {
+      await page.goto(`${deployment.endpointUrl}/`)
+      await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
+      for (const width of [400, 800, 1280]) {
+        await page.setViewport({ width, height: 900 })
+        const overflow = await page.evaluate(`(() => {
+          const card = document.querySelector("#send-panel").getBoundingClientRect()
+          const wider = [...document.querySelectorAll("#send-form *")].filter((e) => e.getBoundingClientRect().right > card.right + 0.5)
+          return { wider: wider.map((e) => e.id || e.tagName), page: document.documentElement.scrollWidth - window.innerWidth }
+        })()`) as { wider: Array<string>; page: number }
+        assert.deepStrictEqual(overflow.wider, [], `wider than the send card at ${width} px`)
+        assert.isAtMost(overflow.page, 0, `the page scrolls sideways at ${width} px`)
+      }
+
+      // The all-in-one's max_data_bytes is 4096: 3993 bytes of message, encrypted, are 4096.
+      const fill = async (bytes: number) => {
+        await page.evaluate(`(() => {
+          const text = document.querySelector("#send-text")
+          text.value = "x".repeat(${bytes})
+          text.dispatchEvent(new Event("input"))
+        })()`)
+      }
+      await fill(3994)
+      assert.strictEqual(await text(page, "#send-size"), "3994 of 3993 bytes")
+      await page.click("#send-button")
+      await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("Not sent")`, { timeout: 5_000 })
+      assert.strictEqual(
+        await text(page, "#send-result"),
+        "Not sent: the message is 3994 bytes; this server takes at most 3993 (its max_data_bytes, once encrypted)"
+      )
+      await fill(3993)
+      assert.strictEqual(await text(page, "#send-size"), "3993 of 3993 bytes")
+      await page.click("#send-button")
+      await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("201")`, { timeout: 15_000 })
+      await page.waitForFunction(`document.querySelector("#received li .text")?.textContent === "x".repeat(3993)`, { timeout: 15_000 })
+    } finally {
+      await page.close()
+    }
+  })
 })

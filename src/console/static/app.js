@@ -1,7 +1,7 @@
 // The console page: a push client of this server (WebSocket hello/register, keys made here,
 // pushes decrypted here and acked), a form that encrypts and sends a test push to it, and the
 // server's status, polled. Text from the network only ever goes into the page as textContent.
-import { decryptPush, encryptAes128gcm, makeSubscriberKeys, makeVapidKeys, vapidAuthorization } from "./webpush.js"
+import { decryptPush, encryptAes128gcm, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, vapidAuthorization } from "./webpush.js"
 
 const $ = (id) => document.getElementById(id)
 const decoder = new TextDecoder()
@@ -44,7 +44,7 @@ const pollStatus = async () => {
 
 // ── the push client ─────────────────────────────────────────────────────────────────────────────
 
-const state = { keys: undefined, uaid: undefined, channelID: undefined, subscription: undefined, socket: undefined }
+const state = { keys: undefined, uaid: undefined, channelID: undefined, subscription: undefined, socket: undefined, maxPlaintext: undefined }
 
 const setConnection = (text, isError = false) => {
   $("connection").textContent = text
@@ -143,11 +143,27 @@ const connect = (url) => {
 
 // ── the send form ───────────────────────────────────────────────────────────────────────────────
 
+// The message's size against what this server accepts (max_data_bytes, once encrypted), so the
+// form says "too long" before the server answers 413.
+const messageBytes = () => new TextEncoder().encode($("send-text").value)
+const showSize = () => {
+  if (state.maxPlaintext === undefined) return
+  const size = messageBytes().length
+  $("send-size").textContent = `${size} of ${state.maxPlaintext} bytes`
+  $("send-size").className = size > state.maxPlaintext ? "size error" : "size"
+}
+
 let vapid
 const send = async (event) => {
   event.preventDefault()
   const result = $("send-result")
   if (state.subscription === undefined) return
+  const plaintext = messageBytes()
+  if (state.maxPlaintext !== undefined && plaintext.length > state.maxPlaintext) {
+    result.className = "error"
+    result.textContent = `Not sent: the message is ${plaintext.length} bytes; this server takes at most ${state.maxPlaintext} (its max_data_bytes, once encrypted)`
+    return
+  }
   result.className = ""
   result.textContent = "Sending…"
   try {
@@ -159,7 +175,7 @@ const send = async (event) => {
       vapid ??= await makeVapidKeys()
       headers.Authorization = await vapidAuthorization(vapid, endpoint, `mailto:console@${location.hostname || "localhost"}`)
     }
-    const body = await encryptAes128gcm(keys, new TextEncoder().encode($("send-text").value))
+    const body = await encryptAes128gcm(keys, plaintext)
     const res = await fetch(endpoint, { method: "POST", headers, body })
     if (res.ok) {
       result.textContent = `${res.status} ${res.statusText || "Created"} · Location: ${res.headers.get("location") ?? "—"}`
@@ -178,10 +194,13 @@ const send = async (event) => {
 
 const start = async () => {
   $("send-form").addEventListener("submit", send)
+  $("send-text").addEventListener("input", showSize)
   void pollStatus()
   setInterval(pollStatus, STATUS_EVERY_MS)
   try {
     const config = await (await fetch("/console/config.json", { cache: "no-store" })).json()
+    state.maxPlaintext = maxPlaintextBytes(config.maxDataBytes)
+    showSize()
     state.keys = await makeSubscriberKeys()
     connect(config.websocketUrl)
   } catch (error) {

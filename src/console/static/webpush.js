@@ -54,6 +54,14 @@ export const makeSubscriberKeys = async () => {
 const RECORD_SIZE = 4096
 
 /**
+ * The most plaintext bytes an aes128gcm push may carry when the server accepts bodies of at most
+ * `maxBodyBytes`: the body adds its header (salt, record size, key id length, our 65-byte public
+ * key), the padding delimiter and the 16-byte tag; and one record holds at most RECORD_SIZE - 17.
+ * @param {number} maxBodyBytes
+ */
+export const maxPlaintextBytes = (maxBodyBytes) => Math.min(RECORD_SIZE - 17, maxBodyBytes - (21 + 65 + 1 + 16))
+
+/**
  * The aes128gcm body of `plaintext` for a subscription's `p256dh` and `auth` (one record): salt,
  * record size, our ephemeral public key, then the ciphertext of plaintext + 0x02.
  * @param {{p256dh: string, auth: string}} keys
