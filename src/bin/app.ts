@@ -126,13 +126,21 @@ export const publicWebsocketUrl = (settings: Settings): string => {
   return `${endpoint.protocol === "https:" ? "wss" : "ws"}://${endpoint.hostname}:${settings.port}/`
 }
 
+/** Whether the console is served and who may open it: said at start, so nobody serves it unknowingly. */
+const consoleReadyPart = (settings: Settings, endpoint: string): string =>
+  !settings.console
+    ? "web console off"
+    : settings.consoleToken === undefined
+    ? `web console ${endpoint}/ (public)`
+    : `web console ${endpoint}/?token=… (console_token required)`
+
 /** The one line that says a node is up and which URLs to use. */
 export const readyLine = (role: Role, settings: Settings): string => {
   const endpoint = settings.endpointUrl.replace(/\/+$/, "")
   const parts = [
     ...(role === "autoendpoint" ? [] : [`WebSocket ${publicWebsocketUrl(settings)}`]),
     ...(role === "autoconnect" ? [`router ${settings.routerUrl} (private)`] : [`Web Push API ${endpoint}/wpush/…`]),
-    ...(role !== "autoconnect" && settings.console ? [`web console ${endpoint}/`] : [])
+    ...(role === "autoconnect" ? [] : [consoleReadyPart(settings, endpoint)])
   ]
   return `ready: ${parts.join(" · ")}`
 }
@@ -240,7 +248,15 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     authKeys: Redacted.make(settings.authKeys),
     bridges,
     console: settings.console
-      ? { websocketUrl: settings.websocketUrl, websocketPort: settings.port, endpointUrl: settings.endpointUrl, maxDataBytes: settings.maxDataBytes, version: versionInfo.version, commit: versionInfo.commit }
+      ? {
+        websocketUrl: settings.websocketUrl,
+        websocketPort: settings.port,
+        endpointUrl: settings.endpointUrl,
+        maxDataBytes: settings.maxDataBytes,
+        token: settings.consoleToken === undefined ? undefined : Redacted.make(settings.consoleToken),
+        version: versionInfo.version,
+        commit: versionInfo.commit
+      }
       : undefined
   }))
 

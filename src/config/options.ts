@@ -330,6 +330,10 @@ export const options = {
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
   request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),
   console: opt("endpoint", boolean, true, "Serve the web console (a push client page and the server's status) at GET / on the endpoint's port"),
+  console_token: opt("endpoint", text, undefined, "Token the web console asks for (open it as /?token=…; its JSON routes take it as Authorization: Bearer); unset: the console is public", {
+    secret: true,
+    defaultText: "unset (public console)"
+  }),
   max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
   broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
   router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client, and the channels it read for it, for direct deliveries without reading storage (0 turns it off); the node takes a message only for the session and channels it still has, otherwise storage is read again"),
@@ -384,7 +388,7 @@ export const optionsOf = (scopes: ReadonlyArray<Scope>): ReadonlyArray<OptionNam
 
 export const secretOptionNames = optionNames.filter((name) => options[name].secret)
 /** The secret options; a test keeps this in step with the table's `secret` marks. */
-export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_admin_tokens" | "fcm_credentials" | "apns_channels" | "adm_credentials"
+export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_admin_tokens" | "console_token" | "fcm_credentials" | "apns_channels" | "adm_credentials"
 /** The secrets a node may require at start. */
 export type RequiredSecret = "crypto_key" | "auth_keys"
 

@@ -4,13 +4,17 @@
  * WebSocket URL to connect to) and `status.json` (version, uptime, connected clients, notifications
  * received so far). Files are read once at start and served with a strict Content-Security-Policy:
  * scripts and styles only from this origin (no inline script), connections only to this origin,
- * the WebSocket and the endpoint origin. Nothing secret is in any of it.
+ * the WebSocket and the endpoint origin. Nothing secret is in any of it; with `console_token` the
+ * page and its JSON routes ask for the token.
  */
 import { readFileSync } from "node:fs"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as Redacted from "effect/Redacted"
+import { constantTimeEqual } from "../crypto/secrets.ts"
+import { InvalidAuth } from "../domain/errors.ts"
 import { Metrics } from "../observability/Metrics.ts"
 
 export interface ConsoleOptions {
@@ -22,6 +26,8 @@ export interface ConsoleOptions {
   readonly endpointUrl: string
   /** The largest push body the endpoint accepts (`max_data_bytes`): the send form keeps under it. */
   readonly maxDataBytes: number
+  /** Set: the page and its JSON routes ask for it (`?token=` or `Authorization: Bearer`). */
+  readonly token?: Redacted.Redacted<string> | undefined
   readonly version: string
   readonly commit: string
 }
@@ -100,12 +106,28 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
       notifications: total("notification.received") ?? 0
     }, { headers: headersFor(request).headers }))
 
+  /**
+   * With a token, the page and its JSON routes answer only to it (the scripts and the stylesheet are
+   * the same for everyone and hold nothing of this server). The page passes its own `?token=` on.
+   */
+  const guarded = <A, E, R>(route: Effect.Effect<A, E, R>): Effect.Effect<A, E | InvalidAuth, R | HttpServerRequest.HttpServerRequest> => {
+    const token = options.token
+    if (token === undefined) return route
+    return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request): Effect.Effect<A, E | InvalidAuth, R> => {
+      const bearer = /^Bearer\s+(\S+)$/i.exec(request.headers["authorization"] ?? "")?.[1]
+      const offered = bearer ?? new URL(request.url, "http://console").searchParams.get("token") ?? ""
+      return constantTimeEqual(Redacted.value(token), offered)
+        ? route
+        : Effect.fail(new InvalidAuth({ message: "Invalid console token: open the console as /?token=<console_token>" }))
+    })
+  }
+
   return [
-    HttpRouter.route("GET", "/", file("index.html")),
+    HttpRouter.route("GET", "/", guarded(file("index.html"))),
     HttpRouter.route("GET", "/console/app.js", file("app.js")),
     HttpRouter.route("GET", "/console/webpush.js", file("webpush.js")),
     HttpRouter.route("GET", "/console/style.css", file("style.css")),
-    HttpRouter.route("GET", "/console/config.json", config),
-    HttpRouter.route("GET", "/console/status.json", status)
+    HttpRouter.route("GET", "/console/config.json", guarded(config)),
+    HttpRouter.route("GET", "/console/status.json", guarded(status))
   ]
 })

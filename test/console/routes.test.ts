@@ -4,7 +4,7 @@
  * configured), the status JSON counting accepted pushes, and nothing at all when the console is off.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Redacted } from "effect"
 import { MORE_INFO } from "../../src/domain/errors.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { endpointWith, FakeNodeClient, options, request } from "../endpoint/harness.ts"
@@ -69,6 +69,29 @@ describe("web console routes", () => {
         const config = yield* request({ method: "GET", path: "/console/config.json", headers: { host: "127.0.0.1:8082" } })
         assert.strictEqual(config.json().websocketUrl, "wss://push.example.com/ws")
         assert.include(String(config.headers["content-security-policy"]), "connect-src 'self' wss://push.example.com ")
+      }))
+  })
+
+  layer(endpointWith(FakeNodeClient, { ...options, console: { ...consoleOptions, token: Redacted.make("s3cret-console") } }), { excludeTestServices: true })((it) => {
+    it.effect("console_token: the page and its JSON answer only to the token (?token= or Bearer); the scripts stay public", () =>
+      Effect.gen(function*() {
+        const refused = { code: 401, errno: 109, error: "Unauthorized", message: "Invalid console token: open the console as /?token=<console_token>", more_info: MORE_INFO }
+        for (const path of ["/", "/?token=wrong", "/?token=", "/console/config.json", "/console/status.json", "/console/status.json?token=s3cret-consol"]) {
+          const reply = yield* request({ method: "GET", path })
+          assert.strictEqual(reply.status, 401, path)
+          assert.deepStrictEqual(reply.json(), refused, path)
+        }
+        const wrongBearer = yield* request({ method: "GET", path: "/console/status.json", headers: { authorization: "Bearer s3cret-consolE" } })
+        assert.strictEqual(wrongBearer.status, 401)
+
+        const page = yield* request({ method: "GET", path: "/?token=s3cret-console" })
+        assert.strictEqual(page.status, 200)
+        assert.include(page.text, "<title>")
+        for (const path of ["/console/config.json", "/console/status.json"]) {
+          const reply = yield* request({ method: "GET", path, headers: { authorization: "Bearer s3cret-console" } })
+          assert.strictEqual(reply.status, 200, path)
+        }
+        assert.strictEqual((yield* request({ method: "GET", path: "/console/app.js" })).status, 200)
       }))
   })
 

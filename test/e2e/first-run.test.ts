@@ -58,7 +58,7 @@ describe("first run of npm start", () => {
     const ready = lines.filter((l) => l.Fields.msg.startsWith("ready:"))
     expect(ready).toHaveLength(1)
     expect(ready[0]!.Fields.msg).toBe(
-      `ready: WebSocket ws://127.0.0.1:${ports.ws}/ · Web Push API http://127.0.0.1:${ports.endpoint}/wpush/… · web console http://127.0.0.1:${ports.endpoint}/`
+      `ready: WebSocket ws://127.0.0.1:${ports.ws}/ · Web Push API http://127.0.0.1:${ports.endpoint}/wpush/… · web console http://127.0.0.1:${ports.endpoint}/ (public)`
     )
   })
 

@@ -154,4 +154,22 @@ describe("web console", () => {
       await page.close()
     }
   })
+
+  live("with console_token: refused without it; opened as /?token=…, the page passes it on (subscribes, status live)", async () => {
+    const guarded = await startAllInOne(["--console-token", "console-token-for-firefox"])
+    const page = await firefox.browser.newPage()
+    try {
+      const refused = await page.goto(`${guarded.endpointUrl}/`)
+      assert.strictEqual(refused?.status(), 401)
+      assert.include(await page.evaluate("document.body.textContent"), "Invalid console token")
+      await page.goto(`${guarded.endpointUrl}/?token=console-token-for-firefox`)
+      await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
+      await page.waitForFunction(`document.querySelector("#live")?.textContent === "live"`, { timeout: 10_000 })
+      assert.strictEqual(await text(page, "#send-size"), `${"Hello from the console".length} of 3993 bytes`)
+      assert.isFalse(guarded.output.some((line) => line.includes("console-token-for-firefox")), "the token is not logged")
+    } finally {
+      await page.close()
+      await guarded.stop()
+    }
+  })
 })

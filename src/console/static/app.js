@@ -10,6 +10,14 @@ const RECONNECT_AFTER_MS = 3000
 
 const shellQuote = (text) => `'${text.replaceAll("'", `'\\''`)}'`
 
+// A console opened as /?token=… (console_token) passes the token on to its JSON routes.
+const token = new URLSearchParams(location.search).get("token")
+const getJson = async (path) => {
+  const res = await fetch(path, { cache: "no-store", headers: token === null ? {} : { Authorization: `Bearer ${token}` } })
+  if (!res.ok) throw new Error(`${path}: ${res.status}`)
+  return res.json()
+}
+
 // ── status panel ────────────────────────────────────────────────────────────────────────────────
 
 const duration = (seconds) => {
@@ -22,9 +30,7 @@ const duration = (seconds) => {
 let previous
 const pollStatus = async () => {
   try {
-    const res = await fetch("/console/status.json", { cache: "no-store" })
-    if (!res.ok) throw new Error(String(res.status))
-    const status = await res.json()
+    const status = await getJson("/console/status.json")
     const now = performance.now()
     $("status-version").textContent = status.commit === "unknown" ? status.version : `${status.version} (${status.commit.slice(0, 12)})`
     $("status-uptime").textContent = duration(status.uptime)
@@ -198,7 +204,7 @@ const start = async () => {
   void pollStatus()
   setInterval(pollStatus, STATUS_EVERY_MS)
   try {
-    const config = await (await fetch("/console/config.json", { cache: "no-store" })).json()
+    const config = await getJson("/console/config.json")
     state.maxPlaintext = maxPlaintextBytes(config.maxDataBytes)
     showSize()
     state.keys = await makeSubscriberKeys()
