@@ -93,6 +93,19 @@ export const METRICS = {
     errno: "the error JSON's errno (none when null)",
     status: "HTTP status"
   }),
+  // ── the process (every node) ──
+  buildInfo: m("build_info", "gauge", "both", "Always 1; its tags say what runs", {
+    version: "the package version",
+    commit: "the git commit (or unknown)",
+    node: "the Node.js version"
+  }),
+  residentMemory: m("process.resident_memory_bytes", "gauge", "both", "Resident set size of the process (bytes)"),
+  heapUsed: m("process.heap_used_bytes", "gauge", "both", "V8 heap in use (bytes)"),
+  cpu: m("process.cpu_seconds", "gauge", "both", "CPU time used since start, user and system (seconds; rate() is the cores in use)"),
+  uptime: m("process.uptime_seconds", "gauge", "both", "Seconds since the process started"),
+  openSockets: m("process.open_sockets", "gauge", "both", "Open TCP sockets of the process (clients, storage, peers), listeners not counted"),
+  eventLoopDelay: m("nodejs.eventloop_delay_p99_ms", "gauge", "both", "99th percentile of the event-loop delay since the previous reading (ms): high, the process is busy and every answer waits"),
+  gc: m("nodejs.gc", "timer", "both", "Garbage-collection pauses (ms)", { kind: "minor / major / incremental / weakcb" }),
   // ── the event log itself ──
   eventLogDropped: m("event_log.dropped", "counter", "both", "Event-log lines dropped because the file could not keep up")
 } as const satisfies Readonly<Record<string, MetricInfo>>

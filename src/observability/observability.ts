@@ -16,6 +16,7 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Tracer from "effect/Tracer"
 import { METRICS } from "./catalog.ts"
+import { runtimeMetricsLayer } from "./runtimeMetrics.ts"
 import { EventLog, EventLogMemory, recordTo, type EventSink } from "./EventLog.ts"
 import { type EventLogOpenError, openEventLog } from "./eventLogFile.ts"
 import { MessageTrace, type TraceDocument } from "./MessageTrace.ts"
@@ -85,7 +86,7 @@ export const observabilityLayer = (
     EventLog,
     Effect.map(eventLogOver(options.eventLog, opaque), (sinks) => EventLog.of({ record: recordTo(sinks) }))
   )
-  return events.pipe(Layer.provideMerge(Layer.mergeAll(metrics, trace)))
+  return Layer.mergeAll(events, runtimeMetricsLayer).pipe(Layer.provideMerge(Layer.mergeAll(metrics, trace)))
 }
 
 /**

@@ -1,11 +1,13 @@
 /**
- * The Grafana dashboard (deploy/grafana-dashboard.json) queries only what the service exposes:
+ * The Grafana dashboard (deploy/grafana-dashboard.json) and the Prometheus alert rules
+ * (deploy/prometheus-alerts.yml) query only what the service exposes:
  * every metric name in its PromQL is a series of the Prometheus text the service renders (each
  * catalog metric recorded once, with its tags), and every label it groups or filters by is one of
  * that metric's labels.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { readFileSync } from "node:fs"
+import { parse as parseYaml } from "yaml"
 import { METRICS } from "../../src/observability/catalog.ts"
 import { makeMetrics } from "../../src/observability/Metrics.ts"
 
@@ -44,6 +46,7 @@ const parse = (expr: string) => {
     .replace(/\b(?:by|without)\s*\([^)]*\)/g, " ")
     .replace(/\{[^}]*\}/g, " ")
     .replace(/\[[^\]]*\]/g, " ")
+    .replace(/\boffset\s+\w+/g, " ")
     .replace(/"[^"]*"/g, " ")
   const names = [...bare.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?/g)]
     .filter(([name, , call]) => call === undefined && !KEYWORDS.has(name!.toLowerCase()) && !/^\d/.test(name!))
@@ -73,6 +76,26 @@ describe("Grafana dashboard", () => {
     const families = Object.values(METRICS).map((info) => info.name.replace(/[^a-zA-Z0-9_:]/g, "_"))
     for (const family of families) {
       assert.isTrue([...queried].some((name) => name.startsWith(family)), `no panel shows ${family}`)
+    }
+  })
+
+  it("the Prometheus alert rules query exposed metrics and labels, each rule named and explained", () => {
+    const rules = parseYaml(readFileSync(new URL("../../deploy/prometheus-alerts.yml", import.meta.url), "utf8")) as {
+      readonly groups: ReadonlyArray<{ readonly rules: ReadonlyArray<{ alert: string; expr: string; annotations?: { summary?: string; description?: string } }> }>
+    }
+    const series = exposed()
+    const all = rules.groups.flatMap((group) => group.rules)
+    assert.isAtLeast(all.length, 5)
+    for (const rule of all) {
+      assert.match(rule.alert, /^Autopush[A-Za-z]+$/)
+      assert.isNotEmpty(rule.annotations?.summary ?? "", rule.alert)
+      assert.isNotEmpty(rule.annotations?.description ?? "", rule.alert)
+      const { names, labels } = parse(rule.expr)
+      assert.isNotEmpty(names, `${rule.alert} queries no metric`)
+      for (const name of names) {
+        assert.isTrue(series.has(name), `${rule.alert}: ${name} is not exposed (${rule.expr})`)
+        for (const label of labels) assert.isTrue(series.get(name)!.has(label), `${rule.alert}: ${name} has no label ${label}`)
+      }
     }
   })
 
