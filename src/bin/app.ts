@@ -4,9 +4,6 @@
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as Cause from "effect/Cause"
-import * as Exit from "effect/Exit"
-import * as Runtime from "effect/Runtime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -34,6 +31,7 @@ import { loggingLayer } from "../observability/logging.ts"
 import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
+import { stopTeardown } from "./teardown.ts"
 import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
 import {
   embeddedDataDir,
@@ -115,6 +113,13 @@ export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const { settings, files } = yield* loadSettingsAndFiles({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
     if (role === "autopush" && settings.storageEndpoint === undefined) return { settings: yield* embeddedSecrets(settings), files }
+    if (settings.storageEndpoint === undefined && !settings.embeddedStorage) {
+      // A node on its own with a store of its own cannot work with its peers: say so instead.
+      return yield* new StartupError({
+        message: "no storage_endpoint: the connection and endpoint nodes must share one store. Run `npm run storage -- --host <private address>` " +
+          "(or use DynamoDB) and set storage_endpoint=http://<its host>:8000 on every node; or set embedded_storage=true for a store of this node alone"
+      })
+    }
     yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
     return { settings, files }
   })
@@ -360,13 +365,6 @@ export const runRole = <A, E>(
   stopWhenOrphaned()
   NodeRuntime.runMain(program, { teardown: stopTeardown })
 }
-
-/**
- * A stop on a signal is a clean stop: exit 0 (a service manager would mark 130 a failure). Failures
- * keep the default codes.
- */
-const stopTeardown: Runtime.Teardown = (exit, onExit) =>
-  Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)
 
 /**
  * A server whose parent goes away (`kill` of the `npm start` that ran it) stops as on SIGTERM, rather

@@ -263,6 +263,7 @@ export const options = {
     env: ["AWS_ENDPOINT_URL_DYNAMODB"],
     defaultText: "unset (embedded dynalite under data_dir)"
   }),
+  embedded_storage: opt("shared", boolean, false, "Let autoconnect or autoendpoint run on a private embedded store when storage_endpoint is unset (no other node can see its data); without it such a node refuses to start. The all-in-one autopush always may"),
   storage_timeout: opt("shared", seconds, s(5), "Deadline of one storage operation (retries included): past it the operation fails — a push is answered 503 with Retry-After, a hello is closed (HandshakeTimeout once hello_timeout has passed), a session's drain retries later"),
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
   data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory)"),

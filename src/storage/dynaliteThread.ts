@@ -2,8 +2,8 @@
  * The embedded dynalite, on a thread of its own (started by `dynaliteWorker.ts`, used by
  * `embedded.ts`): LevelDB work and the DynamoDB API's JSON then never stall the node's event loop.
  * It loads dynalite at once and opens the data directory of the first `{ open: dataDir }` message;
- * it answers on 127.0.0.1 at a free port: `{ port }` is posted once it listens, `{ error }` if it
- * cannot start. A `"close"` message closes the server and the database (then `{ closed: true }`).
+ * it answers on 127.0.0.1 at a free port, or where the message says (`host`, `listenPort`): `{ port }`
+ * is posted once it listens, `{ error }` if it cannot start (a port in use: code EADDRINUSE). A `"close"` message closes the server and the database (then `{ closed: true }`).
  */
 import { mkdir } from "node:fs/promises"
 import { createRequire } from "node:module"
@@ -17,7 +17,9 @@ interface LevelDb {
 
 const port = parentPort
 if (port === null) throw new Error("dynaliteThread.ts runs as a worker thread")
-const dataDir = await new Promise<string>((resolve) => port.once("message", (message: { readonly open: string }) => resolve(message.open)))
+const { open: dataDir, host = "127.0.0.1", listenPort = 0 } = await new Promise<{ readonly open: string; readonly host?: string; readonly listenPort?: number }>(
+  (resolve) => port.once("message", resolve)
+)
 
 const fail = (error: unknown) => port.postMessage({ error: error instanceof Error ? { name: error.name, message: error.message, code: (error as { code?: unknown }).code } : { message: String(error) } })
 
@@ -34,7 +36,7 @@ try {
   await probe.close()
   const server = dynalite({ path: dataDir, createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 })
   server.once("error", fail)
-  server.listen(0, "127.0.0.1", () => {
+  server.listen(listenPort, host, () => {
     const address = server.address()
     port.postMessage({ port: typeof address === "object" && address !== null ? address.port : 0 })
   })

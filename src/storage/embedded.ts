@@ -34,10 +34,16 @@ type ThreadMessage =
   | { readonly error: { readonly message: string; readonly code?: unknown } }
   | { readonly closed: true }
 
-const startThread = (dataDir: string) =>
+/** Where the server listens: by default 127.0.0.1 at a free port (only this process uses it). */
+export interface DynaliteListen {
+  readonly host: string
+  readonly port: number
+}
+
+const startThread = (dataDir: string, listen: DynaliteListen) =>
   Effect.callback<{ readonly worker: Worker; readonly port: number }, StorageError>((resume) => {
     const worker = dynaliteWorker()
-    worker.postMessage({ open: dataDir })
+    worker.postMessage({ open: dataDir, host: listen.host, listenPort: listen.port })
     const failed = (error: EmbeddedDataError | Error) => {
       void worker.terminate()
       resume(Effect.fail(new StorageError({ operation: "startDynalite", cause: error })))
@@ -47,9 +53,13 @@ const startThread = (dataDir: string) =>
       worker.off("error", failed)
       if ("port" in message) return resume(Effect.succeed({ worker, port: message.port }))
       if ("error" in message) {
-        failed(message.error.code === "LEVEL_LOCKED"
-          ? new EmbeddedDataError(`the embedded data under ${dataDir} is in use by another process`, true)
-          : new EmbeddedDataError(`cannot open the embedded data under ${dataDir}: ${message.error.message}`, false))
+        failed(
+          message.error.code === "LEVEL_LOCKED"
+            ? new EmbeddedDataError(`the embedded data under ${dataDir} is in use by another process`, true)
+            : message.error.code === "EADDRINUSE"
+            ? new Error(`port ${listen.port} on ${listen.host} is in use`)
+            : new EmbeddedDataError(`cannot open the embedded data under ${dataDir}: ${message.error.message}`, false)
+        )
       }
     })
   })
@@ -66,13 +76,21 @@ const stopThread = (worker: Worker) =>
   })
 
 /**
- * Start dynalite with its LevelDB under `dataDir` (created if missing); the endpoint URL, e.g.
- * `http://127.0.0.1:41234`. Closing the scope stops the server and closes the database.
+ * Start dynalite with its LevelDB under `dataDir` (created if missing); the endpoint URL this
+ * machine reaches it by, e.g. `http://127.0.0.1:41234`. Closing the scope stops the server and
+ * closes the database.
  */
-export const startDynalite = (dataDir: string): Effect.Effect<string, StorageError, Scope.Scope> =>
-  Effect.acquireRelease(startThread(dataDir), ({ worker }) => stopThread(worker)).pipe(
-    Effect.map(({ port }) => `http://127.0.0.1:${port}`)
+export const startDynalite = (
+  dataDir: string,
+  listen: DynaliteListen = { host: "127.0.0.1", port: 0 }
+): Effect.Effect<string, StorageError, Scope.Scope> =>
+  Effect.acquireRelease(startThread(dataDir, listen), ({ worker }) => stopThread(worker)).pipe(
+    Effect.map(({ port }) => `http://${localHostOf(listen.host)}:${port}`)
   )
+
+/** The address this machine reaches a server listening on `host` by (any address: the loopback). */
+const localHostOf = (host: string): string =>
+  host === "0.0.0.0" || host === "" ? "127.0.0.1" : host === "::" ? "[::1]" : host.includes(":") ? `[${host}]` : host
 
 /** Where a running embedded server announces itself, beside its data directory. */
 export const embeddedEndpointFile = (dataDir: string): string => join(dirname(dataDir), "embedded.json")
@@ -88,7 +106,7 @@ export const runningEmbeddedEndpoint = (dataDir: string): string | undefined => 
   }
 }
 
-const announce = (dataDir: string, endpoint: string) =>
+export const announceEmbedded = (dataDir: string, endpoint: string) =>
   Effect.acquireRelease(
     Effect.sync(() => writeFileSync(embeddedEndpointFile(dataDir), JSON.stringify({ pid: process.pid, endpoint }))),
     () => Effect.sync(() => rmSync(embeddedEndpointFile(dataDir), { force: true }))
@@ -105,7 +123,7 @@ export const layerEmbedded = (
   Layer.unwrap(
     Effect.gen(function*() {
       const endpoint = yield* startDynalite(options.dataDir)
-      yield* announce(options.dataDir, endpoint)
+      yield* announceEmbedded(options.dataDir, endpoint)
       return layerDynamo({ ...options, endpoint, region: "local" })
     })
   ).pipe(

@@ -19,6 +19,7 @@ import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options } from "../config/options.ts"
 import { errorName } from "../storage/dynamoRequests.ts"
+import { stopTeardown } from "../bin/teardown.ts"
 import type { StorageError } from "../storage/Storage.ts"
 
 /** Bad arguments: printed with a pointer to `--help`, exit 2. */
@@ -197,5 +198,5 @@ export const runTool = (name: string, program: Effect.Effect<void, ToolError>): 
       StorageError: (e) => fail(1, describeStorageError(e))
     })
   )
-  NodeRuntime.runMain(main)
+  NodeRuntime.runMain(main, { teardown: stopTeardown })
 }

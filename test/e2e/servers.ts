@@ -167,16 +167,17 @@ const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployme
   }
 }
 
-/** `autoconnect` and `autoendpoint` as separate processes sharing one dynalite server process. */
+/** `autoconnect` and `autoendpoint` as separate processes sharing one storage server process (`npm run storage`). */
 const startSeparateOnce = async (connectionExtra: ReadonlyArray<string>, sharedExtra: ReadonlyArray<string>): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const [ws, router, endpointPort, dynamoPort, metricsPort] = (await freePorts(5)) as [number, number, number, number, number]
   const ports = { ws, router, endpoint: endpointPort }
   const output: Array<string> = []
-  // dynalite's own lines (its start, or why it could not start) go to the same output, marked.
-  const collectDynalite = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0).map((l) => `[dynalite] ${l}`))
+  // The storage server's own lines (its start, or why it could not start) go to the same output, marked.
+  const collectDynalite = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0).map((l) => `[storage] ${l}`))
   const startDynalite = () => {
-    const child = spawn(process.execPath, [join(root, "node_modules/dynalite/cli.js"), "--port", String(dynamoPort), "--path", join(cwd, "db")], {
+    const child = spawn(process.execPath, [join(root, "src/bin/storage.ts"), "--port", String(dynamoPort), "--data-dir", join(cwd, "db")], {
+      cwd,
       stdio: ["ignore", "pipe", "pipe"]
     })
     child.stdout?.on("data", collectDynalite)
@@ -198,6 +199,7 @@ const startSeparateOnce = async (connectionExtra: ReadonlyArray<string>, sharedE
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
   }
   const up = async () => {
+    await waitForPort(dynamoPort, 30_000)
     await upConnection()
     endpoint = start("src/bin/autoendpoint.ts", [...shared, "--metrics-port", String(metricsPort)], output, cwd)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)

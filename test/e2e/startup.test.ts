@@ -102,6 +102,25 @@ describe("start-up failures: one line naming the option, exit 1, no stack", () =
     expectOneLine(result, /^autoconnect: cannot start: DynamoDB at http:\/\/127\.0\.0\.1:\d+ cannot be used \(option storage_endpoint\)/)
   }, 60_000)
 
+  it("a node on its own without storage_endpoint (its store would be its alone), unless embedded_storage says so", async () => {
+    const [a, b, c] = await freePorts(3)
+    const portsOf = { "autoconnect.ts": ["--port", String(a), "--router-port", String(b)], "autoendpoint.ts": ["--endpoint-port", String(c)] }
+    for (const script of ["autoconnect.ts", "autoendpoint.ts"] as const) {
+      const role = script.replace(".ts", "")
+      expectOneLine(
+        await run(script, [...portsOf[script], "--crypto-key", generateFernetKey(), "--auth-keys", "k"]),
+        new RegExp(`^${role}: cannot start: no storage_endpoint: the connection and endpoint nodes must share one store\\. Run \`npm run storage`)
+      )
+    }
+    // Asked for: it gets past that check (and stops at the next: a port held by someone else).
+    const taken = await holdPort()
+    const [router] = await freePorts(1)
+    expectOneLine(
+      await run("autoconnect.ts", ["--port", String(taken), "--router-port", String(router), "--crypto-key", generateFernetKey(), "--embedded-storage", "--bind-host", "127.0.0.1"]),
+      new RegExp(`^autoconnect: cannot start: port ${taken} is in use \\(option port\\)`)
+    )
+  }, 60_000)
+
   it("a crypto key that is not one", async () => {
     expectOneLine(await run("autoconnect.ts", ["--crypto-key", "not-a-key"]), /^autoconnect: configuration error: crypto_key: /)
   }, 60_000)

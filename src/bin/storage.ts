@@ -1,0 +1,7 @@
+/**
+ * storage: the embedded storage as a server for nodes on other processes or hosts (`storage --help`; src/tools/).
+ */
+import { runTool } from "../tools/cli.ts"
+import { storageServer } from "../tools/storageServer.ts"
+
+runTool("storage", storageServer(process.argv.slice(2)))
