@@ -240,6 +240,11 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     bindHost: settings.bindHost,
     maxDataBytes: settings.maxDataBytes,
     requireVapid: settings.requireVapid,
+    rateLimits: {
+      perAddress: { perSecond: settings.rateLimitPerAddress, burst: settings.rateLimitBurstPerAddress },
+      perVapidKey: { perSecond: settings.rateLimitPerVapidKey, burst: settings.rateLimitBurstPerVapidKey },
+      trustedProxies: settings.trustedProxies
+    },
     maxNotificationTtl: Math.floor(Duration.toSeconds(settings.maxNotificationTtl)),
     connectionTimeoutMs: ms(settings.connectionTimeout),
     requestTimeoutMs: ms(settings.requestTimeout),

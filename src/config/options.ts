@@ -11,6 +11,7 @@
  * A value is always written as a string; its kind decodes it with a Schema codec (and encodes
  * defaults back for the docs and samples).
  */
+import { isIP } from "node:net"
 import { hostname as machineHostname } from "node:os"
 import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
@@ -191,6 +192,20 @@ export const fernetKeys: Kind<ReadonlyArray<string>> = list(
   "a list of Fernet keys (URL-safe base64 of 32 bytes, as autokey prints)"
 )
 
+const isAddressOrBlock = (entry: string): boolean => {
+  const [address = "", prefix, ...rest] = entry.split("/")
+  const family = isIP(address)
+  if (family === 0 || rest.length > 0) return false
+  if (prefix === undefined) return true
+  return /^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 4 ? 32 : 128)
+}
+
+/** IP addresses and CIDR blocks (`10.0.0.1`, `10.0.0.0/8`, `fd00::/8`). */
+export const addressList: Kind<ReadonlyArray<string>> = list(
+  Schema.String.check(Schema.makeFilter(isAddressOrBlock)),
+  "a list of IP addresses or CIDR blocks (10.0.0.1, 10.0.0.0/8, fd00::/8)"
+)
+
 // ---------------------------------------------------------------------------------------------
 // The table
 
@@ -327,6 +342,11 @@ export const options = {
   client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
   // endpoint
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
+  rate_limit_per_address: opt("endpoint", integer(0), 100, "Pushes per second one client address may send, sustained (token bucket; 0 turns it off); beyond it 429/116 with Retry-After. Peers on the loopback are not limited by address unless listed in trusted_proxies"),
+  rate_limit_burst_per_address: opt("endpoint", integer(1), 1000, "Pushes one client address may send at once after a quiet period"),
+  rate_limit_per_vapid_key: opt("endpoint", integer(0), 0, "Pushes per second one VAPID key may send, sustained (token bucket; 0, the default, turns it off: one key legitimately sends to all its subscribers); beyond it 429/116 with Retry-After"),
+  rate_limit_burst_per_vapid_key: opt("endpoint", integer(1), 1000, "Pushes one VAPID key may send at once after a quiet period"),
+  trusted_proxies: opt("endpoint", addressList, [], "Addresses or CIDR blocks of the reverse proxies in front of the endpoint: for a push from one of them, the client address is the rightmost X-Forwarded-For entry that is not a listed proxy (never believed from anyone else)"),
   require_vapid: opt("endpoint", boolean, false, "Accept only pushes signed with VAPID (RFC 8292): an unsigned push is answered 401/109, whatever its endpoint"),
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
   request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),

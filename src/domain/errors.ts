@@ -46,6 +46,8 @@ export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{
 export class MalformedRequest extends Data.TaggedError("MalformedRequest")<{ readonly message: string }> {}
 /** 503/201: storage failed; the sender should retry later. */
 export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
+/** 429/116: the sender's address or VAPID key is over its rate limit; retry after `retryAfter` seconds. */
+export class RateLimited extends Data.TaggedError("RateLimited")<{ readonly by: "address" | "VAPID key"; readonly retryAfter: number }> {}
 /** 503/201: the node has `max_in_flight_requests` requests in hand; the sender should retry later. */
 export class Overloaded extends Data.TaggedError("Overloaded")<{}> {}
 /** 503/null: a WebSocket upgrade beyond `max_connections`. */
@@ -96,6 +98,7 @@ export type ApiError =
   | MalformedRequest
   | StorageUnavailable
   | Overloaded
+  | RateLimited
   | TooManyConnections
   | BridgeNotConfigured
   | BridgeAuthFailed
@@ -156,6 +159,7 @@ const table: ErrorTable = {
   MalformedRequest: { status: 400, errno: null, message: own },
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },
   Overloaded: { status: 503, errno: 201, message: fixed("Too many requests in progress, retry later") },
+  RateLimited: { status: 429, errno: 116, message: (e) => `Too many pushes from this ${e.by}, retry after ${e.retryAfter} s` },
   TooManyConnections: { status: 503, errno: null, message: fixed("Too many connections, retry later") },
   BridgeNotConfigured: { status: 502, errno: 900, message: own },
   BridgeAuthFailed: { status: 502, errno: 901, message: own },
@@ -184,6 +188,7 @@ const REASONS: Readonly<Record<number, string>> = {
   410: "Gone",
   413: "Payload Too Large",
   418: "I'm a teapot",
+  429: "Too Many Requests",
   500: "Internal Server Error",
   502: "Bad Gateway",
   503: "Service Unavailable"
@@ -195,6 +200,7 @@ export const toErrorResponse = (error: ApiError): ErrorResponse => {
   const headers: Record<string, string> = {}
   if (identity.status === 410) headers["cache-control"] = "max-age=86400"
   if (identity.status === 503) headers["retry-after"] = "120"
+  if (error._tag === "RateLimited") headers["retry-after"] = String(error.retryAfter)
   return {
     status: identity.status,
     headers,

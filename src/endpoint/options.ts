@@ -7,6 +7,7 @@ import type { RouterCacheOptions } from "./routerCache.ts"
  * settings onto this (the endpoint does not read configuration itself).
  */
 import type { ConsoleOptions } from "../console/console.ts"
+import type { RateLimitOptions } from "./rateLimits.ts"
 
 export interface EndpointOptions {
   /** Public base URL of the endpoint nodes (`Location` prefix, VAPID `aud`), no trailing slash. */
@@ -41,6 +42,8 @@ export interface EndpointOptions {
   readonly authKeys?: Redacted.Redacted<ReadonlyArray<string>> | undefined
   /** The bridges (FCM, APNs, ADM, stub) this node routes bridged users through; none by default. */
   readonly bridges?: BridgeOptions | undefined
+  /** Per-sender limits of the push route (429/116); undefined: none. */
+  readonly rateLimits?: RateLimitOptions | undefined
   /** The web console at `GET /`; undefined: not served. */
   readonly console?: ConsoleOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */

@@ -30,6 +30,7 @@ import {
   PayloadTooLarge
 } from "../domain/errors.ts"
 import { RecentMap } from "../domain/memo.ts"
+import { makeRateLimits, NO_LIMITS } from "./rateLimits.ts"
 import { type Body, type BodyLimits, type BodyRefusal, readBody } from "../domain/raw-http.ts"
 import { domainEvent, type RouteOutcome } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
@@ -76,6 +77,8 @@ const BAD_LENGTH = "bad-length" as const
 export interface PushRequest {
   readonly headers: RequestHeaders
   readonly body: Effect.Effect<Buffer, BodyRefusal>
+  /** The connection's peer address (the sender, or a proxy in front of it). */
+  readonly peer: string | undefined
 }
 
 /** A handler's answer without a body: status and headers. */
@@ -86,6 +89,7 @@ export interface EmptyAnswer {
 
 export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
   const storage = yield* Storage
+  const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS)
   const crypto = yield* EndpointCrypto
   const router = yield* WebPushRouter
   const events = yield* EventLog
@@ -256,6 +260,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const outcome = (body: Body) => body._tag === "Body" ? Effect.succeed(body.bytes) : Effect.fail(body.error)
     return {
       headers: req.headers as RequestHeaders,
+      peer: req.socket.remoteAddress,
       body: Effect.suspend(() =>
         read !== undefined ? outcome(read) : Effect.callback<Buffer, BodyRefusal>((resume) => {
           waiting = (body) => resume(outcome(body))
@@ -298,9 +303,11 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   ) {
     const headers: RequestHeaders = request.headers
     const nowMs = yield* Clock.currentTimeMillis
+    yield* limits.address(request.peer, headers["x-forwarded-for"], nowMs) // before any work for the sender
     const apiVersion = yield* apiVersionOf(versionSegment) //            #1
     const opened = yield* openToken(apiVersion, token) //                #2
     const vapid = yield* vapidOf(headers, nowMs) //                       #3, #4
+    if (vapid !== undefined) yield* limits.vapidKey(vapid.rawKey, nowMs) // a verified key only: nobody drains another's
     const subscription = yield* subscriptionOf(opened) //                #5
     yield* checkBoundKey(subscription, vapid) //                          #6
     const target = yield* targetOf(subscription.uaid, subscription.channelId) // #7–#9

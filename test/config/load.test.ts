@@ -311,6 +311,20 @@ describe("environment", () => {
     }))
 })
 
+describe("trusted_proxies", () => {
+  it.effect("addresses and CIDR blocks of both families; anything else is a configuration error", () =>
+    Effect.gen(function*() {
+      const box = sandbox()
+      const s = yield* box.load("autoendpoint", { argv: ["--trusted-proxies", "10.0.0.0/8, 192.0.2.1, fd00::/8, ::1"] })
+      assert.deepStrictEqual(s.trustedProxies, ["10.0.0.0/8", "192.0.2.1", "fd00::/8", "::1"])
+      for (const bad of ["10.0.0.0/33", "proxy.example.com", "10.0.0.1/8/1", "fd00::/129"]) {
+        const error = yield* box.fail("autoendpoint", { argv: ["--trusted-proxies", bad] })
+        assert.include(error.message, "trusted_proxies", bad)
+        assert.include(error.message, "a list of IP addresses or CIDR blocks", bad)
+      }
+    }))
+})
+
 describe("human_logs", () => {
   const withStdoutTty = <A, E, R>(tty: boolean, effect: Effect.Effect<A, E, R>) =>
     Effect.acquireUseRelease(

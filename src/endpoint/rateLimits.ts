@@ -1,0 +1,143 @@
+/**
+ * Per-sender rate limits of the push route: a token bucket per client address and per VAPID key.
+ * A bucket holds up to `burst` pushes and refills at `perSecond`; a push that finds it empty is
+ * answered 429 with `Retry-After` (the seconds until the next token). Buckets are kept for the
+ * most recent senders only (a bounded map), so a flood of addresses costs bounded memory.
+ *
+ * The client address is the connection's peer, unless that peer is a listed trusted proxy: then
+ * it is the rightmost `X-Forwarded-For` entry that is not a trusted proxy itself (the entries to
+ * its left are whatever the client wrote). IPv6 clients are counted by their /64, the block one
+ * host usually holds. A peer on the loopback that is not a listed proxy is not limited by address:
+ * it is this machine (a proxy in front, an application server beside), whose senders cannot be told
+ * apart.
+ */
+import { BlockList, isIP } from "node:net"
+import * as Effect from "effect/Effect"
+import { RateLimited } from "../domain/errors.ts"
+import { RecentMap } from "../domain/memo.ts"
+
+export interface RateLimit {
+  /** Pushes per second, sustained; 0: no limit. */
+  readonly perSecond: number
+  /** Pushes at once after a quiet period. */
+  readonly burst: number
+}
+
+interface Bucket {
+  tokens: number
+  at: number
+}
+
+/** Senders whose buckets are kept; an evicted sender starts again with a full bucket. */
+const SENDERS = 100_000
+
+/** Token buckets by key. `take` answers 0 (go) or the whole seconds until a token is back. */
+export const makeTokenBuckets = (limit: RateLimit, capacity = SENDERS) => {
+  const buckets = new RecentMap<Bucket>(capacity)
+  return {
+    take: (key: string, nowMs: number): number => {
+      if (limit.perSecond <= 0) return 0
+      let bucket = buckets.get(key)
+      if (bucket === undefined) {
+        bucket = { tokens: limit.burst, at: nowMs }
+        buckets.set(key, bucket)
+      }
+      bucket.tokens = Math.min(limit.burst, bucket.tokens + (Math.max(0, nowMs - bucket.at) / 1000) * limit.perSecond)
+      bucket.at = nowMs
+      if (bucket.tokens >= 1) {
+        bucket.tokens -= 1
+        return 0
+      }
+      return Math.max(1, Math.ceil((1 - bucket.tokens) / limit.perSecond))
+    }
+  }
+}
+
+/** `::ffff:1.2.3.4` is the IPv4 client 1.2.3.4. */
+const plain = (address: string): string => address.startsWith("::ffff:") && isIP(address.slice(7)) === 4 ? address.slice(7) : address
+
+/** A list of addresses and CIDR blocks (`10.0.0.1`, `10.0.0.0/8`, `fd00::/8`, checked by the config); undefined for none. */
+export const trustedProxies = (entries: ReadonlyArray<string>): BlockList | undefined => {
+  if (entries.length === 0) return undefined
+  const list = new BlockList()
+  for (const entry of entries) {
+    const [address = "", prefix] = entry.split("/")
+    const family = isIP(address) === 6 ? "ipv6" : "ipv4"
+    if (prefix === undefined) list.addAddress(address, family)
+    else list.addSubnet(address, Number(prefix), family)
+  }
+  return list
+}
+
+const isTrusted = (proxies: BlockList, address: string): boolean => {
+  const family = isIP(address)
+  return family !== 0 && proxies.check(address, family === 6 ? "ipv6" : "ipv4")
+}
+
+const LOOPBACK = new BlockList()
+LOOPBACK.addSubnet("127.0.0.0", 8, "ipv4")
+LOOPBACK.addAddress("::1", "ipv6")
+
+/** The address a push is counted against (see the module comment); undefined: not limited by address. */
+export const clientAddress = (
+  peer: string | undefined,
+  forwardedFor: string | ReadonlyArray<string> | undefined,
+  proxies: BlockList | undefined
+): string | undefined => {
+  const remote = plain(peer ?? "")
+  const trusted = proxies !== undefined && isTrusted(proxies, remote)
+  if (!trusted && isTrusted(LOOPBACK, remote)) return undefined
+  let client = remote
+  if (proxies !== undefined && trusted && forwardedFor !== undefined) {
+    const hops = (typeof forwardedFor === "string" ? forwardedFor : forwardedFor.join(",")).split(",").map((hop) => plain(hop.trim()))
+    for (let i = hops.length - 1; i >= 0; i--) {
+      const hop = hops[i]!
+      if (isIP(hop) === 0) break // not an address: nothing left of it can be believed
+      client = hop
+      if (!isTrusted(proxies, hop)) break
+    }
+  }
+  return isIP(client) === 6 ? `${sixtyFour(client)}/64` : client
+}
+
+/** The first four groups of an IPv6 address, written out. */
+const sixtyFour = (address: string): string => {
+  const [head = "", tail = ""] = address.split("::")
+  const left = head === "" ? [] : head.split(":")
+  const right = address.includes("::") ? (tail === "" ? [] : tail.split(":")) : []
+  const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right]
+  return groups.slice(0, 4).map((group) => (group === "" ? "0" : group.toLowerCase().replace(/^0+(?=.)/, ""))).join(":")
+}
+
+export interface RateLimitOptions {
+  readonly perAddress: RateLimit
+  readonly perVapidKey: RateLimit
+  /** Addresses and CIDR blocks whose `X-Forwarded-For` is believed. */
+  readonly trustedProxies: ReadonlyArray<string>
+}
+
+/** No limit at all (tests, and a node built without options). */
+export const NO_LIMITS: RateLimitOptions = {
+  perAddress: { perSecond: 0, burst: 1 },
+  perVapidKey: { perSecond: 0, burst: 1 },
+  trustedProxies: []
+}
+
+/** The two limits of the push route, as checks that fail with `RateLimited`. */
+export const makeRateLimits = (options: RateLimitOptions) => {
+  const proxies = trustedProxies(options.trustedProxies)
+  const addresses = makeTokenBuckets(options.perAddress)
+  const keys = makeTokenBuckets(options.perVapidKey)
+  const verdict = (by: RateLimited["by"], wait: number): Effect.Effect<void, RateLimited> =>
+    wait === 0 ? Effect.void : Effect.fail(new RateLimited({ by, retryAfter: wait }))
+  return {
+    address: (peer: string | undefined, forwardedFor: string | ReadonlyArray<string> | undefined, nowMs: number) => {
+      if (options.perAddress.perSecond <= 0) return Effect.void
+      const client = clientAddress(peer, forwardedFor, proxies)
+      return client === undefined ? Effect.void : verdict("address", addresses.take(client, nowMs))
+    },
+    /** By the key's raw point (a v1 push signed with any key counts against that key). */
+    vapidKey: (rawKey: Buffer, nowMs: number) =>
+      options.perVapidKey.perSecond <= 0 ? Effect.void : verdict("VAPID key", keys.take(rawKey.toString("base64url"), nowMs))
+  }
+}
