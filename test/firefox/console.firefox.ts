@@ -76,7 +76,7 @@ describe("web console", () => {
       await page.click("#send-button")
       await page.waitForFunction(`[...document.querySelectorAll("#received li .text")].some((e) => e.textContent === ${JSON.stringify(message)})`, { timeout: 15_000 })
       assert.match(await text(page, "#send-result"), new RegExp(`^201 .*Location: ${deployment.endpointUrl}/m/`))
-      assert.include(await text(page, "#received li .meta"), "aes128gcm · acked")
+      assert.include(await text(page, "#received li .meta"), "topic greeting · urgency high · aes128gcm · acked")
 
       // From an application server: aesgcm, with web-push.
       const details = webpush.generateRequestDetails(subscription, "aesgcm from web-push", { TTL: 60, contentEncoding: "aesgcm" })
@@ -150,6 +150,28 @@ describe("web console", () => {
       await page.click("#send-button")
       await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("201")`, { timeout: 15_000 })
       await page.waitForFunction(`document.querySelector("#received li .text")?.textContent === "x".repeat(3993)`, { timeout: 15_000 })
+    } finally {
+      await page.close()
+    }
+  })
+
+  live("a minimum urgency (RFC 8030 §5.3) holds less urgent pushes on the server until it is lowered", async () => {
+    const page = await firefox.browser.newPage()
+    try {
+      await page.goto(`${deployment.endpointUrl}/`)
+      await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
+      await page.select("#min-urgency", "high")
+      await page.waitForFunction(`document.querySelector("#min-urgency-status").textContent.startsWith("less urgent pushes wait")`, { timeout: 5_000 })
+      await page.evaluate(`document.querySelector("#send-text").value = "held back"`)
+      await page.select("#send-urgency", "normal")
+      await page.click("#send-button")
+      await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("201")`, { timeout: 15_000 })
+      await new Promise((resolve) => setTimeout(resolve, 1_500))
+      assert.notInclude(await received(page), "held back")
+      await page.select("#min-urgency", "very-low")
+      await page.waitForFunction(`document.querySelector("#received li .text")?.textContent === "held back"`, { timeout: 15_000 })
+      assert.include(await text(page, "#received li .meta"), "urgency normal")
+      assert.strictEqual(await text(page, "#min-urgency-status"), "every push is delivered")
     } finally {
       await page.close()
     }

@@ -66,7 +66,18 @@ const showSubscription = (endpoint) => {
   document.body.dataset.state = "subscribed"
 }
 
-const showReceived = (text, meta, isError) => {
+// Topic and Urgency of the pushes this page sent, by message id (the Location of the 201, and the
+// notification's version): the push service does not tell clients either. A direct delivery can
+// arrive before the 201: its line is completed when the 201 comes.
+const sentHere = new Map()
+const shown = new Map()
+
+const metaText = ({ at, version, rest }) => {
+  const sent = sentHere.get(version)
+  return [at, ...(sent === undefined ? [] : [`topic ${sent.topic ?? "—"}`, `urgency ${sent.urgency ?? "normal"}`]), rest].join(" · ")
+}
+
+const showReceived = (text, version, rest, isError) => {
   $("received-empty").hidden = true
   const item = document.createElement("li")
   const body = document.createElement("div")
@@ -74,25 +85,31 @@ const showReceived = (text, meta, isError) => {
   body.textContent = text
   const info = document.createElement("div")
   info.className = "meta"
-  info.textContent = meta
+  const meta = { at: new Date().toLocaleTimeString(), version, rest }
+  info.textContent = metaText(meta)
+  shown.set(version, () => void (info.textContent = metaText(meta)))
   item.append(body, info)
   $("received").prepend(item)
+}
+
+const rememberSent = (messageId, labels) => {
+  sentHere.set(messageId, labels)
+  shown.get(messageId)?.()
 }
 
 const onNotification = async (socket, frame) => {
   const headers = frame.headers ?? {}
   let code = 100
-  const at = new Date().toLocaleTimeString()
   if (typeof frame.data === "string" && frame.data !== "") {
     try {
       const text = decoder.decode(await decryptPush(state.keys, frame.data, headers))
-      showReceived(text, `${at} · ${headers.encoding} · acked`, false)
+      showReceived(text, frame.version, `${headers.encoding} · acked`, false)
     } catch (error) {
       code = 101
-      showReceived(`(could not decrypt: ${error.message})`, `${at} · ${headers.encoding ?? "?"} · acked with code 101`, true)
+      showReceived(`(could not decrypt: ${error.message})`, frame.version, `${headers.encoding ?? "?"} · acked with code 101`, true)
     }
   } else {
-    showReceived("(no payload)", `${at} · acked`, false)
+    showReceived("(no payload)", frame.version, "acked", false)
   }
   socket.send(JSON.stringify({ messageType: "ack", updates: [{ channelID: frame.channelID, version: frame.version, code }] }))
 }
@@ -136,6 +153,11 @@ const connect = (url) => {
         return
       case "notification":
         void onNotification(socket, frame)
+        return
+      case "urgency":
+        $("min-urgency-status").textContent = frame.status === 200
+          ? ($("min-urgency").value === "very-low" ? "every push is delivered" : `less urgent pushes wait on the server until you lower it`)
+          : `the server refused it (status ${frame.status})`
         return
     }
   })
@@ -184,7 +206,9 @@ const send = async (event) => {
     const body = await encryptAes128gcm(keys, plaintext)
     const res = await fetch(endpoint, { method: "POST", headers, body })
     if (res.ok) {
-      result.textContent = `${res.status} ${res.statusText || "Created"} · Location: ${res.headers.get("location") ?? "—"}`
+      const location = res.headers.get("location") ?? ""
+      rememberSent(location.slice(location.lastIndexOf("/m/") + 3), { topic: headers.Topic, urgency: headers.Urgency })
+      result.textContent = `${res.status} ${res.statusText || "Created"} · Location: ${location || "—"}`
     } else {
       const error = await res.json().catch(() => ({}))
       result.className = "error"
@@ -201,6 +225,12 @@ const send = async (event) => {
 const start = async () => {
   $("send-form").addEventListener("submit", send)
   $("send-text").addEventListener("input", showSize)
+  // RFC 8030 §5.3: the least urgent push this client wants now (kept by the server across reconnects).
+  $("min-urgency").addEventListener("change", () => {
+    if (state.socket?.readyState !== WebSocket.OPEN) return
+    $("min-urgency-status").textContent = "asking the server…"
+    state.socket.send(JSON.stringify({ messageType: "urgency", min: $("min-urgency").value }))
+  })
   void pollStatus()
   setInterval(pollStatus, STATUS_EVERY_MS)
   try {
