@@ -1,6 +1,8 @@
 /**
  * The web console: `GET /` on the endpoint's public port serves a page that is itself a push client
- * of this service (src/console/static/), plus two small JSON routes it reads — `config.json` (the
+ * of this service (src/console/static/), a browser check at `/console/demo/` (the browser's own
+ * Push API and service worker, to see whether its push service is this server), plus two small JSON
+ * routes the console reads — `config.json` (the
  * WebSocket URL to connect to) and `status.json` (version, uptime, connected clients, notifications
  * received so far). Files are read once at start and served with a strict Content-Security-Policy:
  * scripts and styles only from this origin (no inline script), connections only to this origin,
@@ -36,7 +38,10 @@ const FILES = {
   "index.html": "text/html; charset=utf-8",
   "app.js": "text/javascript; charset=utf-8",
   "webpush.js": "text/javascript; charset=utf-8",
-  "style.css": "text/css; charset=utf-8"
+  "style.css": "text/css; charset=utf-8",
+  "demo.html": "text/html; charset=utf-8",
+  "demo.js": "text/javascript; charset=utf-8",
+  "demo-sw.js": "text/javascript; charset=utf-8"
 } as const
 
 type FileName = keyof typeof FILES
@@ -61,6 +66,7 @@ export const contentSecurityPolicy = (websocketUrl: string, endpointUrl: string)
     "script-src 'self'",
     "style-src 'self'",
     "img-src 'self'",
+    "worker-src 'self'",
     `connect-src 'self' ${new URL(websocketUrl).origin} ${new URL(endpointUrl).origin}`,
     "base-uri 'none'",
     "form-action 'none'",
@@ -127,6 +133,10 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
     HttpRouter.route("GET", "/console/app.js", file("app.js")),
     HttpRouter.route("GET", "/console/webpush.js", file("webpush.js")),
     HttpRouter.route("GET", "/console/style.css", file("style.css")),
+    // The browser check: the browser's own Push API, its service worker scoped to /console/demo/.
+    HttpRouter.route("GET", "/console/demo/", file("demo.html")),
+    HttpRouter.route("GET", "/console/demo.js", file("demo.js")),
+    HttpRouter.route("GET", "/console/demo-sw.js", file("demo-sw.js")),
     HttpRouter.route("GET", "/console/config.json", guarded(config)),
     HttpRouter.route("GET", "/console/status.json", guarded(status))
   ]

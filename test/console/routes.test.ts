@@ -98,7 +98,7 @@ describe("web console routes", () => {
   layer(endpointWith(FakeNodeClient, options), { excludeTestServices: true })((it) => {
     it.effect("console off: GET / and the console paths are 404 error JSON", () =>
       Effect.gen(function*() {
-        for (const path of ["/", "/console/app.js", "/console/status.json"]) {
+        for (const path of ["/", "/console/app.js", "/console/status.json", "/console/demo/", "/console/demo-sw.js"]) {
           const reply = yield* request({ method: "GET", path })
           assert.strictEqual(reply.status, 404, path)
           assert.deepStrictEqual(reply.json(), { code: 404, errno: null, error: "Not Found", message: "Not Found", more_info: MORE_INFO })

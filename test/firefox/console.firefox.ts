@@ -4,7 +4,7 @@
  * WebCrypto and shows its subscription; its form encrypts (aes128gcm) and sends a push with VAPID,
  * which arrives, is decrypted and acked in the page; an aesgcm push from `web-push` is decrypted
  * too; the status panel is live. The page loads nothing from elsewhere, and its Content-Security-
- * Policy blocks inline script.
+ * Policy blocks inline script. The browser check page subscribes with Firefox's own push service.
  *
  * Run: `npm run test:e2e` (needs `firefox-esr` on the PATH, or FIREFOX_BIN).
  */
@@ -172,6 +172,26 @@ describe("web console", () => {
       await page.waitForFunction(`document.querySelector("#received li .text")?.textContent === "held back"`, { timeout: 15_000 })
       assert.include(await text(page, "#received li .meta"), "urgency normal")
       assert.strictEqual(await text(page, "#min-urgency-status"), "every push is delivered")
+    } finally {
+      await page.close()
+    }
+  })
+
+  live("the browser check: Firefox's own push service (pointed at this server) subscribes, and a push sent from the page reaches its service worker", async () => {
+    const page = await firefox.browser.newPage()
+    try {
+      await page.goto(`${deployment.endpointUrl}/console/demo/`)
+      await page.waitForSelector('body[data-state="ready"]', { timeout: 15_000 })
+      await page.click("#demo-subscribe")
+      await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
+      assert.strictEqual(await text(page, "#demo-verdict"), `This browser's push service is this server: its endpoint is on ${deployment.endpointUrl}.`)
+      const subscription = JSON.parse(await text(page, "#demo-subscription")) as SubscriptionJSON
+      assert.match(subscription.endpoint, new RegExp(`^${deployment.endpointUrl}/wpush/v1/`))
+      await page.evaluate(`document.querySelector("#demo-text").value = "through Firefox's push service"`)
+      await page.click("#demo-send")
+      await page.waitForFunction(`[...document.querySelectorAll("#demo-received li")].some((e) => e.textContent === "through Firefox's push service")`, { timeout: 15_000 })
+      assert.match(await text(page, "#demo-result"), /^201 · sent/)
+      await page.evaluate(`(async () => (await (await navigator.serviceWorker.ready).pushManager.getSubscription())?.unsubscribe())()`)
     } finally {
       await page.close()
     }

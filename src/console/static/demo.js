@@ -1,0 +1,78 @@
+// The browser check: subscribe with the browser's own Push API, show whose push service made the
+// endpoint, and send the subscription a push (encrypted here, as an application server would).
+import { encryptAes128gcm } from "./webpush.js"
+
+const $ = (id) => document.getElementById(id)
+const SCOPE = "/console/demo/"
+let subscription
+
+const verdict = (text, isError = false) => {
+  $("demo-verdict").textContent = text
+  $("demo-verdict").className = isError ? "error" : ""
+}
+
+const show = (json) => {
+  subscription = json
+  $("demo-subscription").textContent = JSON.stringify(json, null, 2)
+  const origin = new URL(json.endpoint).origin
+  if (origin === location.origin) {
+    verdict(`This browser's push service is this server: its endpoint is on ${origin}.`)
+    $("demo-send").disabled = false
+  } else {
+    verdict(`This browser uses another push service (its endpoint is on ${origin}). Point it at this server first (Firefox: dom.push.serverURL).`, true)
+  }
+  document.body.dataset.state = "subscribed"
+}
+
+const subscribe = async () => {
+  $("demo-subscribe").disabled = true
+  try {
+    const registration = await navigator.serviceWorker.ready
+    const existing = await registration.pushManager.getSubscription()
+    show((existing ?? (await registration.pushManager.subscribe({ userVisibleOnly: true }))).toJSON())
+  } catch (error) {
+    verdict(`The browser refused to subscribe: ${error.message}`, true)
+    $("demo-subscribe").disabled = false
+  }
+}
+
+const send = async (event) => {
+  event.preventDefault()
+  if (subscription === undefined) return
+  const result = $("demo-result")
+  try {
+    const body = await encryptAes128gcm(subscription.keys, new TextEncoder().encode($("demo-text").value))
+    const res = await fetch(subscription.endpoint, { method: "POST", headers: { "Content-Encoding": "aes128gcm", TTL: "60" }, body })
+    const error = res.ok ? undefined : await res.json().catch(() => ({}))
+    result.className = res.ok ? "" : "error"
+    result.textContent = res.ok ? `${res.status} · sent; the service worker shows it below when it arrives` : `${res.status}: ${error.message ?? res.statusText}`
+  } catch (error) {
+    result.className = "error"
+    result.textContent = `Not sent: ${error.message}`
+  }
+}
+
+const start = async () => {
+  $("demo-form").addEventListener("submit", send)
+  $("demo-subscribe").addEventListener("click", subscribe)
+  if (!window.isSecureContext || !("serviceWorker" in navigator) || !("PushManager" in window)) {
+    return verdict("This browser cannot use the Push API on this page: it needs https:// (or http://localhost) and a browser with service workers and push.", true)
+  }
+  navigator.serviceWorker.addEventListener("message", (event) => {
+    if (typeof event.data?.push !== "string") return
+    $("demo-received-empty").hidden = true
+    const item = document.createElement("li")
+    item.className = "text"
+    item.textContent = event.data.push
+    $("demo-received").prepend(item)
+  })
+  await navigator.serviceWorker.register("/console/demo-sw.js", { scope: SCOPE })
+  const registration = await navigator.serviceWorker.ready
+  const existing = await registration.pushManager.getSubscription()
+  if (existing !== null) return show(existing.toJSON())
+  verdict("Not subscribed yet.")
+  $("demo-subscribe").disabled = false
+  document.body.dataset.state = "ready"
+}
+
+void start().catch((error) => verdict(`Cannot start: ${error.message}`, true))
