@@ -15,8 +15,11 @@ import type { StorageOptions } from "../../src/storage/tables.ts"
 
 export type MakeStorage = (options: StorageOptions) => Layer.Layer<Storage, StorageError>
 
-/** 2024-05-15T12:00:00Z: mid-month, so two active tables. */
-const T0 = Date.UTC(2024, 4, 15, 12)
+/**
+ * 2034-05-15T12:00:00Z: mid-month, so two active tables; and years ahead of the real clock, since
+ * DynamoDB Local (like DynamoDB) deletes rows whose TTL has passed in real time, in the background.
+ */
+const T0 = Date.UTC(2034, 4, 15, 12)
 const T0_SECONDS = T0 / 1000
 
 let counter = 0
@@ -62,11 +65,11 @@ export const storageContract = (name: string, make: MakeStorage) =>
     test("table names follow the Clock: two active tables mid-month, three on the last day", (s, o) =>
       Effect.gen(function*() {
         const p = o.messageTablePrefix
-        assert.strictEqual(yield* s.currentMessageTable, `${p}_2024_05`)
-        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2024_04`, `${p}_2024_05`])
-        yield* TestClock.setTime(Date.UTC(2024, 11, 31, 23, 59))
-        assert.strictEqual(yield* s.currentMessageTable, `${p}_2024_12`)
-        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2024_11`, `${p}_2024_12`, `${p}_2025_01`])
+        assert.strictEqual(yield* s.currentMessageTable, `${p}_2034_05`)
+        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_04`, `${p}_2034_05`])
+        yield* TestClock.setTime(Date.UTC(2034, 11, 31, 23, 59))
+        assert.strictEqual(yield* s.currentMessageTable, `${p}_2034_12`)
+        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_11`, `${p}_2034_12`, `${p}_2035_01`])
       }), { createTables: false })
 
     test("create, check, list and drop tables", (s, o) =>
@@ -83,7 +86,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
         yield* createActiveTables
         yield* createActiveTables // idempotent
-        const march = `${o.messageTablePrefix}_2024_03`
+        const march = `${o.messageTablePrefix}_2034_03`
         yield* s.createTables([march])
         const after = yield* s.checkTables
         assert.isTrue(after.every((t) => t.ok), JSON.stringify(after))
@@ -318,7 +321,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
     test("moving a user to a new month: copy channels, point the record at the new table", (s, o) =>
       Effect.gen(function*() {
-        const april = `${o.messageTablePrefix}_2024_04`
+        const april = `${o.messageTablePrefix}_2034_04`
         yield* s.registerUser(user(1, { currentMonth: april }))
         yield* s.addChannels(uaid(1), april, [chid(1), chid(2)])
         yield* s.saveMessage(uaid(1), april, message({ channelId: chid(1), version: "old", sortkeyTimestamp: T0 - 1000 }))
@@ -505,14 +508,14 @@ export const storageContract = (name: string, make: MakeStorage) =>
         const table = yield* s.currentMessageTable
         const at = (y: number, m: number, hour: number) => Date.UTC(y, m - 1, 10, hour)
         const stale = [
-          ...Array.from({ length: 30 }, (_, i) => user(100 + i, { lastConnect: lastConnectValue(at(2024, 3, 5), 7) })),
-          user(1, { lastConnect: lastConnectValue(at(2024, 3, 0), 0) }),
-          user(2, { lastConnect: lastConnectValue(at(2024, 2, 23), 10) })
+          ...Array.from({ length: 30 }, (_, i) => user(100 + i, { lastConnect: lastConnectValue(at(2034, 3, 5), 7) })),
+          user(1, { lastConnect: lastConnectValue(at(2034, 3, 0), 0) }),
+          user(2, { lastConnect: lastConnectValue(at(2034, 2, 23), 10) })
         ]
         const kept = [
-          user(3, { lastConnect: lastConnectValue(at(2024, 5, 1), 1) }), // this month
-          user(4, { lastConnect: lastConnectValue(at(2024, 4, 1), 1) }), // one month ago
-          user(5, { lastConnect: lastConnectValue(at(2024, 1, 1), 1) }), // beyond the lookback
+          user(3, { lastConnect: lastConnectValue(at(2034, 5, 1), 1) }), // this month
+          user(4, { lastConnect: lastConnectValue(at(2034, 4, 1), 1) }), // one month ago
+          user(5, { lastConnect: lastConnectValue(at(2034, 1, 1), 1) }), // beyond the lookback
           user(6, {}) // never connected
         ]
         yield* Effect.forEach([...stale, ...kept], (u) =>

@@ -23,13 +23,13 @@ export const schemaSuite = (name: string, endpoint: () => string, options: { rea
       const send = <A>(f: () => Promise<A>) => Effect.promise(f)
       const uaid = "deadbeef00000000deadbeef00000000"
       const chid = "00000000-0000-4000-8000-000000000001"
-      const now = Date.UTC(2024, 4, 15, 12)
+      const now = Date.UTC(2034, 4, 15, 12)
       return Effect.gen(function*() {
         yield* TestClock.setTime(now)
         yield* createActiveTables
         const s = yield* Storage
         const table = yield* s.currentMessageTable
-        assert.strictEqual(table, `${prefix}_message_2024_05`)
+        assert.strictEqual(table, `${prefix}_message_2034_05`)
 
         const router = (yield* send(() => client.send(new DescribeTableCommand({ TableName: storageOptions.routerTable })))).Table
         assert.deepStrictEqual(router?.KeySchema, [{ AttributeName: "uaid", KeyType: "HASH" }])
@@ -56,7 +56,7 @@ export const schemaSuite = (name: string, endpoint: () => string, options: { rea
           routerData: {},
           connectedAt: now,
           nodeId: "http://node:8081",
-          lastConnect: 2024051200_07,
+          lastConnect: 2034051200_07,
           currentMonth: table,
           recordVersion: 1
         })
@@ -82,7 +82,7 @@ export const schemaSuite = (name: string, endpoint: () => string, options: { rea
           router_type: { S: "webpush" },
           router_data: { M: {} },
           node_id: { S: "http://node:8081" },
-          last_connect: { N: "202405120007" },
+          last_connect: { N: "203405120007" },
           current_month: { S: table },
           record_version: { N: "1" }
         })
