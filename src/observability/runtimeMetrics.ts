@@ -8,7 +8,7 @@ import { constants, monitorEventLoopDelay, PerformanceObserver } from "node:perf
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { METRICS } from "./catalog.ts"
-import { Metrics } from "./Metrics.ts"
+import { handlesBy, Metrics } from "./Metrics.ts"
 import { versionInfo } from "./version.ts"
 
 const GC_KINDS: Readonly<Record<number, string>> = {
@@ -35,16 +35,10 @@ export const runtimeMetricsLayer: Layer.Layer<never, never, Metrics> = Layer.eff
       return value
     }
 
-    const gcTimers = new Map<string, ReturnType<typeof metrics.timer>>()
+    const gcTimer = handlesBy((kind) => metrics.timer(METRICS.gc.name, { kind }))
     const gc = new PerformanceObserver((list) => {
       for (const entry of list.getEntries()) {
-        const kind = GC_KINDS[(entry as { readonly detail?: { readonly kind?: number } }).detail?.kind ?? -1] ?? "other"
-        let timer = gcTimers.get(kind)
-        if (timer === undefined) {
-          timer = metrics.timer(METRICS.gc.name, { kind })
-          gcTimers.set(kind, timer)
-        }
-        timer.record(entry.duration)
+        gcTimer(GC_KINDS[(entry as { readonly detail?: { readonly kind?: number } }).detail?.kind ?? -1] ?? "other").record(entry.duration)
       }
     })
     gc.observe({ entryTypes: ["gc"] })
