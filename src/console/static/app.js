@@ -1,7 +1,7 @@
 // The console page: a push client of this server (WebSocket hello/register, keys made here,
 // pushes decrypted here and acked), a form that encrypts and sends a test push to it, and the
 // server's status, polled. Text from the network only ever goes into the page as textContent.
-import { decryptPush, encryptAes128gcm, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, vapidAuthorization } from "./webpush.js"
+import { decryptPush, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, sendPush, vapidAuthorization } from "./webpush.js"
 
 const $ = (id) => document.getElementById(id)
 const decoder = new TextDecoder()
@@ -195,24 +195,21 @@ const send = async (event) => {
   result.className = ""
   result.textContent = "Sending…"
   try {
-    const { endpoint, keys } = state.subscription
-    const headers = { "Content-Encoding": "aes128gcm", "Content-Type": "application/octet-stream", TTL: $("send-ttl").value }
+    const headers = { TTL: $("send-ttl").value }
     if ($("send-topic").value !== "") headers.Topic = $("send-topic").value
     if ($("send-urgency").value !== "") headers.Urgency = $("send-urgency").value
     if ($("send-vapid").checked) {
       vapid ??= await makeVapidKeys()
-      headers.Authorization = await vapidAuthorization(vapid, endpoint, `mailto:console@${location.hostname || "localhost"}`)
+      headers.Authorization = await vapidAuthorization(vapid, state.subscription.endpoint, `mailto:console@${location.hostname || "localhost"}`)
     }
-    const body = await encryptAes128gcm(keys, plaintext)
-    const res = await fetch(endpoint, { method: "POST", headers, body })
-    if (res.ok) {
+    const { response: res, problem } = await sendPush(state.subscription, plaintext, headers)
+    if (problem === undefined) {
       const location = res.headers.get("location") ?? ""
       rememberSent(location.slice(location.lastIndexOf("/m/") + 3), { topic: headers.Topic, urgency: headers.Urgency })
       result.textContent = `${res.status} ${res.statusText || "Created"} · Location: ${location || "—"}`
     } else {
-      const error = await res.json().catch(() => ({}))
       result.className = "error"
-      result.textContent = `${res.status}${error.errno ? ` (errno ${error.errno})` : ""}: ${error.message ?? res.statusText}`
+      result.textContent = problem
     }
   } catch (error) {
     result.className = "error"

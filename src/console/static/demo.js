@@ -1,6 +1,6 @@
 // The browser check: subscribe with the browser's own Push API, show whose push service made the
 // endpoint, and send the subscription a push (encrypted here, as an application server would).
-import { encryptAes128gcm } from "./webpush.js"
+import { sendPush } from "./webpush.js"
 
 const $ = (id) => document.getElementById(id)
 const SCOPE = "/console/demo/"
@@ -41,11 +41,9 @@ const send = async (event) => {
   if (subscription === undefined) return
   const result = $("demo-result")
   try {
-    const body = await encryptAes128gcm(subscription.keys, new TextEncoder().encode($("demo-text").value))
-    const res = await fetch(subscription.endpoint, { method: "POST", headers: { "Content-Encoding": "aes128gcm", TTL: "60" }, body })
-    const error = res.ok ? undefined : await res.json().catch(() => ({}))
-    result.className = res.ok ? "" : "error"
-    result.textContent = res.ok ? `${res.status} · sent; the service worker shows it below when it arrives` : `${res.status}: ${error.message ?? res.statusText}`
+    const { response, problem } = await sendPush(subscription, new TextEncoder().encode($("demo-text").value), { TTL: "60" })
+    result.className = problem === undefined ? "" : "error"
+    result.textContent = problem ?? `${response.status} · sent; the service worker shows it below when it arrives`
   } catch (error) {
     result.className = "error"
     result.textContent = `Not sent: ${error.message}`

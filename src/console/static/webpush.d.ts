@@ -15,6 +15,11 @@ export declare const fromBase64Url: (text: string) => Uint8Array
 export declare const makeSubscriberKeys: () => Promise<PageSubscriberKeys>
 export declare const maxPlaintextBytes: (maxBodyBytes: number) => number
 export declare const encryptAes128gcm: (keys: { readonly p256dh: string; readonly auth: string }, plaintext: Uint8Array) => Promise<Uint8Array>
+export declare const sendPush: (
+  subscription: { readonly endpoint: string; readonly keys: { readonly p256dh: string; readonly auth: string } },
+  plaintext: Uint8Array,
+  headers: Readonly<Record<string, string>>
+) => Promise<{ readonly response: Response; readonly problem: string | undefined }>
 export declare const decryptPush: (
   keys: Pick<PageSubscriberKeys, "privateKey" | "publicRaw" | "auth">,
   data: string,

@@ -87,6 +87,25 @@ export const encryptAes128gcm = async (keys, plaintext) => {
   return concat(header, asPublic, ciphertext)
 }
 
+/**
+ * Encrypt `plaintext` for a subscription and POST it to its endpoint, as an application server
+ * does: the response, and when it is not a success the error JSON's text ("413 (errno 104): …").
+ * @param {{endpoint: string, keys: {p256dh: string, auth: string}}} subscription
+ * @param {Uint8Array} plaintext
+ * @param {Record<string, string>} headers  TTL, Topic, Urgency, Authorization…
+ */
+export const sendPush = async (subscription, plaintext, headers) => {
+  const body = await encryptAes128gcm(subscription.keys, plaintext)
+  const response = await fetch(subscription.endpoint, {
+    method: "POST",
+    headers: { "Content-Encoding": "aes128gcm", "Content-Type": "application/octet-stream", ...headers },
+    body
+  })
+  if (response.ok) return { response, problem: undefined }
+  const error = await response.json().catch(() => ({}))
+  return { response, problem: `${response.status}${error.errno ? ` (errno ${error.errno})` : ""}: ${error.message ?? response.statusText}` }
+}
+
 const headerParam = (header, name) =>
   header?.split(/[;,]/).map((part) => part.trim().split("=")).find(([key]) => key === name)?.[1]
 
