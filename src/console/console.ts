@@ -17,6 +17,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Redacted from "effect/Redacted"
 import { constantTimeEqual } from "../crypto/secrets.ts"
 import { InvalidAuth } from "../domain/errors.ts"
+import { bearerToken } from "../endpoint/headers.ts"
 import { Metrics } from "../observability/Metrics.ts"
 
 export interface ConsoleOptions {
@@ -120,8 +121,7 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
     const token = options.token
     if (token === undefined) return route
     return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request): Effect.Effect<A, E | InvalidAuth, R> => {
-      const bearer = /^Bearer\s+(\S+)$/i.exec(request.headers["authorization"] ?? "")?.[1]
-      const offered = bearer ?? new URL(request.url, "http://console").searchParams.get("token") ?? ""
+      const offered = bearerToken(request.headers["authorization"]) ?? new URL(request.url, "http://console").searchParams.get("token") ?? ""
       return constantTimeEqual(Redacted.value(token), offered)
         ? route
         : Effect.fail(new InvalidAuth({ message: "Invalid console token: open the console as /?token=<console_token>" }))

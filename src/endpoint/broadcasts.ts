@@ -20,6 +20,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { isBroadcastId, isBroadcastVersion, MAX_BROADCASTS } from "../broadcast/validate.ts"
 import { BroadcastNotFound, InvalidAuth, InvalidRequestBody, RouteNotFound } from "../domain/errors.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
+import { bearerToken } from "./headers.ts"
 
 /** A PUT body is `{"version": "…"}`: this is plenty. */
 const MAX_BODY = ByteSize.bytes(4_096)
@@ -33,9 +34,7 @@ export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyAr
   /** Comparing digests keeps the time independent of where and whether a token differs. */
   const authorize = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<void, RouteNotFound | InvalidAuth> => {
     if (digests.length === 0) return Effect.fail(new RouteNotFound())
-    const header = request.headers["authorization"] ?? ""
-    const match = /^Bearer\s+(\S+)$/i.exec(header)
-    const offered = digest(match?.[1] ?? "")
+    const offered = digest(bearerToken(request.headers["authorization"]) ?? "")
     let ok = false
     for (const known of digests) ok = timingSafeEqual(known, offered) || ok
     return ok ? Effect.void : Effect.fail(new InvalidAuth({ message: "Invalid broadcast admin token" }))
