@@ -17,6 +17,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import { StorageUnavailable } from "../domain/errors.ts"
 import type { MessageKey, Notification } from "../domain/notification.ts"
+import type { MessageStatus, ReceiptSubscription, StatusUpdate } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
 import type { SaveOutcome } from "./model.ts"
 
@@ -144,13 +145,30 @@ export interface StorageService {
   /** Delete these messages, unconditionally, in batches; missing rows are not an error. */
   readonly deleteMessages: (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) => Effect.Effect<void, StorageError>
 
+  // ── push receipts (the `{router_table}_receipts` table; expiries in seconds, as message TTLs) ─
+  /** Create a receipt subscription that lives until `expiry`. */
+  readonly createReceiptSubscription: (id: string, expiry: number) => Effect.Effect<void, StorageError>
+  /** Move an unexpired subscription's expiry on to `expiry`; false when it is unknown or expired. */
+  readonly touchReceiptSubscription: (id: string, expiry: number) => Effect.Effect<boolean, StorageError>
+  /**
+   * Apply `update` to a message's status row (made if missing: the writers of a message — endpoint,
+   * connection node — may come in any order). False when `update` carries an outcome and the row
+   * has one already (nothing is written then).
+   */
+  readonly updateMessageStatus: (subscription: string, messageId: string, update: StatusUpdate) => Effect.Effect<boolean, StorageError>
+  readonly getMessageStatus: (subscription: string, messageId: string) => Effect.Effect<MessageStatus | undefined, StorageError>
+  /** An unexpired subscription with its unexpired status rows; undefined when unknown or expired. */
+  readonly readReceiptSubscription: (id: string) => Effect.Effect<ReceiptSubscription | undefined, StorageError>
+  /** Delete status rows (receipts handed out); missing rows are not an error. */
+  readonly deleteMessageStatuses: (subscription: string, messageIds: ReadonlyArray<string>) => Effect.Effect<void, StorageError>
+
   // ── maintenance ──────────────────────────────────────────────────────────────────────────────
   /**
-   * Create the router table (with its `AccessIndex` on `last_connect`) and the given message tables
-   * when missing (TTL on `expiry` where the server has TTL); returns once they are ACTIVE.
+   * Create the router table (with its `AccessIndex` on `last_connect`), the receipt table and the
+   * given message tables when missing (TTL on `expiry` where the server has TTL); returns once they are ACTIVE.
    */
   readonly createTables: (messageTables: ReadonlyArray<string>) => Effect.Effect<void, StorageError>
-  /** The router table and the active message tables: missing or not ACTIVE → `ok: false`; unreachable → error. */
+  /** The router table, the receipt table and the active message tables: missing or not ACTIVE → `ok: false`; unreachable → error. */
   readonly checkTables: Effect.Effect<ReadonlyArray<TableStatus>, StorageError>
   /** Message tables that exist with our prefix, oldest first. */
   readonly listMessageTables: Effect.Effect<ReadonlyArray<string>, StorageError>

@@ -10,7 +10,15 @@ import type { DynamoClient } from "./dynamoClient.ts"
 import { type DynamoRequests, errorName, isNamed, liveClock } from "./dynamoRequests.ts"
 import { type Item, N, S } from "./dynamoRows.ts"
 import { StorageError, type TableStatus } from "./Storage.ts"
-import { activeTableNames, isMessageTable, lastConnectKeys, messageTablesOf, type StorageOptions, staleMonths } from "./tables.ts"
+import {
+  activeTableNames,
+  isMessageTable,
+  lastConnectKeys,
+  messageTablesOf,
+  receiptTableName,
+  type StorageOptions,
+  staleMonths
+} from "./tables.ts"
 
 export const ACCESS_INDEX = "AccessIndex"
 /** Index entries read at a time by a stale-user sweep: it must not eat the table's capacity. */
@@ -73,7 +81,7 @@ export const makeMaintenance = (
 
   /** The router table and the message tables, side by side. */
   const createTables = Effect.fn("Storage.createTables")(function*(messageTables: ReadonlyArray<string>) {
-    yield* Effect.all([createRouterTable, createMessageTables(messageTables)], { concurrency: "unbounded", discard: true })
+    yield* Effect.all([createRouterTable, createReceiptTable, createMessageTables(messageTables)], { concurrency: "unbounded", discard: true })
   })
 
   const createRouterTable = Effect.gen(function*() {
@@ -93,6 +101,23 @@ export const makeMaintenance = (
         }]
       }, false)
     }
+  })
+
+  const receipts = receiptTableName(options)
+  const createReceiptTable = Effect.gen(function*() {
+    if ((yield* describe("createTables", receipts)) !== undefined) return
+    yield* createTable({
+      TableName: receipts,
+      BillingMode: "PAY_PER_REQUEST",
+      AttributeDefinitions: [
+        { AttributeName: "subscription", AttributeType: "S" },
+        { AttributeName: "message", AttributeType: "S" }
+      ],
+      KeySchema: [
+        { AttributeName: "subscription", KeyType: "HASH" },
+        { AttributeName: "message", KeyType: "RANGE" }
+      ]
+    }, true)
   })
 
   const createMessageTables = (messageTables: ReadonlyArray<string>) =>
@@ -116,7 +141,7 @@ export const makeMaintenance = (
 
   const checkTables = Effect.gen(function*() {
     const active = activeTableNames(options, yield* Clock.currentTimeMillis)
-    return yield* Effect.forEach([router, ...active], (table) =>
+    return yield* Effect.forEach([router, receipts, ...active], (table) =>
       describe("checkTables", table).pipe(
         Effect.map((description): TableStatus => {
           if (description === undefined) return { table, ok: false, cause: "table not found" }

@@ -16,6 +16,7 @@ import { type MessageKey, type Notification, sortkeyMs } from "../domain/notific
 import type { UserRecord } from "../domain/user.ts"
 import { makeDynamoClient } from "./dynamoClient.ts"
 import { makeMaintenance } from "./dynamoMaintenance.ts"
+import { makeReceipts } from "./dynamoReceipts.ts"
 import { isNamed, makeRequests, STORAGE_TIMEOUT_MS } from "./dynamoRequests.ts"
 import { type Item, messageKey, messageToItem, N, S, userFields, userFromItem, userToItem, userValue, visibleMessages } from "./dynamoRows.ts"
 import {
@@ -462,6 +463,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
           ))).pipe(Effect.asVoid)
 
       const maintenance = makeMaintenance(client, requests, options, deleteUserRows)
+      const receipts = makeReceipts(client, requests, options)
 
       return Storage.of({
         getUser,
@@ -485,6 +487,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         fetchTimestampMessages,
         deleteMessage,
         deleteMessages,
+        ...receipts,
         ...maintenance
       })
     })

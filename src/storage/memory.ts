@@ -9,6 +9,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
+import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
   expiryOf,
@@ -31,6 +32,7 @@ import {
   isMessageTable,
   lastConnectKeys,
   messageTablesOf,
+  receiptTableName,
   type StorageOptions,
   staleMonths,
   tablesByClock
@@ -43,6 +45,12 @@ interface UserRows {
 }
 
 type MessageTable = Map<string, UserRows>
+
+/** A receipt subscription's rows: its own (`expiry`, absent until it is created) and its messages'. */
+interface ReceiptRows {
+  expiry: number | undefined
+  readonly statuses: Map<string, { readonly status: MessageStatus; readonly expiry: number }>
+}
 
 const STALE_BATCH = 25
 
@@ -243,15 +251,76 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       if (version === undefined || rows.messages.get(sortKey)?.version === version) rows.messages.delete(sortKey)
     })
 
+    // ── receipts: per subscription, its expiry and its messages' status rows ─────────────────────
+    let receipts: Map<string, ReceiptRows> | undefined
+    const receiptTable = (operation: string) =>
+      receipts === undefined ? Effect.fail(notFound(operation, receiptTableName(options))) : Effect.succeed(receipts)
+
+    const createReceiptSubscription = Effect.fnUntraced(function*(id: string, expiry: number) {
+      const table = yield* receiptTable("createReceiptSubscription")
+      table.set(id, { expiry, statuses: table.get(id)?.statuses ?? new Map() })
+    })
+
+    const touchReceiptSubscription = Effect.fnUntraced(function*(id: string, expiry: number) {
+      const rows = (yield* receiptTable("touchReceiptSubscription")).get(id)
+      if (rows?.expiry === undefined || !isVisible(rows.expiry, yield* Clock.currentTimeMillis)) return false
+      rows.expiry = expiry
+      return true
+    })
+
+    const updateMessageStatus = Effect.fnUntraced(function*(subscription: string, messageId: string, update: StatusUpdate) {
+      const table = yield* receiptTable("updateMessageStatus")
+      let rows = table.get(subscription)
+      if (rows === undefined) table.set(subscription, rows = { expiry: undefined, statuses: new Map() })
+      const before = rows.statuses.get(messageId)?.status ?? { messageId }
+      if (update.outcome !== undefined && before.outcome !== undefined) return false
+      const { outcome, expiry, ...times } = update
+      const defined = Object.fromEntries(Object.entries(times).filter(([, v]) => v !== undefined))
+      const status: MessageStatus = {
+        ...before,
+        ...defined,
+        ...(outcome === undefined ? {} : {
+          outcome: outcome.outcome,
+          outcomeAt: outcome.at,
+          ...(outcome.code === undefined ? {} : { code: outcome.code })
+        })
+      }
+      rows.statuses.set(messageId, { status, expiry })
+      return true
+    })
+
+    const getMessageStatus = Effect.fnUntraced(function*(subscription: string, messageId: string) {
+      const row = (yield* receiptTable("getMessageStatus")).get(subscription)?.statuses.get(messageId)
+      return row === undefined || !isVisible(row.expiry, yield* Clock.currentTimeMillis) ? undefined : row.status
+    })
+
+    const readReceiptSubscription = Effect.fnUntraced(function*(id: string) {
+      const rows = (yield* receiptTable("readReceiptSubscription")).get(id)
+      const now = yield* Clock.currentTimeMillis
+      if (rows?.expiry === undefined || !isVisible(rows.expiry, now)) return undefined
+      const statuses = Array.from(rows.statuses.values()).filter((row) => isVisible(row.expiry, now)).map((row) => row.status)
+      return { expiry: rows.expiry, statuses }
+    })
+
+    const deleteMessageStatuses = Effect.fnUntraced(function*(subscription: string, messageIds: ReadonlyArray<string>) {
+      const rows = (yield* receiptTable("deleteMessageStatuses")).get(subscription)
+      for (const id of messageIds) rows?.statuses.delete(id)
+    })
+
     const createTables = Effect.fnUntraced(function*(messageTables: ReadonlyArray<string>) {
       router ??= new Map()
+      receipts ??= new Map()
       for (const table of messageTables) if (!tables.has(table)) tables.set(table, new Map())
     })
 
     const checkTables = Effect.gen(function*() {
       const active = activeTableNames(options, yield* Clock.currentTimeMillis)
       const status = (table: string, ok: boolean) => (ok ? { table, ok } : { table, ok, cause: "table not found" })
-      return [status(options.routerTable, router !== undefined), ...active.map((t) => status(t, tables.has(t)))]
+      return [
+        status(options.routerTable, router !== undefined),
+        status(receiptTableName(options), receipts !== undefined),
+        ...active.map((t) => status(t, tables.has(t)))
+      ]
     })
 
     const dropMessageTable = Effect.fnUntraced(function*(table: string) {
@@ -306,6 +375,12 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       fetchTimestampMessages,
       deleteMessage,
       deleteMessages,
+      createReceiptSubscription,
+      touchReceiptSubscription,
+      updateMessageStatus,
+      getMessageStatus,
+      readReceiptSubscription,
+      deleteMessageStatuses,
       createTables,
       checkTables,
       listMessageTables: Effect.sync(() => messageTablesOf(options, tables.keys())),

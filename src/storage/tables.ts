@@ -23,6 +23,9 @@ export interface StorageOptions {
 
 const DAY_MS = 86_400_000
 
+/** The table of push receipts: receipt subscriptions and the status rows of their messages. */
+export const receiptTableName = (options: StorageOptions): string => `${options.routerTable}_receipts`
+
 /** Months since year 0 of a UTC instant: `year * 12 + month0`. */
 export const monthIndex = (ms: number): number => {
   const d = new Date(ms)

@@ -75,7 +75,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
     test("create, check, list and drop tables", (s, o) =>
       Effect.gen(function*() {
         const before = yield* s.checkTables
-        assert.deepStrictEqual(before.map((t) => t.table), [o.routerTable, ...(yield* s.activeMessageTables)])
+        assert.deepStrictEqual(before.map((t) => t.table), [o.routerTable, `${o.routerTable}_receipts`, ...(yield* s.activeMessageTables)])
         assert.isTrue(before.every((t) => !t.ok))
         assert.deepStrictEqual(yield* s.listMessageTables, [])
 
@@ -558,5 +558,61 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.instanceOf(error, StorageError)
         assert.strictEqual(error.operation, "fetchTopicMessages")
         assert.strictEqual(errorName(error), "ResourceNotFoundException")
+      }))
+
+    // ── push receipts ───────────────────────────────────────────────────────────────────────────
+
+    test("receipt subscriptions: created, touched while alive, gone once expired", (s) =>
+      Effect.gen(function*() {
+        assert.isUndefined(yield* s.readReceiptSubscription("rs1"))
+        assert.isFalse(yield* s.touchReceiptSubscription("rs1", T0_SECONDS + 60))
+        yield* s.createReceiptSubscription("rs1", T0_SECONDS + 60)
+        assert.deepStrictEqual(yield* s.readReceiptSubscription("rs1"), { expiry: T0_SECONDS + 60, statuses: [] })
+        yield* TestClock.adjust("59 seconds")
+        assert.isTrue(yield* s.touchReceiptSubscription("rs1", T0_SECONDS + 120))
+        yield* TestClock.adjust("60 seconds") // 119 s: alive thanks to the touch
+        assert.strictEqual((yield* s.readReceiptSubscription("rs1"))?.expiry, T0_SECONDS + 120)
+        yield* TestClock.adjust("1 second")
+        assert.isUndefined(yield* s.readReceiptSubscription("rs1"))
+        assert.isFalse(yield* s.touchReceiptSubscription("rs1", T0_SECONDS + 600))
+      }))
+
+    test("message status rows: written field by field in any order, the first outcome kept", (s) =>
+      Effect.gen(function*() {
+        yield* s.createReceiptSubscription("rs2", T0_SECONDS + 3600)
+        const expiry = T0_SECONDS + 600
+        // The connection node's ack may land before the endpoint's own write of the same message.
+        assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { deliveredAt: T0 + 5, expiry }))
+        assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { outcome: { outcome: "acknowledged", at: T0 + 9, code: 100 }, expiry }))
+        assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { acceptedAt: T0, deadline: T0 + 60_000, expiry }))
+        assert.isFalse(yield* s.updateMessageStatus("rs2", "m1", { outcome: { outcome: "deleted", at: T0 + 10 }, expiry }))
+        assert.deepStrictEqual(yield* s.getMessageStatus("rs2", "m1"), {
+          messageId: "m1",
+          acceptedAt: T0,
+          deadline: T0 + 60_000,
+          deliveredAt: T0 + 5,
+          outcome: "acknowledged",
+          outcomeAt: T0 + 9,
+          code: 100
+        })
+        yield* s.updateMessageStatus("rs2", "m2", { acceptedAt: T0, storedAt: T0 + 1, deadline: T0 + 1000, expiry: T0_SECONDS + 30 })
+        const read = yield* s.readReceiptSubscription("rs2")
+        assert.deepStrictEqual(read?.statuses.map((x) => x.messageId).sort(), ["m1", "m2"])
+        assert.deepStrictEqual(read?.statuses.find((x) => x.messageId === "m2"), {
+          messageId: "m2",
+          acceptedAt: T0,
+          storedAt: T0 + 1,
+          deadline: T0 + 1000
+        })
+        yield* TestClock.adjust("30 seconds") // m2's row expired, m1's not
+        assert.isUndefined(yield* s.getMessageStatus("rs2", "m2"))
+        assert.deepStrictEqual((yield* s.readReceiptSubscription("rs2"))?.statuses.map((x) => x.messageId), ["m1"])
+        yield* s.deleteMessageStatuses("rs2", ["m1", "missing"])
+        assert.isUndefined(yield* s.getMessageStatus("rs2", "m1"))
+        assert.deepStrictEqual((yield* s.readReceiptSubscription("rs2"))?.statuses, [])
+        // Rows of another subscription are its own.
+        yield* s.updateMessageStatus("rs3", "m1", { acceptedAt: T0, expiry })
+        assert.deepStrictEqual((yield* s.readReceiptSubscription("rs2"))?.statuses, [])
+        assert.isUndefined(yield* s.readReceiptSubscription("rs3")) // never created: no subscription
       }))
   })

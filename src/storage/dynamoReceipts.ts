@@ -1,0 +1,141 @@
+/**
+ * Push receipts on the DynamoDB API: one table, `{router_table}_receipts`, hash key `subscription`
+ * (the receipt subscription id), range key `message`: the subscription's own row (`" "`, its expiry)
+ * and one status row per message sent with it (range key = the message id). Every row has `expiry`
+ * (seconds; the table's TTL attribute where the server has TTL), and reads leave out expired rows.
+ * Status rows are changed by `UpdateItem` only, field by field, so that the endpoint and the
+ * connection node can write one message's row in any order; an outcome is written once.
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import { type MessageStatus, RECEIPT_OUTCOMES, type ReceiptOutcome, type StatusUpdate } from "../domain/receipt.ts"
+import type { DynamoClient } from "./dynamoClient.ts"
+import type { DynamoRequests } from "./dynamoRequests.ts"
+import { type Item, N, num, S } from "./dynamoRows.ts"
+import { isVisible, META_SORT_KEY } from "./model.ts"
+import { receiptTableName, type StorageOptions } from "./tables.ts"
+
+/** Status fields and their attributes. */
+const FIELDS = {
+  acceptedAt: "accepted_at",
+  deadline: "deadline",
+  storedAt: "stored_at",
+  deliveredAt: "delivered_at"
+} as const
+
+const OUTCOMES: ReadonlySet<string> = new Set(RECEIPT_OUTCOMES)
+
+export const statusFromItem = (item: Item): MessageStatus => {
+  const outcome = item.outcome?.S
+  const status: Record<string, unknown> = { messageId: item.message?.S ?? "" }
+  for (const [field, attribute] of Object.entries(FIELDS)) {
+    const value = num(item[attribute])
+    if (value !== undefined) status[field] = value
+  }
+  if (outcome !== undefined && OUTCOMES.has(outcome)) {
+    status.outcome = outcome as ReceiptOutcome
+    const at = num(item.outcome_at)
+    if (at !== undefined) status.outcomeAt = at
+    const code = num(item.code)
+    if (code !== undefined) status.code = code
+  }
+  return status as unknown as MessageStatus
+}
+
+const key = (subscription: string, message: string): Item => ({ subscription: S(subscription), message: S(message) })
+
+export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll, batchWrite }: DynamoRequests, options: StorageOptions) => {
+  const table = receiptTableName(options)
+
+  const createReceiptSubscription = (id: string, expiry: number) =>
+    call("createReceiptSubscription", (o) =>
+      client.send("PutItem", { TableName: table, Item: { ...key(id, META_SORT_KEY), expiry: N(expiry) } }, o)).pipe(Effect.asVoid)
+
+  const touchReceiptSubscription = Effect.fnUntraced(function*(id: string, expiry: number) {
+    const now = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+    return yield* conditional(call("touchReceiptSubscription", (o) =>
+      client.send(
+        "UpdateItem", {
+          TableName: table,
+          Key: key(id, META_SORT_KEY),
+          UpdateExpression: "SET #expiry = :expiry",
+          ConditionExpression: "attribute_exists(#subscription) AND #expiry > :now",
+          ExpressionAttributeNames: { "#expiry": "expiry", "#subscription": "subscription" },
+          ExpressionAttributeValues: { ":expiry": N(expiry), ":now": N(now) }
+        },
+        o
+      )))
+  })
+
+  const updateMessageStatus = (subscription: string, messageId: string, update: StatusUpdate) => {
+    const names: Record<string, string> = { "#expiry": "expiry" }
+    const values: Item = { ":expiry": N(update.expiry) }
+    const sets = ["#expiry = :expiry"]
+    for (const [field, attribute] of Object.entries(FIELDS)) {
+      const value = update[field as keyof typeof FIELDS]
+      if (value === undefined) continue
+      names[`#${attribute}`] = attribute
+      values[`:${attribute}`] = N(value)
+      sets.push(`#${attribute} = :${attribute}`)
+    }
+    const outcome = update.outcome
+    if (outcome !== undefined) {
+      Object.assign(names, { "#outcome": "outcome", "#outcome_at": "outcome_at" })
+      Object.assign(values, { ":outcome": S(outcome.outcome), ":outcome_at": N(outcome.at) })
+      sets.push("#outcome = :outcome", "#outcome_at = :outcome_at")
+      if (outcome.code !== undefined) {
+        names["#code"] = "code"
+        values[":code"] = N(outcome.code)
+        sets.push("#code = :code")
+      }
+    }
+    return conditional(call("updateMessageStatus", (o) =>
+      client.send(
+        "UpdateItem", {
+          TableName: table,
+          Key: key(subscription, messageId),
+          UpdateExpression: `SET ${sets.join(", ")}`,
+          ...(outcome !== undefined ? { ConditionExpression: "attribute_not_exists(#outcome)" } : {}),
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: values
+        },
+        o
+      )))
+  }
+
+  const getMessageStatus = Effect.fnUntraced(function*(subscription: string, messageId: string) {
+    const result = yield* call("getMessageStatus", (o) =>
+      client.send("GetItem", { TableName: table, Key: key(subscription, messageId), ConsistentRead: true }, o))
+    const item = result.Item
+    if (item === undefined || !isVisible(num(item.expiry), yield* Clock.currentTimeMillis)) return undefined
+    return statusFromItem(item)
+  })
+
+  const readReceiptSubscription = Effect.fnUntraced(function*(id: string) {
+    const items = yield* queryAll("readReceiptSubscription", {
+      TableName: table,
+      KeyConditionExpression: "#subscription = :subscription",
+      ExpressionAttributeNames: { "#subscription": "subscription" },
+      ExpressionAttributeValues: { ":subscription": S(id) },
+      ConsistentRead: true
+    })
+    const now = yield* Clock.currentTimeMillis
+    const meta = items.find((item) => item.message?.S === META_SORT_KEY)
+    const expiry = num(meta?.expiry)
+    if (expiry === undefined || !isVisible(expiry, now)) return undefined
+    const statuses = items.filter((item) => item.message?.S !== META_SORT_KEY && isVisible(num(item.expiry), now)).map(statusFromItem)
+    return { expiry, statuses }
+  })
+
+  const deleteMessageStatuses = (subscription: string, messageIds: ReadonlyArray<string>) =>
+    batchWrite("deleteMessageStatuses", table, messageIds.map((id) => ({ DeleteRequest: { Key: key(subscription, id) } })))
+
+  return {
+    createReceiptSubscription,
+    touchReceiptSubscription,
+    updateMessageStatus,
+    getMessageStatus,
+    readReceiptSubscription,
+    deleteMessageStatuses
+  }
+}
