@@ -188,7 +188,8 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   maxSendBufferBytes: settings.maxSendBuffer,
   maxControlFramesPerSecond: settings.maxControlFramesPerSecond,
   clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
-  shutdownTimeoutMs: ms(settings.shutdownTimeout)
+  shutdownTimeoutMs: ms(settings.shutdownTimeout),
+  receiptRetentionSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle))
 })
 
 /** The client connection nodes reach each other with (pokes, stale-session kicks). */
@@ -252,6 +253,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
     maxInFlightRequests: settings.maxInFlightRequests,
     routerCache: { ttlMs: ms(settings.routerCacheTtl), entries: settings.routerCacheEntries },
+    receipts: { idleSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle)), maxWaitMs: ms(settings.receiptMaxWait) },
     broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),
     version: versionInfo.version,
     build: versionInfo,

@@ -303,6 +303,7 @@ export const options = {
   }),
   log_level: opt("shared", oneOf(["trace", "debug", "info", "warn", "error"]), "info", "Lowest level logged"),
   max_notification_ttl: opt("shared", seconds, s(2_592_000), "Largest TTL accepted; larger TTLs are capped"),
+  receipt_subscription_idle: opt("shared", seconds, s(604_800), "A push receipt subscription that nobody used (a push naming it, or a GET of it) for this long is gone (404); a receipt waits this long to be collected"),
   shutdown_timeout: opt("shared", seconds, s(10), "How long a stopping node waits for work in flight"),
   client_request_timeout: opt("shared", seconds, s(10), "Time a client has to send an HTTP request's headers, and between two parts of its body (408 otherwise)"),
   event_log: opt("shared", text, undefined, "Where domain events are written: - for stdout, or a file path", {
@@ -358,6 +359,7 @@ export const options = {
   max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
   broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
   router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client, and the channels it read for it, for direct deliveries without reading storage (0 turns it off); the node takes a message only for the session and channels it still has, otherwise storage is read again"),
+  receipt_max_wait: opt("endpoint", seconds, s(30), "Longest a GET of a receipt subscription (Accept: application/json, or HTTP/1.1) waits for a receipt before it answers an empty list; a sender's Prefer: wait=N asks for less"),
   router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
   bridge_stub: opt("endpoint", boolean, false, "Enable the stub bridge (router type stub, app id success or error, token success): for tests and demos of the registration API"),
   fcm_credentials: opt("endpoint", text, undefined, "FCM (HTTP v1) apps as JSON: {\"<app_id>\": {\"project_id\": \"…\", \"credential\": \"<service-account JSON, or the path of its file>\"}}", {

@@ -40,6 +40,7 @@ import { listen } from "../domain/listen.ts"
 import { PeerNodes } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
+import { receiptRecording } from "../receipts/recorder.ts"
 
 export interface ConnectionNodeOptions extends SessionOptions {
   /** Public WebSocket port (0: any free port). */
@@ -67,6 +68,8 @@ export interface ConnectionNodeOptions extends SessionOptions {
   readonly clientRequestTimeoutMs: number
   /** On shutdown, how long sessions get to save their messages and close. */
   readonly shutdownTimeoutMs: number
+  /** How long a receipt waits to be collected (s; default 7 days: `receipt_subscription_idle`). */
+  readonly receiptRetentionSeconds?: number | undefined
 }
 
 export class ConnectionNode extends Context.Service<ConnectionNode, {
@@ -184,7 +187,9 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
     ).pipe(
       Layer.provideMerge(SessionTicker(options.tickMs)),
       Layer.provide(PeerNodes.layer),
-      Layer.provideMerge(NodeRegistry.layer)
+      Layer.provideMerge(NodeRegistry.layer),
+      // Receipts of the messages sent with one: written as the node's events say (acked, expired, …).
+      Layer.provide(receiptRecording(options.receiptRetentionSeconds))
     )
 }
 

@@ -49,7 +49,11 @@ export class EndpointTokenError extends Data.TaggedError("EndpointTokenError")<{
 }> {}
 
 /** What a message id encrypts: whose message, and which. */
-export type MessageIdData = MessageKey & { readonly uaid: string }
+export type MessageIdData = MessageKey & {
+  readonly uaid: string
+  /** The receipt subscription of a message sent with `Push-Receipt`. */
+  readonly receipt?: string | undefined
+}
 
 /** A message id that does not decrypt, or whose plaintext is not a message key. The edge maps it to 400. */
 export class MessageIdError extends Data.TaggedError("MessageIdError")<{
@@ -129,9 +133,14 @@ export const parseEndpointToken = (
 
 // ── message ids ──────────────────────────────────────────────────────────────────────────────────
 
+/**
+ * `{kind}:{uaid}:{chid}:{topic or ms}`, then `:{receipt subscription}` for a message sent with a
+ * receipt (so that its push message resource finds its status), encrypted.
+ */
 export const makeMessageId = (fernet: MultiFernet, nowSeconds: number, data: MessageIdData): string => {
   const ids = `${simpleHex(data.uaid, "uaid")}:${simpleHex(data.channelId, "channel id")}`
-  return fernet.encrypt(data.kind === "topic" ? `01:${ids}:${data.topic}` : `02:${ids}:${data.sortkeyTimestamp}`, { now: nowSeconds })
+  const key = data.kind === "topic" ? `01:${ids}:${data.topic}` : `02:${ids}:${data.sortkeyTimestamp}`
+  return fernet.encrypt(data.receipt === undefined ? key : `${key}:${data.receipt}`, { now: nowSeconds })
 }
 
 const HEX32 = /^[0-9a-fA-F]{32}$/
@@ -141,14 +150,14 @@ export const parseMessageId = (fernet: MultiFernet, id: string): Result.Result<M
   const opened = fernet.decrypt(id)
   if (Result.isFailure(opened)) return Result.fail(new MessageIdError({ reason: opened.failure.reason }))
   const parts = opened.success.toString("latin1").split(":")
-  const [kind, uaid, chid, last] = parts
+  const [kind, uaid, chid, last, receipt] = parts
   if (
-    parts.length !== 4 || uaid === undefined || chid === undefined || last === undefined ||
+    parts.length < 4 || parts.length > 5 || receipt === "" || uaid === undefined || chid === undefined || last === undefined ||
     !HEX32.test(uaid) || !HEX32.test(chid) || last === ""
   ) {
     return Result.fail(new MessageIdError({ reason: "bad-format" }))
   }
-  const ids = { uaid: uaid.toLowerCase(), channelId: hyphenate(chid.toLowerCase()) }
+  const ids = { uaid: uaid.toLowerCase(), channelId: hyphenate(chid.toLowerCase()), ...(receipt === undefined ? {} : { receipt }) }
   if (kind === "01") return Result.succeed({ kind: "topic", ...ids, topic: last })
   // Canonical digits only, so the storage sort key rebuilt from the number is the one we wrote.
   if (kind === "02" && SORTKEY.test(last) && Number.isSafeInteger(Number(last))) {

@@ -75,6 +75,10 @@ export class MethodNotAllowed extends Data.TaggedError("MethodNotAllowed")<{}> {
 /** 418/999: `/__error__`, the operators' log check. */
 export class LogCheck extends Data.TaggedError("LogCheck")<{}> {}
 /** 500/999: a bug or an unexpected failure; details go to the log, not the wire. */
+/** `Push-Receipt` does not name a live receipt subscription of this service (foreign, made up, or expired). */
+export class InvalidReceipt extends Data.TaggedError("InvalidReceipt")<{ readonly message: string }> {}
+/** A receipt subscription or push message status that is unknown, or no longer kept. */
+export class ReceiptNotFound extends Data.TaggedError("ReceiptNotFound")<{ readonly message: string }> {}
 export class InternalError extends Data.TaggedError("InternalError")<{ readonly cause?: unknown }> {}
 
 export type ApiError =
@@ -111,6 +115,8 @@ export type ApiError =
   | BroadcastNotFound
   | MethodNotAllowed
   | LogCheck
+  | InvalidReceipt
+  | ReceiptNotFound
   | InternalError
 
 export interface ErrorBody {
@@ -172,6 +178,8 @@ const table: ErrorTable = {
   BroadcastNotFound: { status: 404, errno: null, message: fixed("Broadcast not found") },
   MethodNotAllowed: { status: 405, errno: null, message: fixed("Method Not Allowed") },
   LogCheck: { status: 418, errno: 999, message: fixed("LogCheck") },
+  InvalidReceipt: { status: 400, errno: 117, message: own },
+  ReceiptNotFound: { status: 404, errno: 118, message: own },
   InternalError: { status: 500, errno: 999, message: fixed("An internal error occurred") }
 }
 

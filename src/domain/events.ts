@@ -6,6 +6,7 @@
  */
 
 import type { Urgency } from "./notification.ts"
+import type { ReceiptOutcome } from "./receipt.ts"
 
 export type DeliverySource = "direct" | "stored"
 
@@ -15,6 +16,16 @@ export type DeliverySource = "direct" | "stored"
  * the user vanished while routing: the sender got a 503/410).
  */
 export type RouteOutcome = "direct" | "stored" | "dropped" | "bridged" | "failed"
+
+/** On the events of a message sent with `Push-Receipt`: its receipt subscription (what `receipts/` folds). */
+interface Receipted {
+  readonly receipt?: string | undefined
+}
+
+const NO_RECEIPT: Receipted = {}
+/** The `receipt` of a message's events: spread into their data (nothing for a message without one). */
+export const receiptOf = (n: { readonly receipt?: string | undefined }): Receipted =>
+  n.receipt === undefined ? NO_RECEIPT : { receipt: n.receipt }
 
 interface Event<T extends string, D> {
   readonly type: T
@@ -30,7 +41,7 @@ export type DomainEvent =
   | Event<"client.urgency.1", { readonly min: Urgency }>
   | Event<"channel.registered.1", { readonly channelId: string }>
   | Event<"channel.unregistered.1", { readonly channelId: string; readonly code?: number | undefined }>
-  | Event<"notification.accepted.1", {
+  | Event<"notification.accepted.1", Receipted & {
     readonly channelId: string
     readonly version: string
     readonly ttl: number
@@ -38,7 +49,7 @@ export type DomainEvent =
     readonly urgency?: Urgency | undefined
   }>
   /** Handed to a bridge's platform (FCM, APNs, ADM, stub), which took it. */
-  | Event<"notification.bridged.1", {
+  | Event<"notification.bridged.1", Receipted & {
     readonly channelId: string
     readonly version: string
     readonly platform: string
@@ -52,22 +63,24 @@ export type DomainEvent =
     readonly outcome: RouteOutcome
     readonly durationMs: number
   }>
-  | Event<"notification.stored.1", {
+  | Event<"notification.stored.1", Receipted & {
     readonly channelId: string
     readonly version: string
     readonly reason: "offline" | "disconnect"
   }>
-  | Event<"notification.delivered.1", {
+  | Event<"notification.delivered.1", Receipted & {
     readonly channelId: string
     readonly version: string
     readonly source: DeliverySource
     /** The endpoint's trace context of a direct delivery, when it had one. */
     readonly traceparent?: string | undefined
   }>
-  | Event<"notification.acked.1", { readonly version: string; readonly code: number; readonly source: DeliverySource }>
-  | Event<"notification.nacked.1", { readonly version: string; readonly code: number }>
-  | Event<"notification.expired.1", { readonly version: string }>
-  | Event<"notification.deleted.1", { readonly version: string }>
+  | Event<"notification.acked.1", Receipted & { readonly version: string; readonly code: number; readonly source: DeliverySource }>
+  | Event<"notification.nacked.1", Receipted & { readonly version: string; readonly code: number }>
+  | Event<"notification.expired.1", Receipted & { readonly version: string }>
+  | Event<"notification.deleted.1", Receipted & { readonly version: string }>
+  /** A message sent with a receipt reached its outcome (recorded once: the first outcome is kept). */
+  | Event<"notification.receipt.1", { readonly version: string; readonly receipt: string; readonly outcome: ReceiptOutcome }>
   | Event<"uaid.reset.1", { readonly reason: "too_many_messages" | "stale_month" }>
   | Event<"month.migrated.1", { readonly from: string; readonly to: string }>
   /** Broadcast versions sent to a client: in the hello reply, answering a subscribe, or a change at a keepalive tick. */

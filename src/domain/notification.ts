@@ -23,6 +23,8 @@ export interface Notification {
   readonly sortkeyTimestamp?: number | undefined
   /** RFC 8030 §5.3 `Urgency`, when the sender gave one (bridges map it to the platform's priority). */
   readonly urgency?: Urgency | undefined
+  /** The receipt subscription the sender asked receipts on (`Push-Receipt`); never sent to the client. */
+  readonly receipt?: string | undefined
   /** Body as base64url without padding; absent for an empty POST. */
   readonly data?: string | undefined
   /** Encryption headers, keys lower-case with `_` (`encoding`, `encryption`, `crypto_key`, `encryption_key`). */

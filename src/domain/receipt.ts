@@ -37,8 +37,8 @@ export interface StatusUpdate {
   readonly storedAt?: number | undefined
   readonly deliveredAt?: number | undefined
   readonly outcome?: { readonly outcome: ReceiptOutcome; readonly at: number; readonly code?: number | undefined } | undefined
-  /** Until when the row is kept (seconds since the epoch: the storage TTL). */
-  readonly expiry: number
+  /** Until when the row is kept (seconds since the epoch: the storage TTL); absent: unchanged. */
+  readonly expiry?: number | undefined
 }
 
 /** A receipt subscription as read: until when it lives (seconds), and the status rows of its messages. */

@@ -12,6 +12,7 @@ export const encodeTransportNotification = (n: Notification): string =>
     topic: n.topic ?? null,
     timestamp: n.timestamp,
     ...(n.sortkeyTimestamp === undefined ? {} : { sortkey_timestamp: n.sortkeyTimestamp }),
+    ...(n.receipt === undefined ? {} : { receipt: n.receipt }),
     ...(n.data === undefined ? {} : { data: n.data, headers: n.headers ?? {} })
   })
 
@@ -25,7 +26,8 @@ const isHeaders = (value: unknown): value is Readonly<Record<string, string>> =>
 /**
  * The notification in a router-port body, or undefined when the body is not one: an object with
  * `channelID`, `version` (strings), `ttl`, `timestamp` (numbers), and optionally `topic`, `data`
- * (strings), `sortkey_timestamp` (a number), `headers` (strings by name), each of those also null;
+ * (strings), `sortkey_timestamp` (a number), `headers` (strings by name), `receipt` (a string), each
+ * of those also null;
  * other keys are ignored. Checked by hand: this runs for every direct delivery.
  */
 export const decodeTransportNotification = (body: string): Notification | undefined => {
@@ -37,11 +39,11 @@ export const decodeTransportNotification = (body: string): Notification | undefi
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) return undefined
   const t = json as Record<string, unknown>
-  const { channelID, version, ttl, topic, timestamp, sortkey_timestamp, data, headers } = t
+  const { channelID, version, ttl, topic, timestamp, sortkey_timestamp, data, headers, receipt } = t
   if (
     !isString(channelID) || !isString(version) || !isNumber(ttl) || !isNumber(timestamp) ||
     !absentOr(topic, isString) || !absentOr(sortkey_timestamp, isNumber) || !absentOr(data, isString) ||
-    !absentOr(headers, isHeaders)
+    !absentOr(headers, isHeaders) || !absentOr(receipt, isString)
   ) return undefined
   return {
     channelId: channelID,
@@ -50,6 +52,7 @@ export const decodeTransportNotification = (body: string): Notification | undefi
     topic: topic ?? undefined,
     timestamp,
     sortkeyTimestamp: sortkey_timestamp ?? undefined,
+    ...(receipt == null ? {} : { receipt }),
     data: data ?? undefined,
     headers: data == null ? undefined : headers ?? {}
   }

@@ -8,10 +8,13 @@ import type { RouterCacheOptions } from "./routerCache.ts"
  */
 import type { ConsoleOptions } from "../console/console.ts"
 import type { RateLimitOptions } from "./rateLimits.ts"
+import type { ReceiptOptions } from "./receipts.ts"
 
 export interface EndpointOptions {
   /** Public base URL of the endpoint nodes (`Location` prefix, VAPID `aud`), no trailing slash. */
   readonly endpointUrl: string
+  /** Certificate and key (PEM) of the endpoint port: HTTPS, with HTTP/2 by ALPN; undefined: plain HTTP (and h2c). */
+  readonly tls?: { readonly cert: string; readonly key: string } | undefined
   /** Port to listen on; 0 picks a free one (read it back with `boundPort`). */
   readonly port: number
   /** Interface to bind; undefined binds all. */
@@ -44,6 +47,8 @@ export interface EndpointOptions {
   readonly bridges?: BridgeOptions | undefined
   /** Per-sender limits of the push route (429/116); undefined: none. */
   readonly rateLimits?: RateLimitOptions | undefined
+  /** Push receipts: idle time of receipt subscriptions, longest wait of a `GET` (defaults: 7 days, 30 s). */
+  readonly receipts?: ReceiptOptions | undefined
   /** The web console at `GET /`; undefined: not served. */
   readonly console?: ConsoleOptions | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */

@@ -13,9 +13,11 @@
  */
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import { createServer as createHttpsServer } from "node:https"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import * as HttpMiddleware from "effect/http/HttpMiddleware"
@@ -46,6 +48,8 @@ import { makeHealthHandlers } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
 import { makeBroadcastAdmin } from "./broadcasts.ts"
 import { makeRegistrationHandlers, type RegistrationPath } from "./registration.ts"
+import { withHttp2 } from "./http2.ts"
+import { makeReceipts } from "./receipts.ts"
 import { type EmptyAnswer, makeWebPushHandlers } from "./webpush.ts"
 
 /** A request handler: what a server runs for each request. */
@@ -60,8 +64,8 @@ export const errorResponse = (error: ApiError, extraHeaders: Readonly<Record<str
   return HttpServerResponse.jsonUnsafe(body, { status, headers: { ...headers, ...extraHeaders } })
 }
 
-/** CORS (§2.1): any origin and header, DELETE/GET/POST/PUT, preflights cached 1 h, `Location` and `TTL` readable. */
-const CORS = { allowedMethods: ["DELETE", "GET", "POST", "PUT"], exposedHeaders: ["location", "ttl"], maxAge: 3600 }
+/** CORS (§2.1): any origin and header, DELETE/GET/POST/PUT, preflights cached 1 h, `Location`, `TTL` and `Link` readable. */
+const CORS = { allowedMethods: ["DELETE", "GET", "POST", "PUT"], exposedHeaders: ["location", "ttl", "link"], maxAge: 3600 }
 export const endpointCors = HttpMiddleware.cors(CORS)
 
 /** What `endpointCors` adds to the answer of a request that is not a preflight. */
@@ -154,11 +158,17 @@ const respondToFailures = <R>(
  */
 const PLAIN_PUSH_PATH = /^\/wpush\/(?:([A-Za-z0-9]+)\/)?([A-Za-z0-9_=-]+)$/
 
-/** The endpoint's handlers: the platform's app for every route, and the plain push route in front. */
+/** `GET /receipts/{id}` (a query is ignored): answered on the request itself, which it may hold open. */
+const RECEIPTS_PATH = /^\/receipts\/([^/?#]*)(?:\?.*)?$/
+
+/** The endpoint's handlers: the platform's app for every route, and in front, the routes on `node:http` itself. */
 export interface Endpoint {
   readonly app: HttpApp
-  /** Take the request if it is a push to a plainly spelled URL (and answer it); false otherwise. */
-  readonly push: (req: IncomingMessage, res: ServerResponse) => boolean
+  /**
+   * Take the request if it is a push to a plainly spelled URL, or a receipt subscription's `GET`
+   * (and answer it); false otherwise.
+   */
+  readonly front: (req: IncomingMessage, res: ServerResponse) => boolean
 }
 
 /**
@@ -170,7 +180,8 @@ export const makeEndpoint = (
 ): Effect.Effect<Endpoint, never, EndpointServices | Scope.Scope> =>
   Effect.gen(function*() {
     const observe = yield* endpointInstrumentation
-    const webpush = yield* makeWebPushHandlers(options)
+    const receipts = yield* makeReceipts(options)
+    const webpush = yield* makeWebPushHandlers(options, receipts)
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const routes = HttpRouter.use((router) =>
       Effect.gen(function*() {
@@ -195,6 +206,9 @@ export const makeEndpoint = (
           return emptyResponse(yield* webpush.send(pushRequest, params["version"], param(params, "token")))
         })
         const cancel: Handler = Effect.flatMap(HttpRouter.params, (params) => Effect.map(webpush.cancel(param(params, "messageId")), emptyResponse))
+        const messageStatus: Handler = Effect.flatMap(HttpRouter.params, (params) =>
+          Effect.map(receipts.status(param(params, "messageId")), (document) => HttpServerResponse.jsonUnsafe(document)))
+        const subscribeReceipts: Handler = Effect.map(receipts.subscribe, emptyResponse)
         const admin = yield* makeBroadcastAdmin(options.broadcastAdminTokens ?? [])
         const withRequest = (handle: (request: HttpServerRequest.HttpServerRequest, id: string) => Handler): Handler =>
           Effect.gen(function*() {
@@ -208,7 +222,10 @@ export const makeEndpoint = (
         yield* router.addAll([
           ...resource("/wpush/:version/:token", { POST: send }),
           ...resource("/wpush/:token", { POST: send }),
-          ...resource("/m/:messageId", { DELETE: cancel }),
+          ...resource("/m/:messageId", { DELETE: cancel, GET: messageStatus }),
+          ...resource("/receipts", { POST: subscribeReceipts }),
+          // GET is answered in front (`collect`); other methods get 405 here.
+          ...resource("/receipts/:id", {}),
           ...resource(registration, { POST: registrationRoute(bridged.register) }),
           ...resource(`${registration}/:uaid`, {
             GET: registrationRoute(bridged.channels),
@@ -238,6 +255,9 @@ export const makeEndpoint = (
     // The plain push route: the same handler run as a fiber of its own, answered on `res` directly.
     const context = yield* Effect.context<EndpointServices>()
     const run = Effect.runForkWith(context)
+    // Receipt subscriptions' GETs, which may be held open: their fibers end when the server stops.
+    const held = yield* FiberSet.make()
+    const runHeld = yield* FiberSet.runtime(held)<never>()
     const overloaded = new Overloaded()
     const push = (req: IncomingMessage, res: ServerResponse): boolean => {
       const path = req.method === "POST" && req.url !== undefined ? PLAIN_PUSH_PATH.exec(req.url) : null
@@ -272,8 +292,43 @@ export const makeEndpoint = (
       }
       return true
     }
-    return { app, push }
+
+    const collect = (req: IncomingMessage, res: ServerResponse): boolean => {
+      const path = req.method === "GET" && req.url !== undefined ? RECEIPTS_PATH.exec(req.url) : null
+      if (path === null) return false
+      // Not counted in flight: a held GET must not keep pushes out.
+      const start = observe.begin(Number.POSITIVE_INFINITY) as number
+      const url = req.url as string
+      const fiber = runHeld(receipts.collect(path[1] as string, req, res, CORS_HEADERS).pipe(
+        Effect.catchCause((cause) =>
+          Effect.map(failureAnswer(cause, "GET", url, observe.onError), (error) =>
+            // Storage failing once receipts are streaming: the stream ends (the client asks again).
+            res.headersSent ? void res.end() : sendError(res, error.error, false, { ...error.headers, ...CORS_HEADERS })))
+      ))
+      fiber.addObserver(() => observe.end(start, url, res.headersSent ? res.statusCode : undefined))
+      res.once("close", () => fiber.interruptUnsafe())
+      return true
+    }
+    return { app, front: (req, res) => push(req, res) || collect(req, res) }
   })
+
+/** The endpoint port's server: HTTP/1.1 and HTTP/2, over TLS when the node has a certificate. */
+const listener = (options: EndpointOptions): Server => {
+  const http1 = {
+    // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
+    // push handler (this whole-request limit only backs it up, with `answerSocketErrors`' 408).
+    headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
+    requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2,
+    // Node checks both only this often (30 s by default): stalled headers held the socket that long.
+    connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs ?? 10_000),
+    // The API has no upgrade routes: a request asking for one is served as any other (the
+    // platform's upgrade path answers some of them with a bare 411).
+    shouldUpgradeCallback: () => false
+  }
+  return options.tls === undefined
+    ? withHttp2(createServer(http1), false)
+    : withHttp2(createHttpsServer({ ...http1, cert: options.tls.cert, key: options.tls.key, ALPNProtocols: ["h2", "http/1.1"] }) as unknown as Server, true)
+}
 
 /**
  * `server` with `front` before its `request` listeners: a request `front` takes (and answers) never
@@ -295,18 +350,8 @@ export const boundPort: Effect.Effect<number, never, HttpServer.HttpServer> = Ef
 export const EndpointServer = {
   /** Serve the endpoint on `node:http` at `options.port` / `options.bindHost`, with the bridges of `options.bridges`; exposes the `HttpServer`. */
   layerServer: (options: EndpointOptions) =>
-    Layer.unwrap(Effect.map(makeEndpoint(options), ({ app, push }) =>
-      HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layerServer(() => answerSocketErrors(withFront(createServer({
-        // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
-        // push handler (this whole-request limit only backs it up, with `answerSocketErrors`' 408).
-        headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
-        requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2,
-        // Node checks both only this often (30 s by default): stalled headers held the socket that long.
-        connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs ?? 10_000),
-        // The API has no upgrade routes: a request asking for one is served as any other (the
-        // platform's upgrade path answers some of them with a bare 411).
-        shouldUpgradeCallback: () => false
-      }), push)), {
+    Layer.unwrap(Effect.map(makeEndpoint(options), ({ app, front }) =>
+      HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layerServer(() => answerSocketErrors(withFront(listener(options), front)), {
         port: options.port,
         host: options.bindHost,
         // On shutdown, requests in flight get this long to finish.

@@ -41,6 +41,8 @@ import { WebPushRouter } from "../routers/webpush.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
 import { endpointBase, endpointOrigin, type EndpointOptions } from "./options.ts"
+import { peerOf } from "./http2.ts"
+import type { Receipts } from "./receipts.ts"
 import { RouterCache } from "./routerCache.ts"
 import { parseVapid, type VerifiedVapid, verifyVapid } from "./vapid.ts"
 
@@ -87,7 +89,7 @@ export interface EmptyAnswer {
   readonly headers: Readonly<Record<string, string>>
 }
 
-export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
+export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions, receipts: Receipts) {
   const storage = yield* Storage
   const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS)
   const crypto = yield* EndpointCrypto
@@ -260,7 +262,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const outcome = (body: Body) => body._tag === "Body" ? Effect.succeed(body.bytes) : Effect.fail(body.error)
     return {
       headers: req.headers as RequestHeaders,
-      peer: req.socket.remoteAddress,
+      peer: peerOf(req),
       body: Effect.suspend(() =>
         read !== undefined ? outcome(read) : Effect.callback<Buffer, BodyRefusal>((resume) => {
           waiting = (body) => resume(outcome(body))
@@ -316,13 +318,14 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const topic = yield* topicOf(headers) //                              #14
     const encryption = yield* encryptionOf(headers, body.length > 0) //  #15
     const urgency = yield* urgencyOf(headers) //                          #16 (RFC 8030 §5.3)
+    const receipt = yield* receipts.claim(headers) //                     Push-Receipt (RFC 8030 §5.1)
 
     const { uaid, channelId } = subscription
     const sortkeyTimestamp = topic !== undefined ? nowMs : sortKeyMs(channelId, nowMs)
     const messageId = yield* crypto.makeMessageId(
       topic !== undefined
-        ? { kind: "topic", uaid, channelId, topic }
-        : { kind: "timestamp", uaid, channelId, sortkeyTimestamp }
+        ? { kind: "topic", uaid, channelId, topic, receipt }
+        : { kind: "timestamp", uaid, channelId, sortkeyTimestamp, receipt }
     )
     const notification: Notification = {
       channelId,
@@ -332,13 +335,15 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       sortkeyTimestamp,
       ...(topic !== undefined ? { topic } : {}),
       ...(urgency !== undefined ? { urgency } : {}),
+      ...(receipt !== undefined ? { receipt } : {}),
       ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
     }
     events.record(domainEvent("notification.accepted.1", uaid, nowMs, {
       channelId,
       version: messageId,
       ttl,
-      ...(urgency !== undefined ? { urgency } : {})
+      ...(urgency !== undefined ? { urgency } : {}),
+      ...(receipt !== undefined ? { receipt } : {})
     }))
     // A cached record is only good for a direct delivery; otherwise route on a fresh one.
     const startNanos = yield* Clock.currentTimeNanos
@@ -346,7 +351,8 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const fresh = direct !== undefined || !target.cached ? target : yield* subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
       yield* sendBridged(fresh.bridge, fresh.user, notification, startNanos)
-      return created(messageId, ttl)
+      if (receipt !== undefined) yield* receipts.accepted(uaid, { ...notification, receipt }, "bridged", nowMs)
+      return created(messageId, ttl, receipt)
     }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
       Effect.tapError(() => recordRouted(uaid, notification, "failed", startNanos))
@@ -359,12 +365,14 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     } else if (routed.outcome === "dropped") {
       events.record(domainEvent("notification.expired.1", uaid, routedAt, { version }))
     }
-    return created(version, ttl)
+    if (receipt !== undefined) yield* receipts.accepted(uaid, { ...routed.notification, receipt }, routed.outcome, nowMs)
+    return created(version, ttl, receipt)
   })
 
-  const created = (messageId: string, ttl: number): EmptyAnswer => ({
-    status: 201,
-    headers: { location: locationBase + messageId, ttl: String(ttl) }
+  /** 201 Created; with a receipt, 202 Accepted (RFC 8030 §5.1: the receipt comes later). */
+  const created = (messageId: string, ttl: number, receipt: string | undefined): EmptyAnswer => ({
+    status: receipt === undefined ? 201 : 202,
+    headers: { location: locationBase + messageId, ttl: String(ttl), link: receipts.link }
   })
 
   // ── DELETE /m/{message_id} ───────────────────────────────────────────────────────────────────
@@ -378,6 +386,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       )
       events.record(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId }))
     }
+    if (data.receipt !== undefined) yield* receipts.deleted(data.uaid, data.receipt, messageId)
     return { status: 204, headers: {} } satisfies EmptyAnswer
   })
 

@@ -86,7 +86,7 @@ export const METRICS = {
   }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
-    route: "push / cancel / registration / broadcasts / health / metrics / other",
+    route: "push / message / receipts / registration / broadcasts / health / metrics / other",
     status: "HTTP status"
   }),
   requestError: m("request.error", "counter", "endpoint", "Error responses by errno", {

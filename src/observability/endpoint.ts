@@ -13,7 +13,8 @@ import { handlesBy, Metrics, type MetricsService, type Timer } from "./Metrics.t
 /** Coarse route of a request path (a bounded label). */
 export const routeLabel = (url: string): string =>
   url.startsWith("/wpush/") ? "push"
-  : url.startsWith("/m/") ? "cancel"
+  : url.startsWith("/m/") ? "message"
+  : url.startsWith("/receipts") ? "receipts"
   : url.startsWith("/v1/err") ? "health"
   : url.startsWith("/v1/broadcasts") ? "broadcasts"
   : url.startsWith("/v1/") ? "registration"

@@ -11,6 +11,7 @@ import type { CommandResult } from "./inputs.ts"
 import { registerReply, unregisterReply, urgencyReply } from "./messages.ts"
 import { backoff, closeEarly, closeLive, COLLECTING, NOTHING, type Out, remember, withSession } from "./out.ts"
 import type { Closed, Closing, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
+import { receiptOf } from "../domain/events.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 
@@ -156,7 +157,9 @@ const finish = (phase: Closing, after: UserRecord | undefined, saved: ReadonlyAr
 
 const ended = (phase: Closing, saved: ReadonlyArray<Notification>, out: Out): Phase => {
   const uaid = phase.session.uaid
-  for (const n of saved) out.event("notification.stored.1", uaid, { channelId: n.channelId, version: n.version, reason: "disconnect" })
+  for (const n of saved) {
+    out.event("notification.stored.1", uaid, { channelId: n.channelId, version: n.version, reason: "disconnect", ...receiptOf(n) })
+  }
   out.event("session.ended.1", uaid, { reason: phase.reason })
   return { _tag: "Closed" }
 }

@@ -8,6 +8,7 @@ import { type ClientMessage, PING_REPLY, registerReply, unregisterReply, urgency
 import { closeLive, type Out, withSession } from "./out.ts"
 import { type Budget, HELD_COMMANDS_MAX, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
+import { receiptOf } from "../domain/events.ts"
 import { isCanonicalChannelId, parseChannelId } from "../domain/ids.ts"
 import { type Urgency, URGENCIES, urgentEnough } from "../domain/notification.ts"
 import { USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
@@ -197,6 +198,11 @@ export const ping = (phase: Live, _message: unknown, out: Out): Phase => {
 }
 
 export const nack = (phase: Live, message: Msg<"nack">, out: Out): Phase => {
-  out.event("notification.nacked.1", phase.session.uaid, { version: message.version, code: message.code ?? 0 })
+  const unacked = phase.session.acks.unacked.get(message.version)
+  out.event("notification.nacked.1", phase.session.uaid, {
+    version: message.version,
+    code: message.code ?? 0,
+    ...(unacked === undefined ? {} : receiptOf(unacked.notification))
+  })
   return phase
 }

@@ -16,6 +16,7 @@ import type { CommandResult } from "./inputs.ts"
 import type { ClientMessage } from "./messages.ts"
 import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, send, storedOutstanding, withSession } from "./out.ts"
 import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, StoredUnacked, Unacked } from "./phases.ts"
+import { receiptOf } from "../domain/events.ts"
 import { isExpired, type Notification, urgentEnough } from "../domain/notification.ts"
 
 type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { readonly messageType: T }>
@@ -29,7 +30,7 @@ export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, 
 export const delivery = (phase: Live, { notification: n }: { readonly notification: Notification }, out: Out): Phase => {
   // TTL 0 means "only if connected now": it is now, so it goes out.
   if (n.ttl > 0 && isExpired(n, Math.floor(out.now / 1000))) {
-    out.event("notification.expired.1", phase.session.uaid, { version: n.version })
+    out.event("notification.expired.1", phase.session.uaid, { version: n.version, ...receiptOf(n) })
     return phase
   }
   return withSession(phase, send(phase.session, n, undefined, out))
@@ -102,7 +103,7 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   const nowSec = Math.floor(out.now / 1000)
   const messages = input.messages.filter((n) => {
     if (isExpired(n, nowSec)) {
-      out.event("notification.expired.1", s.uaid, { version: n.version })
+      out.event("notification.expired.1", s.uaid, { version: n.version, ...receiptOf(n) })
       return false
     }
     return urgentEnough(n, s.minUrgency)
@@ -160,7 +161,8 @@ export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message:
     out.event("notification.acked.1", phase.session.uaid, {
       version: update.version,
       code: update.code ?? 100,
-      source: entry._tag === "Stored" ? "stored" : "direct"
+      source: entry._tag === "Stored" ? "stored" : "direct",
+      ...receiptOf(entry.notification)
     })
   }
   if (unacked === undefined) return advanceP(phase, out)

@@ -6,7 +6,7 @@ import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, Signal, Transition } from "./inputs.ts"
 import { notificationFrame } from "./messages.ts"
 import type { Acks, BroadcastSet, Closed, Closing, Live, Phase, ProtocolOptions, Session, Unacked } from "./phases.ts"
-import { domainEvent, type DomainEvent, type DomainEventType, type EventData } from "../domain/events.ts"
+import { domainEvent, type DomainEvent, type DomainEventType, type EventData, receiptOf } from "../domain/events.ts"
 import { memoize } from "../domain/memo.ts"
 import type { Notification } from "../domain/notification.ts"
 import { activeTableNames, currentTableName } from "../storage/tables.ts"
@@ -96,7 +96,8 @@ export const send = (s: Session, n: Notification, table: string | undefined, out
     channelId: n.channelId,
     version: n.version,
     source: table === undefined ? "direct" : "stored",
-    ...(n.traceparent === undefined ? {} : { traceparent: n.traceparent })
+    ...(n.traceparent === undefined ? {} : { traceparent: n.traceparent }),
+    ...receiptOf(n)
   })
   return remember(s, n, table)
 }

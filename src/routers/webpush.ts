@@ -63,7 +63,13 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         let notification = first
         while ((yield* storage.saveMessage(uaid, table, notification)) === "taken") {
           const sortkeyTimestamp = sortkeyMs(notification) + 1
-          const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: notification.channelId, sortkeyTimestamp })
+          const version = yield* crypto.makeMessageId({
+            kind: "timestamp",
+            uaid,
+            channelId: notification.channelId,
+            sortkeyTimestamp,
+            receipt: notification.receipt
+          })
           notification = { ...notification, sortkeyTimestamp, version }
         }
         return notification

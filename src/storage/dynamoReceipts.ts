@@ -68,9 +68,14 @@ export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll
   })
 
   const updateMessageStatus = (subscription: string, messageId: string, update: StatusUpdate) => {
-    const names: Record<string, string> = { "#expiry": "expiry" }
-    const values: Item = { ":expiry": N(update.expiry) }
-    const sets = ["#expiry = :expiry"]
+    const names: Record<string, string> = {}
+    const values: Item = {}
+    const sets: Array<string> = []
+    if (update.expiry !== undefined) {
+      names["#expiry"] = "expiry"
+      values[":expiry"] = N(update.expiry)
+      sets.push("#expiry = :expiry")
+    }
     for (const [field, attribute] of Object.entries(FIELDS)) {
       const value = update[field as keyof typeof FIELDS]
       if (value === undefined) continue

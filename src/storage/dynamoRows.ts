@@ -91,6 +91,7 @@ export const messageToItem = (uaid: string, n: Notification): Item => ({
   expiry: N(expiryOf(n)),
   ...(n.topic !== undefined ? { topic: S(n.topic), ...(n.sortkeyTimestamp !== undefined ? { sortkey_timestamp: N(n.sortkeyTimestamp) } : {}) } : {}),
   ...(n.urgency !== undefined ? { urgency: S(n.urgency) } : {}),
+  ...(n.receipt !== undefined ? { receipt: S(n.receipt) } : {}),
   ...(n.data !== undefined ? { data: S(n.data) } : {}),
   ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
 })
@@ -102,6 +103,7 @@ export const messageFromItem = (item: Item): Notification | undefined => {
   const data = item.data?.S
   const headers = item.headers?.M
   const urgency = URGENCIES.find((u) => u === item.urgency?.S)
+  const receipt = item.receipt?.S
   return {
     channelId: key.channelId,
     version,
@@ -111,6 +113,7 @@ export const messageFromItem = (item: Item): Notification | undefined => {
       ? { topic: key.topic, ...(item.sortkey_timestamp?.N !== undefined ? { sortkeyTimestamp: Number(item.sortkey_timestamp.N) } : {}) }
       : { sortkeyTimestamp: key.sortkeyTimestamp }),
     ...(urgency !== undefined ? { urgency } : {}),
+    ...(receipt !== undefined ? { receipt } : {}),
     ...(data !== undefined ? { data } : {}),
     ...(headers !== undefined ? { headers: unmarshal({ M: headers }) as Record<string, string> } : {})
   }

@@ -49,7 +49,7 @@ type MessageTable = Map<string, UserRows>
 /** A receipt subscription's rows: its own (`expiry`, absent until it is created) and its messages'. */
 interface ReceiptRows {
   expiry: number | undefined
-  readonly statuses: Map<string, { readonly status: MessageStatus; readonly expiry: number }>
+  readonly statuses: Map<string, { readonly status: MessageStatus; readonly expiry: number | undefined }>
 }
 
 const STALE_BATCH = 25
@@ -285,7 +285,7 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
           ...(outcome.code === undefined ? {} : { code: outcome.code })
         })
       }
-      rows.statuses.set(messageId, { status, expiry })
+      rows.statuses.set(messageId, { status, expiry: expiry ?? rows.statuses.get(messageId)?.expiry })
       return true
     })
 

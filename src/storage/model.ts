@@ -110,6 +110,7 @@ export const storedNotification = (n: Notification): Notification => {
     ttl: n.ttl,
     timestamp: n.timestamp,
     ...(n.urgency !== undefined ? { urgency: n.urgency } : {}),
+    ...(n.receipt !== undefined ? { receipt: n.receipt } : {}),
     ...(n.data !== undefined ? { data: n.data } : {}),
     ...(n.headers !== undefined ? { headers: { ...n.headers } } : {})
   }

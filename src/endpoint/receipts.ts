@@ -1,0 +1,355 @@
+/**
+ * Push receipts on the endpoint (RFC 8030 §5.1, §6): the receipt subscribe resource
+ * (`POST /receipts`), `Push-Receipt` on a push, the receipt subscription (`GET /receipts/{id}`:
+ * HTTP/2 server push, a JSON long poll, or server-sent events) and the push message resource's status
+ * (`GET /m/{message_id}`).
+ *
+ * Receipts come from status rows in storage (`storage/dynamoReceipts.ts`), written by whichever
+ * node saw the step (this endpoint at accept, a connection node at delivery and ack), so any endpoint
+ * node answers for any subscription. Collecting also settles what no node can see happen: a message
+ * whose TTL ran out undelivered (expired), a subscription the user agent dropped (unsubscribed).
+ */
+import { randomBytes } from "node:crypto"
+import type { IncomingMessage, ServerResponse } from "node:http"
+import type { Http2ServerResponse } from "node:http2"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { EndpointCrypto } from "../crypto/endpoint.ts"
+import { InvalidReceipt, ReceiptNotFound, type StorageUnavailable } from "../domain/errors.ts"
+import type { RouteOutcome } from "../domain/events.ts"
+import { RecentMap } from "../domain/memo.ts"
+import { expiresAt, type Notification } from "../domain/notification.ts"
+import { type MessageState, type MessageStatus, receiptHttpStatus, stateOf } from "../domain/receipt.ts"
+import { EventLog } from "../observability/EventLog.ts"
+import { MessageTrace, type TraceDocument, type TraceState } from "../observability/MessageTrace.ts"
+import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
+import { Storage, storageUnavailable } from "../storage/Storage.ts"
+import type { RequestHeaders } from "./headers.ts"
+import { endpointBase, type EndpointOptions } from "./options.ts"
+
+export interface ReceiptOptions {
+  /** A receipt subscription not used for this long is gone (s; default 7 days). */
+  readonly idleSeconds?: number | undefined
+  /** Longest a `GET` of a subscription with no receipts waits for one (ms; default 30 s). */
+  readonly maxWaitMs?: number | undefined
+}
+
+/** The link relation of the receipt subscribe resource (RFC 8030 §5.1). */
+export const RECEIPT_RELATION = "urn:ietf:params:push:receipt"
+
+/** How often a waiting `GET` looks for new receipts in storage. */
+export const RECEIPT_POLL_MS = 1_000
+/** A message delivered but not acked yet is given this long after its TTL before it counts as expired. */
+const ACK_GRACE_MS = 60_000
+/** A message without an outcome is checked for its subscription at most this often (per process). */
+const SUBSCRIPTION_CHECK_MS = 30_000
+/** SSE comment lines this often keep proxies from closing a quiet stream. */
+const SSE_HEARTBEAT_MS = 15_000
+
+/** Receipt subscription ids: 16 random bytes, unguessable like endpoint tokens. */
+const SUBSCRIPTION_ID = /^[A-Za-z0-9_-]{22}$/
+
+/** `wait=N` of `Prefer` (RFC 7240), in ms. */
+const preferredWaitMs = (prefer: string | ReadonlyArray<string> | undefined): number | undefined => {
+  if (typeof prefer !== "string") return undefined
+  const match = prefer === undefined ? null : /(?:^|[,;\s])wait\s*=\s*"?(\d{1,6})"?/i.exec(prefer)
+  return match === null ? undefined : Number(match[1]) * 1000
+}
+
+/** How a `GET` of a receipt subscription is answered. */
+type Delivery = "push" | "events" | "json"
+
+const deliveryOf = (req: IncomingMessage): Delivery => {
+  const accept = req.headers.accept ?? ""
+  if (/text\/event-stream/i.test(accept)) return "events"
+  if (/application\/json/i.test(accept)) return "json"
+  const stream = (req as { readonly stream?: { readonly pushAllowed?: boolean } }).stream
+  return req.httpVersionMajor === 2 && stream?.pushAllowed === true ? "push" : "json"
+}
+
+const TRACE_STATES: Readonly<Record<TraceState, MessageState | undefined>> = {
+  accepted: "accepted",
+  routed: "accepted",
+  stored: "stored",
+  delivered: "delivered",
+  bridged: "bridged",
+  nacked: "rejected",
+  acked: "acknowledged",
+  expired: "expired",
+  deleted: "deleted",
+  failed: undefined
+}
+
+/** The times of a trace's steps, as a status row names them. */
+const TRACE_TIMES: Readonly<Record<string, keyof MessageStatus>> = {
+  "notification.accepted.1": "acceptedAt",
+  "notification.stored.1": "storedAt",
+  "notification.delivered.1": "deliveredAt"
+}
+
+export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions) {
+  const storage = yield* Storage
+  const crypto = yield* EndpointCrypto
+  const events = yield* EventLog
+  const trace = Option.getOrUndefined(yield* Effect.serviceOption(MessageTrace))
+  const idleSeconds = options.receipts?.idleSeconds ?? RECEIPT_RETENTION_SECONDS
+  const maxWaitMs = options.receipts?.maxWaitMs ?? 30_000
+  const book = makeReceiptBook(storage, events, idleSeconds)
+  const base = endpointBase(options.endpointUrl)
+  const subscriptionBase = `${base}/receipts/`
+  const messageBase = `${base}/m/`
+  /** The `Link` of every push answer: where receipt subscriptions are made. */
+  const link = `<${base}/receipts>; rel="${RECEIPT_RELATION}"`
+  const nowSeconds = Effect.map(Clock.currentTimeMillis, (ms) => Math.floor(ms / 1000))
+
+  // ── the push side ──────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * The receipt subscription a push's `Push-Receipt` names, its idle time started again; undefined
+   * when the push asks for none. Only a subscription URL of this service, alive, is taken.
+   */
+  const claim = Effect.fnUntraced(function*(headers: RequestHeaders) {
+    const url = headers["push-receipt"]
+    if (url === undefined) return undefined
+    const id = url.startsWith(subscriptionBase) ? url.slice(subscriptionBase.length) : undefined
+    if (id === undefined || !SUBSCRIPTION_ID.test(id)) {
+      return yield* new InvalidReceipt({ message: `Push-Receipt must be a receipt subscription of this service (${subscriptionBase}…)` })
+    }
+    const alive = yield* storage.touchReceiptSubscription(id, (yield* nowSeconds) + idleSeconds).pipe(
+      Effect.catchTag("StorageError", storageUnavailable)
+    )
+    if (!alive) return yield* new InvalidReceipt({ message: "Push-Receipt names a receipt subscription that does not exist or has expired" })
+    return id
+  })
+
+  /**
+   * An accepted message with a receipt, once routed: its status row, with what routing decided —
+   * stored, dropped (TTL 0, not connected: expired), bridged (final for this service).
+   */
+  const accepted = (uaid: string, n: Notification & { readonly receipt: string }, outcome: RouteOutcome, acceptedAt: number) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      book.write(uaid, n.receipt, n.version, {
+        acceptedAt,
+        deadline: expiresAt(n) * 1000,
+        ...(outcome === "stored" ? { storedAt: now } : {}),
+        ...(outcome === "dropped" ? { outcome: { outcome: "expired", at: now } }
+          : outcome === "bridged" ? { outcome: { outcome: "bridged", at: now } }
+          : {})
+      })).pipe(Effect.catchTag("StorageError", storageUnavailable), Effect.asVoid)
+
+  /** A message with a receipt that its sender deleted. */
+  const deleted = (uaid: string, subscription: string, messageId: string) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => book.finish(uaid, subscription, messageId, "deleted", now)).pipe(
+      Effect.catchTag("StorageError", storageUnavailable),
+      Effect.asVoid
+    )
+
+  // ── documents ──────────────────────────────────────────────────────────────────────────────────
+
+  /** A message's status as JSON: its push message resource, where it is, and when each step was. */
+  const statusDocument = (status: MessageStatus) => {
+    const { messageId: _, ...times } = status
+    return {
+      message: messageBase + status.messageId,
+      state: stateOf(status),
+      ...(status.outcome === undefined ? {} : { status: receiptHttpStatus(status.outcome) }),
+      ...times
+    }
+  }
+
+  /** A status from this process's message trace (messages sent without a receipt). */
+  const statusOfTrace = (messageId: string, document: TraceDocument): MessageStatus | undefined => {
+    const state = TRACE_STATES[document.state]
+    if (state === undefined) return undefined
+    const status: Record<string, unknown> = { messageId }
+    for (const event of document.events) {
+      const field = TRACE_TIMES[event.type]
+      if (field !== undefined) status[field] ??= event.time
+    }
+    if (state !== "accepted" && state !== "stored" && state !== "delivered") {
+      status.outcome = state
+      status.outcomeAt = document.lastSeen
+    }
+    return status as unknown as MessageStatus
+  }
+
+  // ── settling ───────────────────────────────────────────────────────────────────────────────────
+
+  /** When each message was last checked for its subscription (this process). */
+  const checked = new RecentMap<number>(10_000)
+
+  /** Whether the user agent still has the subscription a message was sent to. */
+  const stillSubscribed = Effect.fnUntraced(function*(messageId: string) {
+    const ids = yield* Effect.option(crypto.parseMessageId(messageId))
+    if (ids._tag === "None") return true
+    const user = yield* storage.getUser(ids.value.uaid)
+    if (user === undefined) return false
+    if (user.routerType !== "webpush" || user.currentMonth === undefined) return true
+    return yield* storage.hasChannel(ids.value.uaid, user.currentMonth, ids.value.channelId)
+  })
+
+  /**
+   * The outcome a message without one has reached unseen, if any: its TTL ran out before delivery
+   * (or well before an ack), or its subscription is gone.
+   */
+  const unseenOutcome = Effect.fnUntraced(function*(status: MessageStatus, now: number) {
+    if (status.deadline !== undefined && now >= status.deadline + (status.deliveredAt === undefined ? 0 : ACK_GRACE_MS)) return "expired" as const
+    const last = checked.get(status.messageId)
+    if (last !== undefined && now - last < SUBSCRIPTION_CHECK_MS) return undefined
+    checked.set(status.messageId, now)
+    return (yield* stillSubscribed(status.messageId)) ? undefined : "unsubscribed" as const
+  })
+
+  /**
+   * A subscription's receipts now: the statuses with an outcome, after settling the others. Its idle
+   * time starts again (written at most once an hour). Undefined when it is unknown or expired.
+   */
+  const receiptsOf = Effect.fnUntraced(function*(id: string) {
+    const subscription = yield* storage.readReceiptSubscription(id)
+    if (subscription === undefined) return undefined
+    const now = yield* Clock.currentTimeMillis
+    const renewAt = Math.floor(now / 1000) + idleSeconds
+    if (renewAt - subscription.expiry > 3600) yield* storage.touchReceiptSubscription(id, renewAt)
+    const receipts: Array<MessageStatus> = []
+    for (const status of subscription.statuses) {
+      if (status.outcome !== undefined) {
+        receipts.push(status)
+        continue
+      }
+      const outcome = yield* unseenOutcome(status, now)
+      if (outcome === undefined) continue
+      // Another node may have recorded an outcome meanwhile: the next read shows that one.
+      const ids = yield* Effect.option(crypto.parseMessageId(status.messageId))
+      const uaid = ids._tag === "Some" ? ids.value.uaid : ""
+      if (yield* book.finish(uaid, id, status.messageId, outcome, now)) receipts.push({ ...status, outcome, outcomeAt: now })
+    }
+    return receipts
+  })
+
+  // ── HTTP ───────────────────────────────────────────────────────────────────────────────────────
+
+  /** `POST /receipts`: a new receipt subscription, its URL in `Location`. */
+  const subscribe = Effect.gen(function*() {
+    const id = randomBytes(16).toString("base64url")
+    yield* storage.createReceiptSubscription(id, (yield* nowSeconds) + idleSeconds).pipe(Effect.catchTag("StorageError", storageUnavailable))
+    return { status: 201, headers: { location: subscriptionBase + id, link } }
+  })
+
+  /** `GET /m/{message_id}`: the message's status, from its receipt, or else this process's trace. */
+  const status = Effect.fnUntraced(function*(messageId: string) {
+    const ids = yield* Effect.option(crypto.parseMessageId(messageId))
+    const subscription = ids._tag === "Some" ? ids.value.receipt : undefined
+    const found = subscription !== undefined
+      ? yield* storage.getMessageStatus(subscription, messageId).pipe(Effect.catchTag("StorageError", storageUnavailable))
+      : undefined
+    const traced = found ?? (ids._tag === "Some" && trace !== undefined ? traceStatus(messageId) : undefined)
+    if (traced === undefined) return yield* new ReceiptNotFound({ message: "No status is kept for this message" })
+    return statusDocument(traced)
+  })
+  const traceStatus = (messageId: string): MessageStatus | undefined => {
+    const document = trace?.lookup(messageId)
+    return document === undefined ? undefined : statusOfTrace(messageId, document)
+  }
+
+  const notFound = new ReceiptNotFound({ message: "No such receipt subscription, or it has expired" })
+
+  /**
+   * `GET /receipts/{id}`, on the request itself (its answer may be held open): receipts as HTTP/2
+   * server pushes (RFC 8030 §6.2), as server-sent events, or as one JSON document once there are
+   * some (or the wait is over). A receipt handed out is removed once it was written. Fails only
+   * before anything is written.
+   */
+  const collect = (id: string, req: IncomingMessage, res: ServerResponse, headers: Readonly<Record<string, string>>) =>
+    Effect.gen(function*() {
+      if (!SUBSCRIPTION_ID.test(id)) return yield* notFound
+      const delivery = deliveryOf(req)
+      const read = receiptsOf(id).pipe(Effect.catchTag("StorageError", storageUnavailable))
+      const handed = (receipts: ReadonlyArray<MessageStatus>) =>
+        storage.deleteMessageStatuses(id, receipts.map((r) => r.messageId)).pipe(
+          Effect.catchTag("StorageError", (error) => Effect.logWarning("collected receipts could not be removed", error))
+        )
+      const first = yield* read
+      if (first === undefined) return yield* notFound
+
+      if (delivery === "json") {
+        const waitMs = Math.min(maxWaitMs, preferredWaitMs(req.headers.prefer) ?? maxWaitMs)
+        let receipts = first
+        for (let waited = 0; receipts.length === 0 && waited < waitMs; waited += RECEIPT_POLL_MS) {
+          yield* Effect.sleep(Math.min(RECEIPT_POLL_MS, waitMs - waited))
+          const next = yield* read
+          if (next === undefined) return yield* notFound
+          receipts = next
+        }
+        // Removed before they are answered: a sender that asks again at once must not get them twice.
+        yield* handed(receipts)
+        const body = JSON.stringify({ receipts: receipts.map(statusDocument) })
+        return yield* written(res, 200, { ...headers, "content-type": "application/json", "cache-control": "no-store" }, body)
+      }
+
+      // Held open until the client leaves, the subscription expires or the server stops.
+      if (delivery === "events") {
+        res.writeHead(200, { ...headers, "content-type": "text/event-stream", "cache-control": "no-store" })
+        res.flushHeaders()
+      }
+      const send = (receipts: ReadonlyArray<MessageStatus>) =>
+        Effect.forEach(receipts, (receipt) =>
+          (delivery === "events" ? sentEvent(res, receipt) : pushed(res, receipt)).pipe(
+            Effect.andThen(handed([receipt]))
+          ), { discard: true })
+      let receipts: ReadonlyArray<MessageStatus> | undefined = first
+      let quiet = 0
+      while (receipts !== undefined) {
+        yield* send(receipts)
+        yield* Effect.sleep(RECEIPT_POLL_MS)
+        quiet = receipts.length > 0 ? 0 : quiet + RECEIPT_POLL_MS
+        if (delivery === "events" && quiet >= SSE_HEARTBEAT_MS) {
+          quiet = 0
+          res.write(": keepalive\n\n")
+        }
+        receipts = yield* read
+      }
+      if (delivery === "events") res.end("event: gone\ndata: {}\n\n")
+      else yield* written(res, 204, headers, "")
+    }).pipe(
+      // The server stops: a held answer ends (an SSE client reconnects, a push client asks again).
+      Effect.onInterrupt(() =>
+        Effect.sync(() => {
+          if (!res.headersSent) res.writeHead(204, headers)
+          res.end()
+        })
+      )
+    )
+
+  /** One receipt as an event: its id is the message's, its data the status document. */
+  const sentEvent = (res: ServerResponse, receipt: MessageStatus) =>
+    Effect.callback<void>((resume) => {
+      res.write(`id: ${receipt.messageId}\nevent: receipt\ndata: ${JSON.stringify(statusDocument(receipt))}\n\n`, () => resume(Effect.void))
+    })
+
+  /**
+   * One receipt as an HTTP/2 server push: a promised `GET` of the push message resource, answered
+   * with its status (410 for an acknowledged message) and the status document.
+   */
+  const pushed = (res: ServerResponse, receipt: MessageStatus) =>
+    Effect.callback<void, StorageUnavailable>((resume) => {
+      const path = new URL(messageBase + receipt.messageId).pathname
+      ;(res as unknown as Http2ServerResponse).createPushResponse({ ":method": "GET", ":path": path }, (error, pushRes) => {
+        if (error !== null) return resume(Effect.void)
+        const body = JSON.stringify(statusDocument(receipt))
+        pushRes.writeHead(receiptHttpStatus(receipt.outcome ?? "acknowledged"), { "content-type": "application/json" })
+        pushRes.end(body, () => resume(Effect.void))
+      })
+    })
+
+  return { claim, accepted, deleted, link, subscribe, status, collect }
+})
+
+export type Receipts = Effect.Success<ReturnType<typeof makeReceipts>>
+
+/** Write a whole answer; done once it is handed to the connection. */
+const written = (res: ServerResponse, status: number, headers: Readonly<Record<string, string>>, body: string) =>
+  Effect.callback<void>((resume) => {
+    res.writeHead(status, body === "" ? headers : { ...headers, "content-length": String(Buffer.byteLength(body)) })
+    res.end(body, () => resume(Effect.void))
+  })
