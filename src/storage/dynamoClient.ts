@@ -36,6 +36,8 @@ import type {
   PutItemCommandOutput,
   QueryCommandInput,
   QueryCommandOutput,
+  ScanCommandInput,
+  ScanCommandOutput,
   UpdateItemCommandInput,
   UpdateItemCommandOutput,
   UpdateTimeToLiveCommandInput,
@@ -53,6 +55,7 @@ export interface DynamoOperations {
   ListTables: [ListTablesCommandInput, ListTablesCommandOutput]
   PutItem: [PutItemCommandInput, PutItemCommandOutput]
   Query: [QueryCommandInput, QueryCommandOutput]
+  Scan: [ScanCommandInput, ScanCommandOutput]
   UpdateItem: [UpdateItemCommandInput, UpdateItemCommandOutput]
   UpdateTimeToLive: [UpdateTimeToLiveCommandInput, UpdateTimeToLiveCommandOutput]
 }
@@ -173,6 +176,7 @@ const sdkClient = async (options: DynamoClientOptions): Promise<DynamoClient> =>
     ListTables: sdk.ListTablesCommand,
     PutItem: sdk.PutItemCommand,
     Query: sdk.QueryCommand,
+    Scan: sdk.ScanCommand,
     UpdateItem: sdk.UpdateItemCommand,
     UpdateTimeToLive: sdk.UpdateTimeToLiveCommand
   } as const

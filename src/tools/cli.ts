@@ -103,6 +103,12 @@ export const splitArgs = (argv: ReadonlyArray<string>, toolFlags: ToolFlags): Ef
     return { positional, flags, config, help }
   })
 
+/** One line of a tool's report, on stdout. */
+export const say = (line: string) => Console.log(line)
+
+/** `1 table`, `3 tables`. */
+export const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`
+
 /** A whole number of at least `minimum`, decoded with the option table's integer kind. */
 export const intFlag = (args: SplitArgs, flag: string, minimum: number, fallback?: number): Effect.Effect<number, UsageError> => {
   const raw = args.flags.get(flag)

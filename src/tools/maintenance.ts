@@ -10,19 +10,23 @@
  *   active one (last, this or next month).
  * - `drop-users --months N`: users whose last connection was N or more months ago, with their
  *   stored messages, through the `last_connect` index (paced by the Storage layer).
+ * - `export` / `import`: the whole store to a file and back, to back it up or move it
+ *   (`exportImport.ts`).
  *
  * The two drop commands only say what they would do unless given `--yes`.
  */
 import * as Clock from "effect/Clock"
-import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import { HelpRequested, type Settings } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
+import type { DynamoTables } from "../storage/dynamoExport.ts"
 import { Storage } from "../storage/Storage.ts"
 import { activeTableNames, currentTableName, monthIndex, monthTableName, type StorageOptions, staleMonths } from "../storage/tables.ts"
 import {
   describeStorageError,
   intFlag,
+  plural,
+  say,
   settingsHelp,
   type SplitArgs,
   splitArgs,
@@ -32,7 +36,8 @@ import {
   usageRow,
   UsageError
 } from "./cli.ts"
-import { storageDescription, storageOptionsOf, toolStorageLayer } from "./storage.ts"
+import { exportCommand, importCommand } from "./exportImport.ts"
+import { storageDescription, storageOptionsOf, toolTablesLayer } from "./storage.ts"
 
 const STORAGE_OPTIONS: ReadonlyArray<OptionName> = [
   "storage_endpoint",
@@ -85,21 +90,21 @@ export const tablesToDrop = (
 
 // ── commands ─────────────────────────────────────────────────────────────────────────────────────
 
-type Run = (settings: Settings) => Effect.Effect<void, ToolError, Storage>
+export type Run = (settings: Settings) => Effect.Effect<void, ToolError, Storage | DynamoTables>
 
-interface Command {
+export interface Command {
   readonly summary: string
   readonly usage: string
   readonly description: ReadonlyArray<string>
   readonly flags: ReadonlyArray<readonly [flag: string, help: string]>
-  /** Embedded data may be created (only create-tables). */
+  /** Embedded data may be created (create-tables, import). */
   readonly mayCreate: boolean
-  /** Checks the command's arguments (before any setting or storage is read) and returns its work. */
-  readonly prepare: (args: SplitArgs) => Effect.Effect<Run, UsageError>
+  /**
+   * Checks the command's arguments (before any setting or storage is read; import also checks its
+   * file) and returns its work.
+   */
+  readonly prepare: (args: SplitArgs) => Effect.Effect<Run, UsageError | ToolFailure>
 }
-
-const say = (line: string) => Console.log(line)
-const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`
 
 const createTables: Command = {
   summary: "create the router table and this and next month's message tables",
@@ -257,10 +262,22 @@ export const COMMANDS: Readonly<Record<string, Command>> = {
   "create-tables": createTables,
   "list-tables": listTables,
   "drop-tables": dropTables,
-  "drop-users": dropUsers
+  "drop-users": dropUsers,
+  export: exportCommand,
+  import: importCommand
 }
 
-const TOOL_FLAGS = { "--older-than": "value", "--months": "value", "--lookback": "value", "--yes": "boolean" } as const
+const TOOL_FLAGS = {
+  "--older-than": "value",
+  "--months": "value",
+  "--lookback": "value",
+  "--yes": "boolean",
+  "--out": "value",
+  "--secrets": "boolean",
+  "--in": "value",
+  "--merge": "boolean",
+  "--secrets-out": "value"
+} as const
 
 // ── help ─────────────────────────────────────────────────────────────────────────────────────────
 
@@ -268,8 +285,8 @@ export const maintenanceHelp = (): string =>
   [
     "Usage: maintenance COMMAND [options]",
     "",
-    "Table chores for autopush storage: a DynamoDB endpoint when one is configured, otherwise the",
-    "embedded data under data_dir (only while no autopush runs on it).",
+    "Table chores, backups and moves for autopush storage: a DynamoDB endpoint when one is",
+    "configured, otherwise the embedded data under data_dir (through the all-in-one while it runs).",
     "",
     "Commands:",
     ...Object.entries(COMMANDS).map(([name, command]) => usageRow(name, command.summary)),
@@ -316,9 +333,9 @@ export const maintenance = (argv: ReadonlyArray<string>): Effect.Effect<void, To
     // Arguments first (exit 2 before anything is read), then settings, then storage.
     const run = yield* command.prepare(args)
     const settings = yield* toolSettings(args.config)
-    yield* Console.log(`storage: ${storageDescription(settings)}`)
+    yield* say(`storage: ${storageDescription(settings)}`)
     yield* run(settings).pipe(
-      Effect.provide(toolStorageLayer(settings, command.mayCreate)),
+      Effect.provide(toolTablesLayer(settings, command.mayCreate)),
       Effect.catchTag("StorageError", (error) => Effect.fail(new ToolFailure({ message: describeStorageError(error, settings) })))
     )
   })

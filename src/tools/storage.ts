@@ -15,8 +15,10 @@ import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import type * as Scope from "effect/Scope"
 import type { Settings } from "../config/index.ts"
-import { layerDynamo } from "../storage/dynamodb.ts"
+import { type DynamoOptions, layerDynamo } from "../storage/dynamodb.ts"
+import { type DynamoTables, layerDynamoTables } from "../storage/dynamoExport.ts"
 import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/embedded.ts"
 import type { Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
@@ -106,42 +108,54 @@ export const storageDescription = (settings: Settings): string =>
     : `embedded data under ${embeddedDataDir(settings)}`
 
 /**
- * The Storage a tool uses. Embedded data must already exist unless `mayCreate` (create-tables):
- * pointing a read or a drop at an empty folder is a mistake (wrong directory, forgotten
+ * Where a tool's storage is. Embedded data must already exist unless `mayCreate` (create-tables,
+ * import): pointing a read or a drop at an empty folder is a mistake (wrong directory, forgotten
  * `--storage-endpoint`), not something to set up silently.
  */
+const toolStorageOptions = (
+  settings: Settings,
+  mayCreate: boolean
+): Effect.Effect<DynamoOptions, StorageError | ToolFailure, Scope.Scope> => {
+  const options = storageOptionsOf(settings)
+  if (settings.storageEndpoint !== undefined) {
+    return Effect.succeed({ ...options, endpoint: settings.storageEndpoint, region: settings.awsRegion })
+  }
+  const dir = embeddedDataDir(settings)
+  return Effect.gen(function*() {
+    if (!mayCreate && !existsSync(dir)) {
+      return yield* new ToolFailure({
+        message: `no storage: no storage_endpoint is configured (--storage-endpoint, AWS_ENDPOINT_URL_DYNAMODB, ` +
+          `AUTOPUSH__STORAGE_ENDPOINT or an ini file) and there is no embedded data under ${dir} (data_dir is ${settings.dataDir})`
+      })
+    }
+    const running = runningEmbeddedEndpoint(dir)
+    const endpoint = running ?? (yield* startDynalite(dir).pipe(
+      Effect.catchTag("StorageError", (error) =>
+        Effect.fail(
+          error.cause instanceof EmbeddedDataError
+            ? new ToolFailure({
+              message: error.cause.inUse
+                ? `${error.cause.message}, which does not say where it serves it: stop that process, or point the tool at ` +
+                  "a DynamoDB endpoint with --storage-endpoint"
+                : error.cause.message
+            })
+            : error
+        ))
+    ))
+    return { ...options, endpoint, region: "local" }
+  })
+}
+
+/** The Storage a tool uses. */
 export const toolStorageLayer = (
   settings: Settings,
   mayCreate = false
-): Layer.Layer<Storage, StorageError | ToolFailure> => {
-  const options = storageOptionsOf(settings)
-  if (settings.storageEndpoint !== undefined) {
-    return layerDynamo({ ...options, endpoint: settings.storageEndpoint, region: settings.awsRegion })
-  }
-  const dir = embeddedDataDir(settings)
-  return Layer.unwrap(
-    Effect.gen(function*() {
-      if (!mayCreate && !existsSync(dir)) {
-        return yield* new ToolFailure({
-          message: `no storage: no storage_endpoint is configured (--storage-endpoint, AWS_ENDPOINT_URL_DYNAMODB, ` +
-            `AUTOPUSH__STORAGE_ENDPOINT or an ini file) and there is no embedded data under ${dir} (data_dir is ${settings.dataDir})`
-        })
-      }
-      const running = runningEmbeddedEndpoint(dir)
-      const endpoint = running ?? (yield* startDynalite(dir).pipe(
-        Effect.catchTag("StorageError", (error) =>
-          Effect.fail(
-            error.cause instanceof EmbeddedDataError
-              ? new ToolFailure({
-                message: error.cause.inUse
-                  ? `${error.cause.message}, which does not say where it serves it: stop that process, or point the tool at ` +
-                    "a DynamoDB endpoint with --storage-endpoint"
-                  : error.cause.message
-              })
-              : error
-          ))
-      ))
-      return layerDynamo({ ...options, endpoint, region: "local" })
-    })
-  )
-}
+): Layer.Layer<Storage, StorageError | ToolFailure> =>
+  Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), layerDynamo))
+
+/** The Storage a tool uses, and whole-table reads and writes on the same store (export, import). */
+export const toolTablesLayer = (
+  settings: Settings,
+  mayCreate: boolean
+): Layer.Layer<Storage | DynamoTables, StorageError | ToolFailure> =>
+  Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), (options) => Layer.merge(layerDynamo(options), layerDynamoTables(options))))

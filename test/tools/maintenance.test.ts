@@ -50,7 +50,9 @@ describe("maintenance: arguments", () => {
       ["create-tables", "next month"],
       ["list-tables", "active"],
       ["drop-tables", "--older-than N"],
-      ["drop-users", "--lookback M"]
+      ["drop-users", "--lookback M"],
+      ["export", "--secrets"],
+      ["import", "--merge"]
     ] as const) {
       const help = await failureOf([name, "--help"])
       expect(help.tag).toBe("HelpRequested")
@@ -67,7 +69,7 @@ describe("maintenance: arguments", () => {
       runTool("maintenance", ["drop-tables", "--storage-endpoint", "http://127.0.0.1:9"])
     ])
     expect(unknown.code).toBe(2)
-    expect(unknown.stderr).toContain('maintenance: unknown command "rotate": expected one of create-tables, list-tables, drop-tables, drop-users (see maintenance --help)')
+    expect(unknown.stderr).toContain('maintenance: unknown command "rotate": expected one of create-tables, list-tables, drop-tables, drop-users, export, import (see maintenance --help)')
     expect(missing.code).toBe(2)
     expect(missing.stderr).toContain("--older-than N is required")
     expect(unknown.stdout + missing.stdout).toBe("")
