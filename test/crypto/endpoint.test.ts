@@ -172,7 +172,8 @@ describe("message ids", () => {
 
   it.effect.each([
     { desc: "three segments", plain: `02:${UAID}:${CHID.replaceAll("-", "")}` },
-    { desc: "five segments", plain: `01:${UAID}:${CHID.replaceAll("-", "")}:a:b` },
+    { desc: "six segments", plain: `01:${UAID}:${CHID.replaceAll("-", "")}:a:b:c` },
+    { desc: "an empty receipt subscription", plain: `01:${UAID}:${CHID.replaceAll("-", "")}:a:` },
     { desc: "hyphenated channel id", plain: `01:${UAID}:${CHID}:a` },
     { desc: "short uaid", plain: `01:${UAID.slice(1)}:${CHID.replaceAll("-", "")}:a` },
     { desc: "unknown kind", plain: `03:${UAID}:${CHID.replaceAll("-", "")}:1` },
@@ -204,14 +205,20 @@ describe("message ids", () => {
       assert.strictEqual(reason(makeMessageId(ring(generateFernetKey()), NOW_S, { kind: "timestamp", uaid: UAID, channelId: CHID, sortkeyTimestamp: 1 })), "bad-signature")
     }))
 
-  it.effect.prop("round-trip for random ids, topics and sort keys", {
+  it.effect.prop("round-trip for random ids, topics, sort keys and receipt subscriptions", {
     uaid: uuid,
     channelId: uuid,
     topic: Schema.UndefinedOr(topic),
-    sortkeyTimestamp: timestamp
-  }, ({ uaid, channelId, topic, sortkeyTimestamp }) =>
+    sortkeyTimestamp: timestamp,
+    receipt: Schema.UndefinedOr(topic)
+  }, ({ uaid, channelId, topic, sortkeyTimestamp, receipt }) =>
     Effect.sync(() => {
-      const ids = { uaid: uaid.replaceAll("-", "").toLowerCase(), channelId: channelId.toLowerCase() }
+      // A receipt subscription id (base64url) rides along for a message sent with Push-Receipt.
+      const ids = {
+        uaid: uaid.replaceAll("-", "").toLowerCase(),
+        channelId: channelId.toLowerCase(),
+        ...(receipt === undefined ? {} : { receipt })
+      }
       const data: MessageIdData = topic === undefined
         ? { kind: "timestamp", ...ids, sortkeyTimestamp }
         : { kind: "topic", ...ids, topic }

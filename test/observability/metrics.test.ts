@@ -247,7 +247,7 @@ describe("endpoint node metrics", () => {
         assert.strictEqual(s.get("request_error_total{errno=\"none\",status=\"405\"}"), "1")
         assert.strictEqual(s.get("request_time_milliseconds_count{route=\"push\",status=\"201\"}"), "3")
         assert.strictEqual(s.get("request_time_milliseconds_count{route=\"push\",status=\"404\"}"), "2")
-        assert.strictEqual(s.get("request_time_milliseconds_count{route=\"cancel\",status=\"204\"}"), "1")
+        assert.strictEqual(s.get("request_time_milliseconds_count{route=\"message\",status=\"204\"}"), "1")
         assert.strictEqual(s.get("request_time_milliseconds_count{route=\"health\",status=\"405\"}"), "1")
         // Scrapes come on the private listener: they are not requests of the API.
         assert.strictEqual(s.get("request_in_flight"), "0")
