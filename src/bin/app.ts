@@ -18,6 +18,7 @@ import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { generateFernetKey } from "../crypto/fernet.ts"
 import type { EndpointOptions } from "../endpoint/options.ts"
 import { EndpointServer, nodeClientOptions } from "../endpoint/server.ts"
+import { endpointTlsOf } from "../endpoint/tls.ts"
 import { NodeRegistry } from "../connection/registry.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import type { EventLog } from "../observability/EventLog.ts"
@@ -219,7 +220,7 @@ export const connectionLayer = (settings: Settings, role: Role = "autoconnect") 
 
 /** The endpoint node's options; the bridge options are read (files, JSON) here, failing with a line naming the option. */
 const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, StartupError> =>
-  Effect.map(bridgeOptionsOf({
+  Effect.zipWith(endpointTlsOf(settings.endpointTlsCert, settings.endpointTlsKey), bridgeOptionsOf({
     stub: settings.bridgeStub,
     fcmCredentials: settings.fcmCredentials,
     fcmMinTtl: Math.floor(Duration.toSeconds(settings.fcmMinTtl)),
@@ -235,8 +236,9 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     admMaxTtl: Math.floor(Duration.toSeconds(settings.admMaxTtl)),
     admTimeoutMs: ms(settings.admTimeout),
     admBaseUrl: settings.admBaseUrl
-  }), (bridges) => ({
+  }), (tls, bridges) => ({
     endpointUrl: settings.endpointUrl,
+    tls,
     port: settings.endpointPort,
     bindHost: settings.bindHost,
     maxDataBytes: settings.maxDataBytes,

@@ -359,6 +359,13 @@ export const options = {
   max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
   broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
   router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client, and the channels it read for it, for direct deliveries without reading storage (0 turns it off); the node takes a message only for the session and channels it still has, otherwise storage is read again"),
+  endpoint_tls_cert: opt("endpoint", text, undefined, "Certificate chain (PEM, or the path of a PEM file) of the endpoint port: with endpoint_tls_key, the port speaks HTTPS, HTTP/2 chosen by ALPN (without them: plain HTTP/1.1, and HTTP/2 with prior knowledge)", {
+    defaultText: "unset (plain HTTP; TLS by a proxy in front)"
+  }),
+  endpoint_tls_key: opt("endpoint", text, undefined, "Private key (PEM, or the path of a PEM file) of endpoint_tls_cert", {
+    secret: true,
+    defaultText: "unset"
+  }),
   receipt_max_wait: opt("endpoint", seconds, s(30), "Longest a GET of a receipt subscription (Accept: application/json, or HTTP/1.1) waits for a receipt before it answers an empty list; a sender's Prefer: wait=N asks for less"),
   router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
   bridge_stub: opt("endpoint", boolean, false, "Enable the stub bridge (router type stub, app id success or error, token success): for tests and demos of the registration API"),

@@ -2,8 +2,9 @@
  * HTTP/2 on the endpoint port, beside HTTP/1.1: h2c with prior knowledge (each new connection's
  * first bytes are looked at: the HTTP/2 connection preface, or an HTTP/1.1 request line), or h2 over
  * TLS chosen by ALPN when the node has a certificate. HTTP/2 requests are handed to the same request
- * listeners as HTTP/1.1 ones (Node's compatibility API), so every route, check, error and limit is
- * the same on both; a sender can multiplex its pushes on one connection.
+ * listeners as HTTP/1.1 ones (Node's compatibility API, which leaves out the headers HTTP/2 forbids,
+ * such as `connection: close`), so every route, check, error and limit is the same on both; a
+ * sender can multiplex its pushes on one connection.
  */
 import type { IncomingMessage, Server } from "node:http"
 import * as http2 from "node:http2"
@@ -13,9 +14,6 @@ import type { TLSSocket } from "node:tls"
 
 /** What every HTTP/2 client sends first (RFC 9113 §3.4). */
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-
-/** Headers HTTP/2 forbids (RFC 9113 §8.2.2): an answer written for HTTP/1.1 goes without them. */
-const CONNECTION_HEADERS: ReadonlySet<string> = new Set(["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"])
 
 /** Streams a connection may have open at once (pushes in flight from one sender). */
 const SETTINGS: http2.Settings = { maxConcurrentStreams: 256 }
@@ -78,22 +76,6 @@ const PEER = Symbol("autopush/peer")
 export const peerOf = (req: IncomingMessage): string | undefined =>
   (req as { readonly [PEER]?: string })[PEER] ?? req.socket.remoteAddress
 
-/** A response object of the compatibility API that drops the headers HTTP/2 forbids. */
-const withoutConnectionHeaders = (res: http2.Http2ServerResponse): http2.Http2ServerResponse => {
-  const setHeader = res.setHeader.bind(res)
-  res.setHeader = ((name: string, value: number | string | ReadonlyArray<string>) =>
-    CONNECTION_HEADERS.has(name.toLowerCase()) ? res : setHeader(name, value)) as typeof res.setHeader
-  const writeHead = res.writeHead.bind(res) as (status: number, headers?: Record<string, unknown>) => http2.Http2ServerResponse
-  res.writeHead = ((status: number, ...rest: Array<unknown>) => {
-    const headers = rest.find((arg) => typeof arg === "object" && arg !== null) as Record<string, unknown> | undefined
-    if (headers === undefined) return writeHead(status)
-    const kept: Record<string, unknown> = {}
-    for (const [name, value] of Object.entries(headers)) if (!CONNECTION_HEADERS.has(name.toLowerCase())) kept[name] = value
-    return writeHead(status, kept)
-  }) as typeof res.writeHead
-  return res
-}
-
 /**
  * `server` (plain, or TLS with `ALPNProtocols: ["h2", "http/1.1"]`) answering HTTP/2 too. Its
  * `close` also closes the HTTP/2 sessions (each finishes its streams in flight, then goes).
@@ -110,7 +92,7 @@ export const withHttp2 = <S extends Server>(server: S, tls: boolean): S => {
   h2.on("request", (req, res) => {
     const peer = sessions.get(req.stream.session as http2.ServerHttp2Session)
     if (peer !== undefined) (req as { [PEER]?: string })[PEER] = peer
-    server.emit("request", req, withoutConnectionHeaders(res))
+    server.emit("request", req, res)
   })
   const emit = server.emit.bind(server)
   server.emit = ((event: string | symbol, ...args: Array<unknown>): boolean => {
