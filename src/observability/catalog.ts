@@ -84,6 +84,10 @@ export const METRICS = {
     platform: "fcm / apns / adm / stub",
     reason: "not_configured / auth / connection / timeout / upstream / recipient_gone / too_large"
   }),
+  receiptRequested: m("notification.receipt.requested", "counter", "endpoint", "Notifications accepted with Push-Receipt (RFC 8030 §5.1)"),
+  receipt: m("notification.receipt", "counter", "both", "Outcomes recorded for notifications sent with a receipt (the first of each message)", {
+    outcome: "acknowledged / rejected / expired / deleted / unsubscribed / bridged"
+  }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
     route: "push / message / receipts / registration / broadcasts / health / metrics / other",

@@ -44,6 +44,8 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
   const expired = counter(METRICS.expired.name)
   const deleted = counter(METRICS.deleted.name)
   const received = counter(METRICS.received.name)
+  const receiptRequested = counter(METRICS.receiptRequested.name)
+  const receipt = handlesBy((outcome) => counter(METRICS.receipt.name, { outcome }))
   const routed = handlesBy((outcome) => counter(METRICS.routed.name, { outcome }))
   const routeTime = handlesBy((outcome) => timer(METRICS.routeTime.name, { outcome }))
   const bridgeSent = handlesBy((platform) => counter(METRICS.bridgeSent.name, { platform }))
@@ -61,7 +63,11 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
       case "channel.unregistered.1":
         return unregister(unregisterCode(event.data.code)).inc()
       case "notification.accepted.1":
-        return received.inc()
+        received.inc()
+        if (event.data.receipt !== undefined) receiptRequested.inc()
+        return
+      case "notification.receipt.1":
+        return receipt(event.data.outcome).inc()
       case "notification.routed.1":
         routed(event.data.outcome).inc()
         return routeTime(event.data.outcome).record(event.data.durationMs)

@@ -11,6 +11,8 @@ import { prometheusName } from "../../src/observability/catalog.ts"
 import { EventLogMemory } from "../../src/observability/EventLog.ts"
 import { makeMetrics, Metrics, PROMETHEUS_CONTENT_TYPE } from "../../src/observability/Metrics.ts"
 import { MetricsListener } from "../../src/observability/metricsListener.ts"
+import { metricsSink } from "../../src/observability/metricsSink.ts"
+import { domainEvent } from "../../src/domain/events.ts"
 import { observabilityLayerMemory } from "../../src/observability/observability.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
@@ -209,6 +211,22 @@ const ObservedEndpoint = EndpointServer.layerServer(options).pipe(
 )
 
 const messageIdOf = (location: string | string[] | undefined) => String(location).slice(`${TEST_ENDPOINT_URL}/m/`.length)
+
+describe("receipt metrics", () => {
+  it.effect("a push with a receipt counts as requested; each recorded outcome by kind", () =>
+    Effect.sync(() => {
+      const metrics = makeMetrics()
+      const sink = metricsSink(metrics)
+      sink(domainEvent("notification.accepted.1", "u", 0, { channelId: "c", version: "a", ttl: 60 }))
+      sink(domainEvent("notification.accepted.1", "u", 0, { channelId: "c", version: "b", ttl: 60, receipt: "r" }))
+      sink(domainEvent("notification.receipt.1", "u", 1, { version: "b", receipt: "r", outcome: "acknowledged" }))
+      sink(domainEvent("notification.receipt.1", "u", 1, { version: "c", receipt: "r", outcome: "expired" }))
+      const s = samples(metrics.prometheus())
+      assert.strictEqual(s.get("notification_receipt_requested_total"), "1")
+      assert.strictEqual(s.get("notification_receipt_total{outcome=\"acknowledged\"}"), "1")
+      assert.strictEqual(s.get("notification_receipt_total{outcome=\"expired\"}"), "1")
+    }))
+})
 
 describe("endpoint node metrics", () => {
   layer(ObservedEndpoint, { excludeTestServices: true })((it) => {
