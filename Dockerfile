@@ -21,6 +21,8 @@ RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 COPY bin ./bin
 COPY src ./src
 COPY config ./config
+# Its "Errors" section is served as GET /errors (what every error's more_info names).
+COPY README.md ./
 
 # The all-in-one keeps its embedded data and generated keys under ./data (mount a volume there).
 RUN mkdir -p /app/data && chown node:node /app/data

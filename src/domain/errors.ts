@@ -6,7 +6,11 @@
  */
 import * as Data from "effect/Data"
 
-export const MORE_INFO = "http://autopush.readthedocs.io/en/latest/http.html#error-codes"
+/**
+ * `more_info` of every error: the service's own error reference, served on the endpoint port
+ * (`GET /errors`, from the README's table), as a reference relative to the endpoint URL.
+ */
+export const MORE_INFO = "/errors"
 
 /** 404/102: the `{v1|v2}` segment of `/wpush/...` is something else. */
 export class InvalidApiVersion extends Data.TaggedError("InvalidApiVersion")<{}> {}

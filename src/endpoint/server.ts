@@ -48,6 +48,7 @@ import { makeHealthHandlers } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
 import { makeBroadcastAdmin } from "./broadcasts.ts"
 import { makeRegistrationHandlers, type RegistrationPath } from "./registration.ts"
+import { makeErrorsPage } from "./errorsPage.ts"
 import { withHttp2 } from "./http2.ts"
 import { makeReceipts } from "./receipts.ts"
 import { type EmptyAnswer, makeWebPushHandlers } from "./webpush.ts"
@@ -183,6 +184,7 @@ export const makeEndpoint = (
     const receipts = yield* makeReceipts(options)
     const webpush = yield* makeWebPushHandlers(options, receipts)
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
+    const errorsPage = makeErrorsPage()
     const routes = HttpRouter.use((router) =>
       Effect.gen(function*() {
         const health = yield* makeHealthHandlers(options)
@@ -241,6 +243,7 @@ export const makeEndpoint = (
           ...resource("/health", { GET: health.health }),
           ...resource("/__heartbeat__", { GET: health.health }),
           ...resource("/__lbheartbeat__", { GET: health.lbHeartbeat }),
+          ...resource("/errors", { GET: Effect.succeed(errorsPage) }),
           ...resource("/__version__", { GET: health.version }),
           ...resource("/status", { GET: health.status }),
           ...resource("/__error__", { GET: health.logCheck }),

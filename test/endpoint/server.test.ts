@@ -5,7 +5,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { request as httpRequest } from "node:http"
 import { Effect, Layer, Logger } from "effect"
-import { MORE_INFO } from "../../src/domain/errors.ts"
+import { errorAnswers, MORE_INFO } from "../../src/domain/errors.ts"
 import { boundPort } from "../../src/endpoint/server.ts"
 import { rawHttp } from "../connection/raw.ts"
 import { endpointWith, FakeNodeClient, options, request, subscribe, TestEndpoint, withStorageFaults } from "./harness.ts"
@@ -20,6 +20,17 @@ const errorBody = (code: number, errno: number | null, error: string, message: s
 
 describe("endpoint server", () => {
   layer(TestEndpoint, { excludeTestServices: true })((it) => {
+    it.effect("GET /errors: the error reference every error's more_info names, with each status and errno the API answers", () =>
+      Effect.gen(function*() {
+        const reply = yield* request({ method: "GET", path: MORE_INFO })
+        assert.strictEqual(reply.status, 200)
+        assert.match(String(reply.headers["content-type"]), /text\/html/)
+        const rows = [...reply.text.matchAll(/<tr><td>([^<]+)<\/td><td>([^<]+)<\/td>/g)].map(([, status, errno]) => `${status} ${errno}`)
+        for (const { status, errno } of errorAnswers) {
+          assert.isTrue(rows.some((row) => row.includes(String(status)) && row.endsWith(` ${errno ?? "null"}`)), `${status} ${errno}`)
+        }
+      }))
+
     it.effect("GET /health and /__heartbeat__ report version and storage", () =>
       Effect.gen(function*() {
         for (const path of ["/health", "/__heartbeat__"]) {
