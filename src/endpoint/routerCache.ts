@@ -1,12 +1,19 @@
 /**
- * Router records of connected users and the channels a storage read found them to have, kept for a
- * while so that a push to a connected client reads storage no more than once per channel per
- * `ttlMs`. A record from here is only ever used to try a direct delivery, and the node checks what
- * the cache cannot: it takes the message only for the session the record names (`connected_at`)
- * and only if that session has not unregistered the channel. When the node does not take it (the
- * client moved, left, reconnected, unregistered, or the user was reset) the record is forgotten and
- * the push goes the normal way on a fresh read. Nothing destructive (dropping a user, storing a
- * message) is decided on a cached record.
+ * Router records of WebPush users and the channels a storage read found them to have, kept for a
+ * while so that a push reads the record no more than once per channel per `ttlMs`:
+ * - a record of a connected client is only used to try a direct delivery, and the node checks what
+ *   the cache cannot: it takes the message only for the session the record names (`connected_at`)
+ *   and only if that session has not unregistered the channel. When the node does not take it (the
+ *   client moved, left, reconnected, unregistered, or the user was reset) the record is forgotten
+ *   and the push goes the normal way on a fresh read;
+ * - a record of a client that was offline is used to store the message, and the read of the record
+ *   that follows every store (it finds a client that reconnected meanwhile) checks it: a user gone
+ *   is answered 410, a client that came back (a new `connected_at`: it may have unregistered the
+ *   channel in that session) has its record replaced by the new one (connected: the node checks
+ *   the channel) or forgotten. So a channel its client unregistered is answered 201 once more at
+ *   most, for the first push after the client's reconnection; and that first push goes through
+ *   storage (stored, the node poked, drained) rather than directly.
+ * Nothing is dropped on a cached record (a user, or a TTL 0 message).
  */
 import { RecentMap } from "../domain/memo.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -42,11 +49,11 @@ export class RouterCache {
     return undefined
   }
 
-  /** Keep a record just read from storage, with a channel just found, if it names a connected WebPush client. */
+  /** Keep a record just read from storage, with a channel just found, if it names a WebPush user. */
   remember(user: UserRecord, channelId: string, now: number): void {
     if (this.options.ttlMs <= 0) return
     this.records.delete(user.uaid)
-    if (user.routerType !== "webpush" || user.nodeId === undefined || user.currentMonth === undefined) return
+    if (user.routerType !== "webpush" || user.currentMonth === undefined) return
     this.records.set(user.uaid, { user, channels: new Set([channelId]), until: now + this.options.ttlMs })
   }
 

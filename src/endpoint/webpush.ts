@@ -213,7 +213,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const hasChannel = (uaid: string, table: string, channelId: string) =>
     storage.hasChannel(uaid, table, channelId).pipe(Effect.catchTag("StorageError", storageUnavailable))
 
-  /** #7–#9 on a fresh read of the router record (kept in the cache if the client is connected). */
+  /** #7–#9 on a fresh read of the router record (kept in the cache). */
   const subscriberOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
     cache.forget(uaid)
     const user = yield* userOf(uaid) //                                  #7
@@ -224,9 +224,10 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   })
 
   /**
-   * #7–#9 from the cache when it has a record of a connected client whose table is still served, and
-   * holds the channel (known, or read now); anything else is decided on a fresh read. A cached
-   * answer is only used for a direct delivery, which the node checks (`routerCache.ts`).
+   * #7–#9 from the cache when it has a record whose table is still served, and holds the channel
+   * (known, or read now); anything else is decided on a fresh read. A cached answer is only used
+   * for a direct delivery, which the node checks, or to store for a client that was offline, which
+   * the re-read after the store checks (`routerCache.ts`).
    */
   const targetOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
     const hit = cache.get(uaid, yield* Clock.currentTimeMillis)
@@ -345,18 +346,30 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       ...(urgency !== undefined ? { urgency } : {}),
       ...(receipt !== undefined ? { receipt } : {})
     }))
-    // A cached record is only good for a direct delivery; otherwise route on a fresh one.
+    // A cached record of a connected client is good for a direct delivery (its node checks it), one
+    // of a client that was offline for storing (the re-read after the store checks it); anything
+    // else is routed on a fresh one. TTL 0 is never dropped on a cached record.
     const startNanos = yield* Clock.currentTimeNanos
-    const direct = target.cached ? yield* router.routeDirect(target.user, notification) : undefined
-    const fresh = direct !== undefined || !target.cached ? target : yield* subscriberOf(uaid, channelId)
+    const storeCached = target.cached && target.user.nodeId === undefined && ttl > 0
+    const direct = target.cached && !storeCached ? yield* router.routeDirect(target.user, notification) : undefined
+    const fresh = direct !== undefined || !target.cached || storeCached ? target : yield* subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
       yield* sendBridged(fresh.bridge, fresh.user, notification, startNanos)
       if (receipt !== undefined) yield* receipts.accepted(uaid, { ...notification, receipt }, "bridged", nowMs)
       return created(messageId, ttl, receipt)
     }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
-      Effect.tapError(() => recordRouted(uaid, notification, "failed", startNanos))
+      Effect.tapError(() => {
+        cache.forget(uaid)
+        return recordRouted(uaid, notification, "failed", startNanos)
+      })
     ))
+    // The client came back since the record was cached (it may have unsubscribed meanwhile): its new
+    // record is kept if it is connected (its node checks the channel), else read afresh next time.
+    if (storeCached && routed.reread?.connectedAt !== target.user.connectedAt) {
+      cache.forget(uaid)
+      if (routed.reread?.nodeId !== undefined) cache.remember(routed.reread, channelId, yield* Clock.currentTimeMillis)
+    }
     yield* recordRouted(uaid, routed.notification, routed.outcome, startNanos)
     const routedAt = yield* Clock.currentTimeMillis
     const version = routed.notification.version

@@ -27,6 +27,8 @@ import { NodeClient } from "./NodeClient.ts"
 export interface Routed {
   readonly outcome: Extract<RouteOutcome, "direct" | "stored" | "dropped">
   readonly notification: Notification
+  /** Stored: the router record as read after the store (undefined when it could not be read). */
+  readonly reread?: UserRecord | undefined
 }
 
 export interface WebPushRouterService {
@@ -89,18 +91,18 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
           Effect.catchTag("NodeTransportError", () => forgetNode(user.uaid, nodeId, user.connectedAt).pipe(Effect.as(false)))
         )
 
-      /** Step 4: poke the node the user is connected to now, if any. */
+      /** Step 4: poke the node the user is connected to now, if any; the record as read (null: unreadable). */
       const pokeCurrentNode = (uaid: string) =>
         storage.getUser(uaid).pipe(
           // Unreadable now: the message is stored, the client gets it at its next check.
           Effect.catchTag("StorageError", () => Effect.succeed(null)),
           Effect.flatMap((fresh) => {
             if (fresh === undefined) return Effect.fail(new UserDeletedDuringRouting())
-            if (fresh === null || fresh.nodeId === undefined) return Effect.void
+            if (fresh === null || fresh.nodeId === undefined) return Effect.succeed(fresh)
             const nodeId = fresh.nodeId
             return node.notify(nodeId, uaid).pipe(
-              Effect.asVoid,
-              Effect.catchTag("NodeTransportError", () => forgetNode(uaid, nodeId, fresh.connectedAt))
+              Effect.catchTag("NodeTransportError", () => forgetNode(uaid, nodeId, fresh.connectedAt)),
+              Effect.as(fresh)
             )
           })
         )
@@ -116,8 +118,8 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
           Effect.catchTag("StorageError", storageUnavailable),
           spans.span("notification.store")
         )
-        yield* pokeCurrentNode(user.uaid)
-        return { outcome: "stored", notification: stored }
+        const reread = yield* pokeCurrentNode(user.uaid)
+        return { outcome: "stored", notification: stored, reread: reread ?? undefined }
       })
 
       const routeDirect = Effect.fnUntraced(function*(user: UserRecord, notification: Notification) {

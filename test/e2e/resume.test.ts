@@ -97,10 +97,13 @@ const scenario = (name: string, start: () => Promise<Deployment>) =>
         const frame = await client.next((f) => f["messageType"] === "notification")
         assert.strictEqual(dataOf(frame), `acked ${round}`)
         ack(client, frame)
-        assert.strictEqual(await deliveredAs(deployment(), acked), "direct", `round ${round}: a resumed, connected client gets pushes directly`)
+        // Round 2: the endpoint still holds the record it stored round 1's offline push on (within
+        // router_cache_ttl); the first push after the client came back goes through storage, the
+        // re-read after the store brings the new record, and what follows is direct.
+        assert.strictEqual(await deliveredAs(deployment(), acked), round === 1 ? "direct" : "stored", `round ${round}: the first push`)
         const kept = await push(endpoint, `kept ${round}`)
         assert.strictEqual(dataOf(await client.next((f) => f["messageType"] === "notification")), `kept ${round}`)
-        assert.strictEqual(await deliveredAs(deployment(), kept), "direct")
+        assert.strictEqual(await deliveredAs(deployment(), kept), "direct", `round ${round}: a resumed, connected client gets pushes directly`)
         await sleep(500)
         await client.close() // `kept` unacked: saved by the node
         await sleep(300)

@@ -374,6 +374,69 @@ describe("routing with the router cache (router_cache_ttl)", () => {
         assert.strictEqual(JSON.parse(refused.text).errno, 106)
       }))
 
+    // ── a client that was offline: its record is used to store, the re-read after the store checks it ──
+
+    it.effect("offline: a later push costs the store and the re-read, no check of the channel", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        yield* withStorageFaults(["hasChannel"], Effect.gen(function*() {
+          for (let i = 0; i < 3; i++) assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        }))
+        assert.strictEqual((yield* messagesOf(sub)).length, 4)
+      }))
+
+    it.effect("offline: a user dropped meanwhile is found by the re-read (410/105), then refused on a fresh read (410/106)", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const sub = yield* subscribe()
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        yield* storage.dropUser(sub.uaid)
+        const during = yield* push(sub, headers, BODY)
+        assert.deepStrictEqual([during.status, JSON.parse(during.text).errno], [410, 105])
+        const after = yield* push(sub, headers, BODY)
+        assert.deepStrictEqual([after.status, JSON.parse(after.text).errno], [410, 106])
+      }))
+
+    it.effect("offline: a client that came back gets the first push through storage (its node poked), the next directly", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const node = yield* fakeNode(200)
+        const sub = yield* subscribe()
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        const before = yield* storage.getUser(sub.uaid)
+        yield* storage.updateUser(sub.uaid, { nodeId: node, connectedAt: (before?.connectedAt ?? 0) + 1 })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => c.kind), ["notify", "push"])
+        assert.strictEqual((yield* messagesOf(sub)).length, 2, "the first two stored, the third delivered")
+      }))
+
+    it.effect("offline: a channel unregistered in a session since is answered 201 once more, then 410", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const sub = yield* subscribe()
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        // The client came back, unregistered the channel, and left again.
+        const before = yield* storage.getUser(sub.uaid)
+        yield* storage.updateUser(sub.uaid, { connectedAt: (before?.connectedAt ?? 0) + 1 })
+        yield* storage.removeChannel(sub.uaid, sub.table, sub.channelId)
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 410)
+      }))
+
+    it.effect("offline: TTL 0 is never dropped on a cached record (the client may be back)", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const node = yield* fakeNode(200)
+        const sub = yield* subscribe()
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        const before = yield* storage.getUser(sub.uaid)
+        yield* storage.updateUser(sub.uaid, { nodeId: node, connectedAt: (before?.connectedAt ?? 0) + 1 })
+        assert.strictEqual((yield* push(sub, { ...headers, ttl: 0 }, BODY)).status, 201)
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => c.kind), ["push"])
+      }))
+
     it.effect("a user dropped meanwhile: its node does not know it, the fresh read finds nobody → 410", () =>
       Effect.gen(function*() {
         const storage = yield* Storage
