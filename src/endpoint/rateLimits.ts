@@ -123,6 +123,8 @@ export const NO_LIMITS: RateLimitOptions = {
   trustedProxies: []
 }
 
+export type RateLimits = ReturnType<typeof makeRateLimits>
+
 /** The two limits of the push route, as checks that fail with `RateLimited`. */
 export const makeRateLimits = (options: RateLimitOptions) => {
   const proxies = trustedProxies(options.trustedProxies)

@@ -16,7 +16,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
-import { InvalidReceipt, ReceiptNotFound, type StorageUnavailable } from "../domain/errors.ts"
+import { InvalidReceipt, ReceiptNotFound } from "../domain/errors.ts"
 import type { RouteOutcome } from "../domain/events.ts"
 import { RecentMap } from "../domain/memo.ts"
 import { expiresAt, type Notification } from "../domain/notification.ts"
@@ -26,6 +26,8 @@ import { MessageTrace, type TraceDocument, type TraceState } from "../observabil
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import type { RequestHeaders } from "./headers.ts"
+import { peerOf } from "./http2.ts"
+import type { RateLimits } from "./rateLimits.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
 
 export interface ReceiptOptions {
@@ -44,6 +46,10 @@ export const RECEIPT_POLL_MS = 1_000
 const ACK_GRACE_MS = 60_000
 /** A message without an outcome is checked for its subscription at most this often (per process). */
 const SUBSCRIPTION_CHECK_MS = 30_000
+/** Messages checked for their subscription per read of a receipt subscription (each check: two reads). */
+const SUBSCRIPTION_CHECKS_PER_READ = 25
+/** Receipts in one JSON answer at most (the sender asks again for the rest). */
+const RECEIPTS_PER_ANSWER = 1_000
 /** SSE comment lines this often keep proxies from closing a quiet stream. */
 const SSE_HEARTBEAT_MS = 15_000
 
@@ -88,7 +94,7 @@ const TRACE_TIMES: Readonly<Record<string, keyof MessageStatus>> = {
   "notification.delivered.1": "deliveredAt"
 }
 
-export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions) {
+export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions, limits: RateLimits) {
   const storage = yield* Storage
   const crypto = yield* EndpointCrypto
   const events = yield* EventLog
@@ -193,10 +199,11 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    * The outcome a message without one has reached unseen, if any: its TTL ran out before delivery
    * (or well before an ack), or its subscription is gone.
    */
-  const unseenOutcome = Effect.fnUntraced(function*(status: MessageStatus, now: number) {
+  const unseenOutcome = Effect.fnUntraced(function*(status: MessageStatus, now: number, budget: { checks: number }) {
     if (status.deadline !== undefined && now >= status.deadline + (status.deliveredAt === undefined ? 0 : ACK_GRACE_MS)) return "expired" as const
     const last = checked.get(status.messageId)
-    if (last !== undefined && now - last < SUBSCRIPTION_CHECK_MS) return undefined
+    if (budget.checks <= 0 || (last !== undefined && now - last < SUBSCRIPTION_CHECK_MS)) return undefined
+    budget.checks--
     checked.set(status.messageId, now)
     return (yield* stillSubscribed(status.messageId)) ? undefined : "unsubscribed" as const
   })
@@ -212,12 +219,13 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     const renewAt = Math.floor(now / 1000) + idleSeconds
     if (renewAt - subscription.expiry > 3600) yield* storage.touchReceiptSubscription(id, renewAt)
     const receipts: Array<MessageStatus> = []
+    const budget = { checks: SUBSCRIPTION_CHECKS_PER_READ }
     for (const status of subscription.statuses) {
       if (status.outcome !== undefined) {
         receipts.push(status)
         continue
       }
-      const outcome = yield* unseenOutcome(status, now)
+      const outcome = yield* unseenOutcome(status, now, budget)
       if (outcome === undefined) continue
       // Another node may have recorded an outcome meanwhile: the next read shows that one.
       const ids = yield* Effect.option(crypto.parseMessageId(status.messageId))
@@ -229,8 +237,9 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
 
   // ── HTTP ───────────────────────────────────────────────────────────────────────────────────────
 
-  /** `POST /receipts`: a new receipt subscription, its URL in `Location`. */
-  const subscribe = Effect.gen(function*() {
+  /** `POST /receipts`: a new receipt subscription, its URL in `Location` (counted against the sender's address limit). */
+  const subscribe = Effect.fnUntraced(function*(req: IncomingMessage) {
+    yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis)
     const id = randomBytes(16).toString("base64url")
     yield* storage.createReceiptSubscription(id, (yield* nowSeconds) + idleSeconds).pipe(Effect.catchTag("StorageError", storageUnavailable))
     return { status: 201, headers: { location: subscriptionBase + id, link } }
@@ -274,13 +283,14 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
 
       if (delivery === "json") {
         const waitMs = Math.min(maxWaitMs, preferredWaitMs(req.headers.prefer) ?? maxWaitMs)
-        let receipts = first
-        for (let waited = 0; receipts.length === 0 && waited < waitMs; waited += RECEIPT_POLL_MS) {
+        let all = first
+        for (let waited = 0; all.length === 0 && waited < waitMs; waited += RECEIPT_POLL_MS) {
           yield* Effect.sleep(Math.min(RECEIPT_POLL_MS, waitMs - waited))
           const next = yield* read
           if (next === undefined) return yield* notFound
-          receipts = next
+          all = next
         }
+        const receipts = all.slice(0, RECEIPTS_PER_ANSWER)
         // Removed before they are answered: a sender that asks again at once must not get them twice.
         yield* handed(receipts)
         const body = JSON.stringify({ receipts: receipts.map(statusDocument) })
@@ -292,10 +302,11 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
         res.writeHead(200, { ...headers, "content-type": "text/event-stream", "cache-control": "no-store" })
         res.flushHeaders()
       }
+      // A receipt is removed once it went out (one the client refused stays for the next try).
       const send = (receipts: ReadonlyArray<MessageStatus>) =>
         Effect.forEach(receipts, (receipt) =>
           (delivery === "events" ? sentEvent(res, receipt) : pushed(res, receipt)).pipe(
-            Effect.andThen(handed([receipt]))
+            Effect.flatMap((sent) => (sent ? handed([receipt]) : Effect.void))
           ), { discard: true })
       let receipts: ReadonlyArray<MessageStatus> | undefined = first
       let quiet = 0
@@ -323,8 +334,9 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
 
   /** One receipt as an event: its id is the message's, its data the status document. */
   const sentEvent = (res: ServerResponse, receipt: MessageStatus) =>
-    Effect.callback<void>((resume) => {
-      res.write(`id: ${receipt.messageId}\nevent: receipt\ndata: ${JSON.stringify(statusDocument(receipt))}\n\n`, () => resume(Effect.void))
+    Effect.callback<boolean>((resume) => {
+      res.write(`id: ${receipt.messageId}\nevent: receipt\ndata: ${JSON.stringify(statusDocument(receipt))}\n\n`, (error) =>
+        resume(Effect.succeed(error == null)))
     })
 
   /**
@@ -332,13 +344,13 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    * with its status (410 for an acknowledged message) and the status document.
    */
   const pushed = (res: ServerResponse, receipt: MessageStatus) =>
-    Effect.callback<void, StorageUnavailable>((resume) => {
+    Effect.callback<boolean>((resume) => {
       const path = new URL(messageBase + receipt.messageId).pathname
       ;(res as unknown as Http2ServerResponse).createPushResponse({ ":method": "GET", ":path": path }, (error, pushRes) => {
-        if (error !== null) return resume(Effect.void)
+        if (error !== null) return resume(Effect.succeed(false))
         const body = JSON.stringify(statusDocument(receipt))
         pushRes.writeHead(receiptHttpStatus(receipt.outcome ?? "acknowledged"), { "content-type": "application/json" })
-        pushRes.end(body, () => resume(Effect.void))
+        pushRes.end(body, () => resume(Effect.succeed(true)))
       })
     })
 

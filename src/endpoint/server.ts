@@ -50,6 +50,7 @@ import { makeBroadcastAdmin } from "./broadcasts.ts"
 import { makeRegistrationHandlers, type RegistrationPath } from "./registration.ts"
 import { makeErrorsPage } from "./errorsPage.ts"
 import { withHttp2 } from "./http2.ts"
+import { makeRateLimits, NO_LIMITS } from "./rateLimits.ts"
 import { makeReceipts } from "./receipts.ts"
 import { type EmptyAnswer, makeWebPushHandlers } from "./webpush.ts"
 
@@ -181,8 +182,9 @@ export const makeEndpoint = (
 ): Effect.Effect<Endpoint, never, EndpointServices | Scope.Scope> =>
   Effect.gen(function*() {
     const observe = yield* endpointInstrumentation
-    const receipts = yield* makeReceipts(options)
-    const webpush = yield* makeWebPushHandlers(options, receipts)
+    const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS)
+    const receipts = yield* makeReceipts(options, limits)
+    const webpush = yield* makeWebPushHandlers(options, receipts, limits)
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const errorsPage = makeErrorsPage()
     const routes = HttpRouter.use((router) =>
@@ -210,7 +212,8 @@ export const makeEndpoint = (
         const cancel: Handler = Effect.flatMap(HttpRouter.params, (params) => Effect.map(webpush.cancel(param(params, "messageId")), emptyResponse))
         const messageStatus: Handler = Effect.flatMap(HttpRouter.params, (params) =>
           Effect.map(receipts.status(param(params, "messageId")), (document) => HttpServerResponse.jsonUnsafe(document)))
-        const subscribeReceipts: Handler = Effect.map(receipts.subscribe, emptyResponse)
+        const subscribeReceipts: Handler = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+          Effect.map(receipts.subscribe(request.source as IncomingMessage), emptyResponse))
         const admin = yield* makeBroadcastAdmin(options.broadcastAdminTokens ?? [])
         const withRequest = (handle: (request: HttpServerRequest.HttpServerRequest, id: string) => Handler): Handler =>
           Effect.gen(function*() {

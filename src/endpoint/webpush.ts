@@ -30,7 +30,7 @@ import {
   PayloadTooLarge
 } from "../domain/errors.ts"
 import { RecentMap } from "../domain/memo.ts"
-import { makeRateLimits, NO_LIMITS } from "./rateLimits.ts"
+import type { RateLimits } from "./rateLimits.ts"
 import { type Body, type BodyLimits, type BodyRefusal, readBody } from "../domain/raw-http.ts"
 import { domainEvent, type RouteOutcome } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
@@ -89,9 +89,8 @@ export interface EmptyAnswer {
   readonly headers: Readonly<Record<string, string>>
 }
 
-export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions, receipts: Receipts) {
+export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions, receipts: Receipts, limits: RateLimits) {
   const storage = yield* Storage
-  const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS)
   const crypto = yield* EndpointCrypto
   const router = yield* WebPushRouter
   const events = yield* EventLog

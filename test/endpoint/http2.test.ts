@@ -92,6 +92,13 @@ describe("HTTP/2 on the endpoint port", () => {
           Effect.map(h2Request(session, { ":method": "POST", ":path": sub.path, ttl: "60", "x-forwarded-for": address }), (r) => r.status)
         assert.deepStrictEqual([yield* from("203.0.113.5"), yield* from("203.0.113.5"), yield* from("203.0.113.6")], [201, 429, 201])
       }))
+
+    it.effect("making receipt subscriptions counts against the same per-address limit", () =>
+      Effect.gen(function*() {
+        const subscribeFrom = (address: string) =>
+          Effect.map(request({ method: "POST", path: "/receipts", headers: { "x-forwarded-for": address } }), (r) => r.status)
+        assert.deepStrictEqual([yield* subscribeFrom("203.0.113.7"), yield* subscribeFrom("203.0.113.7")], [201, 429])
+      }))
   })
 
   const tls = selfSigned("localhost")
