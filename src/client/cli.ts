@@ -1,7 +1,8 @@
 /**
  * `push listen | send | vapid-keys`: the command line of the push client (arguments, help, where
  * the subscription and VAPID keys come from). Exit codes as the other tools: 0 done, 1 failed
- * (refused push, lost connection), 2 bad arguments.
+ * (refused push, lost connection), 2 bad arguments; `send --receipt` adds 3 (the receipt's outcome
+ * is not acknowledged) and 4 (no receipt in time).
  */
 import { existsSync } from "node:fs"
 import { readFile } from "node:fs/promises"
@@ -12,17 +13,19 @@ import { HelpRequested } from "../config/index.ts"
 import { intFlag, type SplitArgs, splitArgs, type ToolError, type ToolFlags, usageRow, UsageError } from "../tools/cli.ts"
 import { listen } from "./listen.ts"
 import { URGENCIES } from "../domain/notification.ts"
+import { followReceipt, RECEIPT_EXIT, subscribeReceipts } from "./receipt.ts"
 import { type Encoding, parseSubscription, report, send, vapidKeys } from "./send.ts"
 
 const DEFAULT_SERVER = "ws://localhost:8080/"
 const DEFAULT_SUBJECT = "mailto:admin@localhost"
+const DEFAULT_RECEIPT_WAIT = 60
 
 const HELP = [
   "push: a Web Push client for trying the service.",
   "",
   "Usage:",
   "  npm run push -- listen [--server URL] [--vapid-key KEY|FILE] [--state FILE] [--count N] [--min-urgency U]",
-  "  npm run push -- send [--subscription JSON|FILE|-] [options] [TEXT]",
+  "  npm run push -- send [--subscription JSON|FILE|-] [options] [--receipt [--receipt-wait N]] [TEXT]",
   "  npm run push -- vapid-keys [--subject mailto:…] > vapid.json",
   "",
   "listen: connect, register, print the subscription JSON (one line on stdout), then print every",
@@ -42,6 +45,12 @@ const HELP = [
   usageRow("--ttl N", "seconds the service keeps it for an offline client (default 60)"),
   usageRow("--topic T", "replaces a stored push with the same topic (≤ 32 chars, base64url alphabet)"),
   usageRow("--urgency U", "very-low, low, normal or high"),
+  usageRow("--receipt", "ask for a push receipt (RFC 8030): make a receipt subscription at the endpoint's"),
+  usageRow("", "service, send with Push-Receipt (202 Accepted), wait for the receipt and print it: one line"),
+  usageRow("", "(outcome, times after the push, the client's code), then its JSON. Exit 0 when the client"),
+  usageRow("", `acknowledged it, ${RECEIPT_EXIT.notAcknowledged} for another outcome (rejected, expired, deleted, unsubscribed, bridged),`),
+  usageRow("", `${RECEIPT_EXIT.none} when none came in time (then the line says where the message is)`),
+  usageRow("--receipt-wait N", `seconds to wait for the receipt (default ${DEFAULT_RECEIPT_WAIT})`),
   "",
   "vapid-keys: print a new VAPID key pair as JSON {subject, publicKey, privateKey}.",
   usageRow("--subject S", `the subject to put in it (default ${DEFAULT_SUBJECT})`)
@@ -60,12 +69,14 @@ const FLAGS: ToolFlags = {
   "--ttl": "value",
   "--topic": "value",
   "--urgency": "value",
+  "--receipt": "boolean",
+  "--receipt-wait": "value",
   "--subject": "value"
 }
 
 const ALLOWED: Readonly<Record<string, ReadonlyArray<string>>> = {
   listen: ["--server", "--vapid-key", "--state", "--count", "--min-urgency"],
-  send: ["--subscription", "--encoding", "--vapid", "--vapid-subject", "--ttl", "--topic", "--urgency"],
+  send: ["--subscription", "--encoding", "--vapid", "--vapid-subject", "--ttl", "--topic", "--urgency", "--receipt", "--receipt-wait"],
   "vapid-keys": ["--subject"]
 }
 
@@ -114,6 +125,7 @@ const runSend = (args: SplitArgs) =>
     const encoding = (yield* choice<Encoding>(args, "--encoding", ["aes128gcm", "aesgcm"])) ?? "aes128gcm"
     const urgency = yield* choice(args, "--urgency", URGENCIES)
     const ttl = yield* intFlag(args, "--ttl", 0, 60)
+    const receiptWait = yield* receiptWaitOf(args)
     const source = args.flags.get("--subscription") ?? "-"
     if (source === "-" && process.stdin.isTTY) {
       return yield* new UsageError({ message: "which subscription? give --subscription JSON|FILE, or pipe it in" })
@@ -128,6 +140,7 @@ const runSend = (args: SplitArgs) =>
       publicKey: vapidFile.publicKey,
       privateKey: vapidFile.privateKey
     }
+    const receipt = receiptWait === undefined ? undefined : { url: yield* subscribeReceipts(subscription.endpoint), waitSeconds: receiptWait }
     const result = yield* send({
       subscription,
       payload: args.positional[0],
@@ -135,9 +148,25 @@ const runSend = (args: SplitArgs) =>
       vapid,
       ttl,
       topic: args.flags.get("--topic"),
-      urgency
+      urgency,
+      receipt: receipt?.url
     })
     yield* report(result)
+    if (receipt !== undefined) yield* exitWith(yield* followReceipt(receipt.url, result, receipt.waitSeconds))
+  })
+
+/** How long `send --receipt` waits for the receipt (s); undefined without --receipt. */
+const receiptWaitOf = (args: SplitArgs): Effect.Effect<number | undefined, UsageError> => {
+  if (args.flags.has("--receipt")) return intFlag(args, "--receipt-wait", 0, DEFAULT_RECEIPT_WAIT)
+  return args.flags.has("--receipt-wait")
+    ? Effect.fail(new UsageError({ message: "--receipt-wait goes with --receipt" }))
+    : Effect.succeed(undefined)
+}
+
+/** An exit code beyond runTool's (which only sets codes for failures): the command ran, its answer is "no". */
+const exitWith = (code: number) =>
+  Effect.sync(() => {
+    if (code !== 0) process.exitCode = code
   })
 
 export const pushCli = (argv: ReadonlyArray<string>): Effect.Effect<void, ToolError> =>

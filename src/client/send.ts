@@ -1,11 +1,13 @@
 /**
  * `push send`: send a push to a subscription with the `web-push` library. It builds the request
  * (encryption, VAPID, TTL, Topic, Urgency headers); we send it with `fetch`, which speaks plain HTTP
- * too (web-push's own sender only speaks HTTPS).
+ * too (web-push's own sender only speaks HTTPS). With a receipt subscription, the push asks for a
+ * receipt (`receipt.ts` waits for it).
  */
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import webpush, { type PushSubscription, type RequestOptions, type VapidDetails } from "web-push"
+import { receiptHeaders } from "../console/static/receipts.js"
 import type { Urgency } from "../domain/notification.ts"
 import { ToolFailure, UsageError } from "../tools/cli.ts"
 
@@ -20,6 +22,8 @@ export interface SendOptions {
   readonly ttl: number
   readonly topic?: string | undefined
   readonly urgency?: Urgency | undefined
+  /** A receipt subscription's URL: the push asks for a receipt there (`Push-Receipt`). */
+  readonly receipt?: string | undefined
 }
 
 /** A subscription as `PushSubscription.toJSON()` gives it: `endpoint` and `keys.p256dh`/`keys.auth`. */
@@ -55,19 +59,40 @@ export const send = (options: SendOptions): Effect.Effect<SendResult, ToolFailur
       try: () => webpush.generateRequestDetails(options.subscription, options.payload ?? null, requestOptions),
       catch: (error) => new UsageError({ message: error instanceof Error ? error.message : String(error) })
     })
-    const headers = Object.fromEntries(Object.entries(details.headers).map(([name, value]) => [name, String(value)]))
+    const headers = {
+      ...Object.fromEntries(Object.entries(details.headers).map(([name, value]) => [name, String(value)])),
+      ...(options.receipt === undefined ? {} : receiptHeaders(options.receipt))
+    }
     return yield* Effect.tryPromise({
       try: async (signal) => {
         const res = await fetch(details.endpoint, { method: details.method, headers, signal, ...(details.body === null ? {} : { body: details.body }) })
         return { status: res.status, statusText: res.statusText, location: res.headers.get("location"), body: await res.text() }
       },
-      catch: (error) => new ToolFailure({ message: `cannot reach ${new URL(details.endpoint).origin}: ${causeOf(error)}` })
+      catch: unreachable(details.endpoint)
     })
   })
 
 const causeOf = (error: unknown): string => {
   const cause = (error as { cause?: { message?: unknown } } | undefined)?.cause?.message
   return typeof cause === "string" ? cause : error instanceof Error ? error.message : String(error)
+}
+
+/** A failed `fetch` to `url`: which service could not be reached, and why ("connect ECONNREFUSED …", not "fetch failed"). */
+export const unreachable = (url: string) => (error: unknown): ToolFailure =>
+  new ToolFailure({ message: `cannot reach ${new URL(url).origin}: ${causeOf(error)}` })
+
+/** What an error's errno means for someone who just ran `send`, where the server's message is not enough. */
+const ERRNO_HINTS: Readonly<Record<number, string>> = {
+  117: "the service does not know the receipt subscription it made a moment ago (errno 117): it expired at once " +
+    "(receipt_subscription_idle is very short) or the service's endpoint nodes do not share their storage"
+}
+
+const hintOf = (body: string): string | undefined => {
+  try {
+    return ERRNO_HINTS[(JSON.parse(body) as { readonly errno?: number }).errno ?? -1]
+  } catch {
+    return undefined
+  }
 }
 
 /** Prints the answer (status, Location, and an error's JSON body); anything but 2xx fails. */
@@ -77,7 +102,8 @@ export const report = (result: SendResult): Effect.Effect<void, ToolFailure> =>
     if (result.location !== null) yield* Console.log(`Location: ${result.location}`)
     if (result.status >= 300) {
       if (result.body !== "") yield* Console.log(result.body)
-      return yield* new ToolFailure({ message: `the push was not accepted (${result.status})` })
+      const hint = hintOf(result.body)
+      return yield* new ToolFailure({ message: `the push was not accepted (${result.status})${hint === undefined ? "" : `: ${hint}`}` })
     }
   })
 

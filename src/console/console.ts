@@ -6,8 +6,9 @@
  * WebSocket URL to connect to) and `status.json` (version, uptime, connected clients, notifications
  * received so far). Files are read once at start and served with a strict Content-Security-Policy:
  * scripts and styles only from this origin (no inline script), connections only to this origin,
- * the WebSocket and the endpoint origin. Nothing secret is in any of it; with `console_token` the
- * page and its JSON routes ask for the token.
+ * the WebSocket and the endpoint origin (where the page's pushes go, and its push receipts come
+ * from: the endpoint's own API, which the console token does not guard). Nothing secret is in any
+ * of it; with `console_token` the page and its JSON routes ask for the token.
  */
 import { readFileSync } from "node:fs"
 import * as Effect from "effect/Effect"
@@ -39,6 +40,7 @@ const FILES = {
   "index.html": "text/html; charset=utf-8",
   "app.js": "text/javascript; charset=utf-8",
   "webpush.js": "text/javascript; charset=utf-8",
+  "receipts.js": "text/javascript; charset=utf-8",
   "style.css": "text/css; charset=utf-8",
   "demo.html": "text/html; charset=utf-8",
   "demo.js": "text/javascript; charset=utf-8",
@@ -132,6 +134,7 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
     HttpRouter.route("GET", "/", guarded(file("index.html"))),
     HttpRouter.route("GET", "/console/app.js", file("app.js")),
     HttpRouter.route("GET", "/console/webpush.js", file("webpush.js")),
+    HttpRouter.route("GET", "/console/receipts.js", file("receipts.js")),
     HttpRouter.route("GET", "/console/style.css", file("style.css")),
     // The browser check: the browser's own Push API, its service worker scoped to /console/demo/.
     HttpRouter.route("GET", "/console/demo/", file("demo.html")),

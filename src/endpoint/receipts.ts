@@ -46,6 +46,11 @@ export const RECEIPT_POLL_MS = 1_000
 const ACK_GRACE_MS = 60_000
 /** A message without an outcome is checked for its subscription at most this often (per process). */
 const SUBSCRIPTION_CHECK_MS = 30_000
+/**
+ * A read of a subscription renews it once that adds more than this (s): at most one write an hour,
+ * and often enough that a subscription being listened to never expires, whatever its idle time.
+ */
+const RENEW_STEP = (idleSeconds: number): number => Math.min(3600, idleSeconds / 2)
 /** Messages checked for their subscription per read of a receipt subscription (each check: two reads). */
 const SUBSCRIPTION_CHECKS_PER_READ = 25
 /** Receipts in one JSON answer at most (the sender asks again for the rest). */
@@ -210,14 +215,14 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
 
   /**
    * A subscription's receipts now: the statuses with an outcome, after settling the others. Its idle
-   * time starts again (written at most once an hour). Undefined when it is unknown or expired.
+   * time starts again (`RENEW_STEP`). Undefined when it is unknown or expired.
    */
   const receiptsOf = Effect.fnUntraced(function*(id: string) {
     const subscription = yield* storage.readReceiptSubscription(id)
     if (subscription === undefined) return undefined
     const now = yield* Clock.currentTimeMillis
     const renewAt = Math.floor(now / 1000) + idleSeconds
-    if (renewAt - subscription.expiry > 3600) yield* storage.touchReceiptSubscription(id, renewAt)
+    if (renewAt - subscription.expiry > RENEW_STEP(idleSeconds)) yield* storage.touchReceiptSubscription(id, renewAt)
     const receipts: Array<MessageStatus> = []
     const budget = { checks: SUBSCRIPTION_CHECKS_PER_READ }
     for (const status of subscription.statuses) {

@@ -8,101 +8,16 @@
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { pushCli } from "../../src/client/cli.ts"
 import { type Deployment, startAllInOne } from "../e2e/servers.ts"
+import { liveAgainst, type Listener, type Run, runPush, startListen } from "./harness.ts"
 
-const root = new URL("../../", import.meta.url).pathname
 const scratch = mkdtempSync(join(tmpdir(), "autopush-push-cli-"))
-
-interface Run {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
-}
-
-/** `push args…` to completion, with `input` on stdin. */
-const push = (args: ReadonlyArray<string>, input = ""): Promise<Run> =>
-  new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(root, "src/bin/push.ts"), ...args], { cwd: scratch, stdio: ["pipe", "pipe", "pipe"] })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()))
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()))
-    child.on("error", reject)
-    child.on("exit", (code) => resolve({ code, stdout, stderr }))
-    child.stdin.end(input)
-  })
-
-interface Listener {
-  readonly subscription: { readonly endpoint: string; readonly keys: { readonly p256dh: string; readonly auth: string } }
-  readonly subscriptionText: string
-  /** The next line printed after those already taken. */
-  readonly nextLine: (timeoutMs?: number) => Promise<string>
-  readonly lines: () => ReadonlyArray<string>
-  readonly stderr: () => string
-  readonly stop: () => Promise<void>
-}
-
-/** `push listen args…` in the background, once it has printed its subscription. */
-const listen = (args: ReadonlyArray<string>): Promise<Listener> => {
-  const child: ChildProcess = spawn(process.execPath, [join(root, "src/bin/push.ts"), "listen", ...args], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"] })
-  const lines: Array<string> = []
-  let partial = ""
-  let stderr = ""
-  let taken = 0
-  const wakers = new Set<() => void>()
-  child.stdout?.on("data", (chunk: Buffer) => {
-    const parts = (partial + chunk.toString()).split("\n")
-    partial = parts.pop() ?? ""
-    lines.push(...parts)
-    for (const wake of wakers) wake()
-  })
-  child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()))
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
-  const nextLine = (timeoutMs = 10_000) =>
-    new Promise<string>((resolve, reject) => {
-      const check = () => {
-        if (taken < lines.length) {
-          wakers.delete(check)
-          clearTimeout(timer)
-          resolve(lines[taken++]!)
-        }
-      }
-      const timer = setTimeout(() => {
-        wakers.delete(check)
-        reject(new Error(`listen printed no line within ${timeoutMs} ms; stdout ${JSON.stringify(lines)}, stderr ${stderr}`))
-      }, timeoutMs)
-      wakers.add(check)
-      check()
-    })
-  const stop = async () => {
-    if (child.exitCode === null) child.kill("SIGINT")
-    await exited
-  }
-  // Its message for people (stderr) is written before the subscription, but through another pipe.
-  const withStderr = async (first: string) => {
-    for (let i = 0; i < 100 && !stderr.includes("waiting for pushes"); i++) await new Promise((r) => setTimeout(r, 20))
-    return first
-  }
-  return nextLine(20_000).then(withStderr).then(
-    (first) => ({
-      subscription: JSON.parse(first) as Listener["subscription"],
-      subscriptionText: first,
-      nextLine,
-      lines: () => lines,
-      stderr: () => stderr,
-      stop
-    }),
-    async (error: unknown) => {
-      await stop()
-      throw error
-    }
-  )
-}
+const push = (args: ReadonlyArray<string>, input?: string): Promise<Run> => runPush(scratch, args, input)
+const listen = (args: ReadonlyArray<string>): Promise<Listener> => startListen(scratch, args)
 
 /** Until `check` holds (the listener's messages arrive in their own time), at most 5 s. */
 const eventually = async (check: () => boolean): Promise<void> => {
@@ -126,12 +41,7 @@ describe("push listen / send / vapid-keys", () => {
     rmSync(scratch, { recursive: true, force: true })
   })
 
-  const live = (title: string, body: () => Promise<void>) =>
-    it.live(title, () =>
-      Effect.tryPromise({
-        try: body,
-        catch: (e) => new Error(`${String(e)}\n--- server output (last 30 lines) ---\n${deployment.output.slice(-30).join("\n")}`)
-      }), 60_000)
+  const live = liveAgainst(() => deployment)
 
   live("vapid-keys prints a P-256 key pair as JSON with the subject", async () => {
     const keys = JSON.parse(readFileSync(vapidFile, "utf8")) as { subject: string; publicKey: string; privateKey: string }

@@ -21,6 +21,7 @@ describe("web console routes", () => {
         assert.include(page.text, '<script type="module" src="/console/app.js"></script>')
         assert.notMatch(page.text, /<script(?![^>]*\bsrc=)[^>]*>/, "no inline script")
         assert.notMatch(page.text, /(src|href)="(https?:)?\/\//, "no third-party asset")
+        for (const id of ["send-result", "receipts-status", "sent-empty", "sent"]) assert.include(page.text, `id="${id}"`, "the sent list, with each push's state")
         const csp = String(page.headers["content-security-policy"])
         assert.include(csp, "default-src 'none'")
         assert.include(csp, "script-src 'self'")
@@ -28,14 +29,20 @@ describe("web console routes", () => {
         assert.include(csp, `connect-src 'self' ws://push.test:8080 ${new URL(options.endpointUrl).origin}`)
         assert.notInclude(csp, "unsafe-inline")
         assert.strictEqual(page.headers["x-content-type-options"], "nosniff")
-        for (const [path, type] of [["/console/app.js", "text/javascript"], ["/console/webpush.js", "text/javascript"], ["/console/style.css", "text/css"]]) {
+        const files = [["/console/app.js", "text/javascript"], ["/console/webpush.js", "text/javascript"], ["/console/receipts.js", "text/javascript"], ["/console/style.css", "text/css"]]
+        for (const [path, type] of files) {
           const file = yield* request({ method: "GET", path: path! })
           assert.strictEqual(file.status, 200, path)
           assert.strictEqual(file.headers["content-type"], `${type}; charset=utf-8`)
           assert.isString(file.headers["content-security-policy"])
         }
-        const missing = yield* request({ method: "GET", path: "/console/webpush.d.ts" })
-        assert.strictEqual(missing.status, 404)
+        const app = yield* request({ method: "GET", path: "/console/app.js" })
+        assert.include(app.text, 'from "./receipts.js"')
+        assert.include(app.text, "new EventSource(subscription)", "receipts come as server-sent events")
+        for (const types of ["/console/webpush.d.ts", "/console/receipts.d.ts"]) {
+          const missing = yield* request({ method: "GET", path: types })
+          assert.strictEqual(missing.status, 404, types)
+        }
       }))
 
     it.effect("config.json: the WebSocket on the page's host and the connection node's port, and the largest body", () =>

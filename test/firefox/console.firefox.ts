@@ -3,7 +3,8 @@
  * the page at GET / on the endpoint's port connects to the WebSocket, registers, makes its keys with
  * WebCrypto and shows its subscription; its form encrypts (aes128gcm) and sends a push with VAPID,
  * which arrives, is decrypted and acked in the page; an aesgcm push from `web-push` is decrypted
- * too; the status panel is live. The page loads nothing from elsewhere, and its Content-Security-
+ * too; the status panel is live. Each push from the form asks for a receipt, and its state is shown
+ * as it changes (stored while a minimum urgency holds it, then acknowledged; expired when TTL 0). The page loads nothing from elsewhere, and its Content-Security-
  * Policy blocks inline script. The browser check page subscribes with Firefox's own push service.
  *
  * Run: `npm run test:e2e` (needs `firefox-esr` on the PATH, or FIREFOX_BIN).
@@ -16,6 +17,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { Page } from "puppeteer-core"
 import webpush from "web-push"
+import { expireReceiptSubscriptions } from "../e2e/receiptStore.ts"
 import { type Deployment, startAllInOne } from "../e2e/servers.ts"
 import { type Firefox, launchFirefox } from "./firefox.ts"
 
@@ -28,6 +30,13 @@ const text = (page: Page, selector: string) => page.$eval(selector, (e) => e.tex
 
 /** The texts of the received list, newest first. */
 const received = (page: Page) => page.$$eval("#received li .text", (items) => items.map((e) => e.textContent ?? ""))
+
+/** Until the push sent from the form with `message` shows `state` in the sent list. */
+const sentState = (page: Page, message: string, state: string) =>
+  page.waitForFunction(
+    `[...document.querySelectorAll("#sent li")].some((li) => li.querySelector(".text")?.textContent === ${JSON.stringify(message)} && li.querySelector(".state")?.textContent === ${JSON.stringify(state)})`,
+    { timeout: 15_000 }
+  )
 
 describe("web console", () => {
   let deployment: Deployment
@@ -75,8 +84,12 @@ describe("web console", () => {
       await page.click("#send-vapid")
       await page.click("#send-button")
       await page.waitForFunction(`[...document.querySelectorAll("#received li .text")].some((e) => e.textContent === ${JSON.stringify(message)})`, { timeout: 15_000 })
-      assert.match(await text(page, "#send-result"), new RegExp(`^201 .*Location: ${deployment.endpointUrl}/m/`))
+      assert.match(await text(page, "#send-result"), new RegExp(`^202 .*Location: ${deployment.endpointUrl}/m/`))
       assert.include(await text(page, "#received li .meta"), "topic greeting · urgency high · aes128gcm · acked")
+      // Its receipt: the page's own client acked it.
+      await sentState(page, message, "acknowledged")
+      assert.match(await text(page, "#sent li .meta"), /delivered \d+ ms, acknowledged \d+ ms after the push \(code 100\)$/)
+      assert.isTrue(requested.some((url) => new URL(url).pathname.startsWith("/receipts/")), "the page listens on its receipt subscription")
 
       // From an application server: aesgcm, with web-push.
       const details = webpush.generateRequestDetails(subscription, "aesgcm from web-push", { TTL: 60, contentEncoding: "aesgcm" })
@@ -113,22 +126,11 @@ describe("web console", () => {
     }
   })
 
-  live("the send form fits its card at 400, 800 and 1280 px; a message too large for max_data_bytes is refused in the page, the largest that fits is accepted", async () => {
+  live("a message too large for max_data_bytes is refused in the page, the largest that fits is accepted; the send form and its sent list fit their card at 400, 800 and 1280 px", async () => {
     const page = await firefox.browser.newPage()
     try {
       await page.goto(`${deployment.endpointUrl}/`)
       await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
-      for (const width of [400, 800, 1280]) {
-        await page.setViewport({ width, height: 900 })
-        const overflow = await page.evaluate(`(() => {
-          const card = document.querySelector("#send-panel").getBoundingClientRect()
-          const wider = [...document.querySelectorAll("#send-form *")].filter((e) => e.getBoundingClientRect().right > card.right + 0.5)
-          return { wider: wider.map((e) => e.id || e.tagName), page: document.documentElement.scrollWidth - window.innerWidth }
-        })()`) as { wider: Array<string>; page: number }
-        assert.deepStrictEqual(overflow.wider, [], `wider than the send card at ${width} px`)
-        assert.isAtMost(overflow.page, 0, `the page scrolls sideways at ${width} px`)
-      }
-
       // The all-in-one's max_data_bytes is 4096: 3993 bytes of message, encrypted, are 4096.
       const fill = async (bytes: number) => {
         await page.evaluate(`(() => {
@@ -148,14 +150,26 @@ describe("web console", () => {
       await fill(3993)
       assert.strictEqual(await text(page, "#send-size"), "3993 of 3993 bytes")
       await page.click("#send-button")
-      await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("201")`, { timeout: 15_000 })
+      await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("202")`, { timeout: 15_000 })
       await page.waitForFunction(`document.querySelector("#received li .text")?.textContent === "x".repeat(3993)`, { timeout: 15_000 })
+      await sentState(page, "x".repeat(3993), "acknowledged")
+
+      for (const width of [400, 800, 1280]) {
+        await page.setViewport({ width, height: 900 })
+        const overflow = await page.evaluate(`(() => {
+          const card = document.querySelector("#send-panel").getBoundingClientRect()
+          const wider = [...document.querySelectorAll("#send-panel *")].filter((e) => e.getBoundingClientRect().right > card.right + 0.5)
+          return { wider: wider.map((e) => e.id || e.className || e.tagName), page: document.documentElement.scrollWidth - window.innerWidth }
+        })()`) as { wider: Array<string>; page: number }
+        assert.deepStrictEqual(overflow.wider, [], `wider than the send card at ${width} px`)
+        assert.isAtMost(overflow.page, 0, `the page scrolls sideways at ${width} px`)
+      }
     } finally {
       await page.close()
     }
   })
 
-  live("a minimum urgency (RFC 8030 §5.3) holds less urgent pushes on the server until it is lowered", async () => {
+  live("a minimum urgency (RFC 8030 §5.3) holds less urgent pushes on the server until it is lowered: stored, then acknowledged; a held TTL 0 push expires", async () => {
     const page = await firefox.browser.newPage()
     try {
       await page.goto(`${deployment.endpointUrl}/`)
@@ -165,13 +179,20 @@ describe("web console", () => {
       await page.evaluate(`document.querySelector("#send-text").value = "held back"`)
       await page.select("#send-urgency", "normal")
       await page.click("#send-button")
-      await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("201")`, { timeout: 15_000 })
-      await new Promise((resolve) => setTimeout(resolve, 1_500))
+      await page.waitForFunction(`document.querySelector("#send-result").textContent.startsWith("202")`, { timeout: 15_000 })
+      await sentState(page, "held back", "stored")
+      await page.evaluate(`document.querySelector("#send-text").value = "held back, TTL 0"`)
+      await page.evaluate(`document.querySelector("#send-ttl").value = "0"`)
+      await page.click("#send-button")
+      await sentState(page, "held back, TTL 0", "expired")
+      assert.include(await text(page, "#sent li .meta"), "never delivered")
       assert.notInclude(await received(page), "held back")
       await page.select("#min-urgency", "very-low")
       await page.waitForFunction(`document.querySelector("#received li .text")?.textContent === "held back"`, { timeout: 15_000 })
       assert.include(await text(page, "#received li .meta"), "urgency normal")
       assert.strictEqual(await text(page, "#min-urgency-status"), "every push is delivered")
+      await sentState(page, "held back", "acknowledged")
+      assert.notInclude(await received(page), "held back, TTL 0")
     } finally {
       await page.close()
     }
@@ -197,7 +218,26 @@ describe("web console", () => {
     }
   })
 
-  live("with console_token: refused without it; opened as /?token=…, the page passes it on (subscribes, status live)", async () => {
+  live("a receipt subscription that expires is replaced: the page says so, makes a new one, and its pushes still get their receipts", async () => {
+    // Listening renews a subscription: it is made to expire in storage, as its idle time running out would.
+    const short = await startAllInOne()
+    const page = await firefox.browser.newPage()
+    try {
+      await page.goto(`${short.endpointUrl}/`)
+      await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
+      await page.waitForFunction(`document.querySelector("#receipts-status").textContent.startsWith("Each push asks for a receipt")`, { timeout: 15_000 })
+      assert.isAtLeast(await expireReceiptSubscriptions(short.storageEndpoint()), 1)
+      await page.waitForFunction(`document.querySelector("#receipts-status").textContent.startsWith("The receipt subscription is gone")`, { timeout: 15_000 })
+      await page.waitForFunction(`document.querySelector("#receipts-status").textContent.startsWith("Each push asks for a receipt")`, { timeout: 15_000 })
+      await page.click("#send-button")
+      await sentState(page, "Hello from the console", "acknowledged")
+    } finally {
+      await page.close()
+      await short.stop()
+    }
+  })
+
+  live("with console_token: refused without it; opened as /?token=…, the page passes it on (subscribes, status live); receipts need no token", async () => {
     const guarded = await startAllInOne(["--console-token", "console-token-for-firefox"])
     const page = await firefox.browser.newPage()
     try {
@@ -208,6 +248,8 @@ describe("web console", () => {
       await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
       await page.waitForFunction(`document.querySelector("#live")?.textContent === "live"`, { timeout: 10_000 })
       assert.strictEqual(await text(page, "#send-size"), `${"Hello from the console".length} of 3993 bytes`)
+      await page.click("#send-button")
+      await sentState(page, "Hello from the console", "acknowledged")
       assert.isFalse(guarded.output.some((line) => line.includes("console-token-for-firefox")), "the token is not logged")
     } finally {
       await page.close()

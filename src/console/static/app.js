@@ -1,12 +1,17 @@
 // The console page: a push client of this server (WebSocket hello/register, keys made here,
-// pushes decrypted here and acked), a form that encrypts and sends a test push to it, and the
-// server's status, polled. Text from the network only ever goes into the page as textContent.
+// pushes decrypted here and acked), a form that encrypts and sends a test push to it and follows
+// each push's state to its receipt, and the server's status, polled. Text from the network only
+// ever goes into the page as textContent.
+import { createReceiptSubscription, describeSteps, isFinal, receiptHeaders } from "./receipts.js"
 import { decryptPush, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, sendPush, vapidAuthorization } from "./webpush.js"
 
 const $ = (id) => document.getElementById(id)
 const decoder = new TextDecoder()
 const STATUS_EVERY_MS = 2000
 const RECONNECT_AFTER_MS = 3000
+const MESSAGE_POLL_MS = 1000
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const shellQuote = (text) => `'${text.replaceAll("'", `'\\''`)}'`
 
@@ -169,6 +174,94 @@ const connect = (url) => {
   })
 }
 
+// ── what became of the pushes sent here ─────────────────────────────────────────────────────────
+
+// Every push the form sends asks for a receipt (RFC 8030 §5.1) on the page's receipt subscription,
+// whose receipts come as server-sent events. The steps before the outcome (stored, delivered) come
+// from GET of the push message resource, every second until the message has an outcome. A receipt
+// can come before the push's 202 is read: statuses wait by message URL for their line. A push
+// waits until the subscription is made (`ready`).
+const receipts = { subscription: undefined, events: undefined, ready: Promise.resolve() }
+const statuses = new Map()
+const sentLines = new Map()
+
+const statusOf = (message) => statuses.get(message) ?? { state: "accepted" }
+
+const learn = (status) => {
+  // An outcome is final: a GET answered before the receipt came must not move it back.
+  if (isFinal(statusOf(status.message))) return
+  statuses.set(status.message, status)
+  sentLines.get(status.message)?.()
+}
+
+const setReceiptsStatus = (text, isError = false) => {
+  $("receipts-status").textContent = text
+  $("receipts-status").className = isError ? "error" : "muted"
+}
+
+const subscribeReceipts = async (endpointUrl) => {
+  try {
+    const { subscription, problem } = await createReceiptSubscription(endpointUrl)
+    if (subscription === undefined) return setReceiptsStatus(`Sent without receipts: ${problem}`, true)
+    receipts.subscription = subscription
+    const events = new EventSource(subscription)
+    receipts.events = events
+    events.addEventListener("receipt", (event) => learn(JSON.parse(event.data)))
+    // The subscription expired or is unknown (an EventSource does not retry a 404): a new one.
+    const renew = () => {
+      events.close()
+      if (receipts.events !== events) return
+      receipts.subscription = undefined
+      setReceiptsStatus("The receipt subscription is gone (expired or unknown); making a new one…")
+      receipts.ready = sleep(RECONNECT_AFTER_MS).then(() => subscribeReceipts(endpointUrl))
+    }
+    events.addEventListener("gone", renew)
+    events.addEventListener("error", () => {
+      if (events.readyState === EventSource.CLOSED) renew()
+    })
+    setReceiptsStatus("Each push asks for a receipt: its state shows here until its outcome.")
+  } catch (error) {
+    setReceiptsStatus(`Sent without receipts: ${error.message}`, true)
+  }
+}
+
+const showSent = (message, text) => {
+  $("sent-empty").hidden = true
+  const item = document.createElement("li")
+  const line = document.createElement("div")
+  line.className = "line"
+  const label = document.createElement("span")
+  label.className = "text"
+  label.textContent = text
+  const state = document.createElement("span")
+  state.className = "badge state"
+  const info = document.createElement("div")
+  info.className = "meta"
+  const at = new Date().toLocaleTimeString()
+  const render = () => {
+    const status = statusOf(message)
+    state.textContent = status.state
+    state.dataset.state = status.state
+    info.textContent = [at, describeSteps(status)].filter((part) => part !== "").join(" · ")
+  }
+  sentLines.set(message, render)
+  render()
+  line.append(label, state)
+  item.append(line, info)
+  $("sent").prepend(item)
+}
+
+const follow = async (message) => {
+  while (!isFinal(statusOf(message))) {
+    const res = await fetch(message, { cache: "no-store" }).catch(() => undefined)
+    // No status kept: its receipt was collected (its event brings the outcome).
+    if (res?.status === 404) return
+    const status = res?.ok ? await res.json().catch(() => undefined) : undefined
+    if (status !== undefined) learn(status)
+    await sleep(MESSAGE_POLL_MS)
+  }
+}
+
 // ── the send form ───────────────────────────────────────────────────────────────────────────────
 
 // The message's size against what this server accepts (max_data_bytes, once encrypted), so the
@@ -186,6 +279,7 @@ const send = async (event) => {
   event.preventDefault()
   const result = $("send-result")
   if (state.subscription === undefined) return
+  const text = $("send-text").value
   const plaintext = messageBytes()
   if (state.maxPlaintext !== undefined && plaintext.length > state.maxPlaintext) {
     result.className = "error"
@@ -195,7 +289,8 @@ const send = async (event) => {
   result.className = ""
   result.textContent = "Sending…"
   try {
-    const headers = { TTL: $("send-ttl").value }
+    await receipts.ready
+    const headers = { TTL: $("send-ttl").value, ...(receipts.subscription === undefined ? {} : receiptHeaders(receipts.subscription)) }
     if ($("send-topic").value !== "") headers.Topic = $("send-topic").value
     if ($("send-urgency").value !== "") headers.Urgency = $("send-urgency").value
     if ($("send-vapid").checked) {
@@ -206,7 +301,12 @@ const send = async (event) => {
     if (problem === undefined) {
       const location = res.headers.get("location") ?? ""
       rememberSent(location.slice(location.lastIndexOf("/m/") + 3), { topic: headers.Topic, urgency: headers.Urgency })
-      result.textContent = `${res.status} ${res.statusText || "Created"} · Location: ${location || "—"}`
+      result.textContent = `${res.status} ${res.statusText || (res.status === 202 ? "Accepted" : "Created")} · Location: ${location || "—"}`
+      // 202: the push asked for a receipt (201: it went without).
+      if (res.status === 202 && location !== "") {
+        showSent(location, text)
+        void follow(location)
+      }
     } else {
       result.className = "error"
       result.textContent = problem
@@ -236,6 +336,7 @@ const start = async () => {
     showSize()
     state.keys = await makeSubscriberKeys()
     connect(config.websocketUrl)
+    receipts.ready = subscribeReceipts(config.endpointUrl)
   } catch (error) {
     setConnection(`Cannot start: ${error.message}`, true)
   }

@@ -1,0 +1,21 @@
+/**
+ * Test access to a running deployment's receipt table: make every receipt subscription expire now,
+ * as its idle time running out would (a subscription that is listened to is renewed, so a test
+ * cannot wait for that).
+ */
+import { Effect, Stream } from "effect"
+import { layerDynamoTables, DynamoTables } from "../../src/storage/dynamoExport.ts"
+import { N } from "../../src/storage/dynamoRows.ts"
+import { META_SORT_KEY } from "../../src/storage/model.ts"
+
+export const expireReceiptSubscriptions = (storageEndpoint: string, routerTable = "router"): Promise<number> =>
+  Effect.runPromise(
+    DynamoTables.use((tables) =>
+      Effect.gen(function*() {
+        const table = `${routerTable}_receipts`
+        const subscriptions = (yield* Stream.runCollect(tables.scan(table))).filter((item) => item.message?.S === META_SORT_KEY)
+        yield* tables.putItems(table, subscriptions.map((item) => ({ ...item, expiry: N(1) })))
+        return subscriptions.length
+      })
+    ).pipe(Effect.provide(layerDynamoTables({ routerTable, messageTablePrefix: "message", noTableRotation: false, endpoint: storageEndpoint, region: "local" })))
+  )
