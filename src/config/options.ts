@@ -418,7 +418,7 @@ export const optionsOf = (scopes: ReadonlyArray<Scope>): ReadonlyArray<OptionNam
 
 export const secretOptionNames = optionNames.filter((name) => options[name].secret)
 /** The secret options; a test keeps this in step with the table's `secret` marks. */
-export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_admin_tokens" | "console_token" | "fcm_credentials" | "apns_channels" | "adm_credentials"
+export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_admin_tokens" | "console_token" | "fcm_credentials" | "apns_channels" | "adm_credentials" | "endpoint_tls_key"
 /** The secrets a node may require at start. */
 export type RequiredSecret = "crypto_key" | "auth_keys"
 
