@@ -6,6 +6,9 @@
  * clients that are offline and come back: storage requests per push by operation, and pushes/s (c
  * in flight), in the same run. Collecting the receipts (JSON `GET`s) is counted on its own.
  *
+ * Offline clients get 3 pushes each while away: the first is routed on the record of their last
+ * session, the next ones on the record the first read (what the router cache saves).
+ *
  * Options (flag or environment): --clients/BENCH_CLIENTS (500), --concurrency/BENCH_CONCURRENCY (10).
  */
 import { randomBytes } from "node:crypto"
@@ -133,11 +136,11 @@ const settle = async (until: () => boolean) => {
   await new Promise((resolve) => setTimeout(resolve, 300))
 }
 
-/** Storage operations during `run`, per push. */
-const measure = async (run: () => Promise<number>) => {
+/** Storage operations during `run`, per push (of `pushes`). */
+const measure = async (run: () => Promise<number>, pushes = CLIENTS) => {
   counts.clear()
   const rate = await run()
-  const perPush = [...counts].map(([op, n]) => [op, n / CLIENTS] as const).sort(([a], [b]) => (a < b ? -1 : 1))
+  const perPush = [...counts].map(([op, n]) => [op, n / pushes] as const).sort(([a], [b]) => (a < b ? -1 : 1))
   return { rate, perPush, total: perPush.reduce((sum, [, n]) => sum + n, 0) }
 }
 
@@ -149,20 +152,29 @@ const connected = (receipt: string | undefined) =>
     return rate
   })
 
-/** Offline: every client leaves, the pushes are stored, every client comes back, drains and acks. */
-const offline = (receipt: string | undefined) =>
-  measure(async () => {
-    await closeAll(clients)
-    const rate = await pushAll(clients, receipt)
+/** Pushes per client while it is away: the first finds the record of its last session, the next ones the record the first read. */
+const OFFLINE_PUSHES = 3
+
+/**
+ * Offline: every client leaves, `OFFLINE_PUSHES` pushes each are stored (measured), then every
+ * client comes back, drains and acks (measured apart, per push).
+ */
+const offline = async (receipt: string | undefined) => {
+  await closeAll(clients)
+  const targets = clients.flatMap((c) => Array.from({ length: OFFLINE_PUSHES }, () => c))
+  const stored = await measure(() => pushAll(targets, receipt), targets.length)
+  const back = await measure(async () => {
     const before = acked
-    const back: Array<Client> = []
+    const returned: Array<Client> = []
     for (let i = 0; i < clients.length; i += 50) {
-      back.push(...await Promise.all(clients.slice(i, i + 50).map(async (c) => ({ ...(await open(c.uaid, "resume")), endpoint: c.endpoint }))))
+      returned.push(...await Promise.all(clients.slice(i, i + 50).map(async (c) => ({ ...(await open(c.uaid, "resume")), endpoint: c.endpoint }))))
     }
-    clients.splice(0, clients.length, ...back)
-    await settle(() => acked - before >= CLIENTS)
-    return rate
-  })
+    clients.splice(0, clients.length, ...returned)
+    await settle(() => acked - before >= targets.length)
+    return 0
+  }, targets.length)
+  return { stored, back }
+}
 
 /** Collect every receipt of a subscription with JSON GETs; how many came. */
 const collect = async (subscription: string): Promise<Record<string, number>> => {
@@ -175,14 +187,22 @@ const collect = async (subscription: string): Promise<Record<string, number>> =>
   }
 }
 
-const rows: Array<[string, Awaited<ReturnType<typeof measure>>]> = []
+type Measured = Awaited<ReturnType<typeof measure>>
+const rows: Array<[string, Measured]> = []
 await connected(undefined) // unmeasured: the router cache and the JIT warm
 rows.push(["connected, no receipt", await connected(undefined)])
 const sub1 = await receiptSubscription()
 rows.push(["connected, receipt", await connected(sub1)])
-rows.push(["offline, no receipt", await offline(undefined)])
+await offline(undefined) // unmeasured: both measured rounds start from clients that came back
+const plain = await offline(undefined)
 const sub2 = await receiptSubscription()
-rows.push(["offline, receipt", await offline(sub2)])
+const receipted = await offline(sub2)
+rows.push(
+  [`offline, no receipt: stored (${OFFLINE_PUSHES} per client)`, plain.stored],
+  ["offline, no receipt: the client back, drained", plain.back],
+  [`offline, receipt: stored (${OFFLINE_PUSHES} per client)`, receipted.stored],
+  ["offline, receipt: the client back, drained", receipted.back]
+)
 counts.clear()
 const outcomes = [await collect(sub1), await collect(sub2)]
 const collectOps = [...counts].map(([op, n]) => `${op} ${n}`).join(", ")
@@ -192,11 +212,12 @@ console.log("")
 console.log("| pushes | storage requests / push | by operation | pushes/s |")
 console.log("| --- | --- | --- | --- |")
 for (const [name, r] of rows) {
-  console.log(`| ${name} | ${r.total.toFixed(2)} | ${r.perPush.map(([op, n]) => `${op} ${n.toFixed(2)}`).join(", ")} | ${r.rate.toFixed(0)} |`)
+  console.log(`| ${name} | ${r.total.toFixed(2)} | ${r.perPush.map(([op, n]) => `${op} ${n.toFixed(2)}`).join(", ")} | ${r.rate > 0 ? r.rate.toFixed(0) : "—"} |`)
 }
-const [cn, cr, on, or] = rows.map(([, r]) => r) as [typeof rows[0][1], typeof rows[0][1], typeof rows[0][1], typeof rows[0][1]]
+const [cn, cr] = [rows[0]?.[1], rows[1]?.[1]] as [Measured, Measured]
+const extraOffline = receipted.stored.total + receipted.back.total - plain.stored.total - plain.back.total
 console.log("")
-console.log(`extra storage requests per push with a receipt: connected ${(cr.total - cn.total).toFixed(2)}, offline ${(or.total - on.total).toFixed(2)}`)
-console.log(`pushes/s with a receipt / without: connected ${(cr.rate / cn.rate).toFixed(2)}, offline ${(or.rate / on.rate).toFixed(2)}`)
+console.log(`extra storage requests per push with a receipt: connected ${(cr.total - cn.total).toFixed(2)}, offline ${extraOffline.toFixed(2)}`)
+console.log(`pushes/s with a receipt / without: connected ${(cr.rate / cn.rate).toFixed(2)}, offline ${(receipted.stored.rate / plain.stored.rate).toFixed(2)}`)
 console.log(`receipts collected: ${JSON.stringify(outcomes)}; collecting them took ${collectOps}`)
 process.exit(0)
