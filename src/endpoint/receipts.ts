@@ -25,7 +25,6 @@ import { EventLog } from "../observability/EventLog.ts"
 import { MessageTrace, type TraceDocument, type TraceState } from "../observability/MessageTrace.ts"
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
-import type { RequestHeaders } from "./headers.ts"
 import { peerOf } from "./http2.ts"
 import type { RateLimits } from "./rateLimits.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
@@ -117,12 +116,10 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
   // ── the push side ──────────────────────────────────────────────────────────────────────────────
 
   /**
-   * The receipt subscription a push's `Push-Receipt` names, its idle time started again; undefined
-   * when the push asks for none. Only a subscription URL of this service, alive, is taken.
+   * The receipt subscription a push's `Push-Receipt` names, its idle time started again. Only a
+   * subscription URL of this service, alive, is taken.
    */
-  const claim = Effect.fnUntraced(function*(headers: RequestHeaders) {
-    const url = headers["push-receipt"]
-    if (url === undefined) return undefined
+  const claim = Effect.fnUntraced(function*(url: string) {
     const id = url.startsWith(subscriptionBase) ? url.slice(subscriptionBase.length) : undefined
     if (id === undefined || !SUBSCRIPTION_ID.test(id)) {
       return yield* new InvalidReceipt({ message: `Push-Receipt must be a receipt subscription of this service (${subscriptionBase}…)` })

@@ -318,7 +318,8 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const topic = yield* topicOf(headers) //                              #14
     const encryption = yield* encryptionOf(headers, body.length > 0) //  #15
     const urgency = yield* urgencyOf(headers) //                          #16 (RFC 8030 §5.3)
-    const receipt = yield* receipts.claim(headers) //                     Push-Receipt (RFC 8030 §5.1)
+    const receiptUrl = headers["push-receipt"] //                         Push-Receipt (RFC 8030 §5.1)
+    const receipt = receiptUrl === undefined ? undefined : yield* receipts.claim(receiptUrl)
 
     const { uaid, channelId } = subscription
     const sortkeyTimestamp = topic !== undefined ? nowMs : sortKeyMs(channelId, nowMs)
