@@ -55,9 +55,15 @@ const uaids: Array<string> = []
 const sockets: Array<WebSocket> = []
 const claimed = new WeakMap<WebSocket, string>()
 
+/**
+ * BENCH_ROUTE=router: push URLs with a query string, which the endpoint's plain fast path leaves to
+ * the platform's router (the same handler behind it): the two paths measured against each other.
+ */
+const VIA_ROUTER = process.env["BENCH_ROUTE"] === "router"
+
 const toTarget = (url: string): Target => {
   const u = new URL(url)
-  return { host: u.hostname, port: Number(u.port), path: u.pathname }
+  return { host: u.hostname, port: Number(u.port), path: VIA_ROUTER && u.pathname.startsWith("/wpush/") ? `${u.pathname}?via=router` : u.pathname }
 }
 
 // ── receiving ──────────────────────────────────────────────────────────────────────────────────

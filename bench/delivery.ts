@@ -27,7 +27,9 @@
  * level), --levels/BENCH_LEVELS (1,10,50), --reps/BENCH_REPS (3), --scenarios/BENCH_SCENARIOS (a,b),
  * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s), --bytes/BENCH_BYTES
  * (body size, 256; at most the service's max_data_bytes, 4096), --resumed/BENCH_RESUMED (share of
- * the clients that resume a uaid, 0.5).
+ * the clients that resume a uaid, 0.5); BENCH_ROUTE=router (environment only) sends the pushes with
+ * a query string, so that they take the platform's HTTP router instead of the endpoint's plain fast
+ * path.
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
