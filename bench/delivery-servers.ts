@@ -13,9 +13,7 @@
  *   forwards each POST as `PUT /push/{id}` (keep-alive agent) to the back, which sends on the socket.
  */
 import "./delivery-probe.ts"
-import { randomBytes } from "node:crypto"
 import { createServer, Agent, request, type IncomingMessage, type ServerResponse } from "node:http"
-import { tmpdir } from "node:os"
 import { type WebSocket, WebSocketServer } from "ws"
 
 const HOST = "127.0.0.1"
@@ -139,23 +137,12 @@ const bareBack = async () => {
 const autopush = async () => {
   const { Effect, Layer } = await import("effect")
   const { allInOneLayer, withServices } = await import("../src/bin/app.ts")
-  const { makeSettings } = await import("../src/config/index.ts")
-  const { generateFernetKey } = await import("../src/crypto/fernet.ts")
+  const { allInOneSettings } = await import("./settings.ts")
   const { loggingLayer } = await import("../src/observability/logging.ts")
   const { layerMemory } = await import("../src/storage/memory.ts")
   const { createActiveTables } = await import("../src/storage/Storage.ts")
   const [wsPort, routerPort, endpointPort] = ports as [number, number, number]
-  const settings = makeSettings({
-    hostname: HOST,
-    port: wsPort,
-    router_port: routerPort,
-    router_hostname: HOST,
-    endpoint_port: endpointPort,
-    endpoint_hostname: HOST,
-    bind_host: HOST,
-    crypto_key: [generateFernetKey()],
-    auth_keys: [randomBytes(32).toString("base64url")]
-  }, tmpdir())
+  const settings = allInOneSettings(wsPort, routerPort, endpointPort)
   const storage = Layer.effectDiscard(createActiveTables).pipe(
     Layer.provideMerge(layerMemory({
       routerTable: settings.routerTablename,

@@ -11,42 +11,24 @@
  *
  * Options (flag or environment): --clients/BENCH_CLIENTS (500), --concurrency/BENCH_CONCURRENCY (10).
  */
-import { randomBytes } from "node:crypto"
-import { tmpdir } from "node:os"
 import { Effect, Layer } from "effect"
 import WebSocket from "ws"
 import { allInOneLayer, withServices } from "../src/bin/app.ts"
-import { makeSettings } from "../src/config/index.ts"
-import { generateFernetKey } from "../src/crypto/fernet.ts"
 import { loggingLayer } from "../src/observability/logging.ts"
 import { layerMemory } from "../src/storage/memory.ts"
 import { createActiveTables, mapStorageOperations, Storage } from "../src/storage/Storage.ts"
 import { freePorts } from "../test/e2e/servers.ts"
+import { option } from "./harness.ts"
+import { allInOneSettings, HOST } from "./settings.ts"
 
-const arg = (name: string, env: string, fallback: number): number => {
-  const at = process.argv.indexOf(`--${name}`)
-  const raw = at >= 0 ? process.argv[at + 1] : process.env[env]
-  return raw === undefined ? fallback : Number(raw)
-}
-const CLIENTS = arg("clients", "BENCH_CLIENTS", 500)
-const CONCURRENCY = arg("concurrency", "BENCH_CONCURRENCY", 10)
-const HOST = "127.0.0.1"
+const CLIENTS = Number(option("clients", "BENCH_CLIENTS", "500"))
+const CONCURRENCY = Number(option("concurrency", "BENCH_CONCURRENCY", "10"))
 
 // ── the service, its storage counted ────────────────────────────────────────────────────────────
 
 const counts = new Map<string, number>()
 const [wsPort, routerPort, endpointPort] = (await freePorts(3)) as [number, number, number]
-const settings = makeSettings({
-  hostname: HOST,
-  port: wsPort,
-  router_port: routerPort,
-  router_hostname: HOST,
-  endpoint_port: endpointPort,
-  endpoint_hostname: HOST,
-  bind_host: HOST,
-  crypto_key: [generateFernetKey()],
-  auth_keys: [randomBytes(32).toString("base64url")]
-}, tmpdir())
+const settings = allInOneSettings(wsPort, routerPort, endpointPort)
 const counted = Layer.effect(
   Storage,
   Effect.map(Effect.service(Storage), (inner) =>

@@ -103,41 +103,27 @@ export const makeMaintenance = (
     }
   })
 
+  /** A table keyed by a hash and a range string, with TTL on `expiry`, made when missing. */
+  const createKeyedTable = (table: string, hash: string, range: string) =>
+    Effect.flatMap(describe("createTables", table), (existing) =>
+      existing !== undefined ? Effect.void : createTable({
+        TableName: table,
+        BillingMode: "PAY_PER_REQUEST",
+        AttributeDefinitions: [
+          { AttributeName: hash, AttributeType: "S" },
+          { AttributeName: range, AttributeType: "S" }
+        ],
+        KeySchema: [
+          { AttributeName: hash, KeyType: "HASH" },
+          { AttributeName: range, KeyType: "RANGE" }
+        ]
+      }, true))
+
   const receipts = receiptTableName(options)
-  const createReceiptTable = Effect.gen(function*() {
-    if ((yield* describe("createTables", receipts)) !== undefined) return
-    yield* createTable({
-      TableName: receipts,
-      BillingMode: "PAY_PER_REQUEST",
-      AttributeDefinitions: [
-        { AttributeName: "subscription", AttributeType: "S" },
-        { AttributeName: "message", AttributeType: "S" }
-      ],
-      KeySchema: [
-        { AttributeName: "subscription", KeyType: "HASH" },
-        { AttributeName: "message", KeyType: "RANGE" }
-      ]
-    }, true)
-  })
+  const createReceiptTable = createKeyedTable(receipts, "subscription", "message")
 
   const createMessageTables = (messageTables: ReadonlyArray<string>) =>
-    Effect.forEach(messageTables, (table) =>
-      describe("createTables", table).pipe(
-        Effect.flatMap((existing) =>
-          existing !== undefined ? Effect.void : createTable({
-            TableName: table,
-            BillingMode: "PAY_PER_REQUEST",
-            AttributeDefinitions: [
-              { AttributeName: "uaid", AttributeType: "S" },
-              { AttributeName: "chidmessageid", AttributeType: "S" }
-            ],
-            KeySchema: [
-              { AttributeName: "uaid", KeyType: "HASH" },
-              { AttributeName: "chidmessageid", KeyType: "RANGE" }
-            ]
-          }, true)
-        )
-      ), { concurrency: "unbounded", discard: true })
+    Effect.forEach(messageTables, (table) => createKeyedTable(table, "uaid", "chidmessageid"), { concurrency: "unbounded", discard: true })
 
   const checkTables = Effect.gen(function*() {
     const active = activeTableNames(options, yield* Clock.currentTimeMillis)

@@ -165,11 +165,17 @@ const scenario = (name: string, start: () => Promise<Deployment>, split: boolean
       await client.close()
     }))
 
-    it("offline client that connects later: stored, then delivered and acked → the receipt as a server-sent event", failing(async () => {
+    /** A client that registered and left, and a receipt subscription. */
+    const awayWithReceipts = async () => {
       const first = await helloAs(deployment())
       const { endpoint } = await register(first.client)
       await first.client.close()
-      const receipts = await subscribeReceipts(deployment())
+      return { uaid: first.uaid, endpoint, receipts: await subscribeReceipts(deployment()) }
+    }
+
+    it("offline client that connects later: stored, then delivered and acked → the receipt as a server-sent event", failing(async () => {
+      const first = await awayWithReceipts()
+      const { endpoint, receipts } = first
       const message = await push(endpoint, receipts)
       assert.strictEqual((await statusOf(message)).state, "stored")
       const stream = events(receipts, 1)
@@ -197,10 +203,7 @@ const scenario = (name: string, start: () => Promise<Deployment>, split: boolean
     }))
 
     it("expired undelivered: TTL 0 to an offline client at once, a short TTL once it ran out", failing(async () => {
-      const first = await helloAs(deployment())
-      const { endpoint } = await register(first.client)
-      await first.client.close()
-      const receipts = await subscribeReceipts(deployment())
+      const { endpoint, receipts } = await awayWithReceipts()
       const dropped = await push(endpoint, receipts, { TTL: "0" })
       const [now, ...others] = await poll(receipts, 0)
       assert.strictEqual(others.length, 0)

@@ -376,6 +376,14 @@ describe("routing with the router cache (router_cache_ttl)", () => {
 
     // ── a client that was offline: its record is used to store, the re-read after the store checks it ──
 
+    /** The client came back (a new session: `connected_at` moves on), with `patch`. */
+    const cameBack = (sub: { readonly uaid: string }, patch: { readonly nodeId?: string } = {}) =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const before = yield* storage.getUser(sub.uaid)
+        yield* storage.updateUser(sub.uaid, { ...patch, connectedAt: (before?.connectedAt ?? 0) + 1 })
+      })
+
     it.effect("offline: a later push costs the store and the re-read, no check of the channel", () =>
       Effect.gen(function*() {
         const sub = yield* subscribe()
@@ -400,12 +408,10 @@ describe("routing with the router cache (router_cache_ttl)", () => {
 
     it.effect("offline: a client that came back gets the first push through storage (its node poked), the next directly", () =>
       Effect.gen(function*() {
-        const storage = yield* Storage
         const node = yield* fakeNode(200)
         const sub = yield* subscribe()
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
-        const before = yield* storage.getUser(sub.uaid)
-        yield* storage.updateUser(sub.uaid, { nodeId: node, connectedAt: (before?.connectedAt ?? 0) + 1 })
+        yield* cameBack(sub, { nodeId: node })
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
         assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => c.kind), ["notify", "push"])
@@ -418,8 +424,7 @@ describe("routing with the router cache (router_cache_ttl)", () => {
         const sub = yield* subscribe()
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
         // The client came back, unregistered the channel, and left again.
-        const before = yield* storage.getUser(sub.uaid)
-        yield* storage.updateUser(sub.uaid, { connectedAt: (before?.connectedAt ?? 0) + 1 })
+        yield* cameBack(sub)
         yield* storage.removeChannel(sub.uaid, sub.table, sub.channelId)
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 410)
@@ -427,12 +432,10 @@ describe("routing with the router cache (router_cache_ttl)", () => {
 
     it.effect("offline: TTL 0 is never dropped on a cached record (the client may be back)", () =>
       Effect.gen(function*() {
-        const storage = yield* Storage
         const node = yield* fakeNode(200)
         const sub = yield* subscribe()
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
-        const before = yield* storage.getUser(sub.uaid)
-        yield* storage.updateUser(sub.uaid, { nodeId: node, connectedAt: (before?.connectedAt ?? 0) + 1 })
+        yield* cameBack(sub, { nodeId: node })
         assert.strictEqual((yield* push(sub, { ...headers, ttl: 0 }, BODY)).status, 201)
         assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => c.kind), ["push"])
       }))
