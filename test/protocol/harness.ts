@@ -178,7 +178,15 @@ export const pushMessage = (
   harness: Harness,
   uaid: string,
   channelId: string,
-  options: { readonly ttl?: number; readonly topic?: string; readonly data?: string; readonly direct?: boolean; readonly urgency?: Urgency } = {}
+  options: {
+    readonly ttl?: number
+    readonly topic?: string
+    readonly data?: string
+    readonly direct?: boolean
+    readonly urgency?: Urgency
+    /** A receipt subscription (as a push with `Push-Receipt` has). */
+    readonly receipt?: string
+  } = {}
 ) =>
   Effect.gen(function*() {
     const storage = yield* Storage
@@ -188,8 +196,8 @@ export const pushMessage = (
     if (user?.currentMonth === undefined) return yield* Effect.die(new Error(`no user ${uaid}`))
     const version = yield* crypto.makeMessageId(
       options.topic !== undefined
-        ? { kind: "topic", uaid, channelId, topic: options.topic }
-        : { kind: "timestamp", uaid, channelId, sortkeyTimestamp: nowMs }
+        ? { kind: "topic", uaid, channelId, topic: options.topic, receipt: options.receipt }
+        : { kind: "timestamp", uaid, channelId, sortkeyTimestamp: nowMs, receipt: options.receipt }
     )
     const notification: Notification = {
       channelId,
@@ -200,7 +208,8 @@ export const pushMessage = (
       sortkeyTimestamp: nowMs,
       data: options.data,
       headers: options.data === undefined ? undefined : { encoding: "aes128gcm" },
-      urgency: options.urgency
+      urgency: options.urgency,
+      ...(options.receipt === undefined ? {} : { receipt: options.receipt })
     }
     harness.node.takesDirect = options.direct !== false
     const routed = yield* harness.router.route(user, user.currentMonth, notification).pipe(Effect.orDie)

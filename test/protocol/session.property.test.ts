@@ -75,7 +75,18 @@ interface Pushed {
   readonly ttl: number
   /** Handed to a live session (true) or stored (false). */
   readonly direct: boolean
+  /** The receipt subscription it was pushed with. */
+  readonly receipt: string | undefined
 }
+
+/** The events of a message that name its receipt (what the receipt recorder folds). */
+const RECEIPTED: ReadonlySet<string> = new Set([
+  "notification.delivered.1",
+  "notification.stored.1",
+  "notification.acked.1",
+  "notification.nacked.1",
+  "notification.expired.1"
+])
 
 /** Per session: its events (attributed by which client's feed recorded them) and its runner. */
 interface Recorded {
@@ -154,11 +165,14 @@ const runScenario = (commands: ReadonlyArray<Command>, gap: () => number) =>
           const topic = command.topic === "" ? undefined : command.topic
           const user = yield* storage.getUser(uaid)
           if (user === undefined) break
+          // Every other push asks for a receipt: its events must name it wherever the message goes.
+          const receipt = pushes % 2 === 0 ? `rs${pushes}` : undefined
           const { notification, direct } = yield* pushMessage(harness, uaid, channelId, {
             ttl: command.ttl,
             direct: command.direct,
             data: `p${pushes}`,
-            ...(topic === undefined ? {} : { topic })
+            ...(topic === undefined ? {} : { topic }),
+            ...(receipt === undefined ? {} : { receipt })
           })
           // A live identified session of the uaid (fresh or resumed) gets what the node may take directly.
           const holder = current()
@@ -172,7 +186,8 @@ const runScenario = (commands: ReadonlyArray<Command>, gap: () => number) =>
             topicKey: topic === undefined ? undefined : `${channelId}:${topic}`,
             expiresAt: notification.timestamp + notification.ttl,
             ttl: notification.ttl,
-            direct
+            direct,
+            receipt
           })
           pushes++
           yield* TestClock.adjust(1) // distinct sort keys
@@ -231,6 +246,11 @@ const runScenario = (commands: ReadonlyArray<Command>, gap: () => number) =>
     const order = new Map(harness.events.map((e, i) => [e, i]))
     const timeline = sessions.flatMap((r) => r.events.map((e) => ({ r, e }))).sort((a, b) => order.get(a.e)! - order.get(b.e)!)
     for (const { r, e } of timeline) {
+      // The receipt a message was pushed with travels with it: direct, stored, saved at a close, drained.
+      if (RECEIPTED.has(e.type)) {
+        const version = (e.data as { readonly version: string }).version
+        assert.strictEqual((e.data as { readonly receipt?: string }).receipt, byVersion.get(version)?.receipt, `${e.type} of a message names its receipt`)
+      }
       switch (e.type) {
         case "client.hello.1":
           for (const other of holding.keys()) {

@@ -384,7 +384,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
             data: `d${i}`,
             headers: { encoding: "aesgcm", encryption: "salt=x", crypto_key: "dh=y" },
             // the sender's Urgency is kept with the message
-            ...(i === 0 ? { urgency: "high" as const } : {})
+            ...(i === 0 ? { urgency: "high" as const } : {}),
+            // and the receipt subscription it was sent with
+            ...(i === 1 ? { receipt: "rs-1" } : {})
           })
         )
         yield* s.saveMessages(uaid(1), table, messages)
