@@ -11,7 +11,9 @@ describe("router wire", () => {
       const cases: ReadonlyArray<Notification> = [
         { channelId: base.channelID, version: "v1", ttl: 0, timestamp: 1, topic: undefined, sortkeyTimestamp: undefined, data: undefined, headers: undefined },
         { channelId: base.channelID, version: "v2", ttl: 60, timestamp: 2, topic: "news", sortkeyTimestamp: 1_700_000_000_123, data: "aGVsbG8", headers: { encoding: "aes128gcm" } },
-        { channelId: base.channelID, version: "v3", ttl: 60, timestamp: 3, topic: undefined, sortkeyTimestamp: 5, data: "", headers: {} }
+        { channelId: base.channelID, version: "v3", ttl: 60, timestamp: 3, topic: undefined, sortkeyTimestamp: 5, data: "", headers: {} },
+        // sent with Push-Receipt: the node must know, to record the receipt when the client acks
+        { channelId: base.channelID, version: "v4", ttl: 60, timestamp: 4, topic: undefined, sortkeyTimestamp: 4_000, receipt: "rs-4", data: undefined, headers: undefined }
       ]
       for (const n of cases) assert.deepStrictEqual(decodeTransportNotification(encodeTransportNotification(n)), n)
     }))
@@ -31,7 +33,8 @@ describe("router wire", () => {
         JSON.stringify({ ...base, sortkey_timestamp: "5" }),
         JSON.stringify({ ...base, data: {} }),
         JSON.stringify({ ...base, data: "x", headers: { encoding: 1 } }),
-        JSON.stringify({ ...base, data: "x", headers: ["aes128gcm"] })
+        JSON.stringify({ ...base, data: "x", headers: ["aes128gcm"] }),
+        JSON.stringify({ ...base, receipt: 7 })
       ]
       for (const body of refused) assert.isUndefined(decodeTransportNotification(body), body)
     }))
