@@ -115,6 +115,9 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
 
   // ── the push side ──────────────────────────────────────────────────────────────────────────────
 
+  /** Subscriptions this process renewed, with the expiry it wrote (the real one may be later). */
+  const renewed = new RecentMap<number>(10_000)
+
   /**
    * The receipt subscription a push's `Push-Receipt` names, its idle time started again. Only a
    * subscription URL of this service, alive, is taken.
@@ -124,10 +127,18 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     if (id === undefined || !SUBSCRIPTION_ID.test(id)) {
       return yield* new InvalidReceipt({ message: `Push-Receipt must be a receipt subscription of this service (${subscriptionBase}…)` })
     }
-    const alive = yield* storage.touchReceiptSubscription(id, (yield* nowSeconds) + idleSeconds).pipe(
-      Effect.catchTag("StorageError", storageUnavailable)
-    )
-    if (!alive) return yield* new InvalidReceipt({ message: "Push-Receipt names a receipt subscription that does not exist or has expired" })
+    // A subscription this process renewed lately is alive until the expiry it wrote: pushes to it
+    // renew it once per RENEW_STEP, not each (one item every push would write: a hot key).
+    const now = yield* nowSeconds
+    const renewAt = now + idleSeconds
+    const known = renewed.get(id)
+    if (known !== undefined && known > now && renewAt - known <= RENEW_STEP(idleSeconds)) return id
+    const alive = yield* storage.touchReceiptSubscription(id, renewAt).pipe(Effect.catchTag("StorageError", storageUnavailable))
+    if (!alive) {
+      renewed.delete(id)
+      return yield* new InvalidReceipt({ message: "Push-Receipt names a receipt subscription that does not exist or has expired" })
+    }
+    renewed.set(id, renewAt)
     return id
   })
 
