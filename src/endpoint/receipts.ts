@@ -143,19 +143,38 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
   })
 
   /**
-   * An accepted message with a receipt, once routed: its status row, with what routing decided —
-   * stored, dropped (TTL 0, not connected: expired), bridged (final for this service).
+   * A message with a receipt, accepted: its status row, written before the message goes anywhere
+   * (a failure is a 503 with nothing sent, so the sender's retry is no duplicate).
    */
-  const accepted = (uaid: string, n: Notification & { readonly receipt: string }, outcome: RouteOutcome, acceptedAt: number) =>
-    Effect.flatMap(Clock.currentTimeMillis, (now) =>
-      book.write(uaid, n.receipt, n.version, {
-        acceptedAt,
-        deadline: expiresAt(n) * 1000,
-        ...(outcome === "stored" ? { storedAt: now } : {}),
-        ...(outcome === "dropped" ? { outcome: { outcome: "expired", at: now } }
-          : outcome === "bridged" ? { outcome: { outcome: "bridged", at: now } }
-          : {})
-      })).pipe(Effect.catchTag("StorageError", storageUnavailable), Effect.asVoid)
+  const accepting = (uaid: string, n: Notification & { readonly receipt: string }, acceptedAt: number) =>
+    book.write(uaid, n.receipt, n.version, { acceptedAt, deadline: expiresAt(n) * 1000 }).pipe(
+      Effect.catchTag("StorageError", storageUnavailable),
+      Effect.asVoid
+    )
+
+  /**
+   * What routing decided for it, when that is a step the connection node will not record: stored,
+   * dropped (TTL 0, not connected: expired), bridged (final for this service). A message stored at a
+   * later ms has a new id: its row moves with it. The message is on its way: a failure here is
+   * logged, and the answer stays 202.
+   */
+  const routed = Effect.fnUntraced(function*(
+    uaid: string,
+    accepted: Notification & { readonly receipt: string },
+    routedAs: Notification,
+    outcome: RouteOutcome,
+    acceptedAt: number
+  ) {
+    if (outcome !== "stored" && outcome !== "dropped" && outcome !== "bridged") return
+    const now = yield* Clock.currentTimeMillis
+    const moved = routedAs.version !== accepted.version
+    yield* book.write(uaid, accepted.receipt, routedAs.version, {
+      ...(moved ? { acceptedAt } : {}),
+      deadline: expiresAt(routedAs) * 1000,
+      ...(outcome === "stored" ? { storedAt: now } : { outcome: { outcome: outcome === "dropped" ? "expired" : "bridged", at: now } })
+    })
+    if (moved) yield* storage.deleteMessageStatuses(accepted.receipt, [accepted.version])
+  }, Effect.catchTag("StorageError", (error) => Effect.logWarning("a receipt status could not be written", error)))
 
   /** A message with a receipt that its sender deleted. */
   const deleted = (uaid: string, subscription: string, messageId: string) =>
@@ -367,7 +386,7 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
       })
     })
 
-  return { claim, accepted, deleted, link, subscribe, status, collect }
+  return { claim, accepting, routed, deleted, link, subscribe, status, collect }
 })
 
 export type Receipts = Effect.Success<ReturnType<typeof makeReceipts>>
