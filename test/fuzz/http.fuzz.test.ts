@@ -286,7 +286,10 @@ const endpointRequests = (f: Fixtures) => {
     Arbitrary.map(segment([f.messageId]), (id) => `/m/${id}`),
     Arbitrary.map(Arbitrary.all([segment(["webpush", "fcm", "apns", "gcm", "adm"]), segment(["app"]), pick(["", "/" + f.uaid, `/${f.uaid}/subscription`, `/${f.uaid}/subscription/${f.channelId}`])]), ([r, a, rest]) =>
       `/v1/${r}/${a}/registration${rest}`),
-    pick(["/health", "/__heartbeat__", "/__lbheartbeat__", "/__version__", "/status", "/__error__", "/v1/err", "/metrics", "/", "*", "//wpush/v1/x", "/wpush", "/wpush/v1/", `http://push.test${f.v1}`, `${f.v1}/extra`, "/m/", "/%"]),
+    pick(["/health", "/__heartbeat__", "/__lbheartbeat__", "/__version__", "/status", "/__error__", "/v1/err", "/metrics", "/", "*", "//wpush/v1/x", "/wpush", "/wpush/v1/", `http://push.test${f.v1}`, `${f.v1}/extra`, "/m/", "/%", "/errors"]),
+    // Receipt subscriptions nobody made (one that exists would hold a GET for its long poll).
+    Arbitrary.map(segment(["AAAAAAAAAAAAAAAAAAAAAA", "x", "", "AAAAAAAAAAAAAAAAAAAAAA/extra"]), (id) => `/receipts/${id}`),
+    pick(["/receipts", "/receipts?x=1"]),
     Arbitrary.map(anyString, (s) => `/${encode(s)}`)
   )
   const json = Arbitrary.map(Arbitrary.array(Arbitrary.all([oneOf(anyString, pick(PROTOTYPE_KEYS)), anyString]), { maxLength: 4 }), jsonObject)
