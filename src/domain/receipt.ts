@@ -15,6 +15,9 @@
 export const RECEIPT_OUTCOMES = ["acknowledged", "rejected", "expired", "deleted", "unsubscribed", "bridged"] as const
 export type ReceiptOutcome = (typeof RECEIPT_OUTCOMES)[number]
 
+/** What an ack with this code means: 100 the user agent took the message (Firefox); other codes (101 decryption failed, 102 …) it could not. */
+export const ackOutcome = (code: number): "acknowledged" | "rejected" => (code === 100 ? "acknowledged" : "rejected")
+
 /** What is known of one message sent with a receipt (times in ms since the epoch). */
 export interface MessageStatus {
   /** The message id (the last segment of its push message resource). */

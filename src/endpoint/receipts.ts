@@ -20,7 +20,7 @@ import { InvalidReceipt, ReceiptNotFound } from "../domain/errors.ts"
 import type { RouteOutcome } from "../domain/events.ts"
 import { RecentMap } from "../domain/memo.ts"
 import { expiresAt, type Notification } from "../domain/notification.ts"
-import { type MessageState, type MessageStatus, receiptHttpStatus, stateOf } from "../domain/receipt.ts"
+import { ackOutcome, type MessageState, type MessageStatus, receiptHttpStatus, stateOf } from "../domain/receipt.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { MessageTrace, type TraceDocument, type TraceState } from "../observability/MessageTrace.ts"
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
@@ -206,8 +206,10 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
       if (field !== undefined) status[field] ??= event.time
     }
     if (state !== "accepted" && state !== "stored" && state !== "delivered") {
-      status.outcome = state
+      const code = document.events.find((event) => event.type === "notification.acked.1" || event.type === "notification.nacked.1")?.data["code"]
+      status.outcome = state === "acknowledged" && typeof code === "number" ? ackOutcome(code) : state
       status.outcomeAt = document.lastSeen
+      if (typeof code === "number") status.code = code
     }
     return status as unknown as MessageStatus
   }

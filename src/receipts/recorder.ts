@@ -16,12 +16,10 @@ import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import * as Pull from "effect/Pull"
 import type { DomainEvent } from "../domain/events.ts"
+import { ackOutcome } from "../domain/receipt.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { Storage } from "../storage/Storage.ts"
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS, type StatusChange } from "./book.ts"
-
-/** The ack code of a message the user agent took (Firefox: 100); other codes say it could not. */
-const ACK_OK = 100
 
 interface ReceiptWrite {
   readonly uaid: string
@@ -43,7 +41,7 @@ export const receiptChangeOf = (event: DomainEvent): ReceiptWrite | undefined =>
       return write(event.data.version, { storedAt: at })
     case "notification.acked.1":
       return write(event.data.version, {
-        outcome: { outcome: event.data.code === ACK_OK ? "acknowledged" : "rejected", at, code: event.data.code }
+        outcome: { outcome: ackOutcome(event.data.code), at, code: event.data.code }
       })
     case "notification.nacked.1":
       return write(event.data.version, { outcome: { outcome: "rejected", at, code: event.data.code } })

@@ -294,9 +294,13 @@ const scenario = (name: string, start: () => Promise<Deployment>, split: boolean
       const { endpoint } = await register(client)
       const message = await push(endpoint, undefined)
       ack(client, await client.next((f) => f["messageType"] === "notification"))
+      const refused = await push(endpoint, undefined)
+      ack(client, await client.next((f) => f["messageType"] === "notification"), 101)
       await sleep(300)
       // The all-in-one's trace has both halves; a separate endpoint node saw it accepted and handed on.
       assert.strictEqual((await statusOf(message)).state, split ? "accepted" : "acknowledged")
+      const failed = await statusOf(refused)
+      assert.deepStrictEqual([failed.state, failed.code], split ? ["accepted", undefined] : ["rejected", 101])
       await client.close()
     }))
   })
