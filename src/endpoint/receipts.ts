@@ -46,10 +46,11 @@ const ACK_GRACE_MS = 60_000
 /** A message without an outcome is checked for its subscription at most this often (per process). */
 const SUBSCRIPTION_CHECK_MS = 30_000
 /**
- * A read of a subscription renews it once that adds more than this (s): at most one write an hour,
- * and often enough that a subscription being listened to never expires, whatever its idle time.
+ * A use of a subscription (a push naming it, a read) renews it once that adds more than this (s): at
+ * most one write an hour per endpoint process, and a subscription lives at least its idle time less
+ * this after its last use (an hour less than 7 days; a tenth less when the idle time is shorter).
  */
-const RENEW_STEP = (idleSeconds: number): number => Math.min(3600, idleSeconds / 2)
+const RENEW_STEP = (idleSeconds: number): number => Math.min(3600, idleSeconds / 10)
 /** Messages checked for their subscription per read of a receipt subscription (each check: two reads). */
 const SUBSCRIPTION_CHECKS_PER_READ = 25
 /** Receipts in one JSON answer at most (the sender asks again for the rest). */

@@ -9,7 +9,7 @@ import { assert, describe, it } from "vitest"
 import { openClient, type TestClient } from "../connection/client.ts"
 import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
 
-const FLAGS = ["--receipt-subscription-idle", "3"]
+const FLAGS = ["--receipt-subscription-idle", "5"]
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -276,8 +276,8 @@ const scenario = (name: string, start: () => Promise<Deployment>, split: boolean
       }
       const unknown = await fetch(madeUp, { headers: { accept: "application/json" } })
       assert.deepStrictEqual([unknown.status, ((await unknown.json()) as { readonly errno: number }).errno], [404, 118])
-      // Idle for longer than receipt_subscription_idle (3 s here): gone.
-      await sleep(4_100)
+      // Idle for longer than receipt_subscription_idle (5 s here): gone.
+      await sleep(6_100)
       const expired = await fetch(receipts, { headers: { accept: "application/json" } })
       assert.strictEqual(expired.status, 404)
       await expired.arrayBuffer()
