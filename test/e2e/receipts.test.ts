@@ -6,8 +6,8 @@
  */
 import * as http2 from "node:http2"
 import { assert, describe, it } from "vitest"
-import { openClient, type TestClient } from "../connection/client.ts"
 import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
+import { ack, helloAs, register, withServerOutput } from "./userAgent.ts"
 
 const FLAGS = ["--receipt-subscription-idle", "5"]
 
@@ -23,19 +23,6 @@ interface Receipt {
   readonly storedAt?: number
   readonly deliveredAt?: number
   readonly outcomeAt?: number
-}
-
-const helloAs = async (deployment: Deployment, uaid?: string) => {
-  const client = await openClient(deployment.wsUrl)
-  client.send({ messageType: "hello", use_webpush: true, ...(uaid === undefined ? {} : { uaid }) })
-  const hello = await client.next((f) => f["messageType"] === "hello")
-  return { client, uaid: hello["uaid"] as string }
-}
-
-const register = async (client: TestClient): Promise<{ readonly endpoint: string; readonly channelID: string }> => {
-  const channelID = crypto.randomUUID()
-  client.send({ messageType: "register", channelID })
-  return { endpoint: (await client.next((f) => f["messageType"] === "register"))["pushEndpoint"] as string, channelID }
 }
 
 const subscribeReceipts = async (deployment: Deployment): Promise<string> => {
@@ -58,9 +45,6 @@ const push = async (endpoint: string, receipts: string | undefined, headers: Rec
   assert.match(res.headers.get("link") ?? "", /<[^>]+\/receipts>; rel="urn:ietf:params:push:receipt"/)
   return res.headers.get("location") as string
 }
-
-const ack = (client: TestClient, frame: Record<string, unknown>, code = 100) =>
-  client.send({ messageType: "ack", updates: [{ channelID: frame["channelID"], version: frame["version"], code }] })
 
 /** `GET` of the subscription as JSON, waiting up to `wait` s for a receipt. */
 const poll = async (receipts: string, wait = 10): Promise<ReadonlyArray<Receipt>> => {
@@ -136,10 +120,7 @@ const serverPushes = (receipts: string, count: number): Promise<ReadonlyArray<{ 
 const scenario = (name: string, start: () => Promise<Deployment>, split: boolean) =>
   describe(name, () => {
     const deployment = deploymentFor(start)
-    const failing = <A>(run: () => Promise<A>) => () =>
-      run().catch((error: unknown) => {
-        throw new Error(`${String(error)}\n--- server output (last 30 lines) ---\n${deployment().output.slice(-30).join("\n")}`)
-      })
+    const failing = withServerOutput(deployment)
 
     it("connected client: 202, delivered, acked → the receipt (410) over a JSON long poll, then gone", failing(async () => {
       const { client } = await helloAs(deployment())

@@ -9,25 +9,14 @@ import { Effect } from "effect"
 import { assert, describe, it } from "vitest"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { Storage } from "../../src/storage/Storage.ts"
-import { openClient, type TestClient } from "../connection/client.ts"
+import type { TestClient } from "../connection/client.ts"
 import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
+import { ack, helloAs, register, withServerOutput } from "./userAgent.ts"
 
 const MSG_LIMIT = 20
 const FLAGS = ["--msg-limit", String(MSG_LIMIT)]
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-const helloAs = async (deployment: Deployment, uaid?: string): Promise<{ readonly client: TestClient; readonly uaid: string }> => {
-  const client = await openClient(deployment.wsUrl)
-  client.send({ messageType: "hello", use_webpush: true, ...(uaid === undefined ? {} : { uaid }) })
-  const hello = await client.next((f) => f["messageType"] === "hello")
-  return { client, uaid: hello["uaid"] as string }
-}
-
-const register = async (client: TestClient): Promise<string> => {
-  client.send({ messageType: "register", channelID: crypto.randomUUID() })
-  return (await client.next((f) => f["messageType"] === "register"))["pushEndpoint"] as string
-}
 
 /** A push whose body names it (the server relays bodies as they are); its message id. */
 const push = async (endpoint: string, text: string): Promise<string> => {
@@ -38,9 +27,6 @@ const push = async (endpoint: string, text: string): Promise<string> => {
 }
 
 const dataOf = (frame: Record<string, unknown>) => Buffer.from(frame["data"] as string, "base64url").toString()
-
-const ack = (client: TestClient, frame: Record<string, unknown>) =>
-  client.send({ messageType: "ack", updates: [{ channelID: frame["channelID"], version: frame["version"], code: 100 }] })
 
 /** How the connection node delivered a message: its trace's `delivered` event says `direct` or `stored`. */
 const deliveredAs = async (deployment: Deployment, messageId: string): Promise<string | undefined> => {
@@ -77,14 +63,11 @@ const drain = async (client: TestClient): Promise<Array<string>> => {
 const scenario = (name: string, start: () => Promise<Deployment>) =>
   describe(name, () => {
     const deployment = deploymentFor(start)
-    const failing = <A>(run: () => Promise<A>) => () =>
-      run().catch((error: unknown) => {
-        throw new Error(`${String(error)}\n--- server output (last 30 lines) ---\n${deployment().output.slice(-30).join("\n")}`)
-      })
+    const failing = withServerOutput(deployment)
 
     it("resumed after a second: direct delivery, unacked saved and redelivered, node_id cleared, twice", failing(async () => {
       const first = await helloAs(deployment())
-      const endpoint = await register(first.client)
+      const { endpoint } = await register(first.client)
       await first.client.close()
       await sleep(1_100)
 
@@ -119,7 +102,7 @@ const scenario = (name: string, start: () => Promise<Deployment>) =>
     it("msg_limit: 21 stored → the client gets 20, then 1000 UaidReset and a new uaid; exactly 20 → all, no reset", failing(async () => {
       for (const stored of [MSG_LIMIT + 1, MSG_LIMIT]) {
         const first = await helloAs(deployment())
-        const endpoint = await register(first.client)
+        const { endpoint } = await register(first.client)
         await first.client.close()
         for (let i = 0; i < stored; i++) await push(endpoint, `m${i}`)
         await sleep(1_000)

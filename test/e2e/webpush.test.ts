@@ -11,6 +11,7 @@ import { createECDH, randomBytes } from "node:crypto"
 import webpush, { type PushSubscription } from "web-push"
 import { openClient, type TestClient } from "../connection/client.ts"
 import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
+import { ack } from "./userAgent.ts"
 
 interface Subscriber {
   readonly client: TestClient
@@ -79,9 +80,6 @@ const sendNotification = async (
   const res = await fetch(details.endpoint, { method: details.method, headers, ...(details.body === null ? {} : { body: details.body }) })
   return { statusCode: res.status, headers: Object.fromEntries(res.headers), body: await res.text() }
 }
-
-const ack = (client: TestClient, frame: Record<string, unknown>) =>
-  client.send({ messageType: "ack", updates: [{ channelID: frame["channelID"], version: frame["version"], code: 100 }] })
 
 const isNotification = (f: Record<string, unknown>) => f["messageType"] === "notification"
 
