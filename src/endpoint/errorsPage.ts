@@ -19,7 +19,7 @@ const inline = (text: string): string =>
 const cells = (row: string): Array<string> => row.trim().replace(/^\||\|$/g, "").split("|").map((cell) => cell.trim())
 
 /** The lines of `## Errors` up to the next `## ` heading, as HTML (headings, tables, paragraphs). */
-export const renderErrors = (markdown: string): string | undefined => {
+const renderErrors = (markdown: string): string | undefined => {
   const lines = markdown.split("\n")
   const start = lines.findIndex((line) => line.trim() === "## Errors")
   if (start < 0) return undefined

@@ -37,10 +37,10 @@ export interface ReceiptOptions {
 }
 
 /** The link relation of the receipt subscribe resource (RFC 8030 §5.1). */
-export const RECEIPT_RELATION = "urn:ietf:params:push:receipt"
+const RECEIPT_RELATION = "urn:ietf:params:push:receipt"
 
 /** How often a waiting `GET` looks for new receipts in storage. */
-export const RECEIPT_POLL_MS = 1_000
+const RECEIPT_POLL_MS = 1_000
 /** A message delivered but not acked yet is given this long after its TTL before it counts as expired. */
 const ACK_GRACE_MS = 60_000
 /** A message without an outcome is checked for its subscription at most this often (per process). */
@@ -64,7 +64,7 @@ const SUBSCRIPTION_ID = /^[A-Za-z0-9_-]{22}$/
 /** `wait=N` of `Prefer` (RFC 7240), in ms. */
 const preferredWaitMs = (prefer: string | ReadonlyArray<string> | undefined): number | undefined => {
   if (typeof prefer !== "string") return undefined
-  const match = prefer === undefined ? null : /(?:^|[,;\s])wait\s*=\s*"?(\d{1,6})"?/i.exec(prefer)
+  const match = /(?:^|[,;\s])wait\s*=\s*"?(\d{1,6})"?/i.exec(prefer)
   return match === null ? undefined : Number(match[1]) * 1000
 }
 
@@ -110,6 +110,8 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
   const base = endpointBase(options.endpointUrl)
   const subscriptionBase = `${base}/receipts/`
   const messageBase = `${base}/m/`
+  /** The path of a push message resource, as a server push promises it. */
+  const messagePath = new URL(messageBase).pathname
   /** The `Link` of every push answer: where receipt subscriptions are made. */
   const link = `<${base}/receipts>; rel="${RECEIPT_RELATION}"`
   const nowSeconds = Effect.map(Clock.currentTimeMillis, (ms) => Math.floor(ms / 1000))
@@ -147,8 +149,8 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    * A message with a receipt, accepted: its status row, written before the message goes anywhere
    * (a failure is a 503 with nothing sent, so the sender's retry is no duplicate).
    */
-  const accepting = (uaid: string, n: Notification & { readonly receipt: string }, acceptedAt: number) =>
-    book.write(uaid, n.receipt, n.version, { acceptedAt, deadline: expiresAt(n) * 1000 }).pipe(
+  const accepting = (uaid: string, subscription: string, n: Notification, acceptedAt: number) =>
+    book.write(uaid, subscription, n.version, { acceptedAt, deadline: expiresAt(n) * 1000 }).pipe(
       Effect.catchTag("StorageError", storageUnavailable),
       Effect.asVoid
     )
@@ -161,7 +163,8 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    */
   const routed = Effect.fnUntraced(function*(
     uaid: string,
-    accepted: Notification & { readonly receipt: string },
+    subscription: string,
+    accepted: Notification,
     routedAs: Notification,
     outcome: RouteOutcome,
     acceptedAt: number
@@ -169,12 +172,12 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     if (outcome !== "stored" && outcome !== "dropped" && outcome !== "bridged") return
     const now = yield* Clock.currentTimeMillis
     const moved = routedAs.version !== accepted.version
-    yield* book.write(uaid, accepted.receipt, routedAs.version, {
+    yield* book.write(uaid, subscription, routedAs.version, {
       ...(moved ? { acceptedAt } : {}),
       deadline: expiresAt(routedAs) * 1000,
       ...(outcome === "stored" ? { storedAt: now } : { outcome: { outcome: outcome === "dropped" ? "expired" : "bridged", at: now } })
     })
-    if (moved) yield* storage.deleteMessageStatuses(accepted.receipt, [accepted.version])
+    if (moved) yield* storage.deleteMessageStatuses(subscription, [accepted.version])
   }, Effect.catchTag("StorageError", (error) => Effect.logWarning("a receipt status could not be written", error)))
 
   /** A message with a receipt that its sender deleted. */
@@ -222,12 +225,12 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
 
   /** Whether the user agent still has the subscription a message was sent to. */
   const stillSubscribed = Effect.fnUntraced(function*(messageId: string) {
-    const ids = yield* Effect.option(crypto.parseMessageId(messageId))
-    if (ids._tag === "None") return true
-    const user = yield* storage.getUser(ids.value.uaid)
+    const ids = Option.getOrUndefined(yield* Effect.option(crypto.parseMessageId(messageId)))
+    if (ids === undefined) return true
+    const user = yield* storage.getUser(ids.uaid)
     if (user === undefined) return false
     if (user.routerType !== "webpush" || user.currentMonth === undefined) return true
-    return yield* storage.hasChannel(ids.value.uaid, user.currentMonth, ids.value.channelId)
+    return yield* storage.hasChannel(ids.uaid, user.currentMonth, ids.channelId)
   })
 
   /**
@@ -260,12 +263,12 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
         receipts.push(status)
         continue
       }
+      // The message id is decrypted only for a message whose outcome is decided now (its uaid names the event).
       const outcome = yield* unseenOutcome(status, now, budget)
       if (outcome === undefined) continue
+      const ids = Option.getOrUndefined(yield* Effect.option(crypto.parseMessageId(status.messageId)))
       // Another node may have recorded an outcome meanwhile: the next read shows that one.
-      const ids = yield* Effect.option(crypto.parseMessageId(status.messageId))
-      const uaid = ids._tag === "Some" ? ids.value.uaid : ""
-      if (yield* book.finish(uaid, id, status.messageId, outcome, now)) receipts.push({ ...status, outcome, outcomeAt: now })
+      if (yield* book.finish(ids?.uaid ?? "", id, status.messageId, outcome, now)) receipts.push({ ...status, outcome, outcomeAt: now })
     }
     return receipts
   })
@@ -380,8 +383,7 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    */
   const pushed = (res: ServerResponse, receipt: MessageStatus) =>
     Effect.callback<boolean>((resume) => {
-      const path = new URL(messageBase + receipt.messageId).pathname
-      ;(res as unknown as Http2ServerResponse).createPushResponse({ ":method": "GET", ":path": path }, (error, pushRes) => {
+      ;(res as unknown as Http2ServerResponse).createPushResponse({ ":method": "GET", ":path": messagePath + receipt.messageId }, (error, pushRes) => {
         if (error !== null) return resume(Effect.succeed(false))
         const body = JSON.stringify(statusDocument(receipt))
         pushRes.writeHead(receiptHttpStatus(receipt.outcome ?? "acknowledged"), { "content-type": "application/json" })

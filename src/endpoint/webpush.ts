@@ -339,7 +339,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       ...(receipt !== undefined ? { receipt } : {}),
       ...(encryption !== undefined ? { data: body.toString("base64url"), headers: encryption } : {})
     }
-    if (receipt !== undefined) yield* receipts.accepting(uaid, { ...notification, receipt }, nowMs)
+    if (receipt !== undefined) yield* receipts.accepting(uaid, receipt, notification, nowMs)
     events.record(domainEvent("notification.accepted.1", uaid, nowMs, {
       channelId,
       version: messageId,
@@ -356,7 +356,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     const fresh = direct !== undefined || !target.cached || storeCached ? target : yield* subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
       yield* sendBridged(fresh.bridge, fresh.user, notification, startNanos)
-      if (receipt !== undefined) yield* receipts.routed(uaid, { ...notification, receipt }, notification, "bridged", nowMs)
+      if (receipt !== undefined) yield* receipts.routed(uaid, receipt, notification, notification, "bridged", nowMs)
       return created(messageId, ttl, receipt)
     }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
@@ -379,7 +379,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     } else if (routed.outcome === "dropped") {
       events.record(domainEvent("notification.expired.1", uaid, routedAt, { version }))
     }
-    if (receipt !== undefined) yield* receipts.routed(uaid, { ...notification, receipt }, routed.notification, routed.outcome, nowMs)
+    if (receipt !== undefined) yield* receipts.routed(uaid, receipt, notification, routed.notification, routed.outcome, nowMs)
     return created(version, ttl, receipt)
   })
 

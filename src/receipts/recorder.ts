@@ -29,7 +29,7 @@ interface ReceiptWrite {
 }
 
 /** The status change an event makes, for a message with a receipt. */
-export const receiptChangeOf = (event: DomainEvent): ReceiptWrite | undefined => {
+const receiptChangeOf = (event: DomainEvent): ReceiptWrite | undefined => {
   const receipt = (event.data as { readonly receipt?: unknown }).receipt
   if (typeof receipt !== "string") return undefined
   const at = event.time

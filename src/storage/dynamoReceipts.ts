@@ -25,7 +25,7 @@ const FIELDS = {
 
 const OUTCOMES: ReadonlySet<string> = new Set(RECEIPT_OUTCOMES)
 
-export const statusFromItem = (item: Item): MessageStatus => {
+const statusFromItem = (item: Item): MessageStatus => {
   const outcome = item.outcome?.S
   const status: Record<string, unknown> = { messageId: item.message?.S ?? "" }
   for (const [field, attribute] of Object.entries(FIELDS)) {
