@@ -16,7 +16,7 @@
  * message_tablename with the same `_{YYYY}_{MM}` suffix (users' current_month follows).
  */
 import { createReadStream, existsSync } from "node:fs"
-import { link, mkdir, open, rename, rm } from "node:fs/promises"
+import { mkdir, open, rename, rm } from "node:fs/promises"
 import { dirname, resolve } from "node:path"
 import { createInterface } from "node:readline"
 import * as Clock from "effect/Clock"
@@ -32,7 +32,7 @@ import { Storage } from "../storage/Storage.ts"
 import { isMessageTable, type StorageOptions } from "../storage/tables.ts"
 import { plural, say, type SplitArgs, ToolFailure, UsageError } from "./cli.ts"
 import type { Command, Run } from "./maintenance.ts"
-import { embeddedSecretsFile, type EmbeddedSecrets, readEmbeddedSecrets, storageOptionsOf } from "./storage.ts"
+import { embeddedSecretsFile, type EmbeddedSecrets, readEmbeddedSecrets, storageOptionsOf, writeEmbeddedSecrets } from "./storage.ts"
 
 // ── the file ─────────────────────────────────────────────────────────────────────────────────────
 
@@ -202,13 +202,11 @@ const checkExportFile = Effect.fn("checkExportFile")(function*(path: string) {
 const fsFailure = (path: string) => (cause: unknown) => new ToolFailure({ message: `cannot write ${path}: ${(cause as Error).message}` })
 
 /**
- * Write `path` (mode 0600) through a temporary file, so that it is either the whole new content or
- * not there: renamed over an older file with `replace`, otherwise linked (which fails on an
- * existing file rather than overwrite it).
+ * Write `path` (mode 0600) a piece at a time through a temporary file renamed over it at the end:
+ * it is either the whole new content or the old.
  */
 const writeAtomically = <A, E, R>(
   path: string,
-  replace: boolean,
   body: (write: (text: string) => Effect.Effect<void, ToolFailure>) => Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | ToolFailure, R> => {
   const temporary = `${path}.${process.pid}.tmp`
@@ -226,13 +224,7 @@ const writeAtomically = <A, E, R>(
       ),
     (handle) => Effect.promise(() => handle.close())
   ).pipe(
-    Effect.tap(() =>
-      attempt(async () => {
-        if (replace) return rename(temporary, path)
-        await link(temporary, path)
-        await rm(temporary)
-      })
-    ),
+    Effect.tap(() => attempt(() => rename(temporary, path))),
     Effect.onError(() => Effect.promise(() => rm(temporary, { force: true })))
   )
 }
@@ -284,7 +276,7 @@ const runExport = (out: string, withSecrets: boolean): Run => (settings) =>
       ...(secrets !== undefined ? { secrets } : {})
     }
     const sources = [["router", options.routerTable] as const, ...messageTables.map((name) => ["messages", name] as const)]
-    const counts = yield* writeAtomically(out, true, (write) =>
+    const counts = yield* writeAtomically(out, (write) =>
       Effect.gen(function*() {
         yield* write(`${JSON.stringify(header)}\n`)
         const items: Record<string, number> = {}
@@ -404,7 +396,8 @@ const runImport = (path: string, file: CheckedFile, merge: boolean, secretsOut: 
     yield* say(`imported ${plural(imported, "item")}${imported > 0 ? `: ${[...written].map(([table, n]) => `${n} into ${table}`).join(", ")}` : ""}`)
     if (secretsOut !== undefined && header.secrets !== undefined) {
       const secrets = header.secrets
-      yield* writeAtomically(secretsOut, false, (write) => write(JSON.stringify(secrets, null, 2)))
+      // As the all-in-one keeps them (prepare refused a file that exists).
+      yield* writeEmbeddedSecrets(secretsOut, secrets).pipe(Effect.mapError((error) => new ToolFailure({ message: `--secrets-out: ${error.message}` })))
       yield* say(`secrets written to ${secretsOut} (mode 0600): crypto_key and auth_keys of the exporting server`)
     } else if (header.secrets !== undefined) {
       yield* say("secrets: the file holds the keys of the exporting server; write them out with --secrets-out PATH, or configure the nodes' crypto_key and auth_keys with them")
