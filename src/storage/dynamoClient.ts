@@ -16,6 +16,8 @@
  * SDK's do; a connection failure is Node's error (with its `code`).
  */
 import * as http from "node:http"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
 import type {
   BatchWriteItemCommandInput,
   BatchWriteItemCommandOutput,
@@ -92,6 +94,10 @@ const placeholderCredentials = (endpoint: string): boolean =>
 /** The SDK, or the JSON protocol over HTTP for a local endpoint (see the module comment). */
 export const makeDynamoClient = async ({ endpoint, region }: DynamoClientOptions): Promise<DynamoClient> =>
   endpoint !== undefined && placeholderCredentials(endpoint) ? jsonClient(endpoint, region) : await sdkClient({ endpoint, region })
+
+/** A client for the scope: destroyed (its sockets closed) when the scope closes. */
+export const scopedDynamoClient = (options: DynamoClientOptions): Effect.Effect<DynamoClient, never, Scope.Scope> =>
+  Effect.acquireRelease(Effect.promise(() => makeDynamoClient(options)), (client) => Effect.sync(() => client.destroy()))
 
 /** An error answer of the server: its error type as `name`. */
 export class DynamoServiceError extends Error {

@@ -8,7 +8,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import { makeDynamoClient } from "./dynamoClient.ts"
+import { scopedDynamoClient } from "./dynamoClient.ts"
 import type { DynamoOptions } from "./dynamodb.ts"
 import { isNamed, makeRequests, STORAGE_TIMEOUT_MS } from "./dynamoRequests.ts"
 import { type Item, S } from "./dynamoRows.ts"
@@ -35,10 +35,7 @@ export const layerDynamoTables = (options: DynamoOptions): Layer.Layer<DynamoTab
   Layer.effect(
     DynamoTables,
     Effect.gen(function*() {
-      const client = yield* Effect.acquireRelease(
-        Effect.promise(() => makeDynamoClient(options)),
-        (c) => Effect.sync(() => c.destroy())
-      )
+      const client = yield* scopedDynamoClient(options)
       const { call, batchWrite } = makeRequests(client, options.timeoutMs ?? STORAGE_TIMEOUT_MS)
 
       const scan = (table: string) =>

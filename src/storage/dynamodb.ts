@@ -14,7 +14,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { makeDynamoClient } from "./dynamoClient.ts"
+import { scopedDynamoClient } from "./dynamoClient.ts"
 import { makeMaintenance } from "./dynamoMaintenance.ts"
 import { makeReceipts } from "./dynamoReceipts.ts"
 import { isNamed, makeRequests, STORAGE_TIMEOUT_MS } from "./dynamoRequests.ts"
@@ -51,10 +51,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
   Layer.effect(
     Storage,
     Effect.gen(function*() {
-      const client = yield* Effect.acquireRelease(
-        Effect.promise(() => makeDynamoClient(options)),
-        (c) => Effect.sync(() => c.destroy())
-      )
+      const client = yield* scopedDynamoClient(options)
       const router = options.routerTable
       const requests = makeRequests(client, options.timeoutMs ?? STORAGE_TIMEOUT_MS)
       const { call, conditional, query, queryAll, batchWrite } = requests
