@@ -1,6 +1,7 @@
 /**
  * The DynamoDB layer against a server that misbehaves: a proxy in front of dynalite answers some
- * requests itself with throttling errors or "nothing processed" batch results, or never answers.
+ * requests itself with throttling errors or "nothing processed" batch results, closes the connection
+ * under a request, or never answers.
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer, request, type IncomingMessage, type Server } from "node:http"
@@ -15,7 +16,7 @@ import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { startDynalite } from "../../src/storage/embedded.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
-type Fault = "throttle" | "unprocessed" | "hang"
+type Fault = "throttle" | "unprocessed" | "hang" | "drop"
 
 const dataDir = mkdtempSync(join(tmpdir(), "autopush-faults-"))
 const scope = Effect.runSync(Scope.make())
@@ -42,6 +43,8 @@ beforeAll(async () => {
     seen.push(operation)
     const fault = faults.get(operation)?.shift()
     if (fault === "hang") return void res.on("close", () => abandoned++)
+    // A keep-alive connection the server closes under a request it has read.
+    if (fault === "drop") return void req.socket.destroy()
     const reply = (status: number, json: unknown) => {
       res.writeHead(status, { "content-type": "application/x-amz-json-1.0" })
       res.end(JSON.stringify(json))
@@ -132,6 +135,14 @@ describe("DynamoDB layer under faults", () => {
       // The next call is answered as usual.
       assert.isUndefined(yield* s.getUser("00000000000000000000000000000001"))
     }), 300))
+
+  it.effect("a connection closed under a request is retried on a new one", () =>
+    withStorage(Effect.gen(function*() {
+      const s = yield* Storage
+      faults.set("GetItem", ["drop"])
+      assert.isUndefined(yield* s.getUser("00000000000000000000000000000002"))
+      assert.strictEqual(count("GetItem"), 2)
+    })))
 
   it.effect("unprocessed batch items are resubmitted until written", () =>
     withStorage(Effect.gen(function*() {
