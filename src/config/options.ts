@@ -343,7 +343,7 @@ export const options = {
   client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
   // endpoint
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
-  rate_limit_per_address: opt("endpoint", integer(0), 100, "Pushes per second one client address may send, sustained (token bucket; 0 turns it off); beyond it 429/116 with Retry-After. Peers on the loopback are not limited by address unless listed in trusted_proxies"),
+  rate_limit_per_address: opt("endpoint", integer(0), 100, "Pushes per second one client address may send, sustained (token bucket; 0 turns it off; receipt subscriptions and message status reads count as pushes); beyond it 429/116 with Retry-After. Peers on the loopback are not limited by address unless listed in trusted_proxies"),
   rate_limit_burst_per_address: opt("endpoint", integer(1), 1000, "Pushes one client address may send at once after a quiet period"),
   rate_limit_per_vapid_key: opt("endpoint", integer(0), 0, "Pushes per second one VAPID key may send, sustained (token bucket; 0, the default, turns it off: one key legitimately sends to all its subscribers); beyond it 429/116 with Retry-After"),
   rate_limit_burst_per_vapid_key: opt("endpoint", integer(1), 1000, "Pushes one VAPID key may send at once after a quiet period"),

@@ -283,8 +283,12 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     return { status: 201, headers: { location: subscriptionBase + id, link } }
   })
 
-  /** `GET /m/{message_id}`: the message's status, from its receipt, or else this process's trace. */
-  const status = Effect.fnUntraced(function*(messageId: string) {
+  /**
+   * `GET /m/{message_id}`: the message's status, from its receipt, or else this process's trace
+   * (which reads its whole window: counted against the sender's address limit, as pushes are).
+   */
+  const status = Effect.fnUntraced(function*(messageId: string, req: IncomingMessage) {
+    yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis)
     const ids = yield* Effect.option(crypto.parseMessageId(messageId))
     const subscription = ids._tag === "Some" ? ids.value.receipt : undefined
     const found = subscription !== undefined

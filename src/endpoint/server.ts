@@ -210,8 +210,11 @@ export const makeEndpoint = (
           return emptyResponse(yield* webpush.send(pushRequest, params["version"], param(params, "token")))
         })
         const cancel: Handler = Effect.flatMap(HttpRouter.params, (params) => Effect.map(webpush.cancel(param(params, "messageId")), emptyResponse))
-        const messageStatus: Handler = Effect.flatMap(HttpRouter.params, (params) =>
-          Effect.map(receipts.status(param(params, "messageId")), (document) => HttpServerResponse.jsonUnsafe(document)))
+        const messageStatus: Handler = Effect.gen(function*() {
+          const params = yield* HttpRouter.params
+          const request = yield* HttpServerRequest.HttpServerRequest
+          return HttpServerResponse.jsonUnsafe(yield* receipts.status(param(params, "messageId"), request.source as IncomingMessage))
+        })
         const subscribeReceipts: Handler = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
           Effect.map(receipts.subscribe(request.source as IncomingMessage), emptyResponse))
         const admin = yield* makeBroadcastAdmin(options.broadcastAdminTokens ?? [])

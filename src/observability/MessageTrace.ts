@@ -1,8 +1,8 @@
 /**
  * "What happened to message X?": the lifecycle of recent messages, from the domain events that name
  * a message id (accepted, routed, stored, delivered, acked, nacked, expired, deleted), kept in a
- * bounded in-memory window — the last `capacity` messages by first sight; the oldest is forgotten
- * when a new one arrives. Served as `GET /__trace__/{message_id}` on the connection node's router port.
+ * bounded in-memory window — the last `capacity` such events, the oldest forgotten first. Served as
+ * `GET /__trace__/{message_id}` on the connection node's router port.
  *
  * A process sees the events it records: in the all-in-one process the endpoint and the connection
  * node share one event log, so a trace has both halves (accepted, routed → delivered, acked); a
@@ -10,14 +10,15 @@
  * sees delivered/acked/nacked/expired and stored-at-disconnect. Ask both and merge by time.
  *
  * The document carries opaque ids only (`opaque.ts`), so a trace can be shared like an event-log
- * line. Recording is on every message's path and only keeps the events themselves; the hashing and
- * the document are done when someone asks (a lookup by opaque id hashes the window's message ids).
+ * line. Recording is on every message's path, so it only puts the event in a ring: no index, no
+ * per-message record (keeping one per message cost a fifth of a connected push's CPU, most of it in
+ * the garbage collector). A lookup reads the whole window instead (about 0.3 ms for 40,000 events);
+ * the hashing for an opaque id and the document are done then too.
  */
 import * as Context from "effect/Context"
 import * as Layer from "effect/Layer"
 import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
-import { RecentMap } from "../domain/memo.ts"
 import { isOpaqueId, makeOpaqueIds, opaqueId } from "./opaque.ts"
 
 export interface TraceEntry {
@@ -57,34 +58,24 @@ export interface MessageTraceService {
   readonly sink: EventSink
   /** By message id (the `Location` of a 201) or its opaque id (the event log's `version`). */
   readonly lookup: (messageId: string) => TraceDocument | undefined
+  /** Messages with events in the window (read from the whole window). */
   readonly size: () => number
 }
 
 export interface MessageTraceOptions {
-  /** Messages retained. Default 10 000. */
+  /** Events retained. Default 40,000: the last 10,000 messages or so (accepted, routed, delivered, acked). */
   readonly capacity?: number
-  /** Events retained per message. Default 32. */
+  /** Events shown per message (the first ones). Default 32. */
   readonly maxEventsPerMessage?: number
   readonly opaque?: ((value: string) => string) | undefined
 }
 
-interface Lifecycle {
-  readonly uaid: string
-  state: TraceState
-  readonly firstSeen: number
-  lastSeen: number
-  readonly events: Array<DomainEvent>
-  truncated: boolean
-}
-
 const TERMINAL: ReadonlySet<TraceState> = new Set(["acked", "bridged", "expired", "deleted", "failed"])
 
-/** The message id an event is about, if any. */
-const versionOf = (event: DomainEvent): string | undefined => {
-  const data = event.data as { readonly version?: unknown }
-  return typeof data.version === "string" ? data.version : undefined
-}
+/** The message id of an event with a trace state: every one of them names its message. */
+const versionOf = (event: DomainEvent): string => (event.data as { readonly version: string }).version
 
+/** Where an event leaves its message; undefined for events about no message. */
 const stateOf = (event: DomainEvent): TraceState | undefined => {
   switch (event.type) {
     case "notification.accepted.1":
@@ -119,31 +110,33 @@ const nextState = (current: TraceState, next: TraceState): TraceState =>
   : next
 
 export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTraceService => {
-  const capacity = Math.max(1, options.capacity ?? 10_000)
+  const capacity = Math.max(1, options.capacity ?? 40_000)
   const maxEvents = Math.max(1, options.maxEventsPerMessage ?? 32)
   const opaque = options.opaque ?? makeOpaqueIds()
-  /** By message id: the last `capacity` by first sight. */
-  const window = new RecentMap<Lifecycle>(capacity)
+  /** The last `capacity` events about a message; `next` is the oldest one's slot. */
+  const ring: Array<DomainEvent | undefined> = new Array<DomainEvent | undefined>(capacity).fill(undefined)
+  let next = 0
 
   const sink: EventSink = (event) => {
-    const version = versionOf(event)
-    if (version === undefined) return
-    const state = stateOf(event)
-    if (state === undefined) return
-    const lifecycle = window.get(version)
-    if (lifecycle === undefined) {
-      window.set(version, { uaid: event.uaid, state, firstSeen: event.time, lastSeen: event.time, events: [event], truncated: false })
-      return
-    }
-    lifecycle.state = nextState(lifecycle.state, state)
-    lifecycle.lastSeen = event.time
-    if (lifecycle.events.length < maxEvents) lifecycle.events.push(event)
-    else lifecycle.truncated = true
+    if (stateOf(event) === undefined) return
+    ring[next] = event
+    next = next + 1 === capacity ? 0 : next + 1
   }
 
-  const document = (version: string, lifecycle: Lifecycle): TraceDocument => {
+  /** The window's events, oldest first. */
+  const recorded = function*(): Generator<DomainEvent> {
+    for (let i = 0; i < capacity; i++) {
+      const event = ring[(next + i) % capacity]
+      if (event !== undefined) yield event
+    }
+  }
+
+  const document = (version: string, all: ReadonlyArray<DomainEvent>): TraceDocument => {
+    const first = all[0] as DomainEvent
+    let state = stateOf(first) as TraceState
+    for (let i = 1; i < all.length; i++) state = nextState(state, stateOf(all[i] as DomainEvent) as TraceState)
     let channelId: string | undefined
-    const events = lifecycle.events.map((event): TraceEntry => {
+    const events = all.slice(0, maxEvents).map((event): TraceEntry => {
       const data: Record<string, unknown> = {}
       for (const [k, v] of Object.entries(event.data)) {
         if (k === "version" || v === undefined) continue
@@ -157,26 +150,49 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
     })
     return {
       message: opaque(version),
-      uaid: opaque(lifecycle.uaid),
+      uaid: opaque(first.uaid),
       ...(channelId !== undefined ? { channelId } : {}),
-      state: lifecycle.state,
-      firstSeen: lifecycle.firstSeen,
-      lastSeen: lifecycle.lastSeen,
+      state,
+      firstSeen: first.time,
+      lastSeen: (all[all.length - 1] as DomainEvent).time,
       events,
-      truncated: lifecycle.truncated
+      truncated: all.length > maxEvents
     }
   }
 
-  const lookup = (messageId: string): TraceDocument | undefined => {
-    const lifecycle = window.get(messageId)
-    if (lifecycle !== undefined) return document(messageId, lifecycle)
-    if (!isOpaqueId(messageId)) return undefined
-    // Hashed without the shared memo: 10,000 ids would push out the ones the event log reuses.
-    for (const [version, candidate] of window) if (opaqueId(version) === messageId) return document(version, candidate)
+  const eventsOf = (version: string): Array<DomainEvent> => {
+    const events: Array<DomainEvent> = []
+    for (const event of recorded()) if (versionOf(event) === version) events.push(event)
+    return events
+  }
+
+  /** The message id whose opaque id this is, if it is in the window. */
+  const byOpaqueId = (opaqueMessageId: string): string | undefined => {
+    // Hashed without the shared memo: the window's ids would push out the ones the event log reuses.
+    const hashed = new Set<string>()
+    for (const event of recorded()) {
+      const version = versionOf(event)
+      if (hashed.has(version)) continue
+      hashed.add(version)
+      if (opaqueId(version) === opaqueMessageId) return version
+    }
     return undefined
   }
 
-  return { sink, lookup, size: () => window.size }
+  const lookup = (messageId: string): TraceDocument | undefined => {
+    const events = eventsOf(messageId)
+    if (events.length > 0) return document(messageId, events)
+    const version = isOpaqueId(messageId) ? byOpaqueId(messageId) : undefined
+    return version === undefined ? undefined : document(version, eventsOf(version))
+  }
+
+  const size = (): number => {
+    const messages = new Set<string>()
+    for (const event of recorded()) messages.add(versionOf(event))
+    return messages.size
+  }
+
+  return { sink, lookup, size }
 }
 
 export class MessageTrace extends Context.Service<MessageTrace, MessageTraceService>()(

@@ -99,6 +99,17 @@ describe("HTTP/2 on the endpoint port", () => {
           Effect.map(request({ method: "POST", path: "/receipts", headers: { "x-forwarded-for": address } }), (r) => r.status)
         assert.deepStrictEqual([yield* subscribeFrom("203.0.113.7"), yield* subscribeFrom("203.0.113.7")], [201, 429])
       }))
+
+    it.effect("reading a message's status counts against it too (a status from the trace reads its whole window)", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const pushed = yield* request({ method: "POST", path: sub.path, headers: { ttl: "60", "x-forwarded-for": "203.0.113.8" } })
+        const path = new URL(String(pushed.headers["location"])).pathname
+        const statusFrom = (address: string) =>
+          Effect.map(request({ method: "GET", path, headers: { "x-forwarded-for": address } }), (r) => r.status)
+        // This endpoint keeps no trace: a message without a receipt is unknown to it (404) — but counted.
+        assert.deepStrictEqual([yield* statusFrom("203.0.113.9"), yield* statusFrom("203.0.113.9"), yield* statusFrom("203.0.113.10")], [404, 429, 404])
+      }))
   })
 
   const tls = selfSigned("localhost")

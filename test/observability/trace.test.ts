@@ -1,7 +1,8 @@
 /**
- * The message trace: the bounded window and the lifecycle state; `GET /__trace__/{message_id}` and
- * `GET /metrics` on the router port's handler over real HTTP, after one message went through an
- * endpoint (real HTTP server) and a session sharing one event log, as in the all-in-one process.
+ * The message trace: the bounded window of events and the lifecycle state; `GET
+ * /__trace__/{message_id}` and `GET /metrics` on the router port's handler over real HTTP, after one
+ * message went through an endpoint (real HTTP server) and a session sharing one event log, as in the
+ * all-in-one process.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
@@ -35,23 +36,28 @@ const accepted = (version: string): Omit<DomainEvent, "time"> => ({
 })
 
 describe("the trace window", () => {
-  it("keeps the last N messages by first sight, a bounded number of events each", () => {
-    const trace = makeMessageTrace({ capacity: 2, maxEventsPerMessage: 3 })
+  it("keeps the last N events; a message shows the ones still there, its first ones when there are many", () => {
+    const trace = makeMessageTrace({ capacity: 4, maxEventsPerMessage: 2 })
     trace.sink(at(accepted("m1"), 1))
     trace.sink(at(accepted("m2"), 2))
     trace.sink(at({ type: "notification.expired.1", uaid: UAID, data: { version: "m1" } }, 3))
-    trace.sink(at(accepted("m3"), 4)) // m1 was seen first: it goes, though touched later
+    trace.sink(at(accepted("m3"), 4))
+    assert.strictEqual(trace.size(), 3)
+    assert.deepInclude(trace.lookup("m1"), { state: "expired", firstSeen: 1, lastSeen: 3, truncated: false })
+    trace.sink(at(accepted("m4"), 5)) // m1's first event goes: m1 is seen from its expiry on
+    assert.deepInclude(trace.lookup("m1"), { state: "expired", firstSeen: 3, lastSeen: 3 })
+    for (let i = 0; i < 3; i++) trace.sink(at({ type: "notification.nacked.1", uaid: UAID, data: { version: "m3", code: 301 } }, 10 + i))
     assert.isUndefined(trace.lookup("m1"))
-    assert.strictEqual(trace.lookup("m2")?.state, "accepted")
-    assert.strictEqual(trace.size(), 2)
-    for (let i = 0; i < 4; i++) trace.sink(at({ type: "notification.nacked.1", uaid: UAID, data: { version: "m3", code: 301 } }, 10 + i))
+    assert.isUndefined(trace.lookup("m2"))
     const m3 = trace.lookup("m3")
-    assert.strictEqual(m3?.events.length, 3)
-    assert.isTrue(m3?.truncated)
-    assert.strictEqual(m3?.lastSeen, 13)
+    assert.deepStrictEqual(m3?.events.map((e) => e.time), [10, 11])
+    assert.deepInclude(m3, { state: "nacked", firstSeen: 10, lastSeen: 12, truncated: true })
+    assert.strictEqual(trace.lookup("m4")?.state, "accepted")
+    assert.strictEqual(trace.size(), 2)
     // Events without a message id are not traced.
     trace.sink(at({ type: "client.hello.1", uaid: UAID, data: { kind: "new" } }, 20))
     assert.strictEqual(trace.size(), 2)
+    assert.strictEqual(trace.lookup("m4")?.state, "accepted")
   })
 
   it("state: acked, expired and deleted are final; a late routed does not step back", () => {
