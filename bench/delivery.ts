@@ -312,8 +312,11 @@ const startBareTwo = async (): Promise<Pipeline> => {
 
 type Counts = Record<string, { n: number; ms: number }>
 
-/** One level: server CPU read just before and just after (acks included), figures from the clients. */
-const runLevel = async (pipeline: Pipeline, c: number, count: number): Promise<Measured> => {
+/**
+ * One level: server CPU read just before and just after (acks included), figures from the clients;
+ * then, when `traced`, how a sample of its messages was delivered, from autopush's trace.
+ */
+const runLevel = async (pipeline: Pipeline, c: number, count: number, traced = true): Promise<Measured> => {
   const timeoutMs = 60_000 + count * 20
   await ask(pipeline.clients, { cmd: "warm", c }, (m) => "warmed" in m, 60_000)
   if (pipeline.dynalite !== undefined) await ask(pipeline.dynalite, { cmd: "counts" }, (m) => "counts" in m)
@@ -330,7 +333,7 @@ const runLevel = async (pipeline: Pipeline, c: number, count: number): Promise<M
     dynamo = Object.fromEntries(Object.entries(counts).map(([op, { n, ms }]) => [op, { perNotification: n / count, meanMs: ms / n }]))
   }
   // After the CPU reading: the trace lookups are not part of the level.
-  const share = pipeline.name === "autopush"
+  const share = pipeline.name === "autopush" && traced
     ? (await ask<{ share: DirectShare }>(pipeline.clients, { cmd: "share", count: SHARE_SAMPLE }, (m) => "share" in m, 60_000)).share
     : undefined
   if (result.received < count || result.accepted < count) {
@@ -356,7 +359,8 @@ interface Profiled {
 
 const profileLevel = async (pipeline: Pipeline, label: string): Promise<Array<Profiled>> => {
   await Promise.all(pipeline.servers.map((p) => ask(p, { probe: "profile-start", intervalUs: 200 }, (m) => m["probe"] === "profiling")))
-  const measured = await runLevel(pipeline, MAX_LEVEL, COUNT)
+  // Without the trace lookups: they would be in the profile.
+  const measured = await runLevel(pipeline, MAX_LEVEL, COUNT, false)
   return Promise.all(pipeline.servers.map(async (proc, i) => {
     const file = join(profileDir, `${label}-${proc.name.replace(/[^a-z0-9]+/gi, "-").replace(/-$/, "")}.cpuprofile`)
     const summary = await ask<ProfileSummary>(proc, { probe: "profile-stop", file, topN: 15 }, (m) => m["probe"] === "profile", 60_000)

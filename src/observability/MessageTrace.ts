@@ -123,11 +123,11 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
     next = next + 1 === capacity ? 0 : next + 1
   }
 
-  /** The window's events, oldest first. */
-  const recorded = function*(): Generator<DomainEvent> {
+  /** Each event of the window, oldest first, until `visit` says stop (true). */
+  const visitEvents = (visit: (event: DomainEvent) => boolean | void): void => {
     for (let i = 0; i < capacity; i++) {
-      const event = ring[(next + i) % capacity]
-      if (event !== undefined) yield event
+      const event = ring[next + i < capacity ? next + i : next + i - capacity]
+      if (event !== undefined && visit(event) === true) return
     }
   }
 
@@ -162,7 +162,9 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
 
   const eventsOf = (version: string): Array<DomainEvent> => {
     const events: Array<DomainEvent> = []
-    for (const event of recorded()) if (versionOf(event) === version) events.push(event)
+    visitEvents((event) => {
+      if (versionOf(event) === version) events.push(event)
+    })
     return events
   }
 
@@ -170,13 +172,15 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
   const byOpaqueId = (opaqueMessageId: string): string | undefined => {
     // Hashed without the shared memo: the window's ids would push out the ones the event log reuses.
     const hashed = new Set<string>()
-    for (const event of recorded()) {
+    let found: string | undefined
+    visitEvents((event) => {
       const version = versionOf(event)
-      if (hashed.has(version)) continue
+      if (hashed.has(version)) return false
       hashed.add(version)
-      if (opaqueId(version) === opaqueMessageId) return version
-    }
-    return undefined
+      if (opaqueId(version) === opaqueMessageId) found = version
+      return found !== undefined
+    })
+    return found
   }
 
   const lookup = (messageId: string): TraceDocument | undefined => {
@@ -188,7 +192,7 @@ export const makeMessageTrace = (options: MessageTraceOptions = {}): MessageTrac
 
   const size = (): number => {
     const messages = new Set<string>()
-    for (const event of recorded()) messages.add(versionOf(event))
+    visitEvents((event) => void messages.add(versionOf(event)))
     return messages.size
   }
 

@@ -34,8 +34,6 @@ export interface ObservabilityOptions {
   readonly statsdPort?: number | undefined
   /** `event_log`: `-` for stdout, a file path, or unset for none. */
   readonly eventLog?: string | undefined
-  /** Messages the trace window keeps (default 10 000). */
-  readonly traceWindow?: number | undefined
   /** statsd client buffering (ms, default 1000) and gauge period (ms, default 10 000). */
   readonly statsdFlushIntervalMs?: number | undefined
   readonly statsdGaugeIntervalMs?: number | undefined
@@ -81,7 +79,7 @@ export const observabilityLayer = (
       ...(options.statsdGaugeIntervalMs !== undefined ? { gaugeIntervalMs: options.statsdGaugeIntervalMs } : {})
     }
   })
-  const trace = MessageTrace.layer({ capacity: options.traceWindow ?? 10_000, opaque })
+  const trace = MessageTrace.layer({ opaque })
   const events = Layer.effect(
     EventLog,
     Effect.map(eventLogOver(options.eventLog, opaque), (sinks) => EventLog.of({ record: recordTo(sinks) }))
@@ -94,7 +92,7 @@ export const observabilityLayer = (
  * `MessageTrace`, and the event-log file when `eventLog` is given.
  */
 export const observabilityLayerMemory = (
-  options: Pick<ObservabilityOptions, "eventLog" | "traceWindow"> = {}
+  options: Pick<ObservabilityOptions, "eventLog"> = {}
 ): Layer.Layer<EventLog | EventLogMemory | Metrics | MessageTrace, EventLogOpenError> => {
   const opaque = makeOpaqueIds()
   const events = Layer.effectContext(
@@ -107,7 +105,7 @@ export const observabilityLayerMemory = (
     })
   )
   return events.pipe(
-    Layer.provideMerge(Layer.mergeAll(Metrics.layerMemory, MessageTrace.layer({ capacity: options.traceWindow ?? 10_000, opaque })))
+    Layer.provideMerge(Layer.mergeAll(Metrics.layerMemory, MessageTrace.layer({ opaque })))
   )
 }
 
