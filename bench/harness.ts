@@ -34,10 +34,36 @@ export const cpuMs = (pid: number): number => statCpuMs(`/proc/${pid}/stat`)
  * User + system CPU of a process's worker threads (Node names them `WorkerThread`), in ms: in the
  * servers of `bench:stored` and `bench:storm`, the embedded dynalite's thread.
  */
-export const workerCpuMs = (pid: number): number =>
-  readdirSync(`/proc/${pid}/task`)
-    .filter((tid) => readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim() === "WorkerThread")
-    .reduce((sum, tid) => sum + statCpuMs(`/proc/${pid}/task/${tid}/stat`), 0)
+export const workerCpuMs = (pid: number): number => threadCpuMs(pid)["storage thread"] ?? 0
+
+/** Node's thread names (`/proc/…/task/…/comm`) and what they are in our servers. */
+const THREAD_GROUPS: Readonly<Record<string, string>> = {
+  MainThread: "main",
+  WorkerThread: "storage thread",
+  "libuv-worker": "I/O threads",
+  V8Worker: "V8 helpers"
+}
+
+/**
+ * User + system CPU of a process's threads by group, in ms: the main thread, the worker thread (the
+ * embedded dynalite), libuv's pool (LevelDB's reads and writes), V8's helpers (concurrent garbage
+ * collection and compilation).
+ */
+export const threadCpuMs = (pid: number): Record<string, number> => {
+  const groups: Record<string, number> = {}
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    const group = THREAD_GROUPS[readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim()] ?? "other"
+    groups[group] = (groups[group] ?? 0) + statCpuMs(`/proc/${pid}/task/${tid}/stat`)
+  }
+  return groups
+}
+
+/** Starts measuring a process's CPU by thread group; the function returned reads µs per unit of work since. */
+export const threadMeter = (pid: number): (units: number) => Record<string, number> => {
+  const before = threadCpuMs(pid)
+  return (units) =>
+    Object.fromEntries(Object.entries(threadCpuMs(pid)).map(([group, ms]) => [group, ((ms - (before[group] ?? 0)) * 1000) / units]))
+}
 /**
  * Starts measuring a process's CPU; the function returned reads it: µs per unit of work since, and
  * of those the worker threads' (the storage thread's).

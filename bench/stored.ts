@@ -11,14 +11,15 @@
  * then the client connects again and acks each message as it comes, as Firefox does. Printed: one
  * table of the store rate and the drain rate from hello to the last ack, each with the server's CPU
  * per message (user + system from /proc, storage thread included), ours / bare, and the target
- * (ours drains ≥ 2,000 msg/s).
+ * (ours drains ≥ 2,000 msg/s); then the store phase's CPU per message by thread (main, dynalite's
+ * thread, its LevelDB I/O threads, V8's helpers), which shows what bounds the store rate.
  *
  * Options (flag or environment): --messages/BENCH_MESSAGES (10000), --bytes/BENCH_BYTES (256),
  * --only/BENCH_ONLY (ours or bare; both by default).
  */
 import { randomBytes, randomUUID } from "node:crypto"
 import { openClient } from "../test/connection/client.ts"
-import { cpuMeter, fmt, hello, measurePipelines, option, printComparison, push, register, start, startBare } from "./harness.ts"
+import { cpuMeter, fmt, hello, measurePipelines, option, printComparison, push, register, start, startBare, threadMeter } from "./harness.ts"
 import { ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
 const MESSAGES = Number(option("messages", "BENCH_MESSAGES", "10000"))
@@ -65,6 +66,9 @@ const bare = async (): Promise<Server> => {
   }
 }
 
+/** The store phase's server CPU per message by thread group, per pipeline. */
+const storeThreads = new Map<string, Record<string, number>>()
+
 /**
  * Store N messages, then drain them: [store msg/s, store CPU µs/msg, of which the storage thread's,
  * drain msg/s, drain CPU µs/msg, of which the storage thread's].
@@ -75,6 +79,7 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
   const statuses = new Map<number, number>()
   let sent = 0
   let cpu = cpuMeter(server.pid)
+  const threads = threadMeter(server.pid)
   let began = performance.now()
   await Promise.all(Array.from({ length: 32 }, async () => {
     while (sent < MESSAGES) {
@@ -85,6 +90,7 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
   }))
   const storeSeconds = (performance.now() - began) / 1000
   const storeCpu = cpu(MESSAGES)
+  storeThreads.set(name, threads(MESSAGES))
   const stored = statuses.get(201) ?? 0
 
   const client = await openClient(server.wsUrl)
@@ -123,3 +129,7 @@ printComparison(
   `ours drains ≥ ${TARGET} msg/s`,
   (ours) => `${(ours[3] as number) >= TARGET ? "met" : "NOT met"} (${fmt(ours[3] as number, 0)} msg/s)`
 )
+console.log("  storing, server CPU µs per message by thread (main; storage thread: dynalite; I/O threads: its LevelDB; V8 helpers: GC, compiler):")
+for (const [name, groups] of storeThreads) {
+  console.log(`    ${name.padEnd(5)} ${Object.entries(groups).filter(([, us]) => us > 0).map(([group, us]) => `${group} ${fmt(us, 0)}`).join(", ")}`)
+}
