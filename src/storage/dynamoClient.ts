@@ -17,7 +17,8 @@
  * SDK's do; a connection failure is the pool's error (with its `code`: `ECONNREFUSED`, or
  * `UND_ERR_SOCKET` for a connection closed under a request).
  */
-import { Pool } from "undici"
+import request from "undici/lib/api/api-request.js"
+import Pool from "undici/lib/dispatcher/pool.js"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type {
@@ -136,7 +137,7 @@ const jsonClient = (endpoint: string, region: string): DynamoClient => {
     return stamped
   }
   const send: DynamoClient["send"] = async (operation, input, options) => {
-    const response = await pool.request({
+    const response = await request.call(pool, {
       path,
       method: "POST",
       signal: options.abortSignal,
