@@ -6,19 +6,16 @@
  * - AWS itself, and any endpoint given credentials: the AWS SDK, loaded only then — it resolves
  *   credentials (environment, profile, SSO, web identity, ECS and EC2 roles), endpoints and signs;
  * - a plain-http endpoint without credentials (embedded dynalite, DynamoDB Local, ScyllaDB
- *   Alternator without auth, a compose network): `POST /` over a pool of keep-alive connections
- *   (undici's: about 12 µs of CPU per request less than `node:http`'s agent), with a well-formed
- *   SigV4 `Authorization` header those servers accept (they check its shape, not its signature) —
- *   and no probe of the EC2 metadata service on a machine that has none. The SDK's middleware
- *   stack costs about 250 µs of CPU per request more than this (measured against dynalite); a
- *   drain or a reconnect makes several requests per client.
+ *   Alternator without auth, a compose network): `POST /` over a keep-alive agent, with a
+ *   well-formed SigV4 `Authorization` header those servers accept (they check its shape, not its
+ *   signature) — and no probe of the EC2 metadata service on a machine that has none. The SDK's
+ *   middleware stack costs about 250 µs of CPU per request more than this (measured against
+ *   dynalite); a drain or a reconnect makes several requests per client.
  *
  * Errors carry the server's error type as `name` (`ConditionalCheckFailedException`, ...), as the
- * SDK's do; a connection failure is the pool's error (with its `code`: `ECONNREFUSED`, or
- * `UND_ERR_SOCKET` for a connection closed under a request).
+ * SDK's do; a connection failure is Node's error (with its `code`).
  */
-import request from "undici/lib/api/api-request.js"
-import Pool from "undici/lib/dispatcher/pool.js"
+import * as http from "node:http"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type {
@@ -117,46 +114,62 @@ const errorType = (type: unknown, status: number): string =>
   typeof type === "string" && type !== "" ? type.slice(type.lastIndexOf("#") + 1) : status >= 500 ? "InternalServerError" : "UnknownError"
 
 const jsonClient = (endpoint: string, region: string): DynamoClient => {
-  const { origin, pathname: path } = new URL(endpoint)
-  const pool = new Pool(origin, { connections: MAX_SOCKETS })
-  // Only the date changes: the headers are made again when the second does.
+  const url = new URL(endpoint)
+  const agent = new http.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS })
+  // Only the date changes: the headers are made again when the second does, not per request.
   let stampedSecond = -1
-  let stamped: Record<string, string> = {}
-  const headersNow = (): Record<string, string> => {
+  let amzDate = ""
+  let authorization = ""
+  const stamp = (): string => {
     const second = Math.floor(Date.now() / 1000)
     if (second !== stampedSecond) {
       stampedSecond = second
-      const amzDate = new Date(second * 1000).toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "")
-      stamped = {
-        "content-type": "application/x-amz-json-1.0",
-        "x-amz-date": amzDate,
-        authorization: `AWS4-HMAC-SHA256 Credential=autopush/${amzDate.slice(0, 8)}/${region}/dynamodb/aws4_request, ` +
-          `SignedHeaders=host;x-amz-date, Signature=${"0".repeat(64)}`
-      }
+      amzDate = new Date(second * 1000).toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "")
+      authorization = `AWS4-HMAC-SHA256 Credential=autopush/${amzDate.slice(0, 8)}/${region}/dynamodb/aws4_request, ` +
+        `SignedHeaders=host;x-amz-date, Signature=${"0".repeat(64)}`
     }
-    return stamped
+    return amzDate
   }
-  const send: DynamoClient["send"] = async (operation, input, options) => {
-    const response = await request.call(pool, {
-      path,
-      method: "POST",
-      signal: options.abortSignal,
-      headers: { ...headersNow(), "x-amz-target": `DynamoDB_20120810.${operation}` },
-      body: JSON.stringify(input)
+  const send: DynamoClient["send"] = (operation, input, options) =>
+    new Promise((resolve, reject) => {
+      const body = JSON.stringify(input)
+      const amzDate = stamp()
+      const request = http.request({
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: "POST",
+        agent,
+        signal: options.abortSignal,
+        headers: {
+          "content-type": "application/x-amz-json-1.0",
+          "content-length": Buffer.byteLength(body),
+          "x-amz-target": `DynamoDB_20120810.${operation}`,
+          "x-amz-date": amzDate,
+          authorization
+        }
+      }, (response) => {
+        const chunks: Array<Buffer> = []
+        response.on("data", (chunk: Buffer) => chunks.push(chunk))
+        response.on("error", reject)
+        response.on("end", () => {
+          const status = response.statusCode ?? 0
+          const text = Buffer.concat(chunks).toString("utf8")
+          let json: Record<string, unknown>
+          try {
+            json = text === "" ? {} : JSON.parse(text) as Record<string, unknown>
+          } catch {
+            return reject(new DynamoServiceError(errorType(undefined, status), `not JSON (HTTP ${status}): ${text.slice(0, 200)}`, status))
+          }
+          if (status === 200) return resolve(json as never)
+          const message = json["message"] ?? json["Message"]
+          reject(new DynamoServiceError(errorType(json["__type"], status), typeof message === "string" ? message : `HTTP ${status}`, status))
+        })
+      })
+      request.on("error", reject)
+      request.end(body)
     })
-    const status = response.statusCode
-    const text = await response.body.text()
-    let json: Record<string, unknown>
-    try {
-      json = text === "" ? {} : JSON.parse(text) as Record<string, unknown>
-    } catch {
-      throw new DynamoServiceError(errorType(undefined, status), `not JSON (HTTP ${status}): ${text.slice(0, 200)}`, status)
-    }
-    if (status === 200) return json as never
-    const message = json["message"] ?? json["Message"]
-    throw new DynamoServiceError(errorType(json["__type"], status), typeof message === "string" ? message : `HTTP ${status}`, status)
-  }
-  return { send, destroy: () => void pool.destroy() }
+  return { send, destroy: () => agent.destroy() }
 }
 
 const sdkClient = async (options: DynamoClientOptions): Promise<DynamoClient> => {

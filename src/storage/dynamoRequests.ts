@@ -31,7 +31,7 @@ export class StorageTimeout extends Error {
 const BATCH_WRITE_MAX = 25
 const THROUGHPUT_ERRORS = new Set(["ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"])
 /** Connection errors worth one more try (a reused keep-alive socket the server had closed). */
-const TRANSIENT_CODES = new Set(["ECONNRESET", "EPIPE", "ETIMEDOUT", "UND_ERR_SOCKET"])
+const TRANSIENT_CODES = new Set(["ECONNRESET", "EPIPE", "ETIMEDOUT"])
 
 /** The `name` of an SDK error (`ConditionalCheckFailedException`, ...). */
 export const errorName = (cause: unknown): string | undefined =>
