@@ -6,7 +6,8 @@ import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { afterAll } from "vitest"
-import { layerEmbedded } from "../../src/storage/embedded.ts"
+import { makeDynamoClient } from "../../src/storage/dynamoClient.ts"
+import { layerEmbedded, startDynalite } from "../../src/storage/embedded.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 
 const root = mkdtempSync(join(tmpdir(), "autopush-embedded-"))
@@ -61,4 +62,38 @@ describe("embedded dynalite", () => {
       assert.strictEqual(user.connectedAt, 1234)
       assert.deepStrictEqual(channels, [chid])
     }), 60_000)
+
+  it.live("an expression parsed once is still checked against each request's item, and a bad one refused every time", () =>
+    Effect.gen(function*() {
+      const endpoint = yield* startDynalite(join(root, "expressions"))
+      const client = yield* Effect.promise(() => makeDynamoClient({ endpoint, region: "local" }))
+      const abortSignal = new AbortController().signal
+      const send = <A>(promise: Promise<A>) => Effect.promise(() => promise.then((value) => ({ ok: true as const, value }), (error: Error) => ({ ok: false as const, name: error.name })))
+      yield* Effect.promise(() => client.send("CreateTable", {
+        TableName: "memo",
+        KeySchema: [{ AttributeName: "k", KeyType: "HASH" }],
+        AttributeDefinitions: [{ AttributeName: "k", AttributeType: "S" }],
+        BillingMode: "PAY_PER_REQUEST"
+      }, { abortSignal }))
+      const put = (k: string) =>
+        send(client.send("PutItem", {
+          TableName: "memo",
+          Item: { k: { S: k } },
+          ConditionExpression: "attribute_not_exists(#k)",
+          ExpressionAttributeNames: { "#k": "k" }
+        }, { abortSignal }))
+      assert.isTrue((yield* put("a")).ok)
+      assert.isTrue((yield* put("b")).ok)
+      const again = yield* put("a")
+      assert.isFalse(again.ok)
+      assert.strictEqual(again.ok ? "" : again.name, "ConditionalCheckFailedException")
+      const unused = () =>
+        send(client.send("GetItem", { TableName: "memo", Key: { k: { S: "a" } }, ProjectionExpression: "#k", ExpressionAttributeNames: { "#k": "k", "#x": "x" } }, { abortSignal }))
+      for (const answer of [yield* unused(), yield* unused()]) {
+        assert.strictEqual(answer.ok ? "" : answer.name, "ValidationException")
+      }
+      const projected = yield* send(client.send("GetItem", { TableName: "memo", Key: { k: { S: "b" } }, ProjectionExpression: "#k", ExpressionAttributeNames: { "#k": "k" } }, { abortSignal }))
+      assert.deepStrictEqual(projected.ok ? projected.value.Item : undefined, { k: { S: "b" } })
+      client.destroy()
+    }).pipe(Effect.scoped), 60_000)
 })
