@@ -4,58 +4,17 @@
  * It loads dynalite at once and opens the data directory of the first `{ open: dataDir }` message;
  * it answers on 127.0.0.1 at a free port, or where the message says (`host`, `listenPort`): `{ port }`
  * is posted once it listens, `{ error }` if it cannot start (a port in use: code EADDRINUSE). A `"close"` message closes the server and the database (then `{ closed: true }`).
- *
- * dynalite parses every request's expressions anew with its PEG parsers: about 40 µs for the
- * condition of each stored message, a sixth of what a push to an offline client costs this thread.
- * Requests without `ExpressionAttributeValues` — the same few strings over and over — reuse the
- * parse of an earlier one (`memoizeExpressions`); dynalite only reads the parsed trees.
+ * Its expression parses are reused (`dynaliteExpressions.ts`).
  */
 import { mkdir } from "node:fs/promises"
 import { createRequire } from "node:module"
 import { parentPort } from "node:worker_threads"
 import dynalite from "dynalite"
+import { memoizeExpressions, type Validations } from "./dynaliteExpressions.ts"
 
 interface LevelDb {
   open(options: { createIfMissing: boolean }): Promise<void>
   close(): Promise<void>
-}
-
-/** dynalite's request validation (`validations/index.js`): the part patched here. */
-interface Validations {
-  validateExpressions: (data: Record<string, unknown>) => string | undefined
-}
-
-/** What `validateExpressions` parses into a request (the fields dynalite's actions read). */
-const PARSED = ["_updates", "_condition", "_keyCondition", "_filter", "_projection"] as const
-const EXPRESSIONS = ["UpdateExpression", "ConditionExpression", "KeyConditionExpression", "FilterExpression", "ProjectionExpression", "ExpressionAttributeNames"] as const
-/** Distinct expressions kept; the service sends a few dozen. */
-const MEMO_SIZE = 1024
-
-/**
- * `validateExpressions`, remembered for requests without values: the same expressions and names
- * always parse to the same trees (a value would be inside them, and values change per request).
- * Only valid ones are kept; an invalid one is refused every time by the original.
- */
-const memoizeExpressions = (validations: Validations): void => {
-  const validate = validations.validateExpressions
-  const parsed = new Map<string, ReadonlyArray<unknown>>()
-  validations.validateExpressions = (data) => {
-    if (data["ExpressionAttributeValues"] !== undefined) return validate(data)
-    const key = JSON.stringify(EXPRESSIONS.map((field) => data[field]))
-    const known = parsed.get(key)
-    if (known !== undefined) {
-      PARSED.forEach((field, i) => {
-        if (known[i] !== undefined) data[field] = known[i]
-      })
-      return undefined
-    }
-    const invalid = validate(data)
-    if (invalid === undefined) {
-      if (parsed.size >= MEMO_SIZE) parsed.clear()
-      parsed.set(key, PARSED.map((field) => data[field]))
-    }
-    return invalid
-  }
 }
 
 const port = parentPort

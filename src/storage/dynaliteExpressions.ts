@@ -1,0 +1,90 @@
+/**
+ * dynalite parses every request's expressions anew with its PEG parsers: 20–60 µs a request (the
+ * condition of a stored message about 40, a user's message Query about 60), on the embedded
+ * storage's one thread. The service sends the same few dozen expressions over and over with other
+ * values, so the parse of one is kept and reused (`memoizeExpressions`), for dynalite's
+ * `validations/index.js` (patched by `dynaliteThread.ts`).
+ *
+ * A parsed tree holds the request's value objects themselves where the expression names them
+ * (`:uaid` → `{ S: "…" }`); nothing else in it depends on a value but its type. So a tree is kept per
+ * expressions, names and the names and types of the values, and reused as a copy with this
+ * request's values in place of the first one's. Expressions that check a value's content while
+ * parsing (`BETWEEN` compares its bounds, `attribute_type` reads its type name) are always parsed.
+ * Only valid parses are kept: an invalid request is refused by dynalite's own code every time.
+ */
+
+/** The part of dynalite's request validation used here. */
+export interface Validations {
+  validateExpressions: (data: Record<string, unknown>) => string | undefined
+  validateAttributeValue: (value: unknown) => string | undefined
+}
+
+/** What `validateExpressions` parses into a request (the fields dynalite's actions read). */
+const PARSED = ["_updates", "_condition", "_keyCondition", "_filter", "_projection"] as const
+const EXPRESSIONS = ["UpdateExpression", "ConditionExpression", "KeyConditionExpression", "FilterExpression", "ProjectionExpression"] as const
+const CONTENT_CHECKED = /between|attribute_type/i
+/** Distinct shapes kept; the service sends a few dozen. */
+const MEMO_SIZE = 1024
+
+type Values = Readonly<Record<string, Record<string, unknown>>>
+
+interface Parsed {
+  readonly trees: ReadonlyArray<unknown>
+  /** The values the trees hold, by name. */
+  readonly values: Values | undefined
+}
+
+/** A copy of `tree` with each of `from`'s value objects replaced by the one of the same name in `to`. */
+const withValues = (tree: unknown, swap: ReadonlyMap<unknown, unknown>): unknown => {
+  if (tree === null || typeof tree !== "object") return tree
+  const swapped = swap.get(tree)
+  if (swapped !== undefined) return swapped
+  if (Array.isArray(tree)) return tree.map((node) => withValues(node, swap))
+  // dynalite makes some of its maps without a prototype: the copy keeps it.
+  const copy = Object.create(Object.getPrototypeOf(tree) as object | null) as Record<string, unknown>
+  for (const key of Object.keys(tree)) copy[key] = withValues((tree as Record<string, unknown>)[key], swap)
+  return copy
+}
+
+/** The memo's key: the expressions, the names, and each value's name and type. */
+const shapeOf = (data: Record<string, unknown>, values: Values | undefined): string =>
+  JSON.stringify([
+    EXPRESSIONS.map((field) => data[field]),
+    data["ExpressionAttributeNames"],
+    values === undefined ? null : Object.keys(values).map((name) => [name, Object.keys(values[name] ?? {})])
+  ])
+
+export const memoizeExpressions = (validations: Validations): void => {
+  const validate = validations.validateExpressions
+  const parsed = new Map<string, Parsed>()
+  validations.validateExpressions = (data) => {
+    const values = data["ExpressionAttributeValues"] as Values | undefined
+    if (EXPRESSIONS.some((field) => CONTENT_CHECKED.test(String(data[field] ?? "")))) return validate(data)
+    const key = shapeOf(data, values)
+    const known = parsed.get(key)
+    if (known === undefined) {
+      const invalid = validate(data)
+      if (invalid === undefined) {
+        if (parsed.size >= MEMO_SIZE) parsed.clear()
+        parsed.set(key, { trees: PARSED.map((field) => data[field]), values })
+      }
+      return invalid
+    }
+    // Each value is checked as the original does (a number that is no number, an empty set…).
+    if (values !== undefined) {
+      for (const name of Object.keys(values)) {
+        const invalid = validations.validateAttributeValue(values[name])
+        if (invalid !== undefined) return validate(data)
+      }
+    }
+    const swap = new Map<unknown, unknown>()
+    if (known.values !== undefined && values !== undefined) {
+      for (const name of Object.keys(known.values)) swap.set(known.values[name], values[name])
+    }
+    PARSED.forEach((field, i) => {
+      const tree = known.trees[i]
+      if (tree !== undefined) data[field] = swap.size === 0 ? tree : withValues(tree, swap)
+    })
+    return undefined
+  }
+}
