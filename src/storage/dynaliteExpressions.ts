@@ -8,9 +8,11 @@
  * A parsed tree holds the request's value objects themselves where the expression names them
  * (`:uaid` → `{ S: "…" }`); nothing else in it depends on a value but its type. So a tree is kept per
  * expressions, names and the names and types of the values, and reused as a copy with this
- * request's values in place of the first one's. Expressions that check a value's content while
- * parsing (`BETWEEN` compares its bounds, `attribute_type` reads its type name) are always parsed.
- * Only valid parses are kept: an invalid request is refused by dynalite's own code every time.
+ * request's values in place of the first one's. Two checks read a value's content while parsing:
+ * `BETWEEN` compares its bounds — a reused tree is checked the same way, and parsed afresh when its
+ * bounds are the wrong way round, so that dynalite refuses it with its own words — and
+ * `attribute_type` reads a type's name: expressions with it are always parsed. Only valid parses are
+ * kept: an invalid request is refused by dynalite's own code every time.
  */
 
 /** The part of dynalite's request validation used here. */
@@ -19,10 +21,13 @@ export interface Validations {
   validateAttributeValue: (value: unknown) => string | undefined
 }
 
+/** dynalite's comparison of two attribute values (`db/index.js`), as its parser checks `BETWEEN` with. */
+export type Compare = (comparison: "GT", x: unknown, y: unknown) => boolean
+
 /** What `validateExpressions` parses into a request (the fields dynalite's actions read). */
 const PARSED = ["_updates", "_condition", "_keyCondition", "_filter", "_projection"] as const
 const EXPRESSIONS = ["UpdateExpression", "ConditionExpression", "KeyConditionExpression", "FilterExpression", "ProjectionExpression"] as const
-const CONTENT_CHECKED = /between|attribute_type/i
+const TYPE_NAMES_READ = /attribute_type/i
 /** Distinct shapes kept; the service sends a few dozen. */
 const MEMO_SIZE = 1024
 
@@ -46,6 +51,20 @@ const withValues = (tree: unknown, swap: ReadonlyMap<unknown, unknown>): unknown
   return copy
 }
 
+/** A `BETWEEN` of two values whose lower bound is above the upper one, anywhere in `tree`. */
+const badBetween = (tree: unknown, compare: Compare): boolean => {
+  if (tree === null || typeof tree !== "object") return false
+  const node = tree as { readonly type?: unknown; readonly args?: ReadonlyArray<unknown> }
+  if (node.type === "between" && node.args !== undefined) {
+    const [, low, high] = node.args
+    if (isValue(low) && isValue(high) && compare("GT", low, high)) return true
+  }
+  return Object.values(tree).some((child) => badBetween(child, compare))
+}
+
+/** An attribute value (`{ S: "…" }`), not a document path (an array) or an expression node. */
+const isValue = (x: unknown): boolean => x !== null && typeof x === "object" && !Array.isArray(x) && !("type" in x) && !("attrType" in x)
+
 /** The memo's key: the expressions, the names, and each value's name and type. */
 const shapeOf = (data: Record<string, unknown>, values: Values | undefined): string =>
   JSON.stringify([
@@ -54,12 +73,12 @@ const shapeOf = (data: Record<string, unknown>, values: Values | undefined): str
     values === undefined ? null : Object.keys(values).map((name) => [name, Object.keys(values[name] ?? {})])
   ])
 
-export const memoizeExpressions = (validations: Validations): void => {
+export const memoizeExpressions = (validations: Validations, compare: Compare): void => {
   const validate = validations.validateExpressions
   const parsed = new Map<string, Parsed>()
   validations.validateExpressions = (data) => {
     const values = data["ExpressionAttributeValues"] as Values | undefined
-    if (EXPRESSIONS.some((field) => CONTENT_CHECKED.test(String(data[field] ?? "")))) return validate(data)
+    if (EXPRESSIONS.some((field) => TYPE_NAMES_READ.test(String(data[field] ?? "")))) return validate(data)
     const key = shapeOf(data, values)
     const known = parsed.get(key)
     if (known === undefined) {
@@ -81,9 +100,10 @@ export const memoizeExpressions = (validations: Validations): void => {
     if (known.values !== undefined && values !== undefined) {
       for (const name of Object.keys(known.values)) swap.set(known.values[name], values[name])
     }
+    const trees = swap.size === 0 ? known.trees : known.trees.map((tree) => withValues(tree, swap))
+    if (swap.size > 0 && trees.some((tree) => badBetween(tree, compare))) return validate(data)
     PARSED.forEach((field, i) => {
-      const tree = known.trees[i]
-      if (tree !== undefined) data[field] = swap.size === 0 ? tree : withValues(tree, swap)
+      if (trees[i] !== undefined) data[field] = trees[i]
     })
     return undefined
   }

@@ -10,7 +10,7 @@ import { mkdir } from "node:fs/promises"
 import { createRequire } from "node:module"
 import { parentPort } from "node:worker_threads"
 import dynalite from "dynalite"
-import { memoizeExpressions, type Validations } from "./dynaliteExpressions.ts"
+import { type Compare, memoizeExpressions, type Validations } from "./dynaliteExpressions.ts"
 
 interface LevelDb {
   open(options: { createIfMissing: boolean }): Promise<void>
@@ -36,7 +36,7 @@ try {
     throw (error as { cause?: unknown }).cause ?? error
   })
   await probe.close()
-  memoizeExpressions(fromDynalite("./validations/index.js") as Validations)
+  memoizeExpressions(fromDynalite("./validations/index.js") as Validations, (fromDynalite("./db/index.js") as { compare: Compare }).compare)
   const server = dynalite({ path: dataDir, createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 })
   server.once("error", fail)
   server.listen(listenPort, host, () => {

@@ -6,10 +6,11 @@
 import { createRequire } from "node:module"
 import { assert, describe, it } from "@effect/vitest"
 import { Schema } from "effect"
-import { memoizeExpressions, type Validations } from "../../src/storage/dynaliteExpressions.ts"
+import { type Compare, memoizeExpressions, type Validations } from "../../src/storage/dynaliteExpressions.ts"
 
 const fromDynalite = createRequire(createRequire(import.meta.url).resolve("dynalite"))
 const dynalite = fromDynalite("./validations/index.js") as Validations
+const { compare } = fromDynalite("./db/index.js") as { compare: Compare }
 
 /** Each a request's expression fields, the values given as a function of the generated ones. */
 const SHAPES: ReadonlyArray<(s: string, n: string) => Record<string, unknown>> = [
@@ -37,12 +38,19 @@ const SHAPES: ReadonlyArray<(s: string, n: string) => Record<string, unknown>> =
     ExpressionAttributeNames: { "#count": "count", "#chids": "chids" },
     ExpressionAttributeValues: { ":one": { N: "1" }, ":chid": { SS: [s] }, ":max": { N: n } }
   }),
-  // Content checked while parsing: never remembered.
+  // BETWEEN's bounds are compared while parsing: either way round.
+  (s) => ({
+    KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
+    ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+    ExpressionAttributeValues: { ":uaid": { S: "u" }, ":lo": { S: `02:${s}` }, ":hi": { S: "02:9" } }
+  }),
   (_s, n) => ({
     ConditionExpression: "#a BETWEEN :low AND :high",
     ExpressionAttributeNames: { "#a": "a" },
     ExpressionAttributeValues: { ":low": { N: n }, ":high": { N: "5" } }
   }),
+  // A type's name is read while parsing: never remembered.
+  (s) => ({ ConditionExpression: "attribute_type(#a, :t)", ExpressionAttributeNames: { "#a": "a" }, ExpressionAttributeValues: { ":t": { S: s } } }),
   // Invalid: an unused value, a value that is no number.
   (s) => ({ ConditionExpression: "attribute_exists(#a)", ExpressionAttributeNames: { "#a": "a" }, ExpressionAttributeValues: { ":v": { S: s } } }),
   (_s, n) => ({ ConditionExpression: "#a < :v", ExpressionAttributeNames: { "#a": "a" }, ExpressionAttributeValues: { ":v": { N: n } } })
@@ -53,7 +61,7 @@ const parsedOf = (data: Record<string, unknown>) => Object.fromEntries(PARSED.ma
 
 describe("dynalite's expression parses, remembered", () => {
   const memo: Validations = { validateExpressions: dynalite.validateExpressions, validateAttributeValue: dynalite.validateAttributeValue }
-  memoizeExpressions(memo)
+  memoizeExpressions(memo, compare)
 
   it.prop(
     "the same trees, with this request's values, as a fresh parse; the same refusals",
