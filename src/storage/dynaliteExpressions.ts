@@ -25,9 +25,10 @@ export interface Validations {
 export type Compare = (comparison: "GT", x: unknown, y: unknown) => boolean
 
 /** What `validateExpressions` parses into a request (the fields dynalite's actions read). */
-const PARSED = ["_updates", "_condition", "_keyCondition", "_filter", "_projection"] as const
+export const PARSED = ["_updates", "_condition", "_keyCondition", "_filter", "_projection"] as const
 const EXPRESSIONS = ["UpdateExpression", "ConditionExpression", "KeyConditionExpression", "FilterExpression", "ProjectionExpression"] as const
 const TYPE_NAMES_READ = /attribute_type/i
+const BOUNDS_COMPARED = /between/i
 /** Distinct shapes kept; the service sends a few dozen. */
 const MEMO_SIZE = 1024
 
@@ -37,9 +38,11 @@ interface Parsed {
   readonly trees: ReadonlyArray<unknown>
   /** The values the trees hold, by name. */
   readonly values: Values | undefined
+  /** The expressions have a `BETWEEN`, whose bounds a reused tree must compare again. */
+  readonly between: boolean
 }
 
-/** A copy of `tree` with each of `from`'s value objects replaced by the one of the same name in `to`. */
+/** A copy of `tree` with each value object that `swap` has replaced by its counterpart. */
 const withValues = (tree: unknown, swap: ReadonlyMap<unknown, unknown>): unknown => {
   if (tree === null || typeof tree !== "object") return tree
   const swapped = swap.get(tree)
@@ -78,30 +81,29 @@ export const memoizeExpressions = (validations: Validations, compare: Compare): 
   const parsed = new Map<string, Parsed>()
   validations.validateExpressions = (data) => {
     const values = data["ExpressionAttributeValues"] as Values | undefined
-    if (EXPRESSIONS.some((field) => TYPE_NAMES_READ.test(String(data[field] ?? "")))) return validate(data)
     const key = shapeOf(data, values)
     const known = parsed.get(key)
     if (known === undefined) {
       const invalid = validate(data)
-      if (invalid === undefined) {
+      const text = EXPRESSIONS.map((field) => data[field] ?? "").join(" ")
+      if (invalid === undefined && !TYPE_NAMES_READ.test(text)) {
         if (parsed.size >= MEMO_SIZE) parsed.clear()
-        parsed.set(key, { trees: PARSED.map((field) => data[field]), values })
+        parsed.set(key, { trees: PARSED.map((field) => data[field]), values, between: BOUNDS_COMPARED.test(text) })
       }
       return invalid
     }
-    // Each value is checked as the original does (a number that is no number, an empty set…).
-    if (values !== undefined) {
+    let trees = known.trees
+    // The key has the same value names as `known`: both have values, or neither.
+    if (values !== undefined && known.values !== undefined) {
+      const swap = new Map<unknown, unknown>()
       for (const name of Object.keys(values)) {
-        const invalid = validations.validateAttributeValue(values[name])
-        if (invalid !== undefined) return validate(data)
+        // Each value is checked as the original does (a number that is no number, an empty set…).
+        if (validations.validateAttributeValue(values[name]) !== undefined) return validate(data)
+        swap.set(known.values[name], values[name])
       }
+      trees = trees.map((tree) => withValues(tree, swap))
+      if (known.between && trees.some((tree) => badBetween(tree, compare))) return validate(data)
     }
-    const swap = new Map<unknown, unknown>()
-    if (known.values !== undefined && values !== undefined) {
-      for (const name of Object.keys(known.values)) swap.set(known.values[name], values[name])
-    }
-    const trees = swap.size === 0 ? known.trees : known.trees.map((tree) => withValues(tree, swap))
-    if (swap.size > 0 && trees.some((tree) => badBetween(tree, compare))) return validate(data)
     PARSED.forEach((field, i) => {
       if (trees[i] !== undefined) data[field] = trees[i]
     })

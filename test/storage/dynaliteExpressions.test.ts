@@ -6,7 +6,7 @@
 import { createRequire } from "node:module"
 import { assert, describe, it } from "@effect/vitest"
 import { Schema } from "effect"
-import { type Compare, memoizeExpressions, type Validations } from "../../src/storage/dynaliteExpressions.ts"
+import { type Compare, memoizeExpressions, PARSED, type Validations } from "../../src/storage/dynaliteExpressions.ts"
 
 const fromDynalite = createRequire(createRequire(import.meta.url).resolve("dynalite"))
 const dynalite = fromDynalite("./validations/index.js") as Validations
@@ -56,7 +56,6 @@ const SHAPES: ReadonlyArray<(s: string, n: string) => Record<string, unknown>> =
   (_s, n) => ({ ConditionExpression: "#a < :v", ExpressionAttributeNames: { "#a": "a" }, ExpressionAttributeValues: { ":v": { N: n } } })
 ]
 
-const PARSED = ["_updates", "_condition", "_keyCondition", "_filter", "_projection"]
 const parsedOf = (data: Record<string, unknown>) => Object.fromEntries(PARSED.map((field) => [field, JSON.stringify(data[field])]))
 
 describe("dynalite's expression parses, remembered", () => {
