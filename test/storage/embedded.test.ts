@@ -6,7 +6,7 @@ import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { afterAll } from "vitest"
-import { makeDynamoClient } from "../../src/storage/dynamoClient.ts"
+import { scopedDynamoClient } from "../../src/storage/dynamoClient.ts"
 import { layerEmbedded, startDynalite } from "../../src/storage/embedded.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 
@@ -66,7 +66,7 @@ describe("embedded dynalite", () => {
   it.live("an expression parsed once is still checked against each request's item, and a bad one refused every time", () =>
     Effect.gen(function*() {
       const endpoint = yield* startDynalite(join(root, "expressions"))
-      const client = yield* Effect.promise(() => makeDynamoClient({ endpoint, region: "local" }))
+      const client = yield* scopedDynamoClient({ endpoint, region: "local" })
       const abortSignal = new AbortController().signal
       const send = <A>(promise: Promise<A>) => Effect.promise(() => promise.then((value) => ({ ok: true as const, value }), (error: Error) => ({ ok: false as const, name: error.name })))
       yield* Effect.promise(() => client.send("CreateTable", {
@@ -94,6 +94,5 @@ describe("embedded dynalite", () => {
       }
       const projected = yield* send(client.send("GetItem", { TableName: "memo", Key: { k: { S: "b" } }, ProjectionExpression: "#k", ExpressionAttributeNames: { "#k": "k" } }, { abortSignal }))
       assert.deepStrictEqual(projected.ok ? projected.value.Item : undefined, { k: { S: "b" } })
-      client.destroy()
     }).pipe(Effect.scoped), 60_000)
 })
