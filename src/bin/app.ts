@@ -42,7 +42,8 @@ import {
   storageOptionsOf,
   writeEmbeddedSecrets
 } from "../tools/storage.ts"
-import { createActiveTables, type Storage, StorageError } from "../storage/Storage.ts"
+import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
+import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
 import { listenFailure, StartupError } from "../domain/errors.ts"
@@ -54,9 +55,7 @@ export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageEr
   const options = storageOptionsOf(settings)
   if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
   dropPrestartedDynalite()
-  // Tables on a shared cluster are normally made by the maintenance tool; creating the missing
-  // active ones at start is what the seed did and keeps a fresh DynamoDB Local usable.
-  return Layer.effectDiscard(createActiveTables).pipe(
+  return layerTableKeeper.pipe(
     Layer.provideMerge(layerDynamo({ ...options, endpoint: settings.storageEndpoint, region: settings.awsRegion }))
   )
 }
@@ -77,17 +76,6 @@ export const startupFailure = (settings: Settings, error: unknown): string | und
   }
   if (error instanceof HttpServerError.ServeError) return listenFailure("endpoint_port", settings.bindHost, settings.endpointPort, error.cause).message
   return undefined
-}
-
-/** A cause as one line (no stack). */
-const causeText = (cause: unknown): string => {
-  const name = (cause as { readonly name?: unknown } | undefined)?.name
-  const code = (cause as { readonly code?: unknown } | undefined)?.code
-  const message = (cause as { readonly message?: unknown } | undefined)?.message
-  return [typeof name === "string" && name !== "Error" ? name : undefined, typeof code === "string" ? code : undefined, typeof message === "string" ? message : String(cause)]
-    .filter((part) => part !== undefined && part !== "")
-    .join(": ")
-    .split("\n")[0] as string
 }
 
 /**

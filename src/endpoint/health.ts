@@ -16,7 +16,7 @@ type CheckStatus = { readonly status: "OK" } | { readonly status: "NOT OK"; read
 const checkStatus = (statuses: ReadonlyArray<TableStatus>): CheckStatus => {
   const failed = statuses.find((s) => !s.ok)
   if (statuses.length === 0) return { status: "NOT OK", cause: "not checked" }
-  return failed === undefined ? { status: "OK" } : { status: "NOT OK", cause: failed.cause ?? `${failed.table} unavailable` }
+  return failed === undefined ? { status: "OK" } : { status: "NOT OK", cause: `${failed.table}: ${failed.cause ?? "unavailable"}` }
 }
 
 export interface HealthDocument {
@@ -32,16 +32,15 @@ export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointO
   const { platforms } = yield* Bridges
   const routers = { webpush: true, fcm: platforms.includes("fcm"), apns: platforms.includes("apns"), adm: platforms.includes("adm") }
 
-  /** Router table: every checked table that is not a message table; message table: the current one. */
+  /**
+   * Router table: every checked table that is not a message table; message table: the active ones
+   * (last, this and next month's), so a table missing before its month begins is reported then.
+   */
   const document = Effect.gen(function*() {
-    const [statuses, current, active] = yield* Effect.all([
-      storage.checkTables,
-      storage.currentMessageTable,
-      storage.activeMessageTables
-    ])
+    const [statuses, active] = yield* Effect.all([storage.checkTables, storage.activeMessageTables])
     return {
       router_table: checkStatus(statuses.filter((s) => !active.includes(s.table))),
-      message_table: checkStatus(statuses.filter((s) => s.table === current))
+      message_table: checkStatus(statuses.filter((s) => active.includes(s.table)))
     }
   }).pipe(
     Effect.catchTag("StorageError", (error) => {

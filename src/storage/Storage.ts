@@ -15,6 +15,7 @@
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
 import { StorageUnavailable } from "../domain/errors.ts"
 import type { MessageKey, Notification } from "../domain/notification.ts"
 import type { MessageStatus, ReceiptSubscription, StatusUpdate } from "../domain/receipt.ts"
@@ -25,6 +26,16 @@ export class StorageError extends Data.TaggedError("StorageError")<{
   readonly operation: string
   readonly cause: unknown
 }> {}
+
+/** A storage failure's cause as one line, for logs and messages: the server's error name, message and code, never a stack. */
+export const causeText = (cause: unknown): string => {
+  const name = Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : undefined
+  const message = Predicate.hasProperty(cause, "message") && Predicate.isString(cause.message) ? cause.message : undefined
+  const code = Predicate.hasProperty(cause, "code") && Predicate.isString(cause.code) ? cause.code : undefined
+  if (name === undefined && message === undefined) return String(cause).split("\n")[0] as string
+  const text = [name !== undefined && name !== "Error" ? name : undefined, message, code !== undefined && !(message ?? "").includes(code) ? `(${code})` : undefined]
+  return (text.filter((part) => part !== undefined && part !== "").join(": ").split("\n")[0]) as string
+}
 
 /**
  * A storage failure as the API answers it — 503/201 with Retry-After (`StorageUnavailable`), the
@@ -133,15 +144,15 @@ export interface StorageService {
   ) => Effect.Effect<TimestampPage, StorageError>
   /**
    * Delete one message; deleting a missing row is not an error.
-   * With `version`, only if the row still holds that message: an ack must not delete the newer
-   * message that replaced a topic meanwhile.
+   * With `version`, only if the row still holds that message (an ack must not delete the newer
+   * message that replaced a topic meanwhile), and true when it did; without, always true.
    */
   readonly deleteMessage: (
     uaid: string,
     table: string,
     key: MessageKey,
     version?: string
-  ) => Effect.Effect<void, StorageError>
+  ) => Effect.Effect<boolean, StorageError>
   /** Delete these messages, unconditionally, in batches; missing rows are not an error. */
   readonly deleteMessages: (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) => Effect.Effect<void, StorageError>
 

@@ -16,7 +16,8 @@ import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import { layerDynamo } from "./dynamodb.ts"
 import { dynaliteWorker } from "./dynaliteWorker.ts"
-import { createActiveTables, type Storage, StorageError } from "./Storage.ts"
+import { type Storage, StorageError } from "./Storage.ts"
+import { layerTableKeeper } from "./tableKeeper.ts"
 import type { StorageOptions } from "./tables.ts"
 
 /** Why the embedded data cannot be used: another process holds it, or it cannot be opened. */
@@ -113,9 +114,8 @@ export const announceEmbedded = (dataDir: string, endpoint: string) =>
   )
 
 /**
- * Storage on an embedded dynalite under `dataDir`. The router and active message tables are
- * created on start and re-checked every hour, so that next month's table exists before the month
- * turns (nothing else creates tables in the all-in-one process).
+ * Storage on an embedded dynalite under `dataDir`, its tables kept present (`tableKeeper.ts`):
+ * created on start, checked every hour.
  */
 export const layerEmbedded = (
   options: StorageOptions & { readonly dataDir: string; readonly timeoutMs?: number | undefined }
@@ -126,16 +126,4 @@ export const layerEmbedded = (
       yield* announceEmbedded(options.dataDir, endpoint)
       return layerDynamo({ ...options, endpoint, region: "local" })
     })
-  ).pipe(
-    Layer.tap((context) =>
-      Effect.gen(function*() {
-        yield* createActiveTables
-        yield* createActiveTables.pipe(
-          Effect.catch((error) => Effect.logWarning("creating message tables failed", error)),
-          Effect.delay("1 hour"),
-          Effect.forever,
-          Effect.forkScoped
-        )
-      }).pipe(Effect.provideContext(context))
-    )
-  )
+  ).pipe(Layer.tap((context) => Layer.build(layerTableKeeper).pipe(Effect.provideContext(context))))

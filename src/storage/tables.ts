@@ -3,8 +3,9 @@
  * are UTC).
  *
  * - With rotation, message tables are `{prefix}_{YYYY}_{MM}`; the *current* table is this month's;
- *   the *active* tables are last month's, this month's and, on the last day of a month (when
- *   "tomorrow" is already in the next month), next month's.
+ *   the *active* tables are last month's, this month's and next month's: the ones a user's
+ *   `current_month` may name and still be served, and the ones every node keeps present (so next
+ *   month's table is there long before the month turns).
  * - With `noTableRotation`, there is exactly one message table and it is named exactly `{prefix}`.
  *   (PY picked "the lexically latest table with the prefix"; a fixed name is deterministic, needs
  *   no listing at start-up, and an operator migrating a PY single-table deployment sets the prefix
@@ -44,12 +45,11 @@ export const monthTableName = (prefix: string, ms: number): string => tableForIn
 export const currentTableName = (options: StorageOptions, nowMs: number): string =>
   options.noTableRotation ? options.messageTablePrefix : monthTableName(options.messageTablePrefix, nowMs)
 
-/** Last month, this month, and next month when tomorrow is in a new month; oldest first. */
+/** Last month, this month and next month; oldest first. */
 export const activeTableNames = (options: StorageOptions, nowMs: number): ReadonlyArray<string> => {
   if (options.noTableRotation) return [options.messageTablePrefix]
   const now = monthIndex(nowMs)
-  const indexes = monthIndex(nowMs + DAY_MS) !== now ? [now - 1, now, now + 1] : [now - 1, now]
-  return indexes.map((i) => tableForIndex(options.messageTablePrefix, i))
+  return [now - 1, now, now + 1].map((i) => tableForIndex(options.messageTablePrefix, i))
 }
 
 /** Whether `name` is one of our message tables: `{prefix}_{YYYY}_{MM}`, or `{prefix}` itself. */

@@ -14,13 +14,12 @@ import * as Console from "effect/Console"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as Predicate from "effect/Predicate"
 import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options } from "../config/options.ts"
 import { errorName } from "../storage/dynamoRequests.ts"
 import { stopTeardown } from "../bin/teardown.ts"
-import type { StorageError } from "../storage/Storage.ts"
+import { causeText, type StorageError } from "../storage/Storage.ts"
 
 /** Bad arguments: printed with a pointer to `--help`, exit 2. */
 export class UsageError extends Data.TaggedError("UsageError")<{ readonly message: string }> {}
@@ -159,15 +158,6 @@ export const settingsHelp = (names: ReadonlyArray<OptionName>): ReadonlyArray<st
 ]
 
 // ── failures and running ─────────────────────────────────────────────────────────────────────────
-
-const causeText = (cause: unknown): string => {
-  const name = errorName(cause)
-  const message = Predicate.hasProperty(cause, "message") && Predicate.isString(cause.message) ? cause.message : undefined
-  const code = Predicate.hasProperty(cause, "code") && Predicate.isString(cause.code) ? cause.code : undefined
-  if (name === undefined && message === undefined) return String(cause)
-  const text = [name !== undefined && name !== "Error" ? name : undefined, message, code !== undefined && !(message ?? "").includes(code) ? `(${code})` : undefined]
-  return text.filter((part) => part !== undefined && part !== "").join(": ")
-}
 
 /** What went wrong with storage, with a hint for the usual causes. */
 export const describeStorageError = (error: StorageError, settings?: Settings): string => {

@@ -2,9 +2,9 @@
  * `maintenance`: the table chores of a deployment on DynamoDB (or on the embedded data of a stopped
  * all-in-one), over the Storage service.
  *
- * - `create-tables`: the router table and this and next month's message tables (the single table
- *   with `no_table_rotation`), so that the nodes never meet a month without its table; run it
- *   from cron (daily or weekly) on a cluster.
+ * - `create-tables`: the router and receipt tables and the active message tables (last, this and
+ *   next month's; the single table with `no_table_rotation`). The nodes do the same at start and
+ *   every hour; this is for deployments whose nodes may not create tables.
  * - `list-tables`: what exists, which tables are active.
  * - `drop-tables --older-than N`: message tables more than N months before this month; never an
  *   active one (last, this or next month).
@@ -21,7 +21,7 @@ import { HelpRequested, type Settings } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
 import type { DynamoTables } from "../storage/dynamoExport.ts"
 import { Storage } from "../storage/Storage.ts"
-import { activeTableNames, currentTableName, monthIndex, monthTableName, type StorageOptions, staleMonths } from "../storage/tables.ts"
+import { activeTableNames, currentTableName, monthIndex, type StorageOptions, staleMonths } from "../storage/tables.ts"
 import {
   describeStorageError,
   intFlag,
@@ -62,14 +62,6 @@ export const tableMonthIndex = (options: StorageOptions, name: string): number |
   return Number(match[1]) * 12 + Number(match[2]) - 1
 }
 
-/** The message tables `create-tables` makes: this month's and next month's (or the single table). */
-export const tablesToCreate = (options: StorageOptions, nowMs: number): ReadonlyArray<string> => {
-  if (options.noTableRotation) return [currentTableName(options, nowMs)]
-  const d = new Date(nowMs)
-  const nextMonth = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1)
-  return [monthTableName(options.messageTablePrefix, nowMs), monthTableName(options.messageTablePrefix, nextMonth)]
-}
-
 /**
  * Monthly tables of `existing` whose month is more than `olderThan` months before the month of
  * `nowMs`, minus the active tables whatever `olderThan` is.
@@ -107,14 +99,14 @@ export interface Command {
 }
 
 const createTables: Command = {
-  summary: "create the router table and this and next month's message tables",
+  summary: "create the router and receipt tables and last, this and next month's message tables",
   usage: "create-tables",
   description: [
-    "Creates what is missing of: the router table (with its AccessIndex on last_connect), this",
-    "month's and next month's message tables (with TTL on expiry), or the single message table",
-    "with no_table_rotation. Tables are created PAY_PER_REQUEST. Safe to repeat: run it from cron",
-    "(daily or weekly) so that next month's table exists before the month turns. The nodes create",
-    "missing active tables only when they start."
+    "Creates what is missing of: the router table (with its AccessIndex on last_connect), the",
+    "receipt table, last, this and next month's message tables (with TTL on expiry), or the single",
+    "message table with no_table_rotation. Tables are created PAY_PER_REQUEST. Safe to repeat. The",
+    "nodes do the same when they start and every hour, so this is needed only where they may not",
+    "create tables (no dynamodb:CreateTable): then run it at least once a month, before the 1st."
   ],
   flags: [],
   mayCreate: true,
@@ -123,7 +115,7 @@ const createTables: Command = {
       Effect.gen(function*() {
         const storage = yield* Storage
         const options = storageOptionsOf(settings)
-        const targets = tablesToCreate(options, yield* Clock.currentTimeMillis)
+        const targets = activeTableNames(options, yield* Clock.currentTimeMillis)
         const routerBefore = (yield* storage.checkTables).find((t) => t.table === options.routerTable)?.ok ?? false
         const before = new Set(yield* storage.listMessageTables)
         yield* storage.createTables(targets)
@@ -160,7 +152,7 @@ const listTables: Command = {
           const marks = [...(active.includes(table) ? ["active"] : []), ...(table === current ? ["current"] : [])]
           yield* say(`  ${table}${marks.length > 0 ? `  (${marks.join(", ")})` : ""}`)
         }
-        const missing = tablesToCreate(options, now).filter((table) => !tables.includes(table))
+        const missing = active.filter((table) => !tables.includes(table))
         if (missing.length > 0) yield* say(`missing: ${missing.join(", ")} (run create-tables)`)
       })
     )

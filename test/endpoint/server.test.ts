@@ -7,6 +7,8 @@ import { request as httpRequest } from "node:http"
 import { Effect, Layer, Logger } from "effect"
 import { errorAnswers, MORE_INFO } from "../../src/domain/errors.ts"
 import { boundPort } from "../../src/endpoint/server.ts"
+import { Storage } from "../../src/storage/Storage.ts"
+import { monthTableName } from "../../src/storage/tables.ts"
 import { rawHttp } from "../connection/raw.ts"
 import { endpointWith, FakeNodeClient, options, request, subscribe, TestEndpoint, withStorageFaults } from "./harness.ts"
 
@@ -55,6 +57,20 @@ describe("endpoint server", () => {
         assert.strictEqual(body.status, "ERROR")
         assert.strictEqual(body.router_table.status, "NOT OK")
         assert.strictEqual(body.message_table.cause, "injected fault")
+      }))
+
+    it.effect("/__heartbeat__ is 503 naming the table while next month's message table is missing, 200 once it is back", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const next = (yield* storage.activeMessageTables)[2] as string
+        assert.strictEqual(next, monthTableName("message", Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth() + 1, 1)))
+        yield* storage.dropMessageTable(next)
+        const missing = yield* request({ method: "GET", path: "/__heartbeat__" })
+        assert.strictEqual(missing.status, 503)
+        assert.strictEqual(missing.json().router_table.status, "OK")
+        assert.deepStrictEqual(missing.json().message_table, { status: "NOT OK", cause: `${next}: table not found` })
+        yield* storage.createTables([next])
+        assert.strictEqual((yield* request({ method: "GET", path: "/__heartbeat__" })).status, 200)
       }))
 
     it.effect("/__lbheartbeat__, /status, /__version__", () =>

@@ -32,10 +32,10 @@ describe("message table names", () => {
     assert.strictEqual(currentTableName(rotating, Date.UTC(2025, 6, 4)), "message_2025_07")
   })
 
-  it("active: last and this month; next month too on a month's last day", () => {
-    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 15)), ["message_2023_12", "message_2024_01"])
-    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 30, 23, 59)), ["message_2023_12", "message_2024_01"])
-    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 31)), [
+  it("active: last, this and next month, whatever the day (next month's table is there long before the turn)", () => {
+    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 1)), ["message_2023_12", "message_2024_01", "message_2024_02"])
+    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 15)), ["message_2023_12", "message_2024_01", "message_2024_02"])
+    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 31, 23, 59, 59, 999)), [
       "message_2023_12",
       "message_2024_01",
       "message_2024_02"
@@ -50,6 +50,7 @@ describe("message table names", () => {
       "message_2024_12",
       "message_2025_01"
     ])
+    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2025, 0, 1)), ["message_2024_12", "message_2025_01", "message_2025_02"])
   })
 
   it("no_table_rotation: the single table is named exactly the prefix", () => {

@@ -1,0 +1,57 @@
+/**
+ * Tables are never missing: every node that writes messages keeps the router table, the receipt
+ * table and the active message tables (last, this and next month's) present, checked when it starts
+ * and every hour after, so the month turns with next month's table long in place and no cron is
+ * needed. Creating is idempotent: nodes racing to create a table all end up with the same one.
+ *
+ * Where this node may not create tables (an IAM role without `dynamodb:CreateTable`), it still
+ * starts: it says which tables are missing and the command that makes them, says it again at
+ * every check while they are missing, and `/__heartbeat__` reports them. Only storage that cannot
+ * be reached at all stops a start.
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import { causeText, Storage, type StorageError } from "./Storage.ts"
+
+/** How often a node checks that its tables exist. */
+export const TABLE_CHECK_INTERVAL = Duration.hours(1)
+
+/** What an operator runs to make the tables when the nodes may not. */
+export const CREATE_TABLES_COMMAND = "npm run maintenance -- create-tables"
+
+/**
+ * One check: which tables are missing, each created in turn. Fails only when storage cannot be
+ * read at all; a table that cannot be created is logged (with the command that makes it).
+ */
+export const ensureTables: Effect.Effect<void, StorageError, Storage> = Effect.gen(function*() {
+  const storage = yield* Storage
+  const missing = (yield* storage.checkTables).filter((status) => !status.ok).map((status) => status.table)
+  if (missing.length === 0) return
+  yield* storage.createTables(yield* storage.activeMessageTables).pipe(
+    Effect.tap(() => Effect.logInfo("tables created").pipe(Effect.annotateLogs({ tables: missing.join(", ") }))),
+    Effect.catchTag("StorageError", (error) =>
+      Effect.logError(
+        `tables missing and not created: ${missing.join(", ")}; run \`${CREATE_TABLES_COMMAND}\` with credentials that may ` +
+          "create tables, or allow dynamodb:CreateTable to this node"
+      ).pipe(Effect.annotateLogs({ cause: causeText(error.cause) })))
+  )
+})
+
+/**
+ * The keeper: a check before the node starts (storage unreachable → the start fails), then one
+ * every `TABLE_CHECK_INTERVAL` in the background for as long as the node runs.
+ */
+export const layerTableKeeper: Layer.Layer<never, StorageError, Storage> = Layer.effectDiscard(
+  Effect.gen(function*() {
+    yield* ensureTables
+    yield* ensureTables.pipe(
+      Effect.catchTag("StorageError", (error) =>
+        Effect.logWarning("checking the tables failed").pipe(Effect.annotateLogs({ cause: causeText(error.cause) }))),
+      Effect.repeat(Schedule.spaced(TABLE_CHECK_INTERVAL)),
+      Effect.delay(TABLE_CHECK_INTERVAL),
+      Effect.forkScoped
+    )
+  })
+)

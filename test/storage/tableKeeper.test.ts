@@ -1,0 +1,86 @@
+/**
+ * The table keeper: a node keeps the router, receipt and last, this and next month's message tables
+ * present — created at start and at every hourly check, whatever the day of the month — and where
+ * it may not create them it still starts, says which tables are missing and how to make them, and
+ * says it again at each check.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Layer, Logger } from "effect"
+import { TestClock } from "effect/testing"
+import { layerMemory } from "../../src/storage/memory.ts"
+import { mapStorageOperations, Storage, StorageError } from "../../src/storage/Storage.ts"
+import { CREATE_TABLES_COMMAND, layerTableKeeper } from "../../src/storage/tableKeeper.ts"
+
+const options = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }
+
+/** Log lines written while a test runs, captured. */
+const captured = () => {
+  const lines: Array<{ readonly level: string; readonly text: string }> = []
+  const layer = Logger.layer([
+    Logger.make(({ logLevel, message }) => void lines.push({ level: logLevel, text: (Array.isArray(message) ? message : [message]).map(String).join(" ") }))
+  ])
+  return { lines, layer }
+}
+
+/** What the keeper found missing: the tables a check reports not OK. */
+const missingTables = Storage.use((storage) => Effect.map(storage.checkTables, (statuses) => statuses.filter((s) => !s.ok).map((s) => s.table)))
+
+/** Memory storage where CreateTable is denied (as for an IAM role without dynamodb:CreateTable). */
+const deniedCreate = Layer.effect(
+  Storage,
+  Effect.map(Storage, (inner) =>
+    mapStorageOperations(inner, (name) => (operation) =>
+      name === "createTables"
+        ? Effect.fail(new StorageError({ operation: name, cause: Object.assign(new Error("not authorized to perform: dynamodb:CreateTable"), { name: "AccessDeniedException" }) })) as never
+        : operation))
+).pipe(Layer.provideMerge(layerMemory(options)))
+
+describe("table keeper", () => {
+  it.effect("creates last, this and next month's tables at start, mid-month, and next month's again after the turn", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.UTC(2027, 0, 12, 9))
+      const storage = yield* Storage
+      assert.deepStrictEqual(yield* missingTables, ["router", "router_receipts", "message_2026_12", "message_2027_01", "message_2027_02"])
+      yield* Layer.build(layerTableKeeper)
+      assert.deepStrictEqual(yield* missingTables, [])
+      assert.deepStrictEqual(yield* storage.listMessageTables, ["message_2026_12", "message_2027_01", "message_2027_02"])
+
+      // The month turns: within the hour, the new next month's table is made.
+      yield* TestClock.setTime(Date.UTC(2027, 0, 31, 23, 59, 59))
+      assert.deepStrictEqual(yield* missingTables, [])
+      yield* TestClock.adjust("1 hour")
+      assert.deepStrictEqual(yield* missingTables, [])
+      assert.includeMembers([...(yield* storage.listMessageTables)], ["message_2027_01", "message_2027_02", "message_2027_03"])
+
+      // A table an operator dropped by mistake is back at the next check.
+      yield* storage.dropMessageTable("message_2027_02")
+      yield* TestClock.adjust("1 hour")
+      assert.deepStrictEqual(yield* missingTables, [])
+    }).pipe(Effect.scoped, Effect.provide(layerMemory(options))))
+
+  it.effect("where creating is denied, the node still starts and names the missing tables and the command, at start and at every check", () => {
+    const logs = captured()
+    return Effect.gen(function*() {
+      yield* TestClock.setTime(Date.UTC(2027, 0, 31, 23, 0))
+      yield* Layer.build(layerTableKeeper)
+      const errors = () => logs.lines.filter((line) => line.level === "Error").map((line) => line.text)
+      assert.strictEqual(errors().length, 1)
+      const [error] = errors()
+      assert.include(error, "tables missing and not created: router, router_receipts, message_2026_12, message_2027_01, message_2027_02")
+      assert.include(error, CREATE_TABLES_COMMAND)
+      yield* TestClock.adjust("1 hour")
+      assert.strictEqual(errors().length, 2, "said again at the hourly check")
+    }).pipe(Effect.scoped, Effect.provide(deniedCreate), Effect.provide(logs.layer))
+  })
+
+  it.effect("storage that cannot be read at all fails the start", () =>
+    Effect.gen(function*() {
+      const unreachable = Layer.effect(
+        Storage,
+        Effect.map(Storage, (inner) =>
+          mapStorageOperations(inner, (name) => () => Effect.fail(new StorageError({ operation: name, cause: "connect ECONNREFUSED 127.0.0.1:8000" })) as never))
+      ).pipe(Layer.provideMerge(layerMemory(options)))
+      const exit = yield* Layer.build(layerTableKeeper).pipe(Effect.provide(unreachable), Effect.exit)
+      assert.isTrue(exit._tag === "Failure")
+    }).pipe(Effect.scoped))
+})
