@@ -32,3 +32,12 @@ export const lastConnectValue = (nowMs: number, spread: number = randomInt(0, 11
   const key = `${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, "0")}${String(d.getUTCHours()).padStart(2, "0")}${String(spread).padStart(4, "0")}`
   return Number(key)
 }
+
+/**
+ * Where messages written into `table` for a user belong, by its router record as read after the
+ * write: a message lives in the table the record names when it is read, not the one it named when
+ * the message was routed. The table they must follow the user to, or undefined when they stay (the
+ * record still names `table`, or names none: the user is gone).
+ */
+export const tableMovedTo = (table: string, after: UserRecord | undefined): string | undefined =>
+  after?.currentMonth !== undefined && after.currentMonth !== table ? after.currentMonth : undefined

@@ -13,7 +13,7 @@ import { backoff, closeEarly, closeLive, COLLECTING, NOTHING, type Out, remember
 import type { Closed, Closing, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
 import { receiptOf } from "../domain/events.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
-import type { UserRecord } from "../domain/user.ts"
+import { tableMovedTo, type UserRecord } from "../domain/user.ts"
 
 type Failed = Extract<CommandResult, { _tag: "CommandFailed" }>
 
@@ -48,7 +48,8 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
 /**
  * What to save of an ended session: unacked direct messages, unexpired, re-stamped so they sort after
  * what is stored and do not collide; a topic message only if it is still the newest of its topic.
- * Acked rows not deleted yet go first.
+ * Acked rows not deleted yet go first — those acked since the last delete, and those of a delete
+ * that failed and waits for its retry: acked means deleted, whenever the socket closes.
  */
 export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase => {
   const s = phase.session
@@ -70,7 +71,8 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
     if (n.topic === undefined) messages.push({ ...n, sortkeyTimestamp: out.now + messages.length })
     else if (newest) messages.push(n)
   }
-  const acked = replaced.length === 0 ? ackedRows : [...ackedRows, ...replaced]
+  const pending = s.retry?.command._tag === "DeleteMessages" ? s.retry.command.messages : NOTHING
+  const acked = replaced.length === 0 && pending.length === 0 ? ackedRows : [...pending, ...ackedRows, ...replaced]
   if (acked.length === 0) return saveUnacked(phase, messages, out)
   out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: acked, attempt: 0 })
   return { ...phase, stage: { _tag: "DeletingAcked", messages } }
@@ -111,9 +113,10 @@ export const closingUserRead = (phase: Closing, { user }: { readonly user: UserR
       return { ...phase, stage: { _tag: "Saving", table } }
     }
     case "ReadingAfter": {
-      if (user?.currentMonth === undefined || user.currentMonth === stage.table) return finish(phase, user, stage.saved, out)
+      const moved = tableMovedTo(stage.table, user)
+      if (user === undefined || moved === undefined) return finish(phase, user, stage.saved, out)
       // The user moved to a new month while we saved (its session may have swept the old one already).
-      out.run({ _tag: "SaveMessages", uaid: session.uaid, table: user.currentMonth, messages: stage.saved, attempt: 0 })
+      out.run({ _tag: "SaveMessages", uaid: session.uaid, table: moved, messages: stage.saved, attempt: 0 })
       return { ...phase, stage: { _tag: "Following", from: stage.table, after: user, saved: stage.saved } }
     }
     default:

@@ -8,17 +8,21 @@
  * 2. TTL 0 → nothing is stored ("dropped");
  * 3. store in the user's message table (failure → 503/201); a timestamp message whose ms is taken
  *    for its channel goes to the next ms, under a new id;
- * 4. re-read the user: gone → 410/105; connected somewhere → `PUT {node}/notif/{uaid}` so that node
- *    picks the message up (a client that reconnected while we stored would otherwise miss it).
+ * 4. re-read the user: gone → 410/105; moved to another month's table since the record the message
+ *    was stored by was read (a cached record, or a move that raced the store) → the message follows
+ *    it there (`followMove`); connected somewhere → `PUT {node}/notif/{uaid}` so that node picks the
+ *    message up (a client that reconnected while we stored would otherwise miss it). Unreadable:
+ *    the message stays where it is, which is right unless it went to an older month's table (the
+ *    user may have moved): then the push is answered 503, never 201 for a message no hello reads.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { StorageUnavailable, UserDeletedDuringRouting } from "../domain/errors.ts"
 import type { RouteOutcome } from "../domain/events.ts"
-import { type Notification, sortkeyMs } from "../domain/notification.ts"
+import { messageKeyOf, type Notification, sortkeyMs } from "../domain/notification.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
-import type { UserRecord } from "../domain/user.ts"
+import { tableMovedTo, type UserRecord } from "../domain/user.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
@@ -91,21 +95,43 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
           Effect.catchTag("NodeTransportError", () => forgetNode(user.uaid, nodeId, user.connectedAt).pipe(Effect.as(false)))
         )
 
-      /** Step 4: poke the node the user is connected to now, if any; the record as read (null: unreadable). */
-      const pokeCurrentNode = (uaid: string) =>
-        storage.getUser(uaid).pipe(
-          // Unreadable now: the message is stored, the client gets it at its next check.
-          Effect.catchTag("StorageError", () => Effect.succeed(null)),
-          Effect.flatMap((fresh) => {
-            if (fresh === undefined) return Effect.fail(new UserDeletedDuringRouting())
-            if (fresh === null || fresh.nodeId === undefined) return Effect.succeed(fresh)
-            const nodeId = fresh.nodeId
-            return node.notify(nodeId, uaid).pipe(
-              Effect.catchTag("NodeTransportError", () => forgetNode(uaid, nodeId, fresh.connectedAt)),
-              Effect.as(fresh)
-            )
-          })
+      /**
+       * Step 4, the user moved to table `to` since `stored` went into `from`: saved there (unless a
+       * newer message of its topic is there already), then taken out of `from`. Only the user's
+       * sessions remove stored rows, so a row no longer in `from` was read and acked there meanwhile
+       * (or replaced by a newer message of its topic): then its copy goes too.
+       */
+      const followMove = Effect.fnUntraced(function*(uaid: string, from: string, to: string, stored: Notification) {
+        const [saved] = yield* storage.saveMessages(uaid, to, [stored])
+        yield* Effect.gen(function*() {
+          const wasThere = yield* storage.deleteMessage(uaid, from, messageKeyOf(stored), stored.version)
+          if (!wasThere && saved !== undefined) yield* storage.deleteMessage(uaid, to, messageKeyOf(saved), saved.version)
+        }).pipe(Effect.catchTag("StorageError", (error) => Effect.logWarning("removing a moved message's old copy failed", error)))
+        return saved ?? stored
+      })
+
+      /** Step 4: poke the node the user is connected to now, if any. */
+      const pokeCurrentNode = (fresh: UserRecord) => {
+        const nodeId = fresh.nodeId
+        if (nodeId === undefined) return Effect.void
+        return node.notify(nodeId, fresh.uaid).pipe(Effect.catchTag("NodeTransportError", () => forgetNode(fresh.uaid, nodeId, fresh.connectedAt)))
+      }
+
+      /** Step 4: the record read again after the store, the message moved where it now lives, the node poked. */
+      const afterStore = Effect.fnUntraced(function*(uaid: string, table: string, stored: Notification) {
+        const fresh = yield* storage.getUser(uaid).pipe(Effect.catchTag("StorageError", (error) =>
+          Effect.flatMap(storage.currentMessageTable, (current) =>
+            // This month's table is the newest a user lives in: a message there is where the user is.
+            table === current ? Effect.succeed(null) : storageUnavailable(error))))
+        if (fresh === undefined) return yield* new UserDeletedDuringRouting()
+        if (fresh === null) return { outcome: "stored", notification: stored } satisfies Routed
+        const moved = tableMovedTo(table, fresh)
+        const placed = moved === undefined ? stored : yield* followMove(uaid, table, moved, stored).pipe(
+          Effect.catchTag("StorageError", storageUnavailable)
         )
+        yield* pokeCurrentNode(fresh)
+        return { outcome: "stored", notification: placed, reread: fresh } satisfies Routed
+      })
 
       const route = Effect.fnUntraced(function*(
         user: UserRecord,
@@ -118,8 +144,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
           Effect.catchTag("StorageError", storageUnavailable),
           spans.span("notification.store")
         )
-        const reread = yield* pokeCurrentNode(user.uaid)
-        return { outcome: "stored", notification: stored, reread: reread ?? undefined }
+        return yield* afterStore(user.uaid, table, stored)
       })
 
       const routeDirect = Effect.fnUntraced(function*(user: UserRecord, notification: Notification) {

@@ -457,7 +457,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
                 : {})
             },
             o
-          ))).pipe(Effect.asVoid)
+          )))
 
       const maintenance = makeMaintenance(client, requests, options, deleteUserRows)
       const receipts = makeReceipts(client, requests, options)

@@ -246,9 +246,10 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
     const deleteMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version?: string) {
       const t = yield* messageTable("deleteMessage", table)
       const rows = t.get(uaid)
-      if (rows === undefined) return
       const sortKey = sortKeyOf(key)
-      if (version === undefined || rows.messages.get(sortKey)?.version === version) rows.messages.delete(sortKey)
+      if (version !== undefined && rows?.messages.get(sortKey)?.version !== version) return false
+      rows?.messages.delete(sortKey)
+      return true
     })
 
     // ── receipts: per subscription, its expiry and its messages' status rows ─────────────────────

@@ -7,6 +7,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { EndpointCrypto, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
 import { MORE_INFO } from "../../src/domain/errors.ts"
+import { messageKeyOf } from "../../src/domain/notification.ts"
 import { EventLogMemory } from "../../src/observability/EventLog.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import {
@@ -438,6 +439,59 @@ describe("routing with the router cache (router_cache_ttl)", () => {
         yield* cameBack(sub, { nodeId: node })
         assert.strictEqual((yield* push(sub, { ...headers, ttl: 0 }, BODY)).status, 201)
         assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => c.kind), ["push"])
+      }))
+
+    it.effect("offline on last month's table: the client came back and moved to this month's; a push on the cached record is stored where it lives now", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const [lastMonth, thisMonth] = (yield* storage.activeMessageTables) as [string, string]
+        const node = yield* fakeNode(404)
+        const sub = yield* subscribe({ currentMonth: lastMonth })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        // Its session drained last month's table and moved the user (channels, then the record).
+        yield* storage.deleteMessages(sub.uaid, lastMonth, (yield* messagesOf(sub)).map(messageKeyOf))
+        yield* storage.addChannels(sub.uaid, thisMonth, [sub.channelId])
+        yield* cameBack(sub, { nodeId: node })
+        yield* storage.updateUser(sub.uaid, { currentMonth: thisMonth })
+        const reply = yield* push(sub, headers, BODY)
+        assert.strictEqual(reply.status, 201)
+        const id = messageIdOf(reply.headers["location"])
+        assert.deepStrictEqual((yield* messagesOf(sub)).map((n) => n.version), [], "nothing left in last month's table")
+        assert.deepStrictEqual((yield* messagesOf({ uaid: sub.uaid, table: thisMonth })).map((n) => n.version), [id])
+        assert.deepStrictEqual((yield* nodeCalls(sub.uaid)).map((c) => [c.kind, c.nodeId]), [["notify", node]])
+      }))
+
+    it.effect("a topic message moved to the user's new month does not replace a newer one of its topic there", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const [lastMonth, thisMonth] = (yield* storage.activeMessageTables) as [string, string]
+        const sub = yield* subscribe({ currentMonth: lastMonth })
+        assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
+        yield* storage.deleteMessages(sub.uaid, lastMonth, (yield* messagesOf(sub)).map(messageKeyOf))
+        yield* storage.addChannels(sub.uaid, thisMonth, [sub.channelId])
+        yield* cameBack(sub)
+        yield* storage.updateUser(sub.uaid, { currentMonth: thisMonth })
+        // A newer message of the topic is in the new month already (sent through a fresh record).
+        const crypto = yield* EndpointCrypto
+        const now = Date.now() + 60_000
+        const newer = { channelId: sub.channelId, topic: "t", ttl: 60, timestamp: Math.floor(now / 1000), sortkeyTimestamp: now }
+        const version = yield* crypto.makeMessageId({ kind: "topic", uaid: sub.uaid, channelId: sub.channelId, topic: "t", receipt: undefined })
+        yield* storage.saveMessage(sub.uaid, thisMonth, { ...newer, version })
+        assert.strictEqual((yield* push(sub, { ...headers, topic: "t" }, BODY)).status, 201)
+        assert.deepStrictEqual((yield* messagesOf({ uaid: sub.uaid, table: thisMonth })).map((n) => n.version), [version])
+        assert.deepStrictEqual(yield* messagesOf(sub), [], "nor is it left in last month's table")
+      }))
+
+    it.effect("the re-read fails after a store into last month's table → 503/201 (the user may have moved), never 201", () =>
+      Effect.gen(function*() {
+        const storage = yield* Storage
+        const [lastMonth] = (yield* storage.activeMessageTables) as [string]
+        const faults = yield* StorageFaults
+        const nodeId = yield* fakeNode(() => Effect.sync(() => faults.set("getUser", "fail")).pipe(Effect.as(404)))
+        const sub = yield* subscribe({ nodeId, currentMonth: lastMonth })
+        const reply = yield* push(sub).pipe(Effect.ensuring(Effect.sync(() => faults.clear())))
+        assert.strictEqual(reply.status, 503)
+        assert.strictEqual(JSON.parse(reply.text).errno, 201)
       }))
 
     it.effect("a user dropped meanwhile: its node does not know it, the fresh read finds nobody → 410", () =>

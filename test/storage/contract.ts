@@ -62,11 +62,11 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
     // ── tables ──────────────────────────────────────────────────────────────────────────────────
 
-    test("table names follow the Clock: two active tables mid-month, three on the last day", (s, o) =>
+    test("table names follow the Clock: last, this and next month are active", (s, o) =>
       Effect.gen(function*() {
         const p = o.messageTablePrefix
         assert.strictEqual(yield* s.currentMessageTable, `${p}_2034_05`)
-        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_04`, `${p}_2034_05`])
+        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_04`, `${p}_2034_05`, `${p}_2034_06`])
         yield* TestClock.setTime(Date.UTC(2034, 11, 31, 23, 59))
         assert.strictEqual(yield* s.currentMessageTable, `${p}_2034_12`)
         assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_11`, `${p}_2034_12`, `${p}_2035_01`])
@@ -366,9 +366,11 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 2)).length, 2)
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(2), table, 10), [])
 
-        yield* s.deleteMessage(uaid(1), table, messageKeyOf(second), "v1") // a newer message replaced it: kept
+        // A newer message replaced it: kept, and the answer says it was not there.
+        assert.isFalse(yield* s.deleteMessage(uaid(1), table, messageKeyOf(second), "v1"))
         assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).length, 3)
-        yield* s.deleteMessage(uaid(1), table, messageKeyOf(second), "v2")
+        assert.isTrue(yield* s.deleteMessage(uaid(1), table, messageKeyOf(second), "v2"))
+        assert.isFalse(yield* s.deleteMessage(uaid(1), table, messageKeyOf(second), "v2"), "gone already")
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [otherTopic, other].map(storedNotification))
       }))
 
@@ -417,7 +419,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
         yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[2]!))
         yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[2]!)) // missing: fine
-        yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[0]!), "other") // not that message: kept
+        assert.isFalse(yield* s.deleteMessage(uaid(1), table, messageKeyOf(messages[0]!), "other")) // not that message: kept
         const left = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
         assert.deepStrictEqual(left.messages.map((m) => m.sortkeyTimestamp), [T0 + 10, T0 + 20, T0 + 30, T0 + 40, T0 + 1000])
 
