@@ -19,7 +19,7 @@ import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
-import type { StorageError, StorageService } from "../storage/Storage.ts"
+import { causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, CommandResult, Input, SessionEvent, Signal, Transition } from "./inputs.ts"
 import { type Consumer, Mailbox } from "./mailbox.ts"
@@ -349,7 +349,12 @@ export class SessionRunner implements Consumer<SessionEvent> {
     return this.perform(command, now).pipe(
       Effect.catchTag("StorageError", (error) =>
         Effect.logWarning("storage failed").pipe(
-          Effect.annotateLogs({ command: command._tag, operation: error.operation }),
+          Effect.annotateLogs({
+            command: command._tag,
+            operation: error.operation,
+            ...("table" in command ? { table: command.table } : {}),
+            cause: causeText(error.cause)
+          }),
           Effect.as<CommandResult>({ _tag: "CommandFailed", command })
         ))
     )
