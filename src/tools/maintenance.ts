@@ -130,8 +130,8 @@ const listTables: Command = {
   usage: "list-tables",
   description: [
     "Lists our message tables, oldest first, marking the active ones (the tables a user's",
-    "current_month may name and still be served) and the current one, and says whether this or",
-    "next month's table is missing. Changes nothing."
+    "current_month may name and still be served: last, this and next month's) and the current",
+    "one, and says which active tables are missing. Changes nothing."
   ],
   flags: [],
   mayCreate: false,
