@@ -1,14 +1,17 @@
 /**
  * Tables are never missing: every node that writes messages keeps the router table, the receipt
- * table and the active message tables (last, this and next month's) present, checked when it starts
- * and every hour after, so the month turns with next month's table long in place and no cron is
- * needed. Creating is idempotent: nodes racing to create a table all end up with the same one.
+ * table and the active message tables (last, this and next month's, and on a month's last day the
+ * month after's) present, checked when it starts, every hour after, and as soon as the active
+ * tables change (a new day, or a clock that jumped), so the month turns with its tables long in
+ * place and no cron is needed. Creating is idempotent: nodes racing to create a table all end up
+ * with the same one.
  *
  * Where this node may not create tables (an IAM role without `dynamodb:CreateTable`), it still
  * starts: it says which tables are missing and the command that makes them, says it again at
  * every check while they are missing, and `/__heartbeat__` reports them. Only storage that cannot
  * be reached at all stops a start.
  */
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -39,19 +42,27 @@ export const ensureTables: Effect.Effect<void, StorageError, Storage> = Effect.g
   )
 })
 
+/** How often the keeper looks whether a check is due: a local computation, no storage request. */
+const TICK = Duration.seconds(10)
+
 /**
  * The keeper: a check before the node starts (storage unreachable → the start fails), then one
- * every `TABLE_CHECK_INTERVAL` in the background for as long as the node runs.
+ * whenever the active tables change or `TABLE_CHECK_INTERVAL` has passed (by the Clock: a clock
+ * moved forward makes one due), in the background for as long as the node runs.
  */
 export const layerTableKeeper: Layer.Layer<never, StorageError, Storage> = Layer.effectDiscard(
   Effect.gen(function*() {
+    const storage = yield* Storage
     yield* ensureTables
-    yield* ensureTables.pipe(
-      Effect.catchTag("StorageError", (error) =>
-        Effect.logWarning("checking the tables failed").pipe(Effect.annotateLogs({ cause: causeText(error.cause) }))),
-      Effect.repeat(Schedule.spaced(TABLE_CHECK_INTERVAL)),
-      Effect.delay(TABLE_CHECK_INTERVAL),
-      Effect.forkScoped
-    )
+    let checked = { at: yield* Clock.currentTimeMillis, tables: (yield* storage.activeMessageTables).join() }
+    const checkWhenDue = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const tables = (yield* storage.activeMessageTables).join()
+      if (tables === checked.tables && now - checked.at < Duration.toMillis(TABLE_CHECK_INTERVAL)) return
+      checked = { at: now, tables }
+      yield* ensureTables.pipe(Effect.catchTag("StorageError", (error) =>
+        Effect.logWarning("checking the tables failed").pipe(Effect.annotateLogs({ cause: causeText(error.cause) }))))
+    })
+    yield* checkWhenDue.pipe(Effect.repeat(Schedule.spaced(TICK)), Effect.delay(TICK), Effect.forkScoped)
   })
 )

@@ -3,9 +3,10 @@
  * are UTC).
  *
  * - With rotation, message tables are `{prefix}_{YYYY}_{MM}`; the *current* table is this month's;
- *   the *active* tables are last month's, this month's and next month's: the ones a user's
- *   `current_month` may name and still be served, and the ones every node keeps present (so next
- *   month's table is there long before the month turns).
+ *   the *active* tables are last month's, this month's and next month's — the ones a user's
+ *   `current_month` may name and still be served — and, on a month's last day, the month after
+ *   next too: every node keeps the active tables present, so the tables a month turn makes active
+ *   exist the day before it.
  * - With `noTableRotation`, there is exactly one message table and it is named exactly `{prefix}`.
  *   (PY picked "the lexically latest table with the prefix"; a fixed name is deterministic, needs
  *   no listing at start-up, and an operator migrating a PY single-table deployment sets the prefix
@@ -45,11 +46,12 @@ export const monthTableName = (prefix: string, ms: number): string => tableForIn
 export const currentTableName = (options: StorageOptions, nowMs: number): string =>
   options.noTableRotation ? options.messageTablePrefix : monthTableName(options.messageTablePrefix, nowMs)
 
-/** Last month, this month and next month; oldest first. */
+/** Last month, this month and next month, and the month after on a month's last day; oldest first. */
 export const activeTableNames = (options: StorageOptions, nowMs: number): ReadonlyArray<string> => {
   if (options.noTableRotation) return [options.messageTablePrefix]
   const now = monthIndex(nowMs)
-  return [now - 1, now, now + 1].map((i) => tableForIndex(options.messageTablePrefix, i))
+  const indexes = monthIndex(nowMs + DAY_MS) !== now ? [now - 1, now, now + 1, now + 2] : [now - 1, now, now + 1]
+  return indexes.map((i) => tableForIndex(options.messageTablePrefix, i))
 }
 
 /** Whether `name` is one of our message tables: `{prefix}_{YYYY}_{MM}`, or `{prefix}` itself. */

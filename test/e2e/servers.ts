@@ -1,6 +1,7 @@
 /**
  * The real entrypoints as child processes, for end-to-end tests: the all-in-one `autopush` on
- * embedded storage, or `autoconnect` + `autoendpoint` sharing a dynalite server.
+ * embedded storage, or `autoconnect` + `autoendpoint` sharing a dynalite server. Every process of a
+ * deployment (the storage server's too) can be given the same extra environment, e.g. a faked clock.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -34,6 +35,18 @@ export interface Deployment {
   readonly stop: () => Promise<void>
 }
 
+/** How a deployment's processes are started. */
+export interface StartOptions {
+  /**
+   * Added to the test process's environment for every process the deployment spawns, the storage
+   * server of separate nodes included (all machines of a deployment share one clock).
+   */
+  readonly env?: Readonly<Record<string, string>> | undefined
+}
+
+const envOf = (options: StartOptions): NodeJS.ProcessEnv =>
+  options.env === undefined ? process.env : { ...process.env, ...options.env }
+
 export const freePort = async (): Promise<number> => (await freePorts(1))[0] as number
 
 /** `n` distinct free ports: all held at once while they are picked, so no two are the same. */
@@ -66,8 +79,8 @@ const waitFor = async (url: string, output: ReadonlyArray<string>, timeoutMs = 2
   throw new Error(`${url} did not come up; output:\n${output.slice(-20).join("\n")}`)
 }
 
-const start = (script: string, args: ReadonlyArray<string>, output: Array<string>, cwd: string): ChildProcess => {
-  const child = spawn(process.execPath, [join(root, script), ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] })
+const start = (script: string, args: ReadonlyArray<string>, output: Array<string>, cwd: string, env: NodeJS.ProcessEnv): ChildProcess => {
+  const child = spawn(process.execPath, [join(root, script), ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] })
   const collect = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((l) => l.length > 0))
   child.stdout?.on("data", collect)
   child.stderr?.on("data", collect)
@@ -121,19 +134,23 @@ const withFreshPorts = async (start: () => Promise<Deployment>): Promise<Deploym
 }
 
 /** `extra` flags come last, so they override the defaults above. */
-export const startAllInOne = (extra: ReadonlyArray<string> = []): Promise<Deployment> => withFreshPorts(() => startAllInOneOnce(extra))
+export const startAllInOne = (extra: ReadonlyArray<string> = [], options: StartOptions = {}): Promise<Deployment> =>
+  withFreshPorts(() => startAllInOneOnce(extra, envOf(options)))
 /** `connectionExtra` flags for the connection node, `sharedExtra` for both. */
-export const startSeparate = (connectionExtra: ReadonlyArray<string> = [], sharedExtra: ReadonlyArray<string> = []): Promise<Deployment> =>
-  withFreshPorts(() => startSeparateOnce(connectionExtra, sharedExtra))
+export const startSeparate = (
+  connectionExtra: ReadonlyArray<string> = [],
+  sharedExtra: ReadonlyArray<string> = [],
+  options: StartOptions = {}
+): Promise<Deployment> => withFreshPorts(() => startSeparateOnce(connectionExtra, sharedExtra, envOf(options)))
 
-const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployment> => {
+const startAllInOneOnce = async (extra: ReadonlyArray<string>, env: NodeJS.ProcessEnv): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const [ws, router, endpointPort] = (await freePorts(3)) as [number, number, number]
   const ports = { ws, router, endpoint: endpointPort }
   const output: Array<string> = []
   let child: ChildProcess
   const up = async () => {
-    child = start("src/bin/autopush.ts", [...common(ports), ...extra], output, cwd)
+    child = start("src/bin/autopush.ts", [...common(ports), ...extra], output, cwd, env)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
   }
@@ -168,7 +185,11 @@ const startAllInOneOnce = async (extra: ReadonlyArray<string>): Promise<Deployme
 }
 
 /** `autoconnect` and `autoendpoint` as separate processes sharing one storage server process (`npm run storage`). */
-const startSeparateOnce = async (connectionExtra: ReadonlyArray<string>, sharedExtra: ReadonlyArray<string>): Promise<Deployment> => {
+const startSeparateOnce = async (
+  connectionExtra: ReadonlyArray<string>,
+  sharedExtra: ReadonlyArray<string>,
+  env: NodeJS.ProcessEnv
+): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const [ws, router, endpointPort, dynamoPort, metricsPort] = (await freePorts(5)) as [number, number, number, number, number]
   const ports = { ws, router, endpoint: endpointPort }
@@ -178,6 +199,7 @@ const startSeparateOnce = async (connectionExtra: ReadonlyArray<string>, sharedE
   const startDynalite = () => {
     const child = spawn(process.execPath, [join(root, "src/bin/storage.ts"), "--port", String(dynamoPort), "--data-dir", join(cwd, "db")], {
       cwd,
+      env,
       stdio: ["ignore", "pipe", "pipe"]
     })
     child.stdout?.on("data", collectDynalite)
@@ -195,13 +217,13 @@ const startSeparateOnce = async (connectionExtra: ReadonlyArray<string>, sharedE
   let connection: ChildProcess
   let endpoint: ChildProcess
   const upConnection = async () => {
-    connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports), ...connectionExtra], output, cwd)
+    connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports), ...connectionExtra], output, cwd, env)
     await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
   }
   const up = async () => {
     await waitForPort(dynamoPort, 30_000)
     await upConnection()
-    endpoint = start("src/bin/autoendpoint.ts", [...shared, "--metrics-port", String(metricsPort)], output, cwd)
+    endpoint = start("src/bin/autoendpoint.ts", [...shared, "--metrics-port", String(metricsPort)], output, cwd, env)
     await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
   }
   await up().catch(async (error: unknown) => {

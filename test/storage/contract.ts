@@ -62,14 +62,14 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
     // ── tables ──────────────────────────────────────────────────────────────────────────────────
 
-    test("table names follow the Clock: last, this and next month are active", (s, o) =>
+    test("table names follow the Clock: last, this and next month are active, and the month after on the last day", (s, o) =>
       Effect.gen(function*() {
         const p = o.messageTablePrefix
         assert.strictEqual(yield* s.currentMessageTable, `${p}_2034_05`)
         assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_04`, `${p}_2034_05`, `${p}_2034_06`])
         yield* TestClock.setTime(Date.UTC(2034, 11, 31, 23, 59))
         assert.strictEqual(yield* s.currentMessageTable, `${p}_2034_12`)
-        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_11`, `${p}_2034_12`, `${p}_2035_01`])
+        assert.deepStrictEqual(yield* s.activeMessageTables, [`${p}_2034_11`, `${p}_2034_12`, `${p}_2035_01`, `${p}_2035_02`])
       }), { createTables: false })
 
     test("create, check, list and drop tables", (s, o) =>

@@ -36,26 +36,37 @@ const deniedCreate = Layer.effect(
 ).pipe(Layer.provideMerge(layerMemory(options)))
 
 describe("table keeper", () => {
-  it.effect("creates last, this and next month's tables at start, mid-month, and next month's again after the turn", () =>
+  it.effect("creates last, this and next month's tables at start, whatever the day; the month after next on the last day; again within the hour", () =>
     Effect.gen(function*() {
-      yield* TestClock.setTime(Date.UTC(2027, 0, 12, 9))
+      yield* TestClock.setTime(Date.UTC(2027, 0, 30, 9))
       const storage = yield* Storage
       assert.deepStrictEqual(yield* missingTables, ["router", "router_receipts", "message_2026_12", "message_2027_01", "message_2027_02"])
       yield* Layer.build(layerTableKeeper)
       assert.deepStrictEqual(yield* missingTables, [])
       assert.deepStrictEqual(yield* storage.listMessageTables, ["message_2026_12", "message_2027_01", "message_2027_02"])
 
-      // The month turns: within the hour, the new next month's table is made.
-      yield* TestClock.setTime(Date.UTC(2027, 0, 31, 23, 59, 59))
+      // The last day: the tables the turn makes active are made before it.
+      yield* TestClock.setTime(Date.UTC(2027, 0, 31, 0, 0, 30))
       assert.deepStrictEqual(yield* missingTables, [])
-      yield* TestClock.adjust("1 hour")
-      assert.deepStrictEqual(yield* missingTables, [])
-      assert.includeMembers([...(yield* storage.listMessageTables)], ["message_2027_01", "message_2027_02", "message_2027_03"])
+      assert.deepStrictEqual(yield* storage.listMessageTables, ["message_2026_12", "message_2027_01", "message_2027_02", "message_2027_03"])
+      yield* TestClock.setTime(Date.UTC(2027, 1, 1, 0, 0, 0, 1))
+      assert.deepStrictEqual(yield* missingTables, [], "nothing missing the moment the month turns")
 
-      // A table an operator dropped by mistake is back at the next check.
+      // A table an operator dropped by mistake is back within the hour.
       yield* storage.dropMessageTable("message_2027_02")
       yield* TestClock.adjust("1 hour")
       assert.deepStrictEqual(yield* missingTables, [])
+    }).pipe(Effect.scoped, Effect.provide(layerMemory(options))))
+
+  it.effect("a new day's active tables are made at the keeper's next look (seconds), not at the next hourly check", () =>
+    Effect.gen(function*() {
+      const storage = yield* Storage
+      yield* TestClock.setTime(Date.UTC(2027, 0, 30, 23, 30))
+      yield* Layer.build(layerTableKeeper)
+      assert.deepStrictEqual(yield* storage.listMessageTables, ["message_2026_12", "message_2027_01", "message_2027_02"])
+      yield* TestClock.setTime(Date.UTC(2027, 0, 31, 0, 0, 10))
+      assert.deepStrictEqual(yield* missingTables, [])
+      assert.deepStrictEqual(yield* storage.listMessageTables, ["message_2026_12", "message_2027_01", "message_2027_02", "message_2027_03"])
     }).pipe(Effect.scoped, Effect.provide(layerMemory(options))))
 
   it.effect("where creating is denied, the node still starts and names the missing tables and the command, at start and at every check", () => {
@@ -66,7 +77,7 @@ describe("table keeper", () => {
       const errors = () => logs.lines.filter((line) => line.level === "Error").map((line) => line.text)
       assert.strictEqual(errors().length, 1)
       const [error] = errors()
-      assert.include(error, "tables missing and not created: router, router_receipts, message_2026_12, message_2027_01, message_2027_02")
+      assert.include(error, "tables missing and not created: router, router_receipts, message_2026_12, message_2027_01, message_2027_02, message_2027_03")
       assert.include(error, CREATE_TABLES_COMMAND)
       yield* TestClock.adjust("1 hour")
       assert.strictEqual(errors().length, 2, "said again at the hourly check")

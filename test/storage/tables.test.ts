@@ -32,23 +32,26 @@ describe("message table names", () => {
     assert.strictEqual(currentTableName(rotating, Date.UTC(2025, 6, 4)), "message_2025_07")
   })
 
-  it("active: last, this and next month, whatever the day (next month's table is there long before the turn)", () => {
+  it("active: last, this and next month; on a month's last day the month after next too", () => {
     assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 1)), ["message_2023_12", "message_2024_01", "message_2024_02"])
-    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 15)), ["message_2023_12", "message_2024_01", "message_2024_02"])
-    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 31, 23, 59, 59, 999)), [
+    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 30, 23, 59, 59, 999)), ["message_2023_12", "message_2024_01", "message_2024_02"])
+    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 0, 31)), [
       "message_2023_12",
-      "message_2024_01",
-      "message_2024_02"
-    ])
-    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 1, 29, 12)), [
       "message_2024_01",
       "message_2024_02",
       "message_2024_03"
     ])
+    assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 1, 29, 12)), [
+      "message_2024_01",
+      "message_2024_02",
+      "message_2024_03",
+      "message_2024_04"
+    ])
     assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2024, 11, 31, 0, 0, 1)), [
       "message_2024_11",
       "message_2024_12",
-      "message_2025_01"
+      "message_2025_01",
+      "message_2025_02"
     ])
     assert.deepStrictEqual(activeTableNames(rotating, Date.UTC(2025, 0, 1)), ["message_2024_12", "message_2025_01", "message_2025_02"])
   })
