@@ -13,7 +13,8 @@
  *    it there (`followMove`); connected somewhere → `PUT {node}/notif/{uaid}` so that node picks the
  *    message up (a client that reconnected while we stored would otherwise miss it). Unreadable:
  *    the message stays where it is, which is right unless it went to an older month's table (the
- *    user may have moved): then the push is answered 503, never 201 for a message no hello reads.
+ *    user may have moved): then it is taken back and the push answered 503, never 201 for a
+ *    message no hello reads.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -23,7 +24,7 @@ import type { RouteOutcome } from "../domain/events.ts"
 import { messageKeyOf, type Notification, sortkeyMs } from "../domain/notification.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { tableMovedTo, type UserRecord } from "../domain/user.ts"
-import { Storage, storageUnavailable } from "../storage/Storage.ts"
+import { Storage, type StorageError, storageUnavailable } from "../storage/Storage.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
 
@@ -96,19 +97,26 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         )
 
       /**
-       * Step 4, the user moved to table `to` since `stored` went into `from`: saved there (unless a
-       * newer message of its topic is there already), then taken out of `from`. Only the user's
-       * sessions remove stored rows, so a row no longer in `from` was read and acked there meanwhile
-       * (or replaced by a newer message of its topic): then its copy goes too.
+       * Step 4, the user moved to table `to` since `stored` went into `from`: taken out of `from`
+       * (only if still there: a session may have read and acked it there meanwhile, or a newer
+       * message of its topic replaced it), then saved into `to`. A save that fails leaves it in
+       * neither: the push is answered 503, as for a store that failed.
        */
       const followMove = Effect.fnUntraced(function*(uaid: string, from: string, to: string, stored: Notification) {
+        if (!(yield* storage.deleteMessage(uaid, from, messageKeyOf(stored), stored.version))) return stored
         const [saved] = yield* storage.saveMessages(uaid, to, [stored])
-        yield* Effect.gen(function*() {
-          const wasThere = yield* storage.deleteMessage(uaid, from, messageKeyOf(stored), stored.version)
-          if (!wasThere && saved !== undefined) yield* storage.deleteMessage(uaid, to, messageKeyOf(saved), saved.version)
-        }).pipe(Effect.catchTag("StorageError", (error) => Effect.logWarning("removing a moved message's old copy failed", error)))
         return saved ?? stored
       })
+
+      /**
+       * A push that will be answered 503 after its message was stored: the message is taken back,
+       * so that the answer holds (if even that fails, it stays, and may still be delivered).
+       */
+      const refuse = (uaid: string, table: string, stored: Notification, error: StorageError) =>
+        storage.deleteMessage(uaid, table, messageKeyOf(stored), stored.version).pipe(
+          Effect.catchTag("StorageError", (cleanup) => Effect.logWarning("taking back a refused message failed", cleanup)),
+          Effect.andThen(storageUnavailable(error))
+        )
 
       /** Step 4: poke the node the user is connected to now, if any. */
       const pokeCurrentNode = (fresh: UserRecord) => {
@@ -122,7 +130,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         const fresh = yield* storage.getUser(uaid).pipe(Effect.catchTag("StorageError", (error) =>
           Effect.flatMap(storage.currentMessageTable, (current) =>
             // This month's table is the newest a user lives in: a message there is where the user is.
-            table === current ? Effect.succeed(null) : storageUnavailable(error))))
+            table === current ? Effect.succeed(null) : refuse(uaid, table, stored, error))))
         if (fresh === undefined) return yield* new UserDeletedDuringRouting()
         if (fresh === null) return { outcome: "stored", notification: stored } satisfies Routed
         const moved = tableMovedTo(table, fresh)
