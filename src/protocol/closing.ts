@@ -9,8 +9,8 @@
 import type { CloseKind } from "./close.ts"
 import type { CommandResult } from "./inputs.ts"
 import { registerReply, unregisterReply, urgencyReply } from "./messages.ts"
-import { backoff, closeEarly, closeLive, COLLECTING, NOTHING, type Out, remember, withSession } from "./out.ts"
-import type { Closed, Closing, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
+import { backoff, closeEarly, closeLive, COLLECTING, newestOfTopic, NOTHING, type Out, remember, withSession } from "./out.ts"
+import type { Closed, Closing, ClosingStage, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
 import { receiptOf } from "../domain/events.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
 import { tableMovedTo, type UserRecord } from "../domain/user.ts"
@@ -47,9 +47,11 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
 
 /**
  * What to save of an ended session: unacked direct messages, unexpired, re-stamped so they sort after
- * what is stored and do not collide; a topic message only if it is still the newest of its topic.
- * Acked rows not deleted yet go first — those acked since the last delete, and those of a delete
- * that failed and waits for its retry: acked means deleted, whenever the socket closes.
+ * what is stored and do not collide; a topic message only if it is still the newest of its topic;
+ * and unacked stored rows the session read from a table the user has since left (last month's, read
+ * after the move: no later hello reads it), which follow the user. Acked rows not deleted yet go
+ * first — those acked since the last delete, and those of a delete that failed and waits for its
+ * retry: acked means deleted, whenever the socket closes.
  */
 export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase => {
   const s = phase.session
@@ -59,12 +61,14 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
   // Stored topic messages the client has since had a newer message of (a TTL 0 one, sent and never
   // stored) were replaced: their rows go, as acked ones do.
   const replaced: Array<StoredUnacked> = []
-  const { unacked, newestTopic, ackedRows } = s.acks
+  const strays: Array<StoredUnacked> = []
+  const { unacked, ackedRows } = s.acks
   for (const entry of unacked.values()) {
     const n = entry.notification
-    const newest = n.topic === undefined || newestTopic.get(`${n.channelId}:${n.topic}`) === n.version
+    const newest = newestOfTopic(s.acks, n)
     if (entry._tag === "Stored") {
       if (!newest) replaced.push(entry)
+      else if (entry.table !== s.table) strays.push(entry)
       continue
     }
     if (isExpired(n, nowSec)) continue
@@ -73,9 +77,29 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
   }
   const pending = s.retry?.command._tag === "DeleteMessages" ? s.retry.command.messages : NOTHING
   const acked = replaced.length === 0 && pending.length === 0 ? ackedRows : [...pending, ...ackedRows, ...replaced]
-  if (acked.length === 0) return saveUnacked(phase, messages, out)
+  if (acked.length === 0) return takeStrays(phase, messages, strays, out)
   out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: acked, attempt: 0 })
-  return { ...phase, stage: { _tag: "DeletingAcked", messages } }
+  return { ...phase, stage: { _tag: "DeletingAcked", messages, strays } }
+}
+
+/** Strays are taken out of the table they were read from, one by one (each with `MessageTaken`); then the save. */
+const takeStrays = (phase: Closing, messages: ReadonlyArray<Notification>, left: ReadonlyArray<StoredUnacked>, out: Out): Phase => {
+  const [next] = left
+  if (next === undefined) return saveUnacked(phase, messages, out)
+  out.run({ _tag: "TakeMessage", uaid: phase.session.uaid, row: next, attempt: 0 })
+  return { ...phase, stage: { _tag: "TakingStrays", messages, left } }
+}
+
+/** What was saved is taken out of the table the user left, one by one; then what was still there is saved where it lives. */
+const takeMoved = (phase: Closing, stage: Extract<ClosingStage, { _tag: "TakingMoved" }>, out: Out): Phase => {
+  const [next] = stage.left
+  if (next !== undefined) {
+    out.run({ _tag: "TakeMessage", uaid: phase.session.uaid, row: next, attempt: 0 })
+    return { ...phase, stage }
+  }
+  if (stage.taken.length === 0) return finish(phase, stage.after, stage.saved, out)
+  out.run({ _tag: "SaveMessages", uaid: phase.session.uaid, table: stage.to, messages: stage.taken, attempt: 0 })
+  return { ...phase, stage: { _tag: "Following", after: stage.after, saved: stage.saved } }
 }
 
 /** Unacked messages go to the table the router record names (read now: the user may have moved); nothing to save: this node just leaves the record. */
@@ -89,16 +113,29 @@ const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, out:
   return { ...phase, stage: { _tag: "ReadingBefore", messages } }
 }
 
-/** Rows deleted: the acked ones (then the save), or the copies left in the old month (then the end). */
+/** Acked rows deleted: the strays are taken next, then the save. */
 export const closingRowsDeleted = (phase: Closing, _input: unknown, out: Out): Phase => {
   const { stage } = phase
+  if (stage._tag !== "DeletingAcked") throw new Error(`MessagesDeleted at stage ${stage._tag}`)
+  return takeStrays(phase, stage.messages, stage.strays, out)
+}
+
+/** A row taken (or found gone) out of the table it was in: a stray joins what is saved; a moved message what follows the user. */
+export const closingMessageTaken = (phase: Closing, { taken }: { readonly taken: boolean }, out: Out): Phase => {
+  const { stage } = phase
   switch (stage._tag) {
-    case "DeletingAcked":
-      return saveUnacked(phase, stage.messages, out)
-    case "DeletingMoved":
-      return finish(phase, stage.after, stage.saved, out)
+    case "TakingStrays": {
+      const [row, ...left] = stage.left
+      const messages = taken && row !== undefined ? [...stage.messages, row.notification] : stage.messages
+      return takeStrays(phase, messages, left, out)
+    }
+    case "TakingMoved": {
+      const [row, ...left] = stage.left
+      const moved = taken && row !== undefined ? [...stage.taken, row.notification] : stage.taken
+      return takeMoved(phase, { ...stage, left, taken: moved }, out)
+    }
     default:
-      throw new Error(`MessagesDeleted at stage ${stage._tag}`)
+      throw new Error(`MessageTaken at stage ${stage._tag}`)
   }
 }
 
@@ -115,27 +152,24 @@ export const closingUserRead = (phase: Closing, { user }: { readonly user: UserR
     case "ReadingAfter": {
       const moved = tableMovedTo(stage.table, user)
       if (user === undefined || moved === undefined) return finish(phase, user, stage.saved, out)
-      // The user moved to a new month while we saved (its session may have swept the old one already).
-      out.run({ _tag: "SaveMessages", uaid: session.uaid, table: moved, messages: stage.saved, attempt: 0 })
-      return { ...phase, stage: { _tag: "Following", from: stage.table, after: user, saved: stage.saved } }
+      // The user moved to a new month while we saved (its session may have read the old table already).
+      const left = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.table }))
+      return takeMoved(phase, { _tag: "TakingMoved", to: moved, after: user, saved: stage.saved, left, taken: NOTHING }, out)
     }
     default:
       throw new Error(`UserRead at stage ${stage._tag}`)
   }
 }
 
-/** Saved: this node leaves the record next; or, saved again in the user's new month, the old copies go. */
+/** Saved: this node leaves the record next; or, saved into the user's new month, the end. */
 export const closingMessagesSaved = (phase: Closing, { saved }: { readonly saved: ReadonlyArray<Notification> }, out: Out): Phase => {
   const { stage, session } = phase
   switch (stage._tag) {
     case "Saving":
       out.run({ _tag: "ClearNodeId", uaid: session.uaid, connectedAt: session.connectedAt, attempt: 0 })
       return { ...phase, stage: { _tag: "Clearing", table: stage.table, saved } }
-    case "Following": {
-      const copies = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.from }))
-      out.run({ _tag: "DeleteMessages", uaid: session.uaid, messages: copies, attempt: 0 })
-      return { ...phase, stage: { _tag: "DeletingMoved", after: stage.after, saved: stage.saved } }
-    }
+    case "Following":
+      return finish(phase, stage.after, stage.saved, out)
     default:
       throw new Error(`MessagesSaved at stage ${stage._tag}`)
   }
@@ -180,6 +214,7 @@ export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): P
     case "ReadUser":
     case "SaveMessages":
     case "ClearNodeId":
+    case "TakeMessage":
       throw new Error(`${command._tag} failed in phase ${phase._tag}`)
     case "WriteUser":
       if (command.purpose._tag === "Resume") throw new Error(`a resume write failed in phase ${phase._tag}`)
@@ -210,7 +245,8 @@ export const closingFailed = (phase: Closing, { command }: Failed, out: Out): Ph
     case "ReadUser":
     case "SaveMessages":
     case "ClearNodeId":
-    case "DeleteMessages": {
+    case "DeleteMessages":
+    case "TakeMessage": {
       if (out.now - phase.since >= out.o.saveRetryForMs) return ended(phase, NOTHING, out)
       return { ...phase, retry: { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) } }
     }

@@ -14,7 +14,7 @@
  */
 import type { CommandResult } from "./inputs.ts"
 import type { ClientMessage } from "./messages.ts"
-import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, send, storedOutstanding, withSession } from "./out.ts"
+import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, replacedTopic, send, storedOutstanding, withSession } from "./out.ts"
 import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, StoredUnacked, Unacked } from "./phases.ts"
 import { receiptOf } from "../domain/events.ts"
 import { isExpired, type Notification, urgentEnough } from "../domain/notification.ts"
@@ -128,6 +128,15 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   let fresh = 0
   for (const n of page) {
     if (session.acks.unacked.has(n.version)) continue
+    if (replacedTopic(session.acks, n)) {
+      // The client has a newer message of this topic (sent directly): this row is replaced, and goes.
+      const { ackedRows } = session.acks
+      if (!ackedRows.some((row) => row.notification.version === n.version)) {
+        const replaced: StoredUnacked = { _tag: "Stored", notification: n, table: command.table }
+        session = { ...session, acks: { ...session.acks, ackedRows: [...ackedRows, replaced] } }
+      }
+      continue
+    }
     session = send(session, n, command.table, out)
     fresh++
   }

@@ -74,6 +74,8 @@ export type RetriedCommand =
   | { readonly _tag: "ReadChannels"; readonly uaid: string; readonly table: string; readonly attempt: number }
   | { readonly _tag: "AddChannels"; readonly uaid: string; readonly table: string; readonly channels: ReadonlySet<string>; readonly attempt: number }
   | { readonly _tag: "PointRecord"; readonly uaid: string; readonly table: string; readonly attempt: number }
+  /** Delete one stored row only if it still holds its message (its version): the result says whether it did. */
+  | { readonly _tag: "TakeMessage"; readonly uaid: string; readonly row: StoredUnacked; readonly attempt: number }
   /** Store messages whose ids are out already (unacked at the end of a session). */
   | { readonly _tag: "SaveMessages"; readonly uaid: string; readonly table: string; readonly messages: ReadonlyArray<Notification>; readonly attempt: number }
   /** Take this node out of the router record, if the record is still the session's (`connectedAt`). */
@@ -109,6 +111,7 @@ export type CommandResult =
     readonly more: boolean
   }
   | { readonly _tag: "MessagesDeleted" }
+  | { readonly _tag: "MessageTaken"; readonly taken: boolean }
   | { readonly _tag: "ChannelsRead"; readonly channels: ReadonlySet<string> }
   | { readonly _tag: "ChannelsAdded" }
   | { readonly _tag: "RecordPointed" }
@@ -129,6 +132,7 @@ const RESULT_TAGS: { readonly [K in CommandResult["_tag"]]: true } = {
   UrgencyWritten: true,
   PageRead: true,
   MessagesDeleted: true,
+  MessageTaken: true,
   ChannelsRead: true,
   ChannelsAdded: true,
   RecordPointed: true,

@@ -8,7 +8,7 @@ import { notificationFrame } from "./messages.ts"
 import type { Acks, BroadcastSet, Closed, Closing, Live, Phase, ProtocolOptions, Session, Unacked } from "./phases.ts"
 import { domainEvent, type DomainEvent, type DomainEventType, type EventData, receiptOf } from "../domain/events.ts"
 import { memoize } from "../domain/memo.ts"
-import type { Notification } from "../domain/notification.ts"
+import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import { activeTableNames, currentTableName } from "../storage/tables.ts"
 
 export class Out {
@@ -79,13 +79,26 @@ export const storedOutstanding = (acks: Acks): number => {
   return n
 }
 
+const topicKey = (n: Notification): string => `${n.channelId}:${n.topic}`
+
+/** A topic message older than one of its topic the client was sent: replaced (topic messages keep the ms they were accepted at). */
+export const replacedTopic = (acks: Acks, n: Notification): boolean => {
+  if (n.topic === undefined) return false
+  const newest = acks.newestTopic.get(topicKey(n))
+  return newest !== undefined && newest.version !== n.version && sortkeyMs(newest) > sortkeyMs(n)
+}
+
+/** Whether `n` is the newest message of its topic the client was sent (a message without topic always is). */
+export const newestOfTopic = (acks: Acks, n: Notification): boolean =>
+  n.topic === undefined || acks.newestTopic.get(topicKey(n))?.version === n.version
+
 /** Track a message until it is acked. TTL 0 direct messages are fire-and-forget: nothing to save. */
 export const remember = (s: Session, n: Notification, table: string | undefined): Session => {
   const tracked = table !== undefined || n.ttl > 0
   const entry: Unacked = table === undefined ? { _tag: "Direct", notification: n } : { _tag: "Stored", notification: n, table }
   const { acks } = s
   const unacked = tracked ? new Map(acks.unacked).set(n.version, entry) : acks.unacked
-  const newestTopic = n.topic === undefined ? acks.newestTopic : new Map(acks.newestTopic).set(`${n.channelId}:${n.topic}`, n.version)
+  const newestTopic = n.topic === undefined || replacedTopic(acks, n) ? acks.newestTopic : new Map(acks.newestTopic).set(topicKey(n), n)
   return unacked === acks.unacked && newestTopic === acks.newestTopic ? s : { ...s, acks: { ...acks, unacked, newestTopic } }
 }
 

@@ -73,8 +73,12 @@ export interface Acks {
    * acked is read again meanwhile; topic rows are deleted at once, on their version.)
    */
   readonly ackedRows: ReadonlyArray<StoredUnacked>
-  /** The last version sent per `chid:topic`: an older unacked topic message must not be saved over it. */
-  readonly newestTopic: ReadonlyMap<string, string>
+  /**
+   * Per `chid:topic`, the newest message sent (by when it was accepted, not when it was sent: a
+   * stored one may come after a newer one was delivered directly). An older one is replaced: not
+   * sent, not saved over it.
+   */
+  readonly newestTopic: ReadonlyMap<string, Notification>
 }
 
 /** The keepalive: client activity, our ping awaiting its pong, the client's own pings. */
@@ -215,8 +219,13 @@ export interface Closing {
 export type ClosingStage =
   /** Deliveries still in the mailbox are kept, until it is drained. */
   | { readonly _tag: "Collecting" }
-  /** Acked rows not deleted yet are deleted; then `messages` (unacked) are saved. */
-  | { readonly _tag: "DeletingAcked"; readonly messages: ReadonlyArray<Notification> }
+  /**
+   * Acked rows not deleted yet are deleted; then `strays` (stored rows sent from a table the user
+   * has left: last month's, read after the move) are taken, and `messages` (unacked) saved.
+   */
+  | { readonly _tag: "DeletingAcked"; readonly messages: ReadonlyArray<Notification>; readonly strays: ReadonlyArray<StoredUnacked> }
+  /** The strays are taken out of the old table one by one (`left[0]` now); those still there join `messages`. */
+  | { readonly _tag: "TakingStrays"; readonly messages: ReadonlyArray<Notification>; readonly left: ReadonlyArray<StoredUnacked> }
   /** The router record is read: its table is where `messages` go. */
   | { readonly _tag: "ReadingBefore"; readonly messages: ReadonlyArray<Notification> }
   | { readonly _tag: "Saving"; readonly table: string }
@@ -224,10 +233,20 @@ export type ClosingStage =
   | { readonly _tag: "Clearing"; readonly table: string | undefined; readonly saved: ReadonlyArray<Notification> }
   /** The record is read again: did the user move to a new month, or connect to another node, meanwhile? */
   | { readonly _tag: "ReadingAfter"; readonly table: string; readonly saved: ReadonlyArray<Notification> }
-  /** The user moved to a new month meanwhile: what was saved follows it… */
-  | { readonly _tag: "Following"; readonly from: string; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
-  /** …and its copies in the old month go. */
-  | { readonly _tag: "DeletingMoved"; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
+  /**
+   * The user moved to table `to` meanwhile: what was saved is taken out of the old table one by one
+   * (`left[0]` now; a row no longer there was read and acked there, or replaced)…
+   */
+  | {
+    readonly _tag: "TakingMoved"
+    readonly to: string
+    readonly after: UserRecord
+    readonly saved: ReadonlyArray<Notification>
+    readonly left: ReadonlyArray<StoredUnacked>
+    readonly taken: ReadonlyArray<Notification>
+  }
+  /** …and what was taken is saved into the user's new table. */
+  | { readonly _tag: "Following"; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
 
 export interface Closed {
   readonly _tag: "Closed"

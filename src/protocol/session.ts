@@ -410,6 +410,10 @@ export class SessionRunner implements Consumer<SessionEvent> {
           }))
       case "DeleteMessages":
         return Effect.as(this.deleteRows(command.uaid, command.messages), { _tag: "MessagesDeleted" })
+      case "TakeMessage": {
+        const { notification: n, table } = command.row
+        return Effect.map(storage.deleteMessage(command.uaid, table, messageKeyOf(n), n.version), (taken) => ({ _tag: "MessageTaken", taken }))
+      }
       case "ReadChannels":
         return Effect.map(storage.getChannels(command.uaid, command.table), (channels) => ({ _tag: "ChannelsRead", channels }))
       case "AddChannels":

@@ -193,6 +193,8 @@ const run = (
       }
       case "DeleteMessages":
         return o === "fail" ? failed : { _tag: "MessagesDeleted" }
+      case "TakeMessage":
+        return o === "fail" ? failed : { _tag: "MessageTaken", taken: o !== "no" }
       case "ReadChannels":
         return o === "fail" ? failed : { _tag: "ChannelsRead", channels: new Set(CHANNELS) }
       case "AddChannels":

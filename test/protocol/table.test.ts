@@ -59,7 +59,7 @@ interface Flat {
   readonly user: UserRecord | undefined
   readonly unacked: ReadonlyMap<string, Unacked>
   readonly ackedRows: ReadonlyArray<StoredUnacked>
-  readonly newestTopic: ReadonlyMap<string, string>
+  readonly newestTopic: ReadonlyMap<string, Notification>
   readonly lastActivity: number
   readonly pingSentAt: number | undefined
   readonly lastClientPing: number | undefined
@@ -811,14 +811,14 @@ describe("step: Closing", () => {
   })
   row("a topic message is saved only if it is still its topic's newest: nothing to save, the node leaves the record", closing({
     unacked: new Map([["t1", direct(message({ version: "t1", topic: "a" }))]]),
-    newestTopic: new Map([[`${CHID}:a`, "t2"]])
+    newestTopic: new Map([[`${CHID}:a`, message({ version: "t2", topic: "a" })]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
     command: { _tag: "ClearNodeId", uaid: UAID, connectedAt: NOW - 1_000 }
   })
   row("mailbox drained: a stored topic message the client has since had a newer one of (TTL 0, never stored) is deleted as replaced", closing({
     unacked: new Map([["s1", stored(message({ version: "s1", topic: "a" }))]]),
-    newestTopic: new Map([[`${CHID}:a`, "t0"]])
+    newestTopic: new Map([[`${CHID}:a`, message({ version: "t0", topic: "a" })]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
     command: { _tag: "DeleteMessages" },
@@ -835,7 +835,7 @@ describe("step: Closing", () => {
       assert.strictEqual(stageOf(t)._tag, "DeletingAcked")
     }
   })
-  row("acked rows deleted: then the save (the record is read)", closing({}, NOW - 10, { _tag: "DeletingAcked", messages: [sent] }), { _tag: "MessagesDeleted" }, {
+  row("acked rows deleted: then the save (the record is read)", closing({}, NOW - 10, { _tag: "DeletingAcked", messages: [sent], strays: [] }), { _tag: "MessagesDeleted" }, {
     phase: "Closing",
     command: { _tag: "ReadUser" }
   })
@@ -875,21 +875,72 @@ describe("step: Closing", () => {
     effects: ["NotifyPeer"],
     events: ["notification.stored.1", "session.ended.1"]
   })
-  row("the user moved to a new month meanwhile: what was saved follows it", closing({}, NOW - 10, { _tag: "ReadingAfter", table: LAST_MONTH, saved: [sent] }), {
-    _tag: "UserRead",
-    user: user({ currentMonth: THIS_MONTH })
-  }, { phase: "Closing", command: { _tag: "SaveMessages", table: THIS_MONTH } })
-  row("saved in the new month: the old copies go", closing({}, NOW - 10, { _tag: "Following", from: LAST_MONTH, after: user(), saved: [sent] }), {
+  row("the user moved to a new month meanwhile: what was saved is taken out of the old month, one by one", closing({}, NOW - 10, {
+    _tag: "ReadingAfter",
+    table: LAST_MONTH,
+    saved: [sent]
+  }), { _tag: "UserRead", user: user({ currentMonth: THIS_MONTH }) }, {
+    phase: "Closing",
+    command: { _tag: "TakeMessage" },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "TakeMessage" }>
+      assert.deepStrictEqual([command.row.table, command.row.notification.version], [LAST_MONTH, "d1"])
+    }
+  })
+  const takingMoved = (taken: ReadonlyArray<Notification>): ClosingStage => ({
+    _tag: "TakingMoved",
+    to: THIS_MONTH,
+    after: user({ nodeId: undefined, currentMonth: THIS_MONTH }),
+    saved: [sent],
+    left: [stored(sent, LAST_MONTH)],
+    taken
+  })
+  row("a moved message still in the old month: saved into the user's new month", closing({}, NOW - 10, takingMoved([])), { _tag: "MessageTaken", taken: true }, {
+    phase: "Closing",
+    command: { _tag: "SaveMessages", table: THIS_MONTH },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveMessages" }>).messages.map((m) => m.version), ["d1"])
+  })
+  row("a moved message gone from the old month (read and acked there meanwhile): not saved again, the end", closing({}, NOW - 10, takingMoved([])), {
+    _tag: "MessageTaken",
+    taken: false
+  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"] })
+  row("saved in the new month: the end", closing({}, NOW - 10, { _tag: "Following", after: user({ nodeId: undefined }), saved: [sent] }), {
     _tag: "MessagesSaved",
     saved: [sent]
-  }, {
+  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"] })
+  row("mailbox drained after a month move: an unacked row read from last month's table is taken out of it, then saved where the user lives", closing({
+    unacked: new Map([["s1", stored(message({ version: "s1" }), LAST_MONTH)], ["s2", stored(message({ version: "s2" }))]])
+  }), { _tag: "MailboxDrained" }, {
+    phase: "Closing",
+    command: { _tag: "TakeMessage" },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "TakeMessage" }>
+      assert.deepStrictEqual([command.row.table, command.row.notification.version], [LAST_MONTH, "s1"])
+    }
+  })
+  row("a stray taken: saved with the rest (the record is read first)", closing({}, NOW - 10, {
+    _tag: "TakingStrays",
+    messages: [sent],
+    left: [stored(message({ version: "s1" }), LAST_MONTH)]
+  }), { _tag: "MessageTaken", taken: true }, {
+    phase: "Closing",
+    command: { _tag: "ReadUser" },
+    check: (t) => {
+      const stage = stageOf(t)
+      assert.deepStrictEqual(stage._tag === "ReadingBefore" ? stage.messages.map((m) => m.version) : [], ["d1", "s1"])
+    }
+  })
+  row("mailbox drained: acked rows whose delete failed and waits for its retry are deleted too", closing({
+    ackedRows: [stored(message({ version: "s0" }))],
+    retry: {
+      at: NOW + 1_000,
+      command: { _tag: "DeleteMessages", uaid: UAID, messages: [stored(message({ version: "p1" }))], attempt: 1 }
+    }
+  }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
     command: { _tag: "DeleteMessages" },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.table), [LAST_MONTH])
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["p1", "s0"])
   })
-  row("the old copies deleted: the end", closing({}, NOW - 10, { _tag: "DeletingMoved", after: user({ nodeId: undefined }), saved: [sent] }), {
-    _tag: "MessagesDeleted"
-  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"] })
   const save: Command = { _tag: "SaveMessages", uaid: UAID, table: THIS_MONTH, messages: [sent], attempt: 0 }
   row("a step of the end failed: retried later", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH }), { _tag: "CommandFailed", command: save }, {
     phase: "Closing",
