@@ -681,6 +681,43 @@ describe("session: storage faults and the command budget", () => {
       assert.isUndefined(again.sent.closed)
     }).pipe(Effect.provide(FlakyStorage)))
 
+  it.effect("the node's shutdown (the session's fiber ends) deletes acked rows whose delete failed and waits for its retry", () => {
+    let deletesFailing = 0
+    const FailingDeletes = Layer.effect(
+      Storage,
+      Effect.map(Storage, (inner) =>
+        Storage.of({
+          ...inner,
+          deleteMessages: (uaid, table, keys) =>
+            Effect.suspend(() => {
+              if (deletesFailing === 0) return inner.deleteMessages(uaid, table, keys)
+              deletesFailing--
+              return Effect.fail(new StorageError({ operation: "deleteMessages", cause: "injected" }))
+            })
+        }))
+    ).pipe(Layer.provideMerge(testParts()))
+    return Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* pushMessage(harness, uaid, CHID, { data: "acked" })
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      deletesFailing = 1
+      yield* ackAll(again)
+      const phase = again.machine.phase
+      assert.strictEqual(phase._tag === "Identified" || phase._tag === "Draining" ? phase.session.retry?.command._tag : undefined, "DeleteMessages")
+      // Shutdown: the node interrupts the session's fiber, which ends the session as a closed socket would.
+      const ending = yield* Effect.forkChild(again.machine.finish())
+      yield* TestClock.adjust(5_000)
+      yield* Fiber.join(ending)
+      assert.isTrue(again.machine.isClosed)
+      const last = yield* harness.connect()
+      yield* hello(last, uaid)
+      assert.deepStrictEqual(last.of("notification"), [], "an acked message came back after the shutdown")
+    }).pipe(Effect.provide(FailingDeletes))
+  })
+
   it.effect("a burst of registers beyond the budget waits, with the socket paused, and all are answered in order", () =>
     Effect.gen(function*() {
       const harness = yield* setup({ commandBurst: 10, commandsPerSecond: 10 })
