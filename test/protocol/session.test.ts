@@ -718,6 +718,29 @@ describe("session: storage faults and the command budget", () => {
     }).pipe(Effect.provide(FailingDeletes))
   })
 
+  it.effect("a register that meets a missing message table is answered status 500 (the client may retry), and the log names the table and the cause", () => {
+    const logged: Array<{ readonly message: unknown; readonly annotations: Record<string, unknown> }> = []
+    const capture = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void logged.push(entry))])
+    return Effect.gen(function*() {
+      const harness = yield* setup()
+      const storage = yield* Storage
+      const table = yield* storage.currentMessageTable
+      yield* storage.dropMessageTable(table)
+      const client = yield* harness.connect()
+      yield* hello(client)
+      yield* client.frame({ messageType: "register", channelID: CHID })
+      assert.deepInclude(client.of("register")[0], { status: 500, pushEndpoint: "" })
+      assert.isUndefined(client.sent.closed, "the socket stays")
+      const line = logged.find((entry) => entry.message === "storage failed")
+      assert.deepInclude(line?.annotations, { command: "AddChannel", table })
+      assert.include(String(line?.annotations["cause"]), `ResourceNotFoundException: Requested resource not found: ${table}`)
+      // Once the table is back, the same register succeeds.
+      yield* storage.createTables([table])
+      yield* client.frame({ messageType: "register", channelID: CHID })
+      assert.strictEqual(client.of("register")[1]?.["status"], 200)
+    }).pipe(Effect.provide(Layer.merge(TestParts, capture)))
+  })
+
   it.effect("a burst of registers beyond the budget waits, with the socket paused, and all are answered in order", () =>
     Effect.gen(function*() {
       const harness = yield* setup({ commandBurst: 10, commandsPerSecond: 10 })
