@@ -10,7 +10,7 @@ import { assert, describe, it } from "vitest"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import type { TestClient } from "../connection/client.ts"
-import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
+import { type Deployment, deliveredAs, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
 import { ack, helloAs, register, withServerOutput } from "./userAgent.ts"
 
 const MSG_LIMIT = 20
@@ -27,20 +27,6 @@ const push = async (endpoint: string, text: string): Promise<string> => {
 }
 
 const dataOf = (frame: Record<string, unknown>) => Buffer.from(frame["data"] as string, "base64url").toString()
-
-/** How the connection node delivered a message: its trace's `delivered` event says `direct` or `stored`. */
-const deliveredAs = async (deployment: Deployment, messageId: string): Promise<string | undefined> => {
-  for (let i = 0; i < 20; i++) {
-    const res = await fetch(`${deployment.routerUrl}/__trace__/${encodeURIComponent(messageId)}`)
-    if (res.ok) {
-      const trace = (await res.json()) as { readonly events: ReadonlyArray<{ readonly type: string; readonly data: Record<string, unknown> }> }
-      const delivered = trace.events.find((e) => e.type === "notification.delivered.1")
-      if (delivered !== undefined) return delivered.data["source"] as string
-    } else await res.arrayBuffer()
-    await sleep(50)
-  }
-  return undefined
-}
 
 const nodeIdOf = (deployment: Deployment, uaid: string) =>
   Effect.runPromise(

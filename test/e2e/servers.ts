@@ -297,3 +297,21 @@ export const deploymentFor = (start: () => Promise<Deployment>): (() => Deployme
     return deployment
   }
 }
+
+/**
+ * How the connection node delivered a message: its trace's `delivered` event says `direct` or
+ * `stored` (undefined when it has none within two seconds).
+ */
+export const deliveredAs = async (deployment: Deployment, messageId: string): Promise<string | undefined> => {
+  const deadline = Date.now() + 2_000
+  while (Date.now() < deadline) {
+    const res = await fetch(`${deployment.routerUrl}/__trace__/${encodeURIComponent(messageId)}`)
+    if (res.ok) {
+      const trace = (await res.json()) as { readonly events: ReadonlyArray<{ readonly type: string; readonly data: Record<string, unknown> }> }
+      const delivered = trace.events.find((e) => e.type === "notification.delivered.1")
+      if (delivered !== undefined) return delivered.data["source"] as string
+    } else await res.arrayBuffer()
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return undefined
+}

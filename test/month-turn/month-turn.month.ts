@@ -34,7 +34,7 @@ import type { UserRecord } from "../../src/domain/user.ts"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, startAllInOne, startSeparate, type StartOptions } from "../e2e/servers.ts"
+import { type Deployment, deliveredAs, startAllInOne, startSeparate, type StartOptions } from "../e2e/servers.ts"
 import { ack } from "../e2e/userAgent.ts"
 import { clockOf, type FakeClock, makeFakeClock } from "./fakeClock.ts"
 
@@ -139,21 +139,6 @@ const recordUntil = async (
     if (Date.now() >= deadline) return { ok: false, last }
     await sleep(100)
   }
-}
-
-/** How the connection node delivered a message: its trace's `delivered` event says `direct` or `stored`. */
-const deliveredAs = async (deployment: Deployment, version: string): Promise<string | undefined> => {
-  const deadline = Date.now() + 2_000
-  while (Date.now() < deadline) {
-    const res = await fetch(`${deployment.routerUrl}/__trace__/${encodeURIComponent(version)}`)
-    if (res.ok) {
-      const trace = (await res.json()) as { readonly events: ReadonlyArray<{ readonly type: string; readonly data: Record<string, unknown> }> }
-      const delivered = trace.events.find((e) => e.type === "notification.delivered.1")
-      if (delivered !== undefined) return delivered.data["source"] as string
-    } else await res.arrayBuffer()
-    await sleep(50)
-  }
-  return undefined
 }
 
 const scenario = (name: string, start: (options: StartOptions) => Promise<Deployment>) =>

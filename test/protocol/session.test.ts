@@ -4,7 +4,7 @@ import { TestClock } from "effect/testing"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { opaqueId } from "../../src/observability/opaque.ts"
 import { emptySummary, foldSummary, summaryFields } from "../../src/observability/sessionSummary.ts"
-import { Storage, StorageError } from "../../src/storage/Storage.ts"
+import { mapStorageOperations, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { type Client, type Harness, makeHarness, pump, pushMessage, sessionOptions, setBroadcasts, TestParts, testParts } from "./harness.ts"
 
@@ -645,21 +645,19 @@ describe("session: the msg_limit race", () => {
 })
 
 describe("session: storage faults and the command budget", () => {
-  /** Memory storage whose reads of stored messages fail while `failing` > 0 (counting down). */
-  let failing = 0
-  const FlakyStorage = Layer.effect(
-    Storage,
-    Effect.map(Storage, (inner) =>
-      Storage.of({
-        ...inner,
-        fetchTopicMessages: (uaid, table, limit) =>
-          Effect.suspend(() => {
-            if (failing === 0) return inner.fetchTopicMessages(uaid, table, limit)
-            failing--
-            return Effect.fail(new StorageError({ operation: "fetchTopicMessages", cause: "injected" }))
-          })
-      }))
-  ).pipe(Layer.provideMerge(testParts()))
+  /** Memory storage (taking the harness's time) whose `operation` fails its next `failures.left` calls. */
+  const failingStorage = (operation: keyof StorageService, failures: { left: number }) =>
+    Layer.effect(
+      Storage,
+      Effect.map(Storage, (inner) =>
+        mapStorageOperations(inner, (name) => (call) =>
+          name !== operation ? call : Effect.suspend(() => {
+            if (failures.left === 0) return call
+            failures.left--
+            return Effect.fail(new StorageError({ operation: name, cause: "injected" })) as unknown as typeof call
+          })))
+    ).pipe(Layer.provideMerge(testParts()))
+  const failingReads = { left: 0 }
 
   it.effect("storage failing mid-drain keeps the socket; the drain resumes with backoff once storage is back", () =>
     Effect.gen(function*() {
@@ -667,7 +665,7 @@ describe("session: storage faults and the command budget", () => {
       const { client, uaid } = yield* subscribed(harness)
       yield* client.feed({ _tag: "SocketClosed" })
       yield* pushMessage(harness, uaid, CHID, { data: "waiting" })
-      failing = 3
+      failingReads.left = 3
       const again = yield* harness.connect()
       yield* hello(again, uaid)
       assert.deepStrictEqual(again.of("notification"), [])
@@ -679,23 +677,10 @@ describe("session: storage faults and the command budget", () => {
       }
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["waiting"])
       assert.isUndefined(again.sent.closed)
-    }).pipe(Effect.provide(FlakyStorage)))
+    }).pipe(Effect.provide(failingStorage("fetchTopicMessages", failingReads))))
 
   it.effect("the node's shutdown (the session's fiber ends) deletes acked rows whose delete failed and waits for its retry", () => {
-    let deletesFailing = 0
-    const FailingDeletes = Layer.effect(
-      Storage,
-      Effect.map(Storage, (inner) =>
-        Storage.of({
-          ...inner,
-          deleteMessages: (uaid, table, keys) =>
-            Effect.suspend(() => {
-              if (deletesFailing === 0) return inner.deleteMessages(uaid, table, keys)
-              deletesFailing--
-              return Effect.fail(new StorageError({ operation: "deleteMessages", cause: "injected" }))
-            })
-        }))
-    ).pipe(Layer.provideMerge(testParts()))
+    const failingDeletes = { left: 0 }
     return Effect.gen(function*() {
       const harness = yield* setup()
       const { client, uaid } = yield* subscribed(harness)
@@ -703,7 +688,7 @@ describe("session: storage faults and the command budget", () => {
       yield* pushMessage(harness, uaid, CHID, { data: "acked" })
       const again = yield* harness.connect()
       yield* hello(again, uaid)
-      deletesFailing = 1
+      failingDeletes.left = 1
       yield* ackAll(again)
       const phase = again.machine.phase
       assert.strictEqual(phase._tag === "Identified" || phase._tag === "Draining" ? phase.session.retry?.command._tag : undefined, "DeleteMessages")
@@ -715,7 +700,7 @@ describe("session: storage faults and the command budget", () => {
       const last = yield* harness.connect()
       yield* hello(last, uaid)
       assert.deepStrictEqual(last.of("notification"), [], "an acked message came back after the shutdown")
-    }).pipe(Effect.provide(FailingDeletes))
+    }).pipe(Effect.provide(failingStorage("deleteMessages", failingDeletes)))
   })
 
   it.effect("a register that meets a missing message table is answered status 500 (the client may retry), and the log names the table and the cause", () => {
