@@ -8,7 +8,7 @@
  * table a user lives in (`currentMonth`), and the connection node decides when a user moves on.
  * Every read filters expired items against the Effect `Clock` (TTL deletion is lazy or absent).
  *
- * Tables must exist before use (`createTables`; `createActiveTables` below at start-up); an
+ * Tables must exist before use (`createTables`; every node keeps them present: `tableKeeper.ts`); an
  * operation on a missing table fails with a `StorageError` (cause named `ResourceNotFoundException`).
  * Table names, rotation and the stale-user month range: `tables.ts`; sort keys: `model.ts`.
  */
@@ -202,7 +202,7 @@ export interface StorageService {
 
 export class Storage extends Context.Service<Storage, StorageService>()("autopush/storage/Storage") {}
 
-/** Create the router table and the active message tables when missing (start-up, tests). */
+/** Create the router and receipt tables and the active message tables when missing (the table keeper, tests). */
 export const createActiveTables: Effect.Effect<void, StorageError, Storage> = Storage.use((storage) =>
   Effect.flatMap(storage.activeMessageTables, storage.createTables)
 )

@@ -16,10 +16,10 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { causeText, Storage, type StorageError } from "./Storage.ts"
+import { causeText, createActiveTables, Storage, type StorageError } from "./Storage.ts"
 
 /** How often a node checks that its tables exist. */
-export const TABLE_CHECK_INTERVAL = Duration.hours(1)
+const TABLE_CHECK_INTERVAL = Duration.hours(1)
 
 /** What an operator runs to make the tables when the nodes may not. */
 export const CREATE_TABLES_COMMAND = "npm run maintenance -- create-tables"
@@ -28,11 +28,11 @@ export const CREATE_TABLES_COMMAND = "npm run maintenance -- create-tables"
  * One check: which tables are missing, each created in turn. Fails only when storage cannot be
  * read at all; a table that cannot be created is logged (with the command that makes it).
  */
-export const ensureTables: Effect.Effect<void, StorageError, Storage> = Effect.gen(function*() {
+const ensureTables: Effect.Effect<void, StorageError, Storage> = Effect.gen(function*() {
   const storage = yield* Storage
   const missing = (yield* storage.checkTables).filter((status) => !status.ok).map((status) => status.table)
   if (missing.length === 0) return
-  yield* storage.createTables(yield* storage.activeMessageTables).pipe(
+  yield* createActiveTables.pipe(
     Effect.tap(() => Effect.logInfo("tables created").pipe(Effect.annotateLogs({ tables: missing.join(", ") }))),
     Effect.catchTag("StorageError", (error) =>
       Effect.logError(
