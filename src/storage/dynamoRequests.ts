@@ -1,7 +1,8 @@
 /**
  * Requests to a DynamoDB-API server as the storage layer makes them: failures as `StorageError`s
- * told apart by name, throttling and dropped connections retried briefly, every operation within
- * its deadline; conditional writes, paged queries and batch writes on top.
+ * told apart by name, throttling and dropped connections retried briefly, every request within the
+ * deadline; conditional writes, paged queries and batch writes on top. The deadline of a whole
+ * Storage operation, whatever number of requests it makes, is `withOperationDeadlines`.
  *
  * Waiting for the server (back-off, unprocessed batch items) runs on the live clock even under a
  * `TestClock`: it is about the real server.
@@ -13,7 +14,7 @@ import * as Predicate from "effect/Predicate"
 import * as Schedule from "effect/Schedule"
 import type { DynamoClient } from "./dynamoClient.ts"
 import { chunks, type Item } from "./dynamoRows.ts"
-import { StorageError } from "./Storage.ts"
+import { mapStorageOperations, StorageError, type StorageService } from "./Storage.ts"
 
 /** Default deadline of one storage operation: a server that accepts and never answers must not park callers. */
 export const STORAGE_TIMEOUT_MS = 5_000
@@ -50,7 +51,44 @@ const retryBackoff = Schedule.exponential("25 millis").pipe(Schedule.jittered, S
 
 export type DynamoRequests = ReturnType<typeof makeRequests>
 
-/** The requests of one layer: its client, its deadline. */
+/**
+ * Storage operations without the operation deadline, each request of theirs still within it:
+ * - `createTables` and `dropMessageTable` wait for the server to finish (AWS takes seconds to make
+ *   a table ACTIVE or delete one), polling up to their own bound;
+ * - `dropStaleUsers` is a sweep over a whole month range of the index, as long as there are users;
+ * - `listMessageTables` pages through every table of the account and region, however many;
+ * - `currentMessageTable` and `activeMessageTables` are answered from the clock, without a request.
+ * None of them is on the path of a push or a hello: they are the table keeper's and the tools'.
+ * (Whole-table export and import, `dynamoExport.ts`, are no Storage operations: each of their
+ * requests has the deadline, the copy as long as the tables.)
+ */
+export const OPERATIONS_WITHOUT_DEADLINE: ReadonlySet<string> = new Set([
+  "createTables",
+  "dropMessageTable",
+  "dropStaleUsers",
+  "listMessageTables",
+  "currentMessageTable",
+  "activeMessageTables"
+])
+
+/**
+ * One deadline, `timeoutMs`, for each operation of `storage` (but `OPERATIONS_WITHOUT_DEADLINE`),
+ * all its requests, retries and back-off together: one past it fails with a `StorageError` whose
+ * cause is a `StorageTimeout`, and its request still out is aborted. The deadline runs on the live
+ * clock; the operation itself keeps the caller's (expiry is judged by it).
+ */
+export const withOperationDeadlines = (storage: StorageService, timeoutMs: number): StorageService =>
+  mapStorageOperations(storage, (name) => {
+    if (OPERATIONS_WITHOUT_DEADLINE.has(name)) return (operation) => operation
+    const late = Effect.sleep(timeoutMs).pipe(
+      Effect.andThen(Effect.fail(new StorageError({ operation: name, cause: new StorageTimeout(timeoutMs) }))),
+      Effect.provideService(Clock.Clock, liveClock)
+    )
+    // Every operation wrapped here fails with a StorageError only: the deadline adds no new error type.
+    return <A, E>(operation: Effect.Effect<A, E>) => Effect.raceFirst(operation, late) as Effect.Effect<A, E>
+  })
+
+/** The requests of one layer: its client, and the deadline of each request (at most that of its operation). */
 export const makeRequests = (client: DynamoClient, timeoutMs: number) => {
   /**
    * One request; throttling and dropped connections retried with a short bounded back-off, all

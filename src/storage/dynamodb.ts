@@ -17,7 +17,7 @@ import type { UserRecord } from "../domain/user.ts"
 import { scopedDynamoClient } from "./dynamoClient.ts"
 import { makeMaintenance } from "./dynamoMaintenance.ts"
 import { makeReceipts } from "./dynamoReceipts.ts"
-import { isNamed, makeRequests, STORAGE_TIMEOUT_MS } from "./dynamoRequests.ts"
+import { isNamed, makeRequests, STORAGE_TIMEOUT_MS, withOperationDeadlines } from "./dynamoRequests.ts"
 import { type Item, messageKey, messageToItem, N, S, userFields, userFromItem, userToItem, userValue, visibleMessages } from "./dynamoRows.ts"
 import {
   nextFreeMs,
@@ -53,7 +53,8 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
     Effect.gen(function*() {
       const client = yield* scopedDynamoClient(options)
       const router = options.routerTable
-      const requests = makeRequests(client, options.timeoutMs ?? STORAGE_TIMEOUT_MS)
+      const timeoutMs = options.timeoutMs ?? STORAGE_TIMEOUT_MS
+      const requests = makeRequests(client, timeoutMs)
       const { call, conditional, query, queryAll, batchWrite } = requests
 
       // ── router table ──────────────────────────────────────────────────────────────────────────
@@ -462,7 +463,8 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       const maintenance = makeMaintenance(client, requests, options, deleteUserRows)
       const receipts = makeReceipts(client, requests, options)
 
-      return Storage.of({
+      // The deadline is per operation (`dropUser`, `saveMessages`, ... make several requests), not per request.
+      return Storage.of(withOperationDeadlines({
         getUser,
         registerUser,
         resumeUser,
@@ -486,6 +488,6 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         deleteMessages,
         ...receipts,
         ...maintenance
-      })
+      }, timeoutMs))
     })
   )

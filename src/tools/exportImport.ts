@@ -16,8 +16,7 @@
  * message_tablename with the same `_{YYYY}_{MM}` suffix (users' current_month follows).
  */
 import { createReadStream, existsSync } from "node:fs"
-import { mkdir, open, rename, rm } from "node:fs/promises"
-import { dirname, resolve } from "node:path"
+import { resolve } from "node:path"
 import { createInterface } from "node:readline"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -31,6 +30,7 @@ import { type Item, S } from "../storage/dynamoRows.ts"
 import { Storage } from "../storage/Storage.ts"
 import { isMessageTable, type StorageOptions } from "../storage/tables.ts"
 import { plural, say, type SplitArgs, ToolFailure, UsageError } from "./cli.ts"
+import { openPrivateTemporary } from "./privateFile.ts"
 import type { Command, Run } from "./maintenance.ts"
 import { embeddedSecretsFile, type EmbeddedSecrets, readEmbeddedSecrets, storageOptionsOf, writeEmbeddedSecrets } from "./storage.ts"
 
@@ -202,30 +202,23 @@ const checkExportFile = Effect.fn("checkExportFile")(function*(path: string) {
 const fsFailure = (path: string) => (cause: unknown) => new ToolFailure({ message: `cannot write ${path}: ${(cause as Error).message}` })
 
 /**
- * Write `path` (mode 0600) a piece at a time through a temporary file renamed over it at the end:
- * it is either the whole new content or the old.
+ * Write `path` (mode 0600) a piece at a time through a private temporary file (random name, created
+ * exclusively: `privateFile.ts`) renamed over it at the end: it is either the whole new content or
+ * the old.
  */
-const writeAtomically = <A, E, R>(
+export const writeAtomically = <A, E, R>(
   path: string,
   body: (write: (text: string) => Effect.Effect<void, ToolFailure>) => Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | ToolFailure, R> => {
-  const temporary = `${path}.${process.pid}.tmp`
   const attempt = <B>(f: () => Promise<B>) => Effect.tryPromise({ try: f, catch: fsFailure(path) })
   return Effect.acquireUseRelease(
-    attempt(async () => {
-      await mkdir(dirname(path), { recursive: true })
-      const handle = await open(temporary, "w", 0o600)
-      await handle.chmod(0o600)
-      return handle
-    }),
-    (handle) =>
-      body((text) => attempt(() => handle.appendFile(text))).pipe(
-        Effect.tap(() => attempt(() => handle.sync()))
+    attempt(() => openPrivateTemporary(path)),
+    (temporary) =>
+      body((text) => attempt(() => temporary.handle.appendFile(text))).pipe(
+        Effect.tap(() => attempt(() => temporary.handle.sync())),
+        Effect.tap(() => attempt(() => temporary.commit()))
       ),
-    (handle) => Effect.promise(() => handle.close())
-  ).pipe(
-    Effect.tap(() => attempt(() => rename(temporary, path))),
-    Effect.onError(() => Effect.promise(() => rm(temporary, { force: true })))
+    (temporary, exit) => exit._tag === "Success" ? Effect.void : Effect.promise(() => temporary.discard())
   )
 }
 

@@ -9,8 +9,8 @@
  * otherwise the tool starts its own on the data.
  */
 import { existsSync } from "node:fs"
-import { chmod, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises"
-import { dirname, join } from "node:path"
+import { readFile } from "node:fs/promises"
+import { join } from "node:path"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -23,6 +23,7 @@ import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../st
 import type { Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
+import { writePrivateFile } from "./privateFile.ts"
 
 export const storageOptionsOf = (settings: Settings): StorageOptions & { readonly timeoutMs: number } => ({
   routerTable: settings.routerTablename,
@@ -87,19 +88,15 @@ export const readEmbeddedSecrets = (path: string): Effect.Effect<EmbeddedSecrets
     })
   )
 
-/** Keep `secrets` in `path` (mode 0600), atomically: a temporary file renamed over it, never half a file. */
-export const writeEmbeddedSecrets = (path: string, secrets: EmbeddedSecrets): Effect.Effect<void, SecretsFileError> => {
-  const temporary = `${path}.${process.pid}.tmp`
-  return Effect.tryPromise({
-    try: async () => {
-      await mkdir(dirname(path), { recursive: true })
-      await writeFile(temporary, JSON.stringify(secrets, null, 2), { mode: 0o600 })
-      await chmod(temporary, 0o600)
-      await rename(temporary, path)
-    },
+/**
+ * Keep `secrets` in `path` (mode 0600), atomically: a private temporary file (random name, created
+ * exclusively: `privateFile.ts`) renamed over it, never half a file.
+ */
+export const writeEmbeddedSecrets = (path: string, secrets: EmbeddedSecrets): Effect.Effect<void, SecretsFileError> =>
+  Effect.tryPromise({
+    try: () => writePrivateFile(path, JSON.stringify(secrets, null, 2)),
     catch: (cause) => new SecretsFileError({ message: `cannot keep the generated keys in ${path} (option data_dir): ${(cause as Error).message}` })
-  }).pipe(Effect.tapError(() => Effect.promise(() => rm(temporary, { force: true }))))
-}
+  })
 
 /** Human description of the storage a tool talks to, for its output. */
 export const storageDescription = (settings: Settings): string =>

@@ -5,9 +5,12 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
+import { request } from "node:http"
+import { connect } from "node:http2"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
+import { openClient } from "../connection/client.ts"
 import { freePorts } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
@@ -18,7 +21,11 @@ afterAll(() => {
 
 const args = async () => {
   const [port, router, endpoint] = await freePorts(3)
-  return { endpoint: endpoint as number, flags: ["--port", String(port), "--router-port", String(router), "--endpoint-port", String(endpoint), "--bind-host", "127.0.0.1"] }
+  return {
+    port: port as number,
+    endpoint: endpoint as number,
+    flags: ["--port", String(port), "--router-port", String(router), "--endpoint-port", String(endpoint), "--bind-host", "127.0.0.1"]
+  }
 }
 
 const workDir = () => {
@@ -70,5 +77,66 @@ describe("stopping a server", () => {
     const orphaned = alive(pid)
     if (orphaned) process.kill(pid, "SIGKILL")
     expect(orphaned, "the orphaned server was still running").toBe(false)
+  }, 60_000)
+
+  it.each(["HTTP/1.1", "HTTP/2"])("SIGTERM with a push in flight (%s): the push is still answered 201 and its message kept, then the server stops", async (version) => {
+    const { port, endpoint, flags } = await args()
+    const dir = workDir()
+    const start = () => spawn(process.execPath, [join(root, "src/bin/autopush.ts"), ...flags], { cwd: dir, stdio: "ignore" })
+    let child = start()
+    let code = exited(child)
+    await up(endpoint)
+    const client = await openClient(`ws://127.0.0.1:${port}/`)
+    client.send({ messageType: "hello", use_webpush: true })
+    const uaid = (await client.next((f) => f["messageType"] === "hello"))["uaid"] as string
+    client.send({ messageType: "register", channelID: crypto.randomUUID() })
+    const pushEndpoint = new URL((await client.next((f) => f["messageType"] === "register"))["pushEndpoint"] as string)
+    await client.close()
+
+    // The push's headers and half its body, then SIGTERM while the endpoint waits for the rest.
+    const body = Buffer.from("in flight")
+    const headers = { ttl: "600", "content-encoding": "aes128gcm", "content-length": String(body.length) }
+    const answered = new Promise<number>((resolve, reject) => {
+      const rest = (end: (chunk: Buffer) => void) =>
+        setTimeout(() => {
+          child.kill("SIGTERM")
+          setTimeout(() => end(body.subarray(4)), 1_000)
+        }, 300)
+      if (version === "HTTP/2") {
+        const session = connect(`http://127.0.0.1:${endpoint}`)
+        session.on("error", reject)
+        const stream = session.request({ ":method": "POST", ":path": pushEndpoint.pathname, ...headers })
+        stream.on("response", (h) => {
+          resolve(Number(h[":status"]))
+          session.close()
+        })
+        stream.on("error", reject)
+        stream.write(body.subarray(0, 4))
+        rest((chunk) => stream.end(chunk))
+        return
+      }
+      const req = request({ host: "127.0.0.1", port: endpoint, method: "POST", path: pushEndpoint.pathname, headers, agent: false }, (res) => {
+        res.resume()
+        resolve(res.statusCode ?? 0)
+      })
+      req.on("error", reject)
+      req.write(body.subarray(0, 4))
+      rest((chunk) => req.end(chunk))
+    })
+    expect(await answered).toBe(201)
+    expect(await code).toBe(0)
+
+    // The message was kept: the client gets it from the restarted server.
+    child = start()
+    code = exited(child)
+    await up(endpoint)
+    const back = await openClient(`ws://127.0.0.1:${port}/`)
+    back.send({ messageType: "hello", use_webpush: true, uaid })
+    expect((await back.next((f) => f["messageType"] === "hello"))["uaid"]).toBe(uaid)
+    const notification = await back.next((f) => f["messageType"] === "notification")
+    expect(Buffer.from(notification["data"] as string, "base64url").toString()).toBe("in flight")
+    await back.close()
+    child.kill("SIGTERM")
+    expect(await code).toBe(0)
   }, 60_000)
 })

@@ -16,7 +16,7 @@ import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { startDynalite } from "../../src/storage/embedded.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
-type Fault = "throttle" | "unprocessed" | "hang" | "drop"
+type Fault = "throttle" | "unprocessed" | "hang" | "drop" | "slow"
 
 const dataDir = mkdtempSync(join(tmpdir(), "autopush-faults-"))
 const scope = Effect.runSync(Scope.make())
@@ -27,6 +27,8 @@ const faults = new Map<string, Array<Fault>>()
 const seen: Array<string> = []
 /** Requests the proxy left unanswered that the client has since abandoned (their sockets closed). */
 let abandoned = 0
+/** How long a "slow" request waits before it is forwarded. */
+let slowMs = 0
 
 const body = (req: IncomingMessage) =>
   new Promise<Buffer>((resolve) => {
@@ -45,6 +47,7 @@ beforeAll(async () => {
     if (fault === "hang") return void res.on("close", () => abandoned++)
     // A keep-alive connection the server closes under a request it has read.
     if (fault === "drop") return void req.socket.destroy()
+    if (fault === "slow") await new Promise((r) => setTimeout(r, slowMs))
     const reply = (status: number, json: unknown) => {
       res.writeHead(status, { "content-type": "application/x-amz-json-1.0" })
       res.end(JSON.stringify(json))
@@ -163,4 +166,63 @@ describe("DynamoDB layer under faults", () => {
       assert.isFalse(yield* s.registerUser({ ...user, connectedAt: 4 }))
       assert.strictEqual(count("PutItem"), 2)
     })))
+
+  describe("storage_timeout is the deadline of one Storage operation, not of each of its requests", () => {
+    const uaid = "00000000000000000000000000000009"
+    const slowly = (operation: string) => faults.set(operation, Array.from({ length: 50 }, () => "slow" as const))
+    const message = (n: number) => ({
+      channelId: "00000000-0000-4000-8000-000000000001",
+      version: `v${n}`,
+      ttl: 600,
+      timestamp: Math.floor(Date.now() / 1000),
+      sortkeyTimestamp: Date.now() + n
+    })
+
+    it.live("saveMessages: four writes, each answered just under the deadline, fail at about one deadline", () =>
+      withStorage(Effect.gen(function*() {
+        const s = yield* Storage
+        const table = yield* s.currentMessageTable
+        slowMs = 250
+        slowly("PutItem")
+        const started = Date.now()
+        const error = yield* Effect.flip(s.saveMessages(uaid, table, [1, 2, 3, 4].map(message)))
+        const took = Date.now() - started
+        assert.strictEqual(error.operation, "saveMessages")
+        assert.instanceOf(error.cause, StorageTimeout)
+        assert.isAtLeast(took, 380)
+        assert.isBelow(took, 700, `took ${took} ms`)
+        assert.isAtMost(count("PutItem"), 2)
+      }), 400))
+
+    it.live("dropUser: the record, the query of its rows and their deletion together fail at about one deadline", () =>
+      withStorage(Effect.gen(function*() {
+        const s = yield* Storage
+        const table = yield* s.currentMessageTable
+        assert.isTrue(yield* s.registerUser({ uaid, routerType: "webpush", routerData: {}, connectedAt: 1, currentMonth: table }))
+        yield* s.saveMessage(uaid, table, message(1))
+        slowMs = 250
+        for (const operation of ["DeleteItem", "Query", "BatchWriteItem"]) slowly(operation)
+        const started = Date.now()
+        const error = yield* Effect.flip(s.dropUser(uaid))
+        const took = Date.now() - started
+        assert.strictEqual(error.operation, "dropUser")
+        assert.instanceOf(error.cause, StorageTimeout)
+        assert.isBelow(took, 700, `took ${took} ms`)
+      }), 400))
+
+    it.live("createTables (waiting for ACTIVE) is not cut by it: each request still has the deadline", () =>
+      withStorage(Effect.gen(function*() {
+        const s = yield* Storage
+        slowMs = 250
+        slowly("DescribeTable")
+        slowly("CreateTable")
+        const started = Date.now()
+        yield* s.createTables([`f${Date.now().toString(36)}_extra`])
+        assert.isAtLeast(Date.now() - started, 500, "several slow requests in a row")
+        // One request that never answers still fails at the deadline.
+        faults.set("DescribeTable", ["hang"])
+        const error = yield* Effect.flip(s.createTables([`f${Date.now().toString(36)}_more`]))
+        assert.instanceOf(error.cause, StorageTimeout)
+      }), 400))
+  })
 })

@@ -4,13 +4,14 @@
  * under other table names, then read back through the Storage service; bad files, a store that
  * holds users already, and the secrets.
  */
-import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs"
+import { existsSync, lstatSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { lastConnectValue, type UserRecord } from "../../src/domain/user.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
+import { writeAtomically } from "../../src/tools/exportImport.ts"
 import { readEmbeddedSecrets, writeEmbeddedSecrets } from "../../src/tools/storage.ts"
 import { runTool, scratch, startServer, storageFlags, type Tables, tablesFor, withStorage } from "./harness.ts"
 
@@ -139,7 +140,7 @@ describe("maintenance export → import", () => {
     )
     expect(items.every((l) => Object.keys(l).sort().join() === "item,name,table")).toBe(true)
     expect(items.find((l) => l["table"] === "messages" && l["name"] === current)).toMatchObject({ item: { uaid: { S: uaid(3) } } })
-    expect(existsSync(`${file}.${process.pid}.tmp`)).toBe(false)
+    expect(readdirSync(join(file, "..")).filter((name) => name.endsWith(".tmp"))).toEqual([])
   })
 
   it("import into an empty store under other table names: the Storage service reads the same users, channels, messages and broadcasts", async () => {
@@ -268,5 +269,48 @@ describe("maintenance export --secrets → import --secrets-out", () => {
     expect(run.code).toBe(1)
     expect(run.stderr).toContain("holds no secrets (it was exported without --secrets); nothing was imported")
     expect(existsSync(out)).toBe(false)
+  })
+})
+
+describe("temporary files of export and secrets.json", () => {
+  /** A symlink where the temporary file used to be (`{path}.{pid}.tmp`), to a file that must stay as it is. */
+  const plant = (path: string) => {
+    const target = join(scratch("victim"), "victim.txt")
+    writeFileSync(target, "untouched", { mode: 0o644 })
+    symlinkSync(target, `${path}.${process.pid}.tmp`)
+    return target
+  }
+  const checkWritten = (path: string, target: string) => {
+    expect(readFileSync(target, "utf8")).toBe("untouched")
+    expect(statSync(target).mode & 0o777).toBe(0o644)
+    expect(lstatSync(path).isSymbolicLink()).toBe(false)
+    expect(lstatSync(path).mode & 0o777).toBe(0o600)
+    // Only the planted link is left beside it: the temporary file was renamed into place.
+    expect(readdirSync(join(path, "..")).filter((name) => name.endsWith(".tmp"))).toEqual([`${path.split("/").at(-1)}.${process.pid}.tmp`])
+  }
+
+  it("secrets.json: a symlink planted at the old temporary path is not followed; the file is mode 0600", async () => {
+    const path = join(scratch("secrets"), "secrets.json")
+    const target = plant(path)
+    const secrets = { crypto_key: ["b4X-QvdL9DeneThA70aW1C4pYaZqu0_IAnsG2_MWw7A="], auth_keys: ["auth-key-1"] }
+    await Effect.runPromise(writeEmbeddedSecrets(path, secrets))
+    checkWritten(path, target)
+    expect(await Effect.runPromise(readEmbeddedSecrets(path))).toEqual(secrets)
+  })
+
+  it("export file: a symlink planted at the old temporary path is not followed; the file is mode 0600", async () => {
+    const path = join(scratch("out"), "backup.jsonl")
+    const target = plant(path)
+    await Effect.runPromise(writeAtomically(path, (write) => write("{\"a\":1}\n")))
+    checkWritten(path, target)
+    expect(readFileSync(path, "utf8")).toBe("{\"a\":1}\n")
+  })
+
+  it("a failed write leaves neither the file nor a temporary one", async () => {
+    const dir = scratch("failed")
+    const path = join(dir, "backup.jsonl")
+    const failed = await Effect.runPromise(Effect.exit(writeAtomically(path, (write) => Effect.andThen(write("x"), Effect.fail("stop")))))
+    expect(failed._tag).toBe("Failure")
+    expect(readdirSync(dir)).toEqual([])
   })
 })
