@@ -47,8 +47,16 @@ import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
 import { listenFailure, StartupError } from "../domain/errors.ts"
+import { LOOPBACK } from "../domain/addresses.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)
+
+/** Idle time and the per-address cap of the listening ports; the loopback and the trusted proxies are not capped. */
+const socketLimitsOf = (settings: Settings) => ({
+  idleTimeoutMs: ms(settings.clientIdleTimeout),
+  maxPerAddress: settings.maxConnectionsPerAddress,
+  exempt: [...LOOPBACK, ...settings.trustedProxies]
+})
 
 /** Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint. */
 export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
@@ -158,6 +166,8 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   minPingIntervalMs: ms(settings.minPingInterval),
   msgLimit: settings.msgLimit,
   clientChannelCapacity: settings.clientChannelCapacity,
+  inboxFrames: settings.clientInboxFrames,
+  inboxBytes: settings.clientInboxBytes,
   messageTablePrefix: settings.messageTablename,
   noTableRotation: settings.noTableRotation,
   // Stored messages per page: 25 is what one BatchWriteItem deletes once the page is acked; autopush's
@@ -177,6 +187,7 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   maxSendBufferBytes: settings.maxSendBuffer,
   maxControlFramesPerSecond: settings.maxControlFramesPerSecond,
   clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
+  socketLimits: socketLimitsOf(settings),
   shutdownTimeoutMs: ms(settings.shutdownTimeout),
   receiptRetentionSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle))
 })
@@ -241,9 +252,17 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     requestTimeoutMs: ms(settings.requestTimeout),
     shutdownTimeoutMs: ms(settings.shutdownTimeout),
     clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
+    socketLimits: socketLimitsOf(settings),
     maxInFlightRequests: settings.maxInFlightRequests,
     routerCache: { ttlMs: ms(settings.routerCacheTtl), entries: settings.routerCacheEntries },
-    receipts: { idleSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle)), maxWaitMs: ms(settings.receiptMaxWait) },
+    receipts: {
+      idleSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle)),
+      maxWaitMs: ms(settings.receiptMaxWait),
+      maxHoldMs: ms(settings.receiptMaxHold),
+      maxCollectorsPerSubscription: settings.receiptMaxCollectorsPerSubscription,
+      maxCollectorsPerAddress: settings.receiptMaxCollectorsPerAddress,
+      maxCollectors: settings.receiptMaxCollectors
+    },
     broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),
     version: versionInfo.version,
     build: versionInfo,

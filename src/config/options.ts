@@ -305,7 +305,9 @@ export const options = {
   max_notification_ttl: opt("shared", seconds, s(2_592_000), "Largest TTL accepted; larger TTLs are capped"),
   receipt_subscription_idle: opt("shared", seconds, s(604_800), "A push receipt subscription that nobody used (a push naming it, or a GET of it) for this long is gone (404); a receipt waits this long to be collected"),
   shutdown_timeout: opt("shared", seconds, s(10), "How long a stopping node waits for work in flight"),
-  client_request_timeout: opt("shared", seconds, s(10), "Time a client has to send an HTTP request's headers, and between two parts of its body (408 otherwise)"),
+  client_request_timeout: opt("shared", seconds, s(10), "Time a client has to send an HTTP request's headers, and between two parts of its body (408 otherwise); a connection that sends nothing (or only part of a TLS handshake or an HTTP/2 preface) is closed after it"),
+  client_idle_timeout: opt("shared", seconds, s(75), "Kept-alive HTTP/1.1 connections and HTTP/2 sessions (GOAWAY) with no request for this long are closed, on every port; longer than the 60 s of common load balancers and proxies, so that they close an idle connection first"),
+  max_connections_per_address: opt("shared", integer(0), 1_000, "Connections one client address (an IPv6 /64) may hold open on a public port (endpoint, WebSocket); beyond, the connection is answered 503 and closed (over TLS: closed). 0 turns it off; the loopback and trusted_proxies are not counted"),
   event_log: opt("shared", text, undefined, "Where domain events are written: - for stdout, or a file path", {
     defaultText: "unset (not written)"
   }),
@@ -341,13 +343,15 @@ export const options = {
   max_channels_per_user: opt("connection", integer(1), 1000, "Channels one user may register; a register beyond it is answered with status 413"),
   client_commands_per_second: opt("connection", integer(1), 10, "Commands (register, unregister, nack, broadcast_subscribe) a client may send per second once its burst is spent; beyond, its commands wait"),
   client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
+  client_inbox_frames: opt("connection", integer(1), 64, "Frames from one client (any kind, acks too) waiting to be handled, at which its socket stops being read until half of them are handled; the client is not closed for it"),
+  client_inbox_bytes: opt("connection", integer(1024), 262_144, "Bytes of the frames from one client waiting to be handled, at which its socket stops being read until half of them are handled"),
   // endpoint
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
-  rate_limit_per_address: opt("endpoint", integer(0), 100, "Pushes per second one client address may send, sustained (token bucket; 0 turns it off; receipt subscriptions and message status reads count as pushes); beyond it 429/116 with Retry-After. Peers on the loopback are not limited by address unless listed in trusted_proxies"),
+  rate_limit_per_address: opt("endpoint", integer(0), 100, "Pushes per second one client address may send, sustained (token bucket; 0 turns it off; making and collecting receipt subscriptions and message status reads count as pushes); beyond it 429/116 with Retry-After. Peers on the loopback are not limited by address unless listed in trusted_proxies"),
   rate_limit_burst_per_address: opt("endpoint", integer(1), 1000, "Pushes one client address may send at once after a quiet period"),
   rate_limit_per_vapid_key: opt("endpoint", integer(0), 0, "Pushes per second one VAPID key may send, sustained (token bucket; 0, the default, turns it off: one key legitimately sends to all its subscribers); beyond it 429/116 with Retry-After"),
   rate_limit_burst_per_vapid_key: opt("endpoint", integer(1), 1000, "Pushes one VAPID key may send at once after a quiet period"),
-  trusted_proxies: opt("endpoint", addressList, [], "Addresses or CIDR blocks of the reverse proxies in front of the endpoint: for a push from one of them, the client address is the rightmost X-Forwarded-For entry that is not a listed proxy (never believed from anyone else)"),
+  trusted_proxies: opt("shared", addressList, [], "Addresses or CIDR blocks of the reverse proxies in front of the nodes: not counted by max_connections_per_address; for a push from one of them, the client address is the rightmost X-Forwarded-For entry that is not a listed proxy (never believed from anyone else)"),
   require_vapid: opt("endpoint", boolean, false, "Accept only pushes signed with VAPID (RFC 8292): an unsigned push is answered 401/109, whatever its endpoint"),
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
   request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),
@@ -367,6 +371,10 @@ export const options = {
     defaultText: "unset"
   }),
   receipt_max_wait: opt("endpoint", seconds, s(30), "Longest a GET of a receipt subscription (Accept: application/json, or HTTP/1.1) waits for a receipt before it answers an empty list; a sender's Prefer: wait=N asks for less"),
+  receipt_max_hold: opt("endpoint", seconds, s(300), "Longest a GET of a receipt subscription is held open (server-sent events, HTTP/2 server push; a long poll waits at most receipt_max_wait): then a stream ends and a server-push GET is answered 204, and the client asks again"),
+  receipt_max_collectors_per_subscription: opt("endpoint", integer(1), 4, "GETs of one receipt subscription held open at once on a node; beyond, 429/116 with Retry-After"),
+  receipt_max_collectors_per_address: opt("endpoint", integer(1), 32, "GETs of receipt subscriptions one client address holds open at once on a node (addressed as for rate_limit_per_address); beyond, 429/116 with Retry-After"),
+  receipt_max_collectors: opt("endpoint", integer(1), 1024, "GETs of receipt subscriptions held open at once on a node, all senders together (they do not count toward max_in_flight_requests); beyond, 503/201 with Retry-After"),
   router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
   bridge_stub: opt("endpoint", boolean, false, "Enable the stub bridge (router type stub, app id success or error, token success): for tests and demos of the registration API"),
   fcm_credentials: opt("endpoint", text, undefined, "FCM (HTTP v1) apps as JSON: {\"<app_id>\": {\"project_id\": \"…\", \"credential\": \"<service-account JSON, or the path of its file>\"}}", {

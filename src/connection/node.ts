@@ -17,12 +17,22 @@ import type { Duplex } from "node:stream"
 import { type RawData, WebSocket, WebSocketServer } from "ws"
 import { MalformedRequest, MethodNotAllowed, TooManyConnections } from "../domain/errors.ts"
 import { answerOnSocket, answerSocketErrors } from "../domain/raw-http.ts"
+import {
+  capPerAddress,
+  countIdleCloses,
+  DEFAULT_SOCKET_LIMITS,
+  httpServerTimeouts,
+  type SocketLimits
+} from "../domain/socket-limits.ts"
 import { closeFrame } from "../protocol/close.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
+import { type Counter, Metrics } from "../observability/Metrics.ts"
+import { METRICS } from "../observability/catalog.ts"
+import { portCounters } from "../observability/sockets.ts"
 import { routerObservability } from "../observability/observability.ts"
 import { textFrame } from "../protocol/inputs.ts"
-import type { Mailbox } from "../protocol/mailbox.ts"
+import type { InboxBound, InboxGate, Mailbox } from "../protocol/mailbox.ts"
 import {
   protocolFor,
   runSession,
@@ -66,6 +76,8 @@ export interface ConnectionNodeOptions extends SessionOptions {
   readonly maxControlFramesPerSecond: number
   /** A request (headers and body) on the HTTP ports must arrive within this long (408 otherwise). */
   readonly clientRequestTimeoutMs: number
+  /** Idle time of kept-alive HTTP connections, and open connections per client address (default: `DEFAULT_SOCKET_LIMITS`). */
+  readonly socketLimits?: Omit<SocketLimits, "requestTimeoutMs"> | undefined
   /** On shutdown, how long sessions get to save their messages and close. */
   readonly shutdownTimeoutMs: number
   /** How long a receipt waits to be collected (s; default 7 days: `receipt_subscription_idle`). */
@@ -110,14 +122,30 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         }
 
         const observability = yield* routerObservability(registry)
+        // Connection bounds (`domain/socket-limits.ts`): nothing or a partial request → closed
+        // (408) after the client request timeout, idle keep-alive → closed; a WebSocket that
+        // upgraded has `hello_timeout` to say hello (the session's own timer).
+        const socketLimits: SocketLimits = { ...(options.socketLimits ?? DEFAULT_SOCKET_LIMITS), requestTimeoutMs: options.clientRequestTimeoutMs }
         const serverOptions = {
-          headersTimeout: options.clientRequestTimeoutMs,
+          ...httpServerTimeouts(socketLimits),
           // Node's own 408 only backs up the routes' timeout, which answers with the error JSON.
-          requestTimeout: options.clientRequestTimeoutMs + 1_000,
-          // Node checks both only this often (30 s by default): stalled headers held the socket that long.
-          connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs)
+          requestTimeout: options.clientRequestTimeoutMs + 1_000
         }
-        const routerServer = answerSocketErrors(createServer(serverOptions, handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs)))
+        const metrics = yield* Metrics
+        const routerCounters = portCounters(metrics, "router")
+        // The router port is private (endpoint nodes, operators): not capped per address.
+        const routerServer = capPerAddress(
+          countIdleCloses(
+            answerSocketErrors(
+              createServer(serverOptions, handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs)),
+              () => routerCounters.timedOut("request")
+            ),
+            routerCounters
+          ),
+          { maxPerAddress: 0, exempt: [] },
+          routerCounters,
+          () => {}
+        )
         const routerPort = yield* listen(routerServer, options.routerPort, options.routerBindHost, "router_port")
         const sessionOptions: SessionOptions = { ...options, routerUrl: routerUrlFor(routerPort) }
 
@@ -130,6 +158,10 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           maxPayload: options.maxMessageBytes,
           clientTracking: false,
           autoPong: false,
+          // One client message per turn of the event loop: `ws` would otherwise hand over every
+          // frame of a read at once (thousands of small ones), and a flooding client would hold the
+          // loop while others wait.
+          allowSynchronousEvents: false,
           WebSocket: PushSocket
         })
         // A broken handshake gets the error JSON too (ws would answer in plain text).
@@ -143,6 +175,11 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           closeGraceMs: options.closeGraceMs,
           maxSendBufferBytes: options.maxSendBufferBytes,
           maxControlFramesPerSecond: options.maxControlFramesPerSecond,
+          inbox: { frames: options.inboxFrames, bytes: options.inboxBytes },
+          pausedFor: {
+            inbox: metrics.counter(METRICS.paused.name, { reason: "inbox" }),
+            commands: metrics.counter(METRICS.paused.name, { reason: "commands" })
+          },
           defect: (where, cause) => health.logError("websocket handler failed", { where, cause: String(cause) })
         }
         // Every session fiber is a child of this one: a child costs its parent one Set entry, where a
@@ -159,7 +196,8 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           )
         ))
         const accept = (socket: PushSocket): void => {
-          const handle = new SessionHandle(options.clientChannelCapacity, Number.POSITIVE_INFINITY)
+          const handle = new SessionHandle(options.clientChannelCapacity, Number.POSITIVE_INFINITY, limits.inbox)
+          handle.mailbox.gate = socket
           socket.handle = handle
           socket.limits = limits
           // The session's cleanup takes it out of the registry.
@@ -169,9 +207,19 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           registry.remove(handle)
           socket.terminate()
         }
-        const publicServer = answerSocketErrors(createServer(serverOptions, handlePublicRequest(registry, health)))
+        const publicCounters = portCounters(metrics, "websocket")
+        const refuse = (socket: Duplex): void => void answerOnSocket(socket, new TooManyConnections())
+        const publicServer = capPerAddress(
+          countIdleCloses(answerSocketErrors(createServer(serverOptions, handlePublicRequest(registry, health)), () => publicCounters.timedOut("request")), publicCounters),
+          socketLimits,
+          publicCounters,
+          refuse
+        )
         publicServer.on("upgrade", (req, socket, head) => {
-          if (registry.connections.size >= options.maxConnections) return answerOnSocket(socket, new TooManyConnections())
+          if (registry.connections.size >= options.maxConnections) {
+            publicCounters.refused("max_connections")
+            return refuse(socket)
+          }
           wss.handleUpgrade(req, socket, head, accept)
         })
         const port = yield* listen(publicServer, options.port, options.bindHost, "port")
@@ -213,16 +261,27 @@ interface TransportLimits {
   readonly closeGraceMs: number
   readonly maxSendBufferBytes: number
   readonly maxControlFramesPerSecond: number
+  /** The client's frames waiting in its mailbox at which its socket stops being read. */
+  readonly inbox: InboxBound
+  /** Counted each time a socket stops being read, by why. */
+  readonly pausedFor: { readonly [R in Exclude<PauseReason, "closing">]: Counter }
   /** A bug in a `ws` callback: logged, and the socket closed 1011 — never the process. */
   readonly defect: (where: string, cause: unknown) => void
 }
+
+/**
+ * Why a socket is not read (any one is enough): its inbox is full, its commands wait for the budget,
+ * or its session is closing (nothing it sends matters any more; not counted as a pause).
+ */
+type PauseReason = "inbox" | "commands" | "closing"
+const PAUSED_BY: { readonly [R in PauseReason]: number } = { inbox: 1, commands: 2, closing: 4 }
 
 /**
  * A `ws` socket that is also its session's transport: `ws` makes it (the server's `WebSocket`
  * option) and its events go straight to the session's mailbox, with no listener, closure or side
  * object per connection (memory per connection).
  */
-class PushSocket extends WebSocket implements Transport {
+class PushSocket extends WebSocket implements Transport, InboxGate {
   /** Set by `accept` before any frame can arrive. */
   handle: SessionHandle | undefined = undefined
   limits: TransportLimits | undefined = undefined
@@ -231,6 +290,8 @@ class PushSocket extends WebSocket implements Transport {
   controlWindow = 0
   /** The client stopped reading: nothing more is sent, the session is being closed. */
   stalled = false
+  /** The reasons (`PAUSED_BY` bits) the socket is not read now; read while 0. */
+  pausedBy = 0
   /**
    * No listener table (a dictionary object, 184 bytes per connection): nothing listens on a
    * PushSocket, and EventEmitter makes the table afresh if a listener is ever added.
@@ -253,6 +314,44 @@ class PushSocket extends WebSocket implements Transport {
     setTimeout(terminate, (this.limits as TransportLimits).closeGraceMs, this).unref()
   }
 
+  /** The session's commands wait for the budget: stop reading until they are let through. */
+  override pause(): void {
+    this.hold("commands")
+  }
+
+  override resume(): void {
+    this.release("commands")
+  }
+
+  /** The mailbox holds as many of the client's frames as it may: stop reading until it drained. */
+  inboxFull(): void {
+    this.hold("inbox")
+  }
+
+  inboxDrained(): void {
+    this.release("inbox")
+  }
+
+  /** The session is going away: what the client sends is not read any more (the socket ends after the close grace). */
+  closing(): void {
+    this.hold("closing")
+  }
+
+  private hold(reason: PauseReason): void {
+    const bit = PAUSED_BY[reason]
+    if ((this.pausedBy & bit) !== 0) return
+    if (reason !== "closing") (this.limits as TransportLimits).pausedFor[reason].inc()
+    if (this.pausedBy === 0) super.pause()
+    this.pausedBy |= bit
+  }
+
+  private release(reason: PauseReason): void {
+    const bit = PAUSED_BY[reason]
+    if ((this.pausedBy & bit) === 0) return
+    this.pausedBy &= ~bit
+    if (this.pausedBy === 0) super.resume()
+  }
+
   sendPing(): void {
     if (this.readyState === this.OPEN) this.ping()
   }
@@ -264,7 +363,7 @@ class PushSocket extends WebSocket implements Transport {
     try {
       switch (event) {
         case "message":
-          onMessage(mailbox, args[0], args[1])
+          onMessage(this, mailbox, args[0], args[1])
           break
         case "ping":
           if (this.control(Date.now())) this.pong(args[0])
@@ -303,9 +402,16 @@ class PushSocket extends WebSocket implements Transport {
 
 const terminate = (socket: PushSocket): void => socket.terminate()
 
-const onMessage = (mailbox: Mailbox<SessionEvent>, data: RawData, isBinary: boolean): void => {
-  if (isBinary) return void mailbox.offer({ _tag: "BinaryFrame" })
-  mailbox.offer(textFrame(data.toString()))
+/**
+ * A client's message into its inbox, weighed by its bytes (reading stops while the inbox is full).
+ * Once the session is going away nothing more it sends matters: the socket is not read any more
+ * (it is ended after the close grace), and what was read already is not decoded.
+ */
+const onMessage = (socket: PushSocket, mailbox: Mailbox<SessionEvent>, data: RawData, isBinary: boolean): void => {
+  if (mailbox.isClosed) return socket.closing()
+  const bytes = Array.isArray(data) ? data.reduce((sum, part) => sum + part.length, 0) : data.byteLength
+  if (isBinary) return void mailbox.offerFrame({ _tag: "BinaryFrame" }, bytes)
+  mailbox.offerFrame(textFrame(data.toString()), bytes)
 }
 
 /**

@@ -52,6 +52,11 @@ export class MalformedRequest extends Data.TaggedError("MalformedRequest")<{ rea
 export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
 /** 429/116: the sender's address or VAPID key is over its rate limit; retry after `retryAfter` seconds. */
 export class RateLimited extends Data.TaggedError("RateLimited")<{ readonly by: "address" | "VAPID key"; readonly retryAfter: number }> {}
+/**
+ * 429/116: held `GET`s of receipt subscriptions (collectors) beyond their cap for one subscription
+ * or one client address; retry after `retryAfter` seconds (when the oldest of them ends at the latest).
+ */
+export class TooManyCollectors extends Data.TaggedError("TooManyCollectors")<{ readonly by: "receipt subscription" | "address"; readonly retryAfter: number }> {}
 /** 503/201: the node has `max_in_flight_requests` requests in hand; the sender should retry later. */
 export class Overloaded extends Data.TaggedError("Overloaded")<{}> {}
 /** 503/null: a WebSocket upgrade beyond `max_connections`. */
@@ -107,6 +112,7 @@ export type ApiError =
   | StorageUnavailable
   | Overloaded
   | RateLimited
+  | TooManyCollectors
   | TooManyConnections
   | BridgeNotConfigured
   | BridgeAuthFailed
@@ -170,6 +176,7 @@ const table: ErrorTable = {
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },
   Overloaded: { status: 503, errno: 201, message: fixed("Too many requests in progress, retry later") },
   RateLimited: { status: 429, errno: 116, message: (e) => `Too many pushes from this ${e.by}, retry after ${e.retryAfter} s` },
+  TooManyCollectors: { status: 429, errno: 116, message: (e) => `Too many open receipt collectors for this ${e.by}, retry after ${e.retryAfter} s` },
   TooManyConnections: { status: 503, errno: null, message: fixed("Too many connections, retry later") },
   BridgeNotConfigured: { status: 502, errno: 900, message: own },
   BridgeAuthFailed: { status: 502, errno: 901, message: own },
@@ -212,7 +219,7 @@ export const toErrorResponse = (error: ApiError): ErrorResponse => {
   const headers: Record<string, string> = {}
   if (identity.status === 410) headers["cache-control"] = "max-age=86400"
   if (identity.status === 503) headers["retry-after"] = "120"
-  if (error._tag === "RateLimited") headers["retry-after"] = String(error.retryAfter)
+  if (error._tag === "RateLimited" || error._tag === "TooManyCollectors") headers["retry-after"] = String(error.retryAfter)
   return {
     status: identity.status,
     headers,

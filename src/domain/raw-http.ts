@@ -118,18 +118,23 @@ const CLOSE_GRACE_MS = 500
 const answered = new WeakSet<Duplex>()
 
 /**
- * Answer `error` on the socket and close it, once. Nothing is written when a response of this
- * connection is already under way (it would be corrupted): the socket is only closed.
+ * Answer `error` on the socket and close it, once (false when it already was). Nothing is written
+ * when a response of this connection is already under way (it would be corrupted): the socket is
+ * only closed.
  */
-export const answerOnSocket = (socket: Duplex, error: ApiError, extraHeaders?: Readonly<Record<string, string>>): void => {
-  if (answered.has(socket)) return
+export const answerOnSocket = (socket: Duplex, error: ApiError, extraHeaders?: Readonly<Record<string, string>>): boolean => {
+  if (answered.has(socket)) return false
   answered.add(socket)
   // Node's own check (`_httpMessage` is the response being written on this socket).
   const inFlight = (socket as { readonly _httpMessage?: { readonly headersSent: boolean } | null })._httpMessage
-  if (!socket.writable || inFlight?.headersSent === true) return void socket.destroy()
+  if (!socket.writable || inFlight?.headersSent === true) {
+    socket.destroy()
+    return true
+  }
   socket.on("error", () => socket.destroy())
   socket.end(rawErrorResponse(error, extraHeaders))
   setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref()
+  return true
 }
 
 /** What a parser error of Node's HTTP server is for the client; undefined when the client is gone. */
@@ -147,12 +152,15 @@ const parserError = (error: Error & { readonly code?: string }): ApiError | unde
   }
 }
 
-/** Requests Node's HTTP server cannot hand to a request handler get the error JSON too. */
-export const answerSocketErrors = <S extends Server>(server: S): S => {
-  server.on("clientError", (error: Error, socket: Duplex) => {
+/**
+ * Requests Node's HTTP server cannot hand to a request handler get the error JSON too; `onTimeout`
+ * is told of each connection closed because its request's headers did not arrive in time.
+ */
+export const answerSocketErrors = <S extends Server>(server: S, onTimeout: () => void = () => {}): S => {
+  server.on("clientError", (error: Error & { readonly code?: string }, socket: Duplex) => {
     const answer = parserError(error)
     if (answer === undefined) socket.destroy()
-    else answerOnSocket(socket, answer)
+    else if (answerOnSocket(socket, answer) && error.code === "ERR_HTTP_REQUEST_TIMEOUT") onTimeout()
   })
   server.on("connect", (_request, socket: Duplex) => answerOnSocket(socket, new MethodNotAllowed()))
   return server

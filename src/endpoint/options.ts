@@ -7,6 +7,7 @@ import type { RouterCacheOptions } from "./routerCache.ts"
  * settings onto this (the endpoint does not read configuration itself).
  */
 import type { ConsoleOptions } from "../console/console.ts"
+import type { SocketLimits } from "../domain/socket-limits.ts"
 import type { RateLimitOptions } from "./rateLimits.ts"
 import type { ReceiptOptions } from "./receipts.ts"
 
@@ -35,6 +36,8 @@ export interface EndpointOptions {
   readonly version: string
   /** A request body that stops arriving for this long is answered 408 (ms; default 10 s). */
   readonly clientRequestTimeoutMs?: number | undefined
+  /** Idle time of kept-alive connections, and open connections per client address (default: `DEFAULT_SOCKET_LIMITS`). */
+  readonly socketLimits?: Omit<SocketLimits, "requestTimeoutMs"> | undefined
   /** Requests handled at once; beyond, 503 with Retry-After (default: no limit). */
   readonly maxInFlightRequests?: number | undefined
   /** Bearer tokens of the broadcast admin API; none: the API answers 404. */

@@ -13,6 +13,7 @@
  */
 import { BlockList, isIP } from "node:net"
 import * as Effect from "effect/Effect"
+import { addressList, countedAddress, inList, LOOPBACK, plainAddress } from "../domain/addresses.ts"
 import { RateLimited } from "../domain/errors.ts"
 import { RecentMap } from "../domain/memo.ts"
 
@@ -53,30 +54,11 @@ export const makeTokenBuckets = (limit: RateLimit, capacity = SENDERS) => {
   }
 }
 
-/** `::ffff:1.2.3.4` is the IPv4 client 1.2.3.4. */
-const plain = (address: string): string => address.startsWith("::ffff:") && isIP(address.slice(7)) === 4 ? address.slice(7) : address
-
 /** A list of addresses and CIDR blocks (`10.0.0.1`, `10.0.0.0/8`, `fd00::/8`, checked by the config); undefined for none. */
-export const trustedProxies = (entries: ReadonlyArray<string>): BlockList | undefined => {
-  if (entries.length === 0) return undefined
-  const list = new BlockList()
-  for (const entry of entries) {
-    const [address = "", prefix] = entry.split("/")
-    const family = isIP(address) === 6 ? "ipv6" : "ipv4"
-    if (prefix === undefined) list.addAddress(address, family)
-    else list.addSubnet(address, Number(prefix), family)
-  }
-  return list
-}
+export const trustedProxies = (entries: ReadonlyArray<string>): BlockList | undefined =>
+  entries.length === 0 ? undefined : addressList(entries)
 
-const isTrusted = (proxies: BlockList, address: string): boolean => {
-  const family = isIP(address)
-  return family !== 0 && proxies.check(address, family === 6 ? "ipv6" : "ipv4")
-}
-
-const LOOPBACK = new BlockList()
-LOOPBACK.addSubnet("127.0.0.0", 8, "ipv4")
-LOOPBACK.addAddress("::1", "ipv6")
+const LOOPBACK_LIST = addressList(LOOPBACK)
 
 /** The address a push is counted against (see the module comment); undefined: not limited by address. */
 export const clientAddress = (
@@ -84,29 +66,20 @@ export const clientAddress = (
   forwardedFor: string | ReadonlyArray<string> | undefined,
   proxies: BlockList | undefined
 ): string | undefined => {
-  const remote = plain(peer ?? "")
-  const trusted = proxies !== undefined && isTrusted(proxies, remote)
-  if (!trusted && isTrusted(LOOPBACK, remote)) return undefined
+  const remote = plainAddress(peer ?? "")
+  const trusted = proxies !== undefined && inList(proxies, remote)
+  if (!trusted && inList(LOOPBACK_LIST, remote)) return undefined
   let client = remote
   if (proxies !== undefined && trusted && forwardedFor !== undefined) {
-    const hops = (typeof forwardedFor === "string" ? forwardedFor : forwardedFor.join(",")).split(",").map((hop) => plain(hop.trim()))
+    const hops = (typeof forwardedFor === "string" ? forwardedFor : forwardedFor.join(",")).split(",").map((hop) => plainAddress(hop.trim()))
     for (let i = hops.length - 1; i >= 0; i--) {
       const hop = hops[i]!
       if (isIP(hop) === 0) break // not an address: nothing left of it can be believed
       client = hop
-      if (!isTrusted(proxies, hop)) break
+      if (!inList(proxies, hop)) break
     }
   }
-  return isIP(client) === 6 ? `${sixtyFour(client)}/64` : client
-}
-
-/** The first four groups of an IPv6 address, written out. */
-const sixtyFour = (address: string): string => {
-  const [head = "", tail = ""] = address.split("::")
-  const left = head === "" ? [] : head.split(":")
-  const right = address.includes("::") ? (tail === "" ? [] : tail.split(":")) : []
-  const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right]
-  return groups.slice(0, 4).map((group) => (group === "" ? "0" : group.toLowerCase().replace(/^0+(?=.)/, ""))).join(":")
+  return countedAddress(client)
 }
 
 export interface RateLimitOptions {

@@ -8,6 +8,12 @@
  * node saw the step (this endpoint at accept, a connection node at delivery and ack), so any endpoint
  * node answers for any subscription. Collecting also settles what no node can see happen: a message
  * whose TTL ran out undelivered (expired), a subscription the user agent dropped (unsubscribed).
+ *
+ * A `GET` of a subscription (a collector) is held while it waits, reading storage once a second, and
+ * does not count toward `max_in_flight_requests` (a held GET must not keep pushes out). So collectors
+ * have bounds of their own, on this node: per subscription and per client address (429/116 with
+ * `Retry-After` beyond), all together (503/201 beyond), and a longest hold, after which a stream
+ * ends as when the server stops. Each one also takes a token of the address's rate limit as it starts.
  */
 import { randomBytes } from "node:crypto"
 import type { IncomingMessage, ServerResponse } from "node:http"
@@ -16,17 +22,19 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
-import { InvalidReceipt, ReceiptNotFound } from "../domain/errors.ts"
+import { InvalidReceipt, Overloaded, ReceiptNotFound, StorageUnavailable, TooManyCollectors } from "../domain/errors.ts"
 import type { RouteOutcome } from "../domain/events.ts"
 import { RecentMap } from "../domain/memo.ts"
 import { expiresAt, type Notification } from "../domain/notification.ts"
 import { ackOutcome, type MessageState, type MessageStatus, receiptHttpStatus, stateOf } from "../domain/receipt.ts"
+import { METRICS } from "../observability/catalog.ts"
 import { EventLog } from "../observability/EventLog.ts"
+import { Metrics } from "../observability/Metrics.ts"
 import { MessageTrace, type TraceDocument, type TraceState } from "../observability/MessageTrace.ts"
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import { peerOf } from "./http2.ts"
-import type { RateLimits } from "./rateLimits.ts"
+import { clientAddress, type RateLimits, trustedProxies } from "./rateLimits.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
 
 export interface ReceiptOptions {
@@ -34,6 +42,14 @@ export interface ReceiptOptions {
   readonly idleSeconds?: number | undefined
   /** Longest a `GET` of a subscription with no receipts waits for one (ms; default 30 s). */
   readonly maxWaitMs?: number | undefined
+  /** Longest a `GET` of a subscription is held: a stream, or a long poll's wait (ms; default 300 s). */
+  readonly maxHoldMs?: number | undefined
+  /** `GET`s of one subscription held at once on this node (default 4). */
+  readonly maxCollectorsPerSubscription?: number | undefined
+  /** `GET`s of subscriptions one client address holds at once on this node (default 32). */
+  readonly maxCollectorsPerAddress?: number | undefined
+  /** `GET`s of subscriptions held at once on this node, all senders (default 1024). */
+  readonly maxCollectors?: number | undefined
 }
 
 /** The link relation of the receipt subscribe resource (RFC 8030 §5.1). */
@@ -57,6 +73,12 @@ const SUBSCRIPTION_CHECKS_PER_READ = 25
 const RECEIPTS_PER_ANSWER = 1_000
 /** SSE comment lines this often keep proxies from closing a quiet stream. */
 const SSE_HEARTBEAT_MS = 15_000
+/**
+ * A collector still busy this long after its longest hold (a storage request or a write to the
+ * client that does not finish) is ended anyway: 503/201 if nothing was answered yet, else the
+ * stream is cut.
+ */
+const HOLD_GRACE_MS = 5_000
 
 /** Receipt subscription ids: 16 random bytes, unguessable like endpoint tokens. */
 const SUBSCRIPTION_ID = /^[A-Za-z0-9_-]{22}$/
@@ -106,6 +128,8 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
   const trace = Option.getOrUndefined(yield* Effect.serviceOption(MessageTrace))
   const idleSeconds = options.receipts?.idleSeconds ?? RECEIPT_RETENTION_SECONDS
   const maxWaitMs = options.receipts?.maxWaitMs ?? 30_000
+  const maxHoldMs = options.receipts?.maxHoldMs ?? 300_000
+  const metrics = Option.getOrUndefined(yield* Effect.serviceOption(Metrics))
   const book = makeReceiptBook(storage, events, idleSeconds)
   const base = endpointBase(options.endpointUrl)
   const subscriptionBase = `${base}/receipts/`
@@ -273,6 +297,73 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     return receipts
   })
 
+  // ── held collectors ────────────────────────────────────────────────────────────────────────────
+
+  const caps = {
+    subscription: options.receipts?.maxCollectorsPerSubscription ?? 4,
+    address: options.receipts?.maxCollectorsPerAddress ?? 32,
+    node: options.receipts?.maxCollectors ?? 1024
+  }
+  /** Client addresses as the rate limits see them (the loopback, not a listed proxy, is none). */
+  const proxies = trustedProxies(options.rateLimits?.trustedProxies ?? [])
+  /** A held collector: when its hold ends at the latest (ms). */
+  interface Hold {
+    readonly until: number
+  }
+  const bySubscription = new Map<string, Set<Hold>>()
+  const byAddress = new Map<string, Set<Hold>>()
+  let holding = 0
+  const heldGauge = metrics?.gauge(METRICS.receiptCollectors.name)
+  const refusedCount = (limit: "subscription" | "address" | "node") => metrics?.counter(METRICS.receiptCollectorsRefused.name, { limit }).inc()
+  const endedCount = (reason: "max_hold" | "stalled") => metrics?.counter(METRICS.receiptCollectorsEnded.name, { reason }).inc()
+  /** Seconds until one of `holds` ends at the latest. */
+  const retryAfter = (holds: ReadonlySet<Hold>, now: number): number => {
+    let first = Number.POSITIVE_INFINITY
+    for (const hold of holds) first = Math.min(first, hold.until)
+    return Math.max(1, Math.ceil((first - now) / 1000))
+  }
+  const addTo = (map: Map<string, Set<Hold>>, key: string, hold: Hold) => {
+    const holds = map.get(key)
+    if (holds === undefined) map.set(key, new Set([hold]))
+    else holds.add(hold)
+  }
+  const removeFrom = (map: Map<string, Set<Hold>>, key: string, hold: Hold) => {
+    const holds = map.get(key)
+    holds?.delete(hold)
+    if (holds?.size === 0) map.delete(key)
+  }
+
+  /** A collector of `id` from `address`, held until `until`, admitted or refused at a cap. */
+  const admit = (id: string, address: string | undefined, now: number, until: number): Effect.Effect<Hold, TooManyCollectors | Overloaded> => {
+    const ofSubscription = bySubscription.get(id)
+    if (ofSubscription !== undefined && ofSubscription.size >= caps.subscription) {
+      refusedCount("subscription")
+      return Effect.fail(new TooManyCollectors({ by: "receipt subscription", retryAfter: retryAfter(ofSubscription, now) }))
+    }
+    const ofAddress = address === undefined ? undefined : byAddress.get(address)
+    if (ofAddress !== undefined && ofAddress.size >= caps.address) {
+      refusedCount("address")
+      return Effect.fail(new TooManyCollectors({ by: "address", retryAfter: retryAfter(ofAddress, now) }))
+    }
+    if (holding >= caps.node) {
+      refusedCount("node")
+      return Effect.fail(new Overloaded())
+    }
+    const hold: Hold = { until }
+    addTo(bySubscription, id, hold)
+    if (address !== undefined) addTo(byAddress, address, hold)
+    holding++
+    heldGauge?.add(1)
+    return Effect.succeed(hold)
+  }
+  const release = (id: string, address: string | undefined, hold: Hold) =>
+    Effect.sync(() => {
+      removeFrom(bySubscription, id, hold)
+      if (address !== undefined) removeFrom(byAddress, address, hold)
+      holding--
+      heldGauge?.add(-1)
+    })
+
   // ── HTTP ───────────────────────────────────────────────────────────────────────────────────────
 
   /** `POST /receipts`: a new receipt subscription, its URL in `Location` (counted against the sender's address limit). */
@@ -309,12 +400,43 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    * `GET /receipts/{id}`, on the request itself (its answer may be held open): receipts as HTTP/2
    * server pushes (RFC 8030 §6.2), as server-sent events, or as one JSON document once there are
    * some (or the wait is over). A receipt handed out is removed once it was written. Fails only
-   * before anything is written.
+   * before anything is written. Counted against the address's rate limit as it starts, and held
+   * only within the collector caps, for at most `maxHoldMs`.
    */
   const collect = (id: string, req: IncomingMessage, res: ServerResponse, headers: Readonly<Record<string, string>>) =>
     Effect.gen(function*() {
       if (!SUBSCRIPTION_ID.test(id)) return yield* notFound
+      const now = yield* Clock.currentTimeMillis
+      yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], now)
       const delivery = deliveryOf(req)
+      const holdMs = delivery === "json" ? Math.min(maxWaitMs, maxHoldMs, preferredWaitMs(req.headers.prefer) ?? maxWaitMs) : maxHoldMs
+      const address = clientAddress(peerOf(req), req.headers["x-forwarded-for"], proxies)
+      const hold = yield* admit(id, address, now, now + holdMs)
+      return yield* held(id, delivery, res, headers, now + holdMs).pipe(
+        // Storage or the client stuck past the hold: the collector ends all the same.
+        Effect.timeoutOrElse({
+          duration: holdMs + HOLD_GRACE_MS,
+          orElse: () =>
+            Effect.suspend(() => {
+              endedCount("stalled")
+              return res.headersSent ? Effect.sync(() => void res.destroy()) : Effect.fail(new StorageUnavailable())
+            })
+        }),
+        // The server stops: a held answer ends (an SSE client reconnects, a push client asks again).
+        Effect.onInterrupt(() =>
+          Effect.sync(() => {
+            if (!res.headersSent) res.writeHead(204, headers)
+            res.end()
+          })
+        ),
+        Effect.ensuring(release(id, address, hold))
+      )
+    })
+
+  /** A collector within the caps, held until `until` (ms) at most. */
+  const held = (id: string, delivery: Delivery, res: ServerResponse, headers: Readonly<Record<string, string>>, until: number) =>
+    Effect.gen(function*() {
+      const left = Effect.map(Clock.currentTimeMillis, (now) => Math.max(0, until - now))
       const read = receiptsOf(id).pipe(Effect.catchTag("StorageError", storageUnavailable))
       const handed = (receipts: ReadonlyArray<MessageStatus>) =>
         storage.deleteMessageStatuses(id, receipts.map((r) => r.messageId)).pipe(
@@ -324,10 +446,9 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
       if (first === undefined) return yield* notFound
 
       if (delivery === "json") {
-        const waitMs = Math.min(maxWaitMs, preferredWaitMs(req.headers.prefer) ?? maxWaitMs)
         let all = first
-        for (let waited = 0; all.length === 0 && waited < waitMs; waited += RECEIPT_POLL_MS) {
-          yield* Effect.sleep(Math.min(RECEIPT_POLL_MS, waitMs - waited))
+        for (let wait = yield* left; all.length === 0 && wait > 0; wait = yield* left) {
+          yield* Effect.sleep(Math.min(RECEIPT_POLL_MS, wait))
           const next = yield* read
           if (next === undefined) return yield* notFound
           all = next
@@ -339,7 +460,7 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
         return yield* written(res, 200, { ...headers, "content-type": "application/json", "cache-control": "no-store" }, body)
       }
 
-      // Held open until the client leaves, the subscription expires or the server stops.
+      // Held open until the client leaves, the subscription expires, the hold is over or the server stops.
       if (delivery === "events") {
         res.writeHead(200, { ...headers, "content-type": "text/event-stream", "cache-control": "no-store" })
         res.flushHeaders()
@@ -354,25 +475,25 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
       let quiet = 0
       while (receipts !== undefined) {
         yield* send(receipts)
-        yield* Effect.sleep(RECEIPT_POLL_MS)
-        quiet = receipts.length > 0 ? 0 : quiet + RECEIPT_POLL_MS
+        const wait = yield* left
+        if (wait <= 0) break
+        const pause = Math.min(RECEIPT_POLL_MS, wait)
+        yield* Effect.sleep(pause)
+        quiet = receipts.length > 0 ? 0 : quiet + pause
         if (delivery === "events" && quiet >= SSE_HEARTBEAT_MS) {
           quiet = 0
           res.write(": keepalive\n\n")
         }
         receipts = yield* read
       }
-      if (delivery === "events") res.end("event: gone\ndata: {}\n\n")
+      if (receipts !== undefined) {
+        // The longest hold is over: ended as when the server stops (the client asks again).
+        endedCount("max_hold")
+        if (delivery === "events") res.end()
+        else yield* written(res, 204, headers, "")
+      } else if (delivery === "events") res.end("event: gone\ndata: {}\n\n")
       else yield* written(res, 204, headers, "")
-    }).pipe(
-      // The server stops: a held answer ends (an SSE client reconnects, a push client asks again).
-      Effect.onInterrupt(() =>
-        Effect.sync(() => {
-          if (!res.headersSent) res.writeHead(204, headers)
-          res.end()
-        })
-      )
-    )
+    })
 
   /** One receipt as an event: its id is the message's, its data the status document. */
   const sentEvent = (res: ServerResponse, receipt: MessageStatus) =>

@@ -14,6 +14,7 @@
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { createServer as createHttpsServer } from "node:https"
+import type { Socket } from "node:net"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
@@ -35,15 +36,25 @@ import {
   MethodNotAllowed,
   Overloaded,
   RouteNotFound,
-  toErrorResponse
+  toErrorResponse,
+  TooManyConnections
 } from "../domain/errors.ts"
-import { answerSocketErrors, sendError } from "../domain/raw-http.ts"
+import { answerOnSocket, answerSocketErrors, sendError } from "../domain/raw-http.ts"
+import {
+  capPerAddress,
+  countIdleCloses,
+  DEFAULT_SOCKET_LIMITS,
+  httpServerTimeouts,
+  type PortCounters,
+  type SocketLimits
+} from "../domain/socket-limits.ts"
 import type { EventLog } from "../observability/EventLog.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
 import type { Storage } from "../storage/Storage.ts"
 import { endpointInstrumentation, routeLabel } from "../observability/endpoint.ts"
-import type { Metrics } from "../observability/Metrics.ts"
+import { Metrics } from "../observability/Metrics.ts"
+import { portCounters } from "../observability/sockets.ts"
 import { makeHealthHandlers } from "./health.ts"
 import type { EndpointOptions } from "./options.ts"
 import { makeBroadcastAdmin } from "./broadcasts.ts"
@@ -321,22 +332,52 @@ export const makeEndpoint = (
     return { app, front: (req, res) => push(req, res) || collect(req, res) }
   })
 
-/** The endpoint port's server: HTTP/1.1 and HTTP/2, over TLS when the node has a certificate. */
-const listener = (options: EndpointOptions): Server => {
+/** The endpoint's connection bounds: `options.socketLimits` (or the defaults) with the client request timeout. */
+export const endpointSocketLimits = (options: EndpointOptions): SocketLimits => ({
+  ...(options.socketLimits ?? DEFAULT_SOCKET_LIMITS),
+  requestTimeoutMs: options.clientRequestTimeoutMs ?? DEFAULT_SOCKET_LIMITS.requestTimeoutMs
+})
+
+/**
+ * The endpoint port's server: HTTP/1.1 and HTTP/2, over TLS when the node has a certificate, with
+ * `front` before the platform's request listeners, and the connection bounds of
+ * `domain/socket-limits.ts`: a connection beyond the per-address cap is answered 503 and closed
+ * (over TLS, closed before its handshake); the first request (headers, or an HTTP/2 stream) is due
+ * within the client request timeout of connecting, the TLS handshake included; idle connections go
+ * after the idle timeout.
+ */
+const listener = (options: EndpointOptions, front: (req: IncomingMessage, res: ServerResponse) => boolean, counters: PortCounters): Server => {
+  const limits = endpointSocketLimits(options)
   const http1 = {
     // Headers must arrive within the client timeout; a body that stalls is answered 408 by the
     // push handler (this whole-request limit only backs it up, with `answerSocketErrors`' 408).
-    headersTimeout: options.clientRequestTimeoutMs ?? 10_000,
-    requestTimeout: (options.clientRequestTimeoutMs ?? 10_000) * 2,
-    // Node checks both only this often (30 s by default): stalled headers held the socket that long.
-    connectionsCheckingInterval: Math.min(1_000, options.clientRequestTimeoutMs ?? 10_000),
+    ...httpServerTimeouts(limits),
+    requestTimeout: limits.requestTimeoutMs * 2,
     // The API has no upgrade routes: a request asking for one is served as any other (the
     // platform's upgrade path answers some of them with a bare 411).
     shouldUpgradeCallback: () => false
   }
-  return options.tls === undefined
-    ? withHttp2(createServer(http1), false)
-    : withHttp2(createHttpsServer({ ...http1, cert: options.tls.cert, key: options.tls.key, ALPNProtocols: ["h2", "http/1.1"] }) as unknown as Server, true)
+  const tls = options.tls !== undefined
+  const server = tls
+    ? createHttpsServer({
+      ...http1,
+      cert: options.tls?.cert,
+      key: options.tls?.key,
+      ALPNProtocols: ["h2", "http/1.1"],
+      // `withHttp2` closes a connection without a request by then (the handshake included); Node's
+      // own timer (120 s by default) only backs it up.
+      handshakeTimeout: limits.requestTimeoutMs + 1_000
+    }) as unknown as Server
+    : createServer(http1)
+  const refuse = tls ? (socket: Socket) => void socket.destroy() : (socket: Socket) => void answerOnSocket(socket, new TooManyConnections())
+  // Outermost first: the cap sees a connection before anything else; `withHttp2` wraps `front`,
+  // so that it sees every request (a connection's first one stops its timer).
+  return capPerAddress(
+    withHttp2(countIdleCloses(answerSocketErrors(withFront(server, front), () => counters.timedOut("request")), counters), tls, limits, counters),
+    limits,
+    counters,
+    refuse
+  )
 }
 
 /**
@@ -359,8 +400,8 @@ export const boundPort: Effect.Effect<number, never, HttpServer.HttpServer> = Ef
 export const EndpointServer = {
   /** Serve the endpoint on `node:http` at `options.port` / `options.bindHost`, with the bridges of `options.bridges`; exposes the `HttpServer`. */
   layerServer: (options: EndpointOptions) =>
-    Layer.unwrap(Effect.map(makeEndpoint(options), ({ app, front }) =>
-      HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layerServer(() => answerSocketErrors(withFront(listener(options), front)), {
+    Layer.unwrap(Effect.zipWith(makeEndpoint(options), Effect.service(Metrics), ({ app, front }, metrics) =>
+      HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layerServer(() => listener(options, front, portCounters(metrics, "endpoint")), {
         port: options.port,
         host: options.bindHost,
         // On shutdown, requests in flight get this long to finish.

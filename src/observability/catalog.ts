@@ -59,6 +59,11 @@ export const METRICS = {
   }),
   connections: m("ua.connections", "gauge", "connection", "Identified sessions (after hello) on this node"),
   sockets: m("ua.sockets", "gauge", "connection", "Open WebSockets on this node, identified or not"),
+  paused: m("ua.connection.paused", "counter", "connection", "Times a client's socket stopped being read (back-pressure; it is read again later, the client is not closed)", {
+    reason: "inbox (client_inbox_frames / client_inbox_bytes waiting) / commands (commands waiting for client_commands_per_second)"
+  }),
+  receiptWritesQueued: m("notification.receipt.writes.queued", "gauge", "connection", "Receipt status writes waiting on this node (at most 10,000)"),
+  receiptWritesDropped: m("notification.receipt.writes.dropped", "counter", "connection", "Receipt status writes dropped because 10,000 were waiting already (storage slow or not answering)"),
   // ── both ──
   stored: m("notification.message.stored", "counter", "both", "Notifications written to storage", {
     reason: "offline (endpoint: client not connected) / disconnect (connection node: unacked at disconnect)"
@@ -88,6 +93,13 @@ export const METRICS = {
   receipt: m("notification.receipt", "counter", "both", "Outcomes recorded for notifications sent with a receipt (the first of each message)", {
     outcome: "acknowledged / rejected / expired / deleted / unsubscribed / bridged"
   }),
+  receiptCollectors: m("notification.receipt.collectors", "gauge", "endpoint", "GETs of receipt subscriptions held open (collectors) on this node"),
+  receiptCollectorsRefused: m("notification.receipt.collectors.refused", "counter", "endpoint", "GETs of receipt subscriptions refused at a collector cap", {
+    limit: "subscription / address (429/116) / node (503/201)"
+  }),
+  receiptCollectorsEnded: m("notification.receipt.collectors.ended", "counter", "endpoint", "Collectors ended by the service: streams (server-sent events, HTTP/2 server push) at receipt_max_hold, or any collector still busy 5 s after it", {
+    reason: "max_hold (the stream ends, a server-push GET is answered 204) / stalled (storage or the client did not finish in time: 503/201, or the stream is cut)"
+  }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
     route: "push / message / receipts / registration / broadcasts / health / metrics / other",
@@ -96,6 +108,18 @@ export const METRICS = {
   requestError: m("request.error", "counter", "endpoint", "Error responses by errno", {
     errno: "the error JSON's errno (none when null)",
     status: "HTTP status"
+  }),
+  // ── the listening ports (every node) ──
+  netConnections: m("net.connections", "gauge", "both", "Open TCP connections of a listening port (WebSockets, HTTP/1.1 and HTTP/2 connections, not yet identified ones too)", {
+    port: "endpoint / websocket / router"
+  }),
+  netRefused: m("net.connection.refused", "counter", "both", "Connections refused when opened (HTTP 503 Too many connections, or closed)", {
+    port: "endpoint / websocket",
+    reason: "per_address (max_connections_per_address) / max_connections (WebSocket upgrades)"
+  }),
+  netTimeout: m("net.connection.timeout", "counter", "both", "Connections closed by the server for their silence", {
+    port: "endpoint / websocket / router",
+    phase: "request (nothing, or not a whole first request, within client_request_timeout) / idle (no request for client_idle_timeout)"
   }),
   // ── the process (every node) ──
   buildInfo: m("build_info", "gauge", "both", "Always 1; its tags say what runs", {

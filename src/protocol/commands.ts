@@ -6,7 +6,7 @@
 import type { CommandResult, Registering } from "./inputs.ts"
 import { type ClientMessage, PING_REPLY, registerReply, unregisterReply, urgencyReply } from "./messages.ts"
 import { closeLive, type Out, withSession } from "./out.ts"
-import { type Budget, HELD_COMMANDS_MAX, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
+import { type Budget, HELD_COMMANDS_MAX, heldPush, heldTake, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
 import { receiptOf } from "../domain/events.ts"
 import { isCanonicalChannelId, parseChannelId } from "../domain/ids.ts"
@@ -34,7 +34,7 @@ export const budgeted = <P extends Live, M extends ClientMessage>(handle: (phase
   const s = phase.session
   const b = refill(s.budget, out.o, out.now)
   if (b.held.length === 0 && b.tokens >= 1) return handle(withSession(phase, { ...s, budget: { ...b, tokens: b.tokens - 1, tokensAt: out.now } }), message, out)
-  const held = [...b.held, message]
+  const held = heldPush(b.held, message)
   const pause = held.length >= HELD_COMMANDS_MAX && !b.readingPaused
   if (pause) out.signal({ _tag: "PauseReading" })
   return withSession(phase, { ...s, budget: { ...b, held, readingPaused: b.readingPaused || pause } })
@@ -47,8 +47,8 @@ export const releaseHeld = <P extends Live>(phase: P, out: Out): P => {
   const b = refill(s.budget, out.o, out.now)
   const n = Math.min(b.held.length, Math.floor(b.tokens))
   if (n === 0) return b === s.budget ? phase : withSession(phase, { ...s, budget: b })
-  const held = b.held.slice(n)
-  out.signal({ _tag: "Replay", messages: b.held.slice(0, n), admitted: true })
+  const [released, held] = heldTake(b.held, n)
+  out.signal({ _tag: "Replay", messages: released, admitted: true })
   const resume = b.readingPaused && held.length === 0
   if (resume) out.signal({ _tag: "ResumeReading" })
   return withSession(phase, { ...s, budget: { ...b, tokens: b.tokens - n, held, readingPaused: b.readingPaused && !resume } })

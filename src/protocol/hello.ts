@@ -7,7 +7,7 @@ import { advanceMigrating, newDrain, startDrain } from "./drain.ts"
 import type { CommandResult } from "./inputs.ts"
 import { helloReply, type ClientMessage } from "./messages.ts"
 import { activeTables, closeEarly, currentTable, NO_ACKS, NOTHING, type Out, tableName } from "./out.ts"
-import type { AwaitingHello, Budget, Minting, Phase, ProtocolOptions, Rechecking, Resuming, Session, Unidentified } from "./phases.ts"
+import { type AwaitingHello, type Budget, type Minting, NO_HELD, type Phase, type ProtocolOptions, type Rechecking, type Resuming, type Session, type Unidentified } from "./phases.ts"
 import { parseUaid } from "../domain/ids.ts"
 import type { UserRecord } from "../domain/user.ts"
 
@@ -77,7 +77,7 @@ export const uaidMinted = (phase: Minting, { uaid }: { readonly uaid: string }, 
 const fullBudgets = new WeakMap<ProtocolOptions, Budget>()
 export const fullBudget = (o: ProtocolOptions): Budget => {
   let budget = fullBudgets.get(o)
-  if (budget === undefined) fullBudgets.set(o, budget = { tokens: o.commandBurst, tokensAt: 0, held: NOTHING, readingPaused: false })
+  if (budget === undefined) fullBudgets.set(o, budget = { tokens: o.commandBurst, tokensAt: 0, held: NO_HELD, readingPaused: false })
   return budget
 }
 

@@ -2,6 +2,9 @@
  * The one ordered mailbox of a connection. `ws` callbacks and the router port push into it
  * synchronously; the connection's fiber takes from it. Deliveries are bounded (`capacity`): when the
  * queue holds that many, `offerDelivery` refuses and the router port answers so the endpoint stores.
+ * The client's frames (its inbox) are bounded in count and bytes (`inbox`): a frame is never refused
+ * (the client is not closed for sending fast), but once the inbox is full the `gate` is told to stop
+ * reading the socket, and to read it again once the fiber has taken half of it.
  * Lean on purpose: an idle connection holds one of these, so no Queue/Deferred per connection.
  */
 import * as Effect from "effect/Effect"
@@ -11,9 +14,28 @@ export interface Consumer<E> {
   receive(event: E): Effect.Effect<void>
 }
 
+/** How many of the client's frames, and how many of their bytes, may wait before reading pauses. */
+export interface InboxBound {
+  readonly frames: number
+  readonly bytes: number
+}
+
+/** The socket, as the inbox sees it: stop reading while the inbox is full, read again once it drained. */
+export interface InboxGate {
+  inboxFull(): void
+  inboxDrained(): void
+}
+
+const UNBOUNDED: InboxBound = { frames: Number.POSITIVE_INFINITY, bytes: Number.POSITIVE_INFINITY }
+
+/** Taken slots at the head beyond which the queue is compacted (when they are at least half of it). */
+const COMPACT_AFTER = 256
+
 export class Mailbox<E> {
   /** Made when something is queued: an idle connection's mailbox is empty. */
   private items: Array<E> | undefined = undefined
+  /** Alongside `items`: a client frame's weight (its bytes, at least 1), 0 for any other event. */
+  private weights: Array<number> | undefined = undefined
   private head = 0
   /** While the fiber waits: its resume, and who receives the event it waits for. */
   private waiter: ((effect: Effect.Effect<void>) => void) | undefined = undefined
@@ -21,20 +43,50 @@ export class Mailbox<E> {
   private closed = false
   /** Deliveries queued and not yet taken. */
   deliveries = 0
+  /** The client's frames queued and not yet taken, and their bytes. */
+  frames = 0
+  bytes = 0
+  /** Whether the gate was told the inbox is full (and not yet that it drained). */
+  full = false
+  /** Told when the inbox fills and drains (the socket); none: the bound is only counted. */
+  gate: InboxGate | undefined = undefined
   readonly capacity: number
   readonly isDelivery: (event: E) => boolean
+  readonly inbox: InboxBound
 
-  constructor(capacity: number, isDelivery: (event: E) => boolean) {
+  constructor(capacity: number, isDelivery: (event: E) => boolean, inbox: InboxBound = UNBOUNDED) {
     this.capacity = capacity
     this.isDelivery = isDelivery
+    this.inbox = inbox
   }
 
   /** Queue an event; false once the mailbox is closed. */
   offer(event: E): boolean {
+    return this.push(event, 0)
+  }
+
+  /**
+   * Queue a frame from the client, of `bytes` bytes; false once the mailbox is closed. It counts
+   * toward the inbox bound until taken: reaching it, the gate is told to stop reading.
+   */
+  offerFrame(event: E, bytes: number): boolean {
+    return this.push(event, Math.max(1, bytes))
+  }
+
+  private push(event: E, weight: number): boolean {
     if (this.closed) return false
     if (this.wake(event)) return true
     if (this.isDelivery(event)) this.deliveries++
     ;(this.items ??= []).push(event)
+    ;(this.weights ??= []).push(weight)
+    if (weight > 0) {
+      this.frames++
+      this.bytes += weight
+      if (!this.full && (this.frames >= this.inbox.frames || this.bytes >= this.inbox.bytes)) {
+        this.full = true
+        this.gate?.inboxFull()
+      }
+    }
     return true
   }
 
@@ -44,8 +96,14 @@ export class Mailbox<E> {
     if (this.wake(event)) return true
     if (this.isDelivery(event)) this.deliveries++
     const items = this.items ??= []
-    if (this.head > 0) items[--this.head] = event
-    else items.unshift(event)
+    const weights = this.weights ??= []
+    if (this.head > 0) {
+      items[--this.head] = event
+      weights[this.head] = 0
+    } else {
+      items.unshift(event)
+      weights.unshift(0)
+    }
     return true
   }
 
@@ -54,7 +112,10 @@ export class Mailbox<E> {
     return this.deliveries < this.capacity && this.offer(event)
   }
 
-  /** No more events are accepted (the session is going away); queued ones can still be taken. */
+  /**
+   * No more events are accepted (the session is going away); queued ones can still be taken. The
+   * gate is not told the inbox drained any more: nothing the client sends now is read.
+   */
   close(): void {
     this.closed = true
   }
@@ -101,13 +162,29 @@ export class Mailbox<E> {
   /** The first queued event (there is one). */
   private shift(): E {
     const items = this.items as Array<E>
+    const weights = this.weights as Array<number>
     const event = items[this.head] as E
+    const weight = weights[this.head] as number
     items[this.head++] = undefined as E
     if (this.head === items.length) {
       this.items = undefined
+      this.weights = undefined
+      this.head = 0
+    } else if (this.head >= COMPACT_AFTER && this.head * 2 >= items.length) {
+      // A queue that never empties (a steady flood) would otherwise only grow.
+      this.items = items.slice(this.head)
+      this.weights = weights.slice(this.head)
       this.head = 0
     }
     if (this.isDelivery(event)) this.deliveries--
+    if (weight > 0) {
+      this.frames--
+      this.bytes -= weight
+      if (this.full && !this.closed && this.frames <= this.inbox.frames / 2 && this.bytes <= this.inbox.bytes / 2) {
+        this.full = false
+        this.gate?.inboxDrained()
+      }
+    }
     return event
   }
 }

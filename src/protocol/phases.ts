@@ -93,8 +93,62 @@ export interface Keepalive {
 export interface Budget {
   readonly tokens: number
   readonly tokensAt: number
-  readonly held: ReadonlyArray<ClientMessage>
+  readonly held: Held
   readonly readingPaused: boolean
+}
+
+/**
+ * Commands waiting for the budget, oldest first: a persistent queue, so that a waiting command costs
+ * O(1) (amortized) however many wait, and no earlier phase's queue ever changes. `front` from `start`
+ * holds the oldest, `back` the newest (newest first); taking past `front` turns `back` around once.
+ */
+export interface Held {
+  readonly length: number
+  readonly front: ReadonlyArray<ClientMessage>
+  readonly start: number
+  readonly back: HeldCell | undefined
+}
+
+interface HeldCell {
+  readonly message: ClientMessage
+  readonly older: HeldCell | undefined
+}
+
+export const NO_HELD: Held = { length: 0, front: [], start: 0, back: undefined }
+
+/** A queue of `messages` (oldest first). */
+export const heldOf = (messages: ReadonlyArray<ClientMessage>): Held =>
+  messages.length === 0 ? NO_HELD : { length: messages.length, front: messages, start: 0, back: undefined }
+
+/** `held` with `message` waiting last. */
+export const heldPush = (held: Held, message: ClientMessage): Held => ({
+  length: held.length + 1,
+  front: held.front,
+  start: held.start,
+  back: { message, older: held.back }
+})
+
+/** The oldest `n` (at most `held.length`) and what is left. */
+export const heldTake = (held: Held, n: number): readonly [ReadonlyArray<ClientMessage>, Held] => {
+  if (n <= 0) return [[], held]
+  if (n >= held.length) return [heldList(held), NO_HELD]
+  let { front, start } = held
+  let back = held.back
+  if (front.length - start < n) {
+    front = heldList(held)
+    start = 0
+    back = undefined
+  }
+  return [front.slice(start, start + n), { length: held.length - n, front, start: start + n, back }]
+}
+
+/** Every waiting command, oldest first. */
+export const heldList = (held: Held): ReadonlyArray<ClientMessage> => {
+  const out = held.front.slice(held.start)
+  const newest: Array<ClientMessage> = []
+  for (let cell = held.back; cell !== undefined; cell = cell.older) newest.push(cell.message)
+  for (let i = newest.length - 1; i >= 0; i--) out.push(newest[i] as ClientMessage)
+  return out
 }
 
 /** A failed command waiting for its next attempt. */

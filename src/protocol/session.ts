@@ -22,7 +22,7 @@ import { emptySummary, foldSummary, type SessionSummary, summaryFields } from ".
 import { causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, CommandResult, Input, SessionEvent, Signal, Transition } from "./inputs.ts"
-import { type Consumer, Mailbox } from "./mailbox.ts"
+import { type Consumer, type InboxBound, Mailbox } from "./mailbox.ts"
 import { describeFrame } from "./messages.ts"
 import { type BroadcastSet, isLive, type Phase, type ProtocolOptions, type StoredUnacked } from "./phases.ts"
 import { makeProtocol, type Protocol } from "./table.ts"
@@ -44,6 +44,9 @@ export interface Transport {
 
 export interface SessionOptions extends ProtocolOptions {
   readonly clientChannelCapacity: number
+  /** The client's frames (count, bytes) waiting in the mailbox at which its socket stops being read. */
+  readonly inboxFrames: number
+  readonly inboxBytes: number
 }
 
 /** Live sessions of this node by uaid: one per uaid (a newer one kicks the older). */
@@ -95,8 +98,9 @@ export class SessionHandle {
   /** The client's minimum urgency (from its record, then its `urgency` commands): less urgent messages are refused. */
   minUrgency: Urgency | undefined = undefined
 
-  constructor(capacity: number, deadline: number) {
-    this.mailbox = new Mailbox<SessionEvent>(capacity, isDelivery)
+  /** `inbox`: the bound of the client's frames waiting (none: counted, never paused on). */
+  constructor(capacity: number, deadline: number, inbox?: InboxBound) {
+    this.mailbox = new Mailbox<SessionEvent>(capacity, isDelivery, inbox)
     this.deadline = deadline
   }
 

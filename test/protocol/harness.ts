@@ -134,7 +134,10 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
         // Connections are at least a millisecond apart: a uaid's newer connection must be newer.
         yield* TestClock.adjust(1)
         const sent: Sent = { frames: [], closed: undefined, pings: 0, paused: false }
-        const handle = new SessionHandle(ports.options.clientChannelCapacity, Number.POSITIVE_INFINITY)
+        const handle = new SessionHandle(ports.options.clientChannelCapacity, Number.POSITIVE_INFINITY, {
+          frames: ports.options.inboxFrames,
+          bytes: ports.options.inboxBytes
+        })
         registry.track(handle)
         const machine = new SessionRunner(ports, {
           sendText: (text) => void sent.frames.push(JSON.parse(text) as Record<string, unknown>),

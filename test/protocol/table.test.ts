@@ -12,6 +12,8 @@ import {
   type ClosingStage,
   type Drain,
   HELD_COMMANDS_MAX,
+  heldList,
+  heldOf,
   type Phase,
   type PhaseOf,
   type ProtocolOptions,
@@ -80,7 +82,7 @@ const session = (o: Partial<Flat> = {}): Session => ({
   user: "user" in o ? o.user : user({ nodeId: NODE, connectedAt: NOW - 1_000 }),
   acks: { unacked: o.unacked ?? new Map(), ackedRows: o.ackedRows ?? [], newestTopic: o.newestTopic ?? new Map() },
   keepalive: { lastActivity: o.lastActivity ?? NOW - 1_000, pingSentAt: o.pingSentAt, lastClientPing: o.lastClientPing },
-  budget: { tokens: o.tokens ?? 3, tokensAt: o.tokensAt ?? NOW - 1_000, held: o.held ?? [], readingPaused: o.readingPaused ?? false },
+  budget: { tokens: o.tokens ?? 3, tokensAt: o.tokensAt ?? NOW - 1_000, held: heldOf(o.held ?? []), readingPaused: o.readingPaused ?? false },
   broadcasts: o.broadcasts ?? [],
   retry: o.retry,
   minUrgency: o.minUrgency
@@ -159,7 +161,7 @@ const sessionOf = (t: Transition): Flat => {
     throw new Error(`no session in ${phase._tag}`)
   }
   const s = phase.session
-  return { ...s, ...s.acks, ...s.keepalive, ...s.budget, drain: "drain" in phase ? phase.drain : undefined }
+  return { ...s, ...s.acks, ...s.keepalive, ...s.budget, held: heldList(s.budget.held), drain: "drain" in phase ? phase.drain : undefined }
 }
 
 describe("step: AwaitingHello", () => {
