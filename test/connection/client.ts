@@ -4,6 +4,7 @@ import WebSocket from "ws"
 import { connectionNodeOptions } from "../../src/bin/app.ts"
 import { makeSettings } from "../../src/config/index.ts"
 import type { ConnectionNodeOptions } from "../../src/connection/node.ts"
+import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
 
 /** A connection node on free ports with short timers, for tests over real sockets. */
 export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
@@ -16,6 +17,17 @@ export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
   tickMs: 100,
   shutdownTimeoutMs: 2_000
 }
+
+/** The body of a delivery on the router port (`PUT /push/{uaid}`): a small payload, TTL 60, accepted now. */
+export const routerDelivery = (channelId: string, version: string): string =>
+  encodeTransportNotification({
+    channelId,
+    version,
+    ttl: 60,
+    timestamp: Math.floor(Date.now() / 1000),
+    data: "aGVsbG8",
+    headers: { encoding: "aes128gcm" }
+  })
 
 export interface TestClient {
   readonly ws: WebSocket

@@ -13,14 +13,13 @@ import { Worker } from "node:worker_threads"
 import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
 import { NodeRegistry } from "../../src/connection/registry.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
-import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
 import { METRICS } from "../../src/observability/catalog.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
-import { httpRequest, nodeOptions, openClient, type TestClient } from "./client.ts"
+import { httpRequest, nodeOptions, openClient, routerDelivery, type TestClient } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 /** A flood lasts this long, or this many frames (tens of thousands either way). */
@@ -224,14 +223,7 @@ const floodWhileDelivering = (payload: string) =>
     const until = performance.now() + 2 * FLOOD_MS
     while (performance.now() < until) {
       const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
-      const body = encodeTransportNotification({
-        channelId: CHID,
-        version,
-        ttl: 60,
-        timestamp: Math.floor(Date.now() / 1000),
-        data: "aGVsbG8",
-        headers: { encoding: "aes128gcm" }
-      })
+      const body = routerDelivery(CHID, version)
       const started = performance.now()
       const put = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))
       assert.strictEqual(put.status, 200)

@@ -18,7 +18,7 @@ import { EventLog } from "../../src/observability/EventLog.ts"
 import { layerEmbedded } from "../../src/storage/embedded.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
-import { httpRequest, nodeOptions, openClient } from "./client.ts"
+import { httpRequest, nodeOptions, openClient, routerDelivery } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 
@@ -62,14 +62,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
         const crypto = yield* EndpointCrypto
         const { client, uaid } = yield* subscribe(ws)
         const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
-        const body = encodeTransportNotification({
-          channelId: CHID,
-          version,
-          ttl: 60,
-          timestamp: Math.floor(Date.now() / 1000),
-          data: "aGVsbG8",
-          headers: { encoding: "aes128gcm" }
-        })
+        const body = routerDelivery(CHID, version)
         const put = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))
         assert.strictEqual(put.status, 200)
         const notification = yield* Effect.promise(() => client.next())
