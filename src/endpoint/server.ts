@@ -273,8 +273,10 @@ export const makeEndpoint = (
     const app = observe.instrument(endpointCors(respondToFailures(routed, observe.onError)), maxInFlight)
 
     // The plain push route: the same handler run as a fiber of its own, answered on `res` directly.
-    const context = yield* Effect.context<EndpointServices>()
-    const run = Effect.runForkWith(context)
+    // Its fibers belong to the server: shutdown waits for requests in flight (up to shutdown_timeout,
+    // as the server closes), and whatever still runs then is interrupted before the services go.
+    const pushes = yield* FiberSet.make()
+    const run = yield* FiberSet.runtime(pushes)<EndpointServices>()
     // Receipt subscriptions' GETs, which may be held open: their fibers end when the server stops.
     const held = yield* FiberSet.make()
     const runHeld = yield* FiberSet.runtime(held)<never>()
