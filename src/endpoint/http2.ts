@@ -40,14 +40,22 @@ const sniff = (socket: Socket, then: (isHttp2: boolean, head: Buffer) => void): 
     const matches = head.subarray(0, n).equals(PREFACE.subarray(0, n))
     if (matches && head.length < PREFACE.length) return
     socket.removeListener("data", onData)
+    socket.removeListener("end", onEnd)
     socket.removeListener("close", onClose)
     socket.pause()
     then(matches, head)
   }
+  // A client that hangs up before its first bytes tell what it speaks is gone: nothing to answer
+  // (the HTTP server keeps half-open connections, so without this it would wait for the timeout).
+  const onEnd = (): void => {
+    socket.destroy()
+  }
   const onClose = (): void => {
     socket.removeListener("data", onData)
+    socket.removeListener("end", onEnd)
   }
   socket.on("data", onData)
+  socket.once("end", onEnd)
   socket.once("close", onClose)
 }
 

@@ -94,6 +94,21 @@ const report = (label: string, figures: Record<string, unknown>) => console.log(
 
 describe("endpoint port: silent and idle connections", () => {
   live(
+    "connections that hang up before saying anything (or after part of the HTTP/2 preface) are closed at once, not held until client_request_timeout",
+    withLimits(1_000, [], { clientRequestTimeoutMs: HOLD_TIMEOUT }),
+    () =>
+      Effect.gen(function*() {
+        const port = yield* boundPort
+        const held = yield* Effect.promise(() => holdSockets(port, 200, (i) => (i % 2 === 0 ? "" : "PRI * HTTP/2.0\r\n")))
+        for (const h of held) h.socket.end()
+        assert.isTrue(yield* Effect.promise(() => allClosed(held, HOLD_TIMEOUT / 2)), "closed before the request timeout")
+        yield* Effect.promise(() => sleep(100))
+        assert.strictEqual(yield* counter(METRICS.netConnections.name, { port: "endpoint" }), 0, "the port's open connections")
+      }),
+    HOLD_TIMEOUT * 2
+  )
+
+  live(
     "2,000 connections from one address that send nothing, part of a preface, a preface and SETTINGS, or part of a request are all closed within client_request_timeout; another client's pushes are answered fast",
     withLimits(1_000, [], { clientRequestTimeoutMs: HOLD_TIMEOUT }),
     () =>
