@@ -1,5 +1,6 @@
 /**
- * Endpoint tokens, message ids and VAPID key hashes, byte for byte as autopush (protocol-notes §3):
+ * Endpoint tokens, message ids and VAPID key hashes, byte for byte as autopush makes them (so
+ * endpoints and message ids of an autopush deployment keep working with the same keys):
  *
  * - endpoint token: Fernet of `uaid (16 raw bytes) ‖ chid (16)` (v1) or `‖ sha256(raw VAPID key)` (v2);
  *   the URL carries it with `=` stripped, so parsing re-pads before decrypting.

@@ -1,5 +1,5 @@
 /**
- * Constant-time comparison and the bridge registration secret (protocol-notes §2.7):
+ * Constant-time comparison and the bridge registration secret, as autopush computes it:
  * `secret = hex(HMAC-SHA256(key = auth_key's UTF-8 bytes, msg = uaid in simple hex))`; the first
  * auth key issues, any key verifies, so auth keys rotate like crypto keys.
  */

@@ -1,8 +1,8 @@
 /**
  * Every failure a client of the HTTP API can see, as tagged errors carrying their wire identity
  * (HTTP status, errno, message). `toErrorResponse` is the one place they become the error JSON of
- * protocol-notes §2.5; its table is keyed by every tag of `ApiError`, so an error added to the union
- * without a mapping does not typecheck.
+ * autopush (`code`, `errno`, `error`, `message`, `more_info`); its table is keyed by every tag of
+ * `ApiError`, so an error added to the union without a mapping does not typecheck.
  */
 import * as Data from "effect/Data"
 
@@ -213,7 +213,7 @@ const REASONS: Readonly<Record<number, string>> = {
   503: "Service Unavailable"
 }
 
-/** The one edge mapping: an API error → status, extra headers and the §2.5 JSON body. */
+/** The one edge mapping: an API error → status, extra headers and the error JSON body. */
 export const toErrorResponse = (error: ApiError): ErrorResponse => {
   const identity = table[error._tag] as WireIdentity<ApiError>
   const headers: Record<string, string> = {}

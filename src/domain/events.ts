@@ -1,5 +1,5 @@
 /**
- * Domain events (DESIGN.md §3): every state change of a uaid, versioned by `type`, ordered per uaid,
+ * Domain events: every state change of a uaid, versioned by `type`, ordered per uaid,
  * stamped with the Effect Clock's time (ms) by whoever produces them. Metrics, the event log, the
  * message trace and the per-session summary are folds over these; tests assert on them. Consumers
  * ignore types they do not know.
@@ -11,7 +11,7 @@ import type { ReceiptOutcome } from "./receipt.ts"
 export type DeliverySource = "direct" | "stored"
 
 /**
- * What an endpoint node did with an accepted message (protocol-notes §4): handed to the client's
+ * What an endpoint node did with an accepted message: handed to the client's
  * connection node, stored for later, dropped (TTL 0 and not connected), or failed (storage down, or
  * the user vanished while routing: the sender got a 503/410).
  */

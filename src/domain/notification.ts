@@ -63,5 +63,5 @@ export const messageKeyOf = (n: Notification): MessageKey =>
 /** Seconds since the epoch at which the message stops being deliverable. */
 export const expiresAt = (n: Notification): number => n.timestamp + n.ttl
 
-/** A message is expired once `now >= timestamp + ttl` (protocol-notes §1.8). */
+/** A message is expired once `now >= timestamp + ttl` (seconds; the second it reaches its TTL). */
 export const isExpired = (n: Notification, nowSeconds: number): boolean => nowSeconds >= expiresAt(n)

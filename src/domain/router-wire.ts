@@ -1,6 +1,6 @@
 /**
  * The notification as it travels from an endpoint node to a connection node (`PUT /push/{uaid}` on
- * the router port, protocol-notes §4). Both ends use this one codec.
+ * the router port). Both ends use this one codec.
  */
 import type { Notification } from "./notification.ts"
 

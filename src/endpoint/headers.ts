@@ -1,5 +1,5 @@
 /**
- * Every request header the Web Push API reads, parsed in one place (protocol-notes §2.2, §2.3):
+ * Every request header the Web Push API reads, parsed in one place:
  * `TTL`, `Topic`, the encryption headers (`Content-Encoding`, `Encryption`, `Crypto-Key`,
  * `Encryption-Key`) and the scheme/parameters of `Authorization`. Each check is a small function
  * that either returns the parsed value or fails with the error of its row in the validation table.

@@ -1,5 +1,5 @@
 /**
- * Health and Dockerflow routes of the endpoint node (protocol-notes §2.1, §2.8): `/health` and
+ * Health and Dockerflow routes of the endpoint node (as autopush serves them): `/health` and
  * `/__heartbeat__` (version and storage checks; 503 when a table is not OK), `/__lbheartbeat__`,
  * `/__version__`, `/status`, `/__error__` (the operators' log check: an error log line, 418/999),
  * and `/metrics` (Prometheus text) when metrics are on.

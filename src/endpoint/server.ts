@@ -1,7 +1,7 @@
 /**
- * The endpoint node's HTTP API (protocol-notes §2.1): routes, CORS, and the one place where errors
+ * The endpoint node's HTTP API: routes, CORS, and the one place where errors
  * become responses. Every failure — a validation rule, an unknown path (404), a known path with
- * another method (405), a bug (500) — is answered with the §2.5 JSON of `toErrorResponse`.
+ * another method (405), a bug (500) — is answered with the error JSON of `toErrorResponse`.
  *
  * - `makeEndpoint(options)` builds the request handlers: the platform's `HttpApp` for every route,
  *   and in front of it the push route on plain `node:http` (`push`), which takes the pushes whose
@@ -71,13 +71,13 @@ export type HttpApp = Effect.Effect<HttpServerResponse.HttpServerResponse, never
 /** The services the endpoint handlers use. */
 export type EndpointServices = Storage | EndpointCrypto | WebPushRouter | Bridges | EventLog | Metrics
 
-/** The §2.5 error response of an API error. */
+/** The error response (JSON) of an API error. */
 export const errorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): HttpServerResponse.HttpServerResponse => {
   const { status, headers, body } = toErrorResponse(error)
   return HttpServerResponse.jsonUnsafe(body, { status, headers: { ...headers, ...extraHeaders } })
 }
 
-/** CORS (§2.1): any origin and header, DELETE/GET/POST/PUT, preflights cached 1 h, `Location`, `TTL` and `Link` readable. */
+/** CORS: any origin and header, DELETE/GET/POST/PUT, preflights cached 1 h, `Location`, `TTL` and `Link` readable. */
 const CORS = { allowedMethods: ["DELETE", "GET", "POST", "PUT"], exposedHeaders: ["location", "ttl", "link"], maxAge: 3600 }
 export const endpointCors = HttpMiddleware.cors(CORS)
 

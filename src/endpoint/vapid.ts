@@ -1,6 +1,6 @@
 /**
  * VAPID (RFC 8292, and the draft-01 `WebPush`/`Bearer` form) as the endpoint checks it
- * (protocol-notes §2.3): `parseVapid` reads `Authorization` (+ `Crypto-Key`), `verifyVapid` checks
+ * (rules #3 and #4 of `webpush.ts`): `parseVapid` reads `Authorization` (+ `Crypto-Key`), `verifyVapid` checks
  * the key, the ES256 signature (with `jose`) and the `exp`/`aud` claims. Every failure is 401/109,
  * except a draft-01 scheme without its `Crypto-Key: p256ecdsa=` key, which is 400/110.
  */
@@ -42,7 +42,7 @@ const draftKey = (cryptoKey: string | undefined): Effect.Effect<string, InvalidC
   return key === undefined ? Effect.fail(cryptoHeader("Missing p256ecdsa in Crypto-Key header")) : Effect.succeed(key)
 }
 
-/** §2.2 #3: the credentials named by `Authorization`, or undefined when there is none. */
+/** Rule #3: the credentials named by `Authorization`, or undefined when there is none. */
 export const parseVapid = (
   headers: RequestHeaders
 ): Effect.Effect<VapidCredentials | undefined, InvalidAuth | InvalidCryptoHeaders> => {
@@ -117,7 +117,7 @@ const claimsOf = (payload: Uint8Array): VerifiedVapid["claims"] | undefined => {
 const sameOrigin = (aud: string, origin: string): boolean => aud === origin
 
 /**
- * §2.2 #4: the key decodes to a P-256 point, the JWT is ES256 and signed by it, `exp` is a number
+ * Rule #4: the key decodes to a P-256 point, the JWT is ES256 and signed by it, `exp` is a number
  * not in the past (60 s leeway) nor more than 24 h ahead, and `aud` is the endpoint origin.
  */
 export const verifyVapid = Effect.fnUntraced(function*(

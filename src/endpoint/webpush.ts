@@ -1,9 +1,10 @@
 /**
- * `POST /wpush/{v1|v2}/{token}` and `DELETE /m/{message_id}` (protocol-notes §2.2–§2.6).
+ * `POST /wpush/{v1|v2}/{token}` and `DELETE /m/{message_id}`.
  *
- * A POST is validated as one pipeline of small checks, in the order of §2.2, so that a request that
- * is wrong in several ways always gets the error of the first rule it breaks. An accepted message is
- * routed (`WebPushRouter`) and answered `201` with `Location` and the effective `TTL`.
+ * A POST is validated as one pipeline of small checks, in autopush's order (rules #1–#16 below), so
+ * that a request that is wrong in several ways always gets the error of the first rule it breaks.
+ * An accepted message is routed (`WebPushRouter`) and answered `201` with `Location` and the
+ * effective `TTL`.
  */
 import type { IncomingMessage } from "node:http"
 import * as Clock from "effect/Clock"
@@ -100,7 +101,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const locationBase = `${endpointBase(options.endpointUrl)}/m/`
   const cache = new RouterCache(options.routerCache ?? { ttlMs: 0, entries: 0 })
 
-  // ── the checks, in the order of §2.2 ───────────────────────────────────────────────────────────
+  // ── the checks, in autopush's order ───────────────────────────────────────────────────────────────
 
   /** #1 */
   const apiVersionOf = (segment: string | undefined): Effect.Effect<EndpointVersion, InvalidApiVersion> =>

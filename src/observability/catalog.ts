@@ -1,6 +1,6 @@
 /**
  * Every metric this service emits: name (statsd/DogStatsD name, after the `{role}.` prefix), kind,
- * tags and meaning. The names follow autopush-rs where it has one (protocol-notes §7). The README's
+ * tags and meaning. The names follow autopush-rs where it has one, so its dashboards keep working. The README's
  * metrics table is made from this list; Prometheus names are derived by `prometheusName`.
  */
 

@@ -1,5 +1,5 @@
 /**
- * Logs: MozLog JSON on stdout by default (one object per line, protocol-notes §7), human-readable
+ * Logs: MozLog JSON on stdout by default (one object per line, as Mozilla's services log), human-readable
  * lines with `human_logs`, and the minimum level from `log_level`.
  */
 import * as Layer from "effect/Layer"

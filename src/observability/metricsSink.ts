@@ -100,7 +100,7 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
       case "session.closed.1":
         return closed(`${event.data.code}:${event.data.reason}`).inc()
       default:
-        // Unknown types are ignored (DESIGN.md §3).
+        // Event types this sink does not know are ignored: consumers of the event log skip unknown types.
         return
     }
   }

@@ -1,5 +1,5 @@
 /**
- * The per-session summary record (protocol-notes §7, logged as `Session` when a connection ends) as a
+ * The per-session summary record (autopush's `Session` log record, logged when a connection ends) as a
  * fold over the session's domain events: no counters of its own, so replaying a session's events
  * rebuilds it exactly.
  */

@@ -1,7 +1,7 @@
 /**
  * Why the server closes a WebSocket, as one tagged error carrying its kind; `closeFrame` is the one
- * mapping to close code and reason (protocol-notes §1.7 with the decisions of §0). The table is keyed
- * by every kind, so a new kind without a code does not typecheck.
+ * mapping to close code and reason (autopush-rs's codes and reasons, plus 4774 for excessive pings).
+ * The table is keyed by every kind, so a new kind without a code does not typecheck.
  */
 
 export type CloseKind =

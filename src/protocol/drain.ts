@@ -1,5 +1,6 @@
 /**
- * Deliveries, acks and the storage drain (protocol-notes §1.5, §1.8 with the decisions of §0):
+ * Deliveries, acks and the storage drain, as autopush does them except where noted (acked messages
+ * are deleted, never re-sent; a drain's `msg_limit` counts what the client sees, whatever the page size):
  * - a delivery from an endpoint node is sent at once (TTL 0: only now, fire and forget);
  * - stored messages are drained after hello and after every check-storage poke, a page at a time
  *   (topic messages, then timestamp order); the next page is read once the previous one is acked and

@@ -1,5 +1,5 @@
 /**
- * The WebSocket push protocol's frames (protocol-notes §1.1, §1.2): client frames are decoded with
+ * The WebSocket push protocol's frames, as autopush-rs and Firefox exchange them: client frames are decoded with
  * Schema at the edge into `ClientMessage`, or into a `FrameError` naming why the frame is invalid;
  * server frames are built by the `*Reply` functions in the key order autopush emits.
  */

@@ -1,5 +1,5 @@
 /**
- * The WebSocket push protocol as data (DESIGN.md §3): for every phase (`phases.ts`), the inputs it
+ * The WebSocket push protocol as data: for every phase (`phases.ts`), the inputs it
  * takes (`inputs.ts`) and the handler that decides what each means — the next phase, the frames to
  * send, the domain events, the signals, at most one command to run and whether to close. `step` looks
  * the cell up and runs it; the session fiber (`session.ts`) only carries out what it returns, feeding

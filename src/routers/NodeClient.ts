@@ -1,5 +1,5 @@
 /**
- * The one client for connection nodes' router ports (protocol-notes §4), used by endpoint nodes and
+ * The one client for connection nodes' router ports, used by endpoint nodes and
  * by connection nodes talking to each other: `PUT {node}/push/{uaid}` hands a notification (the one
  * codec of `domain/router-wire.ts`) to the node holding the client, `PUT {node}/notif/{uaid}` tells it
  * to check storage, `DELETE {node}/notif/{uaid}/{connected_at}` to drop a stale session. Replies are

@@ -1,5 +1,5 @@
 /**
- * Routing an accepted notification to a WebPush user (protocol-notes §4):
+ * Routing an accepted notification to a WebPush user, as Mozilla's autopush routes it:
  *
  * 1. the user has a `node_id` → `PUT {node}/push/{uaid}` for its session connected at `connected_at`;
  *    200 → delivered ("direct"); another status (not there, another session, the channel unregistered

@@ -1,6 +1,6 @@
 /**
  * The Storage service: router records, per-month channel sets and messages (the seed's DynamoDB
- * layout, protocol-notes §5.5). Two layers implement it, DynamoDB (`dynamodb.ts`: AWS, DynamoDB
+ * layout: `model.ts`). Two layers implement it, DynamoDB (`dynamodb.ts`: AWS, DynamoDB
  * Local, Alternator, and the embedded dynalite of `embedded.ts`) and in-memory (`memory.ts`), and
  * both pass the one contract suite in `test/storage/`.
  *

@@ -1,5 +1,5 @@
 /**
- * The message-table data model both layers share (seed "DynamoDB Tables", protocol-notes §5.5):
+ * The message-table data model both layers share (autopush's DynamoDB tables, so its data reads as ours):
  * sort keys, key ranges, what a stored item reads back as, and when it is visible.
  *
  * Sort keys:

@@ -46,7 +46,7 @@ export const pathOf = (endpoint: string): string => {
   return new URL(endpoint).pathname
 }
 
-/** The §2.5 error body's status and errno. */
+/** The error body's status and errno. */
 export const errnoOf = (reply: Reply): [number, number | null] => [reply.status, reply.json().errno as number | null]
 
 export const eventsOf = (uaid: string) =>

@@ -1,4 +1,4 @@
-/** `DELETE /m/{message_id}` (protocol-notes §2.6). */
+/** `DELETE /m/{message_id}`: cancel a stored message. */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Result } from "effect"
 import { TEST_CRYPTO_KEY, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"

@@ -1,5 +1,5 @@
 /**
- * Routing an accepted POST (protocol-notes §4) through fake connection nodes: direct delivery,
+ * Routing an accepted POST through fake connection nodes: direct delivery,
  * fall-through to storage, clearing a dead node, TTL 0, storage failures, the re-read and the
  * `/notif` poke; plus what is stored and the message ids handed out.
  */

@@ -1,7 +1,7 @@
 /**
- * The POST validation table (protocol-notes §2.2 and §2.3), one row per rule: every request is a
+ * The POST validation table (the rules #1–#16 of `src/endpoint/webpush.ts`), one row per rule: every request is a
  * valid one (v1 endpoint, TTL 60, no body unless the rule needs one) changed in exactly one way,
- * sent to the real server; status, errno and message are asserted, plus the headers §2.5 adds.
+ * sent to the real server; status, errno and message are asserted, plus the headers error answers add.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
@@ -75,7 +75,7 @@ const aesgcm = (headers: Record<string, string>) => post({ "content-encoding": "
 const aes128gcm = (headers: Record<string, string>) => post({ "content-encoding": "aes128gcm", ...headers }, { body: BODY })
 
 const rows: ReadonlyArray<Row> = [
-  // ── §2.2 #1–#2: path and token ───────────────────────────────────────────────────────────────
+  // ── rule #1–#2: path and token ───────────────────────────────────────────────────────────────
   {
     rule: "#1 API version other than v1/v2",
     status: 404,
@@ -110,7 +110,7 @@ const rows: ReadonlyArray<Row> = [
       return { reply: yield* push({ path: new URL(endpoint).pathname }), sub }
     })
   },
-  // ── §2.2 #3 / §2.3: the Authorization header ─────────────────────────────────────────────────
+  // ── rule #3: the Authorization header ─────────────────────────────────────────────────
   {
     rule: "#3 unknown auth scheme",
     status: 401,
@@ -163,7 +163,7 @@ const rows: ReadonlyArray<Row> = [
     message: "Missing p256ecdsa in Crypto-Key header",
     send: withKeys(async (keys) => ({ authorization: `WebPush ${await keys.sign(goodClaims())}`, "crypto-key": "dh=abc" }))
   },
-  // ── §2.2 #4 / §2.3: the key and the JWT ──────────────────────────────────────────────────────
+  // ── rule #4: the key and the JWT ──────────────────────────────────────────────────────
   {
     rule: "#4 key that is not base64",
     status: 401,
@@ -257,7 +257,7 @@ const rows: ReadonlyArray<Row> = [
     message: "Invalid VAPID audience",
     send: withKeys((keys) => vapid(keys, { ...goodClaims(), aud: `${ORIGIN}/wpush` }))
   },
-  // ── §2.2 #5–#6: token length and the bound key ───────────────────────────────────────────────
+  // ── rule #5–#6: token length and the bound key ───────────────────────────────────────────────
   {
     rule: "#5 v1 path with a v2 token",
     status: 404,
@@ -289,7 +289,7 @@ const rows: ReadonlyArray<Row> = [
       return yield* withKeys((keys) => vapid(keys), { key: bound.raw })
     })
   },
-  // ── §2.2 #7–#9: user, router type, channel ───────────────────────────────────────────────────
+  // ── rule #7–#9: user, router type, channel ───────────────────────────────────────────────────
   {
     rule: "#7 unknown user",
     status: 410,
@@ -351,7 +351,7 @@ const rows: ReadonlyArray<Row> = [
       return { reply: yield* push(sub), sub }
     })
   },
-  // ── §2.2 #10: body size ──────────────────────────────────────────────────────────────────────
+  // ── rule #10: body size ──────────────────────────────────────────────────────────────────────
   {
     rule: "#10 body over max_data_bytes",
     status: 413,
@@ -375,7 +375,7 @@ const rows: ReadonlyArray<Row> = [
       return { reply, sub }
     })
   },
-  // ── §2.2 #11–#14: TTL and Topic ──────────────────────────────────────────────────────────────
+  // ── rule #11–#14: TTL and Topic ──────────────────────────────────────────────────────────────
   {
     rule: "#11 TTL missing",
     status: 400,
@@ -410,7 +410,7 @@ const rows: ReadonlyArray<Row> = [
     message: "Topic must be URL and Filename safe Base64 alphabet",
     send: post({ topic: "no/slashes" })
   },
-  // ── §2.2 #15: encryption headers (with a body) ───────────────────────────────────────────────
+  // ── rule #15: encryption headers (with a body) ───────────────────────────────────────────────
   {
     rule: "#15 body without Content-Encoding",
     status: 400,

@@ -1,6 +1,6 @@
 /**
  * What the DynamoDB layer writes, read back with the raw SDK: the seed's table and item layout
- * (protocol-notes §5.5) with one row per channel, and the seed's channel sets still read, so tables
+ * (autopush's) with one row per channel, and the seed's channel sets still read, so tables
  * written by autopush stay usable.
  */
 import { DescribeTableCommand, DescribeTimeToLiveCommand, DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb"
