@@ -106,6 +106,8 @@ export const makeRateLimits = (options: RateLimitOptions) => {
   const verdict = (by: RateLimited["by"], wait: number): Effect.Effect<void, RateLimited> =>
     wait === 0 ? Effect.void : Effect.fail(new RateLimited({ by, retryAfter: wait }))
   return {
+    /** The address a request from `peer` is counted as (undefined: not limited by address). */
+    clientOf: (peer: string | undefined, forwardedFor: string | ReadonlyArray<string> | undefined) => clientAddress(peer, forwardedFor, proxies),
     address: (peer: string | undefined, forwardedFor: string | ReadonlyArray<string> | undefined, nowMs: number) => {
       if (options.perAddress.perSecond <= 0) return Effect.void
       const client = clientAddress(peer, forwardedFor, proxies)

@@ -34,7 +34,7 @@ import { MessageTrace, type TraceDocument, type TraceState } from "../observabil
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import { peerOf } from "./http2.ts"
-import { clientAddress, type RateLimits, trustedProxies } from "./rateLimits.ts"
+import type { RateLimits } from "./rateLimits.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
 
 export interface ReceiptOptions {
@@ -304,8 +304,6 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     address: options.receipts?.maxCollectorsPerAddress ?? 32,
     node: options.receipts?.maxCollectors ?? 1024
   }
-  /** Client addresses as the rate limits see them (the loopback, not a listed proxy, is none). */
-  const proxies = trustedProxies(options.rateLimits?.trustedProxies ?? [])
   /** A held collector: when its hold ends at the latest (ms). */
   interface Hold {
     readonly until: number
@@ -410,7 +408,8 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
       yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], now)
       const delivery = deliveryOf(req)
       const holdMs = delivery === "json" ? Math.min(maxWaitMs, maxHoldMs, preferredWaitMs(req.headers.prefer) ?? maxWaitMs) : maxHoldMs
-      const address = clientAddress(peerOf(req), req.headers["x-forwarded-for"], proxies)
+      // Counted by address as the rate limits count it (the loopback, not a listed proxy, is none).
+      const address = limits.clientOf(peerOf(req), req.headers["x-forwarded-for"])
       const hold = yield* admit(id, address, now, now + holdMs)
       return yield* held(id, delivery, res, headers, now + holdMs).pipe(
         // Storage or the client stuck past the hold: the collector ends all the same.
