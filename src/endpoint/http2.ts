@@ -10,7 +10,8 @@
  * must have finished its TLS handshake (when there is one), said what it speaks, and sent its first
  * request: the headers of one over HTTP/1.1 (else 408, then closed), a stream over HTTP/2 (else a
  * GOAWAY); sending nothing, or part of a handshake or of the preface, it is closed. An HTTP/2
- * session is closed with a GOAWAY once it has had no open stream for `idleTimeoutMs`. (Later
+ * session is closed with a GOAWAY once it has had no open stream for `idleTimeoutMs`; a stream is
+ * closed once answered (a request body that stalls is answered 408 by the body read). (Later
  * HTTP/1.1 requests and idle HTTP/1.1 connections are Node's: `headersTimeout`, `keepAliveTimeout`.)
  */
 import type { IncomingMessage, Server } from "node:http"
@@ -108,6 +109,12 @@ const watchSession = (session: http2.ServerHttp2Session, firstBy: number, idleMs
   session.on("stream", (stream: http2.ServerHttp2Stream) => {
     open++
     clearTimeout(timer)
+    // Answered while the client's side is still open (a body it never ends, or one not read because
+    // the answer came first): the stream is reset with NO_ERROR, as RFC 9113 §8.1 allows after a
+    // complete response, instead of staying open, and the session with it, for as long as the client likes.
+    stream.once("finish", () => {
+      if (!stream.destroyed && stream.state.remoteClose === 0) stream.close(http2.constants.NGHTTP2_NO_ERROR)
+    })
     stream.once("close", () => {
       if (--open > 0 || session.closed || session.destroyed) return
       phase = "idle"

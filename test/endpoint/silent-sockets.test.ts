@@ -227,14 +227,20 @@ describe("endpoint port: silent and idle connections", () => {
   live("an h2c session is closed with a GOAWAY once it has had no stream for client_idle_timeout, not while a stream is open", withLimits(1_000, []), () =>
     Effect.gen(function*() {
       const port = yield* boundPort
+      const sub = yield* subscribe()
       const session = http2.connect(`http://127.0.0.1:${port}`)
       const goaway = new Promise<number>((resolve) => session.once("goaway", () => resolve(performance.now())))
       session.on("error", () => {})
-      // A stream held open (its body not ended) longer than the idle time: the session stays.
-      const stream = session.request({ ":method": "POST", ":path": "/wpush/v1/x", ttl: "60" })
+      // A push whose body comes a byte at a time, longer than the idle time: the session stays.
+      const stream = session.request({ ":method": "POST", ":path": sub.path, ttl: "60", "content-encoding": "aes128gcm" })
       stream.on("error", () => {})
+      let status: unknown
+      stream.on("response", (headers) => void (status = headers[":status"]))
       stream.resume()
-      yield* Effect.promise(() => sleep(IDLE_TIMEOUT + 300))
+      for (let sent = 0; sent < IDLE_TIMEOUT + 300; sent += REQUEST_TIMEOUT / 4) {
+        stream.write("x")
+        yield* Effect.promise(() => sleep(REQUEST_TIMEOUT / 4))
+      }
       assert.isFalse(session.closed || session.destroyed, "open while a stream is")
       stream.end("x")
       const ended = yield* Effect.promise(() => new Promise<number>((resolve) => stream.once("close", () => resolve(performance.now()))))
@@ -243,8 +249,49 @@ describe("endpoint port: silent and idle connections", () => {
       assert.isAtLeast(at - ended, IDLE_TIMEOUT - 100)
       assert.isAtMost(at - ended, IDLE_TIMEOUT + SLACK)
       yield* Effect.promise(() => new Promise((resolve) => (session.destroyed ? resolve(undefined) : session.once("close", resolve))))
+      assert.strictEqual(status, 201, "the slow push is accepted")
       assert.strictEqual(yield* counter(METRICS.netTimeout.name, { port: "endpoint", phase: "idle" }), 1)
       report("idle h2c", { goawayAfterMs: Math.round(at - ended) })
+    }))
+
+  live("an h2c stream is closed once answered though its client never ends it (an error answered first, or a body that stalls: 408), and the session then goes idle", withLimits(1_000, []), () =>
+    Effect.gen(function*() {
+      const port = yield* boundPort
+      const sub = yield* subscribe()
+      const session = http2.connect(`http://127.0.0.1:${port}`)
+      session.on("error", () => {})
+      const goaway = new Promise<number>((resolve) => session.once("goaway", () => resolve(performance.now())))
+      const start = performance.now()
+      /** A request whose body is never ended: its status, when it was answered and when its stream closed (and how). */
+      const halfOpen = (headers: http2.OutgoingHttpHeaders) => {
+        const stream = session.request(headers, { endStream: false })
+        stream.on("error", () => {})
+        stream.resume()
+        let status: unknown
+        let answeredAt = -1
+        stream.on("response", (h) => {
+          status = h[":status"]
+          answeredAt = performance.now() - start
+        })
+        return new Promise<{ status: unknown; answeredAt: number; closedAt: number; rstCode: number | undefined }>((resolve) =>
+          stream.once("close", () => resolve({ status, answeredAt, closedAt: performance.now() - start, rstCode: stream.rstCode })))
+      }
+      const [invalid, stalled] = yield* Effect.promise(() =>
+        Promise.all([
+          halfOpen({ ":method": "POST", ":path": "/wpush/v1/x", ttl: "60" }),
+          halfOpen({ ":method": "POST", ":path": sub.path, ttl: "60", "content-encoding": "aes128gcm" })
+        ]))
+      assert.strictEqual(invalid.status, 404)
+      assert.isAtMost(invalid.closedAt - invalid.answeredAt, 500, "closed once answered")
+      assert.strictEqual(invalid.rstCode, http2.constants.NGHTTP2_NO_ERROR)
+      assert.strictEqual(stalled.status, 408)
+      assert.isAtLeast(stalled.answeredAt, REQUEST_TIMEOUT - 100)
+      assert.isAtMost(stalled.answeredAt, REQUEST_TIMEOUT + SLACK)
+      assert.isAtMost(stalled.closedAt - stalled.answeredAt, 500, "closed once answered")
+      const at = (yield* Effect.promise(() => Promise.race([goaway, sleep(IDLE_TIMEOUT + SLACK).then(() => -1)]))) - start
+      assert.isAtLeast(at, stalled.closedAt + IDLE_TIMEOUT - 100, "GOAWAY client_idle_timeout after the last stream")
+      assert.isAtMost(at, stalled.closedAt + IDLE_TIMEOUT + SLACK)
+      report("half-open h2c streams", { invalid, stalled, goawayAtMs: Math.round(at) })
     }))
 
   const tls = selfSigned("localhost")
