@@ -8,7 +8,8 @@
  * While it runs, `{data dir}/../embedded.json` names its endpoint and the process, so the operator's
  * tools can use the running server instead of failing on the held LevelDB lock.
  */
-import { readFileSync, rmSync, writeFileSync } from "node:fs"
+import { readFileSync, rmSync } from "node:fs"
+import { writePrivateFile } from "../domain/privateFile.ts"
 import { dirname, join } from "node:path"
 import type { Worker } from "node:worker_threads"
 import * as Effect from "effect/Effect"
@@ -109,7 +110,9 @@ export const runningEmbeddedEndpoint = (dataDir: string): string | undefined => 
 
 export const announceEmbedded = (dataDir: string, endpoint: string) =>
   Effect.acquireRelease(
-    Effect.sync(() => writeFileSync(embeddedEndpointFile(dataDir), JSON.stringify({ pid: process.pid, endpoint }))),
+    // Beside the data directory, which may be in a shared one: written as a private file, through a
+    // temporary one of a random name, never through a link someone put at its path.
+    Effect.promise(() => writePrivateFile(embeddedEndpointFile(dataDir), JSON.stringify({ pid: process.pid, endpoint }))),
     () => Effect.sync(() => rmSync(embeddedEndpointFile(dataDir), { force: true }))
   )
 

@@ -30,7 +30,7 @@ import { type Item, S } from "../storage/dynamoRows.ts"
 import { Storage } from "../storage/Storage.ts"
 import { isMessageTable, type StorageOptions } from "../storage/tables.ts"
 import { plural, say, type SplitArgs, ToolFailure, UsageError } from "./cli.ts"
-import { openPrivateTemporary } from "./privateFile.ts"
+import { openPrivateTemporary } from "../domain/privateFile.ts"
 import type { Command, Run } from "./maintenance.ts"
 import { embeddedSecretsFile, type EmbeddedSecrets, readEmbeddedSecrets, storageOptionsOf, writeEmbeddedSecrets } from "./storage.ts"
 

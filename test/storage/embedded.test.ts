@@ -1,13 +1,13 @@
 /** The embedded default: dynalite on LevelDB in this process, data surviving restarts and `kill -9`. */
 import { spawn } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { afterAll } from "vitest"
 import { scopedDynamoClient } from "../../src/storage/dynamoClient.ts"
-import { layerEmbedded, startDynalite } from "../../src/storage/embedded.ts"
+import { embeddedEndpointFile, layerEmbedded, runningEmbeddedEndpoint, startDynalite } from "../../src/storage/embedded.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 
 const root = mkdtempSync(join(tmpdir(), "autopush-embedded-"))
@@ -50,6 +50,28 @@ describe("embedded dynalite", () => {
       yield* write.pipe(Effect.provide(layerEmbedded(options(dataDir))))
       const user = yield* Storage.use((s) => s.getUser(uaid)).pipe(Effect.provide(layerEmbedded(options(dataDir))))
       assert.strictEqual(user?.connectedAt, 1)
+    }))
+
+  it.live("embedded.json names the running server, mode 0600; a link planted at its path is replaced, never written through", () =>
+    Effect.gen(function*() {
+      const dir = join(root, "announce")
+      const dataDir = join(dir, "data")
+      mkdirSync(dir, { recursive: true })
+      const target = join(root, "not-yours")
+      writeFileSync(target, "keep me")
+      symlinkSync(target, embeddedEndpointFile(dataDir))
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* Storage
+        const file = embeddedEndpointFile(dataDir)
+        assert.isFalse(lstatSync(file).isSymbolicLink())
+        assert.strictEqual(statSync(file).mode & 0o777, 0o600)
+        const { pid, endpoint } = JSON.parse(readFileSync(file, "utf8")) as { pid: number; endpoint: string }
+        assert.strictEqual(pid, process.pid)
+        assert.strictEqual(runningEmbeddedEndpoint(dataDir), endpoint)
+      }).pipe(Effect.provide(layerEmbedded(options(dataDir)))))
+      assert.strictEqual(readFileSync(target, "utf8"), "keep me")
+      assert.isFalse(existsSync(embeddedEndpointFile(dataDir)), "removed when the server stops")
+      assert.deepStrictEqual(readdirSync(dir).filter((name) => name.endsWith(".tmp")), [])
     }))
 
   it.live("data written by a process that is then SIGKILLed is read back by the next one", () =>
