@@ -5,7 +5,14 @@
  * everything, reports `{ note }` (what it did and what the server answered) and exits.
  *
  *   silent   <host:port> <count> <localAddress>   hold `count` TCP connections that send nothing;
- *                                                 one the server closes is opened again
+ *                                                 one the server closes after holding it is
+ *                                                 opened again at once, one it closes within 1 s
+ *                                                 (a refusal: 503 beyond max_connections_per_address)
+ *                                                 1 s later. Counted: of the first `count`, how
+ *                                                 many were held (still open 1 s after connecting)
+ *                                                 and how many closed at once (of them, answered
+ *                                                 503); over the whole run, the same, the answers
+ *                                                 (408, 503) and the most held at once
  *   ping     <wsUrl>                              one WebSocket says hello, then sends `{}` as fast
  *                                                 as its socket takes them; reconnects when closed
  *   garbage  <wsUrl>                              the same with random non-JSON text frames
@@ -36,40 +43,69 @@ const markReady = () => {
 
 // ── silent TCP connections ───────────────────────────────────────────────────────────────────────
 
+/** A silent connection still open this long after connecting is held; one closed before, closed at once. */
+const HELD_MS = 1_000
+
 const silent = () => {
   const [host = "127.0.0.1", port = "0"] = target.split(":")
-  let open = 0
-  const openOne = () => {
+  const first = `first ${count}`
+  // In this order in the note: the first wave's fate, then the whole run's.
+  for (const key of [`${first} held`, `${first} closed at once`, `${first} answered 503`]) counts[key] = 0
+  let held = 0
+  let settled = 0
+  // One of the first `count` is held or closed: once all are, the abuse is under way.
+  const settle = (inFirst: boolean, outcome: string) => {
+    if (!inFirst) return
+    bump(`${first} ${outcome}`)
+    if (++settled >= count) markReady()
+  }
+  const openOne = (inFirst: boolean) => {
     if (stopping) return
     const socket: Socket = connect({ host, port: Number(port), localAddress })
     const close = () => socket.destroy()
     closers.add(close)
     bump("opened")
-    let connected = false
+    let isHeld = false
+    let answered503 = false
+    let holding: NodeJS.Timeout | undefined
     socket.on("connect", () => {
-      connected = true
-      open++
-      if (open >= count) markReady()
+      holding = setTimeout(() => {
+        isHeld = true
+        held++
+        counts["held at most"] = Math.max(counts["held at most"] ?? 0, held)
+        settle(inFirst, "held")
+      }, HELD_MS)
     })
     socket.on("data", (chunk) => {
       // A 408 (request timeout) or 503 (too many connections) before the close.
       const status = /^HTTP\/1\.1 (\d{3})/.exec(chunk.toString("latin1"))?.[1]
-      if (status !== undefined) bump(`answered ${status}`)
+      if (status === undefined) return
+      bump(`answered ${status}`)
+      if (status === "503") answered503 = true
     })
     socket.on("error", () => bump("errors"))
     socket.on("close", () => {
       closers.delete(close)
-      if (connected) open--
+      clearTimeout(holding)
+      if (isHeld) held--
       if (stopping) return
-      bump("closed by server")
-      setImmediate(openOne)
+      if (isHeld) {
+        bump("closed after being held")
+        setImmediate(() => openOne(false))
+        return
+      }
+      bump("closed at once")
+      settle(inFirst, "closed at once")
+      if (inFirst && answered503) bump(`${first} answered 503`)
+      // Refused: asked again a little later, as a 503 invites, not in a tight loop.
+      setTimeout(() => openOne(false), HELD_MS)
     })
   }
   // At most 200 connects in flight while the first `count` are opened.
   let started = 0
   const ramp = () => {
     const batch = Math.min(200, count - started)
-    for (let i = 0; i < batch; i++) openOne()
+    for (let i = 0; i < batch; i++) openOne(true)
     started += batch
     if (started < count) setTimeout(ramp, 5)
   }

@@ -7,19 +7,32 @@
  * (10) from its own process (`abuse-client.ts`), the victim's pushes going on meanwhile:
  *
  *   baseline            no abuse
- *   silent endpoint     2,000 TCP connections to the endpoint port that send nothing (from 127.0.0.2)
+ *   silent endpoint     2,000 TCP connections to the endpoint port that send nothing, from the
+ *                       abusers' address (below)
  *   silent websocket    the same on the WebSocket port
  *   ping flood          one WebSocket sends `{}` frames as fast as its socket takes them
  *   garbage flood       the same with random non-JSON text frames
- *   receipt collectors  300 `GET /receipts/{id}` (server-sent events) of one receipt subscription
+ *   ping flood again    the ping flood once more: whether the V8 heap grows again (retained, a
+ *                       leak) or not (a high-water mark)
+ *   receipt collectors  300 `GET /receipts/{id}` (server-sent events) of one receipt subscription,
+ *                       from the abusers' address
  *
  * For each: the victim's POST→notification latency p50 / p99 / max, the pushes that failed (not
  * 201, or not delivered by the "after" reading), the node's RSS (VmRSS) before, at its peak
- * during and --settle (4) s after the abuse, and its open file descriptors likewise. The node is started with
- * `--client-request-timeout 5`, so that silent connections are closed within the window.
+ * during and --settle (4) s after the abuse, its open file descriptors likewise, and its V8 heap
+ * in use likewise (`process_heap_used_bytes` of its `GET /metrics`, on the all-in-one's router
+ * port; the peak is sampled every 250 ms, and garbage not yet collected counts as in use). The
+ * node is started with `--client-request-timeout 5`, so that silent connections are closed within
+ * the window, and otherwise default limits.
  *
- * Every address is on 127.0.0.0/8, which the node exempts from `max_connections_per_address` (the
- * loopback is never counted): that cap is not exercised here, only the time bounds are.
+ * The abusers' address: the machine's first non-internal IPv4 address (`os.networkInterfaces()`),
+ * to which the silent sockets and the receipt collectors connect, their source bound to it; the
+ * node is then started with `--bind-host 0.0.0.0` (its private router port stays on 127.0.0.1)
+ * and counts them toward `max_connections_per_address` (1,000: of 2,000 silent sockets, about
+ * 1,000 are answered 503 and closed) and the receipt routes' per-address limits. Without one, they
+ * connect to 127.0.0.1 from 127.0.0.2, the loopback, which the node never counts: that cap is not
+ * exercised then (the bench says so), only the time bounds are. The victim and the floods are on
+ * 127.0.0.1 either way.
  *
  * Options (flag or environment): --seconds/BENCH_SECONDS (10), --sockets/BENCH_SOCKETS (2000),
  * --collectors/BENCH_COLLECTORS (300), --settle/BENCH_SETTLE (4: seconds from the abuse's end to the
@@ -29,7 +42,7 @@ import { fork } from "node:child_process"
 import { once } from "node:events"
 import { randomBytes } from "node:crypto"
 import { readdirSync } from "node:fs"
-import { cpus } from "node:os"
+import { cpus, networkInterfaces } from "node:os"
 import { setTimeout as sleep } from "node:timers/promises"
 import { fmt, hello, option, quantile, register, rssMiB, start } from "./harness.ts"
 
@@ -42,6 +55,19 @@ const SETTLE_MS = Number(option("settle", "BENCH_SETTLE", "4")) * 1000
 
 const fds = (pid: number): number => readdirSync(`/proc/${pid}/fd`).length
 
+/** The node's V8 heap in use (MiB), from its Prometheus text; NaN when it has none. */
+const heapMiB = async (metricsUrl: string): Promise<number> => {
+  const res = await fetch(metricsUrl, { signal: AbortSignal.timeout(5_000) })
+  const match = /^process_heap_used_bytes (\S+)$/m.exec(await res.text())
+  return match === null ? Number.NaN : Number(match[1]) / (1024 * 1024)
+}
+
+/** The machine's first non-internal IPv4 address, which the node counts toward its per-address caps (unlike the loopback). */
+const outsideAddress = (): string | undefined =>
+  Object.values(networkInterfaces())
+    .flatMap((addresses) => addresses ?? [])
+    .find((a) => a.family === "IPv4" && !a.internal)?.address
+
 interface Row {
   readonly name: string
   readonly pushes: number
@@ -51,21 +77,35 @@ interface Row {
   readonly max: number
   readonly rss: readonly [number, number, number]
   readonly fds: readonly [number, number, number]
+  readonly heap: readonly [number, number, number]
   readonly note: string
 }
 
 const main = async () => {
   console.log(`bench:abuse on ${cpus()[0]?.model ?? "?"} × ${cpus().length}, node ${process.version}`)
-  const { deployment, pid } = await start(["--client-request-timeout", "5"])
+  const outside = outsideAddress()
+  // The abusers connect to `to` from `from`; the node listens on every interface when `to` is not the loopback.
+  const [to, from] = outside === undefined ? ["127.0.0.1", "127.0.0.2"] : [outside, outside]
+  console.log(
+    outside === undefined
+      ? "abusers' address: no non-internal IPv4 address, so 127.0.0.2 → 127.0.0.1: the loopback, never counted toward max_connections_per_address (not exercised)"
+      : `abusers' address: ${outside} (the node bound to 0.0.0.0), counted toward max_connections_per_address`
+  )
+  const { deployment, pid } = await start(["--client-request-timeout", "5", ...(outside === undefined ? [] : ["--bind-host", "0.0.0.0"])])
   const endpointUrl = new URL(deployment.endpointUrl)
   const wsUrl = new URL(deployment.wsUrl)
+  const abusedEndpointUrl = new URL(deployment.endpointUrl)
+  abusedEndpointUrl.hostname = to
+  // The all-in-one serves /metrics on its router port.
+  const metricsUrl = new URL("/metrics", deployment.routerUrl).href
   const cases: ReadonlyArray<{ readonly name: string; readonly args?: ReadonlyArray<string> }> = [
     { name: "baseline" },
-    { name: "silent endpoint", args: ["silent", `127.0.0.1:${endpointUrl.port}`, String(SOCKETS), "127.0.0.2"] },
-    { name: "silent websocket", args: ["silent", `127.0.0.1:${wsUrl.port}`, String(SOCKETS), "127.0.0.2"] },
+    { name: "silent endpoint", args: ["silent", `${to}:${endpointUrl.port}`, String(SOCKETS), from] },
+    { name: "silent websocket", args: ["silent", `${to}:${wsUrl.port}`, String(SOCKETS), from] },
     { name: "ping flood", args: ["ping", deployment.wsUrl] },
     { name: "garbage flood", args: ["garbage", deployment.wsUrl] },
-    { name: "receipt collectors", args: ["receipts", deployment.endpointUrl, String(COLLECTORS), "127.0.0.2"] }
+    { name: "ping flood again", args: ["ping", deployment.wsUrl] },
+    { name: "receipt collectors", args: ["receipts", abusedEndpointUrl.href, String(COLLECTORS), from] }
   ]
   const rows: Array<Row> = []
   try {
@@ -108,12 +148,28 @@ const main = async () => {
       await sleep(1_000)
       const rssBefore = rssMiB(pid)
       const fdsBefore = fds(pid)
+      const heapBefore = await heapMiB(metricsUrl)
       let rssPeak = rssBefore
       let fdsPeak = fdsBefore
+      let heapPeak = heapBefore
       const sampler = setInterval(() => {
         rssPeak = Math.max(rssPeak, rssMiB(pid))
         fdsPeak = Math.max(fdsPeak, fds(pid))
       }, 100)
+      // The heap over HTTP, one request at a time: a reading the node is too busy to answer is skipped.
+      let reading = false
+      const heapSampler = setInterval(() => {
+        if (reading) return
+        reading = true
+        heapMiB(metricsUrl).then(
+          (heap) => {
+            if (Number.isFinite(heap)) heapPeak = Math.max(heapPeak, heap)
+          },
+          () => {}
+        ).finally(() => {
+          reading = false
+        })
+      }, 250)
       const child = c.args === undefined
         ? undefined
         : fork(new URL("./abuse-client.ts", import.meta.url).pathname, [...c.args], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
@@ -145,6 +201,8 @@ const main = async () => {
       // Deliveries still on their way get the settling time from the abuse's end.
       await sleep(SETTLE_MS)
       clearInterval(sampler)
+      clearInterval(heapSampler)
+      const heapAfter = await heapMiB(metricsUrl)
       const delivered = latencies.length
       rows.push({
         name: c.name,
@@ -155,6 +213,7 @@ const main = async () => {
         max: Math.max(...latencies),
         rss: [rssBefore, rssPeak, rssMiB(pid)],
         fds: [fdsBefore, fdsPeak, fds(pid)],
+        heap: [heapBefore, Math.max(heapPeak, heapAfter), heapAfter],
         note: child === undefined ? "" : note
       })
       const r = rows[rows.length - 1] as Row
@@ -165,12 +224,18 @@ const main = async () => {
     await deployment.stop()
   }
 
-  console.log(`\nVictim POST→notification latency (ms) and the node's RSS (MiB) and fds, ${SECONDS} s per case, one push per ${PUSH_EVERY_MS} ms`)
-  console.log("| case | pushes | failed | p50 | p99 | max | RSS before / peak / after | fds before / peak / after |")
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- |")
+  console.log(
+    `\nVictim POST→notification latency (ms) and the node's RSS (MiB), V8 heap in use (MiB) and fds, ${SECONDS} s per case, one push per ${PUSH_EVERY_MS} ms; abusers from ${
+      outside ?? "127.0.0.2 (the loopback: max_connections_per_address not exercised)"
+    }`
+  )
+  console.log("| case | pushes | failed | p50 | p99 | max | RSS before / peak / after | heap before / peak / after | fds before / peak / after |")
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
   for (const r of rows) {
     console.log(
-      `| ${r.name} | ${r.pushes} | ${r.failed} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.max)} | ${r.rss.map((v) => fmt(v, 0)).join(" / ")} | ${r.fds.join(" / ")} |`
+      `| ${r.name} | ${r.pushes} | ${r.failed} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.max)} | ${r.rss.map((v) => fmt(v, 0)).join(" / ")} | ${
+        r.heap.map((v) => fmt(v, 0)).join(" / ")
+      } | ${r.fds.join(" / ")} |`
     )
   }
   console.log("\nWhat each abuser did and what it was answered:")
