@@ -3,8 +3,11 @@
  * the one session per uaid that deliveries go to. A newer session of a uaid kicks the older one.
  */
 import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { Notification } from "../domain/notification.ts"
+import { METRICS } from "../observability/catalog.ts"
+import { Metrics } from "../observability/Metrics.ts"
 import type { SessionHandle, SessionRegistry } from "../protocol/session.ts"
 
 export interface NodeRegistryService extends SessionRegistry {
@@ -24,7 +27,8 @@ export interface NodeRegistryService extends SessionRegistry {
   readonly checkStorage: (uaid: string) => boolean
 }
 
-export const makeNodeRegistry = (): NodeRegistryService => {
+/** `onQueueFull`: told of each delivery a session's full queue refused. */
+export const makeNodeRegistry = (onQueueFull: () => void = () => {}): NodeRegistryService => {
   const connections = new Set<SessionHandle>()
   const byUaid = new Map<string, SessionHandle>()
   return {
@@ -34,7 +38,10 @@ export const makeNodeRegistry = (): NodeRegistryService => {
     count: () => byUaid.size,
     deliver: (uaid, notification, connectedAt) => {
       const handle = byUaid.get(uaid)
-      return handle !== undefined && handle.takes(notification, connectedAt) && handle.mailbox.offerDelivery({ _tag: "Delivery", notification })
+      if (handle === undefined || !handle.takes(notification, connectedAt)) return false
+      if (handle.mailbox.offerDelivery({ _tag: "Delivery", notification })) return true
+      if (!handle.mailbox.isClosed) onQueueFull()
+      return false
     },
     checkStorage: (uaid) => byUaid.get(uaid)?.mailbox.offer({ _tag: "CheckStorage" }) ?? false,
     register: (handle) => {
@@ -53,5 +60,12 @@ export const makeNodeRegistry = (): NodeRegistryService => {
 export class NodeRegistry extends Context.Service<NodeRegistry, NodeRegistryService>()(
   "autopush/connection/NodeRegistry"
 ) {
-  static readonly layer = Layer.sync(NodeRegistry, makeNodeRegistry)
+  /** Refusals by a full queue counted as `ua.delivery.queue_full`. */
+  static readonly layer = Layer.effect(
+    NodeRegistry,
+    Effect.map(Metrics, (metrics) => {
+      const queueFull = metrics.counter(METRICS.deliveryQueueFull.name)
+      return makeNodeRegistry(() => queueFull.inc())
+    })
+  )
 }

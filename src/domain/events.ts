@@ -41,6 +41,15 @@ export type DomainEvent =
   | Event<"client.urgency.1", { readonly min: Urgency }>
   | Event<"channel.registered.1", { readonly channelId: string }>
   | Event<"channel.unregistered.1", { readonly channelId: string; readonly code?: number | undefined }>
+  /**
+   * A register or unregister answered with an error status at a limit: `too_many_channels` (413,
+   * max_channels_per_user) or `busy` (503, too many commands waiting while the user's month moves).
+   */
+  | Event<"channel.refused.1", {
+    readonly channelId: string
+    readonly command: "register" | "unregister"
+    readonly reason: "too_many_channels" | "busy"
+  }>
   | Event<"notification.accepted.1", Receipted & {
     readonly channelId: string
     readonly version: string

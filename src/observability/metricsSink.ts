@@ -25,6 +25,10 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
   const hello = handlesBy((uaid) => counter(METRICS.hello.name, { uaid }))
   const register = counter(METRICS.register.name)
   const unregister = handlesBy((code) => counter(METRICS.unregister.name, { code }))
+  const refused = handlesBy((key) => {
+    const [command, reason] = key.split(":") as [string, string]
+    return counter(METRICS.refused.name, { command, reason })
+  })
   const ack = handlesBy((key) => {
     const [source, code] = key.split(":") as [string, string]
     return counter(METRICS.ack.name, { source, code })
@@ -62,6 +66,8 @@ export const metricsSink = (metrics: MetricsService): EventSink => {
         return register.inc()
       case "channel.unregistered.1":
         return unregister(unregisterCode(event.data.code)).inc()
+      case "channel.refused.1":
+        return refused(`${event.data.command}:${event.data.reason}`).inc()
       case "notification.accepted.1":
         received.inc()
         if (event.data.receipt !== undefined) receiptRequested.inc()

@@ -113,6 +113,7 @@ export const userWritten = (phase: Live, input: Extract<CommandResult, { _tag: "
 
 export const channelAdded = (phase: Live, { registering, added }: { readonly registering: Registering; readonly added: boolean }, out: Out): Phase => {
   if (!added) {
+    out.event("channel.refused.1", phase.session.uaid, { channelId: registering.channelId, command: "register", reason: "too_many_channels" })
     out.frame(registerReply(registering.channelId, 413, ""))
     return phase
   }
@@ -150,6 +151,7 @@ export const channelRemoved = (phase: Live, { command }: Extract<CommandResult, 
  */
 export const deferred = <P extends Migrating | Moving>(phase: P, message: Msg<"register" | "unregister">, out: Out): Phase => {
   if (phase.deferred.length < HELD_COMMANDS_MAX) return { ...phase, deferred: [...phase.deferred, message] }
+  out.event("channel.refused.1", phase.session.uaid, { channelId: message.channelID, command: message.messageType, reason: "busy" })
   out.frame(message.messageType === "register" ? registerReply(message.channelID, 503, "") : unregisterReply(message.channelID, 503))
   return phase
 }

@@ -228,6 +228,20 @@ describe("receipt metrics", () => {
     }))
 })
 
+describe("limit metrics", () => {
+  it.effect("registers and unregisters refused at a limit, by command and reason", () =>
+    Effect.sync(() => {
+      const metrics = makeMetrics()
+      const sink = metricsSink(metrics)
+      sink(domainEvent("channel.refused.1", "u", 0, { channelId: "c", command: "register", reason: "too_many_channels" }))
+      sink(domainEvent("channel.refused.1", "u", 0, { channelId: "c", command: "unregister", reason: "busy" }))
+      sink(domainEvent("channel.refused.1", "u", 0, { channelId: "d", command: "unregister", reason: "busy" }))
+      const s = samples(metrics.prometheus())
+      assert.strictEqual(s.get("ua_command_refused_total{command=\"register\",reason=\"too_many_channels\"}"), "1")
+      assert.strictEqual(s.get("ua_command_refused_total{command=\"unregister\",reason=\"busy\"}"), "2")
+    }))
+})
+
 describe("endpoint node metrics", () => {
   layer(ObservedEndpoint, { excludeTestServices: true })((it) => {
     it.effect("GET /metrics after direct, stored, dropped and refused notifications and a cancel", () =>

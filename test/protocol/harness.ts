@@ -85,6 +85,8 @@ export interface Harness {
   readonly ports: SessionPorts
   readonly registry: ReturnType<typeof makeNodeRegistry>
   readonly pokes: Array<PeerCall>
+  /** Deliveries refused by a session's full queue, as the registry reports them. */
+  readonly queueFull: { count: number }
   readonly events: Array<DomainEvent>
   readonly connect: () => Effect.Effect<Client>
   /** The endpoint's router, delivering to this node. */
@@ -105,7 +107,8 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
     const storage = yield* Storage
     const { events } = yield* EventLogMemory
     yield* storage.createTables(yield* storage.activeMessageTables)
-    const registry = makeNodeRegistry()
+    const queueFull = { count: 0 }
+    const registry = makeNodeRegistry(() => void queueFull.count++)
     const pokes: Array<PeerCall> = []
     const options = { ...sessionOptions, ...overrides }
     // The node's own services, with this registry, the broadcasts tests set, and peers that record.
@@ -168,7 +171,7 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
           of: (type: string) => sent.frames.filter((f) => f["messageType"] === type)
         } satisfies Client
       })
-    return { ports, registry, pokes, events, connect, router, node } satisfies Harness
+    return { ports, registry, pokes, queueFull, events, connect, router, node } satisfies Harness
   })
 
 /**

@@ -486,6 +486,7 @@ describe("session: delivery", () => {
       const results = []
       for (const data of ["1", "2", "3"]) results.push((yield* pushMessage(harness, uaid, CHID, { data })).direct)
       assert.deepStrictEqual(results, [true, true, false])
+      assert.strictEqual(harness.queueFull.count, 1, "the refusal is counted")
       yield* pump(client)
       assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["1", "2", "3"])
     }).pipe(Effect.provide(TestParts)))

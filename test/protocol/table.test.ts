@@ -420,7 +420,7 @@ describe("step: Identified, commands", () => {
   row("the user has max_channels_per_user channels: status 413, socket kept", identified(), { _tag: "ChannelAdded", registering, added: false }, {
     phase: "Identified",
     frames: [{ messageType: "register", channelID: CHID, status: 413, pushEndpoint: "" }],
-    events: []
+    events: ["channel.refused.1"]
   })
   row("storage failing on register: status 500, socket kept", identified(), {
     _tag: "CommandFailed",
@@ -727,6 +727,7 @@ describe("step: Migrating and Moving", () => {
   ), frame({ messageType: "unregister", channelID: CHID }), {
     phase: "Migrating",
     frames: [{ messageType: "unregister", channelID: CHID, status: 503 }],
+    events: ["channel.refused.1"],
     effects: [],
     check: (t) => assert.strictEqual((t.phase as PhaseOf<"Migrating">).deferred.length, HELD_COMMANDS_MAX)
   })
