@@ -170,11 +170,11 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
   })
 
   /**
-   * A message with a receipt, accepted: its status row, written before the message goes anywhere
-   * (a failure is a 503 with nothing sent, so the sender's retry is no duplicate).
+   * A message with a receipt, accepted: its status row, opened before the message goes anywhere, so
+   * every later step finds it (a failure is a 503 with nothing sent, so the sender's retry is no duplicate).
    */
   const accepting = (uaid: string, subscription: string, n: Notification, acceptedAt: number) =>
-    book.write(uaid, subscription, n.version, { acceptedAt, deadline: expiresAt(n) * 1000 }).pipe(
+    book.open(uaid, subscription, n.version, { acceptedAt, deadline: expiresAt(n) * 1000 }).pipe(
       Effect.catchTag("StorageError", storageUnavailable),
       Effect.asVoid
     )
@@ -182,8 +182,8 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
   /**
    * What routing decided for it, when that is a step the connection node will not record: stored,
    * dropped (TTL 0, not connected: expired), bridged (final for this service). A message stored at a
-   * later ms has a new id: its row moves with it. The message is on its way: a failure here is
-   * logged, and the answer stays 202.
+   * later ms has a new id: its row moves with it (opened under the new id). The message is on its
+   * way: a failure here is logged, and the answer stays 202.
    */
   const routed = Effect.fnUntraced(function*(
     uaid: string,
@@ -196,7 +196,7 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     if (outcome !== "stored" && outcome !== "dropped" && outcome !== "bridged") return
     const now = yield* Clock.currentTimeMillis
     const moved = routedAs.version !== accepted.version
-    yield* book.write(uaid, subscription, routedAs.version, {
+    yield* (moved ? book.open : book.write)(uaid, subscription, routedAs.version, {
       ...(moved ? { acceptedAt } : {}),
       deadline: expiresAt(routedAs) * 1000,
       ...(outcome === "stored" ? { storedAt: now } : { outcome: { outcome: outcome === "dropped" ? "expired" : "bridged", at: now } })

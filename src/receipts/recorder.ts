@@ -6,10 +6,12 @@
  * without a receipt cost one property read per event.
  *
  * Order: the writes of one receipt subscription run one after another, in order of arrival; up to
- * `CONCURRENCY` subscriptions are written at once. So a message's steps land in the order they
- * happened: a `delivered` written after the ack (and after the receipt was collected, which removes
- * the row) would make the row again without an outcome, and the message would later be reported a
- * second time, `expired` or `unsubscribed`.
+ * `CONCURRENCY` subscriptions are written at once. So on one node a message's steps land in the
+ * order they happened. Across nodes (a message delivered by one, acked on another after a
+ * reconnect) they may land in any order, which does not matter for correctness: every write here
+ * only updates a row the endpoint opened, so a late step (a `delivered` after the ack, the
+ * receipt collected and its row removed) is not written: it cannot make the row again without an
+ * outcome, which would have the message reported a second time (`expired` or `unsubscribed`).
  *
  * Bounds: at most `MAX_QUEUED_WRITES` writes wait (all subscriptions); a write beyond is dropped,
  * counted (`notification.receipt.writes.dropped`) and logged at most once per `DROP_LOG_INTERVAL_MS`

@@ -162,9 +162,16 @@ export interface StorageService {
   /** Move an unexpired subscription's expiry on to `expiry`; false when it is unknown or expired. */
   readonly touchReceiptSubscription: (id: string, expiry: number) => Effect.Effect<boolean, StorageError>
   /**
-   * Apply `update` to a message's status row (made if missing: the writers of a message — endpoint,
-   * connection node — may come in any order). False when `update` carries an outcome and the row
-   * has one already (nothing is written then).
+   * Apply `update` to a message's status row, making the row if missing: the write that opens a
+   * message's row (the endpoint's, as it accepts the message, before the message goes anywhere).
+   * False when `update` carries an outcome and the row has one already (nothing is written then).
+   */
+  readonly openMessageStatus: (subscription: string, messageId: string, update: StatusUpdate) => Effect.Effect<boolean, StorageError>
+  /**
+   * Apply `update` to a message's status row, only if the row is there: a step that comes after
+   * the row was removed (its receipt collected) must not make it again without an outcome, which
+   * would have the message reported a second time. False when nothing was written: no row, or
+   * `update` carries an outcome and the row has one already.
    */
   readonly updateMessageStatus: (subscription: string, messageId: string, update: StatusUpdate) => Effect.Effect<boolean, StorageError>
   readonly getMessageStatus: (subscription: string, messageId: string) => Effect.Effect<MessageStatus | undefined, StorageError>

@@ -3,8 +3,10 @@
  * (the receipt subscription id), range key `message`: the subscription's own row (`" "`, its expiry)
  * and one status row per message sent with it (range key = the message id). Every row has `expiry`
  * (seconds; the table's TTL attribute where the server has TTL), and reads leave out expired rows.
- * Status rows are changed by `UpdateItem` only, field by field, so that the endpoint and the
- * connection node can write one message's row in any order; an outcome is written once.
+ * Status rows are written by `UpdateItem` only, field by field, an outcome once. Only the write
+ * that opens a message's row may make it; every other write has the condition that the row is
+ * there, so a step that comes after the row was removed (its receipt collected) cannot make it
+ * again without an outcome, which would have the message reported a second time.
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -67,7 +69,8 @@ export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll
       )))
   })
 
-  const updateMessageStatus = (subscription: string, messageId: string, update: StatusUpdate) => {
+  /** A status write: `open` may make the row; otherwise the row must be there. False when the condition did not hold. */
+  const writeMessageStatus = (operation: string, open: boolean) => (subscription: string, messageId: string, update: StatusUpdate) => {
     const names: Record<string, string> = {}
     const values: Item = {}
     const sets: Array<string> = []
@@ -94,19 +97,27 @@ export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll
         sets.push("#code = :code")
       }
     }
-    return conditional(call("updateMessageStatus", (o) =>
+    const conditions: Array<string> = []
+    if (!open) {
+      names["#subscription"] = "subscription"
+      conditions.push("attribute_exists(#subscription)")
+    }
+    if (outcome !== undefined) conditions.push("attribute_not_exists(#outcome)")
+    return conditional(call(operation, (o) =>
       client.send(
         "UpdateItem", {
           TableName: table,
           Key: key(subscription, messageId),
           UpdateExpression: `SET ${sets.join(", ")}`,
-          ...(outcome !== undefined ? { ConditionExpression: "attribute_not_exists(#outcome)" } : {}),
+          ...(conditions.length > 0 ? { ConditionExpression: conditions.join(" AND ") } : {}),
           ExpressionAttributeNames: names,
           ExpressionAttributeValues: values
         },
         o
       )))
   }
+  const openMessageStatus = writeMessageStatus("openMessageStatus", true)
+  const updateMessageStatus = writeMessageStatus("updateMessageStatus", false)
 
   const getMessageStatus = Effect.fnUntraced(function*(subscription: string, messageId: string) {
     const result = yield* call("getMessageStatus", (o) =>
@@ -138,6 +149,7 @@ export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll
   return {
     createReceiptSubscription,
     touchReceiptSubscription,
+    openMessageStatus,
     updateMessageStatus,
     getMessageStatus,
     readReceiptSubscription,

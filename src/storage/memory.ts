@@ -269,26 +269,32 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       return true
     })
 
-    const updateMessageStatus = Effect.fnUntraced(function*(subscription: string, messageId: string, update: StatusUpdate) {
-      const table = yield* receiptTable("updateMessageStatus")
-      let rows = table.get(subscription)
-      if (rows === undefined) table.set(subscription, rows = { expiry: undefined, statuses: new Map() })
-      const before = rows.statuses.get(messageId)?.status ?? { messageId }
-      if (update.outcome !== undefined && before.outcome !== undefined) return false
-      const { outcome, expiry, ...times } = update
-      const defined = Object.fromEntries(Object.entries(times).filter(([, v]) => v !== undefined))
-      const status: MessageStatus = {
-        ...before,
-        ...defined,
-        ...(outcome === undefined ? {} : {
-          outcome: outcome.outcome,
-          outcomeAt: outcome.at,
-          ...(outcome.code === undefined ? {} : { code: outcome.code })
-        })
-      }
-      rows.statuses.set(messageId, { status, expiry: expiry ?? rows.statuses.get(messageId)?.expiry })
-      return true
-    })
+    /** A status write: `open` may make the row; otherwise the row must be there (as the DynamoDB condition). */
+    const writeMessageStatus = (operation: string, open: boolean) =>
+      Effect.fnUntraced(function*(subscription: string, messageId: string, update: StatusUpdate) {
+        const table = yield* receiptTable(operation)
+        const existing = table.get(subscription)?.statuses.get(messageId)
+        if (existing === undefined && !open) return false
+        let rows = table.get(subscription)
+        if (rows === undefined) table.set(subscription, rows = { expiry: undefined, statuses: new Map() })
+        const before = existing?.status ?? { messageId }
+        if (update.outcome !== undefined && before.outcome !== undefined) return false
+        const { outcome, expiry, ...times } = update
+        const defined = Object.fromEntries(Object.entries(times).filter(([, v]) => v !== undefined))
+        const status: MessageStatus = {
+          ...before,
+          ...defined,
+          ...(outcome === undefined ? {} : {
+            outcome: outcome.outcome,
+            outcomeAt: outcome.at,
+            ...(outcome.code === undefined ? {} : { code: outcome.code })
+          })
+        }
+        rows.statuses.set(messageId, { status, expiry: expiry ?? existing?.expiry })
+        return true
+      })
+    const openMessageStatus = writeMessageStatus("openMessageStatus", true)
+    const updateMessageStatus = writeMessageStatus("updateMessageStatus", false)
 
     const getMessageStatus = Effect.fnUntraced(function*(subscription: string, messageId: string) {
       const row = (yield* receiptTable("getMessageStatus")).get(subscription)?.statuses.get(messageId)
@@ -378,6 +384,7 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       deleteMessages,
       createReceiptSubscription,
       touchReceiptSubscription,
+      openMessageStatus,
       updateMessageStatus,
       getMessageStatus,
       readReceiptSubscription,

@@ -58,7 +58,7 @@ describe("push receipts at the endpoint", () => {
         const node = yield* fakeNode(200)
         const sub = yield* subscribe({ nodeId: node })
         const receipts = yield* receiptSubscription
-        const reply = yield* withStorageFaults(["updateMessageStatus"], push(sub, { ...headers, "push-receipt": receipts }, BODY))
+        const reply = yield* withStorageFaults(["openMessageStatus"], push(sub, { ...headers, "push-receipt": receipts }, BODY))
         assert.deepStrictEqual([reply.status, JSON.parse(reply.text).errno], [503, 201])
         assert.deepStrictEqual(yield* nodeCalls(sub.uaid), [])
         assert.deepStrictEqual(yield* messagesOf(sub), [])
@@ -95,7 +95,7 @@ const probedStorage = Layer.effect(
 )
 
 /** Every receipt operation of storage: what a black-holed receipt table stops answering. */
-const RECEIPT_OPERATIONS = ["createReceiptSubscription", "touchReceiptSubscription", "readReceiptSubscription", "updateMessageStatus", "getMessageStatus", "deleteMessageStatuses"]
+const RECEIPT_OPERATIONS = ["createReceiptSubscription", "touchReceiptSubscription", "readReceiptSubscription", "openMessageStatus", "updateMessageStatus", "getMessageStatus", "deleteMessageStatuses"]
 
 /** The test endpoint behind a listed proxy (so `X-Forwarded-For` names the client), with these receipt options. */
 const collectorEndpoint = (receipts: ReceiptOptions) =>

@@ -85,6 +85,7 @@ const FAULTY_OPERATIONS = [
   "deleteMessage",
   "deleteMessages",
   "touchReceiptSubscription",
+  "openMessageStatus",
   "updateMessageStatus"
 ] as const
 

@@ -3,17 +3,20 @@
  * waiting stay bounded (what is beyond is dropped, counted, and logged a line at a time, not a line
  * per write), the writes of one subscription keep their order (a step never lands after the
  * outcome), a write that gets no answer gives its subscription's turn back after its timeout, and
- * once storage answers again everything waiting is written and the recorder is idle.
+ * once storage answers again everything waiting is written and the recorder is idle. Over real
+ * (in-memory) storage: a step that comes after the receipt was collected does not make its row again.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer, Logger } from "effect"
 import { domainEvent, type DomainEvent } from "../../src/domain/events.ts"
 import type { StatusUpdate } from "../../src/domain/receipt.ts"
 import { METRICS } from "../../src/observability/catalog.ts"
-import { EventLog } from "../../src/observability/EventLog.ts"
+import { EventLog, EventLogMemory } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
+import { makeReceiptBook } from "../../src/receipts/book.ts"
 import { receiptRecording } from "../../src/receipts/recorder.ts"
-import { Storage, type StorageService } from "../../src/storage/Storage.ts"
+import { layerMemory } from "../../src/storage/memory.ts"
+import { createActiveTables, Storage, type StorageService } from "../../src/storage/Storage.ts"
 
 interface Written {
   readonly subscription: string
@@ -135,4 +138,37 @@ describe("receipt recorder", () => {
       assert.strictEqual(logs.lines.filter((line) => line.includes("no answer in time")).length, 2)
     }).pipe(Effect.provide(recorder(store.storage, { writeTimeoutMs: 300 }, logs.layer)))
   })
+
+  it.live("a delivery recorded after the receipt was collected does not make the row again: the message is reported once", () =>
+    Effect.gen(function*() {
+      const storage = yield* Storage
+      const events = yield* EventLog
+      const metrics = yield* Metrics
+      const idle = () => until(() => metrics.value(METRICS.receiptWritesQueued.name) === 0, 5_000)
+      yield* createActiveTables
+      const now = Date.now()
+      yield* storage.createReceiptSubscription("rs", Math.floor(now / 1000) + 3600)
+      // The endpoint opens the row as it accepts the message.
+      assert.isTrue(yield* makeReceiptBook(storage, events, 86_400).open("u".repeat(32), "rs", "m1", { acceptedAt: now, deadline: now + 60_000 }))
+      // This node records the ack; the receipt is collected (its row removed).
+      events.record(acked("rs", "m1", now + 2))
+      assert.isTrue(yield* idle())
+      assert.strictEqual((yield* storage.getMessageStatus("rs", "m1"))?.outcome, "acknowledged")
+      yield* storage.deleteMessageStatuses("rs", ["m1"])
+      // The delivery, recorded late (another node, or a node whose write was retried), comes after.
+      events.record(delivered("rs", "m1", now + 1))
+      assert.isTrue(yield* idle())
+      assert.isUndefined(yield* storage.getMessageStatus("rs", "m1"))
+      assert.deepStrictEqual((yield* storage.readReceiptSubscription("rs"))?.statuses, [], "nothing left to report as expired or unsubscribed")
+      const receipts = (yield* EventLogMemory).events.filter((event) => event.type === "notification.receipt.1")
+      assert.deepStrictEqual(receipts.map((event) => event.data), [{ version: "m1", receipt: "rs", outcome: "acknowledged" }])
+    }).pipe(Effect.provide(
+      receiptRecording(86_400).pipe(
+        Layer.provideMerge(Layer.mergeAll(
+          EventLog.layerMemory,
+          Metrics.layerMemory,
+          layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false })
+        ))
+      )
+    )))
 })

@@ -581,15 +581,18 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isFalse(yield* s.touchReceiptSubscription("rs1", T0_SECONDS + 600))
       }))
 
-    test("message status rows: written field by field in any order, the first outcome kept", (s) =>
+    test("message status rows: opened, then written field by field in any order, the first outcome kept", (s) =>
       Effect.gen(function*() {
         yield* s.createReceiptSubscription("rs2", T0_SECONDS + 3600)
         const expiry = T0_SECONDS + 600
-        // The connection node's ack may land before the endpoint's own write of the same message.
-        assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { deliveredAt: T0 + 5, expiry }))
+        assert.isTrue(yield* s.openMessageStatus("rs2", "m1", { acceptedAt: T0, expiry }))
+        // The ack of one node may land before the delivery recorded by another, and the endpoint's
+        // later write after both.
         assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { outcome: { outcome: "acknowledged", at: T0 + 9, code: 100 }, expiry }))
-        assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { acceptedAt: T0, deadline: T0 + 60_000, expiry }))
+        assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { deliveredAt: T0 + 5, expiry }))
+        assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { deadline: T0 + 60_000, expiry }))
         assert.isFalse(yield* s.updateMessageStatus("rs2", "m1", { outcome: { outcome: "deleted", at: T0 + 10 }, expiry }))
+        assert.isFalse(yield* s.openMessageStatus("rs2", "m1", { outcome: { outcome: "deleted", at: T0 + 10 }, expiry }))
         assert.deepStrictEqual(yield* s.getMessageStatus("rs2", "m1"), {
           messageId: "m1",
           acceptedAt: T0,
@@ -599,7 +602,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
           outcomeAt: T0 + 9,
           code: 100
         })
-        yield* s.updateMessageStatus("rs2", "m2", { acceptedAt: T0, storedAt: T0 + 1, deadline: T0 + 1000, expiry: T0_SECONDS + 30 })
+        yield* s.openMessageStatus("rs2", "m2", { acceptedAt: T0, storedAt: T0 + 1, deadline: T0 + 1000, expiry: T0_SECONDS + 30 })
         const read = yield* s.readReceiptSubscription("rs2")
         assert.deepStrictEqual(read?.statuses.map((x) => x.messageId).sort(), ["m1", "m2"])
         assert.deepStrictEqual(read?.statuses.find((x) => x.messageId === "m2"), {
@@ -615,8 +618,39 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isUndefined(yield* s.getMessageStatus("rs2", "m1"))
         assert.deepStrictEqual((yield* s.readReceiptSubscription("rs2"))?.statuses, [])
         // Rows of another subscription are its own.
-        yield* s.updateMessageStatus("rs3", "m1", { acceptedAt: T0, expiry })
+        yield* s.openMessageStatus("rs3", "m1", { acceptedAt: T0, expiry })
         assert.deepStrictEqual((yield* s.readReceiptSubscription("rs2"))?.statuses, [])
         assert.isUndefined(yield* s.readReceiptSubscription("rs3")) // never created: no subscription
+      }))
+
+    test("message status rows: only the opening write makes a row; a late write to a removed row makes none", (s) =>
+      Effect.gen(function*() {
+        yield* s.createReceiptSubscription("rs4", T0_SECONDS + 3600)
+        const expiry = T0_SECONDS + 600
+        // Never opened: neither a step nor an outcome makes the row.
+        assert.isFalse(yield* s.updateMessageStatus("rs4", "m1", { deliveredAt: T0 + 5 }))
+        assert.isFalse(yield* s.updateMessageStatus("rs4", "m1", { outcome: { outcome: "acknowledged", at: T0 + 9, code: 100 }, expiry }))
+        assert.isUndefined(yield* s.getMessageStatus("rs4", "m1"))
+        assert.deepStrictEqual((yield* s.readReceiptSubscription("rs4"))?.statuses, [])
+        // Opened: the later writes apply.
+        assert.isTrue(yield* s.openMessageStatus("rs4", "m1", { acceptedAt: T0, deadline: T0 + 60_000, expiry }))
+        assert.isTrue(yield* s.updateMessageStatus("rs4", "m1", { deliveredAt: T0 + 5 }))
+        assert.isTrue(yield* s.updateMessageStatus("rs4", "m1", { outcome: { outcome: "acknowledged", at: T0 + 9, code: 100 }, expiry }))
+        assert.deepStrictEqual(yield* s.getMessageStatus("rs4", "m1"), {
+          messageId: "m1",
+          acceptedAt: T0,
+          deadline: T0 + 60_000,
+          deliveredAt: T0 + 5,
+          outcome: "acknowledged",
+          outcomeAt: T0 + 9,
+          code: 100
+        })
+        // The receipt collected: a late step or outcome does not bring the row back.
+        yield* s.deleteMessageStatuses("rs4", ["m1"])
+        assert.isFalse(yield* s.updateMessageStatus("rs4", "m1", { deliveredAt: T0 + 5 }))
+        assert.isFalse(yield* s.updateMessageStatus("rs4", "m1", { storedAt: T0 + 6, deadline: T0 + 60_000, expiry }))
+        assert.isFalse(yield* s.updateMessageStatus("rs4", "m1", { outcome: { outcome: "expired", at: T0 + 60_000 }, expiry }))
+        assert.isUndefined(yield* s.getMessageStatus("rs4", "m1"))
+        assert.deepStrictEqual((yield* s.readReceiptSubscription("rs4"))?.statuses, [])
       }))
   })
