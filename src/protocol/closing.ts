@@ -8,7 +8,7 @@
  */
 import type { CloseKind } from "./close.ts"
 import type { CommandResult } from "./inputs.ts"
-import { registerReply, unregisterReply, urgencyReply } from "./messages.ts"
+import { refuse } from "./refusal.ts"
 import { backoff, closeEarly, closeLive, COLLECTING, newestOfTopic, NOTHING, type Out, remember, withSession } from "./out.ts"
 import type { Closed, Closing, ClosingStage, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
 import { receiptOf } from "../domain/events.ts"
@@ -218,19 +218,19 @@ export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): P
       throw new Error(`${command._tag} failed in phase ${phase._tag}`)
     case "WriteUser":
       if (command.purpose._tag === "Resume") throw new Error(`a resume write failed in phase ${phase._tag}`)
-      out.frame(registerReply(command.purpose.registering.channelId, 500, ""))
+      refuse(out, phase.session.uaid, { messageType: "register", channelID: command.purpose.registering.channelId }, "not-written")
       return phase
     case "MakeEndpoint":
-      out.frame(registerReply(command.channelId, 500, ""))
+      refuse(out, phase.session.uaid, { messageType: "register", channelID: command.channelId }, "not-written")
       return phase
     case "AddChannel":
-      out.frame(registerReply(command.registering.channelId, 500, ""))
+      refuse(out, phase.session.uaid, { messageType: "register", channelID: command.registering.channelId }, "not-written")
       return phase
     case "RemoveChannel":
-      out.frame(unregisterReply(command.channelId, 500))
+      refuse(out, phase.session.uaid, { messageType: "unregister", channelID: command.channelId }, "not-written")
       return phase
     case "WriteUrgency":
-      out.frame(urgencyReply(500))
+      refuse(out, phase.session.uaid, { messageType: "urgency" }, "not-written")
       return phase
     default: {
       const retry: Retry = { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) }

@@ -5,6 +5,7 @@
  */
 import type { CommandResult, Registering } from "./inputs.ts"
 import { type ClientMessage, PING_REPLY, registerReply, unregisterReply, urgencyReply } from "./messages.ts"
+import { refuse } from "./refusal.ts"
 import { closeLive, type Out, withSession } from "./out.ts"
 import { type Budget, HELD_COMMANDS_MAX, heldPush, heldTake, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
@@ -63,13 +64,13 @@ export const budgetDeadline = (b: Budget, o: ProtocolOptions): number =>
 /** A register: its channel id must be canonical, and its key (if any) a VAPID public key; then the endpoint is made. */
 export const register = (phase: Live, message: Msg<"register">, out: Out): Phase => {
   if (!isCanonicalChannelId(message.channelID)) {
-    out.frame(registerReply(message.channelID, 401, ""))
+    refuse(out, phase.session.uaid, message, "invalid-channel-id")
     return phase
   }
   const key = message.key ?? undefined
   const rawKey = key === undefined ? undefined : decodeVapidPublicKey(key)
   if (key !== undefined && rawKey === undefined) {
-    out.frame(registerReply(message.channelID, 400, "Failed to generate endpoint"))
+    refuse(out, phase.session.uaid, message, "invalid-key")
     return phase
   }
   out.run({ _tag: "MakeEndpoint", uaid: phase.session.uaid, channelId: message.channelID, rawKey })
@@ -104,7 +105,7 @@ export const userWritten = (phase: Live, input: Extract<CommandResult, { _tag: "
   const { purpose, user } = input.command
   if (purpose._tag !== "Register") throw new Error("a resume write answered in an identified phase")
   if (!input.written) {
-    out.frame(registerReply(purpose.registering.channelId, 500, ""))
+    refuse(out, phase.session.uaid, { messageType: "register", channelID: purpose.registering.channelId }, "not-written")
     return phase
   }
   out.run({ _tag: "AddChannel", uaid: phase.session.uaid, table: phase.session.table, registering: purpose.registering })
@@ -113,8 +114,7 @@ export const userWritten = (phase: Live, input: Extract<CommandResult, { _tag: "
 
 export const channelAdded = (phase: Live, { registering, added }: { readonly registering: Registering; readonly added: boolean }, out: Out): Phase => {
   if (!added) {
-    out.event("channel.refused.1", phase.session.uaid, { channelId: registering.channelId, command: "register", reason: "too_many_channels" })
-    out.frame(registerReply(registering.channelId, 413, ""))
+    refuse(out, phase.session.uaid, { messageType: "register", channelID: registering.channelId }, "too-many-channels")
     return phase
   }
   out.event("channel.registered.1", phase.session.uaid, { channelId: registering.channelId })
@@ -126,7 +126,7 @@ export const unregister = (phase: Live, message: Msg<"unregister">, out: Out): P
   const s = phase.session
   const channelId = parseChannelId(message.channelID)
   if (channelId === undefined) {
-    out.frame(unregisterReply(message.channelID, 401))
+    refuse(out, s.uaid, message, "invalid-channel-id")
     return phase
   }
   if (s.user === undefined) {
@@ -151,8 +151,7 @@ export const channelRemoved = (phase: Live, { command }: Extract<CommandResult, 
  */
 export const deferred = <P extends Migrating | Moving>(phase: P, message: Msg<"register" | "unregister">, out: Out): Phase => {
   if (phase.deferred.length < HELD_COMMANDS_MAX) return { ...phase, deferred: [...phase.deferred, message] }
-  out.event("channel.refused.1", phase.session.uaid, { channelId: message.channelID, command: message.messageType, reason: "busy" })
-  out.frame(message.messageType === "register" ? registerReply(message.channelID, 503, "") : unregisterReply(message.channelID, 503))
+  refuse(out, phase.session.uaid, message, "busy")
   return phase
 }
 
@@ -165,7 +164,7 @@ export const deferred = <P extends Migrating | Moving>(phase: P, message: Msg<"r
 export const urgency = (phase: Live, message: Msg<"urgency">, out: Out): Phase => {
   const min = URGENCIES.find((u) => u === message.min)
   if (min === undefined) {
-    out.frame(urgencyReply(400))
+    refuse(out, phase.session.uaid, message, "invalid-urgency")
     return phase
   }
   const s = phase.session
