@@ -32,7 +32,7 @@ import { loggingLayer } from "../observability/logging.ts"
 import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
 import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
-import { stopTeardown } from "./teardown.ts"
+import { stopTeardown } from "../platform/teardown.ts"
 import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
 import {
   embeddedDataDir,
@@ -46,8 +46,9 @@ import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
-import { listenFailure, StartupError } from "../domain/errors.ts"
-import { LOOPBACK } from "../domain/addresses.ts"
+import { listenFailure } from "../platform/listen.ts"
+import { StartupError } from "../platform/startup.ts"
+import { LOOPBACK } from "../platform/addresses.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)
 
@@ -121,12 +122,13 @@ export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
     return { settings, files }
   })
 
-/** The WebSocket URL clients use: as configured, else on the endpoint URL's host and the connection port. */
-export const publicWebsocketUrl = (settings: Settings): string => {
-  if (settings.websocketUrl !== undefined) return settings.websocketUrl
-  const endpoint = new URL(settings.endpointUrl)
-  return `${endpoint.protocol === "https:" ? "wss" : "ws"}://${endpoint.hostname}:${settings.port}/`
-}
+/**
+ * The WebSocket URL clients use: as configured, else what the connection port speaks, plain `ws://`,
+ * on the endpoint URL's host. The endpoint's own TLS (`endpoint_tls_cert`) is the endpoint port's
+ * only; `wss://` needs a TLS proxy in front of the connection port, and `websocket_url` naming it.
+ */
+export const publicWebsocketUrl = (settings: Settings): string =>
+  settings.websocketUrl ?? `ws://${new URL(settings.endpointUrl).hostname}:${settings.port}/`
 
 /** Whether the console is served and who may open it: said at start, so nobody serves it unknowingly. */
 const consoleReadyPart = (settings: Settings, endpoint: string): string =>
@@ -248,6 +250,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
       trustedProxies: settings.trustedProxies
     },
     maxNotificationTtl: Math.floor(Duration.toSeconds(settings.maxNotificationTtl)),
+    matrixGatewayTtl: Math.floor(Duration.toSeconds(settings.matrixGatewayTtl)),
     connectionTimeoutMs: ms(settings.connectionTimeout),
     requestTimeoutMs: ms(settings.requestTimeout),
     shutdownTimeoutMs: ms(settings.shutdownTimeout),
@@ -361,6 +364,7 @@ export const runRole = <A, E>(
           Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
         )
       }
+      yield* Effect.forkChild(stopWhenPackageManagerIsGone(role))
       return yield* Layer.launch(Layer.tap(app, () => Effect.logInfo(readyLine(role, settings)))).pipe(
         Effect.catch((error) => {
           const failure = startupFailure(settings, error)
@@ -378,21 +382,33 @@ export const runRole = <A, E>(
       onSuccess: launch
     })
   )
-  stopWhenOrphaned()
   NodeRuntime.runMain(program, { teardown: stopTeardown })
 }
 
 /**
- * A server whose parent goes away (`kill` of the `npm start` that ran it) stops as on SIGTERM, rather
- * than live on as an orphan holding its ports and data. One started by init, systemd or Docker has
- * no parent to lose.
+ * The npm (or npx, yarn, pnpm) process that started this server, when one did: its pid, taken at
+ * start. A package manager running a script says so in the environment it gives it
+ * (`npm_lifecycle_event`, `npm_execpath`); a server started with `node` directly, by a shell, `nohup`,
+ * init, systemd or Docker has no such parent.
  */
-const stopWhenOrphaned = (): void => {
-  const parent = process.ppid
-  if (parent <= 1) return
-  const watch = setInterval(() => {
-    if (process.ppid === parent) return
-    clearInterval(watch)
+export const packageManagerParent = (env: NodeJS.ProcessEnv, ppid: number): number | undefined =>
+  ppid > 1 && (env["npm_lifecycle_event"] !== undefined || env["npm_execpath"] !== undefined) ? ppid : undefined
+
+const PARENT_AT_START = packageManagerParent(process.env, process.ppid)
+
+/**
+ * A server run by `npm start` whose npm goes away (npm killed) stops as on SIGTERM, saying why in
+ * one line, rather than live on as an orphan holding its ports and data. Any other parent may go
+ * away: `nohup node bin/autopush.js &` outlives the shell that started it.
+ */
+const stopWhenPackageManagerIsGone = (role: Role) =>
+  Effect.gen(function*() {
+    const parent = PARENT_AT_START
+    if (parent === undefined) return
+    while (process.ppid === parent) yield* Effect.sleep("1 second")
+    yield* Effect.logWarning(
+      `stopping: the npm process that started this ${role} (pid ${parent}) is gone. ` +
+        "To keep a server running on its own, start it without npm: `node bin/" + role + ".js` (with nohup, or under a service manager)"
+    )
     process.kill(process.pid, "SIGTERM")
-  }, 1_000).unref()
-}
+  })

@@ -26,7 +26,7 @@ import {
   RouteNotFound,
   toErrorResponse
 } from "../domain/errors.ts"
-import { type Body, readBody, sendError, sendJson } from "../domain/raw-http.ts"
+import { type Body, readBody, sendError, sendJson } from "../platform/raw-http.ts"
 import { parseUaid } from "../domain/ids.ts"
 import { PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
 import type { RouterObservability } from "../observability/observability.ts"

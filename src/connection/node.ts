@@ -16,14 +16,14 @@ import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
 import { type RawData, WebSocket, WebSocketServer } from "ws"
 import { MalformedRequest, MethodNotAllowed, TooManyConnections } from "../domain/errors.ts"
-import { answerOnSocket, answerSocketErrors } from "../domain/raw-http.ts"
+import { answerOnSocket, answerSocketErrors } from "../platform/raw-http.ts"
 import {
   capPerAddress,
   countIdleCloses,
   DEFAULT_SOCKET_LIMITS,
   httpServerTimeouts,
   type SocketLimits
-} from "../domain/socket-limits.ts"
+} from "../platform/socket-limits.ts"
 import { closeFrame } from "../protocol/close.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { EventLog } from "../observability/EventLog.ts"
@@ -46,7 +46,7 @@ import { Broadcasts } from "../broadcast/Broadcasts.ts"
 import { Storage } from "../storage/Storage.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
-import { listen } from "../domain/listen.ts"
+import { listen } from "../platform/listen.ts"
 import { PeerNodes } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
@@ -122,7 +122,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         }
 
         const observability = yield* routerObservability(registry)
-        // Connection bounds (`domain/socket-limits.ts`): nothing or a partial request → closed
+        // Connection bounds (`platform/socket-limits.ts`): nothing or a partial request → closed
         // (408) after the client request timeout, idle keep-alive → closed; a WebSocket that
         // upgraded has `hello_timeout` to say hello (the session's own timer).
         const socketLimits: SocketLimits = { ...(options.socketLimits ?? DEFAULT_SOCKET_LIMITS), requestTimeoutMs: options.clientRequestTimeoutMs }

@@ -18,15 +18,15 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Redacted from "effect/Redacted"
 import { constantTimeEqual } from "../crypto/secrets.ts"
 import { InvalidAuth } from "../domain/errors.ts"
-import { bearerToken } from "../endpoint/headers.ts"
+import { bearerToken } from "../platform/raw-http.ts"
 import { Metrics } from "../observability/Metrics.ts"
 
 export interface ConsoleOptions {
-  /** The public WebSocket URL; undefined: `ws(s)://<host the page was loaded from>:<websocketPort>/`. */
+  /** The public WebSocket URL; undefined: `ws://<host the page was loaded from>:<websocketPort>/`. */
   readonly websocketUrl?: string | undefined
   /** The connection node's public port, for the derived URL. */
   readonly websocketPort: number
-  /** Public base URL of the endpoint (pushes are sent there; ws vs wss follows its scheme). */
+  /** Public base URL of the endpoint (pushes are sent there). */
   readonly endpointUrl: string
   /** The largest push body the endpoint accepts (`max_data_bytes`): the send form keeps under it. */
   readonly maxDataBytes: number
@@ -41,6 +41,7 @@ const FILES = {
   "app.js": "text/javascript; charset=utf-8",
   "webpush.js": "text/javascript; charset=utf-8",
   "receipts.js": "text/javascript; charset=utf-8",
+  "checks.js": "text/javascript; charset=utf-8",
   "style.css": "text/css; charset=utf-8",
   "demo.html": "text/html; charset=utf-8",
   "demo.js": "text/javascript; charset=utf-8",
@@ -59,8 +60,12 @@ const requestHost = (request: HttpServerRequest.HttpServerRequest, endpointUrl: 
   return new URL(endpointUrl).hostname
 }
 
+/**
+ * The WebSocket the page connects to: as configured, else the connection port on the page's host,
+ * as plain `ws://` (what that port speaks, even when the endpoint has TLS of its own).
+ */
 export const websocketUrlFor = (options: ConsoleOptions, host: string): string =>
-  options.websocketUrl ?? `${new URL(options.endpointUrl).protocol === "https:" ? "wss" : "ws"}://${host}:${options.websocketPort}/`
+  options.websocketUrl ?? `ws://${host}:${options.websocketPort}/`
 
 /** The Content-Security-Policy of every console response. */
 export const contentSecurityPolicy = (websocketUrl: string, endpointUrl: string): string =>
@@ -135,6 +140,7 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
     HttpRouter.route("GET", "/console/app.js", file("app.js")),
     HttpRouter.route("GET", "/console/webpush.js", file("webpush.js")),
     HttpRouter.route("GET", "/console/receipts.js", file("receipts.js")),
+    HttpRouter.route("GET", "/console/checks.js", file("checks.js")),
     HttpRouter.route("GET", "/console/style.css", file("style.css")),
     // The browser check: the browser's own Push API, its service worker scoped to /console/demo/.
     HttpRouter.route("GET", "/console/demo/", file("demo.html")),

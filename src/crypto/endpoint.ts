@@ -18,7 +18,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import { hyphenate, parseUuidHex } from "../domain/ids.ts"
-import { memoize } from "../domain/memo.ts"
+import { memoize } from "../platform/memo.ts"
 import type { MessageKey } from "../domain/notification.ts"
 import {
   type FernetError,

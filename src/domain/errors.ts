@@ -71,6 +71,16 @@ export class BridgeUnreachable extends Data.TaggedError("BridgeUnreachable")<{ r
 export class BridgeTimeout extends Data.TaggedError("BridgeTimeout")<{ readonly message: string }> {}
 /** 502/null: a bridge answered with an error we pass along. */
 export class BridgeUpstreamError extends Data.TaggedError("BridgeUpstreamError")<{ readonly message: string }> {}
+/**
+ * 429/116: a bridge's platform is over its sending quota (FCM `RESOURCE_EXHAUSTED`); the sender
+ * should retry after `retryAfter` seconds (the platform's own `Retry-After`, bounded).
+ */
+export class BridgeRateLimited extends Data.TaggedError("BridgeRateLimited")<{ readonly message: string; readonly retryAfter: number }> {}
+/**
+ * 503/201: a bridge's platform is briefly unavailable (FCM `UNAVAILABLE`, `INTERNAL`); the sender
+ * should retry after `retryAfter` seconds when the platform said (bounded), else after the usual 503 delay.
+ */
+export class BridgeUnavailable extends Data.TaggedError("BridgeUnavailable")<{ readonly message: string; readonly retryAfter?: number | undefined }> {}
 /** 404/null: router port — the client is not connected to this node, or its queue is full (the endpoint then stores). */
 export class ClientUnavailable extends Data.TaggedError("ClientUnavailable")<{}> {}
 /** 408/null: the request body stopped arriving (the connection is closed). */
@@ -119,6 +129,8 @@ export type ApiError =
   | BridgeUnreachable
   | BridgeTimeout
   | BridgeUpstreamError
+  | BridgeRateLimited
+  | BridgeUnavailable
   | ClientUnavailable
   | RequestTimeout
   | RouteNotFound
@@ -183,6 +195,8 @@ const table: ErrorTable = {
   BridgeUnreachable: { status: 502, errno: 902, message: own },
   BridgeTimeout: { status: 502, errno: 903, message: own },
   BridgeUpstreamError: { status: 502, errno: null, message: own },
+  BridgeRateLimited: { status: 429, errno: 116, message: own },
+  BridgeUnavailable: { status: 503, errno: 201, message: own },
   ClientUnavailable: { status: 404, errno: null, message: fixed("Client not available") },
   RequestTimeout: { status: 408, errno: null, message: fixed("The request body did not arrive in time") },
   RouteNotFound: { status: 404, errno: null, message: fixed("Not Found") },
@@ -219,7 +233,7 @@ export const toErrorResponse = (error: ApiError): ErrorResponse => {
   const headers: Record<string, string> = {}
   if (identity.status === 410) headers["cache-control"] = "max-age=86400"
   if (identity.status === 503) headers["retry-after"] = "120"
-  if (error._tag === "RateLimited" || error._tag === "TooManyCollectors") headers["retry-after"] = String(error.retryAfter)
+  if ("retryAfter" in error && error.retryAfter !== undefined) headers["retry-after"] = String(error.retryAfter)
   return {
     status: identity.status,
     headers,
@@ -231,27 +245,4 @@ export const toErrorResponse = (error: ApiError): ErrorResponse => {
       more_info: MORE_INFO
     }
   }
-}
-
-// ── start-up ─────────────────────────────────────────────────────────────────────────────────────
-
-/**
- * A node cannot start (a port in use, storage out of reach, data in use by another process…): one
- * line for the operator, naming the option to change. The entrypoint prints it and exits 1.
- */
-export class StartupError extends Data.TaggedError("StartupError")<{ readonly message: string }> {}
-
-/** A listener that could not bind: the message names the option of its port. */
-export const listenFailure = (option: string, host: string, port: number, cause: unknown): StartupError => {
-  const code = (cause as { readonly code?: unknown } | undefined)?.code
-  const where = `${host}:${port}`
-  return new StartupError({
-    message: code === "EADDRINUSE"
-      ? `port ${port} is in use (option ${option}): stop what listens on ${where}, or choose another port`
-      : code === "EACCES"
-      ? `not allowed to listen on ${where} (option ${option}): choose a port above 1023, or run with the right to bind it`
-      : code === "EADDRNOTAVAIL"
-      ? `cannot listen on ${where}: no such local address (option bind_host or private_bind_host)`
-      : `cannot listen on ${where} (option ${option}): ${String((cause as { readonly message?: unknown } | undefined)?.message ?? cause)}`
-  })
 }

@@ -20,7 +20,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { isBroadcastId, isBroadcastVersion, MAX_BROADCASTS } from "../broadcast/validate.ts"
 import { BroadcastNotFound, InvalidAuth, InvalidRequestBody, RouteNotFound } from "../domain/errors.ts"
 import { Storage, storageUnavailable } from "../storage/Storage.ts"
-import { bearerToken } from "./headers.ts"
+import { bearerToken } from "../platform/raw-http.ts"
 
 /** A PUT body is `{"version": "…"}`: this is plenty. */
 const MAX_BODY = ByteSize.bytes(4_096)

@@ -171,7 +171,3 @@ export const vapidParams = (data: string): ReadonlyMap<string, string> => {
   }
   return params
 }
-
-/** The token of `Authorization: Bearer <token>`; undefined for another scheme or none. */
-export const bearerToken = (authorization: string | undefined): string | undefined =>
-  /^Bearer\s+(\S+)$/i.exec(authorization ?? "")?.[1]

@@ -6,7 +6,7 @@
  * such as `connection: close`), so every route, check, error and limit is the same on both; a
  * sender can multiplex its pushes on one connection.
  *
- * Time bounds (`domain/socket-limits.ts`): within `requestTimeoutMs` of connecting, a connection
+ * Time bounds (`platform/socket-limits.ts`): within `requestTimeoutMs` of connecting, a connection
  * must have finished its TLS handshake (when there is one), said what it speaks, and sent its first
  * request: the headers of one over HTTP/1.1 (else 408, then closed), a stream over HTTP/2 (else a
  * GOAWAY); sending nothing, or part of a handshake or of the preface, it is closed. An HTTP/2
@@ -20,8 +20,8 @@ import type { Socket } from "node:net"
 import { Duplex } from "node:stream"
 import type { TLSSocket } from "node:tls"
 import { RequestTimeout } from "../domain/errors.ts"
-import { answerOnSocket } from "../domain/raw-http.ts"
-import { NO_COUNTERS, type PortCounters, type SocketLimits, type TimeoutPhase } from "../domain/socket-limits.ts"
+import { answerOnSocket } from "../platform/raw-http.ts"
+import { NO_COUNTERS, type PortCounters, type SocketLimits, type TimeoutPhase } from "../platform/socket-limits.ts"
 
 /** What every HTTP/2 client sends first (RFC 9113 §3.4). */
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")

@@ -1,16 +1,30 @@
 import type * as Redacted from "effect/Redacted"
 import type { BridgeOptions } from "../bridges/Bridges.ts"
 import type { RouterCacheOptions } from "./routerCache.ts"
+import type { ConsoleOptions } from "../console/console.ts"
+import type { SocketLimits } from "../platform/socket-limits.ts"
+import type { RateLimitOptions } from "./rateLimits.ts"
+
+/** Push receipts: how long subscriptions live, how long and how many `GET`s of them are held. */
+export interface ReceiptOptions {
+  /** A receipt subscription not used for this long is gone (s; default 7 days). */
+  readonly idleSeconds?: number | undefined
+  /** Longest a `GET` of a subscription with no receipts waits for one (ms; default 30 s). */
+  readonly maxWaitMs?: number | undefined
+  /** Longest a `GET` of a subscription is held: a stream, or a long poll's wait (ms; default 300 s). */
+  readonly maxHoldMs?: number | undefined
+  /** `GET`s of one subscription held at once on this node (default 4). */
+  readonly maxCollectorsPerSubscription?: number | undefined
+  /** `GET`s of subscriptions one client address holds at once on this node (default 32). */
+  readonly maxCollectorsPerAddress?: number | undefined
+  /** `GET`s of subscriptions held at once on this node, all senders (default 1024). */
+  readonly maxCollectors?: number | undefined
+}
 
 /**
  * What the endpoint node needs to know, as a plain object: the configuration module maps its
  * settings onto this (the endpoint does not read configuration itself).
  */
-import type { ConsoleOptions } from "../console/console.ts"
-import type { SocketLimits } from "../domain/socket-limits.ts"
-import type { RateLimitOptions } from "./rateLimits.ts"
-import type { ReceiptOptions } from "./receipts.ts"
-
 export interface EndpointOptions {
   /** Public base URL of the endpoint nodes (`Location` prefix, VAPID `aud`), no trailing slash. */
   readonly endpointUrl: string
@@ -26,6 +40,8 @@ export interface EndpointOptions {
   readonly requireVapid?: boolean | undefined
   /** Larger TTLs are capped to this (seconds). */
   readonly maxNotificationTtl: number
+  /** TTL of the messages the Matrix push gateway makes (seconds, capped to `maxNotificationTtl`; default 1 day). */
+  readonly matrixGatewayTtl?: number | undefined
   /** Connect timeout of deliveries to connection nodes (ms). */
   readonly connectionTimeoutMs: number
   /** Whole-request timeout of deliveries to connection nodes (ms). */

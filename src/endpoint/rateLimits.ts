@@ -13,9 +13,9 @@
  */
 import { BlockList, isIP } from "node:net"
 import * as Effect from "effect/Effect"
-import { addressList, countedAddress, inList, LOOPBACK, plainAddress } from "../domain/addresses.ts"
+import { addressList, countedAddress, inList, LOOPBACK, plainAddress } from "../platform/addresses.ts"
 import { RateLimited } from "../domain/errors.ts"
-import { RecentMap } from "../domain/memo.ts"
+import { RecentMap } from "../platform/memo.ts"
 
 export interface RateLimit {
   /** Pushes per second, sustained; 0: no limit. */

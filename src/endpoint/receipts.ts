@@ -24,7 +24,7 @@ import * as Option from "effect/Option"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { InvalidReceipt, Overloaded, ReceiptNotFound, StorageUnavailable, TooManyCollectors } from "../domain/errors.ts"
 import type { RouteOutcome } from "../domain/events.ts"
-import { RecentMap } from "../domain/memo.ts"
+import { RecentMap } from "../platform/memo.ts"
 import { expiresAt, type Notification } from "../domain/notification.ts"
 import { ackOutcome, type MessageState, type MessageStatus, receiptHttpStatus, stateOf } from "../domain/receipt.ts"
 import { METRICS } from "../observability/catalog.ts"
@@ -36,21 +36,6 @@ import { Storage, storageUnavailable } from "../storage/Storage.ts"
 import { peerOf } from "./http2.ts"
 import type { RateLimits } from "./rateLimits.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
-
-export interface ReceiptOptions {
-  /** A receipt subscription not used for this long is gone (s; default 7 days). */
-  readonly idleSeconds?: number | undefined
-  /** Longest a `GET` of a subscription with no receipts waits for one (ms; default 30 s). */
-  readonly maxWaitMs?: number | undefined
-  /** Longest a `GET` of a subscription is held: a stream, or a long poll's wait (ms; default 300 s). */
-  readonly maxHoldMs?: number | undefined
-  /** `GET`s of one subscription held at once on this node (default 4). */
-  readonly maxCollectorsPerSubscription?: number | undefined
-  /** `GET`s of subscriptions one client address holds at once on this node (default 32). */
-  readonly maxCollectorsPerAddress?: number | undefined
-  /** `GET`s of subscriptions held at once on this node, all senders (default 1024). */
-  readonly maxCollectors?: number | undefined
-}
 
 /** The link relation of the receipt subscribe resource (RFC 8030 §5.1). */
 const RECEIPT_RELATION = "urn:ietf:params:push:receipt"

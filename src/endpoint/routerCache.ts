@@ -15,7 +15,7 @@
  *   storage (stored, the node poked, drained) rather than directly.
  * Nothing is dropped on a cached record (a user, or a TTL 0 message).
  */
-import { RecentMap } from "../domain/memo.ts"
+import { RecentMap } from "../platform/memo.ts"
 import type { UserRecord } from "../domain/user.ts"
 
 export interface RouterCacheOptions {

@@ -30,6 +30,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { makeConsoleRoutes } from "../console/console.ts"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import { Bridges } from "../bridges/Bridges.ts"
+import { DEFAULT_MATRIX_TTL_SECONDS, makeMatrixGateway } from "../gateway/matrix.ts"
 import {
   type ApiError,
   InternalError,
@@ -39,7 +40,7 @@ import {
   toErrorResponse,
   TooManyConnections
 } from "../domain/errors.ts"
-import { answerOnSocket, answerSocketErrors, sendError } from "../domain/raw-http.ts"
+import { answerOnSocket, answerSocketErrors, sendError } from "../platform/raw-http.ts"
 import {
   capPerAddress,
   countIdleCloses,
@@ -47,7 +48,7 @@ import {
   httpServerTimeouts,
   type PortCounters,
   type SocketLimits
-} from "../domain/socket-limits.ts"
+} from "../platform/socket-limits.ts"
 import type { EventLog } from "../observability/EventLog.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
 import { WebPushRouter } from "../routers/webpush.ts"
@@ -61,7 +62,7 @@ import { makeBroadcastAdmin } from "./broadcasts.ts"
 import { makeRegistrationHandlers, type RegistrationPath } from "./registration.ts"
 import { makeErrorsPage } from "./errorsPage.ts"
 import { withHttp2 } from "./http2.ts"
-import { makeRateLimits, NO_LIMITS } from "./rateLimits.ts"
+import { makeRateLimits, makeTokenBuckets, NO_LIMITS } from "./rateLimits.ts"
 import { makeReceipts } from "./receipts.ts"
 import { type EmptyAnswer, makeWebPushHandlers } from "./webpush.ts"
 
@@ -196,6 +197,15 @@ export const makeEndpoint = (
     const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS)
     const receipts = yield* makeReceipts(options, limits)
     const webpush = yield* makeWebPushHandlers(options, receipts, limits)
+    // The Matrix push gateway: its messages go through the push path (`sendMade`), limited per
+    // pushkey at the per-address rate; off when only VAPID-signed pushes are taken.
+    const matrix = yield* makeMatrixGateway({
+      endpointUrl: options.endpointUrl,
+      maxDataBytes: options.maxDataBytes,
+      ttlSeconds: options.matrixGatewayTtl ?? DEFAULT_MATRIX_TTL_SECONDS,
+      off: options.requireVapid === true,
+      idleMs: options.clientRequestTimeoutMs ?? 10_000
+    }, webpush.sendMade, makeTokenBuckets((options.rateLimits ?? NO_LIMITS).perAddress).take)
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const errorsPage = makeErrorsPage()
     const routes = HttpRouter.use((router) =>
@@ -265,6 +275,8 @@ export const makeEndpoint = (
           ...resource("/status", { GET: health.status }),
           ...resource("/__error__", { GET: health.logCheck }),
           ...resource("/v1/err", { GET: health.logCheck }),
+          // The Matrix push gateway: its own routes and Matrix error JSON under /_matrix/.
+          ...matrix.routes,
           ...consoleRoutes
         ])
       })
@@ -343,7 +355,7 @@ export const endpointSocketLimits = (options: EndpointOptions): SocketLimits => 
 /**
  * The endpoint port's server: HTTP/1.1 and HTTP/2, over TLS when the node has a certificate, with
  * `front` before the platform's request listeners, and the connection bounds of
- * `domain/socket-limits.ts`: a connection beyond the per-address cap is answered 503 and closed
+ * `platform/socket-limits.ts`: a connection beyond the per-address cap is answered 503 and closed
  * (over TLS, closed before its handshake); the first request (headers, or an HTTP/2 stream) is due
  * within the client request timeout of connecting, the TLS handshake included; idle connections go
  * after the idle timeout.

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs"
 import { createSecureContext } from "node:tls"
 import * as Effect from "effect/Effect"
 import { inlineOrFile } from "../bridges/bridge.ts"
-import { StartupError } from "../domain/errors.ts"
+import { StartupError } from "../platform/startup.ts"
 import type { EndpointOptions } from "./options.ts"
 
 const read = (option: string, value: string): string => {

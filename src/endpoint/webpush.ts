@@ -30,11 +30,11 @@ import {
   NoSubscription,
   PayloadTooLarge
 } from "../domain/errors.ts"
-import { RecentMap } from "../domain/memo.ts"
+import { RecentMap } from "../platform/memo.ts"
 import type { RateLimits } from "./rateLimits.ts"
-import { type Body, type BodyLimits, type BodyRefusal, readBody } from "../domain/raw-http.ts"
+import { type Body, type BodyLimits, type BodyRefusal, readBody } from "../platform/raw-http.ts"
 import { domainEvent, type RouteOutcome } from "../domain/events.ts"
-import type { Notification } from "../domain/notification.ts"
+import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { messageSpans } from "../observability/tracing.ts"
@@ -66,6 +66,10 @@ const bridgeFailureReason = (error: BridgeError): string => {
       return "timeout"
     case "BridgeUpstreamError":
       return "upstream"
+    case "BridgeRateLimited":
+      return "rate_limited"
+    case "BridgeUnavailable":
+      return "unavailable"
     case "BridgeRecipientGone":
       return "recipient_gone"
     case "PayloadTooLarge":
@@ -83,6 +87,26 @@ export interface PushRequest {
   /** The connection's peer address (the sender, or a proxy in front of it). */
   readonly peer: string | undefined
 }
+
+/**
+ * A message this service makes itself for a subscription (the Matrix push gateway, `gateway/`):
+ * its body is plaintext JSON rather than an encrypted payload, and its TTL and urgency are given,
+ * not read from headers. It goes through the same checks as a push from the token on (#1, #2, #5–#9;
+ * with no VAPID credentials, so a v2 endpoint bound to a key refuses it at #6, as `require_vapid`
+ * does), but not the sender's address limit (its sender limits it) nor the encryption rule (#15).
+ * Only `sendMade` takes one, and nothing of an HTTP request can make one: a push over HTTP never
+ * skips #15.
+ */
+export interface MadePush {
+  /** The message, as the client gets it (at most `max_data_bytes`: the maker sees to it). */
+  readonly body: Buffer
+  /** Seconds (capped to `max_notification_ttl`). */
+  readonly ttl: number
+  readonly urgency: Urgency
+}
+
+/** What a made message is stored and delivered with in place of encryption headers: none. */
+const PLAINTEXT: Readonly<Record<string, string>> = {}
 
 /** A handler's answer without a body: status and headers. */
 export interface EmptyAnswer {
@@ -289,24 +313,25 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   // ── POST ───────────────────────────────────────────────────────────────────────────────────────
 
   /** The accept span of a push: a child of the app server's `traceparent`, when it sends one. */
-  const send = (request: PushRequest, versionSegment: string | undefined, token: string) =>
+  const send = (request: PushRequest, versionSegment: string | undefined, token: string, made?: MadePush) =>
     spans.enabled
-      ? accept(request, versionSegment, token).pipe(
+      ? accept(request, versionSegment, token, made).pipe(
         spans.span("notification.accept", {
           kind: "server",
           parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(request.headers as Headers.Headers))
         })
       )
-      : accept(request, versionSegment, token)
+      : accept(request, versionSegment, token, made)
 
   const accept = Effect.fnUntraced(function*(
     request: PushRequest,
     versionSegment: string | undefined,
-    token: string
+    token: string,
+    made?: MadePush
   ) {
     const headers: RequestHeaders = request.headers
     const nowMs = yield* Clock.currentTimeMillis
-    yield* limits.address(request.peer, headers["x-forwarded-for"], nowMs) // before any work for the sender
+    if (made === undefined) yield* limits.address(request.peer, headers["x-forwarded-for"], nowMs) // before any work for the sender
     const apiVersion = yield* apiVersionOf(versionSegment) //            #1
     const opened = yield* openToken(apiVersion, token) //                #2
     const vapid = yield* vapidOf(headers, nowMs) //                       #3, #4
@@ -315,10 +340,10 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     yield* checkBoundKey(subscription, vapid) //                          #6
     const target = yield* targetOf(subscription.uaid, subscription.channelId) // #7–#9
     const body = yield* request.body //                                   #10
-    const ttl = yield* ttlOf(headers, options.maxNotificationTtl) //     #11–#13
+    const ttl = made === undefined ? yield* ttlOf(headers, options.maxNotificationTtl) : Math.min(made.ttl, options.maxNotificationTtl) // #11–#13
     const topic = yield* topicOf(headers) //                              #14
-    const encryption = yield* encryptionOf(headers, body.length > 0) //  #15
-    const urgency = yield* urgencyOf(headers) //                          #16 (RFC 8030 §5.3)
+    const encryption = made === undefined ? yield* encryptionOf(headers, body.length > 0) : PLAINTEXT // #15
+    const urgency = made === undefined ? yield* urgencyOf(headers) : made.urgency // #16 (RFC 8030 §5.3)
     const receiptUrl = headers["push-receipt"] //                         Push-Receipt (RFC 8030 §5.1)
     const receipt = receiptUrl === undefined ? undefined : yield* receipts.claim(receiptUrl)
 
@@ -405,5 +430,9 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     return { status: 204, headers: {} } satisfies EmptyAnswer
   })
 
-  return { pushRequest, send, cancel } as const
+  /** A message made by this service (`MadePush`) for the subscription of `token`, through `accept`. */
+  const sendMade = (made: MadePush, versionSegment: string | undefined, token: string) =>
+    send({ headers: {}, body: Effect.succeed(made.body), peer: undefined }, versionSegment, token, made)
+
+  return { pushRequest, send: (request: PushRequest, versionSegment: string | undefined, token: string) => send(request, versionSegment, token), sendMade, cancel } as const
 })

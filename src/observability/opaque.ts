@@ -12,7 +12,7 @@
  * encrypted), and an operator who holds the real id can compute it (`opaqueId`) to grep for it.
  */
 import { hash } from "node:crypto"
-import { memoize } from "../domain/memo.ts"
+import { memoize } from "../platform/memo.ts"
 
 /** Length of an opaque id in hex digits. */
 export const OPAQUE_ID_LENGTH = 16

@@ -1,8 +1,8 @@
 /**
- * The connection counts of a listening port (`domain/socket-limits.ts`): `net.connections{port}`,
+ * The connection counts of a listening port (`platform/socket-limits.ts`): `net.connections{port}`,
  * `net.connection.refused{port,reason}`, `net.connection.timeout{port,phase}`.
  */
-import type { PortCounters, PortLabel } from "../domain/socket-limits.ts"
+import type { PortCounters, PortLabel } from "../platform/socket-limits.ts"
 import { METRICS } from "./catalog.ts"
 import type { MetricsService } from "./Metrics.ts"
 

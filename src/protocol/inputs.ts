@@ -1,11 +1,12 @@
 /**
  * What reaches a connection and what a step asks for: the inputs (`SessionEvent`s from the socket
- * and the node, `CommandResult`s of the storage and crypto work a step asked for), the commands,
- * the fire-and-forget signals, and the `Transition` a step returns.
+ * and the node, `CommandResult`s of the storage and crypto work a step asked for), the commands
+ * (those retried when storage fails, `RetriedCommand`, are defined in `phases.ts`, beside the
+ * `Retry` a session keeps), the fire-and-forget signals, and the `Transition` a step returns.
  */
 import type { CloseKind } from "./close.ts"
 import { type ClientMessage, decodeClientFrame, isFrameError } from "./messages.ts"
-import type { Phase, StoredUnacked } from "./phases.ts"
+import type { Phase, RetriedCommand } from "./phases.ts"
 import type { DomainEvent } from "../domain/events.ts"
 import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -56,38 +57,6 @@ export type Command =
   /** Keep the client's minimum urgency in its router record (for its next sessions, on any node). */
   | { readonly _tag: "WriteUrgency"; readonly uaid: string; readonly min: Urgency }
   | RetriedCommand
-
-/** Commands retried with backoff when storage fails (but while saying hello: then the connection closes). */
-export type RetriedCommand =
-  | { readonly _tag: "ReadUser"; readonly uaid: string; readonly attempt: number }
-  | {
-    readonly _tag: "ReadPage"
-    readonly uaid: string
-    readonly table: string
-    readonly rows: "topic" | "timestamp"
-    readonly after: number | undefined
-    readonly limit: number
-    readonly attempt: number
-  }
-  | { readonly _tag: "DeleteMessages"; readonly uaid: string; readonly messages: ReadonlyArray<StoredUnacked>; readonly attempt: number }
-  /** The month move, a write at a time: the user's channels read in the old table, copied into the new one, the record pointed at it. */
-  | { readonly _tag: "ReadChannels"; readonly uaid: string; readonly table: string; readonly attempt: number }
-  | { readonly _tag: "AddChannels"; readonly uaid: string; readonly table: string; readonly channels: ReadonlySet<string>; readonly attempt: number }
-  | { readonly _tag: "PointRecord"; readonly uaid: string; readonly table: string; readonly attempt: number }
-  /** Delete one stored row only if it still holds its message (its version): the result says whether it did. */
-  | { readonly _tag: "TakeMessage"; readonly uaid: string; readonly row: StoredUnacked; readonly attempt: number }
-  /** Store messages whose ids are out already (unacked at the end of a session). */
-  | { readonly _tag: "SaveMessages"; readonly uaid: string; readonly table: string; readonly messages: ReadonlyArray<Notification>; readonly attempt: number }
-  /** Take this node out of the router record, if the record is still the session's (`connectedAt`). */
-  | { readonly _tag: "ClearNodeId"; readonly uaid: string; readonly connectedAt: number; readonly attempt: number }
-  /** Drop the user, unless its record was re-claimed since (its `connectedAt` changed). */
-  | {
-    readonly _tag: "DropUser"
-    readonly uaid: string
-    readonly connectedAt: number
-    readonly reason: "stale_month" | "too_many_messages"
-    readonly attempt: number
-  }
 
 /** The result of a command: the next input. */
 export type CommandResult =

@@ -7,7 +7,7 @@ import type { Command, Signal, Transition } from "./inputs.ts"
 import { notificationFrame } from "./messages.ts"
 import type { Acks, BroadcastSet, Closed, Closing, Live, Phase, ProtocolOptions, Session, Unacked } from "./phases.ts"
 import { domainEvent, type DomainEvent, type DomainEventType, type EventData, receiptOf } from "../domain/events.ts"
-import { memoize } from "../domain/memo.ts"
+import { memoize } from "../platform/memo.ts"
 import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import { activeTableNames, currentTableName } from "../storage/tables.ts"
 

@@ -1,11 +1,11 @@
 /**
  * What a connection can be in: the phases of the protocol (`table.ts`), each its own type carrying
- * only the fields valid in it, and the session an identified connection keeps, grouped by concern.
+ * only the fields valid in it, and the session an identified connection keeps, grouped by concern
+ * (its pending retry included: the commands that are retried are defined here).
  */
 import type { ClientMessage } from "./messages.ts"
 import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import type { RetriedCommand } from "./inputs.ts"
 
 // ── options ─────────────────────────────────────────────────────────────────────────────────────
 
@@ -150,6 +150,38 @@ export const heldList = (held: Held): ReadonlyArray<ClientMessage> => {
   for (let i = newest.length - 1; i >= 0; i--) out.push(newest[i] as ClientMessage)
   return out
 }
+
+/** Commands retried with backoff when storage fails (but while saying hello: then the connection closes). */
+export type RetriedCommand =
+  | { readonly _tag: "ReadUser"; readonly uaid: string; readonly attempt: number }
+  | {
+    readonly _tag: "ReadPage"
+    readonly uaid: string
+    readonly table: string
+    readonly rows: "topic" | "timestamp"
+    readonly after: number | undefined
+    readonly limit: number
+    readonly attempt: number
+  }
+  | { readonly _tag: "DeleteMessages"; readonly uaid: string; readonly messages: ReadonlyArray<StoredUnacked>; readonly attempt: number }
+  /** The month move, a write at a time: the user's channels read in the old table, copied into the new one, the record pointed at it. */
+  | { readonly _tag: "ReadChannels"; readonly uaid: string; readonly table: string; readonly attempt: number }
+  | { readonly _tag: "AddChannels"; readonly uaid: string; readonly table: string; readonly channels: ReadonlySet<string>; readonly attempt: number }
+  | { readonly _tag: "PointRecord"; readonly uaid: string; readonly table: string; readonly attempt: number }
+  /** Delete one stored row only if it still holds its message (its version): the result says whether it did. */
+  | { readonly _tag: "TakeMessage"; readonly uaid: string; readonly row: StoredUnacked; readonly attempt: number }
+  /** Store messages whose ids are out already (unacked at the end of a session). */
+  | { readonly _tag: "SaveMessages"; readonly uaid: string; readonly table: string; readonly messages: ReadonlyArray<Notification>; readonly attempt: number }
+  /** Take this node out of the router record, if the record is still the session's (`connectedAt`). */
+  | { readonly _tag: "ClearNodeId"; readonly uaid: string; readonly connectedAt: number; readonly attempt: number }
+  /** Drop the user, unless its record was re-claimed since (its `connectedAt` changed). */
+  | {
+    readonly _tag: "DropUser"
+    readonly uaid: string
+    readonly connectedAt: number
+    readonly reason: "stale_month" | "too_many_messages"
+    readonly attempt: number
+  }
 
 /** A failed command waiting for its next attempt. */
 export interface Retry {

@@ -9,7 +9,7 @@
  * tools can use the running server instead of failing on the held LevelDB lock.
  */
 import { readFileSync, rmSync } from "node:fs"
-import { writePrivateFile } from "../domain/privateFile.ts"
+import { writePrivateFile } from "../platform/privateFile.ts"
 import { dirname, join } from "node:path"
 import type { Worker } from "node:worker_threads"
 import * as Effect from "effect/Effect"

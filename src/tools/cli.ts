@@ -18,7 +18,7 @@ import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options } from "../config/options.ts"
 import { errorName } from "../storage/dynamoRequests.ts"
-import { stopTeardown } from "../bin/teardown.ts"
+import { stopTeardown } from "../platform/teardown.ts"
 import { causeText, type StorageError } from "../storage/Storage.ts"
 
 /** Bad arguments: printed with a pointer to `--help`, exit 2. */

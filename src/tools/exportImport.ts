@@ -30,8 +30,8 @@ import { type Item, S } from "../storage/dynamoRows.ts"
 import { Storage } from "../storage/Storage.ts"
 import { isMessageTable, type StorageOptions } from "../storage/tables.ts"
 import { plural, say, type SplitArgs, ToolFailure, UsageError } from "./cli.ts"
-import { openPrivateTemporary } from "../domain/privateFile.ts"
-import type { Command, Run } from "./maintenance.ts"
+import { openPrivateTemporary } from "../platform/privateFile.ts"
+import type { Command, Run } from "./command.ts"
 import { embeddedSecretsFile, type EmbeddedSecrets, readEmbeddedSecrets, storageOptionsOf, writeEmbeddedSecrets } from "./storage.ts"
 
 // ── the file ─────────────────────────────────────────────────────────────────────────────────────

@@ -17,9 +17,8 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import { HelpRequested, type Settings } from "../config/index.ts"
+import { HelpRequested } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
-import type { DynamoTables } from "../storage/dynamoExport.ts"
 import { Storage } from "../storage/Storage.ts"
 import { activeTableNames, currentTableName, monthIndex, type StorageOptions, staleMonths } from "../storage/tables.ts"
 import {
@@ -28,7 +27,6 @@ import {
   plural,
   say,
   settingsHelp,
-  type SplitArgs,
   splitArgs,
   type ToolError,
   ToolFailure,
@@ -36,6 +34,7 @@ import {
   usageRow,
   UsageError
 } from "./cli.ts"
+import type { Command, Run } from "./command.ts"
 import { exportCommand, importCommand } from "./exportImport.ts"
 import { storageDescription, storageOptionsOf, toolTablesLayer } from "./storage.ts"
 
@@ -81,22 +80,6 @@ export const tablesToDrop = (
 }
 
 // ── commands ─────────────────────────────────────────────────────────────────────────────────────
-
-export type Run = (settings: Settings) => Effect.Effect<void, ToolError, Storage | DynamoTables>
-
-export interface Command {
-  readonly summary: string
-  readonly usage: string
-  readonly description: ReadonlyArray<string>
-  readonly flags: ReadonlyArray<readonly [flag: string, help: string]>
-  /** Embedded data may be created (create-tables, import). */
-  readonly mayCreate: boolean
-  /**
-   * Checks the command's arguments (before any setting or storage is read; import also checks its
-   * file) and returns its work.
-   */
-  readonly prepare: (args: SplitArgs) => Effect.Effect<Run, UsageError | ToolFailure>
-}
 
 const createTables: Command = {
   summary: "create the router and receipt tables and last, this and next month's message tables",

@@ -23,7 +23,7 @@ import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../st
 import type { Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
-import { writePrivateFile } from "../domain/privateFile.ts"
+import { writePrivateFile } from "../platform/privateFile.ts"
 
 export const storageOptionsOf = (settings: Settings): StorageOptions & { readonly timeoutMs: number } => ({
   routerTable: settings.routerTablename,

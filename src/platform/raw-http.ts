@@ -1,9 +1,10 @@
 /**
- * Plain `node:http` pieces every listener shares: JSON and error answers, a bounded body read, and
- * error answers written straight to a socket, where Node gives no response object — a request its
- * HTTP parser refused (Node's own answer is a bare 400/408/431 without the error JSON), a CONNECT
- * (Node drops the connection), a refused WebSocket handshake or upgrade. Every HTTP listener
- * installs `answerSocketErrors`, so these too get the error JSON of the API's table.
+ * Plain `node:http` pieces every listener shares: JSON and error answers, a bounded body read, the
+ * token of a bearer `Authorization` header, and error answers written straight to a socket, where
+ * Node gives no response object — a request its HTTP parser refused (Node's own answer is a bare
+ * 400/408/431 without the error JSON), a CONNECT (Node drops the connection), a refused WebSocket
+ * handshake or upgrade. Every HTTP listener installs `answerSocketErrors`, so these too get the
+ * error JSON of the API's table.
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
@@ -15,7 +16,7 @@ import {
   type PayloadTooLarge,
   RequestTimeout,
   toErrorResponse
-} from "./errors.ts"
+} from "../domain/errors.ts"
 
 export const sendJson = (res: ServerResponse, status: number, body: unknown, headers: Readonly<Record<string, string>> = {}): void => {
   const text = JSON.stringify(body)
@@ -28,6 +29,10 @@ export const sendError = (res: ServerResponse, error: ApiError, close = false, e
   const { status, headers, body } = toErrorResponse(error)
   sendJson(res, status, body, close ? { ...headers, ...extraHeaders, connection: "close" } : { ...headers, ...extraHeaders })
 }
+
+/** The token of `Authorization: Bearer <token>`; undefined for another scheme or none. */
+export const bearerToken = (authorization: string | undefined): string | undefined =>
+  /^Bearer\s+(\S+)$/i.exec(authorization ?? "")?.[1]
 
 /** Why a body was not read: too large, too slow, or broken off. */
 export type BodyRefusal = PayloadTooLarge | RequestTimeout | InvalidRequestBody

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { memoize, RecentMap } from "../../src/domain/memo.ts"
+import { memoize, RecentMap } from "../../src/platform/memo.ts"
 
 describe("memoize", () => {
   it.effect("computes a key once while it is among the last `size` kept, then again", () =>
