@@ -5,14 +5,17 @@
  *
  * A bridge router validates what a client registers with (token, app id / channel) into the user's
  * `router_data`, and hands a message to its platform. "Recipient gone" is `BridgeRecipientGone`: the
- * endpoint then drops the user and answers 410/106.
+ * endpoint then drops the user and answers 410/106. A platform over its quota is answered 429/116
+ * and one briefly unavailable 503/201, each with a `Retry-After` taken from the platform's.
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import {
   type BridgeAuthFailed,
   BridgeNotConfigured,
+  type BridgeRateLimited,
   BridgeTimeout,
+  type BridgeUnavailable,
   BridgeUnreachable,
   BridgeUpstreamError,
   InvalidRequestBody,
@@ -34,6 +37,8 @@ export type BridgeError =
   | BridgeUnreachable
   | BridgeTimeout
   | BridgeUpstreamError
+  | BridgeRateLimited
+  | BridgeUnavailable
   | BridgeRecipientGone
   | PayloadTooLarge
 
@@ -100,6 +105,8 @@ export const urgencyClass = (urgency: Urgency | undefined): "immediate" | "power
 export interface PlatformReply {
   readonly status: number
   readonly text: string
+  /** The reply's `Retry-After` header, as sent. */
+  readonly retryAfter?: string | undefined
 }
 
 /** `JSON.parse` that says undefined instead of throwing. */
@@ -131,13 +138,30 @@ export const platformRequest = (
   Effect.tryPromise({
     try: async (signal) => {
       const response = await fetch(url, { ...init, signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) })
-      return { status: response.status, text: await response.text() }
+      return { status: response.status, text: await response.text(), retryAfter: response.headers.get("retry-after") ?? undefined }
     },
     catch: (cause) =>
       (cause as { readonly name?: string }).name === "TimeoutError"
         ? new BridgeTimeout({ message: `${platform} did not answer in time` })
         : new BridgeUnreachable({ message: `${platform} could not be reached` })
   })
+
+/** The bounds of a `Retry-After` passed on from a platform, in seconds. */
+export const RETRY_AFTER_MIN = 10
+export const RETRY_AFTER_MAX = 3600
+
+/**
+ * A platform's `Retry-After` (RFC 9110 §10.2.3: delay-seconds, or an HTTP-date) as the seconds the
+ * sender is told to wait, within [10, 3600]; undefined when there is none or it does not parse.
+ */
+export const retryAfterOf = (header: string | undefined, nowMs: number): number | undefined => {
+  const value = header?.trim() ?? ""
+  let seconds: number
+  if (/^\d+$/.test(value)) seconds = Number(value)
+  else if (/^[A-Za-z]{3}/.test(value) && !Number.isNaN(Date.parse(value))) seconds = Math.ceil((Date.parse(value) - nowMs) / 1000)
+  else return undefined
+  return Math.min(RETRY_AFTER_MAX, Math.max(RETRY_AFTER_MIN, seconds))
+}
 
 /** Garbage or an error we have no better mapping for: 502 with the platform's status. */
 export const upstreamError = (platform: Platform, status: number, reason?: string) =>

@@ -4,15 +4,22 @@
  * `token_uri`), kept until a minute before it expires, fetched again once when FCM answers 401.
  *
  * `POST {base_url}/v1/projects/{project_id}/messages:send` with
- * `{"message":{"token","android":{"ttl":"<n>s","priority"?,"data":{…}}}}`: 404 (UNREGISTERED)
- * means the app is gone from the device (user dropped, 410); 401 twice → 502/901; other errors 502.
+ * `{"message":{"token","android":{"ttl":"<n>s","priority"?,"data":{…}}}}`. Errors, by FCM's HTTP
+ * status and the `error.status` of its JSON body:
+ * - 404 (NOT_FOUND / UNREGISTERED): the app is gone from the device: user dropped, 410/106;
+ * - 401 (UNAUTHENTICATED) twice: 502/901;
+ * - 429 (RESOURCE_EXHAUSTED, the project's or the device's quota): 429/116 with FCM's `Retry-After`
+ *   (within 10–3600 s; 120 s when FCM gives none or one that does not parse);
+ * - 503 (UNAVAILABLE), and INTERNAL (500 with FCM's JSON error), which FCM says to retry with
+ *   backoff: 503/201 with FCM's `Retry-After` (within 10–3600 s), else the usual 503 one;
+ * - anything else (INVALID_ARGUMENT, SENDER_ID_MISMATCH, a 500 that is not FCM's JSON…): 502.
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
 import { importPKCS8 } from "jose/key/import"
 import { SignJWT } from "jose/jwt/sign"
-import { BridgeAuthFailed, UnknownBridgeTarget } from "../domain/errors.ts"
+import { BridgeAuthFailed, BridgeRateLimited, BridgeUnavailable, UnknownBridgeTarget } from "../domain/errors.ts"
 import { InvalidRouterToken } from "../domain/errors.ts"
 import {
   type BridgeRouter,
@@ -21,6 +28,7 @@ import {
   dataMapOf,
   parseJson,
   platformRequest,
+  retryAfterOf,
   routerTokenOf,
   unroutable,
   upstreamError,
@@ -31,6 +39,8 @@ import { makeTokenCache, type TokenCache } from "./token.ts"
 export const FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 const GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 const JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+/** Seconds a sender waits after FCM's RESOURCE_EXHAUSTED when FCM does not say (or says nothing usable). */
+export const QUOTA_RETRY_AFTER = 120
 
 /** The fields of a Google service-account key file we use. */
 export interface ServiceAccount {
@@ -135,9 +145,18 @@ export const makeFcmRouter = (options: FcmOptions): BridgeRouter => {
         }
         if (reply.status === 200) return
         if (reply.status === 401) return yield* authFailed("FCM refused the access token")
-        const status = (parseJson(reply.text) as { error?: { status?: unknown } } | undefined)?.error?.status
+        const error = (parseJson(reply.text) as { error?: { status?: unknown } } | undefined)?.error
+        const status = typeof error?.status === "string" ? error.status : undefined
         if (reply.status === 404) return yield* new BridgeRecipientGone({ message: "FCM recipient no longer available" })
-        return yield* upstreamError("fcm", reply.status, typeof status === "string" ? status : undefined)
+        if (reply.status === 429 || status === "RESOURCE_EXHAUSTED") {
+          const retryAfter = retryAfterOf(reply.retryAfter, yield* Clock.currentTimeMillis) ?? QUOTA_RETRY_AFTER
+          return yield* new BridgeRateLimited({ message: `FCM sending quota exceeded, retry after ${retryAfter} s`, retryAfter })
+        }
+        if (reply.status === 503 || status === "UNAVAILABLE" || status === "INTERNAL") {
+          const retryAfter = retryAfterOf(reply.retryAfter, yield* Clock.currentTimeMillis)
+          return yield* new BridgeUnavailable({ message: `FCM is unavailable (${status ?? reply.status}), retry later`, retryAfter })
+        }
+        return yield* upstreamError("fcm", reply.status, status)
       })
   }
 }

@@ -64,7 +64,7 @@ export type DomainEvent =
     readonly platform: string
     readonly urgency?: Urgency | undefined
   }>
-  /** A bridge's platform did not take it (`reason`: not_configured, auth, connection, timeout, upstream, recipient_gone, too_large). */
+  /** A bridge's platform did not take it (`reason`: not_configured, auth, connection, timeout, upstream, rate_limited, unavailable, recipient_gone, too_large). */
   | Event<"notification.bridge_failed.1", { readonly version: string; readonly platform: string; readonly reason: string }>
   | Event<"notification.routed.1", {
     readonly channelId: string

@@ -5,7 +5,10 @@
  * /v1/projects/{project}/messages:send` wants a token it issued and answers as FCM does.
  *
  * What a send answers depends on the device token: `gone-*` → 404 UNREGISTERED, `invalid-*` → 400
- * INVALID_ARGUMENT, `garbage-*` → 500 with an HTML body, `hang-*` → no answer; anything else 200.
+ * INVALID_ARGUMENT, `quota-*` → 429 RESOURCE_EXHAUSTED (QUOTA_EXCEEDED), `unavailable-*` → 503
+ * UNAVAILABLE, `internal-*` → 500 INTERNAL (those three with `retryAfter` as their `Retry-After`
+ * header when it is set), `garbage-*` → 500 with an HTML body, `hang-*` → no answer; anything else 200.
+ * Error bodies are FCM's: `{"error":{"code","message","status","details":[{"@type":"…FcmError","errorCode"}]}}`.
  */
 import { closeServer, json } from "./http.ts"
 import { generateKeyPairSync } from "node:crypto"
@@ -31,6 +34,23 @@ export interface FakeFcmService {
   readonly valid: Set<string>
   /** When true, every send answers 401 whatever the token. */
   rejectAll: boolean
+  /** The `Retry-After` header of the 429, 503 and 500 (INTERNAL) answers; none when undefined. */
+  retryAfter: string | undefined
+}
+
+const FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+
+/** FCM's error answer: the google.rpc status JSON with an FcmError detail, and extra headers. */
+const fcmError = (
+  res: http.ServerResponse,
+  code: number,
+  status: string,
+  message: string,
+  errorCode: string,
+  headers: Record<string, string> = {}
+) => {
+  res.writeHead(code, { "content-type": "application/json; charset=UTF-8", ...headers })
+  res.end(JSON.stringify({ error: { code, message, status, details: [{ "@type": FCM_ERROR, errorCode }] } }))
 }
 
 const pemPair = () => {
@@ -63,7 +83,8 @@ export class FakeFcm extends Context.Service<FakeFcm, FakeFcmService>()("test/Fa
           tokenRequests: [] as FakeFcmService["tokenRequests"],
           sends: [] as Array<FcmSend>,
           valid: new Set<string>(),
-          rejectAll: false
+          rejectAll: false,
+          retryAfter: undefined as string | undefined
         }
         let url = ""
         const server = http.createServer(async (req, res) => {
@@ -95,9 +116,13 @@ export class FakeFcm extends Context.Service<FakeFcm, FakeFcmService>()("test/Fa
           const message = JSON.parse(body)
           state.sends.push({ project: decodeURIComponent(match[1] ?? ""), accessToken, body: message })
           const device = String(message?.message?.token ?? "")
-          if (device.startsWith("gone-")) {
-            return json(res, 404, { error: { code: 404, message: "Requested entity was not found.", status: "NOT_FOUND", details: [{ errorCode: "UNREGISTERED" }] } })
+          if (device.startsWith("gone-")) return fcmError(res, 404, "NOT_FOUND", "Requested entity was not found.", "UNREGISTERED")
+          const retry: Record<string, string> = state.retryAfter !== undefined ? { "retry-after": state.retryAfter } : {}
+          if (device.startsWith("quota-")) {
+            return fcmError(res, 429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Messages' of service 'fcm.googleapis.com'.", "QUOTA_EXCEEDED", retry)
           }
+          if (device.startsWith("unavailable-")) return fcmError(res, 503, "UNAVAILABLE", "The service is currently unavailable.", "UNAVAILABLE", retry)
+          if (device.startsWith("internal-")) return fcmError(res, 500, "INTERNAL", "Internal error encountered.", "INTERNAL", retry)
           if (device.startsWith("invalid-")) return json(res, 400, { error: { code: 400, status: "INVALID_ARGUMENT" } })
           if (device.startsWith("garbage-")) {
             res.writeHead(500, { "content-type": "text/html" })

@@ -1,11 +1,14 @@
 /**
  * The FCM bridge against a local FCM v1 server and token endpoint (fake-fcm.ts): registration, the
  * message FCM receives, the OAuth token flow (JWT verified, token cached, refreshed once on 401),
- * and every error mapping — recipient gone, auth, upstream errors, garbage, timeout, connection loss.
+ * and every error mapping — recipient gone, auth, quota (429 with FCM's Retry-After), unavailable
+ * (503), upstream errors, garbage, timeout, connection loss — with the metric each one counts.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import type { BridgeOptions } from "../../src/bridges/Bridges.ts"
+import { makeMetrics } from "../../src/observability/Metrics.ts"
+import { metricsSink } from "../../src/observability/metricsSink.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { freePort } from "../e2e/servers.ts"
 import { push, request } from "../endpoint/harness.ts"
@@ -27,6 +30,24 @@ const fcmOptions = (fake: FakeFcmService, closedPort: number): BridgeOptions => 
     baseUrl: fake.url
   }
 })
+
+/** `notification.bridge.error{platform=fcm,reason}` as the metrics sink counts a user's events. */
+const bridgeErrors = (uaid: string, reason: string) =>
+  Effect.map(eventsOf(uaid), (events) => {
+    const metrics = makeMetrics()
+    const sink = metricsSink(metrics)
+    for (const event of events) sink(event)
+    return metrics.value("notification.bridge.error", { platform: "fcm", reason }) ?? 0
+  })
+
+/** A push to `endpoint` while FCM answers with `retryAfter` as its `Retry-After` header (none when undefined). */
+const pushWithRetryAfter = (fake: FakeFcmService, endpoint: string, retryAfter: string | undefined) =>
+  Effect.suspend(() => {
+    fake.retryAfter = retryAfter
+    return push({ path: pathOf(endpoint) })
+  }).pipe(Effect.ensuring(Effect.sync(() => {
+    fake.retryAfter = undefined
+  })))
 
 const TestFcm = Layer.unwrap(
   Effect.gen(function*() {
@@ -127,6 +148,60 @@ describe("FCM bridge", () => {
         assert.isUndefined(yield* (yield* Storage).getUser(reg.uaid.replaceAll("-", "")))
       }))
 
+    it.effect("RESOURCE_EXHAUSTED (429) → 429/116 with FCM's Retry-After within 10–3600 s (120 s when none or unusable); user kept", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeFcm
+        const reg = yield* register("fcm", "firefox", { token: "quota-device-token" })
+        const cases: ReadonlyArray<readonly [string | undefined, number]> = [
+          ["30", 30],
+          ["5", 10],
+          ["99999", 3600],
+          [undefined, 120],
+          ["soon", 120],
+          ["-3", 120],
+          [new Date(Date.now() - 60_000).toUTCString(), 10]
+        ]
+        for (const [header, expected] of cases) {
+          const reply = yield* pushWithRetryAfter(fake, reg.endpoint, header)
+          assert.deepStrictEqual(errnoOf(reply), [429, 116], String(header))
+          assert.strictEqual(reply.headers["retry-after"], String(expected), String(header))
+          assert.strictEqual(reply.json().error, "Too Many Requests")
+          assert.strictEqual(reply.json().message, `FCM sending quota exceeded, retry after ${expected} s`)
+        }
+        // An HTTP-date: the seconds until then (FCM's date has whole seconds, so 599 or 600).
+        const dated = yield* pushWithRetryAfter(fake, reg.endpoint, new Date(Date.now() + 600_000).toUTCString())
+        assert.deepStrictEqual(errnoOf(dated), [429, 116])
+        assert.include(["599", "600"], dated.headers["retry-after"])
+
+        assert.isDefined(yield* (yield* Storage).getUser(reg.uaid.replaceAll("-", "")))
+        assert.strictEqual(yield* bridgeErrors(reg.uaid, "rate_limited"), cases.length + 1)
+        assert.strictEqual(yield* bridgeErrors(reg.uaid, "upstream"), 0)
+        assert.deepInclude((yield* eventsOf(reg.uaid)).find((e) => e.type === "notification.bridge_failed.1")?.data, { platform: "fcm", reason: "rate_limited" })
+      }))
+
+    it.effect("UNAVAILABLE (503) and INTERNAL (500) → 503/201 with FCM's Retry-After within 10–3600 s, else 120 s; user kept", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeFcm
+        const reg = yield* register("fcm", "firefox", { token: "unavailable-device" })
+        const cases: ReadonlyArray<readonly [string | undefined, number]> = [["45", 45], ["1", 10], ["86400", 3600], [undefined, 120], ["later", 120]]
+        for (const [header, expected] of cases) {
+          const reply = yield* pushWithRetryAfter(fake, reg.endpoint, header)
+          assert.deepStrictEqual(errnoOf(reply), [503, 201], String(header))
+          assert.strictEqual(reply.headers["retry-after"], String(expected), String(header))
+          assert.strictEqual(reply.json().error, "Service Unavailable")
+          assert.strictEqual(reply.json().message, "FCM is unavailable (UNAVAILABLE), retry later")
+        }
+        assert.isDefined(yield* (yield* Storage).getUser(reg.uaid.replaceAll("-", "")))
+        assert.strictEqual(yield* bridgeErrors(reg.uaid, "unavailable"), cases.length)
+
+        const internal = yield* register("fcm", "firefox", { token: "internal-device" })
+        const reply = yield* pushWithRetryAfter(fake, internal.endpoint, "60")
+        assert.deepStrictEqual(errnoOf(reply), [503, 201])
+        assert.strictEqual(reply.headers["retry-after"], "60")
+        assert.strictEqual(reply.json().message, "FCM is unavailable (INTERNAL), retry later")
+        assert.strictEqual(yield* bridgeErrors(internal.uaid, "unavailable"), 1)
+      }))
+
     it.effect("other FCM errors and garbage → 502 (errno null); hang → 502/903; token endpoint unreachable → 502/902", () =>
       Effect.gen(function*() {
         const invalid = yield* register("fcm", "firefox", { token: "invalid-device" })
@@ -134,7 +209,10 @@ describe("FCM bridge", () => {
         assert.deepStrictEqual(errnoOf(reply), [502, null])
         assert.match(reply.json().message, /INVALID_ARGUMENT/)
         const garbage = yield* register("fcm", "firefox", { token: "garbage-device" })
-        assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(garbage.endpoint) })), [502, null])
+        const garbled = yield* push({ path: pathOf(garbage.endpoint) })
+        assert.deepStrictEqual(errnoOf(garbled), [502, null])
+        assert.isUndefined(garbled.headers["retry-after"])
+        assert.strictEqual(yield* bridgeErrors(invalid.uaid, "upstream"), 1)
         const hang = yield* register("fcm", "firefox", { token: "hang-device" })
         assert.deepStrictEqual(errnoOf(yield* push({ path: pathOf(hang.endpoint) })), [502, 903])
         const offline = yield* register("fcm", "offline", { token: "device-token-4" })
