@@ -376,6 +376,7 @@ export const options = {
   receipt_max_collectors_per_address: opt("endpoint", integer(1), 32, "GETs of receipt subscriptions one client address holds open at once on a node (addressed as for rate_limit_per_address); beyond, 429/116 with Retry-After"),
   receipt_max_collectors: opt("endpoint", integer(1), 1024, "GETs of receipt subscriptions held open at once on a node, all senders together (they do not count toward max_in_flight_requests); beyond, 503/201 with Retry-After"),
   router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
+  matrix_gateway_ttl: opt("endpoint", seconds, s(86_400), "TTL of the messages the Matrix push gateway (POST /_matrix/push/v1/notify) makes for a subscription: how long one waits for a device that is offline (capped to max_notification_ttl)"),
   bridge_stub: opt("endpoint", boolean, false, "Enable the stub bridge (router type stub, app id success or error, token success): for tests and demos of the registration API"),
   fcm_credentials: opt("endpoint", text, undefined, "FCM (HTTP v1) apps as JSON: {\"<app_id>\": {\"project_id\": \"…\", \"credential\": \"<service-account JSON, or the path of its file>\"}}", {
     secret: true,

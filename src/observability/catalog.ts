@@ -92,7 +92,7 @@ export const METRICS = {
   }),
   bridgeError: m("notification.bridge.error", "counter", "endpoint", "Notifications a bridge's platform did not take", {
     platform: "fcm / apns / adm / stub",
-    reason: "not_configured / auth / connection / timeout / upstream / recipient_gone / too_large"
+    reason: "not_configured / auth / connection / timeout / upstream / rate_limited / unavailable / recipient_gone / too_large"
   }),
   receiptRequested: m("notification.receipt.requested", "counter", "endpoint", "Notifications accepted with Push-Receipt (RFC 8030 §5.1)"),
   receipt: m("notification.receipt", "counter", "both", "Outcomes recorded for notifications sent with a receipt (the first of each message)", {
@@ -105,9 +105,12 @@ export const METRICS = {
   receiptCollectorsEnded: m("notification.receipt.collectors.ended", "counter", "endpoint", "Collectors ended by the service: streams (server-sent events, HTTP/2 server push) at receipt_max_hold, or any collector still busy 5 s after it", {
     reason: "max_hold (the stream ends, a server-push GET is answered 204) / stalled (storage or the client did not finish in time: 503/201, or the stream is cut)"
   }),
+  matrixNotify: m("matrix.notify", "counter", "endpoint", "Devices of the Matrix push gateway's notify requests (POST /_matrix/push/v1/notify), by what became of each", {
+    outcome: "delivered (accepted by the push path: sent, stored or bridged) / rejected (not ours, or a push would be 404/410/401: named in `rejected`) / duplicate (the same event_id already sent to that pushkey within 10 min) / failed (not pushed: a transient failure, answered with an error so that the homeserver retries, or a message that cannot fit)"
+  }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
-    route: "push / message / receipts / registration / broadcasts / health / metrics / other",
+    route: "push / message / receipts / registration / broadcasts / matrix / health / metrics / other",
     status: "HTTP status"
   }),
   requestError: m("request.error", "counter", "endpoint", "Error responses by errno", {

@@ -18,6 +18,7 @@ export const routeLabel = (url: string): string =>
   : url.startsWith("/v1/err") ? "health"
   : url.startsWith("/v1/broadcasts") ? "broadcasts"
   : url.startsWith("/v1/") ? "registration"
+  : url.startsWith("/_matrix/") ? "matrix"
   : url === "/metrics" ? "metrics"
   : /^\/(health|status|__heartbeat__|__lbheartbeat__|__version__|__error__)(\?|$)/.test(url) ? "health"
   : "other"
