@@ -3,14 +3,14 @@
  * registers one channel (with a VAPID key when given: a v2 endpoint), makes its own keys and prints
  * the subscription JSON a sender needs; then prints every push decrypted and acks it.
  *
- * With `--state FILE` the uaid, channel and keys are kept, so the subscription stays valid across
- * runs and pushes sent meanwhile (stored by the service) arrive on the next start.
+ * With `--state FILE` the uaid, channel, keys and VAPID key are kept, so the subscription stays
+ * valid across runs and pushes sent meanwhile (stored by the service) arrive on the next start.
  */
 import { randomUUID } from "node:crypto"
 import { readFile, writeFile } from "node:fs/promises"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
-import { ToolFailure } from "../tools/cli.ts"
+import { ToolFailure, UsageError } from "../tools/cli.ts"
 import { decryptPush, makeKeys, type PushHeaders, type SubscriberKeys } from "./keys.ts"
 import { type Frame, openPushSocket, type PushSocket } from "./socket.ts"
 import type { Urgency } from "../domain/notification.ts"
@@ -22,7 +22,10 @@ export interface ListenOptions {
   readonly vapidKey?: string | undefined
   /** The VAPID key file it came from, if it did (the `send` hint names it). */
   readonly vapidFile?: string | undefined
-  /** Where to keep the subscription between runs. */
+  /**
+   * Where to keep the subscription between runs. The subscription kept there is used again, with the
+   * VAPID key it was made with: a different `vapidKey` is refused, never a reason to replace it.
+   */
   readonly stateFile?: string | undefined
   /** Stop after this many pushes (default: run until interrupted). */
   readonly count?: number | undefined
@@ -63,8 +66,25 @@ const writeState = (path: string | undefined, state: State): Effect.Effect<void,
     catch: (cause) => new ToolFailure({ message: `cannot write the state file ${path}: ${String(cause)}` })
   })
 
+/**
+ * The VAPID key to subscribe with: the one given, else the saved subscription's. A saved subscription
+ * made with another key (or without one) is not replaced: that would lose its keys, and with them
+ * the pushes the service keeps for it.
+ */
+const vapidKeyFor = (options: ListenOptions, saved: State | undefined): Effect.Effect<string | null, UsageError> => {
+  if (saved === undefined) return Effect.succeed(options.vapidKey ?? null)
+  if (options.vapidKey === undefined || options.vapidKey === saved.vapidKey) return Effect.succeed(saved.vapidKey)
+  const made = saved.vapidKey === null ? "without a VAPID key" : `with another VAPID key (${saved.vapidKey.slice(0, 12)}…)`
+  return Effect.fail(
+    new UsageError({
+      message: `the state file ${options.stateFile} keeps a subscription made ${made}; --vapid-key would replace it, losing its keys ` +
+        `and the pushes stored for it. Run without --vapid-key to use that subscription, or give another --state file for a new one`
+    })
+  )
+}
+
 /** Hello (as the saved uaid when there is one), then the saved subscription or a new registration. */
-const subscribe = (socket: PushSocket, options: ListenOptions, saved: State | undefined) =>
+const subscribe = (socket: PushSocket, options: ListenOptions, saved: State | undefined, vapidKey: string | null) =>
   Effect.gen(function*() {
     yield* socket.send(
       saved === undefined
@@ -76,7 +96,6 @@ const subscribe = (socket: PushSocket, options: ListenOptions, saved: State | un
       return yield* new ToolFailure({ message: `the server refused hello: ${JSON.stringify(hello)}` })
     }
     const uaid = hello["uaid"]
-    const vapidKey = options.vapidKey ?? null
     if (saved !== undefined && saved.uaid === uaid && saved.vapidKey === vapidKey) return { state: saved, fresh: false }
     const channelID = randomUUID()
     yield* socket.send(vapidKey === null ? { messageType: "register", channelID } : { messageType: "register", channelID, key: vapidKey })
@@ -112,16 +131,18 @@ const RECONNECT_AFTER = "2 seconds"
  * Stderr: what happens, for people. Once subscribed, a lost connection (a server restart) is
  * connected again every 2 s with the same uaid and keys, so the subscription stays valid.
  */
-export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure> =>
+export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure | UsageError> =>
   Effect.gen(function*() {
+    const saved = yield* readState(options.stateFile)
+    const vapidKey = yield* vapidKeyFor(options, saved)
     const progress: { state: State | undefined; printed: string | undefined; received: number } = {
-      state: yield* readState(options.stateFile),
+      state: saved,
       printed: undefined,
       received: 0
     }
     const session = Effect.scoped(Effect.gen(function*() {
       const socket = yield* openPushSocket(options.server)
-      const { state, fresh } = yield* subscribe(socket, options, progress.state)
+      const { state, fresh } = yield* subscribe(socket, options, progress.state, vapidKey)
       progress.state = state
       const subscription = JSON.stringify(subscriptionOf(state))
       if (subscription !== progress.printed) {

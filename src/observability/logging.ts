@@ -46,6 +46,53 @@ export const mozLogger = (role: string, hostname: string) =>
     })
   ).pipe(Logger.withConsoleLog)
 
+/** One record as the structured formatter gives it. */
+export interface HumanEntry {
+  readonly level: string
+  readonly timestamp: string
+  readonly message: unknown
+  readonly cause: string | undefined
+  readonly annotations: Readonly<Record<string, unknown>>
+  readonly spans: Readonly<Record<string, number>>
+}
+
+const LEVEL_COLORS: Readonly<Record<string, string>> = { TRACE: "90", DEBUG: "34", INFO: "32", WARN: "33", ERROR: "31", FATAL: "41" }
+
+/** A value on a human line: one word as it is, anything else as JSON (strings quoted, objects compact). */
+const humanValue = (value: unknown): string => {
+  if (typeof value === "string") return /^[^\s"=]+$/.test(value) ? value : JSON.stringify(value)
+  return JSON.stringify(value) ?? String(value)
+}
+
+const clock = (timestamp: string): string => {
+  const date = new Date(timestamp)
+  const two = (n: number) => String(n).padStart(2, "0")
+  return `${two(date.getHours())}:${two(date.getMinutes())}:${two(date.getSeconds())}.${String(date.getMilliseconds()).padStart(3, "0")}`
+}
+
+/**
+ * A record for people: time, level, message and every field as `key=value`, on one line (a
+ * connection's end, with its counts, is one line among the others). Only a failure's cause follows,
+ * indented, on the lines after it.
+ */
+export const humanLine = (entry: HumanEntry, colors: boolean): string => {
+  const paint = (text: string, code: string | undefined) => (colors && code !== undefined ? `\x1b[${code}m${text}\x1b[0m` : text)
+  const message = typeof entry.message === "string" ? entry.message : humanValue(entry.message)
+  const parts = [
+    paint(`[${clock(entry.timestamp)}]`, "2"),
+    paint(entry.level.padEnd(5), LEVEL_COLORS[entry.level]),
+    paint(message, "1"),
+    ...Object.entries(entry.spans).map(([label, ms]) => `${label}=${ms}ms`),
+    ...Object.entries(entry.annotations).map(([key, value]) => `${paint(key, "36")}=${humanValue(value)}`)
+  ]
+  const line = parts.join(" ")
+  return entry.cause === undefined ? line : `${line}\n${entry.cause.replace(/^/gm, "    ")}`
+}
+
+/** Human-readable lines on stdout, coloured on a terminal. */
+export const humanLogger = (colors: boolean = process.stdout.isTTY === true) =>
+  Logger.map(Logger.formatStructured, (entry) => humanLine(entry, colors)).pipe(Logger.withConsoleLog)
+
 const LEVELS: Readonly<Record<LoggingOptions["level"], LogLevel>> = {
   trace: "Trace",
   debug: "Debug",
@@ -56,6 +103,6 @@ const LEVELS: Readonly<Record<LoggingOptions["level"], LogLevel>> = {
 
 export const loggingLayer = (options: LoggingOptions) =>
   Layer.mergeAll(
-    Logger.layer([options.human ? Logger.consolePretty() : mozLogger(options.role, options.hostname)]),
+    Logger.layer([options.human ? humanLogger() : mozLogger(options.role, options.hostname)]),
     Layer.succeed(References.MinimumLogLevel, LEVELS[options.level])
   )

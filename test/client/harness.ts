@@ -16,16 +16,20 @@ export interface Run {
   readonly stderr: string
 }
 
-/** `push args…` to completion in `cwd`, with `input` on stdin. */
-export const runPush = (cwd: string, args: ReadonlyArray<string>, input = ""): Promise<Run> =>
+/** `push args…` to completion in `cwd`, with `input` on stdin; killed (code null) if still running after `timeoutMs`. */
+export const runPush = (cwd: string, args: ReadonlyArray<string>, input = "", timeoutMs?: number): Promise<Run> =>
   new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [join(root, "src/bin/push.ts"), ...args], { cwd, stdio: ["pipe", "pipe", "pipe"] })
     let stdout = ""
     let stderr = ""
+    const timer = timeoutMs === undefined ? undefined : setTimeout(() => child.kill("SIGKILL"), timeoutMs)
     child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()))
     child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()))
     child.on("error", reject)
-    child.on("exit", (code) => resolve({ code, stdout, stderr }))
+    child.on("exit", (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr })
+    })
     child.stdin.end(input)
   })
 

@@ -16,7 +16,7 @@ import { type Deployment, startAllInOne } from "../e2e/servers.ts"
 import { liveAgainst, type Listener, type Run, runPush, startListen } from "./harness.ts"
 
 const scratch = mkdtempSync(join(tmpdir(), "autopush-push-cli-"))
-const push = (args: ReadonlyArray<string>, input?: string): Promise<Run> => runPush(scratch, args, input)
+const push = (args: ReadonlyArray<string>, input?: string, timeoutMs?: number): Promise<Run> => runPush(scratch, args, input, timeoutMs)
 const listen = (args: ReadonlyArray<string>): Promise<Listener> => startListen(scratch, args)
 
 /** Until `check` holds (the listener's messages arrive in their own time), at most 5 s. */
@@ -152,6 +152,37 @@ describe("push listen / send / vapid-keys", () => {
       assert.deepStrictEqual(third.lines(), [third.subscriptionText], "the acked push is not sent again")
     } finally {
       await third.stop()
+    }
+  })
+
+  live("listen --state FILE with another --vapid-key is refused (exit 2, FILE untouched); without --vapid-key FILE's subscription is used as it is", async () => {
+    const state = join(scratch, "vapid-state.json")
+    const first = await listen(["--server", deployment.wsUrl, "--state", state])
+    await first.stop()
+    const kept = readFileSync(state, "utf8")
+    const refused = await push(["listen", "--server", deployment.wsUrl, "--state", state, "--vapid-key", vapidFile], "", 15_000)
+    assert.strictEqual(refused.code, 2, refused.stdout + refused.stderr)
+    assert.strictEqual(refused.stdout, "", "no subscription printed")
+    assert.match(refused.stderr, new RegExp(`^push: the state file ${state} keeps a subscription made without a VAPID key; --vapid-key would replace it`))
+    assert.include(refused.stderr, "Run without --vapid-key to use that subscription, or give another --state file for a new one")
+    assert.strictEqual(readFileSync(state, "utf8"), kept, "the state file is left as it was")
+
+    // Made with a VAPID key: kept with it, another key refused, no key given = the kept one.
+    const bound = join(scratch, "vapid-bound-state.json")
+    const v2 = await listen(["--server", deployment.wsUrl, "--state", bound, "--vapid-key", vapidFile])
+    await v2.stop()
+    assert.match(v2.subscription.endpoint, /\/wpush\/v2\//)
+    const other = await push(["vapid-keys"])
+    const otherKey = (JSON.parse(other.stdout) as { publicKey: string }).publicKey
+    const changed = await push(["listen", "--server", deployment.wsUrl, "--state", bound, "--vapid-key", otherKey], "", 15_000)
+    assert.strictEqual(changed.code, 2, changed.stdout + changed.stderr)
+    assert.include(changed.stderr, `the state file ${bound} keeps a subscription made with another VAPID key (`)
+    const again = await listen(["--server", deployment.wsUrl, "--state", bound])
+    try {
+      assert.strictEqual(again.subscriptionText, v2.subscriptionText)
+      assert.include(again.stderr(), "subscription restored")
+    } finally {
+      await again.stop()
     }
   })
 

@@ -25,4 +25,14 @@ describe("ready line", () => {
       const connectionNode = yield* Effect.map(box.load("autoconnect"), (s) => readyLine("autoconnect", s))
       assert.notInclude(connectionNode, "console")
     }))
+
+  it.effect("an https endpoint (its own TLS) still advertises the plain ws:// the WebSocket port speaks; websocket_url as given", () =>
+    Effect.gen(function*() {
+      const box = sandbox()
+      const line = (argv: ReadonlyArray<string>) => Effect.map(box.load("autopush", { argv }), (s) => readyLine("autopush", s))
+      assert.isTrue(
+        (yield* line(["--endpoint-scheme", "https", "--endpoint-port", "443"])).startsWith("ready: WebSocket ws://localhost:8080/ · Web Push API https://localhost/wpush/…")
+      )
+      assert.isTrue((yield* line(["--endpoint-scheme", "https", "--websocket-url", "wss://push.example.com/"])).startsWith("ready: WebSocket wss://push.example.com/ · "))
+    }))
 })

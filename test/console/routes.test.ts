@@ -1,7 +1,8 @@
 /**
  * The console's routes on the endpoint server: the page and its files with a strict
- * Content-Security-Policy, the WebSocket URL derived from the host the page was loaded from (or as
- * configured), the status JSON counting accepted pushes, and nothing at all when the console is off.
+ * Content-Security-Policy, the WebSocket URL derived from the host the page was loaded from (plain
+ * ws://, as the connection port speaks, even with an https endpoint; or as configured), the status
+ * JSON counting accepted pushes, and nothing at all when the console is off.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
@@ -29,7 +30,7 @@ describe("web console routes", () => {
         assert.include(csp, `connect-src 'self' ws://push.test:8080 ${new URL(options.endpointUrl).origin}`)
         assert.notInclude(csp, "unsafe-inline")
         assert.strictEqual(page.headers["x-content-type-options"], "nosniff")
-        const files = [["/console/app.js", "text/javascript"], ["/console/webpush.js", "text/javascript"], ["/console/receipts.js", "text/javascript"], ["/console/style.css", "text/css"]]
+        const files = [["/console/app.js", "text/javascript"], ["/console/webpush.js", "text/javascript"], ["/console/receipts.js", "text/javascript"], ["/console/checks.js", "text/javascript"], ["/console/style.css", "text/css"]]
         for (const [path, type] of files) {
           const file = yield* request({ method: "GET", path: path! })
           assert.strictEqual(file.status, 200, path)
@@ -39,7 +40,9 @@ describe("web console routes", () => {
         const app = yield* request({ method: "GET", path: "/console/app.js" })
         assert.include(app.text, 'from "./receipts.js"')
         assert.include(app.text, "new EventSource(subscription)", "receipts come as server-sent events")
-        for (const types of ["/console/webpush.d.ts", "/console/receipts.d.ts"]) {
+        assert.include(app.text, 'from "./checks.js"', "the page checks where it was opened before making keys")
+        assert.include(page.text, '<p id="page-problem" class="problem" role="alert" hidden></p>', "where it says why it cannot work")
+        for (const types of ["/console/webpush.d.ts", "/console/receipts.d.ts", "/console/checks.d.ts"]) {
           const missing = yield* request({ method: "GET", path: types })
           assert.strictEqual(missing.status, 404, types)
         }
@@ -67,6 +70,15 @@ describe("web console routes", () => {
         const after = (yield* request({ method: "GET", path: "/console/status.json" })).json()
         assert.strictEqual(after.notifications, before.notifications + 2)
         assert.strictEqual(after.connections, 3)
+      }))
+  })
+
+  layer(endpointWith(FakeNodeClient, { ...options, console: { ...consoleOptions, endpointUrl: "https://push.test:8082" } }), { excludeTestServices: true })((it) => {
+    it.effect("an https endpoint (its own TLS): the derived WebSocket is still ws://, what the connection port speaks", () =>
+      Effect.gen(function*() {
+        const config = yield* request({ method: "GET", path: "/console/config.json", headers: { host: "push.test:8082" } })
+        assert.strictEqual(config.json().websocketUrl, "ws://push.test:8080/")
+        assert.include(String(config.headers["content-security-policy"]), "connect-src 'self' ws://push.test:8080 https://push.test:8082")
       }))
   })
 

@@ -5,7 +5,8 @@
  * which arrives, is decrypted and acked in the page; an aesgcm push from `web-push` is decrypted
  * too; the status panel is live. Each push from the form asks for a receipt, and its state is shown
  * as it changes (stored while a minimum urgency holds it, then acknowledged; expired when TTL 0). The page loads nothing from elsewhere, and its Content-Security-
- * Policy blocks inline script. The browser check page subscribes with Firefox's own push service.
+ * Policy blocks inline script. Opened over plain http from another address than localhost (no Web
+ * Crypto there), it says why and what to do. The browser check page subscribes with Firefox's own push service.
  *
  * Run: `npm run test:e2e` (needs `firefox-esr` on the PATH, or FIREFOX_BIN).
  */
@@ -13,7 +14,7 @@ import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { networkInterfaces, tmpdir } from "node:os"
 import { join } from "node:path"
 import type { Page } from "puppeteer-core"
 import webpush from "web-push"
@@ -195,6 +196,27 @@ describe("web console", () => {
       assert.notInclude(await received(page), "held back, TTL 0")
     } finally {
       await page.close()
+    }
+  })
+
+  live("opened over plain http from another address than localhost (no Web Crypto there): says why and what to do, makes no keys", async () => {
+    const address = Object.values(networkInterfaces()).flat().find((i) => i !== undefined && i.family === "IPv4" && !i.internal)?.address
+    if (address === undefined) return console.log("skipped: this machine has no address but the loopback")
+    const remote = await startAllInOne(["--bind-host", "0.0.0.0"])
+    const page = await firefox.browser.newPage()
+    try {
+      const port = new URL(remote.endpointUrl).port
+      const wsPort = new URL(remote.wsUrl).port
+      await page.goto(`http://${address}:${port}/`)
+      await page.waitForSelector('body[data-state="unusable"]', { timeout: 15_000 })
+      const problem = await text(page, "#page-problem")
+      assert.include(problem, `browsers give it only to pages opened over https or from localhost; this one was opened as http://${address}:${port}`)
+      assert.include(problem, `http://localhost:${port}/ through an SSH tunnel (ssh -L ${port}:${address}:${port} -L ${wsPort}:${address}:${wsPort} ${address})`)
+      assert.isFalse(await page.evaluate(`document.querySelector("#page-problem").hidden`))
+      assert.notInclude(await text(page, "#connection"), "generateKey")
+    } finally {
+      await page.close()
+      await remote.stop()
     }
   })
 

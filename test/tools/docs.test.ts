@@ -2,12 +2,12 @@
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
-import { optionNames } from "../../src/config/options.ts"
+import { optionNames, options } from "../../src/config/options.ts"
 import { configurationMarkdown } from "../../src/config/write-docs.ts"
 import { errorAnswers } from "../../src/domain/errors.ts"
 import { closeFrames } from "../../src/protocol/close.ts"
 import { COMMANDS } from "../../src/tools/maintenance.ts"
-import { readmeTable } from "./readme.ts"
+import { readme, readmeTable } from "./readme.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 const read = (path: string): string => readFileSync(join(root, path), "utf8")
@@ -59,6 +59,15 @@ describe("docs", () => {
     const library = [1002, 1007, 1009].map((code) => ({ code, reason: "" }))
     const missing = [...closeFrames, ...library].filter(({ code, reason }) => !listed(code, reason))
     expect(missing).toEqual([])
+  })
+
+  it("the README's shell examples pass no secret as a flag (ps shows it, npm prints it), and no crypto key as the auth key", () => {
+    const secretFlags = optionNames.filter((name) => options[name].secret).map((name) => `--${name.replaceAll("_", "-")}`)
+    expect(secretFlags).toContain("--auth-keys")
+    const shell = [...readme().matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1] ?? "").join("\n")
+    expect(shell).toContain("npm run autoendpoint")
+    expect(secretFlags.filter((flag) => new RegExp(`${flag}(?![\\w-])`).test(shell))).toEqual([])
+    expect(shell).not.toMatch(/AUTH_KEYS(_FILE)?=\S*CRYPTO_KEY/)
   })
 
   it("the README's limits table names every limit option", () => {

@@ -2,6 +2,7 @@
 // pushes decrypted here and acked), a form that encrypts and sends a test push to it and follows
 // each push's state to its receipt, and the server's status, polled. Text from the network only
 // ever goes into the page as textContent.
+import { pageProblem } from "./checks.js"
 import { createReceiptSubscription, describeSteps, isFinal, receiptHeaders } from "./receipts.js"
 import { decryptPush, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, sendPush, vapidAuthorization } from "./webpush.js"
 
@@ -319,6 +320,15 @@ const send = async (event) => {
 
 // ── start ───────────────────────────────────────────────────────────────────────────────────────
 
+// What keeps the page from working here (no Web Crypto over plain http from another machine, a
+// plain WebSocket from an https page), said at the top instead of failing on the first key.
+const showProblem = (text) => {
+  $("page-problem").textContent = text
+  $("page-problem").hidden = false
+  setConnection("Not connected: this page cannot work as it was opened (see above).", true)
+  document.body.dataset.state = "unusable"
+}
+
 const start = async () => {
   $("send-form").addEventListener("submit", send)
   $("send-text").addEventListener("input", showSize)
@@ -332,6 +342,8 @@ const start = async () => {
   setInterval(pollStatus, STATUS_EVERY_MS)
   try {
     const config = await getJson("/console/config.json")
+    const problem = pageProblem(window, config.websocketUrl)
+    if (problem !== undefined) return showProblem(problem)
     state.maxPlaintext = maxPlaintextBytes(config.maxDataBytes)
     showSize()
     state.keys = await makeSubscriberKeys()
