@@ -170,6 +170,64 @@ describe("web console", () => {
     }
   })
 
+  live("laid out for the screen: at 1280×900 the cards fill the width with no empty column beside any, and Received starts above the fold; at 400 px they stack in one column", async () => {
+    const page = await firefox.browser.newPage()
+    try {
+      await page.setViewport({ width: 1280, height: 900 })
+      await page.goto(`${deployment.endpointUrl}/`)
+      await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
+      // The cards' boxes (page coordinates, scrolled to the top), and the content box of the page's main.
+      const layout = () =>
+        page.evaluate(`(() => {
+          window.scrollTo(0, 0)
+          const main = document.querySelector("main")
+          const box = main.getBoundingClientRect()
+          const style = getComputedStyle(main)
+          const cards = [...main.querySelectorAll(":scope > section")].map((e) => {
+            const r = e.getBoundingClientRect()
+            return { id: e.id, left: r.left, right: r.right, top: r.top, bottom: r.bottom }
+          })
+          return {
+            page: document.documentElement.clientWidth,
+            main: { left: box.left, right: box.right },
+            content: { left: box.left + parseFloat(style.paddingLeft), right: box.right - parseFloat(style.paddingRight) },
+            cards,
+            received: document.querySelector("#received").getBoundingClientRect().top
+          }
+        })()`) as Promise<{
+          page: number
+          main: { left: number; right: number }
+          content: { left: number; right: number }
+          cards: Array<{ id: string; left: number; right: number; top: number; bottom: number }>
+          received: number
+        }>
+
+      const wide = await layout()
+      assert.isBelow(wide.received, 900, "the Received list starts above the fold at 1280×900")
+      assert.isAtMost(wide.main.left, 0.5, "no empty margin beside the cards")
+      assert.isAtLeast(wide.main.right, wide.page - 0.5, "no empty margin beside the cards")
+      for (const card of wide.cards) {
+        assert.isAtMost(card.right, wide.content.right + 0.5, `#${card.id} within the content`)
+        // Short of the right edge, another card is beside it: no empty column to its right.
+        const beside = wide.cards.some((other) => other.left >= card.right && other.top < card.bottom && other.bottom > card.top)
+        assert.isTrue(card.right >= wide.content.right - 1 || beside, `an empty column beside #${card.id}: ${JSON.stringify(wide)}`)
+      }
+      assert.isAtLeast(new Set(wide.cards.map((card) => Math.round(card.left))).size, 3, "three columns at 1280 px")
+
+      await page.setViewport({ width: 400, height: 800 })
+      const narrow = await layout()
+      const [first, ...rest] = narrow.cards
+      for (const [i, card] of rest.entries()) {
+        assert.approximately(card.left, first!.left, 0.5, `#${card.id} in the one column at 400 px`)
+        assert.approximately(card.right, first!.right, 0.5, `#${card.id} in the one column at 400 px`)
+        assert.isAtLeast(card.top, narrow.cards[i]!.bottom, `#${card.id} below #${narrow.cards[i]!.id} at 400 px`)
+      }
+      assert.isAtLeast(first!.right - first!.left, narrow.content.right - narrow.content.left - 0.5, "the cards take the width at 400 px")
+    } finally {
+      await page.close()
+    }
+  })
+
   live("a minimum urgency (RFC 8030 §5.3) holds less urgent pushes on the server until it is lowered: stored, then acknowledged; a held TTL 0 push expires", async () => {
     const page = await firefox.browser.newPage()
     try {
