@@ -13,7 +13,9 @@ describe("router wire", () => {
         { channelId: base.channelID, version: "v2", ttl: 60, timestamp: 2, topic: "news", sortkeyTimestamp: 1_700_000_000_123, data: "aGVsbG8", headers: { encoding: "aes128gcm" } },
         { channelId: base.channelID, version: "v3", ttl: 60, timestamp: 3, topic: undefined, sortkeyTimestamp: 5, data: "", headers: {} },
         // sent with Push-Receipt: the node must know, to record the receipt when the client acks
-        { channelId: base.channelID, version: "v4", ttl: 60, timestamp: 4, topic: undefined, sortkeyTimestamp: 4_000, receipt: "rs-4", data: undefined, headers: undefined }
+        { channelId: base.channelID, version: "v4", ttl: 60, timestamp: 4, topic: undefined, sortkeyTimestamp: 4_000, receipt: "rs-4", data: undefined, headers: undefined },
+        // sent with Urgency: the node takes it only for a client whose minimum it meets
+        { channelId: base.channelID, version: "v5", ttl: 60, timestamp: 5, topic: undefined, sortkeyTimestamp: 5_000, urgency: "low", data: undefined, headers: undefined }
       ]
       for (const n of cases) assert.deepStrictEqual(decodeTransportNotification(encodeTransportNotification(n)), n)
     }))
@@ -34,7 +36,8 @@ describe("router wire", () => {
         JSON.stringify({ ...base, data: {} }),
         JSON.stringify({ ...base, data: "x", headers: { encoding: 1 } }),
         JSON.stringify({ ...base, data: "x", headers: ["aes128gcm"] }),
-        JSON.stringify({ ...base, receipt: 7 })
+        JSON.stringify({ ...base, receipt: 7 }),
+        JSON.stringify({ ...base, urgency: "urgent" })
       ]
       for (const body of refused) assert.isUndefined(decodeTransportNotification(body), body)
     }))
