@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "vitest"
-import { freePorts } from "./servers.ts"
+import { allInOneFlags, freePorts } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -50,15 +50,7 @@ interface Background {
 const startInBackground = async (env: NodeJS.ProcessEnv): Promise<Background> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-background-"))
   const [ws, router, endpoint] = (await freePorts(3)) as [number, number, number]
-  const args = [
-    join(root, "src/bin/autopush.ts"),
-    "--port", String(ws),
-    "--router-port", String(router),
-    "--router-hostname", "127.0.0.1",
-    "--endpoint-port", String(endpoint),
-    "--endpoint-hostname", "127.0.0.1",
-    "--bind-host", "127.0.0.1"
-  ]
+  const args = [join(root, "src/bin/autopush.ts"), ...allInOneFlags({ ws, router, endpoint })]
   const script = `"$@" > server.log 2>&1 < /dev/null & echo $!; while [ ! -e go ]; do sleep 0.1; done`
   const shell: ChildProcess = spawn("sh", ["-c", script, "sh", process.execPath, ...args], { cwd, env, stdio: ["ignore", "pipe", "inherit"] })
   const shellExited = new Promise<void>((resolve) => shell.once("exit", () => resolve()))

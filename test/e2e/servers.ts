@@ -96,7 +96,7 @@ const stopChild = (child: ChildProcess): Promise<void> =>
     setTimeout(() => child.kill("SIGKILL"), 5_000).unref()
   })
 
-type Ports = { readonly ws: number; readonly router: number; readonly endpoint: number }
+export type Ports = { readonly ws: number; readonly router: number; readonly endpoint: number }
 
 const urlsOf = (ports: Ports) => ({
   wsUrl: `ws://127.0.0.1:${ports.ws}/`,
@@ -104,17 +104,19 @@ const urlsOf = (ports: Ports) => ({
   routerUrl: `http://127.0.0.1:${ports.router}`
 })
 
-const sharedFlags = (ports: Ports) => [
+const endpointFlags = (ports: Ports) => [
   "--endpoint-hostname", "127.0.0.1",
   "--endpoint-port", String(ports.endpoint),
-  "--bind-host", "127.0.0.1",
-  "--log-level", "debug"
+  "--bind-host", "127.0.0.1"
 ]
+const sharedFlags = (ports: Ports) => [...endpointFlags(ports), "--log-level", "debug"]
 const connectionFlags = (ports: Ports) => [
   "--port", String(ports.ws),
   "--router-port", String(ports.router),
   "--router-hostname", "127.0.0.1"
 ]
+/** An all-in-one's flags for `ports` on 127.0.0.1 (for tests that start it their own way). */
+export const allInOneFlags = (ports: Ports): Array<string> => [...connectionFlags(ports), ...endpointFlags(ports)]
 const common = (ports: Ports) => [...sharedFlags(ports), ...connectionFlags(ports)]
 
 /** `npm start`'s process: connection and endpoint node in one, embedded storage in a temp dir. */

@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { assert, describe, it } from "vitest"
 import WebSocket from "ws"
 import { selfSigned } from "../bridges/fake-apns.ts"
-import { freePorts } from "./servers.ts"
+import { allInOneFlags, freePorts } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 
@@ -53,15 +53,10 @@ describe("endpoint TLS of its own", () => {
     const output: Array<string> = []
     const child: ChildProcess = spawn(process.execPath, [
       join(root, "src/bin/autopush.ts"),
-      "--port", String(ws),
-      "--router-port", String(router),
-      "--router-hostname", "127.0.0.1",
-      "--endpoint-port", String(endpoint),
-      "--endpoint-hostname", "127.0.0.1",
+      ...allInOneFlags({ ws, router, endpoint }),
       "--endpoint-scheme", "https",
       "--endpoint-tls-cert", "cert.pem",
-      "--endpoint-tls-key", "key.pem",
-      "--bind-host", "127.0.0.1"
+      "--endpoint-tls-key", "key.pem"
     ], { cwd, stdio: ["ignore", "pipe", "pipe"] })
     const collect = (chunk: Buffer) => output.push(...chunk.toString().split("\n").filter((line) => line !== ""))
     child.stdout?.on("data", collect)

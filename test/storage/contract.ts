@@ -21,6 +21,16 @@ export type MakeStorage = (options: StorageOptions) => Layer.Layer<Storage, Stor
  */
 const T0 = Date.UTC(2034, 4, 15, 12)
 const T0_SECONDS = T0 / 1000
+/** Message m1's status row once accepted, delivered and acked (in whatever order those were written). */
+const ACKED_ROW = {
+  messageId: "m1",
+  acceptedAt: T0,
+  deadline: T0 + 60_000,
+  deliveredAt: T0 + 5,
+  outcome: "acknowledged",
+  outcomeAt: T0 + 9,
+  code: 100
+}
 
 let counter = 0
 const freshOptions = (noTableRotation = false): StorageOptions => {
@@ -593,15 +603,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isTrue(yield* s.updateMessageStatus("rs2", "m1", { deadline: T0 + 60_000, expiry }))
         assert.isFalse(yield* s.updateMessageStatus("rs2", "m1", { outcome: { outcome: "deleted", at: T0 + 10 }, expiry }))
         assert.isFalse(yield* s.openMessageStatus("rs2", "m1", { outcome: { outcome: "deleted", at: T0 + 10 }, expiry }))
-        assert.deepStrictEqual(yield* s.getMessageStatus("rs2", "m1"), {
-          messageId: "m1",
-          acceptedAt: T0,
-          deadline: T0 + 60_000,
-          deliveredAt: T0 + 5,
-          outcome: "acknowledged",
-          outcomeAt: T0 + 9,
-          code: 100
-        })
+        assert.deepStrictEqual(yield* s.getMessageStatus("rs2", "m1"), ACKED_ROW)
         yield* s.openMessageStatus("rs2", "m2", { acceptedAt: T0, storedAt: T0 + 1, deadline: T0 + 1000, expiry: T0_SECONDS + 30 })
         const read = yield* s.readReceiptSubscription("rs2")
         assert.deepStrictEqual(read?.statuses.map((x) => x.messageId).sort(), ["m1", "m2"])
@@ -636,15 +638,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isTrue(yield* s.openMessageStatus("rs4", "m1", { acceptedAt: T0, deadline: T0 + 60_000, expiry }))
         assert.isTrue(yield* s.updateMessageStatus("rs4", "m1", { deliveredAt: T0 + 5 }))
         assert.isTrue(yield* s.updateMessageStatus("rs4", "m1", { outcome: { outcome: "acknowledged", at: T0 + 9, code: 100 }, expiry }))
-        assert.deepStrictEqual(yield* s.getMessageStatus("rs4", "m1"), {
-          messageId: "m1",
-          acceptedAt: T0,
-          deadline: T0 + 60_000,
-          deliveredAt: T0 + 5,
-          outcome: "acknowledged",
-          outcomeAt: T0 + 9,
-          code: 100
-        })
+        assert.deepStrictEqual(yield* s.getMessageStatus("rs4", "m1"), ACKED_ROW)
         // The receipt collected: a late step or outcome does not bring the row back.
         yield* s.deleteMessageStatuses("rs4", ["m1"])
         assert.isFalse(yield* s.updateMessageStatus("rs4", "m1", { deliveredAt: T0 + 5 }))
