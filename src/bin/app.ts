@@ -60,7 +60,7 @@ const socketLimitsOf = (settings: Settings) => ({
 })
 
 /** Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint. */
-export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
+const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
   const options = storageOptionsOf(settings)
   if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
   dropPrestartedDynalite()
@@ -73,7 +73,7 @@ export const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageEr
  * Why a node could not start, as one line naming the option to change; undefined for what is not a
  * start-up failure of ours (a bug: it keeps its stack).
  */
-export const startupFailure = (settings: Settings, error: unknown): string | undefined => {
+const startupFailure = (settings: Settings, error: unknown): string | undefined => {
   if (error instanceof StartupError || error instanceof EventLogOpenError) return error.message
   if (error instanceof StorageError) {
     if (error.cause instanceof EmbeddedDataError) {
@@ -107,7 +107,7 @@ const embeddedSecrets = (settings: Settings) =>
   })
 
 /** The settings a role runs with, secrets checked (or, embedded all-in-one, provided), and the ini files read. */
-export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
+const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const { settings, files } = yield* loadSettingsAndFiles({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
     if (role === "autopush" && settings.storageEndpoint === undefined) return { settings: yield* embeddedSecrets(settings), files }
@@ -127,7 +127,7 @@ export const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
  * on the endpoint URL's host. The endpoint's own TLS (`endpoint_tls_cert`) is the endpoint port's
  * only; `wss://` needs a TLS proxy in front of the connection port, and `websocket_url` naming it.
  */
-export const publicWebsocketUrl = (settings: Settings): string =>
+const publicWebsocketUrl = (settings: Settings): string =>
   settings.websocketUrl ?? `ws://${new URL(settings.endpointUrl).hostname}:${settings.port}/`
 
 /** Whether the console is served and who may open it: said at start, so nobody serves it unknowingly. */
@@ -149,11 +149,11 @@ export const readyLine = (role: Role, settings: Settings): string => {
   return `ready: ${parts.join(" · ")}`
 }
 
-export const cryptoLayer = (settings: Settings) =>
+const cryptoLayer = (settings: Settings) =>
   EndpointCrypto.layer({ keys: Redacted.make(settings.cryptoKey), endpointUrl: settings.endpointUrl })
 
 /** Where private listeners bind: as configured, else loopback for the all-in-one (nothing else needs them), `bind_host` for a node on its own. */
-export const privateBindHost = (settings: Settings, role: Role): string =>
+const privateBindHost = (settings: Settings, role: Role): string =>
   settings.privateBindHost ?? (role === "autopush" ? "127.0.0.1" : settings.bindHost)
 
 /** The connection node's options from the settings. */
@@ -195,14 +195,14 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
 })
 
 /** The client connection nodes reach each other with (pokes, stale-session kicks). */
-export const peerClientLayer = (settings: Settings) =>
+const peerClientLayer = (settings: Settings) =>
   NodeClient.layer({ connectTimeoutMs: ms(settings.connectionTimeout), requestTimeoutMs: ms(settings.connectionTimeout) })
 
 /** A megaphone answer taking longer than this is a failed poll (the last good set stays). */
 const MEGAPHONE_TIMEOUT_MS = 5_000
 
 /** The broadcast set: polled from megaphone when configured, else from storage. */
-export const broadcastsLayer = (settings: Settings) => {
+const broadcastsLayer = (settings: Settings) => {
   const interval = ms(settings.megaphonePollInterval)
   return settings.megaphoneApiUrl !== undefined
     ? Broadcasts.layerPolling(
@@ -391,7 +391,7 @@ export const runRole = <A, E>(
  * (`npm_lifecycle_event`, `npm_execpath`); a server started with `node` directly, by a shell, `nohup`,
  * init, systemd or Docker has no such parent.
  */
-export const packageManagerParent = (env: NodeJS.ProcessEnv, ppid: number): number | undefined =>
+const packageManagerParent = (env: NodeJS.ProcessEnv, ppid: number): number | undefined =>
   ppid > 1 && (env["npm_lifecycle_event"] !== undefined || env["npm_execpath"] !== undefined) ? ppid : undefined
 
 const PARENT_AT_START = packageManagerParent(process.env, process.ppid)

@@ -17,7 +17,7 @@ import { type BridgeRouter, inlineOrFile } from "./bridge.ts"
 import { type FcmApp, type FcmOptions, makeFcmRouter, type ServiceAccount } from "./fcm.ts"
 import { makeStubRouter } from "./stub.ts"
 
-export interface BridgesService {
+interface BridgesService {
   /** The bridge of a router type (any case); undefined when this node has none. */
   readonly get: (routerType: string) => BridgeRouter | undefined
   /** Platforms configured (health document). */

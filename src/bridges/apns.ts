@@ -50,9 +50,9 @@ export const DEFAULT_APS = {
 } as const
 
 /** Registered `aps` overrides are kept small: they travel with every message. */
-export const MAX_APS_BYTES = 1024
+const MAX_APS_BYTES = 1024
 
-export type ApnsAuth =
+type ApnsAuth =
   | { readonly kind: "token"; readonly key: Redacted.Redacted<string>; readonly keyId: string; readonly teamId: string }
   | { readonly kind: "certificate"; readonly cert: string; readonly key: Redacted.Redacted<string> }
 

@@ -26,7 +26,7 @@ import {
 import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 
-export type Platform = "fcm" | "apns" | "adm" | "stub"
+type Platform = "fcm" | "apns" | "adm" | "stub"
 
 /** The platform says the device is no longer registered: the user is dropped (410/106). */
 export class BridgeRecipientGone extends Data.TaggedError("BridgeRecipientGone")<{ readonly message: string }> {}
@@ -42,7 +42,7 @@ export type BridgeError =
   | BridgeRecipientGone
   | PayloadTooLarge
 
-export type RegistrationError = InvalidRouterToken | UnknownBridgeTarget | InvalidRequestBody
+type RegistrationError = InvalidRouterToken | UnknownBridgeTarget | InvalidRequestBody
 
 /** A registration body (`POST`/`PUT .../registration`), as parsed JSON. */
 export interface RegistrationBody {
@@ -67,7 +67,7 @@ export const routerTokenOf = (body: RegistrationBody): string | undefined =>
 // ── the message as the platforms carry it ────────────────────────────────────────────────────────
 
 /** Bridged payloads are limited by the platforms (FCM data, APNs payload): 4 KiB. */
-export const MAX_BRIDGE_DATA = 4096
+const MAX_BRIDGE_DATA = 4096
 
 /** 413/104 for a serialized payload of `size` bytes, saying by how much it is over. */
 export const checkBridgeSize = (size: number): Effect.Effect<void, PayloadTooLarge> =>
@@ -147,8 +147,8 @@ export const platformRequest = (
   })
 
 /** The bounds of a `Retry-After` passed on from a platform, in seconds. */
-export const RETRY_AFTER_MIN = 10
-export const RETRY_AFTER_MAX = 3600
+const RETRY_AFTER_MIN = 10
+const RETRY_AFTER_MAX = 3600
 
 /**
  * A platform's `Retry-After` (RFC 9110 §10.2.3: delay-seconds, or an HTTP-date) as the seconds the

@@ -40,7 +40,7 @@ export const FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 const GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 const JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 /** Seconds a sender waits after FCM's RESOURCE_EXHAUSTED when FCM does not say (or says nothing usable). */
-export const QUOTA_RETRY_AFTER = 120
+const QUOTA_RETRY_AFTER = 120
 
 /** The fields of a Google service-account key file we use. */
 export interface ServiceAccount {

@@ -8,7 +8,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 
-export interface Token {
+interface Token {
   readonly value: string
   /** Milliseconds since the epoch. */
   readonly expiresAt: number

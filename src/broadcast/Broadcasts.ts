@@ -25,15 +25,15 @@ import { Storage } from "../storage/Storage.ts"
 import { decodeBroadcastSet } from "./validate.ts"
 
 /** Why a poll brought no set: a bounded label (the metric's `reason`). */
-export class BroadcastSourceError extends Data.TaggedError("BroadcastSourceError")<{
+class BroadcastSourceError extends Data.TaggedError("BroadcastSourceError")<{
   readonly reason: "unreachable" | "timeout" | "status" | "too_large" | "not_json" | "invalid" | "storage"
   readonly detail: string
 }> {}
 
 /** One read of a source. */
-export type BroadcastSource = Effect.Effect<BroadcastSet, BroadcastSourceError>
+type BroadcastSource = Effect.Effect<BroadcastSet, BroadcastSourceError>
 
-export interface MegaphoneOptions {
+interface MegaphoneOptions {
   readonly url: string
   /** Sent as `Authorization: Bearer` when given (a public source such as Remote Settings needs none). */
   readonly token: Redacted.Redacted<string> | undefined
@@ -42,7 +42,7 @@ export interface MegaphoneOptions {
 }
 
 /** Largest megaphone answer read (bytes): a set of the maximum size fits many times over. */
-export const MEGAPHONE_MAX_BYTES = 1_048_576
+const MEGAPHONE_MAX_BYTES = 1_048_576
 
 /** Read at most `limit` bytes of a response body; undefined when there is more. */
 const readCapped = async (response: Response, limit: number): Promise<string | undefined> => {

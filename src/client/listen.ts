@@ -15,7 +15,7 @@ import { decryptPush, makeKeys, type PushHeaders, type SubscriberKeys } from "./
 import { type Frame, openPushSocket, type PushSocket } from "./socket.ts"
 import type { Urgency } from "../domain/notification.ts"
 
-export interface ListenOptions {
+interface ListenOptions {
   /** The connection node's WebSocket URL, e.g. `ws://localhost:8080/`. */
   readonly server: string
   /** The application server's VAPID public key (base64url): the endpoint then only accepts pushes signed with it. */
@@ -42,7 +42,7 @@ interface State {
   readonly keys: SubscriberKeys
 }
 
-export interface Subscription {
+interface Subscription {
   readonly endpoint: string
   readonly keys: { readonly p256dh: string; readonly auth: string }
 }
@@ -120,7 +120,7 @@ const open = (keys: SubscriberKeys, frame: Frame): { readonly text: string } | {
 }
 
 /** The shell-quoted form of a string (POSIX single quotes). */
-export const shellQuote = (text: string): string => `'${text.replaceAll("'", `'\\''`)}'`
+const shellQuote = (text: string): string => `'${text.replaceAll("'", `'\\''`)}'`
 
 /** Pause before connecting again after the connection was lost. */
 const RECONNECT_AFTER = "2 seconds"

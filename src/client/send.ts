@@ -13,7 +13,7 @@ import { ToolFailure, UsageError } from "../tools/cli.ts"
 
 export type Encoding = "aes128gcm" | "aesgcm"
 
-export interface SendOptions {
+interface SendOptions {
   readonly subscription: PushSubscription
   /** Nothing: a push without payload. */
   readonly payload?: string | undefined

@@ -11,7 +11,7 @@ import type * as Scope from "effect/Scope"
 import WebSocket from "ws"
 
 /** The server could not be reached, or closed the connection: worth connecting again later. */
-export class ConnectionLost extends Data.TaggedError("ConnectionLost")<{ readonly message: string }> {}
+class ConnectionLost extends Data.TaggedError("ConnectionLost")<{ readonly message: string }> {}
 
 export type Frame = Readonly<Record<string, unknown>>
 

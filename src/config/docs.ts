@@ -14,7 +14,7 @@ import {
 } from "./options.ts"
 import type { OptionDef, OptionName, Role, Scope } from "./options.ts"
 
-export interface OptionRow {
+interface OptionRow {
   readonly name: OptionName
   readonly scope: Scope
   readonly file: string

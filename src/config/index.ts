@@ -1,17 +1,11 @@
-/** Configuration: the option table, loading, and the docs generated from the table. */
-export { helpText, optionsTable, sampleIni } from "./docs.ts"
-export type { OptionRow } from "./docs.ts"
+/** Configuration as the tools, the entrypoints and the tests read it: loading settings, and their types. */
 export {
   changedSettings,
   ConfigError,
   HelpRequested,
-  iniLocations,
   loadSettings,
   loadSettingsAndFiles,
   makeSettings,
-  redactedSettings,
   requireSecrets
 } from "./load.ts"
-export type { LoadInput } from "./load.ts"
-export { options, roleScopes } from "./options.ts"
-export type { OptionName, OptionValue, OptionValues, Role, Scope, SecretOption, Settings } from "./options.ts"
+export type { Role, Settings } from "./options.ts"

@@ -97,7 +97,7 @@ const readIfExists = (path: string): string | undefined => {
 }
 
 /** Where a file is looked up when no `--config-*` flag names it, in reading order. */
-export const iniLocations = (scope: Scope, where: { cwd: string; home: string; etcDir?: string }): ReadonlyArray<string> => {
+const iniLocations = (scope: Scope, where: { cwd: string; home: string; etcDir?: string }): ReadonlyArray<string> => {
   const name = iniFile[scope]
   return [
     ...new Set([
@@ -297,7 +297,7 @@ const urlHost = (host: string): string => (host.includes(":") && !host.startsWit
  * Settings from option values: derives `endpoint_url` and `router_url` when unset, resolves
  * `data_dir` and a file `event_log` against `cwd`, freezes everything.
  */
-export const deriveSettings = (v: OptionValues, cwd: string): Settings => {
+const deriveSettings = (v: OptionValues, cwd: string): Settings => {
   const derived: Partial<Record<OptionName, unknown>> = {
     endpoint_url:
       v.endpoint_url ??

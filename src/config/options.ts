@@ -64,7 +64,7 @@ const kind = <A>(type: string, expected: string, metavar: string, codec: Schema.
 
 const matching = (pattern: RegExp) => Schema.String.check(Schema.isPattern(pattern))
 
-export const text: Kind<string> = kind("string", "a non-empty string", "TEXT", Schema.String)
+const text: Kind<string> = kind("string", "a non-empty string", "TEXT", Schema.String)
 
 /** A DNS name or an IP address (IPv6 with or without brackets). */
 export const host: Kind<string> = kind(
@@ -86,7 +86,7 @@ export const integer = (minimum: number, maximum = Number.MAX_SAFE_INTEGER): Kin
     )
   )
 
-export const port: Kind<number> = integer(1, 65535)
+const port: Kind<number> = integer(1, 65535)
 
 const SECONDS = /^(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?$/
 const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
@@ -151,7 +151,7 @@ export const url: Kind<string> = kind(
 )
 
 /** An absolute ws(s) URL, as browsers and push clients connect to it. */
-export const websocketUrl: Kind<string> = kind(
+const websocketUrl: Kind<string> = kind(
   "url",
   "a ws(s) URL",
   "URL",
@@ -167,7 +167,7 @@ export const splitList = (raw: string): Array<string> => {
   return inner.split(",").map((item) => unquote(item.trim())).filter((item) => item !== "")
 }
 
-export const list = (item: Schema.Codec<string> = Schema.String, expected = "a list of strings"): Kind<ReadonlyArray<string>> =>
+const list = (item: Schema.Codec<string> = Schema.String, expected = "a list of strings"): Kind<ReadonlyArray<string>> =>
   kind(
     "list",
     `${expected} ([a,b] or a,b)`,
@@ -184,7 +184,7 @@ export const list = (item: Schema.Codec<string> = Schema.String, expected = "a l
   )
 
 /** A Fernet key: URL-safe base64 of 32 bytes, as `autokey` prints it. */
-export const isFernetKey = (key: string): boolean =>
+const isFernetKey = (key: string): boolean =>
   /^[A-Za-z0-9_-]{43}=?$/.test(key) && Buffer.from(key, "base64url").length === 32
 
 export const fernetKeys: Kind<ReadonlyArray<string>> = list(
@@ -201,7 +201,7 @@ const isAddressOrBlock = (entry: string): boolean => {
 }
 
 /** IP addresses and CIDR blocks (`10.0.0.1`, `10.0.0.0/8`, `fd00::/8`). */
-export const addressList: Kind<ReadonlyArray<string>> = list(
+const addressList: Kind<ReadonlyArray<string>> = list(
   Schema.String.check(Schema.makeFilter(isAddressOrBlock)),
   "a list of IP addresses or CIDR blocks (10.0.0.1, 10.0.0.0/8, fd00::/8)"
 )
@@ -411,12 +411,12 @@ export const options = {
   metrics_port: opt("endpoint", port, 8083, "Port of an endpoint node's private Prometheus listener (GET /metrics); the all-in-one serves /metrics on its router port instead")
 } as const
 
-export type Options = typeof options
+type Options = typeof options
 export type OptionName = keyof Options
-export type OptionValue<N extends OptionName> = Options[N] extends OptionDef<infer A, infer D> ? A | D : never
+type OptionValue<N extends OptionName> = Options[N] extends OptionDef<infer A, infer D> ? A | D : never
 
 /** Options computed after merging when not set. */
-export type DerivedOption = "endpoint_url" | "router_url"
+type DerivedOption = "endpoint_url" | "router_url"
 
 export const optionNames = Object.keys(options) as ReadonlyArray<OptionName>
 

@@ -42,7 +42,7 @@ export interface HealthSource {
 }
 
 /** Largest router-port body: a notification is at most a few KiB (data ≤ max_data_bytes, base64url). */
-export const MAX_BODY = 64 * 1024
+const MAX_BODY = 64 * 1024
 
 const sendText = (res: ServerResponse, status: number, text: string): void => {
   res.writeHead(status, { "content-type": "text/plain", "content-length": Buffer.byteLength(text) })
@@ -82,14 +82,14 @@ const routerPath = (path: string): readonly [string, string, string?] | undefine
 
 // ── the boundary ────────────────────────────────────────────────────────────────────────────────
 
-export type Handler = (req: IncomingMessage, res: ServerResponse, path: string) => void | Promise<void>
+type Handler = (req: IncomingMessage, res: ServerResponse, path: string) => void | Promise<void>
 
 /**
  * Run a handler so that nothing it throws or rejects reaches the server: the answer is 500/999 with
  * a request id (unless already sent) and one error log line carries the id and the cause. Error
  * answers leave an access-log line.
  */
-export const serve = (health: HealthSource, handler: Handler) => (req: IncomingMessage, res: ServerResponse): void => {
+const serve = (health: HealthSource, handler: Handler) => (req: IncomingMessage, res: ServerResponse): void => {
   const path = (req.url ?? "/").split("?", 1)[0] as string
   if (health.logRejected !== undefined) {
     const log = health.logRejected
@@ -126,7 +126,7 @@ const routeLabel = (path: string): string => {
 // ── routes ──────────────────────────────────────────────────────────────────────────────────────
 
 /** Health routes; true when the request was one of them. */
-export const handleHealth = (
+const handleHealth = (
   req: IncomingMessage,
   res: ServerResponse,
   path: string,
@@ -222,7 +222,7 @@ const delivered = (req: IncomingMessage, res: ServerResponse, uaid: string, regi
  * Router API on the private port, with `/metrics` and `/__trace__/{message_id}` when `observability`
  * is given (see `routerObservability`).
  */
-export const routerHandler = (
+const routerHandler = (
   registry: NodeRegistryService,
   health: HealthSource,
   observability: RouterObservability | undefined,
@@ -260,7 +260,7 @@ export const routerHandler = (
 }
 
 /** Non-upgrade requests on the public WebSocket port: health only. */
-export const publicHandler = (registry: NodeRegistryService, health: HealthSource): Handler => (req, res, path) => {
+const publicHandler = (registry: NodeRegistryService, health: HealthSource): Handler => (req, res, path) => {
   req.resume()
   if (handleHealth(req, res, path, registry, health)) return
   sendError(res, new RouteNotFound())

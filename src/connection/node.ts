@@ -31,13 +31,12 @@ import { type Counter, Metrics } from "../observability/Metrics.ts"
 import { METRICS } from "../observability/catalog.ts"
 import { portCounters } from "../observability/sockets.ts"
 import { routerObservability } from "../observability/observability.ts"
-import { textFrame } from "../protocol/inputs.ts"
+import { type MailboxInput, textFrame } from "../protocol/inputs.ts"
 import type { InboxBound, InboxGate, Mailbox } from "../protocol/mailbox.ts"
 import {
   protocolFor,
   runSession,
   SessionHandle,
-  type SessionEvent,
   type SessionOptions,
   type SessionPorts,
   type Transport
@@ -407,7 +406,7 @@ const terminate = (socket: PushSocket): void => socket.terminate()
  * Once the session is going away nothing more it sends matters: the socket is not read any more
  * (it is ended after the close grace), and what was read already is not decoded.
  */
-const onMessage = (socket: PushSocket, mailbox: Mailbox<SessionEvent>, data: RawData, isBinary: boolean): void => {
+const onMessage = (socket: PushSocket, mailbox: Mailbox<MailboxInput>, data: RawData, isBinary: boolean): void => {
   if (mailbox.isClosed) return socket.closing()
   const bytes = Array.isArray(data) ? data.reduce((sum, part) => sum + part.length, 0) : data.byteLength
   if (isBinary) return void mailbox.offerFrame({ _tag: "BinaryFrame" }, bytes)

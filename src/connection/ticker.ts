@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { NodeRegistry } from "./registry.ts"
 
-export const tickOnce = Effect.fnUntraced(function*() {
+const tickOnce = Effect.fnUntraced(function*() {
   const registry = yield* NodeRegistry
   const now = yield* Clock.currentTimeMillis
   for (const handle of registry.connections) {

@@ -64,11 +64,11 @@ const requestHost = (request: HttpServerRequest.HttpServerRequest, endpointUrl: 
  * The WebSocket the page connects to: as configured, else the connection port on the page's host,
  * as plain `ws://` (what that port speaks, even when the endpoint has TLS of its own).
  */
-export const websocketUrlFor = (options: ConsoleOptions, host: string): string =>
+const websocketUrlFor = (options: ConsoleOptions, host: string): string =>
   options.websocketUrl ?? `ws://${host}:${options.websocketPort}/`
 
 /** The Content-Security-Policy of every console response. */
-export const contentSecurityPolicy = (websocketUrl: string, endpointUrl: string): string =>
+const contentSecurityPolicy = (websocketUrl: string, endpointUrl: string): string =>
   [
     "default-src 'none'",
     "script-src 'self'",

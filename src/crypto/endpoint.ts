@@ -45,7 +45,7 @@ export interface EndpointToken {
  * A token that does not decrypt under any key (`reason` from Fernet) or decrypts to the wrong
  * length for its version (`bad-length`). The HTTP edge maps both to 404/102.
  */
-export class EndpointTokenError extends Data.TaggedError("EndpointTokenError")<{
+class EndpointTokenError extends Data.TaggedError("EndpointTokenError")<{
   readonly reason: FernetError["reason"] | "bad-length"
 }> {}
 
@@ -57,7 +57,7 @@ export type MessageIdData = MessageKey & {
 }
 
 /** A message id that does not decrypt, or whose plaintext is not a message key. The edge maps it to 400. */
-export class MessageIdError extends Data.TaggedError("MessageIdError")<{
+class MessageIdError extends Data.TaggedError("MessageIdError")<{
   readonly reason: FernetError["reason"] | "bad-format"
 }> {}
 
@@ -108,7 +108,7 @@ export const makeEndpointToken = (
 }
 
 /** `{endpointUrl}/wpush/{v1|v2}/{token}`; `endpointUrl` without a trailing slash. */
-export const makeEndpointUrl = (
+const makeEndpointUrl = (
   fernet: MultiFernet,
   nowSeconds: number,
   endpointUrl: string,
@@ -173,13 +173,13 @@ export const parseMessageId = (fernet: MultiFernet, id: string): Result.Result<M
 const TOKENS_REMEMBERED = 10_000
 
 /** A configured crypto key that cannot be used; names its position in the list, never its value. */
-export class CryptoKeyConfigError extends Data.TaggedError("CryptoKeyConfigError")<{ readonly message: string }> {}
+class CryptoKeyConfigError extends Data.TaggedError("CryptoKeyConfigError")<{ readonly message: string }> {}
 
 /** Fixed key for tests only (the Fernet spec's vector key). */
 export const TEST_CRYPTO_KEY = "cw_0x689RpI-jtRR7oE8h_eQsKImvJapLeSbXpwF4e4="
 export const TEST_ENDPOINT_URL = "http://localhost:8082"
 
-export interface EndpointCryptoOptions {
+interface EndpointCryptoOptions {
   /** Fernet key strings, newest first: the first encrypts, all decrypt. Redacted: never logged. */
   readonly keys: Redacted.Redacted<ReadonlyArray<string>>
   /** Public base URL of the endpoint nodes, e.g. `https://updates.push.example.com`. */

@@ -138,7 +138,7 @@ export const parseFernetKey = (key: string): Result.Result<FernetKey, FernetKeyE
 /** A new random key in the canonical 44-character form. */
 export const generateFernetKey = (): string => randomBytes(32).toString("base64url") + "="
 
-export interface EncryptOptions {
+interface EncryptOptions {
   /** Timestamp to record, seconds since the epoch: the caller's Clock. */
   readonly now: number
   /** 16-byte IV; default random. Only the spec vectors need to set it: reusing an IV leaks equality. */
@@ -146,7 +146,7 @@ export interface EncryptOptions {
 }
 
 /** A time check: refuse tokens older than `ttlSeconds` at `now` (and too far in the future). Without it, no time check. */
-export interface DecryptOptions {
+interface DecryptOptions {
   readonly ttlSeconds: number
   /** Seconds since the epoch: the caller's Clock. */
   readonly now: number

@@ -141,7 +141,7 @@ export type ApiError =
   | ReceiptNotFound
   | InternalError
 
-export interface ErrorBody {
+interface ErrorBody {
   readonly code: number
   readonly errno: number | null
   readonly error: string
@@ -149,7 +149,7 @@ export interface ErrorBody {
   readonly more_info: string
 }
 
-export interface ErrorResponse {
+interface ErrorResponse {
   readonly status: number
   readonly headers: Readonly<Record<string, string>>
   readonly body: ErrorBody

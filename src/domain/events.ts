@@ -8,7 +8,7 @@
 import type { Urgency } from "./notification.ts"
 import type { ReceiptOutcome } from "./receipt.ts"
 
-export type DeliverySource = "direct" | "stored"
+type DeliverySource = "direct" | "stored"
 
 /**
  * What an endpoint node did with an accepted message: handed to the client's

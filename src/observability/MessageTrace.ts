@@ -21,7 +21,7 @@ import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
 import { isOpaqueId, makeOpaqueIds, opaqueId } from "./opaque.ts"
 
-export interface TraceEntry {
+interface TraceEntry {
   readonly time: number
   readonly type: string
   readonly data: Readonly<Record<string, unknown>>
@@ -54,7 +54,7 @@ export interface TraceDocument {
   readonly truncated: boolean
 }
 
-export interface MessageTraceService {
+interface MessageTraceService {
   readonly sink: EventSink
   /** By message id (the `Location` of a 201) or its opaque id (the event log's `version`). */
   readonly lookup: (messageId: string) => TraceDocument | undefined
@@ -62,7 +62,7 @@ export interface MessageTraceService {
   readonly size: () => number
 }
 
-export interface MessageTraceOptions {
+interface MessageTraceOptions {
   /** Events retained. Default 40,000: the last 10,000 messages or so (accepted, routed, delivered, acked). */
   readonly capacity?: number
   /** Events shown per message (the first ones). Default 32. */

@@ -24,7 +24,7 @@ export type Tags = Readonly<Record<string, string>>
 export interface Counter {
   readonly inc: (n?: number) => void
 }
-export interface Gauge {
+interface Gauge {
   readonly set: (value: number) => void
   readonly add: (delta: number) => void
 }
@@ -33,7 +33,7 @@ export interface Timer {
   readonly record: (ms: number) => void
 }
 
-export interface SeriesSnapshot {
+interface SeriesSnapshot {
   readonly name: string
   readonly kind: MetricKind
   readonly tags: Tags
@@ -60,10 +60,10 @@ export interface MetricsService {
 export const PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 /** Histogram bucket bounds of timers, in milliseconds. */
-export const TIMER_BUCKETS: ReadonlyArray<number> = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000]
+const TIMER_BUCKETS: ReadonlyArray<number> = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000]
 
 /** Where counters and timers go as they happen, and gauges when flushed (statsd). */
-export interface MetricsForwarder {
+interface MetricsForwarder {
   readonly count: (name: string, n: number, tags: ReadonlyArray<string>) => void
   readonly timing: (name: string, ms: number, tags: ReadonlyArray<string>) => void
   readonly gauge: (name: string, value: number, tags: ReadonlyArray<string>) => void
@@ -221,7 +221,7 @@ const NOOP: Counter & Gauge & Timer = { inc: () => {}, set: () => {}, add: () =>
 
 // ── statsd ──────────────────────────────────────────────────────────────────────────────────────
 
-export interface StatsdOptions {
+interface StatsdOptions {
   readonly host: string
   readonly port: number
   /** Names are sent as `{prefix}.{name}` (autopush-rs: the role, `autoconnect` / `autoendpoint`). */
@@ -262,7 +262,7 @@ const statsdForwarder = async (options: StatsdOptions) => {
 
 // ── the service ─────────────────────────────────────────────────────────────────────────────────
 
-export interface MetricsOptions {
+interface MetricsOptions {
   /** Forward to statsd/DogStatsD; off when absent. */
   readonly statsd?: StatsdOptions | undefined
 }

@@ -6,7 +6,7 @@
 
 export type MetricKind = "counter" | "gauge" | "timer"
 
-export interface MetricInfo {
+interface MetricInfo {
   readonly name: string
   readonly kind: MetricKind
   readonly tags: Readonly<Record<string, string>>

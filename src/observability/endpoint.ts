@@ -23,7 +23,7 @@ export const routeLabel = (url: string): string =>
   : /^\/(health|status|__heartbeat__|__lbheartbeat__|__version__|__error__)(\?|$)/.test(url) ? "health"
   : "other"
 
-export interface EndpointInstrumentation {
+interface EndpointInstrumentation {
   readonly metrics: MetricsService
   /** Count an error response. */
   readonly onError: (error: ApiError) => void
@@ -41,7 +41,7 @@ export interface EndpointInstrumentation {
   ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest>
 }
 
-export const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumentation => {
+const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumentation => {
   const inFlight = metrics.gauge(METRICS.inFlight.name)
   const requestTime = handlesBy((key): Timer => {
     const at = key.indexOf(" ")

@@ -46,7 +46,7 @@ export const makeEventLine = (opaque: (value: string) => string = makeOpaqueIds(
     return JSON.stringify({ time: event.time, type: event.type, uaid: opaque(event.uaid), data })
   }
 
-export interface EventLogFileOptions {
+interface EventLogFileOptions {
   /** `-` for stdout, else a file path (created if missing, appended to). */
   readonly target: string
   /** Shared opaque-id function (so the trace and the log hash each value once). */

@@ -19,7 +19,7 @@ const SEVERITY: Readonly<Record<string, number>> = {
   None: 7
 }
 
-export interface LoggingOptions {
+interface LoggingOptions {
   readonly human: boolean
   readonly level: "trace" | "debug" | "info" | "warn" | "error"
   /** `autopush`, `autoconnect`, `autoendpoint`: the MozLog `Type` and `Logger` prefix. */
@@ -28,7 +28,7 @@ export interface LoggingOptions {
 }
 
 /** One MozLog record: annotations become `Fields`, with the message as `Fields.msg`. */
-export const mozLogger = (role: string, hostname: string) =>
+const mozLogger = (role: string, hostname: string) =>
   Logger.map(Logger.formatStructured, (entry) =>
     JSON.stringify({
       Timestamp: Date.parse(entry.timestamp) * 1_000_000,
@@ -47,7 +47,7 @@ export const mozLogger = (role: string, hostname: string) =>
   ).pipe(Logger.withConsoleLog)
 
 /** One record as the structured formatter gives it. */
-export interface HumanEntry {
+interface HumanEntry {
   readonly level: string
   readonly timestamp: string
   readonly message: unknown

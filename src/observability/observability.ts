@@ -25,7 +25,7 @@ import { metricsSink } from "./metricsSink.ts"
 import { makeOpaqueIds } from "./opaque.ts"
 import { deliverySpans } from "./tracing.ts"
 
-export interface ObservabilityOptions {
+interface ObservabilityOptions {
   /** `autopush`, `autoconnect`, `autoendpoint`: the statsd prefix. */
   readonly role: string
   /** `statsd_host`; statsd is off when unset. */
@@ -118,7 +118,7 @@ export interface RouterObservability {
 }
 
 /** The connection registry as the gauges see it. */
-export interface ConnectionCounts {
+interface ConnectionCounts {
   /** Identified sessions. */
   readonly count: () => number
   /** Every open connection. */

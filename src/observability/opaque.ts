@@ -15,7 +15,7 @@ import { hash } from "node:crypto"
 import { memoize } from "../platform/memo.ts"
 
 /** Length of an opaque id in hex digits. */
-export const OPAQUE_ID_LENGTH = 16
+const OPAQUE_ID_LENGTH = 16
 
 const OPAQUE = /^[0-9a-f]{16}$/
 

@@ -15,7 +15,7 @@ export interface SessionSummary {
   readonly counts: SessionCounts
 }
 
-export interface SessionCounts {
+interface SessionCounts {
   readonly directAcked: number
   readonly directStored: number
   readonly storedRetrieved: number

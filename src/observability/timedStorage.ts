@@ -12,7 +12,7 @@ import { mapStorageOperations, Storage, type StorageService } from "../storage/S
 import { METRICS } from "./catalog.ts"
 import { Metrics, type MetricsService } from "./Metrics.ts"
 
-export const timeStorage = (inner: StorageService, metrics: MetricsService): StorageService =>
+const timeStorage = (inner: StorageService, metrics: MetricsService): StorageService =>
   mapStorageOperations(inner, (name) => {
     const ok = metrics.timer(METRICS.storageTime.name, { operation: name, outcome: "ok" })
     const error = metrics.timer(METRICS.storageTime.name, { operation: name, outcome: "error" })

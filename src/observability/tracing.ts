@@ -25,7 +25,7 @@ import type { DomainEvent } from "../domain/events.ts"
 import type { EventSink } from "./EventLog.ts"
 import { opaqueId } from "./opaque.ts"
 
-export interface TracingOptions {
+interface TracingOptions {
   /** OTLP/HTTP base URL (the collector's, e.g. `http://collector:4318`); unset: no tracing. */
   readonly otlpEndpoint?: string | undefined
   /** The `service.name` resource attribute: the node's role. */
@@ -57,7 +57,7 @@ export const tracingLayer = (options: TracingOptions): Layer.Layer<never> | Laye
     }))
 
 /** A W3C `traceparent` (`00-{trace}-{span}-{flags}`) as a parent span, or undefined when malformed. */
-export const parseTraceparent = (value: string): Tracer.ExternalSpan | undefined => {
+const parseTraceparent = (value: string): Tracer.ExternalSpan | undefined => {
   const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(value)
   if (match === null) return undefined
   return Tracer.externalSpan({ traceId: match[1] as string, spanId: match[2] as string, sampled: (Number.parseInt(match[3] as string, 16) & 1) === 1 })
@@ -113,7 +113,7 @@ export const deliverySpans = (tracer: Tracer.Tracer): EventSink => {
  * built: with tracing off `span` adds nothing — Effect would still make, provide and end a no-op span
  * on every call.
  */
-export interface MessageSpans {
+interface MessageSpans {
   readonly enabled: boolean
   readonly span: (name: string, options?: Tracer.SpanOptionsNoTrace) => <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 }

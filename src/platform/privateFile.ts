@@ -12,7 +12,7 @@ import { randomBytes } from "node:crypto"
 import { type FileHandle, mkdir, open, rename, rm } from "node:fs/promises"
 import { dirname } from "node:path"
 
-export interface PrivateTemporary {
+interface PrivateTemporary {
   /** The temporary file's path: `{path}.{random}.tmp`. */
   readonly path: string
   readonly handle: FileHandle

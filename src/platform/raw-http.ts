@@ -55,7 +55,7 @@ export interface BodyLimits {
  * their whole body before they read the answer, and a connection closed with unread data is reset,
  * which takes the answer with it. Beyond this much, the connection is closed all the same.
  */
-export const DISCARD_MAX_BYTES = 32 * 1024 * 1024
+const DISCARD_MAX_BYTES = 32 * 1024 * 1024
 
 /**
  * The whole body, at most `maxBytes`, each chunk within `idleMs` of the last, handed to `done`
@@ -104,7 +104,7 @@ export const readBody = (req: IncomingMessage, limits: BodyLimits, done: (body: 
 }
 
 /** An error answer as raw HTTP/1.1 text; the connection is closed after it. */
-export const rawErrorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): string => {
+const rawErrorResponse = (error: ApiError, extraHeaders: Readonly<Record<string, string>> = {}): string => {
   const { status, headers, body } = toErrorResponse(error)
   const text = JSON.stringify(body)
   const lines = [

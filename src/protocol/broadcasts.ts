@@ -20,7 +20,7 @@ const ownId = (set: BroadcastSet, id: string): string => {
   return ids.get(id) ?? id
 }
 
-export interface Followed {
+interface Followed {
   /** The flat id/version list the session keeps. */
   readonly broadcasts: ReadonlyArray<string>
   /** Broadcasts whose node version the client did not have (now sent), if any. */

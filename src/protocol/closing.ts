@@ -205,7 +205,7 @@ const ended = (phase: Closing, saved: ReadonlyArray<Notification>, out: Out): Ph
 
 /** A hello's storage failed (or did not answer within `storage_timeout`): close — as a handshake timeout once `hello_timeout` has passed. */
 export const helloFailed = (phase: Unidentified, _input: Failed, out: Out): Phase =>
-  closeEarly(out.now >= phase.openedAt + out.o.helloTimeoutMs ? "hello-timeout" : "storage-error", out)
+  closeEarly(out.now >= phase.openedAt + out.options.helloTimeoutMs ? "hello-timeout" : "storage-error", out)
 
 /** A live session's storage failed: a register or unregister is answered 500; the rest is retried with backoff. */
 export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): Phase => {
@@ -233,7 +233,7 @@ export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): P
       refuse(out, phase.session.uaid, { messageType: "urgency" }, "not-written")
       return phase
     default: {
-      const retry: Retry = { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) }
+      const retry: Retry = { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.options, command.attempt) }
       return withSession(phase, { ...phase.session, retry })
     }
   }
@@ -247,8 +247,8 @@ export const closingFailed = (phase: Closing, { command }: Failed, out: Out): Ph
     case "ClearNodeId":
     case "DeleteMessages":
     case "TakeMessage": {
-      if (out.now - phase.since >= out.o.saveRetryForMs) return ended(phase, NOTHING, out)
-      return { ...phase, retry: { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.o, command.attempt) } }
+      if (out.now - phase.since >= out.options.saveRetryForMs) return ended(phase, NOTHING, out)
+      return { ...phase, retry: { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.options, command.attempt) } }
     }
     default:
       throw new Error(`${command._tag} failed in phase Closing`)

@@ -33,7 +33,7 @@ export const budgeted = <P extends Live, M extends ClientMessage>(handle: (phase
 (phase: P, message: M, out: Out, admitted: boolean): Phase => {
   if (admitted) return handle(phase, message, out)
   const s = phase.session
-  const b = refill(s.budget, out.o, out.now)
+  const b = refill(s.budget, out.options, out.now)
   if (b.held.length === 0 && b.tokens >= 1) return handle(withSession(phase, { ...s, budget: { ...b, tokens: b.tokens - 1, tokensAt: out.now } }), message, out)
   const held = heldPush(b.held, message)
   const pause = held.length >= HELD_COMMANDS_MAX && !b.readingPaused
@@ -45,7 +45,7 @@ export const budgeted = <P extends Live, M extends ClientMessage>(handle: (phase
 export const releaseHeld = <P extends Live>(phase: P, out: Out): P => {
   const s = phase.session
   if (s.budget.held.length === 0) return phase
-  const b = refill(s.budget, out.o, out.now)
+  const b = refill(s.budget, out.options, out.now)
   const n = Math.min(b.held.length, Math.floor(b.tokens))
   if (n === 0) return b === s.budget ? phase : withSession(phase, { ...s, budget: b })
   const [released, held] = heldTake(b.held, n)
@@ -91,7 +91,7 @@ export const endpointMade = (phase: Live, input: Extract<CommandResult, { _tag: 
     routerType: "webpush",
     routerData: {},
     connectedAt: s.connectedAt,
-    nodeId: out.o.routerUrl,
+    nodeId: out.options.routerUrl,
     currentMonth: s.table,
     recordVersion: USER_RECORD_VERSION,
     ...(s.minUrgency === undefined ? {} : { urgency: s.minUrgency })
@@ -193,7 +193,7 @@ const urgencySet = <P extends Live>(phase: P, min: Urgency, out: Out): P => {
 export const ping = (phase: Live, _message: unknown, out: Out): Phase => {
   const s = phase.session
   const last = s.keepalive.lastClientPing
-  if (last !== undefined && out.now - last < out.o.minPingIntervalMs) return closeLive(phase, "excessive-ping", out)
+  if (last !== undefined && out.now - last < out.options.minPingIntervalMs) return closeLive(phase, "excessive-ping", out)
   out.frame(PING_REPLY)
   return withSession(phase, { ...s, keepalive: { ...s.keepalive, lastClientPing: out.now } })
 }

@@ -23,7 +23,7 @@ import { isExpired, type Notification, urgentEnough } from "../domain/notificati
 type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { readonly messageType: T }>
 
 /** How a phase goes on after its acks or a page: read more, finish, or (not reading) nothing. */
-export type Advance<P extends Live> = (phase: P, out: Out) => Phase
+type Advance<P extends Live> = (phase: P, out: Out) => Phase
 
 /** A drain from the start of `tables` (topic rows first). */
 export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, rows: "topic", after: undefined, again: false, sent: 0 })
@@ -56,14 +56,14 @@ const advance = <P extends Reading>(phase: P, out: Out, finish: (phase: P, out: 
   const s = phase.session
   const drain = phase.drain
   if (s.retry !== undefined || out.command !== undefined || storedOutstanding(s.acks) > 0) return phase
-  if (drain.sent > out.o.msgLimit) {
+  if (drain.sent > out.options.msgLimit) {
     out.run({ _tag: "DropUser", uaid: s.uaid, connectedAt: s.connectedAt, reason: "too_many_messages", attempt: 0 })
     return phase
   }
   const table = drain.tables[0]
   if (table !== undefined) {
     if (drain.rows === "read") return advance({ ...phase, drain: nextTable(drain) }, out, finish)
-    out.run({ _tag: "ReadPage", uaid: s.uaid, table, rows: drain.rows, after: drain.after, limit: out.o.pageSize, attempt: 0 })
+    out.run({ _tag: "ReadPage", uaid: s.uaid, table, rows: drain.rows, after: drain.after, limit: out.options.pageSize, attempt: 0 })
     return phase
   }
   if (drain.again) return advance({ ...phase, drain: { ...newDrain(s.table), sent: drain.sent } }, out, finish)
@@ -76,10 +76,10 @@ export const advanceDraining: Advance<Draining> = (phase, out) =>
 
 /** Last month's table is read and acked: the user moves to this month's. */
 export const advanceMigrating: Advance<Migrating> = (phase, out) =>
-  advance(phase, out, (done, o) => {
+  advance(phase, out, (done, out) => {
     const s = done.session
-    o.run({ _tag: "ReadChannels", uaid: s.uaid, table: s.table, attempt: 0 })
-    return { _tag: "Moving", session: s, to: currentTable(o.o, o.now), deferred: done.deferred }
+    out.run({ _tag: "ReadChannels", uaid: s.uaid, table: s.table, attempt: 0 })
+    return { _tag: "Moving", session: s, to: currentTable(out.options, out.now), deferred: done.deferred }
   })
 
 /** Phases that read nothing go on as they are. */
@@ -120,7 +120,7 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   const sent = drain.sent + messages.length
   // The client gets `msgLimit` messages of a drain whatever the page size; the rest of a page that
   // goes past it is not sent (the user is dropped once what was sent is acked: advance).
-  const page = sent > out.o.msgLimit ? messages.slice(0, Math.max(0, out.o.msgLimit - drain.sent)) : messages
+  const page = sent > out.options.msgLimit ? messages.slice(0, Math.max(0, out.options.msgLimit - drain.sent)) : messages
   const last = command.rows === "timestamp" && !input.more && lastIfShort
   let next: Drain = command.rows === "timestamp"
     ? { ...drain, sent, after: input.lastSortKey, rows: last ? "read" : "timestamp" }

@@ -36,11 +36,11 @@ const resumable = (user: UserRecord | undefined): user is UserRecord => user !==
 export const userRead = (phase: Resuming, { user }: { readonly user: UserRecord | undefined }, out: Out): Phase => {
   if (!resumable(user)) return mint(phase, out)
   if (user.connectedAt > out.now) return closeEarly("already-connected", out)
-  if (!out.o.noTableRotation && (user.currentMonth === undefined || !activeTables(out.o, out.now).includes(user.currentMonth))) {
+  if (!out.options.noTableRotation && (user.currentMonth === undefined || !activeTables(out.options, out.now).includes(user.currentMonth))) {
     out.run({ _tag: "DropUser", uaid: user.uaid, connectedAt: user.connectedAt, reason: "stale_month", attempt: 0 })
     return phase
   }
-  out.run({ _tag: "WriteUser", user: { ...user, nodeId: out.o.routerUrl, connectedAt: out.now }, purpose: { _tag: "Resume", previous: user } })
+  out.run({ _tag: "WriteUser", user: { ...user, nodeId: out.options.routerUrl, connectedAt: out.now }, purpose: { _tag: "Resume", previous: user } })
   return phase
 }
 
@@ -64,7 +64,7 @@ export const resumed = (phase: Resuming, input: Extract<CommandResult, { _tag: "
     return { ...phase, _tag: "Rechecking" }
   }
   const previous = purpose._tag === "Resume" ? purpose.previous : undefined
-  if (previous?.nodeId !== undefined && previous.nodeId !== out.o.routerUrl) {
+  if (previous?.nodeId !== undefined && previous.nodeId !== out.options.routerUrl) {
     out.signal({ _tag: "DisconnectPeer", nodeId: previous.nodeId, uaid: user.uaid, connectedAt: previous.connectedAt })
   }
   return identify(phase, user.uaid, user, "existing", out)
@@ -75,7 +75,7 @@ export const uaidMinted = (phase: Minting, { uaid }: { readonly uaid: string }, 
 
 /** A session's budget while it is full: one shared record per node's options (memory per connection). */
 const fullBudgets = new WeakMap<ProtocolOptions, Budget>()
-export const fullBudget = (o: ProtocolOptions): Budget => {
+const fullBudget = (o: ProtocolOptions): Budget => {
   let budget = fullBudgets.get(o)
   if (budget === undefined) fullBudgets.set(o, budget = { tokens: o.commandBurst, tokensAt: 0, held: NO_HELD, readingPaused: false })
   return budget
@@ -96,7 +96,7 @@ const identify = (
 ): Phase => {
   const now = out.now
   const connectedAt = user?.connectedAt ?? now
-  const current = currentTable(out.o, now)
+  const current = currentTable(out.options, now)
   const table = user?.currentMonth === undefined ? current : tableName(user.currentMonth)
   const followed = follow(NOTHING, phase.broadcasts, out.broadcasts)
   const session: Session = {
@@ -106,7 +106,7 @@ const identify = (
     user,
     acks: NO_ACKS,
     keepalive: { lastActivity: now, pingSentAt: undefined, lastClientPing: undefined },
-    budget: fullBudget(out.o),
+    budget: fullBudget(out.options),
     broadcasts: followed.broadcasts,
     retry: undefined,
     minUrgency: user?.urgency
@@ -117,6 +117,6 @@ const identify = (
   if (followed.changed !== undefined) out.event("broadcast.delivered.1", uaid, { broadcasts: followed.changed, reason: "hello" })
   // A new uaid has nothing stored. A user on last month's table drains it there, then moves.
   if (user === undefined) return { _tag: "Identified", session }
-  if (!out.o.noTableRotation && table !== current) return advanceMigrating({ _tag: "Migrating", session, drain: newDrain(table), deferred: NOTHING }, out)
+  if (!out.options.noTableRotation && table !== current) return advanceMigrating({ _tag: "Migrating", session, drain: newDrain(table), deferred: NOTHING }, out)
   return startDrain({ _tag: "Identified", session }, out)
 }

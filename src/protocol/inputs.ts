@@ -1,5 +1,5 @@
 /**
- * What reaches a connection and what a step asks for: the inputs (`SessionEvent`s from the socket
+ * What reaches a connection and what a step asks for: the inputs (`MailboxInput`s from the socket
  * and the node, `CommandResult`s of the storage and crypto work a step asked for), the commands
  * (those retried when storage fails, `RetriedCommand`, are defined in `phases.ts`, beside the
  * `Retry` a session keeps), the fire-and-forget signals, and the `Transition` a step returns.
@@ -11,8 +11,12 @@ import type { DomainEvent } from "../domain/events.ts"
 import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 
-/** What the mailbox carries: from the socket and from the node. */
-export type SessionEvent =
+/**
+ * What a session's mailbox carries: the client's frames and the socket's news (from the socket), and
+ * deliveries, storage checks, ticks and kicks (from the node). Command results do not go through
+ * it: the session feeds each one back as the very next input.
+ */
+export type MailboxInput =
   /** `admitted`: a command that already passed the command budget (held and released). */
   | { readonly _tag: "Frame"; readonly message: ClientMessage; readonly admitted?: boolean }
   | { readonly _tag: "BadFrame"; readonly detail: string }
@@ -25,7 +29,7 @@ export type SessionEvent =
   | { readonly _tag: "Kick"; readonly kind: CloseKind }
 
 /** A text frame from the client as the session gets it: a message, or why it is not one. */
-export const textFrame = (text: string): SessionEvent => {
+export const textFrame = (text: string): MailboxInput => {
   const message = decodeClientFrame(text)
   return isFrameError(message) ? { _tag: "BadFrame", detail: message.detail } : { _tag: "Frame", message }
 }
@@ -37,7 +41,7 @@ export interface Registering {
 }
 
 /** Why a router record is written: to resume a claimed uaid, or at a new uaid's first register. */
-export type WritePurpose =
+type WritePurpose =
   /** `previous`: the record as read; the node it names is told to drop its stale session. */
   | { readonly _tag: "Resume"; readonly previous: UserRecord }
   | { readonly _tag: "Register"; readonly registering: Registering }
@@ -114,16 +118,16 @@ const RESULT_TAGS: { readonly [K in CommandResult["_tag"]]: true } = {
 export const isResultKind = (kind: string): boolean => Object.hasOwn(RESULT_TAGS, kind)
 
 /** After a close: the mailbox is shut and its leftover deliveries were handed over. */
-export type Ended = { readonly _tag: "MailboxDrained" }
+type Ended = { readonly _tag: "MailboxDrained" }
 
-export type Input = SessionEvent | CommandResult | Ended
+export type Input = MailboxInput | CommandResult | Ended
 
 /** Input kinds: client frames by `messageType`, everything else by `_tag`. */
 export type InputKind = ClientMessage["messageType"] | Exclude<Input["_tag"], "Frame">
 
 export const inputKind = (input: Input): InputKind => (input._tag === "Frame" ? input.message.messageType : input._tag)
 
-/** Fire-and-forget effects, run in order before the command. */
+/** Fire-and-forget signals (to the socket, the node's registry, peers, or the session's own queue), run in order before the command. */
 export type Signal =
   /** A WebSocket ping frame (keepalive). */
   | { readonly _tag: "Ping" }
@@ -145,7 +149,7 @@ export interface Transition {
   readonly phase: Phase
   readonly frames: ReadonlyArray<string>
   readonly events: ReadonlyArray<DomainEvent>
-  readonly effects: ReadonlyArray<Signal>
+  readonly signals: ReadonlyArray<Signal>
   /** At most one command per transition: its result is the next input. */
   readonly command: Command | undefined
   readonly close: CloseKind | undefined

@@ -46,7 +46,7 @@ export type ClientMessage =
 
 
 /** Why a text frame is not a client message; the session closes with 1011 "Json" for all of them. */
-export interface FrameError {
+interface FrameError {
   readonly _tag: "FrameError"
   readonly reason: "not-json" | "not-object" | "unknown-type" | "bad-fields"
   readonly detail: string

@@ -14,17 +14,17 @@ import { activeTableNames, currentTableName } from "../storage/tables.ts"
 export class Out {
   readonly frames: Array<string> = []
   readonly events: Array<DomainEvent> = []
-  readonly effects: Array<Signal> = []
+  readonly signals: Array<Signal> = []
   command: Command | undefined = undefined
   close: CloseKind | undefined = undefined
   readonly now: number
-  readonly o: ProtocolOptions
+  readonly options: ProtocolOptions
   /** The node's broadcasts as of this step. */
   readonly broadcasts: BroadcastSet
 
   constructor(now: number, options: ProtocolOptions, broadcasts: BroadcastSet) {
     this.now = now
-    this.o = options
+    this.options = options
     this.broadcasts = broadcasts
   }
 
@@ -41,12 +41,12 @@ export class Out {
     this.command = command
   }
 
-  signal(effect: Signal): void {
-    this.effects.push(effect)
+  signal(signal: Signal): void {
+    this.signals.push(signal)
   }
 
   done(phase: Phase): Transition {
-    return { phase, frames: this.frames, events: this.events, effects: this.effects, command: this.command, close: this.close }
+    return { phase, frames: this.frames, events: this.events, signals: this.signals, command: this.command, close: this.close }
   }
 }
 

@@ -49,7 +49,7 @@ export const BROADCAST_ID_MAX = 128
 // ── the session ─────────────────────────────────────────────────────────────────────────────────
 
 /** A message sent to the client directly (from an endpoint node), not yet acked. */
-export interface DirectUnacked {
+interface DirectUnacked {
   readonly _tag: "Direct"
   readonly notification: Notification
 }
@@ -82,7 +82,7 @@ export interface Acks {
 }
 
 /** The keepalive: client activity, our ping awaiting its pong, the client's own pings. */
-export interface Keepalive {
+interface Keepalive {
   readonly lastActivity: number
   /** When our keepalive ping went out, while its pong is awaited. */
   readonly pingSentAt: number | undefined
@@ -102,7 +102,7 @@ export interface Budget {
  * O(1) (amortized) however many wait, and no earlier phase's queue ever changes. `front` from `start`
  * holds the oldest, `back` the newest (newest first); taking past `front` turns `back` around once.
  */
-export interface Held {
+interface Held {
   readonly length: number
   readonly front: ReadonlyArray<ClientMessage>
   readonly start: number

@@ -8,7 +8,7 @@
 import type { Out } from "./out.ts"
 import { registerReply, unregisterReply, urgencyReply } from "./messages.ts"
 
-export type RefusalKind =
+type RefusalKind =
   | "invalid-channel-id" // not a canonical UUID
   | "invalid-key" // a register's key that is not a VAPID public key
   | "too-many-channels" // max_channels_per_user
@@ -34,7 +34,7 @@ const replies: { readonly [K in RefusalKind]: Reply } = {
 }
 
 /** The command refused: its type, and for a register or unregister its channel id as the client sent it. */
-export type Refused =
+type Refused =
   | { readonly messageType: "register" | "unregister"; readonly channelID: string }
   | { readonly messageType: "urgency" }
 

@@ -21,13 +21,11 @@ import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
 import { causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
-import type { Command, CommandResult, Input, SessionEvent, Signal, Transition } from "./inputs.ts"
+import type { Command, CommandResult, Input, MailboxInput, Signal, Transition } from "./inputs.ts"
 import { type Consumer, type InboxBound, Mailbox } from "./mailbox.ts"
 import { describeFrame } from "./messages.ts"
 import { type BroadcastSet, isLive, type Phase, type ProtocolOptions, type StoredUnacked } from "./phases.ts"
 import { makeProtocol, type Protocol } from "./table.ts"
-
-export type { SessionEvent } from "./inputs.ts"
 
 // ── what a session talks to ─────────────────────────────────────────────────────────────────────
 
@@ -88,7 +86,7 @@ export class SessionHandle {
   connectedAt = 0
   /** Ms time at which the node's ticker sends a `Tick`. */
   deadline: number
-  readonly mailbox: Mailbox<SessionEvent>
+  readonly mailbox: Mailbox<MailboxInput>
   /**
    * Channels the client unregistered in this session (and did not register again), folded from
    * its events: deliveries for them are refused, so an endpoint that still knew the channel reads
@@ -100,7 +98,7 @@ export class SessionHandle {
 
   /** `inbox`: the bound of the client's frames waiting (none: counted, never paused on). */
   constructor(capacity: number, deadline: number, inbox?: InboxBound) {
-    this.mailbox = new Mailbox<SessionEvent>(capacity, isDelivery, inbox)
+    this.mailbox = new Mailbox<MailboxInput>(capacity, isDelivery, inbox)
     this.deadline = deadline
   }
 
@@ -123,7 +121,7 @@ const foldIntoHandle = (handle: SessionHandle, event: DomainEvent): void => {
   else if (event.type === "client.urgency.1") handle.minUrgency = event.data.min
 }
 
-const isDelivery = (event: SessionEvent): boolean => event._tag === "Delivery"
+const isDelivery = (input: MailboxInput): boolean => input._tag === "Delivery"
 
 // ── the interpreter ─────────────────────────────────────────────────────────────────────────────
 
@@ -139,7 +137,7 @@ export const runSession = (ports: SessionPorts, transport: Transport, handle: Se
   })
 
 /** The session fiber's state and work. Tests drive one with `feed`. */
-export class SessionRunner implements Consumer<SessionEvent> {
+export class SessionRunner implements Consumer<MailboxInput> {
   phase: Phase
   /** The fold of this session's events (the `Session` summary record). */
   summary: SessionSummary = emptySummary
@@ -192,8 +190,8 @@ export class SessionRunner implements Consumer<SessionEvent> {
   }
 
   /** An input from the mailbox (or the closing deadline), then the rest of the session. */
-  receive(event: SessionEvent): Effect.Effect<void> {
-    return Effect.andThen(this.feed(event), this.next)
+  receive(input: MailboxInput): Effect.Effect<void> {
+    return Effect.andThen(this.feed(input), this.next)
   }
 
   /** Bring an interrupted session to its end: as if the socket closed, with a few save attempts. */
@@ -258,7 +256,7 @@ export class SessionRunner implements Consumer<SessionEvent> {
     const before = this.phase
     for (const text of t.frames) this.transport.sendText(text)
     for (const event of t.events) this.record(event)
-    for (const signal of t.effects) this.signal(signal)
+    for (const signal of t.signals) this.signal(signal)
     if (t.close !== undefined) this.closeSocket(t.close)
     const frames = this.ports.logFrames ? this.logStep(input, t) : undefined
     const ended = this.enter(t.phase, before)

@@ -70,7 +70,7 @@ type InputOf<K extends InputKind> = K extends ClientMessage["messageType"] ? Ext
   : Extract<Input, { readonly _tag: K }>
 
 /** Each phase's row: input kind → handler of that phase and input. */
-export type Transitions = {
+type Transitions = {
   readonly [P in PhaseTag]: { readonly [K in InputKind]?: Handler<PhaseOf<P>, InputOf<K>> }
 }
 

@@ -10,15 +10,15 @@ import { closeEarly, closeLive, type Out, withSession } from "./out.ts"
 import type { AwaitingHello, Closing, Live, Phase, ProtocolOptions } from "./phases.ts"
 
 export const helloTick = (phase: AwaitingHello, _input: unknown, out: Out): Phase =>
-  out.now >= phase.openedAt + out.o.helloTimeoutMs ? closeEarly("hello-timeout", out) : phase
+  out.now >= phase.openedAt + out.options.helloTimeoutMs ? closeEarly("hello-timeout", out) : phase
 
 /** Keepalive, the retry due, and the waiting commands the budget allows. */
 export const liveTick = (phase: Live, _input: unknown, out: Out): Phase => {
   let s = phase.session
   const now = out.now
   const { pingSentAt, lastActivity } = s.keepalive
-  if (pingSentAt !== undefined && now >= pingSentAt + out.o.autoPingTimeoutMs) return closeLive(phase, "pong-timeout", out)
-  if (pingSentAt === undefined && now >= lastActivity + out.o.autoPingIntervalMs) {
+  if (pingSentAt !== undefined && now >= pingSentAt + out.options.autoPingTimeoutMs) return closeLive(phase, "pong-timeout", out)
+  if (pingSentAt === undefined && now >= lastActivity + out.options.autoPingIntervalMs) {
     // A change of a followed broadcast goes out instead of the ping (it keeps the connection alive too).
     const update = behind(s, out.broadcasts)
     if (update.changed !== undefined) {

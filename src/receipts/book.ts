@@ -22,7 +22,7 @@ export const RECEIPT_RETENTION_SECONDS = 7 * 86_400
 /** A status change without its row's expiry, which the book works out. */
 export type StatusChange = Omit<StatusUpdate, "expiry">
 
-export interface ReceiptBook {
+interface ReceiptBook {
   /**
    * Open a message's status row with a change (made if missing; the first write of each message).
    * True when written (false: it carried an outcome and the message had one already).

@@ -70,16 +70,16 @@ const receiptChangeOf = (event: DomainEvent): ReceiptWrite | undefined => {
 /** Subscriptions written at once (one write each). */
 const CONCURRENCY = 16
 /** Writes waiting at most, all subscriptions together; a write beyond is dropped. */
-export const MAX_QUEUED_WRITES = 10_000
+const MAX_QUEUED_WRITES = 10_000
 /** Longest one write may take, its retries included. */
-export const WRITE_TIMEOUT_MS = 30_000
+const WRITE_TIMEOUT_MS = 30_000
 /** Drops are logged at most this often (one line with their number). */
 const DROP_LOG_INTERVAL_MS = 10_000
 /** How long shutdown waits for queued writes. */
 const FLUSH_TIMEOUT_MS = 10_000
 
 /** The bounds, for tests (defaults: the constants above). */
-export interface RecorderBounds {
+interface RecorderBounds {
   readonly maxQueued?: number | undefined
   readonly writeTimeoutMs?: number | undefined
 }

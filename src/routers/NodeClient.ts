@@ -37,7 +37,7 @@ export interface NodeClientService {
   readonly disconnect: (nodeId: string, uaid: string, connectedAt: number) => Effect.Effect<number, NodeTransportError>
 }
 
-export interface NodeClientOptions {
+interface NodeClientOptions {
   /** Give up when the TCP connection is not up after this long (ms). */
   readonly connectTimeoutMs: number
   /** Give up when the whole exchange has not answered after this long (ms). */
@@ -147,7 +147,7 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
 }
 
 /** A connection node in this same process, reached without HTTP (the all-in-one). */
-export interface LocalNode {
+interface LocalNode {
   /** Its node id (router URL) as router records name it. */
   readonly nodeId: string
   /** Same meaning as its router port's answers: true = 200 (queued), false = 404. */

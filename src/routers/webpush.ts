@@ -29,7 +29,7 @@ import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
 
 /** What became of a message: its outcome, and the message as routed (stored at a later ms, it has a new id). */
-export interface Routed {
+interface Routed {
   readonly outcome: Extract<RouteOutcome, "direct" | "stored" | "dropped">
   readonly notification: Notification
   /** Stored: the router record as read after the store (undefined when it could not be read). */

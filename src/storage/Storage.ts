@@ -44,7 +44,7 @@ export const causeText = (cause: unknown): string => {
 export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
   Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
-export interface TimestampPage {
+interface TimestampPage {
   readonly messages: ReadonlyArray<Notification>
   /** Sort key (ms) of the last row read, expired or not: where the next page starts. */
   readonly lastSortKey?: number | undefined

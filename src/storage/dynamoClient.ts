@@ -73,7 +73,7 @@ export interface DynamoClient {
   readonly destroy: () => void
 }
 
-export interface DynamoClientOptions {
+interface DynamoClientOptions {
   /** Endpoint URL; AWS's regional endpoint when absent. */
   readonly endpoint?: string | undefined
   readonly region: string
@@ -100,7 +100,7 @@ export const scopedDynamoClient = (options: DynamoClientOptions): Effect.Effect<
   Effect.acquireRelease(Effect.promise(() => makeDynamoClient(options)), (client) => Effect.sync(() => client.destroy()))
 
 /** An error answer of the server: its error type as `name`. */
-export class DynamoServiceError extends Error {
+class DynamoServiceError extends Error {
   readonly $metadata: { readonly httpStatusCode: number }
   constructor(name: string, message: string, status: number) {
     super(message)

@@ -20,7 +20,7 @@ const SCAN_PAGE = 100
 /** Items counted by one Scan request (only keys are counted, but the whole item is read). */
 const COUNT_PAGE = 1_000
 
-export interface DynamoTablesService {
+interface DynamoTablesService {
   /** Every item of `table`, a chunk per Scan page (eventually consistent, as any Scan). */
   readonly scan: (table: string) => Stream.Stream<Item, StorageError>
   /** The users in a router table (its items but the broadcasts item); 0 when the table is missing. */

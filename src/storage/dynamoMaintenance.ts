@@ -20,7 +20,7 @@ import {
   staleMonths
 } from "./tables.ts"
 
-export const ACCESS_INDEX = "AccessIndex"
+const ACCESS_INDEX = "AccessIndex"
 /** Index entries read at a time by a stale-user sweep: it must not eat the table's capacity. */
 const STALE_PAGE = 25
 /** What servers without TTL answer to `UpdateTimeToLive` (dynalite: UnknownOperationException). */

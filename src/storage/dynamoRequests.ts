@@ -62,7 +62,7 @@ export type DynamoRequests = ReturnType<typeof makeRequests>
  * (Whole-table export and import, `dynamoExport.ts`, are no Storage operations: each of their
  * requests has the deadline, the copy as long as the tables.)
  */
-export const OPERATIONS_WITHOUT_DEADLINE: ReadonlySet<string> = new Set([
+const OPERATIONS_WITHOUT_DEADLINE: ReadonlySet<string> = new Set([
   "createTables",
   "dropMessageTable",
   "dropStaleUsers",

@@ -16,7 +16,7 @@ export type Item = Record<string, AttributeValue>
 export const S = (value: string): AttributeValue => ({ S: value })
 export const N = (value: number): AttributeValue => ({ N: String(value) })
 
-export const marshal = (value: unknown): AttributeValue => {
+const marshal = (value: unknown): AttributeValue => {
   if (value === null || value === undefined) return { NULL: true }
   if (Predicate.isString(value)) return S(value)
   if (Predicate.isNumber(value)) return N(value)
@@ -28,7 +28,7 @@ export const marshal = (value: unknown): AttributeValue => {
   return S(String(value))
 }
 
-export const unmarshal = (value: AttributeValue): unknown => {
+const unmarshal = (value: AttributeValue): unknown => {
   if (value.S !== undefined) return value.S
   if (value.N !== undefined) return Number(value.N)
   if (value.BOOL !== undefined) return value.BOOL
@@ -45,7 +45,7 @@ export const num = (value: AttributeValue | undefined): number | undefined =>
 
 // ── router records ───────────────────────────────────────────────────────────────────────────────
 
-export const USER_ATTRIBUTES = {
+const USER_ATTRIBUTES = {
   connectedAt: "connected_at",
   routerType: "router_type",
   routerData: "router_data",
@@ -96,7 +96,7 @@ export const messageToItem = (uaid: string, n: Notification): Item => ({
   ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
 })
 
-export const messageFromItem = (item: Item): Notification | undefined => {
+const messageFromItem = (item: Item): Notification | undefined => {
   const key = parseSortKey(item.chidmessageid?.S ?? "")
   const version = item.updateid?.S
   if (key === undefined || version === undefined) return undefined
@@ -119,7 +119,7 @@ export const messageFromItem = (item: Item): Notification | undefined => {
   }
 }
 
-export const rowVisible = (item: Item, nowMs: number): boolean =>
+const rowVisible = (item: Item, nowMs: number): boolean =>
   isVisible(num(item.expiry) ?? (num(item.timestamp) ?? 0) + (num(item.ttl) ?? 0), nowMs)
 
 export const visibleMessages = (items: ReadonlyArray<Item>, nowMs: number): Array<Notification> =>

@@ -37,7 +37,7 @@ type ThreadMessage =
   | { readonly closed: true }
 
 /** Where the server listens: by default 127.0.0.1 at a free port (only this process uses it). */
-export interface DynaliteListen {
+interface DynaliteListen {
   readonly host: string
   readonly port: number
 }

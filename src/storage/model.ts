@@ -33,14 +33,14 @@ export const channelSortKey = (channelId: string): string => `${CHANNEL_PREFIX}$
 export const TOPIC_PREFIX = "01:"
 /** Upper bound (exclusive) of the topic range: the character after `:` is `;`. */
 export const TOPIC_END = "01;"
-export const TIMESTAMP_PREFIX = "02:"
+const TIMESTAMP_PREFIX = "02:"
 /** Upper bound (exclusive) of the timestamp range. */
 export const TIMESTAMP_END = "02;"
 const MS_DIGITS = 13
 
 const formatMs = (ms: number): string => String(ms).padStart(MS_DIGITS, "0")
 
-export const topicSortKey = (channelId: string, topic: string): string => `${TOPIC_PREFIX}${channelId}:${topic}`
+const topicSortKey = (channelId: string, topic: string): string => `${TOPIC_PREFIX}${channelId}:${topic}`
 export const timestampSortKey = (ms: number, channelId: string): string => `${TIMESTAMP_PREFIX}${formatMs(ms)}:${channelId}`
 
 /** The sort key (`chidmessageid`) of a message row. */
@@ -56,7 +56,7 @@ export const messageSortKey = (n: Notification): string => sortKeyOf(messageKeyO
 export const timestampLowerBound = (after: number | undefined): string =>
   after === undefined ? TIMESTAMP_PREFIX : `${TIMESTAMP_PREFIX}${formatMs(after)}:z`
 
-export interface ParsedSortKey {
+interface ParsedSortKey {
   readonly channelId: string
   readonly topic?: string
   readonly sortkeyTimestamp?: number
@@ -88,7 +88,7 @@ export const nextFreeMs = (n: Notification): Notification => ({ ...n, sortkeyTim
 export const expiryOf = (n: Notification): number => n.timestamp + n.ttl
 
 /** Unix seconds of a Clock reading, as compared with `expiry`. */
-export const nowSeconds = (nowMs: number): number => Math.floor(nowMs / 1000)
+const nowSeconds = (nowMs: number): number => Math.floor(nowMs / 1000)
 
 /** Visible iff `expiry > now` (seconds), i.e. not `isExpired`; rows without `expiry` never expire. */
 export const isVisible = (expiry: number | undefined, nowMs: number): boolean =>

@@ -82,7 +82,7 @@ export const staleMonths = (nowMs: number, monthsAgo: number, lookbackMonths: nu
 }
 
 /** Highest random spread `lastConnectValue` uses (seed: 0-10). */
-export const LAST_CONNECT_SPREAD_MAX = 10
+const LAST_CONNECT_SPREAD_MAX = 10
 
 /** Every `last_connect` index key of a `YYYYMM` month: hours 00-23 × spread 0000-0010. */
 export const lastConnectKeys = (yyyymm: number): ReadonlyArray<number> => {

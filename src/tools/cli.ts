@@ -136,7 +136,7 @@ export const usageRow = (left: string, right: string): string =>
   `  ${left.padEnd(30)}${left.length >= 30 ? "\n" + " ".repeat(32) : ""}${right}`
 
 /** `--help` lines for some options of the table: flag, description, default and environment names. */
-export const optionHelp = (names: ReadonlyArray<OptionName>): ReadonlyArray<string> =>
+const optionHelp = (names: ReadonlyArray<OptionName>): ReadonlyArray<string> =>
   names.flatMap((name) => {
     const def: OptionDef = options[name]
     const flag = def.kind.metavar === "" ? `${flagOf(name)}[=BOOL]` : `${flagOf(name)} ${def.kind.metavar}`

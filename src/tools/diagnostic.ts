@@ -41,7 +41,7 @@ import { embeddedSecretsFile, readEmbeddedSecrets, storageDescription, toolStora
 
 // ── the URL ──────────────────────────────────────────────────────────────────────────────────────
 
-export interface EndpointRef {
+interface EndpointRef {
   readonly token: string
   /** The version the endpoint node would read the token as (`/wpush/TOKEN` is v1); undefined for a bare token. */
   readonly pathVersion: EndpointVersion | undefined
@@ -55,7 +55,7 @@ const FORMS = "expected https://HOST/wpush/v1/TOKEN, …/wpush/v2/TOKEN, …/wpu
  * endpoint node does), `…/{v1|v2}/TOKEN` (a proxy in front that strips `/wpush`), with or without
  * scheme and host, or the bare token. Query and fragment are ignored.
  */
-export const parseEndpointArg = (input: string): Result.Result<EndpointRef, string> => {
+const parseEndpointArg = (input: string): Result.Result<EndpointRef, string> => {
   const text = input.trim()
   let path: string
   if (text.includes("://")) {
@@ -94,7 +94,7 @@ export const parseEndpointArg = (input: string): Result.Result<EndpointRef, stri
 
 // ── the token ────────────────────────────────────────────────────────────────────────────────────
 
-export interface OpenedToken extends EndpointToken {
+interface OpenedToken extends EndpointToken {
   readonly version: EndpointVersion
   /** 1-based position of the key that opened it in the configured list. */
   readonly keyNumber: number
@@ -105,7 +105,7 @@ export interface OpenedToken extends EndpointToken {
  * key made it matters when keys are rotated. Fails with the Fernet reason when no key opens it,
  * or `bad-length` when one does but the plaintext is not an endpoint's.
  */
-export const openToken = (
+const openToken = (
   keys: ReadonlyArray<string>,
   token: string
 ): Result.Result<OpenedToken, FernetErrorReason | "bad-length" | "bad-key"> => {
@@ -141,7 +141,7 @@ const reasonText = (reason: FernetErrorReason | "bad-length" | "bad-key", keys: 
 
 // ── storage ──────────────────────────────────────────────────────────────────────────────────────
 
-export interface MessageCounts {
+interface MessageCounts {
   readonly total: number
   readonly topic: number
   readonly timestamp: number
@@ -149,7 +149,7 @@ export interface MessageCounts {
   readonly channel: number
 }
 
-export interface Diagnosis {
+interface Diagnosis {
   readonly endpoint: {
     readonly pathVersion: EndpointVersion | null
     readonly tokenVersion: EndpointVersion
@@ -209,7 +209,7 @@ const routerOf = (user: UserRecord, active: ReadonlyArray<string>): NonNullable<
   routerDataFields: Object.keys(user.routerData).sort()
 })
 
-export const diagnose = (opened: OpenedToken, ref: EndpointRef, keys: number, vapidKey: Buffer | undefined) =>
+const diagnose = (opened: OpenedToken, ref: EndpointRef, keys: number, vapidKey: Buffer | undefined) =>
   Effect.gen(function*() {
     const storage = yield* Storage
     const problems: Array<string> = []
@@ -285,7 +285,7 @@ const lastConnectText = (value: number): string => {
 }
 
 /** The diagnosis as aligned `name: value` lines. */
-export const renderDiagnosis = (d: Diagnosis, nowMs: number): string => {
+const renderDiagnosis = (d: Diagnosis, nowMs: number): string => {
   const lines: Array<string> = []
   const row = (name: string, value: string) => lines.push(`${`${name}:`.padEnd(18)} ${value}`)
   row("uaid", d.uaid)

@@ -48,14 +48,14 @@ const STORAGE_OPTIONS: ReadonlyArray<OptionName> = [
 ]
 
 /** `--lookback` default: a year of `last_connect` months beyond `--months`. */
-export const DEFAULT_LOOKBACK = 12
+const DEFAULT_LOOKBACK = 12
 
 // ── months ───────────────────────────────────────────────────────────────────────────────────────
 
 const monthText = (index: number): string => `${Math.floor(index / 12)}-${String((index % 12) + 1).padStart(2, "0")}`
 
 /** The month index of a `{prefix}_{YYYY}_{MM}` table; undefined for the bare `{prefix}` table and others. */
-export const tableMonthIndex = (options: StorageOptions, name: string): number | undefined => {
+const tableMonthIndex = (options: StorageOptions, name: string): number | undefined => {
   const match = /^_(\d{4})_(0[1-9]|1[0-2])$/.exec(name.slice(options.messageTablePrefix.length))
   if (!name.startsWith(options.messageTablePrefix) || match === null) return undefined
   return Number(match[1]) * 12 + Number(match[2]) - 1
@@ -272,7 +272,7 @@ export const maintenanceHelp = (): string =>
     ...settingsHelp(STORAGE_OPTIONS)
   ].join("\n")
 
-export const commandHelp = (command: Command): string =>
+const commandHelp = (command: Command): string =>
   [
     `Usage: maintenance ${command.usage} [options]`,
     "",

@@ -13,7 +13,7 @@ import { announceEmbedded, EmbeddedDataError, startDynalite } from "../storage/e
 import { intFlag, settingsHelp, splitArgs, type ToolError, ToolFailure, toolSettings, usageRow, UsageError } from "./cli.ts"
 import { embeddedDataDir } from "./storage.ts"
 
-export const DEFAULT_STORAGE_PORT = 8000
+const DEFAULT_STORAGE_PORT = 8000
 
 const OPTIONS: ReadonlyArray<OptionName> = ["data_dir"]
 

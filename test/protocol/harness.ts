@@ -18,10 +18,10 @@ import { sessionPorts } from "../../src/connection/node.ts"
 import { type PeerCall, PeerNodes } from "../../src/connection/peers.ts"
 import { makeNodeRegistry, NodeRegistry } from "../../src/connection/registry.ts"
 import { EventLog, EventLogMemory } from "../../src/observability/EventLog.ts"
+import type { MailboxInput } from "../../src/protocol/inputs.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
 import {
   SessionHandle,
-  type SessionEvent,
   type SessionOptions,
   type SessionPorts,
   SessionRunner
@@ -73,7 +73,7 @@ export interface Client {
   readonly machine: SessionRunner
   readonly sent: Sent
   /** Feed one event at the Clock's now. */
-  readonly feed: (event: SessionEvent) => Effect.Effect<void>
+  readonly feed: (input: MailboxInput) => Effect.Effect<void>
   readonly frame: (message: ClientMessage) => Effect.Effect<void>
   /** The versions the client acked, in order (what it sent on the wire). */
   readonly acked: Array<string>
@@ -156,7 +156,7 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
           }
         }, handle, yield* Clock.currentTimeMillis)
         /** One event and everything it causes (a close runs the whole close sequence). */
-        const feed = (event: SessionEvent) => machine.feed(event)
+        const feed = (input: MailboxInput) => machine.feed(input)
         const acked: Array<string> = []
         return {
           handle,
@@ -222,7 +222,7 @@ export const pushMessage = (
     return { notification: routed.notification, direct: routed.outcome === "direct" }
   })
 
-/** Hand every queued mailbox event of a client to its machine (what its fiber does). */
+/** Hand every queued mailbox input of a client to its machine (what its fiber does). */
 export const pump = (client: Client) =>
   Effect.gen(function*() {
     let event = client.handle.mailbox.poll()

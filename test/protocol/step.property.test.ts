@@ -216,7 +216,7 @@ const run = (
       const t = step(before, input, now)
       check(before, input, t)
       phase = t.phase
-      for (const signal of t.effects) {
+      for (const signal of t.signals) {
         if (signal._tag === "Replay") for (const message of signal.messages) ahead.push({ _tag: "Frame", message, admitted: signal.admitted })
       }
       if (before._tag !== "Closing" && phase._tag === "Closing") ahead.push({ _tag: "MailboxDrained" })

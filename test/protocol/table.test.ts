@@ -1,6 +1,6 @@
 /**
  * `step` alone, one row per transition of the table: a phase, an input, and what the transition
- * must decide (next phase, frames, events, effects, command, close). No sockets, storage or clock.
+ * must decide (next phase, frames, events, signals, command, close). No sockets, storage or clock.
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { DomainEvent } from "../../src/domain/events.ts"
@@ -134,7 +134,7 @@ interface Expect {
   readonly phase: Phase["_tag"]
   readonly frames?: Array<Record<string, unknown>>
   readonly events?: ReadonlyArray<DomainEvent["type"]>
-  readonly effects?: ReadonlyArray<string>
+  readonly signals?: ReadonlyArray<string>
   readonly command?: Partial<Command> & { readonly _tag: Command["_tag"] }
   readonly close?: string
   readonly check?: (t: Transition) => void
@@ -146,7 +146,7 @@ const row = (name: string, phase: Phase, input: Input, expected: Expect, now = N
     assert.strictEqual(t.phase._tag, expected.phase, "phase")
     if (expected.frames !== undefined) assert.deepStrictEqual(t.frames.map((f) => JSON.parse(f)), expected.frames, "frames")
     if (expected.events !== undefined) assert.deepStrictEqual(t.events.map((e) => e.type), expected.events, "events")
-    if (expected.effects !== undefined) assert.deepStrictEqual(t.effects.map((e) => e._tag), expected.effects, "effects")
+    if (expected.signals !== undefined) assert.deepStrictEqual(t.signals.map((e) => e._tag), expected.signals, "signals")
     assert.strictEqual(t.close, expected.close, "close")
     if (expected.command === undefined) assert.isUndefined(t.command, "command")
     else assert.deepInclude(t.command as object, expected.command, "command")
@@ -178,7 +178,7 @@ describe("step: AwaitingHello", () => {
     phase: "Identified",
     frames: [{ messageType: "hello", uaid: UAID, status: 200, use_webpush: true, broadcasts: {} }],
     events: ["client.hello.1"],
-    effects: ["Claim"],
+    signals: ["Claim"],
     check: (t) => assert.deepStrictEqual(t.events[0]?.data, { kind: "new" })
   })
   for (const messageType of ["register", "unregister", "ack", "nack", "ping", "broadcast_subscribe", "urgency"]) {
@@ -246,14 +246,14 @@ describe("step: Resuming", () => {
     phase: "Draining",
     frames: [{ messageType: "hello", uaid: UAID, status: 200, use_webpush: true, broadcasts: {} }],
     events: ["client.hello.1"],
-    effects: ["DisconnectPeer", "Claim"],
+    signals: ["DisconnectPeer", "Claim"],
     command: { _tag: "ReadPage", table: THIS_MONTH, rows: "topic" }
   })
   it("resumed after time has passed: the session is the one the record names (its connected_at)", () => {
     const later = NOW + 873 // the write took time
     const t = step(resuming(), written(user({ nodeId: "http://other:8081" })), later)
     assert.strictEqual(sessionOf(t).connectedAt, NOW)
-    const claim = t.effects.find((e) => e._tag === "Claim") as Extract<Transition["effects"][number], { _tag: "Claim" }>
+    const claim = t.signals.find((e) => e._tag === "Claim") as Extract<Transition["signals"][number], { _tag: "Claim" }>
     assert.strictEqual(claim.connectedAt, NOW, "deliveries for the record's connected_at are taken")
     // …and every later condition on connected_at names the record's value.
     const closed = step(step(t.phase, { _tag: "SocketClosed" }, later + 5_000).phase, { _tag: "MailboxDrained" }, later + 5_000)
@@ -267,7 +267,7 @@ describe("step: Resuming", () => {
   })
   row("resumed on last month's table: migrating, draining the old month", resuming(), written(user({ currentMonth: LAST_MONTH })), {
     phase: "Migrating",
-    effects: ["Claim"],
+    signals: ["Claim"],
     command: { _tag: "ReadPage", table: LAST_MONTH, rows: "topic" }
   })
   row("the resume write lost: read again", resuming(), {
@@ -297,7 +297,7 @@ describe("step: broadcasts", () => {
       assert.strictEqual(t.phase._tag, expected.phase)
       if (expected.frames !== undefined) assert.deepStrictEqual(t.frames.map((f) => JSON.parse(f)), expected.frames)
       if (expected.events !== undefined) assert.deepStrictEqual(t.events.map((e) => e.type), expected.events)
-      if (expected.effects !== undefined) assert.deepStrictEqual(t.effects.map((e) => e._tag), expected.effects)
+      if (expected.signals !== undefined) assert.deepStrictEqual(t.signals.map((e) => e._tag), expected.signals)
       expected.check?.(t)
     })
   const helloWith = (broadcasts: Record<string, string>): Phase => ({ ...(minting as PhaseOf<"Minting">), broadcasts })
@@ -337,14 +337,14 @@ describe("step: broadcasts", () => {
   withSet("a followed broadcast changed: sent at the keepalive tick instead of the ping", identified({ broadcasts: ["other", "v1"] }), { _tag: "Tick" }, {
     phase: "Identified",
     frames: [{ messageType: "broadcast", broadcasts: { other: "v2" } }],
-    effects: [],
+    signals: [],
     events: ["broadcast.delivered.1"],
     check: (t) => assert.deepStrictEqual(sessionOf(t).broadcasts, ["other", "v2"])
   }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
   withSet("nothing changed: the tick pings as usual", identified({ broadcasts: ["other", "v2"] }), { _tag: "Tick" }, {
     phase: "Identified",
     frames: [],
-    effects: ["Ping"]
+    signals: ["Ping"]
   }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
   withSet("only the first 100 ids are looked at; over-long ids are ignored", identified(), frame({
     messageType: "broadcast_subscribe",
@@ -484,12 +484,12 @@ describe("step: Identified, the command budget", () => {
   const many = Array.from({ length: 31 }, () => ({ messageType: "register", channelID: CHID }) as never)
   row("many waiting: reading the socket pauses", identified({ ...spent, held: many }), frame({ messageType: "register", channelID: CHID }), {
     phase: "Identified",
-    effects: ["PauseReading"],
+    signals: ["PauseReading"],
     check: (t) => assert.isTrue(sessionOf(t).readingPaused)
   })
   row("a tick releases what the budget allows, in order", identified({ ...spent, held: many.slice(0, 2), readingPaused: true }), { _tag: "Tick" }, {
     phase: "Identified",
-    effects: ["Replay", "ResumeReading"],
+    signals: ["Replay", "ResumeReading"],
     check: (t) => assert.strictEqual(sessionOf(t).held.length, 0)
   }, NOW + 250)
   row("a released command is not charged again", identified(spent), { _tag: "Frame", message: { messageType: "register", channelID: CHID }, admitted: true }, {
@@ -683,7 +683,7 @@ describe("step: Identified, deliveries and acks", () => {
 describe("step: Identified, timers and the end", () => {
   row("idle past auto_ping_interval: a ping frame", identified(), { _tag: "Tick" }, {
     phase: "Identified",
-    effects: ["Ping"],
+    signals: ["Ping"],
     check: (t) => assert.strictEqual(sessionOf(t).pingSentAt, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
   }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
   row("no pong within auto_ping_timeout: close PongTimeout", identified({ pingSentAt: NOW - OPTIONS.autoPingTimeoutMs }), { _tag: "Tick" }, {
@@ -728,7 +728,7 @@ describe("step: Migrating and Moving", () => {
     phase: "Migrating",
     frames: [{ messageType: "unregister", channelID: CHID, status: 503 }],
     events: ["channel.refused.1"],
-    effects: [],
+    signals: [],
     check: (t) => assert.strictEqual((t.phase as PhaseOf<"Migrating">).deferred.length, HELD_COMMANDS_MAX)
   })
   row("while migrating, a timestamp page that was not full is not the last: the old table is read until a page is empty", migrating({
@@ -775,10 +775,10 @@ describe("step: Migrating and Moving", () => {
   }, {
     phase: "Draining",
     events: ["month.migrated.1"],
-    effects: ["Replay"],
+    signals: ["Replay"],
     command: { _tag: "ReadPage", table: LAST_MONTH },
     check: (t) => {
-      const replay = t.effects[0] as Extract<Transition["effects"][number], { _tag: "Replay" }>
+      const replay = t.signals[0] as Extract<Transition["signals"][number], { _tag: "Replay" }>
       assert.deepStrictEqual(replay, { _tag: "Replay", messages: [register], admitted: false })
       assert.strictEqual(sessionOf(t).table, THIS_MONTH)
       assert.deepStrictEqual(sessionOf(t).drain?.tables, [LAST_MONTH, THIS_MONTH])
@@ -868,14 +868,14 @@ describe("step: Closing", () => {
   row("the user stayed: a stored event each, then the end", closing({}, NOW - 10, { _tag: "ReadingAfter", table: THIS_MONTH, saved: [sent] }), {
     _tag: "UserRead",
     user: user({ nodeId: undefined })
-  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"], effects: [] })
+  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"], signals: [] })
   row("the user reconnected to another node meanwhile: that node is told to check storage", closing({}, NOW - 10, {
     _tag: "ReadingAfter",
     table: THIS_MONTH,
     saved: [sent]
   }), { _tag: "UserRead", user: user({ nodeId: "http://node-b:8081", connectedAt: NOW - 5 }) }, {
     phase: "Closed",
-    effects: ["NotifyPeer"],
+    signals: ["NotifyPeer"],
     events: ["notification.stored.1", "session.ended.1"]
   })
   row("the user moved to a new month meanwhile: what was saved is taken out of the old month, one by one", closing({}, NOW - 10, {
@@ -974,7 +974,7 @@ describe("step: what every live phase does alike", () => {
       check: (t) => assert.isUndefined(sessionOf(t).pingSentAt)
     })
     row(`${tag}: a delivery goes out`, phase, { _tag: "Delivery", notification: message() }, { phase: tag, events: ["notification.delivered.1"] })
-    row(`${tag}: a tick past auto_ping_interval pings`, phase, { _tag: "Tick" }, { phase: tag, effects: ["Ping"] }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
+    row(`${tag}: a tick past auto_ping_interval pings`, phase, { _tag: "Tick" }, { phase: tag, signals: ["Ping"] }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
     row(`${tag}: a kick closes`, phase, { _tag: "Kick", kind: "shutdown" }, { phase: "Closing", close: "shutdown" })
     row(`${tag}: the socket closing: saving begins`, phase, { _tag: "SocketClosed" }, { phase: "Closing" })
     row(`${tag}: acking a direct message forgets it`, { ...phase, session: session({ unacked: new Map([["v1", direct(message())]]) }) } as Phase, frame({

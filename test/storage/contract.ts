@@ -7,6 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Layer, Random } from "effect"
 import { TestClock } from "effect/testing"
 import type { Notification } from "../../src/domain/notification.ts"
+import type { MessageStatus } from "../../src/domain/receipt.ts"
 import { lastConnectValue, type UserRecord } from "../../src/domain/user.ts"
 import { storedNotification } from "../../src/storage/model.ts"
 import { messageKeyOf } from "../../src/domain/notification.ts"
@@ -22,7 +23,7 @@ export type MakeStorage = (options: StorageOptions) => Layer.Layer<Storage, Stor
 const T0 = Date.UTC(2034, 4, 15, 12)
 const T0_SECONDS = T0 / 1000
 /** Message m1's status row once accepted, delivered and acked (in whatever order those were written). */
-const ACKED_ROW = {
+const ACKED_ROW: MessageStatus = {
   messageId: "m1",
   acceptedAt: T0,
   deadline: T0 + 60_000,

@@ -10,8 +10,6 @@ export interface PageVapidKeys {
   readonly privateKey: CryptoKey
   readonly publicKey: string
 }
-export declare const toBase64Url: (bytes: Uint8Array) => string
-export declare const fromBase64Url: (text: string) => Uint8Array
 export declare const makeSubscriberKeys: () => Promise<PageSubscriberKeys>
 export declare const maxPlaintextBytes: (maxBodyBytes: number) => number
 export declare const encryptAes128gcm: (keys: { readonly p256dh: string; readonly auth: string }, plaintext: Uint8Array) => Promise<Uint8Array>

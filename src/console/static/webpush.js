@@ -6,14 +6,14 @@ const subtle = globalThis.crypto.subtle
 const encoder = new TextEncoder()
 
 /** @param {Uint8Array} bytes */
-export const toBase64Url = (bytes) => {
+const toBase64Url = (bytes) => {
   let binary = ""
   for (const byte of bytes) binary += String.fromCharCode(byte)
   return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "")
 }
 
 /** @param {string} text */
-export const fromBase64Url = (text) => {
+const fromBase64Url = (text) => {
   const binary = atob(text.replaceAll("-", "+").replaceAll("_", "/").replace(/=+$/, ""))
   return Uint8Array.from(binary, (c) => c.charCodeAt(0))
 }
