@@ -8,7 +8,8 @@
  *
  * Every call needs `Authorization: Bearer <token>` with one of `broadcast_admin_tokens` (compared in
  * constant time); with none configured the API does not exist (404). An id with one `/` may go as it
- * is (`/v1/broadcasts/remote-settings/monitor_changes`); any id may go percent-encoded.
+ * is (`/v1/broadcasts/remote-settings/monitor_changes`); any id may go percent-encoded. A storage
+ * failure goes up as a `StorageError`, to the error edge (`edge.ts`).
  */
 import { createHash, timingSafeEqual } from "node:crypto"
 import * as ByteSize from "effect/ByteSize"
@@ -19,7 +20,7 @@ import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { isBroadcastId, isBroadcastVersion, MAX_BROADCASTS } from "../broadcast/validate.ts"
 import { BroadcastNotFound, InvalidAuth, InvalidRequestBody, RouteNotFound } from "../domain/errors.ts"
-import { Storage, storageUnavailable } from "../storage/Storage.ts"
+import { Storage } from "../storage/Storage.ts"
 import { bearerToken } from "../platform/raw-http.ts"
 
 /** A PUT body is `{"version": "…"}`: this is plenty. */
@@ -52,7 +53,7 @@ export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyAr
       : Effect.fail(new InvalidRequestBody({ message: "A broadcast id is 1 to 128 of A-Z a-z 0-9 _ - . / :" }))
   }
 
-  const answer = Effect.map(Effect.catchTag(storage.getBroadcasts, "StorageError", storageUnavailable), (set) =>
+  const answer = Effect.map(storage.getBroadcasts, (set) =>
     HttpServerResponse.jsonUnsafe({ broadcasts: Object.fromEntries(set) }))
 
   const versionOf = (request: HttpServerRequest.HttpServerRequest) =>
@@ -80,11 +81,11 @@ export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyAr
         yield* authorize(request)
         const id = yield* idOf(rawId)
         const version = yield* versionOf(request)
-        const set = yield* Effect.catchTag(storage.getBroadcasts, "StorageError", storageUnavailable)
+        const set = yield* storage.getBroadcasts
         if (!set.has(id) && set.size >= MAX_BROADCASTS) {
           return yield* new InvalidRequestBody({ message: `At most ${MAX_BROADCASTS} broadcasts` })
         }
-        yield* Effect.catchTag(storage.putBroadcast(id, version), "StorageError", storageUnavailable)
+        yield* storage.putBroadcast(id, version)
         yield* Effect.logInfo("broadcast changed").pipe(Effect.annotateLogs({ broadcast: id, version }))
         return yield* answer
       }),
@@ -92,7 +93,7 @@ export const makeBroadcastAdmin = Effect.fnUntraced(function*(tokens: ReadonlyAr
       Effect.gen(function*() {
         yield* authorize(request)
         const id = yield* idOf(rawId)
-        if (!(yield* Effect.catchTag(storage.deleteBroadcast(id), "StorageError", storageUnavailable))) return yield* new BroadcastNotFound()
+        if (!(yield* storage.deleteBroadcast(id))) return yield* new BroadcastNotFound()
         yield* Effect.logInfo("broadcast removed").pipe(Effect.annotateLogs({ broadcast: id }))
         return yield* answer
       })

@@ -83,7 +83,7 @@ export interface MatrixGatewayOptions {
   readonly idleMs: number
 }
 
-/** A message made for a device, as the push path takes it (`MadePush` of `endpoint/webpush.ts`). */
+/** A message made for a device, as the push path takes it (`MadePush` of `endpoint/acceptPush.ts`). */
 export interface GatewayPush {
   readonly body: Buffer
   readonly ttl: number

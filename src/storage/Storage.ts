@@ -39,7 +39,7 @@ export const causeText = (cause: unknown): string => {
 
 /**
  * A storage failure as the API answers it — 503/201 with Retry-After (`StorageUnavailable`), the
- * cause logged once — for `Effect.catchTag("StorageError", storageUnavailable)`.
+ * cause logged once: used by the endpoint's error edge, and where a failure is answered without one.
  */
 export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
   Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))

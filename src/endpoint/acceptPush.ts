@@ -1,0 +1,197 @@
+/**
+ * The first step of a push: validation, from the request to an `AcceptedPush` (the message made,
+ * its receipt row opened, `notification.accepted.1` recorded) or the `ApiError` of the first rule
+ * it breaks. The rules run in autopush's order (#1–#16 below), so that a request that is wrong in
+ * several ways always gets the same error. What becomes of an accepted push: `deliverPush.ts`.
+ *
+ * A storage failure is not answered here: it goes up as a `StorageError`, to the error edge.
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import {
+  type EndpointToken,
+  EndpointCrypto,
+  type EndpointVersion,
+  matchesVapidKey
+} from "../crypto/endpoint.ts"
+import { type ApiError, InvalidApiVersion, InvalidAuth, InvalidToken } from "../domain/errors.ts"
+import { domainEvent } from "../domain/events.ts"
+import type { Notification, Urgency } from "../domain/notification.ts"
+import { EventLog } from "../observability/EventLog.ts"
+import { RecentMap } from "../platform/memo.ts"
+import type { StorageError } from "../storage/Storage.ts"
+import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
+import { endpointOrigin, type EndpointOptions } from "./options.ts"
+import type { PushRequest } from "./pushRequest.ts"
+import type { RateLimits } from "./rateLimits.ts"
+import type { Receipts } from "./receipts.ts"
+import type { Subscribers, Target } from "./subscriber.ts"
+import { parseVapid, type VerifiedVapid, verifyVapid } from "./vapid.ts"
+
+/**
+ * A message this service makes itself for a subscription (the Matrix push gateway, `gateway/`):
+ * its body is plaintext JSON rather than an encrypted payload, and its TTL and urgency are given,
+ * not read from headers. It goes through the same checks as a push from the token on (#1, #2, #5–#9;
+ * with no VAPID credentials, so a v2 endpoint bound to a key refuses it at #6, as `require_vapid`
+ * does), but not the sender's address limit (its sender limits it) nor the encryption rule (#15).
+ * Only `sendMade` takes one, and nothing of an HTTP request can make one: a push over HTTP never
+ * skips #15.
+ */
+export interface MadePush {
+  /** The message, as the client gets it (at most `max_data_bytes`: the maker sees to it). */
+  readonly body: Buffer
+  /** Seconds (capped to `max_notification_ttl`). */
+  readonly ttl: number
+  readonly urgency: Urgency
+}
+
+/** A push that broke no rule: the message as made, where it goes, and when it was accepted. */
+export interface AcceptedPush {
+  readonly uaid: string
+  readonly target: Target
+  readonly notification: Notification
+  /** The receipt subscription of `Push-Receipt`, if any (its row is open). */
+  readonly receipt: string | undefined
+  /** ms */
+  readonly acceptedAt: number
+}
+
+/** What a made message is stored and delivered with in place of encryption headers: none. */
+const PLAINTEXT: Readonly<Record<string, string>> = {}
+
+/** A token that decrypted but to the wrong length: reported by rule #5, after the VAPID rules. */
+const BAD_LENGTH = "bad-length" as const
+
+/** #1 */
+const apiVersionOf = (segment: string | undefined): Effect.Effect<EndpointVersion, InvalidApiVersion> =>
+  segment === undefined || segment === "v1" ? Effect.succeed("v1")
+  : segment === "v2" ? Effect.succeed("v2")
+  : Effect.fail(new InvalidApiVersion())
+
+/** #2: decrypts under some key (the length is rule #5). */
+const openToken = (crypto: EndpointCrypto["Service"], version: EndpointVersion, token: string) =>
+  crypto.parseEndpoint(version, token).pipe(
+    Effect.catchTag("EndpointTokenError", (e) =>
+      e.reason === BAD_LENGTH ? Effect.succeed(BAD_LENGTH) : Effect.fail(new InvalidToken()))
+  )
+
+/** #3 + #4: credentials parsed, then their JWT verified for the endpoint's `origin`. */
+const vapidOf = (headers: RequestHeaders, origin: string, nowMs: number) =>
+  Effect.flatMap(parseVapid(headers), (credentials) =>
+    credentials === undefined
+      ? Effect.succeed(undefined)
+      : verifyVapid(credentials, origin, Math.floor(nowMs / 1000)))
+
+/** #5 */
+const subscriptionOf = (opened: EndpointToken | typeof BAD_LENGTH): Effect.Effect<EndpointToken, InvalidToken> =>
+  opened === BAD_LENGTH ? Effect.fail(new InvalidToken()) : Effect.succeed(opened)
+
+/** #6: a v2 endpoint only takes messages signed with the key it was made for; with `require_vapid`, every one signed. */
+const checkBoundKey = (options: EndpointOptions, token: EndpointToken, vapid: VerifiedVapid | undefined): Effect.Effect<void, InvalidAuth> =>
+  vapid === undefined && options.requireVapid === true ? Effect.fail(new InvalidAuth({ message: "This server accepts only VAPID-signed pushes" }))
+  : token.keyHash === undefined ? Effect.void
+  : vapid === undefined ? Effect.fail(new InvalidAuth({ message: "Missing VAPID public key" }))
+  : matchesVapidKey(token, vapid.rawKey) ? Effect.void
+  : Effect.fail(new InvalidAuth({ message: "VAPID public key mismatch" }))
+
+/**
+ * The storage ms of a timestamp message: now, or the ms after the last one this node gave the
+ * channel. Two messages of a channel in one ms would share a storage key (the later one is then
+ * moved to the next free ms by another conditional write): a burst to one channel does not
+ * collide on this node. Kept for the channels of the last 10,000 pushes, by channel id alone (a
+ * random UUID; were two users to share one, their messages would only take later ms).
+ */
+const makeSortKeys = () => {
+  const lastSortKeyMs = new RecentMap<number>(10_000)
+  return (channelId: string, nowMs: number): number => {
+    const ms = Math.max(nowMs, (lastSortKeyMs.get(channelId) ?? 0) + 1)
+    lastSortKeyMs.set(channelId, ms)
+    return ms
+  }
+}
+
+/** What the rules read of a push, to make its message. */
+interface Checked {
+  readonly uaid: string
+  readonly channelId: string
+  readonly nowMs: number
+  readonly ttl: number
+  readonly topic: string | undefined
+  readonly urgency: Urgency | undefined
+  readonly receipt: string | undefined
+  readonly body: Buffer
+  readonly encryption: Readonly<Record<string, string>> | undefined
+}
+
+/** The message of a push that passed the rules, under its new message id. */
+const messageOf = (crypto: EndpointCrypto["Service"], sortKeyMs: (channelId: string, nowMs: number) => number, push: Checked) => {
+  const { uaid, channelId, nowMs, topic, urgency, receipt, encryption } = push
+  const sortkeyTimestamp = topic !== undefined ? nowMs : sortKeyMs(channelId, nowMs)
+  const messageId = crypto.makeMessageId(
+    topic !== undefined
+      ? { kind: "topic", uaid, channelId, topic, receipt }
+      : { kind: "timestamp", uaid, channelId, sortkeyTimestamp, receipt }
+  )
+  return Effect.map(messageId, (version): Notification => ({
+    channelId,
+    version,
+    ttl: push.ttl,
+    timestamp: Math.floor(nowMs / 1000),
+    sortkeyTimestamp,
+    ...(topic !== undefined ? { topic } : {}),
+    ...(urgency !== undefined ? { urgency } : {}),
+    ...(receipt !== undefined ? { receipt } : {}),
+    ...(encryption !== undefined ? { data: push.body.toString("base64url"), headers: encryption } : {})
+  }))
+}
+
+export const makeAcceptPush = Effect.fnUntraced(function*(
+  options: EndpointOptions,
+  receipts: Receipts,
+  limits: RateLimits,
+  subscribers: Subscribers
+) {
+  const crypto = yield* EndpointCrypto
+  const events = yield* EventLog
+  const origin = endpointOrigin(options.endpointUrl)
+  const sortKeyMs = makeSortKeys()
+
+  /** The rules, in order; a made message skips those of its sender (see `MadePush`). */
+  const accept = Effect.fnUntraced(function*(
+    request: PushRequest,
+    versionSegment: string | undefined,
+    token: string,
+    made: MadePush | undefined
+  ): Effect.fn.Return<AcceptedPush, ApiError | StorageError> {
+    const headers: RequestHeaders = request.headers
+    const nowMs = yield* Clock.currentTimeMillis
+    if (made === undefined) yield* limits.address(request.peer, headers["x-forwarded-for"], nowMs) // before any work for the sender
+    const apiVersion = yield* apiVersionOf(versionSegment)              // #1
+    const opened = yield* openToken(crypto, apiVersion, token)          // #2
+    const vapid = yield* vapidOf(headers, origin, nowMs)                // #3, #4
+    if (vapid !== undefined) yield* limits.vapidKey(vapid.rawKey, nowMs) // a verified key only: nobody drains another's
+    const subscription = yield* subscriptionOf(opened)                  // #5
+    yield* checkBoundKey(options, subscription, vapid)                  // #6
+    const target = yield* subscribers.targetOf(subscription.uaid, subscription.channelId) // #7–#9
+    const body = yield* request.body                                    // #10
+    const ttl = made === undefined ? yield* ttlOf(headers, options.maxNotificationTtl) : Math.min(made.ttl, options.maxNotificationTtl) // #11–#13
+    const topic = yield* topicOf(headers)                               // #14
+    const encryption = made === undefined ? yield* encryptionOf(headers, body.length > 0) : PLAINTEXT // #15
+    const urgency = made === undefined ? yield* urgencyOf(headers) : made.urgency // #16 (RFC 8030 §5.3)
+    const receiptUrl = headers["push-receipt"]                          // Push-Receipt (RFC 8030 §5.1)
+    const receipt = receiptUrl === undefined ? undefined : yield* receipts.claim(receiptUrl)
+    const { uaid, channelId } = subscription
+    const notification = yield* messageOf(crypto, sortKeyMs, { uaid, channelId, nowMs, ttl, topic, urgency, receipt, body, encryption })
+    if (receipt !== undefined) yield* receipts.accepting(uaid, receipt, notification, nowMs)
+    events.record(domainEvent("notification.accepted.1", uaid, nowMs, {
+      channelId,
+      version: notification.version,
+      ttl,
+      ...(urgency !== undefined ? { urgency } : {}),
+      ...(receipt !== undefined ? { receipt } : {})
+    }))
+    return { uaid, target, notification, receipt, acceptedAt: nowMs }
+  })
+
+  return accept
+})

@@ -1,0 +1,141 @@
+/**
+ * The second step of a push: delivery. An accepted push (`acceptPush.ts`) goes to the node its
+ * client is connected to, to storage, or to a bridge (`WebPushRouter`, `BridgeRouter`), and what
+ * was decided is recorded where it was decided: `notification.routed.1` (the one producer),
+ * `notification.stored.1`, `notification.expired.1`, the bridge's events, the receipt's row.
+ *
+ * A storage failure is not answered here: it goes up to the error edge.
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
+import type { ApiError } from "../domain/errors.ts"
+import { domainEvent, type RouteOutcome } from "../domain/events.ts"
+import type { Notification } from "../domain/notification.ts"
+import type { UserRecord } from "../domain/user.ts"
+import { EventLog } from "../observability/EventLog.ts"
+import { messageSpans } from "../observability/tracing.ts"
+import { WebPushRouter } from "../routers/webpush.ts"
+import type { StorageError } from "../storage/Storage.ts"
+import type { AcceptedPush } from "./acceptPush.ts"
+import type { Receipts } from "./receipts.ts"
+import type { Subscribers } from "./subscriber.ts"
+
+/** The `reason` tag of `notification.bridge.error`: a bounded label per kind of failure. */
+const bridgeFailureReason = (error: BridgeError): string => {
+  switch (error._tag) {
+    case "BridgeNotConfigured":
+      return "not_configured"
+    case "BridgeAuthFailed":
+      return "auth"
+    case "BridgeUnreachable":
+      return "connection"
+    case "BridgeTimeout":
+      return "timeout"
+    case "BridgeUpstreamError":
+      return "upstream"
+    case "BridgeRateLimited":
+      return "rate_limited"
+    case "BridgeUnavailable":
+      return "unavailable"
+    case "BridgeRecipientGone":
+      return "recipient_gone"
+    case "PayloadTooLarge":
+      return "too_large"
+  }
+}
+
+/** What recording and bridging need: the event log, the message spans, and how to drop a user. */
+interface Recorders {
+  readonly events: EventLog["Service"]
+  readonly spans: Effect.Success<typeof messageSpans>
+  readonly dropUser: Subscribers["dropUser"]
+}
+
+/**
+ * What became of a message, where it was decided (the one producer of `notification.routed.1`):
+ * its outcome, and how long routing took since `startNanos` (the Clock's).
+ */
+const recordRouted = (events: EventLog["Service"], uaid: string, notification: Notification, outcome: RouteOutcome, startNanos: bigint) =>
+  Effect.map(Clock.currentTimeNanos, (nanos) =>
+    events.record(domainEvent("notification.routed.1", uaid, Number(nanos / 1_000_000n), {
+      channelId: notification.channelId,
+      version: notification.version,
+      outcome,
+      durationMs: Number(nanos - startNanos) / 1_000_000
+    })))
+
+/** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
+const sendBridged = (by: Recorders, bridge: BridgeRouter, user: UserRecord, notification: Notification, startNanos: bigint) =>
+  bridge.send(user, notification).pipe(
+    by.spans.span("notification.bridge", { attributes: { platform: bridge.platform } }),
+    Effect.tap(() =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        by.events.record(domainEvent("notification.bridged.1", user.uaid, now, {
+          channelId: notification.channelId,
+          version: notification.version,
+          platform: bridge.platform,
+          ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {})
+        }))
+        return recordRouted(by.events, user.uaid, notification, "bridged", startNanos)
+      })),
+    Effect.tapError((error: BridgeError) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        by.events.record(domainEvent("notification.bridge_failed.1", user.uaid, now, {
+          version: notification.version,
+          platform: bridge.platform,
+          reason: bridgeFailureReason(error)
+        }))
+        return recordRouted(by.events, user.uaid, notification, "failed", startNanos)
+      })),
+    Effect.catchTag("BridgeRecipientGone", (gone) => by.dropUser(user.uaid, gone.message))
+  )
+
+export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, subscribers: Subscribers) {
+  const router = yield* WebPushRouter
+  const events = yield* EventLog
+  const recorders: Recorders = { events, spans: yield* messageSpans, dropUser: subscribers.dropUser }
+  const { cache } = subscribers
+
+  /** An accepted push delivered, stored or bridged: the id of the message as it went (a later ms, stored, is a new id). */
+  const deliver = Effect.fnUntraced(function*(accepted: AcceptedPush): Effect.fn.Return<string, ApiError | StorageError> {
+    const { uaid, target, notification, receipt, acceptedAt } = accepted
+    const channelId = notification.channelId
+    // A cached record of a connected client is good for a direct delivery (its node checks it), one
+    // of a client that was offline for storing (the re-read after the store checks it); anything
+    // else is routed on a fresh one. TTL 0 is never dropped on a cached record.
+    const startNanos = yield* Clock.currentTimeNanos
+    const storeCached = target.cached && target.user.nodeId === undefined && notification.ttl > 0
+    const direct = target.cached && !storeCached ? yield* router.routeDirect(target.user, notification) : undefined
+    const fresh = direct !== undefined || !target.cached || storeCached ? target : yield* subscribers.subscriberOf(uaid, channelId)
+    if (direct === undefined && fresh.bridge !== undefined) {
+      yield* sendBridged(recorders, fresh.bridge, fresh.user, notification, startNanos)
+      if (receipt !== undefined) yield* receipts.routed(uaid, receipt, notification, notification, "bridged", acceptedAt)
+      return notification.version
+    }
+    const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
+      Effect.tapError(() => {
+        cache.forget(uaid)
+        return recordRouted(events, uaid, notification, "failed", startNanos)
+      })
+    ))
+    // The client came back since the record was cached (it may have unsubscribed meanwhile): its new
+    // record is kept if it is connected (its node checks the channel), else read afresh next time.
+    if (storeCached && routed.reread?.connectedAt !== target.user.connectedAt) {
+      cache.forget(uaid)
+      if (routed.reread?.nodeId !== undefined) cache.remember(routed.reread, channelId, yield* Clock.currentTimeMillis)
+    }
+    yield* recordRouted(events, uaid, routed.notification, routed.outcome, startNanos)
+    const routedAt = yield* Clock.currentTimeMillis
+    const version = routed.notification.version
+    if (routed.outcome === "stored") {
+      events.record(domainEvent("notification.stored.1", uaid, routedAt, { channelId, version, reason: "offline" }))
+    } else if (routed.outcome === "dropped") {
+      events.record(domainEvent("notification.expired.1", uaid, routedAt, { version }))
+    }
+    if (receipt !== undefined) yield* receipts.routed(uaid, receipt, notification, routed.notification, routed.outcome, acceptedAt)
+    return version
+  })
+
+  return deliver
+})
