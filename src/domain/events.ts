@@ -76,7 +76,19 @@ export type DomainEvent =
     readonly channelId: string
     readonly version: string
     readonly reason: "offline" | "disconnect"
+    /**
+     * On a message the endpoint stored at a later ms than it accepted it at (another message of its
+     * channel had that ms), so under a new id: when it was accepted (ms) and its TTL (s), from which
+     * its receipt's row is made again under this id (`notification.moved.1` names the old one).
+     */
+    readonly acceptedAt?: number | undefined
+    readonly ttl?: number | undefined
   }>
+  /**
+   * A message the endpoint stored under a new id (see `acceptedAt` of `notification.stored.1`,
+   * recorded just before): `version` is the id it was accepted under, which no longer names it.
+   */
+  | Event<"notification.moved.1", Receipted & { readonly channelId: string; readonly version: string }>
   | Event<"notification.delivered.1", Receipted & {
     readonly channelId: string
     readonly version: string
@@ -88,6 +100,11 @@ export type DomainEvent =
   | Event<"notification.nacked.1", Receipted & { readonly version: string; readonly code: number }>
   | Event<"notification.expired.1", Receipted & { readonly version: string }>
   | Event<"notification.deleted.1", Receipted & { readonly version: string }>
+  /**
+   * A collector of receipts found the outcome of a message that no node sees happen: its TTL ran out
+   * undelivered (`expired`), or its subscription is gone (`unsubscribed`).
+   */
+  | Event<"notification.settled.1", { readonly version: string; readonly receipt: string; readonly outcome: "expired" | "unsubscribed" }>
   /** A message sent with a receipt reached its outcome (recorded once: the first outcome is kept). */
   | Event<"notification.receipt.1", { readonly version: string; readonly receipt: string; readonly outcome: ReceiptOutcome }>
   | Event<"uaid.reset.1", { readonly reason: "too_many_messages" | "stale_month" }>

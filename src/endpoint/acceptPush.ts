@@ -1,8 +1,9 @@
 /**
  * The first step of a push: validation, from the request to an `AcceptedPush` (the message made,
- * its receipt row opened, `notification.accepted.1` recorded) or the `ApiError` of the first rule
- * it breaks. The rules run in autopush's order (#1–#16 below), so that a request that is wrong in
- * several ways always gets the same error. What becomes of an accepted push: `deliverPush.ts`.
+ * `notification.accepted.1` recorded, with a receipt folded into its row first) or the `ApiError`
+ * of the first rule it breaks. The rules run in autopush's order (#1–#16 below), so that a request
+ * that is wrong in several ways always gets the same error. What becomes of an accepted push:
+ * `deliverPush.ts`.
  *
  * A storage failure is not answered here: it goes up as a `StorageError`, to the error edge.
  */
@@ -17,7 +18,6 @@ import {
 import { type ApiError, InvalidApiVersion, InvalidAuth, InvalidToken } from "../domain/errors.ts"
 import { domainEvent } from "../domain/events.ts"
 import type { Notification, Urgency } from "../domain/notification.ts"
-import { EventLog } from "../observability/EventLog.ts"
 import { RecentMap } from "../platform/memo.ts"
 import type { StorageError } from "../storage/Storage.ts"
 import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
@@ -152,7 +152,6 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   subscribers: Subscribers
 ) {
   const crypto = yield* EndpointCrypto
-  const events = yield* EventLog
   const origin = endpointOrigin(options.endpointUrl)
   const sortKeyMs = makeSortKeys()
 
@@ -182,8 +181,8 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
     const receipt = receiptUrl === undefined ? undefined : yield* receipts.claim(receiptUrl)
     const { uaid, channelId } = subscription
     const notification = yield* messageOf(crypto, sortKeyMs, { uaid, channelId, nowMs, ttl, topic, urgency, receipt, body, encryption })
-    if (receipt !== undefined) yield* receipts.accepting(uaid, receipt, notification, nowMs)
-    events.record(domainEvent("notification.accepted.1", uaid, nowMs, {
+    // With a receipt, its row is opened first (the fold of this event): a failure is a 503, nothing sent.
+    yield* receipts.accepted(domainEvent("notification.accepted.1", uaid, nowMs, {
       channelId,
       version: notification.version,
       ttl,

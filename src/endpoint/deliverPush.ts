@@ -2,7 +2,8 @@
  * The second step of a push: delivery. An accepted push (`acceptPush.ts`) goes to the node its
  * client is connected to, to storage, or to a bridge (`WebPushRouter`, `BridgeRouter`), and what
  * was decided is recorded where it was decided: `notification.routed.1` (the one producer),
- * `notification.stored.1`, `notification.expired.1`, the bridge's events, the receipt's row.
+ * `notification.stored.1` (and `notification.moved.1`), `notification.expired.1`, the bridge's
+ * events; those of a message with a receipt are folded into its row before the answer (`receipts.ts`).
  *
  * A storage failure is not answered here: it goes up to the error edge.
  */
@@ -10,7 +11,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
 import type { ApiError } from "../domain/errors.ts"
-import { domainEvent, type RouteOutcome } from "../domain/events.ts"
+import { domainEvent, receiptOf, type RouteOutcome } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
@@ -45,9 +46,10 @@ const bridgeFailureReason = (error: BridgeError): string => {
   }
 }
 
-/** What recording and bridging need: the event log, the message spans, and how to drop a user. */
+/** What recording and bridging need: the event log, the receipts' fold, the message spans, and how to drop a user. */
 interface Recorders {
   readonly events: EventLog["Service"]
+  readonly routed: Receipts["routed"]
   readonly spans: Effect.Success<typeof messageSpans>
   readonly dropUser: Subscribers["dropUser"]
 }
@@ -70,15 +72,14 @@ const sendBridged = (by: Recorders, bridge: BridgeRouter, user: UserRecord, noti
   bridge.send(user, notification).pipe(
     by.spans.span("notification.bridge", { attributes: { platform: bridge.platform } }),
     Effect.tap(() =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        by.events.record(domainEvent("notification.bridged.1", user.uaid, now, {
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        by.routed(domainEvent("notification.bridged.1", user.uaid, now, {
           channelId: notification.channelId,
           version: notification.version,
           platform: bridge.platform,
-          ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {})
-        }))
-        return recordRouted(by.events, user.uaid, notification, "bridged", startNanos)
-      })),
+          ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {}),
+          ...receiptOf(notification)
+        })).pipe(Effect.andThen(recordRouted(by.events, user.uaid, notification, "bridged", startNanos))))),
     Effect.tapError((error: BridgeError) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => {
         by.events.record(domainEvent("notification.bridge_failed.1", user.uaid, now, {
@@ -91,15 +92,35 @@ const sendBridged = (by: Recorders, bridge: BridgeRouter, user: UserRecord, noti
     Effect.catchTag("BridgeRecipientGone", (gone) => by.dropUser(user.uaid, gone.message))
   )
 
+/**
+ * A message stored offline: `notification.stored.1`, and when it was stored at a later ms than it
+ * was accepted at (a new id), when it was accepted and its TTL, then `notification.moved.1` of the
+ * id it was accepted under (so that its receipt's row goes with it).
+ */
+const storedEvents = (uaid: string, accepted: AcceptedPush, stored: Notification, at: number) => {
+  const moved = stored.version !== accepted.notification.version
+  const { channelId, version } = stored
+  return [
+    domainEvent("notification.stored.1", uaid, at, {
+      channelId,
+      version,
+      reason: "offline",
+      ...(moved ? { acceptedAt: accepted.acceptedAt, ttl: stored.ttl } : {}),
+      ...receiptOf(stored)
+    }),
+    ...(moved ? [domainEvent("notification.moved.1", uaid, at, { channelId, version: accepted.notification.version, ...receiptOf(stored) })] : [])
+  ]
+}
+
 export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, subscribers: Subscribers) {
   const router = yield* WebPushRouter
   const events = yield* EventLog
-  const recorders: Recorders = { events, spans: yield* messageSpans, dropUser: subscribers.dropUser }
+  const recorders: Recorders = { events, routed: receipts.routed, spans: yield* messageSpans, dropUser: subscribers.dropUser }
   const { cache } = subscribers
 
   /** An accepted push delivered, stored or bridged: the id of the message as it went (a later ms, stored, is a new id). */
   const deliver = Effect.fnUntraced(function*(accepted: AcceptedPush): Effect.fn.Return<string, ApiError | StorageError> {
-    const { uaid, target, notification, receipt, acceptedAt } = accepted
+    const { uaid, target, notification } = accepted
     const channelId = notification.channelId
     // A cached record of a connected client is good for a direct delivery (its node checks it), one
     // of a client that was offline for storing (the re-read after the store checks it); anything
@@ -110,7 +131,6 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
     const fresh = direct !== undefined || !target.cached || storeCached ? target : yield* subscribers.subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
       yield* sendBridged(recorders, fresh.bridge, fresh.user, notification, startNanos)
-      if (receipt !== undefined) yield* receipts.routed(uaid, receipt, notification, notification, "bridged", acceptedAt)
       return notification.version
     }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
@@ -127,14 +147,11 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
     }
     yield* recordRouted(events, uaid, routed.notification, routed.outcome, startNanos)
     const routedAt = yield* Clock.currentTimeMillis
-    const version = routed.notification.version
-    if (routed.outcome === "stored") {
-      events.record(domainEvent("notification.stored.1", uaid, routedAt, { channelId, version, reason: "offline" }))
-    } else if (routed.outcome === "dropped") {
-      events.record(domainEvent("notification.expired.1", uaid, routedAt, { version }))
+    if (routed.outcome === "stored") yield* receipts.routed(...storedEvents(uaid, accepted, routed.notification, routedAt))
+    else if (routed.outcome === "dropped") {
+      yield* receipts.routed(domainEvent("notification.expired.1", uaid, routedAt, { version: routed.notification.version, ...receiptOf(routed.notification) }))
     }
-    if (receipt !== undefined) yield* receipts.routed(uaid, receipt, notification, routed.notification, routed.outcome, acceptedAt)
-    return version
+    return routed.notification.version
   })
 
   return deliver

@@ -16,8 +16,7 @@ import type * as Headers from "effect/http/Headers"
 import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { type ApiError, InvalidMessageId } from "../domain/errors.ts"
-import { domainEvent } from "../domain/events.ts"
-import { EventLog } from "../observability/EventLog.ts"
+import { domainEvent, receiptOf } from "../domain/events.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { Storage, type StorageError, storageUnavailable } from "../storage/Storage.ts"
 import { makeAcceptPush, type MadePush } from "./acceptPush.ts"
@@ -46,7 +45,6 @@ const answeredInProcess = <A>(effect: Effect.Effect<A, ApiError | StorageError>)
 export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions, receipts: Receipts, limits: RateLimits) {
   const storage = yield* Storage
   const crypto = yield* EndpointCrypto
-  const events = yield* EventLog
   const spans = yield* messageSpans
   const subscribers = yield* makeSubscribers(options)
   const accept = yield* makeAcceptPush(options, receipts, limits, subscribers)
@@ -77,12 +75,13 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   /** DELETE /m/{message_id}: the message taken back, if it is still stored. */
   const cancel = Effect.fnUntraced(function*(messageId: string): Effect.fn.Return<EmptyAnswer, ApiError | StorageError> {
     const data = yield* crypto.parseMessageId(messageId).pipe(Effect.mapError(() => new InvalidMessageId()))
-    const user = yield* storage.getUser(data.uaid)
-    if (user?.currentMonth !== undefined) {
-      yield* storage.deleteMessage(data.uaid, user.currentMonth, data)
-      events.record(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId }))
+    const month = (yield* storage.getUser(data.uaid))?.currentMonth
+    if (month !== undefined) yield* storage.deleteMessage(data.uaid, month, data)
+    // A message with a receipt gets its `deleted` outcome even when it was no longer stored (the
+    // fold keeps the first outcome): its event is recorded then too.
+    if (month !== undefined || data.receipt !== undefined) {
+      yield* receipts.deleted(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId, ...receiptOf(data) }))
     }
-    if (data.receipt !== undefined) yield* receipts.deleted(data.uaid, data.receipt, messageId)
     return { status: 204, headers: {} }
   })
 

@@ -5,9 +5,11 @@
  *
  * to stdout (`-`) or appended to a file. What is written, and what is not:
  * - `time`: ms since the epoch, when the event was recorded;
- * - `uaid` and `data.version` (message ids): opaque ids (`opaque.ts`), never the values themselves —
- *   both are bearer credentials; the opaque ids still join the lines of one user or one message, also
- *   across nodes, and `GET /__trace__/{id}` takes either form;
+ * - `uaid`, `data.version` (message ids) and `data.receipt` (receipt subscription ids): opaque ids
+ *   (`opaque.ts`), never the values themselves — all are bearer credentials (a receipt subscription
+ *   id lets whoever has it read its receipts); the opaque ids still join the lines of one user, one
+ *   message or one subscription, also across nodes, and `GET /__trace__/{id}` takes either form of a
+ *   message id;
  * - channel ids, TTLs, codes, reasons, months, outcomes: as they are;
  * - payloads, headers, endpoint tokens and keys: never (no domain event carries them; the writer also
  *   drops such fields should an event ever grow one).
@@ -33,7 +35,7 @@ export class EventLogOpenError extends Data.TaggedError("EventLogOpenError")<{ r
 const NEVER_WRITTEN: ReadonlySet<string> = new Set(["data", "payload", "body", "headers", "token", "endpoint", "key", "uaid"])
 
 /** Fields replaced by their opaque id. */
-const OPAQUE_FIELDS: ReadonlySet<string> = new Set(["version", "messageId"])
+const OPAQUE_FIELDS: ReadonlySet<string> = new Set(["version", "messageId", "receipt"])
 
 /** The JSON line of one event (without the newline). */
 export const makeEventLine = (opaque: (value: string) => string = makeOpaqueIds()) =>

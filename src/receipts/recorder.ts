@@ -1,9 +1,10 @@
 /**
  * What the connection node learns about messages sent with a receipt — delivered, saved at a
- * disconnect, acked, nacked, expired on the way — written to their status rows. A fold of the
- * node's domain events (those whose data name a `receipt`), so the protocol stays as it is: the
- * node's `EventLog` is wrapped, and the writes run on background fibers of this layer. Messages
- * without a receipt cost one property read per event.
+ * disconnect, acked, nacked, expired on the way — written to their status rows: the node's domain
+ * events folded (`receiptChangeOf`, `fold.ts`) and applied by the receipt book, so the protocol
+ * stays as it is. The node's `EventLog` is wrapped, and the writes run on background fibers of this
+ * layer: a session cannot wait for storage. Messages without a receipt cost one property read per
+ * event. (The endpoint applies the same fold on its request path: `endpoint/receipts.ts`.)
  *
  * Order: the writes of one receipt subscription run one after another, in order of arrival; up to
  * `CONCURRENCY` subscriptions are written at once. So on one node a message's steps land in the
@@ -28,44 +29,12 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Semaphore from "effect/Semaphore"
-import type { DomainEvent } from "../domain/events.ts"
-import { ackOutcome } from "../domain/receipt.ts"
 import { METRICS } from "../observability/catalog.ts"
 import { EventLog } from "../observability/EventLog.ts"
-import { Metrics } from "../observability/Metrics.ts"
+import { type Counter, Metrics } from "../observability/Metrics.ts"
 import { Storage } from "../storage/Storage.ts"
-import { makeReceiptBook, RECEIPT_RETENTION_SECONDS, type StatusChange } from "./book.ts"
-
-interface ReceiptWrite {
-  readonly uaid: string
-  readonly subscription: string
-  readonly messageId: string
-  readonly change: StatusChange
-}
-
-/** The status change an event makes, for a message with a receipt. */
-const receiptChangeOf = (event: DomainEvent): ReceiptWrite | undefined => {
-  const receipt = (event.data as { readonly receipt?: unknown }).receipt
-  if (typeof receipt !== "string") return undefined
-  const at = event.time
-  const write = (messageId: string, change: StatusChange): ReceiptWrite => ({ uaid: event.uaid, subscription: receipt, messageId, change })
-  switch (event.type) {
-    case "notification.delivered.1":
-      return write(event.data.version, { deliveredAt: at })
-    case "notification.stored.1":
-      return write(event.data.version, { storedAt: at })
-    case "notification.acked.1":
-      return write(event.data.version, {
-        outcome: { outcome: ackOutcome(event.data.code), at, code: event.data.code }
-      })
-    case "notification.nacked.1":
-      return write(event.data.version, { outcome: { outcome: "rejected", at, code: event.data.code } })
-    case "notification.expired.1":
-      return write(event.data.version, { outcome: { outcome: "expired", at } })
-    default:
-      return undefined
-  }
-}
+import { makeReceiptBook, RECEIPT_RETENTION_SECONDS, type ReceiptBook } from "./book.ts"
+import { receiptChangeOf, type ReceiptWrite } from "./fold.ts"
 
 /** Subscriptions written at once (one write each). */
 const CONCURRENCY = 16
@@ -84,6 +53,45 @@ interface RecorderBounds {
   readonly writeTimeoutMs?: number | undefined
 }
 
+/** One write of the fold, retried, within `timeoutMs`; a failure is logged. */
+const writeWithin = (book: ReceiptBook, timeoutMs: number) => (change: ReceiptWrite) =>
+  book.apply(change).pipe(
+    Effect.retry({ schedule: Schedule.exponential("100 millis"), times: 4 }),
+    Effect.timeoutOrElse({
+      duration: timeoutMs,
+      orElse: () => Effect.logWarning("a receipt status write got no answer in time").pipe(Effect.annotateLogs({ timeout_ms: timeoutMs }))
+    }),
+    Effect.catchTag("StorageError", (error) => Effect.logWarning("a receipt status could not be written", error)),
+    Effect.asVoid
+  )
+
+/** A write dropped: counted, and logged one line now, then one per interval while writes are still being dropped. */
+const makeDrop = (runLog: (effect: Effect.Effect<void>) => unknown, droppedCount: Counter | undefined, waiting: () => number, maxQueued: number) => {
+  let droppedSinceLog = 0
+  let logging = false
+  const logDrops: Effect.Effect<void> = Effect.suspend(() => {
+    if (droppedSinceLog === 0) {
+      logging = false
+      return Effect.void
+    }
+    const dropped = droppedSinceLog
+    droppedSinceLog = 0
+    return Effect.logWarning("receipt status writes dropped: too many waiting (storage slow or not answering)").pipe(
+      Effect.annotateLogs({ dropped, waiting: waiting(), max_waiting: maxQueued }),
+      Effect.andThen(Effect.sleep(DROP_LOG_INTERVAL_MS)),
+      Effect.andThen(logDrops)
+    )
+  })
+  return () => {
+    droppedCount?.inc()
+    droppedSinceLog++
+    if (!logging) {
+      logging = true
+      runLog(logDrops)
+    }
+  }
+}
+
 /** The node's `EventLog`, wrapped: every event goes on as before, and receipt changes to storage. */
 export const receiptRecording = (
   retentionSeconds: number = RECEIPT_RETENTION_SECONDS,
@@ -95,9 +103,7 @@ export const receiptRecording = (
       const inner = yield* EventLog
       const book = makeReceiptBook(yield* Storage, inner, retentionSeconds)
       const maxQueued = bounds.maxQueued ?? MAX_QUEUED_WRITES
-      const writeTimeoutMs = bounds.writeTimeoutMs ?? WRITE_TIMEOUT_MS
       const metrics = Option.getOrUndefined(yield* Effect.serviceOption(Metrics))
-      const droppedCount = metrics?.counter(METRICS.receiptWritesDropped.name)
       /** Each subscription's waiting writes, in order of arrival; the first is being written. */
       const lanes = new Map<string, Array<ReceiptWrite>>()
       let queued = 0
@@ -108,16 +114,7 @@ export const receiptRecording = (
       const run = yield* FiberSet.runtime(writers)<never>()
       const runLog = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
 
-      const write = ({ uaid, subscription, messageId, change }: ReceiptWrite) =>
-        book.write(uaid, subscription, messageId, change).pipe(
-          Effect.retry({ schedule: Schedule.exponential("100 millis"), times: 4 }),
-          Effect.timeoutOrElse({
-            duration: writeTimeoutMs,
-            orElse: () => Effect.logWarning("a receipt status write got no answer in time").pipe(Effect.annotateLogs({ timeout_ms: writeTimeoutMs }))
-          }),
-          Effect.catchTag("StorageError", (error) => Effect.logWarning("a receipt status could not be written", error)),
-          Effect.asVoid
-        )
+      const write = writeWithin(book, bounds.writeTimeoutMs ?? WRITE_TIMEOUT_MS)
       /** A subscription's writes, one after another, until its lane is empty. */
       const drain = (subscription: string, lane: Array<ReceiptWrite>): Effect.Effect<void> =>
         Effect.suspend(() => {
@@ -135,30 +132,7 @@ export const receiptRecording = (
           )
         })
 
-      let droppedSinceLog = 0
-      let logging = false
-      /** One line now, then one per interval while writes are still being dropped. */
-      const logDrops: Effect.Effect<void> = Effect.suspend(() => {
-        if (droppedSinceLog === 0) {
-          logging = false
-          return Effect.void
-        }
-        const dropped = droppedSinceLog
-        droppedSinceLog = 0
-        return Effect.logWarning("receipt status writes dropped: too many waiting (storage slow or not answering)").pipe(
-          Effect.annotateLogs({ dropped, waiting: queued, max_waiting: maxQueued }),
-          Effect.andThen(Effect.sleep(DROP_LOG_INTERVAL_MS)),
-          Effect.andThen(logDrops)
-        )
-      })
-      const drop = () => {
-        droppedCount?.inc()
-        droppedSinceLog++
-        if (!logging) {
-          logging = true
-          runLog(logDrops)
-        }
-      }
+      const drop = makeDrop(runLog, metrics?.counter(METRICS.receiptWritesDropped.name), () => queued, maxQueued)
 
       // Runs before the writers are interrupted: what is queued is written first.
       yield* Effect.addFinalizer(() =>

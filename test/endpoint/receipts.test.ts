@@ -2,7 +2,8 @@
  * The endpoint's side of push receipts, over in-memory storage with injectable faults: the status
  * row of a push with a receipt is written before the message goes anywhere, so a storage failure
  * then is a 503 with nothing sent (the sender's retry is not a duplicate); a failure after the
- * message went leaves the answer 202.
+ * message went leaves the answer 202; what the endpoint decided (stored, expired, deleted) is folded
+ * from the events it records into the row before it answers.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import * as http from "node:http"
@@ -12,6 +13,7 @@ import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import type { ReceiptOptions } from "../../src/endpoint/options.ts"
 import { boundPort, EndpointServer } from "../../src/endpoint/server.ts"
 import { METRICS } from "../../src/observability/catalog.ts"
+import { EventLogMemory } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { Storage, type StorageService } from "../../src/storage/Storage.ts"
@@ -62,6 +64,36 @@ describe("push receipts at the endpoint", () => {
         assert.deepStrictEqual([reply.status, JSON.parse(reply.text).errno], [503, 201])
         assert.deepStrictEqual(yield* nodeCalls(sub.uaid), [])
         assert.deepStrictEqual(yield* messagesOf(sub), [])
+      }))
+
+    it.effect("what the endpoint decided is in the row when it answers: the fold of the events it records (stored, expired at once, deleted)", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const receipts = yield* receiptSubscription
+        const subscription = receipts.split("/receipts/")[1] as string
+        const storage = yield* Storage
+        const messageOf = (reply: { readonly headers: Readonly<Record<string, unknown>> }) => String(reply.headers["location"]).split("/m/")[1] as string
+        const rowOf = (messageId: string) => storage.getMessageStatus(subscription, messageId)
+        const stored = messageOf(yield* push(sub, { ...headers, "push-receipt": receipts }, BODY))
+        assert.isDefined((yield* rowOf(stored))?.storedAt)
+        assert.isUndefined((yield* rowOf(stored))?.outcome)
+        const dropped = messageOf(yield* push(sub, { ...headers, ttl: 0, "push-receipt": receipts }, BODY))
+        assert.strictEqual((yield* rowOf(dropped))?.outcome, "expired")
+        assert.strictEqual((yield* request({ method: "DELETE", path: `/m/${stored}` })).status, 204)
+        assert.strictEqual((yield* rowOf(stored))?.outcome, "deleted")
+        const named = (yield* EventLogMemory).events.filter((e) => "version" in e.data && [stored, dropped].includes(e.data.version))
+        assert.deepStrictEqual(
+          named.filter((e) => e.type !== "notification.routed.1").map((e) => [e.type, (e.data as { readonly receipt?: string }).receipt]),
+          [
+            ["notification.accepted.1", subscription],
+            ["notification.stored.1", subscription],
+            ["notification.accepted.1", subscription],
+            ["notification.expired.1", subscription],
+            ["notification.receipt.1", subscription],
+            ["notification.deleted.1", subscription],
+            ["notification.receipt.1", subscription]
+          ]
+        )
       }))
   })
 })

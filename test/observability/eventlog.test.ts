@@ -98,13 +98,13 @@ describe("event log", () => {
       type: "notification.future.9",
       uaid: "a90359e3e4eb64f6e33d1267813bf91c",
       time: 5,
-      data: { version: "gAAAAAB-token", data: PAYLOAD, headers: { encryption: "x" }, token: "t", ttl: 60, note: undefined }
+      data: { version: "gAAAAAB-token", receipt: "rs-subscription-id", data: PAYLOAD, headers: { encryption: "x" }, token: "t", ttl: 60, note: undefined }
     } as unknown as DomainEvent
     assert.deepStrictEqual(JSON.parse(line(event)), {
       time: 5,
       type: "notification.future.9",
       uaid: opaqueId("a90359e3e4eb64f6e33d1267813bf91c"),
-      data: { version: opaqueId("gAAAAAB-token"), ttl: 60 }
+      data: { version: opaqueId("gAAAAAB-token"), receipt: opaqueId("rs-subscription-id"), ttl: 60 }
     })
     assert.match(opaqueId("x"), /^[0-9a-f]{16}$/)
   })

@@ -1,0 +1,152 @@
+/**
+ * A collector of a receipt subscription (`GET /receipts/{id}`) once admitted: receipts as HTTP/2
+ * server pushes (RFC 8030 §6.2), as server-sent events, or as one JSON document once there are
+ * some (or the wait is over), reading storage once a second while it waits, until its hold ends.
+ * A receipt handed out is removed once it was written to the client: a collection consumes the
+ * subscription, it changes no message's status (so it is no event of the fold).
+ */
+import type { IncomingMessage, ServerResponse } from "node:http"
+import type { Http2ServerResponse } from "node:http2"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import { ReceiptNotFound, type StorageUnavailable } from "../domain/errors.ts"
+import { type MessageStatus, receiptHttpStatus } from "../domain/receipt.ts"
+import type { StatusDocument } from "./receiptStatus.ts"
+
+/** How often a waiting `GET` looks for new receipts in storage. */
+const RECEIPT_POLL_MS = 1_000
+/** Receipts in one JSON answer at most (the sender asks again for the rest). */
+const RECEIPTS_PER_ANSWER = 1_000
+/** SSE comment lines this often keep proxies from closing a quiet stream. */
+const SSE_HEARTBEAT_MS = 15_000
+
+export const notFound = new ReceiptNotFound({ message: "No such receipt subscription, or it has expired" })
+
+/** How a `GET` of a receipt subscription is answered. */
+export type Delivery = "push" | "events" | "json"
+
+export const deliveryOf = (req: IncomingMessage): Delivery => {
+  const accept = req.headers.accept ?? ""
+  if (/text\/event-stream/i.test(accept)) return "events"
+  if (/application\/json/i.test(accept)) return "json"
+  const stream = (req as { readonly stream?: { readonly pushAllowed?: boolean } }).stream
+  return req.httpVersionMajor === 2 && stream?.pushAllowed === true ? "push" : "json"
+}
+
+/** `wait=N` of `Prefer` (RFC 7240), in ms. */
+export const preferredWaitMs = (prefer: string | ReadonlyArray<string> | undefined): number | undefined => {
+  if (typeof prefer !== "string") return undefined
+  const match = /(?:^|[,;\s])wait\s*=\s*"?(\d{1,6})"?/i.exec(prefer)
+  return match === null ? undefined : Number(match[1]) * 1000
+}
+
+/** What a collector reads and writes with. */
+interface CollectorParts {
+  /** The subscription's receipts now; undefined when it is gone. */
+  readonly read: (id: string) => Effect.Effect<ReadonlyArray<MessageStatus> | undefined, StorageUnavailable>
+  /** Receipts handed out, removed from storage (a failure is logged). */
+  readonly handed: (id: string, receipts: ReadonlyArray<MessageStatus>) => Effect.Effect<void>
+  readonly document: (status: MessageStatus) => StatusDocument
+  /** The path of the push message resources, as a server push promises them. */
+  readonly messagePath: string
+  /** Counts a collector ended at its longest hold. */
+  readonly endedAtMaxHold: () => void
+}
+
+type Headers = Readonly<Record<string, string>>
+
+export const makeCollector = (parts: CollectorParts) => {
+  const { read, handed, document } = parts
+  const left = (until: number) => Effect.map(Clock.currentTimeMillis, (now) => Math.max(0, until - now))
+
+  /** One JSON answer: the receipts there are, or, once some come (or the wait is over), those. */
+  const answerJson = (id: string, first: ReadonlyArray<MessageStatus>, res: ServerResponse, headers: Headers, until: number) =>
+    Effect.gen(function*() {
+      let all = first
+      for (let wait = yield* left(until); all.length === 0 && wait > 0; wait = yield* left(until)) {
+        yield* Effect.sleep(Math.min(RECEIPT_POLL_MS, wait))
+        const next = yield* read(id)
+        if (next === undefined) return yield* notFound
+        all = next
+      }
+      const receipts = all.slice(0, RECEIPTS_PER_ANSWER)
+      // Removed before they are answered: a sender that asks again at once must not get them twice.
+      yield* handed(id, receipts)
+      const body = JSON.stringify({ receipts: receipts.map(document) })
+      return yield* written(res, 200, { ...headers, "content-type": "application/json", "cache-control": "no-store" }, body)
+    })
+
+  /** Receipts as they come, held open until the client leaves, the subscription expires, the hold is over or the server stops. */
+  const stream = (id: string, first: ReadonlyArray<MessageStatus>, delivery: "events" | "push", res: ServerResponse, headers: Headers, until: number) =>
+    Effect.gen(function*() {
+      if (delivery === "events") {
+        res.writeHead(200, { ...headers, "content-type": "text/event-stream", "cache-control": "no-store" })
+        res.flushHeaders()
+      }
+      // A receipt is removed once it went out (one the client refused stays for the next try).
+      const send = (receipts: ReadonlyArray<MessageStatus>) =>
+        Effect.forEach(receipts, (receipt) =>
+          (delivery === "events" ? sentEvent(res, receipt, document) : pushed(res, receipt, document, parts.messagePath)).pipe(
+            Effect.flatMap((sent) => (sent ? handed(id, [receipt]) : Effect.void))
+          ), { discard: true })
+      let receipts: ReadonlyArray<MessageStatus> | undefined = first
+      let quiet = 0
+      while (receipts !== undefined) {
+        yield* send(receipts)
+        const wait = yield* left(until)
+        if (wait <= 0) break
+        const pause = Math.min(RECEIPT_POLL_MS, wait)
+        yield* Effect.sleep(pause)
+        quiet = receipts.length > 0 ? 0 : quiet + pause
+        if (delivery === "events" && quiet >= SSE_HEARTBEAT_MS) {
+          quiet = 0
+          res.write(": keepalive\n\n")
+        }
+        receipts = yield* read(id)
+      }
+      if (receipts !== undefined) {
+        // The longest hold is over: ended as when the server stops (the client asks again).
+        parts.endedAtMaxHold()
+        if (delivery === "events") res.end()
+        else yield* written(res, 204, headers, "")
+      } else if (delivery === "events") res.end("event: gone\ndata: {}\n\n")
+      else yield* written(res, 204, headers, "")
+    })
+
+  /** A collector within the caps, held until `until` (ms) at most. Fails only before anything is written. */
+  const held = (id: string, delivery: Delivery, res: ServerResponse, headers: Headers, until: number) =>
+    Effect.flatMap(read(id), (first) =>
+      first === undefined ? Effect.fail(notFound)
+      : delivery === "json" ? answerJson(id, first, res, headers, until)
+      : stream(id, first, delivery, res, headers, until))
+
+  return { held }
+}
+
+/** One receipt as an event: its id is the message's, its data the status document. */
+const sentEvent = (res: ServerResponse, receipt: MessageStatus, document: CollectorParts["document"]) =>
+  Effect.callback<boolean>((resume) => {
+    res.write(`id: ${receipt.messageId}\nevent: receipt\ndata: ${JSON.stringify(document(receipt))}\n\n`, (error) =>
+      resume(Effect.succeed(error == null)))
+  })
+
+/**
+ * One receipt as an HTTP/2 server push: a promised `GET` of the push message resource (under
+ * `messagePath`), answered with its status (410 for an acknowledged message) and the status document.
+ */
+const pushed = (res: ServerResponse, receipt: MessageStatus, document: CollectorParts["document"], messagePath: string) =>
+  Effect.callback<boolean>((resume) => {
+    ;(res as unknown as Http2ServerResponse).createPushResponse({ ":method": "GET", ":path": messagePath + receipt.messageId }, (error, pushRes) => {
+      if (error !== null) return resume(Effect.succeed(false))
+      const body = JSON.stringify(document(receipt))
+      pushRes.writeHead(receiptHttpStatus(receipt.outcome ?? "acknowledged"), { "content-type": "application/json" })
+      pushRes.end(body, () => resume(Effect.succeed(true)))
+    })
+  })
+
+/** Write a whole answer; done once it is handed to the connection. */
+const written = (res: ServerResponse, status: number, headers: Headers, body: string) =>
+  Effect.callback<void>((resume) => {
+    res.writeHead(status, body === "" ? headers : { ...headers, "content-length": String(Buffer.byteLength(body)) })
+    res.end(body, () => resume(Effect.void))
+  })
