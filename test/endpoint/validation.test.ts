@@ -1,5 +1,5 @@
 /**
- * The POST validation table (the rules #1–#16 of `src/endpoint/webpush.ts`), one row per rule: every request is a
+ * The POST validation table (the rules #1–#16 of `src/endpoint/acceptPush.ts`), one row per rule: every request is a
  * valid one (v1 endpoint, TTL 60, no body unless the rule needs one) changed in exactly one way,
  * sent to the real server; status, errno and message are asserted, plus the headers error answers add.
  */
