@@ -9,7 +9,8 @@ import type { IncomingMessage, ServerResponse } from "node:http"
 import type { Http2ServerResponse } from "node:http2"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import { ReceiptNotFound, type StorageUnavailable } from "../domain/errors.ts"
+import { ReceiptNotFound } from "../domain/errors.ts"
+import type { StorageError } from "../storage/Storage.ts"
 import { type MessageStatus, receiptHttpStatus } from "../domain/receipt.ts"
 import type { StatusDocument } from "./receiptStatus.ts"
 
@@ -43,7 +44,7 @@ export const preferredWaitMs = (prefer: string | ReadonlyArray<string> | undefin
 /** What a collector reads and writes with. */
 interface CollectorParts {
   /** The subscription's receipts now; undefined when it is gone. */
-  readonly read: (id: string) => Effect.Effect<ReadonlyArray<MessageStatus> | undefined, StorageUnavailable>
+  readonly read: (id: string) => Effect.Effect<ReadonlyArray<MessageStatus> | undefined, StorageError>
   /** Receipts handed out, removed from storage (a failure is logged). */
   readonly handed: (id: string, receipts: ReadonlyArray<MessageStatus>) => Effect.Effect<void>
   readonly document: (status: MessageStatus) => StatusDocument

@@ -23,7 +23,7 @@ import { Metrics } from "../observability/Metrics.ts"
 import { MessageTrace } from "../observability/MessageTrace.ts"
 import { RECEIPT_RETENTION_SECONDS, type ReceiptBook } from "../receipts/book.ts"
 import { makeCollection } from "../receipts/collection.ts"
-import { Storage, storageUnavailable } from "../storage/Storage.ts"
+import { Storage } from "../storage/Storage.ts"
 import { peerOf } from "./http2.ts"
 import type { EndpointOptions } from "./options.ts"
 import type { RateLimits } from "./rateLimits.ts"
@@ -58,7 +58,7 @@ export const makeReceiptRoutes = Effect.fnUntraced(function*(options: EndpointOp
   const document = statusDocument(urls.messageBase)
   const endedCount = (reason: "max_hold" | "stalled") => metrics?.counter(METRICS.receiptCollectorsEnded.name, { reason }).inc()
   const { held } = makeCollector({
-    read: (id) => receiptsOf(id).pipe(Effect.catchTag("StorageError", storageUnavailable)),
+    read: receiptsOf,
     handed: (id, receipts) =>
       storage.deleteMessageStatuses(id, receipts.map((r) => r.messageId)).pipe(
         Effect.catchTag("StorageError", (error) => Effect.logWarning("collected receipts could not be removed", error))
@@ -74,7 +74,7 @@ export const makeReceiptRoutes = Effect.fnUntraced(function*(options: EndpointOp
   const subscribe = Effect.fnUntraced(function*(req: IncomingMessage) {
     yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis)
     const id = randomBytes(16).toString("base64url")
-    yield* storage.createReceiptSubscription(id, (yield* nowSeconds) + idleSeconds).pipe(Effect.catchTag("StorageError", storageUnavailable))
+    yield* storage.createReceiptSubscription(id, (yield* nowSeconds) + idleSeconds)
     return { status: 201, headers: { location: urls.subscriptionBase + id, link: urls.link } }
   })
 
@@ -92,7 +92,7 @@ export const makeReceiptRoutes = Effect.fnUntraced(function*(options: EndpointOp
     const ids = yield* Effect.option(crypto.parseMessageId(messageId))
     const subscription = ids._tag === "Some" ? ids.value.receipt : undefined
     const found = subscription !== undefined
-      ? yield* storage.getMessageStatus(subscription, messageId).pipe(Effect.catchTag("StorageError", storageUnavailable))
+      ? yield* storage.getMessageStatus(subscription, messageId)
       : undefined
     const traced = found ?? (ids._tag === "Some" && trace !== undefined ? traceStatus(messageId) : undefined)
     if (traced === undefined) return yield* new ReceiptNotFound({ message: "No status is kept for this message" })

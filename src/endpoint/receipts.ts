@@ -21,7 +21,7 @@ import { EventLog } from "../observability/EventLog.ts"
 import { RecentMap } from "../platform/memo.ts"
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
 import { RENEW_STEP } from "../receipts/collection.ts"
-import { Storage, storageUnavailable } from "../storage/Storage.ts"
+import { Storage } from "../storage/Storage.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
 import type { RateLimits } from "./rateLimits.ts"
 import { makeReceiptRoutes, SUBSCRIPTION_ID } from "./receiptRoutes.ts"
@@ -61,7 +61,7 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
     const renewAt = now + idleSeconds
     const known = renewed.get(id)
     if (known !== undefined && known > now && renewAt - known <= RENEW_STEP(idleSeconds)) return id
-    const alive = yield* storage.touchReceiptSubscription(id, renewAt).pipe(Effect.catchTag("StorageError", storageUnavailable))
+    const alive = yield* storage.touchReceiptSubscription(id, renewAt)
     if (!alive) {
       renewed.delete(id)
       return yield* new InvalidReceipt({ message: "Push-Receipt names a receipt subscription that does not exist or has expired" })
@@ -76,10 +76,7 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    * failure is a 503 with nothing sent and no event).
    */
   const accepted = (event: DomainEvent) =>
-    book.fold(event).pipe(
-      Effect.catchTag("StorageError", storageUnavailable),
-      Effect.map(() => events.record(event))
-    )
+    book.fold(event).pipe(Effect.map(() => events.record(event)))
 
   /** An event recorded, then its fold written (nothing to write for a message without a receipt). */
   const recordedAndFolded = (event: DomainEvent) =>
@@ -101,7 +98,7 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
 
   /** `notification.deleted.1`: the sender took the message back; its fold failing is a 503. */
   const deleted = (event: DomainEvent) =>
-    recordedAndFolded(event).pipe(Effect.catchTag("StorageError", storageUnavailable), Effect.asVoid)
+    recordedAndFolded(event).pipe(Effect.asVoid)
 
   return { claim, accepted, routed, deleted, link: urls.link, ...routes }
 })
