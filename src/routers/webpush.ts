@@ -19,12 +19,12 @@
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { StorageUnavailable, UserDeletedDuringRouting } from "../domain/errors.ts"
+import { UserDeletedDuringRouting } from "../domain/errors.ts"
 import type { RouteOutcome } from "../domain/events.ts"
 import { messageKeyOf, type Notification, sortkeyMs } from "../domain/notification.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { tableMovedTo, type UserRecord } from "../domain/user.ts"
-import { Storage, type StorageError, storageUnavailable } from "../storage/Storage.ts"
+import { Storage, type StorageError } from "../storage/Storage.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
 
@@ -42,7 +42,7 @@ export interface WebPushRouterService {
     user: UserRecord,
     table: string,
     notification: Notification
-  ) => Effect.Effect<Routed, StorageUnavailable | UserDeletedDuringRouting>
+  ) => Effect.Effect<Routed, StorageError | UserDeletedDuringRouting>
   /**
    * Step 1 alone, for a router record that may be out of date: delivered to the node it names, or
    * undefined (then route on a fresh record).
@@ -109,13 +109,13 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
       })
 
       /**
-       * A push that will be answered 503 after its message was stored: the message is taken back,
-       * so that the answer holds (if even that fails, it stays, and may still be delivered).
+       * A push that will fail on `error` (answered 503) after its message was stored: the message is
+       * taken back, so that the answer holds (if even that fails, it stays, and may still be delivered).
        */
       const refuse = (uaid: string, table: string, stored: Notification, error: StorageError) =>
         storage.deleteMessage(uaid, table, messageKeyOf(stored), stored.version).pipe(
           Effect.catchTag("StorageError", (cleanup) => Effect.logWarning("taking back a refused message failed", cleanup)),
-          Effect.andThen(storageUnavailable(error))
+          Effect.andThen(Effect.fail(error))
         )
 
       /** Step 4: poke the node the user is connected to now, if any. */
@@ -134,9 +134,7 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         if (fresh === undefined) return yield* new UserDeletedDuringRouting()
         if (fresh === null) return { outcome: "stored", notification: stored } satisfies Routed
         const moved = tableMovedTo(table, fresh)
-        const placed = moved === undefined ? stored : yield* followMove(uaid, table, moved, stored).pipe(
-          Effect.catchTag("StorageError", storageUnavailable)
-        )
+        const placed = moved === undefined ? stored : yield* followMove(uaid, table, moved, stored)
         yield* pokeCurrentNode(fresh)
         return { outcome: "stored", notification: placed, reread: fresh } satisfies Routed
       })
@@ -145,13 +143,10 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         user: UserRecord,
         table: string,
         notification: Notification
-      ): Effect.fn.Return<Routed, StorageUnavailable | UserDeletedDuringRouting> {
+      ): Effect.fn.Return<Routed, StorageError | UserDeletedDuringRouting> {
         if (user.nodeId !== undefined && (yield* deliverDirect(user, user.nodeId, notification))) return { outcome: "direct", notification }
         if (notification.ttl === 0) return { outcome: "dropped", notification }
-        const stored = yield* store(user.uaid, table, notification).pipe(
-          Effect.catchTag("StorageError", storageUnavailable),
-          spans.span("notification.store")
-        )
+        const stored = yield* store(user.uaid, table, notification).pipe(spans.span("notification.store"))
         return yield* afterStore(user.uaid, table, stored)
       })
 
