@@ -68,6 +68,10 @@ const startThread = (dataDir: string, listen: DynaliteListen) =>
 
 const stopThread = (worker: Worker) =>
   Effect.callback<void>((resume) => {
+    // A request still in flight when the database closes makes dynalite throw on its thread: the
+    // thread is going away, so that is not a failure to report (nor a stack trace on a start that
+    // failed for another reason).
+    worker.on("error", () => {})
     const done = () => resume(Effect.void)
     const timer = setTimeout(() => void worker.terminate().then(done, done), 10_000)
     worker.once("exit", () => {
