@@ -46,6 +46,8 @@ const send = async (endpoint: string, payload: string, signed: boolean) => {
   return { status: res.status, body: await res.text() }
 }
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
 const notification = (client: TestClient, ms = 5_000) => client.next((f) => f["messageType"] === "notification", ms)
 const noNotification = async (client: TestClient, ms = 1_000) =>
   assert.isUndefined(await notification(client, ms).catch(() => undefined), "nothing more is sent")
@@ -93,14 +95,17 @@ describe("UnifiedPush distributors (Sunup, KUnifiedPush)", () => {
       versions.push((await notification(first.client))["version"] as string)
     }
     await first.client.close()
+    // What it did not ack is saved as its session ends; a client comes back some time later.
+    await sleep(1_000)
     for (const round of [1, 2]) {
       const back = await helloAs(deployment(), first.uaid)
       const again: Array<string> = []
       for (let i = 0; i < 3; i++) again.push((await notification(back.client))["version"] as string)
       assert.sameMembers(again, versions, `round ${round}: every unacked message again`)
       if (round === 2) for (const version of again) back.client.send({ messageType: "ack", updates: [{ channelID: channel.channelID, version }] })
-      await new Promise((resolve) => setTimeout(resolve, 300))
+      await sleep(300)
       await back.client.close()
+      await sleep(1_000)
     }
     const last = await helloAs(deployment(), first.uaid)
     await noNotification(last.client)
