@@ -113,7 +113,9 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
        * taken back, so that the answer holds (if even that fails, it stays, and may still be delivered).
        */
       const refuse = (uaid: string, table: string, stored: Notification, error: StorageError) =>
-        storage.deleteMessage(uaid, table, messageKeyOf(stored), stored.version).pipe(
+        // A topic message is left where it is: its row replaced the topic's previous message, which
+        // taking it back would lose too (answered 201 maybe); the sender's retry replaces it again.
+        stored.topic !== undefined ? Effect.fail(error) : storage.deleteMessage(uaid, table, messageKeyOf(stored), stored.version).pipe(
           Effect.catchTag("StorageError", (cleanup) => Effect.logWarning("taking back a refused message failed", cleanup)),
           Effect.andThen(Effect.fail(error))
         )

@@ -400,7 +400,10 @@ const makeScene = (world: World, receiptsOn: boolean) =>
         const status = answer._tag === "Success" ? answer.success.status : toErrorResponse(answer.failure).status
         const location = answer._tag === "Success" ? answer.success.headers["location"] : undefined
         const version = location === undefined ? undefined : location.slice(location.indexOf("/m/") + 3)
-        const maybeStored = version === undefined && status === 503 && world.failed.slice(failedBefore).includes("deleteMessage")
+        // A 503 after the store: the message was taken back, unless that failed — or it is a topic
+        // message, which is left in place (taking it back would lose the topic's previous message too).
+        const maybeStored = version === undefined && status === 503 &&
+          (world.failed.slice(failedBefore).includes("deleteMessage") || (spec.topic !== undefined && spec.topic !== ""))
         const pushed: Pushed = { index, spec, channelId, status, version, maybeStored, at, expiresAt: Math.floor(at / 1000) + spec.ttl }
         pushes.push(pushed)
         trace.push({ at, text: () => `push #${index} ${JSON.stringify(spec)} → ${status}` })
@@ -520,8 +523,8 @@ const makeScene = (world: World, receiptsOn: boolean) =>
           if (finalSec >= p.expiresAt) continue
           const topic = p.spec.topic === undefined || p.spec.topic === "" ? undefined : `${p.channelId}:${p.spec.topic}`
           const replaced = topic !== undefined && pushes.some((q) =>
-            q.index > p.index && q.version !== undefined && `${q.channelId}:${q.spec.topic}` === topic &&
-            (q.spec.ttl > 0 || received.has(q.version))
+            q.index > p.index && `${q.channelId}:${q.spec.topic}` === topic &&
+            (q.version !== undefined ? q.spec.ttl > 0 || received.has(q.version) : q.maybeStored)
           )
           if (replaced) continue
           assert.fail(`${describe(p)} ${received.has(p.version!) ? "was delivered but never acked, and never came again" : "was never delivered"}${context()}`)
