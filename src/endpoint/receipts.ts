@@ -21,6 +21,7 @@ import { EventLog } from "../observability/EventLog.ts"
 import { RecentMap } from "../platform/memo.ts"
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS } from "../receipts/book.ts"
 import { RENEW_STEP } from "../receipts/collection.ts"
+import { receiptSubscriptionOf } from "../receipts/fold.ts"
 import { Storage } from "../storage/Storage.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
 import type { RateLimits } from "./rateLimits.ts"
@@ -76,7 +77,9 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    * failure is a 503 with nothing sent and no event).
    */
   const accepted = (event: DomainEvent) =>
-    book.fold(event).pipe(Effect.map(() => events.record(event)))
+    receiptSubscriptionOf(event) === undefined
+      ? Effect.sync(() => events.record(event))
+      : book.fold(event).pipe(Effect.map(() => events.record(event)))
 
   /** An event recorded, then its fold written (nothing to write for a message without a receipt). */
   const recordedAndFolded = (event: DomainEvent) =>
@@ -92,9 +95,12 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
    * not moved), and the answer stays 202.
    */
   const routed = (...steps: ReadonlyArray<DomainEvent>) =>
-    Effect.forEach(steps, recordedAndFolded, { discard: true }).pipe(
-      Effect.catchTag("StorageError", (error) => Effect.logWarning("a receipt status could not be written", error))
-    )
+    // A message without a receipt (most pushes) has nothing to fold: its events are only recorded.
+    steps.every((step) => receiptSubscriptionOf(step) === undefined)
+      ? Effect.sync(() => steps.forEach((step) => events.record(step)))
+      : Effect.forEach(steps, recordedAndFolded, { discard: true }).pipe(
+        Effect.catchTag("StorageError", (error) => Effect.logWarning("a receipt status could not be written", error))
+      )
 
   /** `notification.deleted.1`: the sender took the message back; its fold failing is a 503. */
   const deleted = (event: DomainEvent) =>

@@ -34,10 +34,16 @@ export type ReceiptWrite =
 /** When a message accepted at `acceptedAt` (ms) with `ttl` (s) stops being deliverable, in ms: as `expiresAt` counts it, from the second it was accepted in. */
 const deadlineOf = (acceptedAt: number, ttl: number): number => (Math.floor(acceptedAt / 1000) + ttl) * 1000
 
+/** The receipt subscription an event's message was sent with, if any: only those events write rows. */
+export const receiptSubscriptionOf = (event: DomainEvent): string | undefined => {
+  const receipt = (event.data as { readonly receipt?: unknown }).receipt
+  return typeof receipt === "string" ? receipt : undefined
+}
+
 /** The write an event makes to its message's status row; undefined for an event that changes none. */
 export const receiptChangeOf = (event: DomainEvent): ReceiptWrite | undefined => {
-  const receipt = (event.data as { readonly receipt?: unknown }).receipt
-  if (typeof receipt !== "string") return undefined
+  const receipt = receiptSubscriptionOf(event)
+  if (receipt === undefined) return undefined
   const at = event.time
   const row = (messageId: string): RowOf => ({ uaid: event.uaid, subscription: receipt, messageId })
   const open = (messageId: string, change: StatusChange): ReceiptWrite => ({ ...row(messageId), kind: "open", change })
