@@ -52,7 +52,7 @@ import {
   MAX_NOTIFY_BYTES,
   messageOf,
   NOTIFY_PATH,
-  ownEndpoint,
+  ownEndpointOf,
   parseNotify,
   urgencyOf
 } from "./matrixRequest.ts"
@@ -181,6 +181,7 @@ export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGate
   // When each event and pushkey pair was pushed (ms): claimed as its push starts, forgotten if it fails.
   const pushed = new RecentMap<number>(DEDUPE_ENTRIES)
   const ttl = options.ttlSeconds
+  const ownEndpoint = ownEndpointOf(options.endpointUrl)
   const maxMessageBytes = Math.min(MAX_MESSAGE_BYTES, options.maxDataBytes)
   const bodyLimits = {
     maxBytes: MAX_NOTIFY_BYTES,
@@ -193,7 +194,7 @@ export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGate
 
   /** One device: not ours, a retry already pushed, over its rate limit, or through the push path. */
   const deliver = (device: Device, eventId: string | undefined, made: GatewayPush | undefined, nowMs: number): Effect.Effect<Outcome> => {
-    const endpoint = ownEndpoint(device.pushkey, options.endpointUrl)
+    const endpoint = ownEndpoint(device.pushkey)
     if (endpoint === undefined) return Effect.succeed({ _tag: "rejected", pushkey: device.pushkey })
     const key = eventId === undefined ? undefined : digest(eventId, device.pushkey)
     const at = key === undefined ? undefined : pushed.get(key)

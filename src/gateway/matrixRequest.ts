@@ -9,7 +9,7 @@
  *   `content` goes, then the other optional fields one by one; `event_id`, `room_id`, `counts` and
  *   `prio` always stay;
  * - `urgencyOf`: the message's Web Push urgency (RFC 8030 §5.3) from the notification's `prio`;
- * - `ownEndpoint`: a pushkey that is one of this service's push endpoint URLs, as the version
+ * - `ownEndpointOf`: a pushkey that is one of this service's push endpoint URLs, as the version
  *   segment and token of its path (parsed, never fetched).
  */
 import type { Urgency } from "../domain/notification.ts"
@@ -134,21 +134,20 @@ export const urgencyOf = (prio: Prio): Urgency => (prio === "low" ? "low" : "hig
 const PUSH_PATH = /^\/wpush\/(?:([A-Za-z0-9]+)\/)?([A-Za-z0-9_=-]+)$/
 
 /**
- * The version segment and token of `pushkey` when it is a push endpoint URL of this service:
- * `{endpointUrl}/wpush/{v1|v2}/{token}` (or `/wpush/{token}`), the same origin and path prefix as
- * `endpointUrl`, no query, fragment or credentials; undefined for anything else. The URL is only
- * parsed: whether the token is ours is the push path's first check.
+ * For the service at `endpointUrl` (parsed once), the version segment and token of a `pushkey` when
+ * it is one of its push endpoint URLs: `{endpointUrl}/wpush/{v1|v2}/{token}` (or `/wpush/{token}`),
+ * the same origin and path prefix as `endpointUrl`, no query, fragment or credentials; undefined for
+ * anything else. The URL is only parsed: whether the token is ours is the push path's first check.
  */
-export const ownEndpoint = (
-  pushkey: string,
-  endpointUrl: string
-): { readonly version: string | undefined; readonly token: string } | undefined => {
-  if (!URL.canParse(pushkey)) return undefined
-  const url = new URL(pushkey)
+export const ownEndpointOf = (endpointUrl: string) => {
   const base = new URL(endpointUrl)
-  if (url.origin !== base.origin || url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") return undefined
   const prefix = base.pathname.replace(/\/+$/, "")
-  if (!url.pathname.startsWith(`${prefix}/wpush/`)) return undefined
-  const path = PUSH_PATH.exec(url.pathname.slice(prefix.length))
-  return path === null ? undefined : { version: path[1], token: path[2] as string }
+  return (pushkey: string): { readonly version: string | undefined; readonly token: string } | undefined => {
+    if (!URL.canParse(pushkey)) return undefined
+    const url = new URL(pushkey)
+    if (url.origin !== base.origin || url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") return undefined
+    if (!url.pathname.startsWith(`${prefix}/wpush/`)) return undefined
+    const path = PUSH_PATH.exec(url.pathname.slice(prefix.length))
+    return path === null ? undefined : { version: path[1], token: path[2] as string }
+  }
 }

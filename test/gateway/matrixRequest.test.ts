@@ -1,6 +1,6 @@
 /** The notify request's parts as pure functions: parsing, the message and its shrinking, urgency, our endpoints. */
 import { assert, describe, it } from "@effect/vitest"
-import { isRefusal, messageOf, type Notify, ownEndpoint, parseNotify, urgencyOf } from "../../src/gateway/matrixRequest.ts"
+import { isRefusal, messageOf, type Notify, ownEndpointOf, parseNotify, urgencyOf } from "../../src/gateway/matrixRequest.ts"
 
 const parse = (json: unknown): Notify => {
   const parsed = parseNotify(Buffer.from(JSON.stringify(json)))
@@ -89,14 +89,14 @@ describe("urgencyOf", () => {
   })
 })
 
-describe("ownEndpoint", () => {
+describe("ownEndpointOf", () => {
   it("takes /wpush/{version}/{token} and /wpush/{token} under the endpoint URL, and nothing else", () => {
     const base = "https://push.example.com"
-    assert.deepStrictEqual(ownEndpoint(`${base}/wpush/v1/gAAAA_tok-en=`, base), { version: "v1", token: "gAAAA_tok-en=" })
-    assert.deepStrictEqual(ownEndpoint(`${base}/wpush/v2/abc`, `${base}/`), { version: "v2", token: "abc" })
-    assert.deepStrictEqual(ownEndpoint(`${base}/wpush/abc`, base), { version: undefined, token: "abc" })
-    assert.deepStrictEqual(ownEndpoint("HTTPS://PUSH.example.com:443/wpush/v1/abc", base), { version: "v1", token: "abc" })
-    assert.deepStrictEqual(ownEndpoint("https://example.com/push/wpush/v1/abc", "https://example.com/push"), { version: "v1", token: "abc" })
+    assert.deepStrictEqual(ownEndpointOf(base)(`${base}/wpush/v1/gAAAA_tok-en=`), { version: "v1", token: "gAAAA_tok-en=" })
+    assert.deepStrictEqual(ownEndpointOf(`${base}/`)(`${base}/wpush/v2/abc`), { version: "v2", token: "abc" })
+    assert.deepStrictEqual(ownEndpointOf(base)(`${base}/wpush/abc`), { version: undefined, token: "abc" })
+    assert.deepStrictEqual(ownEndpointOf(base)("HTTPS://PUSH.example.com:443/wpush/v1/abc"), { version: "v1", token: "abc" })
+    assert.deepStrictEqual(ownEndpointOf("https://example.com/push")("https://example.com/push/wpush/v1/abc"), { version: "v1", token: "abc" })
     for (
       const pushkey of [
         "http://push.example.com/wpush/v1/abc",
@@ -114,7 +114,7 @@ describe("ownEndpoint", () => {
         "V2h5IG9uIGVhcnRoIGRpZCB5b3UgZGVjb2RlIHRoaXM/",
         ""
       ]
-    ) assert.isUndefined(ownEndpoint(pushkey, base), pushkey)
-    assert.isUndefined(ownEndpoint("https://example.com/wpush/v1/abc", "https://example.com/push"))
+    ) assert.isUndefined(ownEndpointOf(base)(pushkey), pushkey)
+    assert.isUndefined(ownEndpointOf("https://example.com/push")("https://example.com/wpush/v1/abc"))
   })
 })
