@@ -7,13 +7,14 @@
  * valid across runs and pushes sent meanwhile (stored by the service) arrive on the next start.
  */
 import { randomUUID } from "node:crypto"
-import { readFile, writeFile } from "node:fs/promises"
+import { readFile } from "node:fs/promises"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import { ToolFailure, UsageError } from "../tools/cli.ts"
 import { decryptPush, makeKeys, type PushHeaders, type SubscriberKeys } from "./keys.ts"
 import { type Frame, openPushSocket, type PushSocket } from "./socket.ts"
 import type { Urgency } from "../domain/notification.ts"
+import { writePrivateFile } from "../platform/privateFile.ts"
 
 interface ListenOptions {
   /** The connection node's WebSocket URL, e.g. `ws://localhost:8080/`. */
@@ -61,8 +62,8 @@ const readState = (path: string | undefined): Effect.Effect<State | undefined, T
 
 const writeState = (path: string | undefined, state: State): Effect.Effect<void, ToolFailure> =>
   path === undefined ? Effect.void : Effect.tryPromise({
-    // The private key is in it: readable by its owner only.
-    try: () => writeFile(path, JSON.stringify(state, null, 2) + "\n", { mode: 0o600 }),
+    // The private key is in it: readable by its owner only, never written through a planted link.
+    try: () => writePrivateFile(path, JSON.stringify(state, null, 2) + "\n"),
     catch: (cause) => new ToolFailure({ message: `cannot write the state file ${path}: ${String(cause)}` })
   })
 
