@@ -31,7 +31,9 @@ import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
-import { EmbeddedDataError, layerEmbedded } from "../storage/embedded.ts"
+import { announceEmbedded, EmbeddedDataError, layerEmbedded, startDynalite } from "../storage/embedded.ts"
+import { superviseWorkers, WorkerStartError } from "../workers/supervisor.ts"
+import { tellSupervisor, WORKER, workerCountOf, workerPorts } from "../workers/worker.ts"
 import { stopTeardown } from "../platform/teardown.ts"
 import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
 import {
@@ -59,13 +61,20 @@ const socketLimitsOf = (settings: Settings) => ({
   exempt: [...LOOPBACK, ...settings.trustedProxies]
 })
 
-/** Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint. */
+/**
+ * Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint; a
+ * worker uses the embedded store its supervisor runs.
+ */
 const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
   const options = storageOptionsOf(settings)
-  if (settings.storageEndpoint === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
+  const shared = WORKER?.storageEndpoint
+  if (settings.storageEndpoint === undefined && shared === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
   dropPrestartedDynalite()
   return layerTableKeeper.pipe(
-    Layer.provideMerge(layerDynamo({ ...options, endpoint: settings.storageEndpoint, region: settings.awsRegion }))
+    Layer.provideMerge(layerDynamo({
+      ...options,
+      ...(shared === undefined ? { endpoint: settings.storageEndpoint, region: settings.awsRegion } : { endpoint: shared, region: "local" })
+    }))
   )
 }
 
@@ -139,12 +148,14 @@ const consoleReadyPart = (settings: Settings, endpoint: string): string =>
     : `web console ${endpoint}/?token=… (console_token required)`
 
 /** The one line that says a node is up and which URLs to use. */
-export const readyLine = (role: Role, settings: Settings): string => {
+export const readyLine = (role: Role, settings: Settings, workers = 1): string => {
   const endpoint = settings.endpointUrl.replace(/\/+$/, "")
+  const router = workers === 1 ? settings.routerUrl : `ports ${workerPorts(role, settings, workers).join(", ")}`
   const parts = [
     ...(role === "autoendpoint" ? [] : [`WebSocket ${publicWebsocketUrl(settings)}`]),
-    ...(role === "autoconnect" ? [`router ${settings.routerUrl} (private)`] : [`Web Push API ${endpoint}/wpush/…`]),
-    ...(role === "autoconnect" ? [] : [consoleReadyPart(settings, endpoint)])
+    ...(role === "autoconnect" ? [`router ${router} (private)`] : [`Web Push API ${endpoint}/wpush/…`]),
+    ...(role === "autoconnect" ? [] : [consoleReadyPart(settings, endpoint)]),
+    ...(workers === 1 ? [] : [`${workers} workers`])
   ]
   return `ready: ${parts.join(" · ")}`
 }
@@ -191,6 +202,7 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   clientRequestTimeoutMs: ms(settings.clientRequestTimeout),
   socketLimits: socketLimitsOf(settings),
   shutdownTimeoutMs: ms(settings.shutdownTimeout),
+  worker: WORKER?.index,
   receiptRetentionSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle))
 })
 
@@ -242,6 +254,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     tls,
     port: settings.endpointPort,
     bindHost: settings.bindHost,
+    worker: WORKER?.index,
     maxDataBytes: settings.maxDataBytes,
     requireVapid: settings.requireVapid,
     rateLimits: {
@@ -330,15 +343,18 @@ export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.
   nodes.pipe(
     Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
     Layer.provideMerge(
-      observabilityLayer({ role, statsdHost: settings.statsdHost, statsdPort: settings.statsdPort, eventLog: settings.eventLog })
+      observabilityLayer({ role, statsdHost: settings.statsdHost, statsdPort: settings.statsdPort, eventLog: settings.eventLog, worker: WORKER?.index })
     ),
     Layer.provide(tracingLayer({ otlpEndpoint: settings.otlpEndpoint, serviceName: role, serviceVersion: versionInfo.version }))
   )
 
-/** A node that cannot start: one line on stderr (it names the option to change), exit code 1. */
+/**
+ * A node that cannot start: one line on stderr (it names the option to change), exit code 1. A
+ * worker hands the line to its supervisor, which prints it once for all the workers.
+ */
 const refuse = (role: Role, line: string) =>
   Effect.sync(() => {
-    process.stderr.write(`${role}: ${line}\n`)
+    if (WORKER === undefined || !tellSupervisor({ type: "failed", line })) process.stderr.write(`${role}: ${line}\n`)
     process.exitCode = 1
   })
 
@@ -351,22 +367,30 @@ export const runRole = <A, E>(
   nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>
 ) => {
   const launch = ({ settings, files }: { readonly settings: Settings; readonly files: ReadonlyArray<string> }) => {
-    const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname })
-    const app = withServices(role, settings, storageLayer(settings))(nodes(settings))
+    const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname, worker: WORKER?.index })
+    const workers = WORKER === undefined ? workerCountOf(settings.workers) : 1
+    const run: Effect.Effect<void, unknown> = WORKER !== undefined
+      ? runWorker(withServices(role, settings, storageLayer(settings))(nodes(settings)))
+      : workers > 1
+      ? superviseNode(role, settings, workers)
+      : Layer.launch(Layer.tap(withServices(role, settings, storageLayer(settings))(nodes(settings)), () => Effect.logInfo(readyLine(role, settings))))
     return Effect.gen(function*() {
-      yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({
-        role,
-        config_files: files.length > 0 ? files : "none found (defaults, environment and flags)",
-        settings_changed: changedSettings(settings)
-      }))
-      if (settings.storageEndpoint === undefined) {
-        yield* Effect.logInfo("embedded storage (dynalite); keys of this node are kept beside it").pipe(
-          Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
-        )
+      if (WORKER === undefined) {
+        yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({
+          role,
+          config_files: files.length > 0 ? files : "none found (defaults, environment and flags)",
+          settings_changed: changedSettings(settings)
+        }))
+        if (settings.storageEndpoint === undefined) {
+          yield* Effect.logInfo("embedded storage (dynalite); keys of this node are kept beside it").pipe(
+            Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
+          )
+        }
+        yield* Effect.forkChild(stopWhenPackageManagerIsGone(role))
       }
-      yield* Effect.forkChild(stopWhenPackageManagerIsGone(role))
-      return yield* Layer.launch(Layer.tap(app, () => Effect.logInfo(readyLine(role, settings)))).pipe(
+      return yield* run.pipe(
         Effect.catch((error) => {
+          if (error instanceof WorkerStartError) return refuse(role, error.line)
           const failure = startupFailure(settings, error)
           return failure === undefined ? Effect.fail(error) : refuse(role, `cannot start: ${failure}`)
         })
@@ -384,6 +408,38 @@ export const runRole = <A, E>(
   )
   NodeRuntime.runMain(program, { teardown: stopTeardown })
 }
+
+/**
+ * A node as `workers` processes: this one runs the embedded store for them (when storage is
+ * embedded) and supervises them until SIGINT/SIGTERM, which stops them all.
+ */
+const superviseNode = (role: Role, settings: Settings, workers: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    let storageEndpoint: string | undefined
+    if (settings.storageEndpoint === undefined) {
+      storageEndpoint = yield* startDynalite(embeddedDataDir(settings))
+      yield* announceEmbedded(embeddedDataDir(settings), storageEndpoint)
+    } else dropPrestartedDynalite()
+    yield* superviseWorkers({ role, settings, count: workers, argv: process.argv.slice(2), storageEndpoint })
+    yield* Effect.logInfo(readyLine(role, settings, workers))
+    return yield* Effect.never
+  }))
+
+/**
+ * A worker's node: it tells its supervisor once it is ready, and stops (draining, as on SIGTERM)
+ * when the supervisor is gone, rather than live on as an orphan holding a share of the ports.
+ */
+const runWorker = <A, E>(app: Layer.Layer<A, E>) =>
+  Effect.gen(function*() {
+    process.once("disconnect", () => {
+      process.stderr.write("worker stopping: its supervisor is gone\n")
+      process.kill(process.pid, "SIGTERM")
+    })
+    // The channel alone must not keep a worker alive: one that could not start has to exit.
+    process.channel?.unref()
+    return yield* Layer.launch(Layer.tap(app, () =>
+      Effect.sync(() => tellSupervisor({ type: "ready" })).pipe(Effect.andThen(Effect.logInfo("worker ready")))))
+  })
 
 /**
  * The npm (or npx, yarn, pnpm) process that started this server, when one did: its pid, taken at

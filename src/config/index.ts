@@ -1,5 +1,6 @@
 /** Configuration as the tools, the entrypoints and the tests read it: loading settings, and their types. */
 export {
+  builtRouterUrl,
   changedSettings,
   ConfigError,
   HelpRequested,

@@ -293,6 +293,14 @@ const merge = Effect.fnUntraced(function*(role: Role, groups: ReadonlyArray<Read
 const DEFAULT_PORT: Readonly<Record<string, number>> = { http: 80, https: 443 }
 const urlHost = (host: string): string => (host.includes(":") && !host.startsWith("[") ? `[${host}]` : host)
 
+/** The router URL built from its parts, as when `router_url` is unset. */
+export const builtRouterUrl = (parts: {
+  readonly routerScheme: string
+  readonly routerHostname: string | undefined
+  readonly hostname: string
+  readonly routerPort: number
+}): string => `${parts.routerScheme}://${urlHost(parts.routerHostname ?? parts.hostname)}:${parts.routerPort}`
+
 /**
  * Settings from option values: derives `endpoint_url` and `router_url` when unset, resolves
  * `data_dir` and a file `event_log` against `cwd`, freezes everything.
@@ -302,7 +310,8 @@ const deriveSettings = (v: OptionValues, cwd: string): Settings => {
     endpoint_url:
       v.endpoint_url ??
       `${v.endpoint_scheme}://${urlHost(v.endpoint_hostname)}${v.endpoint_port === DEFAULT_PORT[v.endpoint_scheme] ? "" : `:${v.endpoint_port}`}`,
-    router_url: v.router_url ?? `${v.router_scheme}://${urlHost(v.router_hostname ?? v.hostname)}:${v.router_port}`,
+    router_url: v.router_url ??
+      builtRouterUrl({ routerScheme: v.router_scheme, routerHostname: v.router_hostname, hostname: v.hostname, routerPort: v.router_port }),
     data_dir: resolve(cwd, v.data_dir),
     event_log: v.event_log === undefined || v.event_log === "-" ? v.event_log : resolve(cwd, v.event_log)
   }

@@ -36,6 +36,8 @@ import type { NodeRegistryService } from "./registry.ts"
 export interface HealthSource {
   /** Storage reachability for `/__heartbeat__`: "OK" or the cause. */
   readonly storageStatus: () => Promise<{ readonly ok: boolean; readonly cause?: string | undefined }>
+  /** This worker's number, when the node runs as several (said by `/__heartbeat__`). */
+  readonly worker?: number | undefined
   readonly logError: (message: string, fields?: Readonly<Record<string, unknown>>) => void
   /** A rejected request (status ≥ 400): one access-log line, ids left out. */
   readonly logRejected?: ((fields: Readonly<Record<string, unknown>>) => void) | undefined
@@ -152,6 +154,7 @@ const handleHealth = (
             status: storage.ok ? "OK" : "ERROR",
             version: versionInfo.version,
             connections: registry.count(),
+            ...(health.worker === undefined ? {} : { worker: health.worker }),
             storage: storage.ok ? { status: "OK" } : { status: "NOT OK", cause: storage.cause }
           }),
         () => sendJson(res, 503, { status: "ERROR", version: versionInfo.version, connections: registry.count() })

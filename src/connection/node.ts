@@ -79,6 +79,8 @@ export interface ConnectionNodeOptions extends SessionOptions {
   readonly socketLimits?: Omit<SocketLimits, "requestTimeoutMs"> | undefined
   /** On shutdown, how long sessions get to save their messages and close. */
   readonly shutdownTimeoutMs: number
+  /** This process's number when the node runs as several workers: the public port is shared with the others (SO_REUSEPORT); `/__heartbeat__` says which. */
+  readonly worker?: number | undefined
   /** How long a receipt waits to be collected (s; default 7 days: `receipt_subscription_idle`). */
   readonly receiptRetentionSeconds?: number | undefined
 }
@@ -116,6 +118,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
                 Effect.catchTag("StorageError", (e) => Effect.succeed({ ok: false, cause: e.operation }))
               )
             ),
+          worker: options.worker,
           logError: (message, fields = {}) => void run(Effect.logError(message).pipe(Effect.annotateLogs(fields))),
           logRejected: (fields) => void run(Effect.logInfo("request rejected").pipe(Effect.annotateLogs(fields)))
         }
@@ -221,7 +224,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           }
           wss.handleUpgrade(req, socket, head, accept)
         })
-        const port = yield* listen(publicServer, options.port, options.bindHost, "port")
+        const port = yield* listen(publicServer, options.port, options.bindHost, "port", options.worker !== undefined)
         yield* Effect.logInfo("connection node listening").pipe(
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
         )

@@ -22,6 +22,7 @@ const checkStatus = (statuses: ReadonlyArray<TableStatus>): CheckStatus => {
 export interface HealthDocument {
   readonly status: "OK" | "ERROR"
   readonly version: string
+  readonly worker?: number
   readonly router_table: CheckStatus
   readonly message_table: CheckStatus
   readonly routers: Readonly<Record<string, boolean>>
@@ -50,6 +51,7 @@ export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointO
     Effect.map((tables): HealthDocument => ({
       status: tables.router_table.status === "OK" && tables.message_table.status === "OK" ? "OK" : "ERROR",
       version: options.version,
+      ...(options.worker === undefined ? {} : { worker: options.worker }),
       ...tables,
       routers
     }))

@@ -34,6 +34,8 @@ export interface EndpointOptions {
   readonly port: number
   /** Interface to bind; undefined binds all. */
   readonly bindHost?: string | undefined
+  /** This process's number when the node runs as several workers: the port is shared with the others (SO_REUSEPORT); `/__heartbeat__` says which. */
+  readonly worker?: number | undefined
   /** Largest notification body accepted, in bytes (413/104 above). */
   readonly maxDataBytes: number
   /** Accept only pushes signed with VAPID (401/109 otherwise); default: unsigned pushes to v1 endpoints are taken. */

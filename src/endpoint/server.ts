@@ -171,6 +171,7 @@ export const EndpointServer = {
       HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layerServer(() => listener(options, front, portCounters(metrics, "endpoint")), {
         port: options.port,
         host: options.bindHost,
+        reusePort: options.worker !== undefined,
         // On shutdown, requests in flight get this long to finish.
         gracefulShutdownTimeout: options.shutdownTimeoutMs ?? 10_000
       }))))).pipe(

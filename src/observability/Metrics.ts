@@ -226,6 +226,8 @@ interface StatsdOptions {
   readonly port: number
   /** Names are sent as `{prefix}.{name}` (autopush-rs: the role, `autoconnect` / `autoendpoint`). */
   readonly prefix: string
+  /** DogStatsD tags sent with every metric. */
+  readonly tags?: ReadonlyArray<string> | undefined
   /** How long the client buffers datagrams (ms; 0 sends each metric at once). Default 1000. */
   readonly flushIntervalMs?: number
   /** How often gauges are sent (ms). Default 10 000. */
@@ -246,6 +248,7 @@ const statsdForwarder = async (options: StatsdOptions) => {
     cacheDns: true,
     cacheDnsTtl: 60_000,
     prefix: options.prefix === "" ? "" : `${options.prefix}.`,
+    globalTags: [...(options.tags ?? [])],
     // One datagram per buffer: below a typical MTU.
     maxBufferSize: flushIntervalMs > 0 ? 1_400 : 0,
     bufferFlushInterval: flushIntervalMs > 0 ? flushIntervalMs : 1_000,

@@ -25,10 +25,12 @@ interface LoggingOptions {
   /** `autopush`, `autoconnect`, `autoendpoint`: the MozLog `Type` and `Logger` prefix. */
   readonly role: string
   readonly hostname: string
+  /** This process's number when the node runs as several workers: every record says which. */
+  readonly worker?: number | undefined
 }
 
 /** One MozLog record: annotations become `Fields`, with the message as `Fields.msg`. */
-const mozLogger = (role: string, hostname: string) =>
+const mozLogger = (role: string, hostname: string, worker: number | undefined) =>
   Logger.map(Logger.formatStructured, (entry) =>
     JSON.stringify({
       Timestamp: Date.parse(entry.timestamp) * 1_000_000,
@@ -40,6 +42,7 @@ const mozLogger = (role: string, hostname: string) =>
       Pid: process.pid,
       Fields: {
         msg: entry.message,
+        ...(worker === undefined ? {} : { worker }),
         ...entry.annotations,
         ...(entry.cause === undefined ? {} : { error: entry.cause })
       }
@@ -90,8 +93,11 @@ export const humanLine = (entry: HumanEntry, colors: boolean): string => {
 }
 
 /** Human-readable lines on stdout, coloured on a terminal. */
-export const humanLogger = (colors: boolean = process.stdout.isTTY === true) =>
-  Logger.map(Logger.formatStructured, (entry) => humanLine(entry, colors)).pipe(Logger.withConsoleLog)
+export const humanLogger = (colors: boolean = process.stdout.isTTY === true, worker?: number) =>
+  Logger.map(
+    Logger.formatStructured,
+    (entry) => humanLine(worker === undefined ? entry : { ...entry, annotations: { worker, ...entry.annotations } }, colors)
+  ).pipe(Logger.withConsoleLog)
 
 const LEVELS: Readonly<Record<LoggingOptions["level"], LogLevel>> = {
   trace: "Trace",
@@ -103,6 +109,6 @@ const LEVELS: Readonly<Record<LoggingOptions["level"], LogLevel>> = {
 
 export const loggingLayer = (options: LoggingOptions) =>
   Layer.mergeAll(
-    Logger.layer([options.human ? humanLogger() : mozLogger(options.role, options.hostname)]),
+    Logger.layer([options.human ? humanLogger(undefined, options.worker) : mozLogger(options.role, options.hostname, options.worker)]),
     Layer.succeed(References.MinimumLogLevel, LEVELS[options.level])
   )

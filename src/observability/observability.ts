@@ -37,6 +37,8 @@ interface ObservabilityOptions {
   /** statsd client buffering (ms, default 1000) and gauge period (ms, default 10 000). */
   readonly statsdFlushIntervalMs?: number | undefined
   readonly statsdGaugeIntervalMs?: number | undefined
+  /** This process's number when the node runs as several workers: a `worker` tag on every statsd metric (gauges would overwrite each other's otherwise). */
+  readonly worker?: number | undefined
 }
 
 /** `EventLog` over the metrics, the trace and the optional event-log file, given `Metrics` and `MessageTrace`. */
@@ -75,6 +77,7 @@ export const observabilityLayer = (
       host: options.statsdHost,
       port: options.statsdPort ?? 8125,
       prefix: options.role,
+      ...(options.worker === undefined ? {} : { tags: [`worker:${options.worker}`] }),
       ...(options.statsdFlushIntervalMs !== undefined ? { flushIntervalMs: options.statsdFlushIntervalMs } : {}),
       ...(options.statsdGaugeIntervalMs !== undefined ? { gaugeIntervalMs: options.statsdGaugeIntervalMs } : {})
     }

@@ -19,13 +19,17 @@ export const listenFailure = (option: string, host: string, port: number, cause:
   })
 }
 
-/** Listen until the scope closes; the bound port. A port that cannot be bound names its option. */
-export const listen = (server: Server, port: number, host: string, option: string) =>
+/**
+ * Listen until the scope closes; the bound port. A port that cannot be bound names its option.
+ * `reusePort`: the port is shared with this node's other worker processes (SO_REUSEPORT: the kernel
+ * spreads new connections over them).
+ */
+export const listen = (server: Server, port: number, host: string, option: string, reusePort = false) =>
   Effect.acquireRelease(
     Effect.callback<number, StartupError>((resume) => {
       const failed = (cause: Error) => resume(Effect.fail(listenFailure(option, host, port, cause)))
       server.once("error", failed)
-      server.listen(port, host, () => {
+      server.listen({ port, host, reusePort }, () => {
         server.off("error", failed)
         resume(Effect.succeed((server.address() as AddressInfo).port))
       })

@@ -34,6 +34,7 @@ const ROOMS = [
   "gateway", //        the Matrix push gateway, mounted by the endpoint (its messages go through the endpoint's push path)
   "endpoint", //       the endpoint node's public HTTP API
   "config", //         the option table and loading, read by the tools and the entrypoints only
+  "workers", //        a node as several processes sharing its public ports: the supervisor and what a worker is told
   "tools", //          operator tools
   "client", //         the command-line push client
   "bin" //             entrypoints

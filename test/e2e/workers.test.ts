@@ -1,0 +1,205 @@
+/**
+ * The all-in-one as two workers (`--workers 2`): one public WebSocket port and one endpoint port
+ * shared by both processes, each worker with its own router port. A push reaches the worker that
+ * holds its client, whichever worker took the POST; a worker killed under load is replaced, its
+ * clients resume on the other, and every push answered 201 is delivered; SIGTERM stops them all.
+ */
+import { readFileSync } from "node:fs"
+import { assert, describe, it } from "vitest"
+import { openClient, type TestClient } from "../connection/client.ts"
+import { type Deployment, deploymentFor, startAllInOne } from "./servers.ts"
+
+/** The worker processes of a supervisor, by worker number (their router ports ascend with it). */
+const workerPids = (supervisor: number): Map<number, number> => {
+  const pids = readFileSync(`/proc/${supervisor}/task/${supervisor}/children`, "utf8").trim().split(/\s+/).filter((p) => p !== "").map(Number)
+  const portOf = (pid: number) => {
+    const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")
+    return Number(args[args.lastIndexOf("--router-port") + 1])
+  }
+  return new Map(pids.sort((a, b) => portOf(a) - portOf(b)).map((pid, index) => [index, pid]))
+}
+
+const routerPortOf = (deployment: Deployment): number => Number(new URL(deployment.routerUrl).port)
+
+const heartbeat = async (url: string): Promise<{ readonly worker?: number; readonly connections?: number } | undefined> => {
+  try {
+    const res = await fetch(`${url}/__heartbeat__`)
+    return res.ok ? (await res.json()) as { worker?: number; connections?: number } : undefined
+  } catch {
+    return undefined
+  }
+}
+
+const waitUntil = async (check: () => Promise<boolean> | boolean, timeoutMs: number, what: string): Promise<void> => {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms: ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}
+
+/**
+ * A user agent that stays subscribed: it acks every notification, and when its connection ends
+ * (its worker killed) says hello again with its uaid, as Firefox does.
+ */
+interface Subscriber {
+  readonly endpoint: string
+  /** The data of every notification received, once each. */
+  readonly received: Set<string>
+  readonly stop: () => Promise<void>
+}
+
+const subscribe = async (wsUrl: string): Promise<Subscriber> => {
+  const received = new Set<string>()
+  let stopped = false
+  let client: TestClient
+  let uaid: string | undefined
+  const connect = async (): Promise<void> => {
+    client = await openClient(wsUrl)
+    client.send({ messageType: "hello", use_webpush: true, ...(uaid === undefined ? {} : { uaid }) })
+    const hello = await client.next((f) => f["messageType"] === "hello", 10_000)
+    uaid = hello["uaid"] as string
+    client.ws.on("message", (data) => {
+      const frame = JSON.parse(data.toString()) as Record<string, unknown>
+      if (frame["messageType"] !== "notification") return
+      received.add(Buffer.from(frame["data"] as string, "base64url").toString())
+      client.send({ messageType: "ack", updates: [{ channelID: frame["channelID"], version: frame["version"], code: 100 }] })
+    })
+    client.ws.once("close", () => {
+      if (!stopped) void reconnect()
+    })
+  }
+  const reconnect = async (): Promise<void> => {
+    for (let attempt = 0; !stopped; attempt++) {
+      try {
+        return await connect()
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 100 * Math.min(attempt + 1, 10)))
+      }
+    }
+  }
+  await connect()
+  client!.send({ messageType: "register", channelID: crypto.randomUUID() })
+  const endpoint = (await client!.next((f) => f["messageType"] === "register", 10_000))["pushEndpoint"] as string
+  return {
+    endpoint,
+    received,
+    stop: async () => {
+      stopped = true
+      await client.close()
+    }
+  }
+}
+
+const push = async (endpoint: string, data: string): Promise<number> => {
+  try {
+    const res = await fetch(endpoint, { method: "POST", headers: { TTL: "600", "Content-Encoding": "aes128gcm" }, body: data })
+    await res.arrayBuffer()
+    return res.status
+  } catch {
+    return 0 // the connection to a worker that was killed
+  }
+}
+
+describe("workers = 2 (all-in-one)", () => {
+  const deployment = deploymentFor(() => startAllInOne(["--workers", "2", "--shutdown-timeout", "2"]))
+  const routerUrls = () => [0, 1].map((i) => `http://127.0.0.1:${routerPortOf(deployment()) + i}`)
+
+  it("each worker answers on its own router port; clients land on both; a push reaches the worker holding its client", async () => {
+    const workers = await Promise.all(routerUrls().map(heartbeat))
+    assert.deepStrictEqual(workers.map((w) => w?.worker), [0, 1])
+    const subscribers = await Promise.all(Array.from({ length: 24 }, () => subscribe(deployment().wsUrl)))
+    try {
+      const connections = (await Promise.all(routerUrls().map(heartbeat))).map((w) => w?.connections ?? 0)
+      assert.strictEqual(connections[0]! + connections[1]!, 24)
+      assert.isAbove(connections[0]!, 0, "the kernel gave worker 0 some of the connections")
+      assert.isAbove(connections[1]!, 0, "the kernel gave worker 1 some of the connections")
+      // Each POST lands on either worker's endpoint; half of them on the worker not holding the client.
+      const statuses = await Promise.all(subscribers.flatMap((s, i) => [0, 1].map((k) => push(s.endpoint, `${i}:${k}`))))
+      assert.deepStrictEqual([...new Set(statuses)], [201])
+      await waitUntil(() => subscribers.every((s) => s.received.size === 2), 10_000, "every client got its two pushes")
+    } finally {
+      await Promise.all(subscribers.map((s) => s.stop()))
+    }
+  }, 60_000)
+
+  it("a worker killed under load is replaced; its clients resume on the other; every push answered 201 is delivered", async () => {
+    const subscribers = await Promise.all(Array.from({ length: 30 }, () => subscribe(deployment().wsUrl)))
+    try {
+      const before = workerPids(deployment().pid()!)
+      const victim = before.get(0)!
+      const accepted = new Map<Subscriber, Array<string>>()
+      const statuses: Array<number> = []
+      let sequence = 0
+      const load = (async () => {
+        const until = Date.now() + 4_000
+        while (Date.now() < until) {
+          await Promise.all(subscribers.map(async (s) => {
+            const data = `m${sequence++}`
+            const status = await push(s.endpoint, data)
+            statuses.push(status)
+            if (status === 201) accepted.set(s, [...(accepted.get(s) ?? []), data])
+          }))
+        }
+      })()
+      await new Promise((resolve) => setTimeout(resolve, 1_500))
+      process.kill(victim, "SIGKILL")
+      await load
+      const answered = statuses.filter((s) => s === 201).length
+      assert.isAbove(answered, statuses.length * 0.9, `most pushes answered 201 (${answered} of ${statuses.length})`)
+      // Every push answered 201 reaches its client: directly, or stored and drained on its resume.
+      await waitUntil(
+        () => subscribers.every((s) => (accepted.get(s) ?? []).every((data) => s.received.has(data))),
+        20_000,
+        "every accepted push delivered"
+      )
+      // Worker 0 was replaced: a new process answers on its router port.
+      await waitUntil(async () => (await heartbeat(routerUrls()[0]!))?.worker === 0, 15_000, "worker 0 back")
+      const after = workerPids(deployment().pid()!)
+      assert.notStrictEqual(after.get(0), victim)
+      assert.strictEqual(after.get(1), before.get(1), "the other worker kept running")
+      assert.isTrue(deployment().output.some((line) => line.includes("worker 0 killed by SIGKILL")), "the supervisor said so")
+    } finally {
+      await Promise.all(subscribers.map((s) => s.stop()))
+    }
+  }, 90_000)
+})
+
+describe("workers: start and stop", () => {
+  it("SIGTERM to the supervisor stops every worker", async () => {
+    const deployment = await startAllInOne(["--workers", "2", "--shutdown-timeout", "1"])
+    const supervisor = deployment.pid()!
+    const workers = [...workerPids(supervisor).values()]
+    assert.strictEqual(workers.length, 2)
+    await deployment.stop()
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0)
+        return true
+      } catch {
+        return false
+      }
+    }
+    await waitUntil(() => !workers.some(alive), 5_000, "workers gone")
+    assert.isTrue(deployment.output.some((line) => line.includes("exited: code 0")), deployment.output.join("\n"))
+  }, 60_000)
+
+  it("a worker that cannot start stops the node with its reason, said once", async () => {
+    const deployment = await startAllInOne([]) // holds a router port the next node's worker 1 wants
+    try {
+      const base = routerPortOf(deployment) - 1
+      const error = await startAllInOne(["--workers", "2", "--router-port", String(base)]).then(
+        async (other) => {
+          await other.stop()
+          return undefined
+        },
+        (e: unknown) => String(e)
+      )
+      assert.isDefined(error)
+      assert.match(error!, /cannot start: port \d+ is in use \(option router_port\)/)
+      assert.strictEqual(error!.match(/cannot start/g)?.length, 1, error)
+    } finally {
+      await deployment.stop()
+    }
+  }, 60_000)
+})
