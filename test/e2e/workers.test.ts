@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs"
 import { assert, describe, it } from "vitest"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, deploymentFor, startAllInOne } from "./servers.ts"
+import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
 
 /** The worker processes of a supervisor, by worker number (their router ports ascend with it). */
 const workerPids = (supervisor: number): Map<number, number> => {
@@ -101,27 +101,34 @@ const push = async (endpoint: string, data: string): Promise<number> => {
   }
 }
 
+/**
+ * Both workers answer on their router ports, the kernel gives each some of 24 clients, and pushes —
+ * each POST taken by either endpoint worker, so half of them by the worker not holding the client —
+ * are all answered 201 and delivered.
+ */
+const spreadAndDeliver = async (deployment: Deployment, routerUrls: ReadonlyArray<string>): Promise<void> => {
+  const workers = await Promise.all(routerUrls.map(heartbeat))
+  assert.deepStrictEqual(workers.map((w) => w?.worker), [0, 1])
+  const subscribers = await Promise.all(Array.from({ length: 24 }, () => subscribe(deployment.wsUrl)))
+  try {
+    const connections = (await Promise.all(routerUrls.map(heartbeat))).map((w) => w?.connections ?? 0)
+    assert.strictEqual(connections[0]! + connections[1]!, 24)
+    assert.isAbove(connections[0]!, 0, "the kernel gave worker 0 some of the connections")
+    assert.isAbove(connections[1]!, 0, "the kernel gave worker 1 some of the connections")
+    const statuses = await Promise.all(subscribers.flatMap((s, i) => [0, 1].map((k) => push(s.endpoint, `${i}:${k}`))))
+    assert.deepStrictEqual([...new Set(statuses)], [201])
+    await waitUntil(() => subscribers.every((s) => s.received.size === 2), 10_000, "every client got its two pushes")
+  } finally {
+    await Promise.all(subscribers.map((s) => s.stop()))
+  }
+}
+
 describe("workers = 2 (all-in-one)", () => {
   const deployment = deploymentFor(() => startAllInOne(["--workers", "2", "--shutdown-timeout", "2"]))
   const routerUrls = () => [0, 1].map((i) => `http://127.0.0.1:${routerPortOf(deployment()) + i}`)
 
-  it("each worker answers on its own router port; clients land on both; a push reaches the worker holding its client", async () => {
-    const workers = await Promise.all(routerUrls().map(heartbeat))
-    assert.deepStrictEqual(workers.map((w) => w?.worker), [0, 1])
-    const subscribers = await Promise.all(Array.from({ length: 24 }, () => subscribe(deployment().wsUrl)))
-    try {
-      const connections = (await Promise.all(routerUrls().map(heartbeat))).map((w) => w?.connections ?? 0)
-      assert.strictEqual(connections[0]! + connections[1]!, 24)
-      assert.isAbove(connections[0]!, 0, "the kernel gave worker 0 some of the connections")
-      assert.isAbove(connections[1]!, 0, "the kernel gave worker 1 some of the connections")
-      // Each POST lands on either worker's endpoint; half of them on the worker not holding the client.
-      const statuses = await Promise.all(subscribers.flatMap((s, i) => [0, 1].map((k) => push(s.endpoint, `${i}:${k}`))))
-      assert.deepStrictEqual([...new Set(statuses)], [201])
-      await waitUntil(() => subscribers.every((s) => s.received.size === 2), 10_000, "every client got its two pushes")
-    } finally {
-      await Promise.all(subscribers.map((s) => s.stop()))
-    }
-  }, 60_000)
+  it("each worker answers on its own router port; clients land on both; a push reaches the worker holding its client", () =>
+    spreadAndDeliver(deployment(), routerUrls()), 60_000)
 
   it("a worker killed under load is replaced; its clients resume on the other; every push answered 201 is delivered", async () => {
     const subscribers = await Promise.all(Array.from({ length: 30 }, () => subscribe(deployment().wsUrl)))
@@ -163,6 +170,13 @@ describe("workers = 2 (all-in-one)", () => {
       await Promise.all(subscribers.map((s) => s.stop()))
     }
   }, 90_000)
+})
+
+describe("workers = 2 (autoconnect and autoendpoint, each as two workers, on one storage server)", () => {
+  const deployment = deploymentFor(() => startSeparate([], ["--workers", "2", "--shutdown-timeout", "2"]))
+
+  it("an endpoint worker reaches the connection worker holding the client", () =>
+    spreadAndDeliver(deployment(), [0, 1].map((i) => `http://127.0.0.1:${routerPortOf(deployment()) + i}`)), 60_000)
 })
 
 describe("workers: start and stop", () => {
