@@ -1,6 +1,7 @@
 /**
  * Clients and load generator of `bench:delivery`, in one child process (one clock for both ends):
- * `node delivery-clients.ts autopush WS_URL K ROUTER_URL RESUMED` or `… bare WS_URL K ENDPOINT_BASE`.
+ * `node delivery-clients.ts autopush WS_URL K ROUTER_URL RESUMED` or `… bare WS_URL K ENDPOINT_BASE`
+ * (ROUTER_URL may be several, comma-separated: the workers of one node, `bench:scaling`).
  *
  * Against a bare pipeline it opens K WebSockets; each says hello and takes the id of the reply
  * (`ENDPOINT_BASE/push/{id}`); then `{ ready, failed }`. Against autopush, as Firefox's clients are:
@@ -22,13 +23,16 @@ import { randomBytes, randomUUID } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { Agent, request } from "node:http"
 import WebSocket from "ws"
-import { type Routes, routesOf } from "./trace.ts"
+import { deliveredSource, type Routes, routesOf } from "./trace.ts"
 
 const [mode, wsUrl, kArg, base, resumedArg] = process.argv.slice(2) as [string, string, string, string, string | undefined]
 const K = Number(kArg)
-/** Bare: where pushes go; autopush: the router port, whose `/__trace__` says how each message was delivered. */
+/**
+ * Bare: where pushes go; autopush: the router port, whose `/__trace__` says how each message was
+ * delivered — of a node with several workers, every worker's (a trace is on the worker that delivered).
+ */
 const endpointBase = base
-const routerUrl = base
+const routerUrls = base.split(",")
 /** Clients (the first targets) that resume a uaid; the others are new. */
 const RESUMED = mode === "autopush" ? Number(resumedArg ?? 0) : 0
 const HANDSHAKES_IN_FLIGHT = 100
@@ -337,6 +341,20 @@ let lastLevel: { readonly base: number; readonly messageIds: ReadonlyArray<strin
 
 export type DirectShare = { readonly resumed: Routes; readonly fresh: Routes }
 
+/** `routesOf` over several workers: each message's source from the first worker that has its trace. */
+const routesOnAny = async (messageIds: ReadonlyArray<string>, agent: Agent): Promise<Routes> => {
+  const sourceOf = async (id: string) => {
+    for (const url of routerUrls) {
+      const source = await deliveredSource(url, id, agent)
+      if (source !== undefined) return source
+    }
+    return undefined
+  }
+  const sources = await Promise.all(messageIds.map(sourceOf))
+  const count = (s: string | undefined) => sources.filter((source) => source === s).length
+  return { direct: count("direct"), stored: count("stored"), unknown: messageIds.length - count("direct") - count("stored") }
+}
+
 /**
  * How the last level's messages reached their clients, by group (resumed or new clients): for up
  * to `sample` messages of each, the connection node's `/__trace__` says `direct` or `stored`.
@@ -352,7 +370,8 @@ const directShare = async (sample: number): Promise<DirectShare> => {
   const agent = new Agent({ keepAlive: true, maxSockets: 8 })
   const count = (ids: ReadonlyArray<string>): Promise<Routes> => {
     const step = Math.max(1, Math.floor(ids.length / sample))
-    return routesOf(routerUrl, ids.filter((_, i) => i % step === 0).slice(0, sample), agent)
+    const sampled = ids.filter((_, i) => i % step === 0).slice(0, sample)
+    return routerUrls.length === 1 ? routesOf(routerUrls[0] as string, sampled, agent) : routesOnAny(sampled, agent)
   }
   const share = { resumed: await count(groups.resumed), fresh: await count(groups.fresh) }
   agent.destroy()

@@ -10,10 +10,15 @@
  * - `bare WS HTTP`: the bare single-process pipeline: `POST /push/{id}` on plain `node:http` → a
  *   `Map` id → socket → plain `ws` send; no validation, no storage. A hello gets an id back;
  * - `bare-front HTTP BACK_PORT` and `bare-back WS ROUTER`: the bare two-process pipeline: the front
- *   forwards each POST as `PUT /push/{id}` (keep-alive agent) to the back, which sends on the socket.
+ *   forwards each POST as `PUT /push/{id}` (keep-alive agent) to the back, which sends on the socket;
+ * - `bare-worker WS HTTP ROUTER_PORTS I` (`bench:scaling`): process I of N (ROUTER_PORTS: the N
+ *   private router ports, comma-separated) sharing the WS and HTTP ports with the others
+ *   (SO_REUSEPORT: the kernel spreads new connections over them). A hello gets the id `{I}/{hex}`,
+ *   so a push URL `/push/{I}/{hex}` names the process holding the socket: the process the POST
+ *   reached sends it itself if it is I, else forwards it as the front does to I's router port.
  */
 import "./delivery-probe.ts"
-import { createServer, Agent, request, type IncomingMessage, type ServerResponse } from "node:http"
+import { createServer, Agent, request, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { type WebSocket, WebSocketServer } from "ws"
 
 const HOST = "127.0.0.1"
@@ -29,11 +34,14 @@ const readBody = (req: IncomingMessage, done: (body: Buffer) => void): void => {
   req.on("end", () => done(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)))
 }
 
-const listening = (servers: ReadonlyArray<{ listen: (port: number, host: string, cb: () => void) => unknown }>, portList: ReadonlyArray<number>) =>
-  Promise.all(servers.map((s, i) => new Promise<void>((resolve) => s.listen(portList[i] as number, HOST, resolve))))
+const listening = (servers: ReadonlyArray<Server>, portList: ReadonlyArray<number>, reusePort = false) =>
+  Promise.all(servers.map((s, i) => new Promise<void>((resolve) => s.listen({ port: portList[i] as number, host: HOST, reusePort }, resolve))))
 
-/** Plain `ws`: a hello gets an id (32 hex, like a uaid); everything else (acks) is ignored. */
-const bareSockets = () => {
+/**
+ * Plain `ws`: a hello gets an id (32 hex, like a uaid, after `prefix`); everything else (acks) is
+ * ignored.
+ */
+const bareSockets = (prefix = "") => {
   const sockets = new Map<string, WebSocket>()
   let nextId = 0
   const wss = new WebSocketServer({ noServer: true, clientTracking: false })
@@ -46,7 +54,7 @@ const bareSockets = () => {
       let id: string | undefined
       ws.on("message", (data) => {
         if (id !== undefined) return
-        id = (++nextId).toString(16).padStart(32, "0")
+        id = prefix + (++nextId).toString(16).padStart(32, "0")
         sockets.set(id, ws)
         ws.send(JSON.stringify({ messageType: "hello", uaid: id, status: 200, use_webpush: true, broadcasts: {} }))
         void data
@@ -96,6 +104,30 @@ const bare = async () => {
   send({ ready: true })
 }
 
+/** Sends a push on to the process behind `port` (`PUT /push/{id}`) and answers the POST from its reply. */
+const forward = (agent: Agent, port: number, id: string, req: IncomingMessage, body: Buffer, res: ServerResponse) => {
+  const put = request({
+    host: HOST,
+    port,
+    path: `/push/${id}`,
+    method: "PUT",
+    agent,
+    headers: { "content-length": body.length, "content-encoding": req.headers["content-encoding"] ?? "aes128gcm" }
+  }, (reply) => {
+    reply.resume()
+    reply.on("end", () => answer(res, reply.statusCode === 200 ? 201 : 404, { ttl: "60" }))
+  })
+  put.on("error", () => answer(res, 503))
+  put.end(body)
+}
+
+/** The private side of a process holding sockets: `PUT /push/{id}` sends on the socket (200), else 404. */
+const routerServer = (deliver: (id: string, body: Buffer, encoding: string | undefined) => boolean) =>
+  createServer((req, res) => {
+    const id = idOf(req)
+    readBody(req, (body) => answer(res, id !== undefined && deliver(id, body, req.headers["content-encoding"]) ? 200 : 404))
+  })
+
 const bareFront = async () => {
   const [httpPort, backPort] = ports as [number, number]
   const agent = new Agent({ keepAlive: true })
@@ -103,19 +135,7 @@ const bareFront = async () => {
     const id = idOf(req)
     readBody(req, (body) => {
       if (id === undefined) return answer(res, 404)
-      const put = request({
-        host: HOST,
-        port: backPort,
-        path: `/push/${id}`,
-        method: "PUT",
-        agent,
-        headers: { "content-length": body.length, "content-encoding": req.headers["content-encoding"] ?? "aes128gcm" }
-      }, (reply) => {
-        reply.resume()
-        reply.on("end", () => answer(res, reply.statusCode === 200 ? 201 : 404, { ttl: "60" }))
-      })
-      put.on("error", () => answer(res, 503))
-      put.end(body)
+      forward(agent, backPort, id, req, body, res)
     })
   })
   await listening([http], [httpPort])
@@ -125,11 +145,28 @@ const bareFront = async () => {
 const bareBack = async () => {
   const [wsPort, routerPort] = ports as [number, number]
   const { server: wsServer, deliver } = bareSockets()
-  const router = createServer((req, res) => {
+  await listening([wsServer, routerServer(deliver)], [wsPort, routerPort])
+  send({ ready: true })
+}
+
+const bareWorker = async () => {
+  const [wsPort, httpPort] = ports as [number, number]
+  const routerPorts = (rest[2] ?? "").split(",").map(Number)
+  const me = Number(rest[3])
+  const { server: wsServer, deliver } = bareSockets(`${me}/`)
+  const agent = new Agent({ keepAlive: true })
+  const http = createServer((req, res) => {
     const id = idOf(req)
-    readBody(req, (body) => answer(res, id !== undefined && deliver(id, body, req.headers["content-encoding"]) ? 200 : 404))
+    readBody(req, (body) => {
+      const holder = id === undefined ? undefined : routerPorts[Number(id.slice(0, id.indexOf("/")))]
+      if (id === undefined || holder === undefined) return answer(res, 404)
+      if (holder !== routerPorts[me]) return forward(agent, holder, id, req, body, res)
+      answer(res, deliver(id, body, req.headers["content-encoding"]) ? 201 : 404, { ttl: "60" })
+    })
   })
-  await listening([wsServer, router], [wsPort, routerPort])
+  // The public ports are shared with the other processes; the router port is this one's own.
+  await listening([wsServer, http], [wsPort, httpPort], true)
+  await listening([routerServer(deliver)], [routerPorts[me] as number])
   send({ ready: true })
 }
 
@@ -180,6 +217,9 @@ switch (mode) {
     break
   case "bare-back":
     await bareBack()
+    break
+  case "bare-worker":
+    await bareWorker()
     break
   default:
     console.error(`unknown mode ${mode}`)

@@ -14,8 +14,12 @@
  *   was full, the next one is read.
  *
  * Posts `{ ready: true, ws, http, dynamo }` (ports on 127.0.0.1) over IPC once listening.
+ *
+ * `node stored-servers.ts --shared DYNAMO_URL WS_PORT HTTP_PORT I N` (`bench:scaling`): process I of
+ * N on one storage server whose tables exist, sharing the two ports with the others (SO_REUSEPORT).
+ * Its message timestamps are ≡ I (mod N), so that two processes never write the same row.
  */
-import { createServer } from "node:http"
+import { createServer, type Server } from "node:http"
 import { type WebSocket, WebSocketServer } from "ws"
 import { dynaliteWorker } from "../src/storage/dynaliteWorker.ts"
 import { createTables, type Item, MESSAGE_TABLE, messageItem, PAGE, ROUTER_TABLE, storageClient } from "./stored-tables.ts"
@@ -26,19 +30,37 @@ process.on("SIGINT", () => process.exit(0))
 // The bench is gone (even killed): so is its server.
 process.on("disconnect", () => process.exit(0))
 
-const worker = dynaliteWorker()
-worker.postMessage({ open: process.argv[2] })
-const dynamoPort = await new Promise<number>((resolve, reject) =>
-  worker.once("message", (m: { readonly port?: number; readonly error?: { readonly message: string } }) =>
-    m.port !== undefined ? resolve(m.port) : reject(new Error(`dynalite did not start: ${m.error?.message}`))))
-const { send } = await storageClient(`http://${HOST}:${dynamoPort}`)
-await createTables(send)
+/** `--shared`: the storage server, the ports and which of how many processes this is. */
+const shared = process.argv[2] === "--shared"
+  ? { dynamoUrl: process.argv[3] as string, ws: Number(process.argv[4]), http: Number(process.argv[5]), index: Number(process.argv[6]), count: Number(process.argv[7]) }
+  : undefined
+
+/** An embedded dynalite on a worker thread: its port. */
+const embeddedStorage = async (dataDir: string): Promise<number> => {
+  const worker = dynaliteWorker()
+  worker.postMessage({ open: dataDir })
+  const port = await new Promise<number>((resolve, reject) =>
+    worker.once("message", (m: { readonly port?: number; readonly error?: { readonly message: string } }) =>
+      m.port !== undefined ? resolve(m.port) : reject(new Error(`dynalite did not start: ${m.error?.message}`))))
+  return port
+}
+
+const dynamoPort = shared === undefined ? await embeddedStorage(process.argv[2] as string) : Number(new URL(shared.dynamoUrl).port)
+const { send } = await storageClient(shared?.dynamoUrl ?? `http://${HOST}:${dynamoPort}`)
+if (shared === undefined) await createTables(send)
 
 const fail = (error: unknown) => console.error("bare server:", error)
 
 let lastMs = 0
-/** A ms of its own per message: the service moves a message whose key is taken to the next ms. */
-const nextMs = () => (lastMs = Math.max(Date.now(), lastMs + 1))
+const [slot, slots] = [shared?.index ?? 0, shared?.count ?? 1]
+/**
+ * A ms of its own per message (the service moves a message whose key is taken to the next ms); of
+ * several processes, each takes only the ms ≡ its index.
+ */
+const nextMs = () => {
+  const ms = Math.max(Date.now(), lastMs + 1)
+  return (lastMs = ms + ((slot - (ms % slots) + slots) % slots))
+}
 
 const http = createServer((req, res) => {
   const [, route, uaid, chid] = (req.url ?? "").split("/")
@@ -129,10 +151,16 @@ const session = (ws: WebSocket, routerUrl: string) => {
   })
 }
 
-const wss = new WebSocketServer({ port: 0, host: HOST, clientTracking: false })
-await new Promise<void>((resolve) => wss.once("listening", resolve))
-const wsPort = (wss.address() as { port: number }).port
+/** Listens on `port` (0: any), shared with the other processes in `--shared`: its port. */
+const listen = async (server: Server, port: number): Promise<number> => {
+  await new Promise<void>((resolve) => server.listen({ port, host: HOST, reusePort: shared !== undefined }, resolve))
+  return (server.address() as { port: number }).port
+}
+
+// What `ws` answers a plain request on a port of its own.
+const wsHttp = createServer((_req, res) => res.writeHead(426, { "content-length": 0 }).end())
+const wss = new WebSocketServer({ server: wsHttp, clientTracking: false })
+const wsPort = await listen(wsHttp, shared?.ws ?? 0)
 const routerUrl = `http://${HOST}:${wsPort}`
 wss.on("connection", (ws) => session(ws, routerUrl))
-await new Promise<void>((resolve) => http.listen(0, HOST, resolve))
-process.send?.({ ready: true, ws: wsPort, http: (http.address() as { port: number }).port, dynamo: dynamoPort })
+process.send?.({ ready: true, ws: wsPort, http: await listen(http, shared?.http ?? 0), dynamo: dynamoPort })
