@@ -34,11 +34,12 @@ import { routerObservability } from "../observability/observability.ts"
 import { type MailboxInput, textFrame } from "../protocol/inputs.ts"
 import type { InboxBound, InboxGate, Mailbox } from "../protocol/mailbox.ts"
 import {
+  makeSession,
   protocolFor,
-  runSession,
   SessionHandle,
   type SessionOptions,
   type SessionPorts,
+  type SessionRunner,
   type Transport
 } from "../protocol/session.ts"
 import { Broadcasts } from "../broadcast/Broadcasts.ts"
@@ -184,14 +185,23 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           },
           defect: (where, cause) => health.logError("websocket handler failed", { where, cause: String(cause) })
         }
+        // A session fiber that ended before its session closed (interrupted by the shutdown, or a
+        // defect outside the session's boundary) is brought to its end in a fiber of the node's.
+        const finishEnded = function(this: SessionRunner): void {
+          if (!this.isClosed) run(this.finish())
+        }
         // Every session fiber is a child of this one: a child costs its parent one Set entry, where a
-        // FiberSet puts an exit observer (a closure and an array) on each (memory per connection). It
-        // takes sockets until the drain ends the queue, then waits for its sessions.
+        // FiberSet would put an exit observer of its own (a closure) beside the session's (memory per
+        // connection). It takes sockets until the drain ends the queue, then waits for its sessions.
         const accepted = yield* Queue.unbounded<PushSocket, Cause.Done>()
         const sessions = yield* Effect.forkScoped(Effect.awaitAllChildren(
           Queue.take(accepted).pipe(
-            Effect.flatMap((socket) =>
-              Effect.forkChild(runSession(ports, socket, socket.handle as SessionHandle), { startImmediately: true })
+            Effect.flatMap((socket) => makeSession(ports, socket, socket.handle as SessionHandle)),
+            Effect.flatMap((session) =>
+              Effect.map(
+                Effect.forkChild(session.run(), { startImmediately: true }),
+                (fiber) => fiber.addObserver(finishEnded.bind(session))
+              )
             ),
             Effect.forever,
             Pull.catchDone(() => Effect.void)
@@ -229,9 +239,12 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
           Effect.annotateLogs({ port, routerPort, routerUrl: sessionOptions.routerUrl })
         )
         // Registered last, so it runs first on shutdown: while the router port still answers.
-        // Sessions end, then what they started in the background (peer pokes).
+        // Sessions end, then what they started in the background (peer pokes, finishes).
         const sessionsDone = Effect.andThen(Fiber.await(sessions), FiberSet.awaitEmpty(fibers))
-        yield* Effect.addFinalizer(() => drain(publicServer, () => void Queue.endUnsafe(accepted), registry, sessionsDone, options.shutdownTimeoutMs))
+        const interruptSessions = Effect.andThen(Fiber.interrupt(sessions), FiberSet.awaitEmpty(fibers))
+        yield* Effect.addFinalizer(() =>
+          drain(publicServer, () => void Queue.endUnsafe(accepted), registry, sessionsDone, interruptSessions, options.shutdownTimeoutMs)
+        )
         return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
       })
     ).pipe(
@@ -420,14 +433,15 @@ const onMessage = (socket: PushSocket, mailbox: Mailbox<MailboxInput>, data: Raw
  * Graceful drain: stop accepting connections, close every session with 1001 (Firefox reconnects,
  * elsewhere or here once restarted); each session saves its unacked direct messages and clears its
  * node id on the way out, and from the moment it closes the router port answers 404 for it, so
- * endpoints store instead. Waits for the sessions up to `timeoutMs`; the rest are interrupted (their
- * cleanup still runs).
+ * endpoints store instead. Waits for the sessions up to `timeoutMs`; the rest are interrupted, and
+ * their cleanup still runs (`interruptSessions` waits for it).
  */
 const drain = (
   publicServer: Server,
   stopAccepting: () => void,
   registry: NodeRegistryService,
   sessionsDone: Effect.Effect<void>,
+  interruptSessions: Effect.Effect<void>,
   timeoutMs: number
 ) =>
   Effect.gen(function*() {
@@ -436,6 +450,7 @@ const drain = (
     const sessions = registry.connections.size
     for (const handle of registry.connections) handle.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
     const done = yield* sessionsDone.pipe(Effect.timeoutOption(timeoutMs))
+    if (done._tag === "None") yield* interruptSessions
     yield* Effect.logInfo("connection node drained").pipe(
       Effect.annotateLogs({ sessions, complete: done._tag === "Some", remaining: registry.connections.size })
     )

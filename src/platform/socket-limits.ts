@@ -81,6 +81,18 @@ export const capPerAddress = <S extends Server>(
 ): S => {
   const exempt = addressList(limits.exempt)
   const open = new Map<string, number>()
+  /** What each counted connection is counted as (an exempt or uncapped one has no entry). */
+  const keys = new WeakMap<Socket, string>()
+  // One listener for every connection of the port (`this` is the socket): a closure per connection
+  // would hold its key, and `once` a wrapper around it (memory per connection).
+  const onClose = function(this: Socket): void {
+    counters.closed()
+    const key = keys.get(this)
+    if (key === undefined) return
+    const count = (open.get(key) ?? 1) - 1
+    if (count === 0) open.delete(key)
+    else open.set(key, count)
+  }
   const emit = server.emit.bind(server)
   server.emit = ((event: string | symbol, ...args: Array<unknown>): boolean => {
     if (event !== "connection") return emit(event as string, ...args)
@@ -94,15 +106,11 @@ export const capPerAddress = <S extends Server>(
         return true
       }
       open.set(key, count + 1)
+      keys.set(socket, key)
     }
     counters.opened()
-    socket.once("close", () => {
-      counters.closed()
-      if (key === undefined) return
-      const count = (open.get(key) ?? 1) - 1
-      if (count === 0) open.delete(key)
-      else open.set(key, count)
-    })
+    // A socket emits `close` once.
+    socket.on("close", onClose)
     return emit("connection", socket)
   }) as S["emit"]
   return server

@@ -55,7 +55,7 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
  */
 export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase => {
   const s = phase.session
-  if (s.user === undefined) return ended(phase, NOTHING, out)
+  if (!s.recorded) return ended(phase, NOTHING, out)
   const nowSec = Math.floor(out.now / 1000)
   const messages: Array<Notification> = []
   // Stored topic messages the client has since had a newer message of (a TTL 0 one, sent and never

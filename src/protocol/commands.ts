@@ -82,7 +82,7 @@ export const endpointMade = (phase: Live, input: Extract<CommandResult, { _tag: 
   const s = phase.session
   const { channelId } = input.command
   const registering: Registering = { channelId, endpoint: input.endpoint }
-  if (s.user !== undefined) {
+  if (s.recorded) {
     out.run({ _tag: "AddChannel", uaid: s.uaid, table: s.table, registering })
     return phase
   }
@@ -102,14 +102,14 @@ export const endpointMade = (phase: Live, input: Extract<CommandResult, { _tag: 
 
 /** The first register of a new uaid wrote its router record. */
 export const userWritten = (phase: Live, input: Extract<CommandResult, { _tag: "UserWritten" }>, out: Out): Phase => {
-  const { purpose, user } = input.command
+  const { purpose } = input.command
   if (purpose._tag !== "Register") throw new Error("a resume write answered in an identified phase")
   if (!input.written) {
     refuse(out, phase.session.uaid, { messageType: "register", channelID: purpose.registering.channelId }, "not-written")
     return phase
   }
   out.run({ _tag: "AddChannel", uaid: phase.session.uaid, table: phase.session.table, registering: purpose.registering })
-  return withSession(phase, { ...phase.session, user })
+  return withSession(phase, { ...phase.session, recorded: true })
 }
 
 export const channelAdded = (phase: Live, { registering, added }: { readonly registering: Registering; readonly added: boolean }, out: Out): Phase => {
@@ -129,7 +129,7 @@ export const unregister = (phase: Live, message: Msg<"unregister">, out: Out): P
     refuse(out, s.uaid, message, "invalid-channel-id")
     return phase
   }
-  if (s.user === undefined) {
+  if (!s.recorded) {
     out.event("channel.unregistered.1", s.uaid, { channelId, code: message.code })
     out.frame(unregisterReply(channelId, 200))
     return phase
@@ -168,7 +168,7 @@ export const urgency = (phase: Live, message: Msg<"urgency">, out: Out): Phase =
     return phase
   }
   const s = phase.session
-  if (s.user === undefined) return urgencySet(withSession(phase, s), min, out)
+  if (!s.recorded) return urgencySet(withSession(phase, s), min, out)
   out.run({ _tag: "WriteUrgency", uaid: s.uaid, min })
   return phase
 }

@@ -3,8 +3,9 @@
  * are deleted, never re-sent; a drain's `msg_limit` counts what the client sees, whatever the page size):
  * - a delivery from an endpoint node is sent at once (TTL 0: only now, fire and forget);
  * - stored messages are drained after hello and after every check-storage poke, a page at a time
- *   (topic messages, then timestamp order); the next page is read once the previous one is acked and
- *   its rows deleted (`Draining`, or `Migrating` on last month's table, which then moves: `Moving`);
+ *   (topic messages, then timestamp order; a page from a table's first row holds both kinds, one
+ *   read where autopush makes two); the next page is read once the previous one is acked and its
+ *   rows deleted (`Draining`, or `Migrating` on last month's table, which then moves: `Moving`);
  * - an acked stored message is deleted (conditionally on its version, so a newer message that replaced
  *   a topic is kept); an acked direct message is just forgotten;
  * - more than `msgLimit` messages from storage in one drain → the client gets the first `msgLimit`,
@@ -25,7 +26,7 @@ type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { read
 /** How a phase goes on after its acks or a page: read more, finish, or (not reading) nothing. */
 type Advance<P extends Live> = (phase: P, out: Out) => Phase
 
-/** A drain from the start of `tables` (topic rows first). */
+/** A drain from the start of `tables` (from their first rows: topic rows first). */
 export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, rows: "topic", after: undefined, again: false, sent: 0 })
 
 export const delivery = (phase: Live, { notification: n }: { readonly notification: Notification }, out: Out): Phase => {
@@ -41,7 +42,7 @@ export const delivery = (phase: Live, { notification: n }: { readonly notificati
 
 /** A reason to look at storage with nothing being read: a drain of the user's table starts. */
 export const startDrain = (phase: Identified, out: Out): Phase =>
-  phase.session.user === undefined ? phase : advanceDraining({ _tag: "Draining", session: phase.session, drain: newDrain(phase.session.table) }, out)
+  !phase.session.recorded ? phase : advanceDraining({ _tag: "Draining", session: phase.session, drain: newDrain(phase.session.table) }, out)
 
 /** A reason to look at storage mid-drain: start over once this pass ends (a message may sit behind `after`). */
 export const drainAgain = <P extends Reading>(phase: P): P => ({ ...phase, drain: { ...phase.drain, again: true } })
@@ -90,7 +91,7 @@ const nextTable = (drain: Drain): Drain => ({ ...drain, tables: drain.tables.sli
 
 /**
  * A page of stored messages: sent, unless one is in hand already (sent directly, unacked) or expired
- * on the way. A timestamp page that was not full is the last of its table when `lastIfShort` — but
+ * on the way. A page that was not full is the last of its table when `lastIfShort` — but
  * while migrating, endpoints that read the old record may still store into the old table: it is
  * read until a page is empty.
  */
@@ -109,11 +110,13 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
     }
     return urgentEnough(n, s.minUrgency)
   })
+  // A page from the first row on that reached a timestamp row, or the end, has read every topic row:
+  // timestamp rows after it are what is left. One that ended among topic rows is read again from the
+  // start once its rows are acked and deleted.
+  const topicsLeft = command.rows === "topic" && input.lastSortKey === undefined && input.more
   if (messages.length === 0) {
-    const next: Drain = command.rows === "topic"
-      ? { ...drain, rows: "timestamp" }
-      : input.lastSortKey !== undefined && input.more
-      ? { ...drain, after: input.lastSortKey } // a page of expired rows only: keep reading after it
+    const next: Drain = input.more && (input.lastSortKey !== undefined || command.rows === "topic")
+      ? { ...drain, rows: "timestamp", after: input.lastSortKey } // a page of expired or held rows only: keep reading after it
       : nextTable(drain)
     return advanceP({ ...phase, drain: next }, out)
   }
@@ -121,10 +124,8 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   // The client gets `msgLimit` messages of a drain whatever the page size; the rest of a page that
   // goes past it is not sent (the user is dropped once what was sent is acked: advance).
   const page = sent > out.options.msgLimit ? messages.slice(0, Math.max(0, out.options.msgLimit - drain.sent)) : messages
-  const last = command.rows === "timestamp" && !input.more && lastIfShort
-  let next: Drain = command.rows === "timestamp"
-    ? { ...drain, sent, after: input.lastSortKey, rows: last ? "read" : "timestamp" }
-    : { ...drain, sent }
+  const last = !input.more && lastIfShort
+  let next: Drain = topicsLeft ? { ...drain, sent } : { ...drain, sent, after: input.lastSortKey, rows: last ? "read" : "timestamp" }
   let session = s
   let fresh = 0
   for (const n of page) {
@@ -142,7 +143,7 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
     fresh++
   }
   // Topic rows already in hand (sent directly, unacked) would be read again and again: move on.
-  if (fresh === 0 && command.rows === "topic") next = { ...next, rows: "timestamp" }
+  if (fresh === 0 && topicsLeft) next = { ...next, rows: "timestamp" }
   return advanceP({ ...phase, session, drain: next }, out)
 }
 
@@ -200,7 +201,7 @@ export const tooManyDropped = (phase: Reading, { dropped }: { readonly dropped: 
   if (!dropped) return closeLive(phase, "ghost", out)
   const s = phase.session
   out.event("uaid.reset.1", s.uaid, { reason: "too_many_messages" })
-  return closeLive({ _tag: "Identified", session: { ...s, user: undefined, acks: NO_ACKS } }, "uaid-reset", out)
+  return closeLive({ _tag: "Identified", session: { ...s, recorded: false, acks: NO_ACKS } }, "uaid-reset", out)
 }
 
 /** The month move: the channels read in the old table are copied into the new one… */
@@ -225,6 +226,6 @@ export const recordPointed = (phase: Moving, _input: unknown, out: Out): Phase =
   const from = s.table
   out.event("month.migrated.1", s.uaid, { from, to: phase.to })
   if (phase.deferred.length > 0) out.signal({ _tag: "Replay", messages: phase.deferred, admitted: false })
-  const session = { ...s, table: phase.to, user: s.user === undefined ? undefined : { ...s.user, currentMonth: phase.to } }
+  const session = { ...s, table: phase.to }
   return advanceDraining({ _tag: "Draining", session, drain: newDrain(from, phase.to) }, out)
 }

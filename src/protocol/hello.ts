@@ -103,7 +103,7 @@ const identify = (
     uaid,
     connectedAt,
     table,
-    user,
+    recorded: user !== undefined,
     acks: NO_ACKS,
     keepalive: { lastActivity: now, pingSentAt: undefined, lastClientPing: undefined },
     budget: fullBudget(out.options),

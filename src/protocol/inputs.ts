@@ -78,9 +78,9 @@ export type CommandResult =
     readonly _tag: "PageRead"
     readonly command: Extract<Command, { _tag: "ReadPage" }>
     readonly messages: ReadonlyArray<Notification>
-    /** Timestamp pages: sort key of the last row read, expired or not. */
+    /** Sort key (ms) of the last row read, expired or not, when it is a timestamp row. */
     readonly lastSortKey: number | undefined
-    /** Timestamp pages: rows after this page may exist (it was full). */
+    /** Rows after this page may exist (it was full). */
     readonly more: boolean
   }
   | { readonly _tag: "MessagesDeleted" }

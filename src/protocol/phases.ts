@@ -158,6 +158,7 @@ export type RetriedCommand =
     readonly _tag: "ReadPage"
     readonly uaid: string
     readonly table: string
+    /** `topic`: from the first row on (topic rows, then timestamp rows); `timestamp`: timestamp rows after `after`. */
     readonly rows: "topic" | "timestamp"
     readonly after: number | undefined
     readonly limit: number
@@ -196,8 +197,11 @@ export interface Session {
   readonly connectedAt: number
   /** The message table the user lives in (while migrating: the old month). */
   readonly table: string
-  /** The router record, once written (a new uaid has none until its first register). */
-  readonly user: UserRecord | undefined
+  /**
+   * Whether the user has a router record (a new uaid has none until its first register). The record
+   * itself is not kept: nothing reads it again, and an idle session would hold it (memory per connection).
+   */
+  readonly recorded: boolean
   readonly acks: Acks
   readonly keepalive: Keepalive
   readonly budget: Budget
@@ -214,7 +218,11 @@ export interface Session {
 /** Where the storage drain is: tables still to read, topic or timestamp rows, position. */
 export interface Drain {
   readonly tables: ReadonlyArray<string>
-  /** What to read next in `tables[0]`; `read`: every row of it is sent (the last page was not full). */
+  /**
+   * What to read next in `tables[0]`: `topic`, from its first row on (topic rows, then timestamp
+   * rows); `timestamp`, timestamp rows after `after`; `read`, nothing (every row of it is sent: the
+   * last page was not full).
+   */
   readonly rows: "topic" | "timestamp" | "read"
   /** Sort key (ms) of the last timestamp row read in `tables[0]`. */
   readonly after: number | undefined

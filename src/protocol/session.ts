@@ -6,7 +6,8 @@
  *
  * When a transition enters `Closing` the mailbox is shut; deliveries still queued in it are handed to
  * the machine (the router port accepted them), then `MailboxDrained` lets it save what is unacked.
- * Closing also runs when the node interrupts the fiber (shutdown), so messages are saved either way.
+ * Closing also runs when the node interrupts the fiber (shutdown: the node runs `finish`), so
+ * messages are saved either way.
  */
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -126,15 +127,13 @@ const isDelivery = (input: MailboxInput): boolean => input._tag === "Delivery"
 // ── the interpreter ─────────────────────────────────────────────────────────────────────────────
 
 /**
- * Run a session until it is closed: the connection's fiber. Whatever interrupts it, the session is
- * brought to its end (unacked messages saved, summary logged).
+ * A new connection's session; its fiber runs `run()` until it is closed. That fiber holds no
+ * finalizer (a frame would stay on every idle fiber's stack: memory per connection): whoever ends
+ * it before the session is closed (the node's shutdown interrupts it) brings the session to its end
+ * with `finish` (unacked messages saved, summary logged).
  */
-export const runSession = (ports: SessionPorts, transport: Transport, handle: SessionHandle) =>
-  Effect.flatMap(Clock.currentTimeMillis, (now) => {
-    const session = new SessionRunner(ports, transport, handle, now)
-    // Bound, not closures: no context object per connection.
-    return Effect.onExit(session.next, session.finish.bind(session))
-  })
+export const makeSession = (ports: SessionPorts, transport: Transport, handle: SessionHandle): Effect.Effect<SessionRunner> =>
+  Effect.map(Clock.currentTimeMillis, (now) => new SessionRunner(ports, transport, handle, now))
 
 /** The session fiber's state and work. Tests drive one with `feed`. */
 export class SessionRunner implements Consumer<MailboxInput> {
@@ -146,12 +145,6 @@ export class SessionRunner implements Consumer<MailboxInput> {
   private readonly handle: SessionHandle
   /** Inputs that go before the mailbox: command results, replayed commands, leftovers at close. */
   private front: Array<Input> | undefined = undefined
-  /**
-   * The rest of the session, one input at a time until it is closed: a plain continuation loop (no
-   * generator), made once per session. While closing (the mailbox is shut) it waits for the
-   * machine's own deadline (a retried save) instead of the mailbox.
-   */
-  readonly next: Effect.Effect<void> = Effect.suspend(this.proceed.bind(this))
 
   constructor(ports: SessionPorts, transport: Transport, handle: SessionHandle, now: number) {
     this.ports = ports
@@ -178,6 +171,15 @@ export class SessionRunner implements Consumer<MailboxInput> {
     return this.phase._tag === "Closed"
   }
 
+  /**
+   * The rest of the session, one input at a time until it is closed: a plain continuation loop (no
+   * generator). While closing (the mailbox is shut) it waits for the machine's own deadline (a
+   * retried save) instead of the mailbox.
+   */
+  run(): Effect.Effect<void> {
+    return Effect.suspend(() => this.proceed())
+  }
+
   private proceed(): Effect.Effect<void> {
     switch (this.phase._tag) {
       case "Closed":
@@ -191,7 +193,8 @@ export class SessionRunner implements Consumer<MailboxInput> {
 
   /** An input from the mailbox (or the closing deadline), then the rest of the session. */
   receive(input: MailboxInput): Effect.Effect<void> {
-    return Effect.andThen(this.feed(input), this.next)
+    // Made for each input, not kept: an idle session holds no continuation.
+    return Effect.andThen(this.feed(input), () => this.proceed())
   }
 
   /** Bring an interrupted session to its end: as if the socket closed, with a few save attempts. */
@@ -394,22 +397,12 @@ export class SessionRunner implements Consumer<MailboxInput> {
         return Effect.as(storage.removeChannel(command.uaid, command.table, command.channelId), { _tag: "ChannelRemoved", command })
       case "WriteUrgency":
         return Effect.as(storage.updateUser(command.uaid, { urgency: command.min }), { _tag: "UrgencyWritten", command })
-      case "ReadPage":
-        return command.rows === "topic"
-          ? Effect.map(storage.fetchTopicMessages(command.uaid, command.table, command.limit), (messages) => ({
-            _tag: "PageRead",
-            command,
-            messages,
-            lastSortKey: undefined,
-            more: false
-          }))
-          : Effect.map(storage.fetchTimestampMessages(command.uaid, command.table, command.after, command.limit), (page) => ({
-            _tag: "PageRead",
-            command,
-            messages: page.messages,
-            lastSortKey: page.lastSortKey,
-            more: page.more
-          }))
+      case "ReadPage": {
+        const read = command.rows === "topic"
+          ? storage.fetchMessages(command.uaid, command.table, command.limit)
+          : storage.fetchTimestampMessages(command.uaid, command.table, command.after, command.limit)
+        return Effect.map(read, (page) => ({ _tag: "PageRead", command, messages: page.messages, lastSortKey: page.lastSortKey, more: page.more }))
+      }
       case "DeleteMessages":
         return Effect.as(this.deleteRows(command.uaid, command.messages), { _tag: "MessagesDeleted" })
       case "TakeMessage": {

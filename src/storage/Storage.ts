@@ -44,9 +44,13 @@ export const causeText = (cause: unknown): string => {
 export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
   Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
-interface TimestampPage {
+/** One page of a user's message rows, in sort-key order. */
+interface MessagePage {
   readonly messages: ReadonlyArray<Notification>
-  /** Sort key (ms) of the last row read, expired or not: where the next page starts. */
+  /**
+   * Sort key (ms) of the last row read, expired or not, when it is a timestamp row: where the next
+   * timestamp page starts. Undefined when the page read no timestamp row.
+   */
   readonly lastSortKey?: number | undefined
   /** Rows after this page may exist: it was full (false: there were none when it was read). */
   readonly more: boolean
@@ -135,13 +139,18 @@ export interface StorageService {
     table: string,
     limit: number
   ) => Effect.Effect<ReadonlyArray<Notification>, StorageError>
+  /**
+   * Unexpired messages from the user's first one on, one page of `limit` rows: topic messages, then
+   * timestamp messages ascending — the order a drain sends them in, both kinds in one request.
+   */
+  readonly fetchMessages: (uaid: string, table: string, limit: number) => Effect.Effect<MessagePage, StorageError>
   /** Unexpired timestamp messages with sort key strictly after `after` (ms), ascending, one page of `limit` rows. */
   readonly fetchTimestampMessages: (
     uaid: string,
     table: string,
     after: number | undefined,
     limit: number
-  ) => Effect.Effect<TimestampPage, StorageError>
+  ) => Effect.Effect<MessagePage, StorageError>
   /**
    * Delete one message; deleting a missing row is not an error.
    * With `version`, only if the row still holds that message (an ack must not delete the newer

@@ -412,22 +412,14 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         return messages.slice(0, limit)
       })
 
-      const fetchTimestampMessages = Effect.fnUntraced(function*(
-        uaid: string,
-        table: string,
-        after: number | undefined,
-        limit: number
-      ) {
+      /** One page of message rows from `lo` (never a row's own key) to the last timestamp row, `limit` rows at most. */
+      const messagePage = Effect.fnUntraced(function*(operation: string, uaid: string, table: string, lo: string, limit: number) {
         const now = yield* Clock.currentTimeMillis
-        const page = yield* query("fetchTimestampMessages", {
+        const page = yield* query(operation, {
           TableName: table,
           KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
           ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
-          ExpressionAttributeValues: {
-            ":uaid": S(uaid),
-            ":lo": S(timestampLowerBound(after)),
-            ":hi": S(TIMESTAMP_END)
-          },
+          ExpressionAttributeValues: { ":uaid": S(uaid), ":lo": S(lo), ":hi": S(TIMESTAMP_END) },
           ConsistentRead: true,
           Limit: limit
         })
@@ -439,6 +431,11 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
           more: page.LastEvaluatedKey !== undefined
         }
       })
+
+      const fetchMessages = (uaid: string, table: string, limit: number) => messagePage("fetchMessages", uaid, table, TOPIC_PREFIX, limit)
+
+      const fetchTimestampMessages = (uaid: string, table: string, after: number | undefined, limit: number) =>
+        messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
 
       const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
         batchWrite("deleteMessages", table, keys.map((key) => ({ DeleteRequest: { Key: messageKey(uaid, sortKeyOf(key)) } })))
@@ -483,6 +480,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         saveMessage,
         saveMessages,
         fetchTopicMessages,
+        fetchMessages,
         fetchTimestampMessages,
         deleteMessage,
         deleteMessages,

@@ -221,15 +221,11 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
         .slice(0, limit)
     })
 
-    const fetchTimestampMessages = Effect.fnUntraced(function*(
-      uaid: string,
-      table: string,
-      after: number | undefined,
-      limit: number
-    ) {
-      const t = yield* messageTable("fetchTimestampMessages", table)
+    /** One page of message rows after `lo` up to the last timestamp row, `limit` rows at most. */
+    const messagePage = Effect.fnUntraced(function*(operation: string, uaid: string, table: string, lo: string, limit: number) {
+      const t = yield* messageTable(operation, table)
       const now = yield* Clock.currentTimeMillis
-      const page = range(t, uaid, timestampLowerBound(after), TIMESTAMP_END).slice(0, limit)
+      const page = range(t, uaid, lo, TIMESTAMP_END).slice(0, limit)
       const last = page.at(-1)
       return {
         messages: page.map(([, message]) => message).filter((message) => isVisible(expiryOf(message), now)),
@@ -237,6 +233,11 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
         more: page.length === limit
       }
     })
+
+    const fetchMessages = (uaid: string, table: string, limit: number) => messagePage("fetchMessages", uaid, table, TOPIC_PREFIX, limit)
+
+    const fetchTimestampMessages = (uaid: string, table: string, after: number | undefined, limit: number) =>
+      messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
 
     const deleteMessages = Effect.fnUntraced(function*(uaid: string, table: string, keys: ReadonlyArray<MessageKey>) {
       const rows = (yield* messageTable("deleteMessages", table)).get(uaid)
@@ -379,6 +380,7 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       saveMessage,
       saveMessages,
       fetchTopicMessages,
+      fetchMessages,
       fetchTimestampMessages,
       deleteMessage,
       deleteMessages,

@@ -80,7 +80,7 @@ const FAULTY_OPERATIONS = [
   "addChannels",
   "saveMessage",
   "saveMessages",
-  "fetchTopicMessages",
+  "fetchMessages",
   "fetchTimestampMessages",
   "deleteMessage",
   "deleteMessages",

@@ -402,6 +402,66 @@ describe("session: delivery", () => {
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), Array.from({ length: total }, (_, i) => `m${i}`))
     }).pipe(Effect.provide(TestParts)))
 
+  /** Memory storage (taking the harness's time) that records the name of every operation called. */
+  const countedStorage = (calls: Array<string>) =>
+    Layer.effect(
+      Storage,
+      Effect.map(Storage, (inner) =>
+        mapStorageOperations(inner, (name) => (call) => Effect.andThen(Effect.sync(() => void calls.push(name)), call), { values: false }))
+    ).pipe(Layer.provideMerge(testParts()))
+
+  it.effect("a resumed client with a stored message costs four storage operations: read the record, claim it, one page, one delete", () => {
+    const calls: Array<string> = []
+    return Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* pushMessage(harness, uaid, CHID, { data: "stored" })
+      const again = yield* harness.connect()
+      calls.length = 0
+      yield* hello(again, uaid)
+      yield* ackAll(again)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["stored"])
+      assert.deepStrictEqual(calls, ["getUser", "resumeUser", "fetchMessages", "deleteMessages"])
+    }).pipe(Effect.provide(countedStorage(calls)))
+  })
+
+  it.effect("topic messages come first, timestamp messages after them in order, from one read; a page of topic rows is read again", () => {
+    const calls: Array<string> = []
+    return Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness, [CHID, CHID2])
+      yield* client.feed({ _tag: "SocketClosed" })
+      yield* pushMessage(harness, uaid, CHID, { data: "first" })
+      yield* TestClock.adjust(1)
+      yield* pushMessage(harness, uaid, CHID2, { topic: "news", data: "topic" })
+      yield* TestClock.adjust(1)
+      yield* pushMessage(harness, uaid, CHID, { data: "second" })
+      const again = yield* harness.connect()
+      calls.length = 0
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["topic", "first", "second"])
+      yield* ackAll(again)
+      assert.deepStrictEqual(calls, ["getUser", "resumeUser", "fetchMessages", "deleteMessage", "deleteMessages"])
+      yield* again.feed({ _tag: "SocketClosed" })
+
+      // More topic messages than a page: the first page holds topic rows only, read again once acked.
+      const page = sessionOptions.pageSize
+      for (let i = 0; i <= page; i++) yield* pushMessage(harness, uaid, CHID, { topic: `t${String(i).padStart(3, "0")}`, data: `topic ${i}` })
+      yield* TestClock.adjust(1)
+      yield* pushMessage(harness, uaid, CHID, { data: "after" })
+      const third = yield* harness.connect()
+      calls.length = 0
+      yield* hello(third, uaid)
+      assert.strictEqual(third.of("notification").length, page)
+      yield* ackAll(third)
+      const expected = [...Array.from({ length: page + 1 }, (_, i) => `topic ${i}`), "after"]
+      assert.deepStrictEqual(third.of("notification").map((f) => f["data"]), expected)
+      yield* ackAll(third)
+      assert.deepStrictEqual(calls.filter((name) => name.startsWith("fetch")), ["fetchMessages", "fetchMessages"])
+    }).pipe(Effect.provide(countedStorage(calls)))
+  })
+
   it.effect("a topic keeps only its newest message; expired messages are never sent", () =>
     Effect.gen(function*() {
       const harness = yield* setup()
@@ -678,7 +738,7 @@ describe("session: storage faults and the command budget", () => {
       }
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["waiting"])
       assert.isUndefined(again.sent.closed)
-    }).pipe(Effect.provide(failingStorage("fetchTopicMessages", failingReads))))
+    }).pipe(Effect.provide(failingStorage("fetchMessages", failingReads))))
 
   it.effect("the node's shutdown (the session's fiber ends) deletes acked rows whose delete failed and waits for its retry", () => {
     const failingDeletes = { left: 0 }

@@ -176,8 +176,10 @@ const run = (
         return o === "fail" ? failed : { _tag: "UrgencyWritten", command }
       case "ReadPage": {
         if (o === "fail") return failed
-        // Topic rows are rare: one when the world says "full"; timestamp pages take what is left.
-        const n = command.rows === "topic" ? (o === "full" && remaining > 0 ? 1 : 0) : Math.min(command.limit, remaining)
+        // A page takes what is left; one from the first row starts with a topic row when the world
+        // says "full" (topic rows are rare), and has a last timestamp row only past it.
+        const n = Math.min(command.limit, remaining)
+        const topics = command.rows === "topic" && o === "full" ? Math.min(1, n) : 0
         remaining -= n
         const messages = Array.from({ length: n }, (_, i): Notification => ({
           channelId: CHANNELS[i % 2] as string,
@@ -186,10 +188,10 @@ const run = (
           ttl: 60,
           timestamp: Math.floor(now / 1000),
           sortkeyTimestamp: now - 1_000 + i,
-          ...(command.rows === "topic" ? { topic: "t" } : {})
+          ...(i < topics ? { topic: "t" } : {})
         }))
         for (const m of messages) urgencyOf.set(m.version, m.urgency)
-        return { _tag: "PageRead", command, messages, lastSortKey: n > 0 ? now - 1_000 + n - 1 : undefined, more: n === command.limit }
+        return { _tag: "PageRead", command, messages, lastSortKey: n > topics ? now - 1_000 + n - 1 : undefined, more: n === command.limit }
       }
       case "DeleteMessages":
         return o === "fail" ? failed : { _tag: "MessagesDeleted" }

@@ -58,7 +58,7 @@ interface Flat {
   readonly uaid: string
   readonly connectedAt: number
   readonly table: string
-  readonly user: UserRecord | undefined
+  readonly recorded: boolean
   readonly unacked: ReadonlyMap<string, Unacked>
   readonly ackedRows: ReadonlyArray<StoredUnacked>
   readonly newestTopic: ReadonlyMap<string, Notification>
@@ -79,7 +79,7 @@ const session = (o: Partial<Flat> = {}): Session => ({
   uaid: o.uaid ?? UAID,
   connectedAt: o.connectedAt ?? NOW - 1_000,
   table: o.table ?? THIS_MONTH,
-  user: "user" in o ? o.user : user({ nodeId: NODE, connectedAt: NOW - 1_000 }),
+  recorded: o.recorded ?? true,
   acks: { unacked: o.unacked ?? new Map(), ackedRows: o.ackedRows ?? [], newestTopic: o.newestTopic ?? new Map() },
   keepalive: { lastActivity: o.lastActivity ?? NOW - 1_000, pingSentAt: o.pingSentAt, lastClientPing: o.lastClientPing },
   budget: { tokens: o.tokens ?? 3, tokensAt: o.tokensAt ?? NOW - 1_000, held: heldOf(o.held ?? []), readingPaused: o.readingPaused ?? false },
@@ -387,7 +387,7 @@ describe("step: Identified, commands", () => {
     phase: "Identified",
     command: { _tag: "AddChannel", uaid: UAID, table: THIS_MONTH }
   })
-  row("endpoint made, new uaid: its router record is written first", identified({ user: undefined }), made("http://e/wpush/v1/t"), {
+  row("endpoint made, new uaid: its router record is written first", identified({ recorded: false }), made("http://e/wpush/v1/t"), {
     phase: "Identified",
     command: { _tag: "WriteUser" },
     check: (t) => {
@@ -398,16 +398,16 @@ describe("step: Identified, commands", () => {
     }
   })
   const registering = { channelId: CHID, endpoint: "http://e/wpush/v1/t" }
-  row("the record written: the channel is added, the session knows its record", identified({ user: undefined }), {
+  row("the record written: the channel is added, the session knows its record", identified({ recorded: false }), {
     _tag: "UserWritten",
     command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Register", registering } },
     written: true
   }, {
     phase: "Identified",
     command: { _tag: "AddChannel" },
-    check: (t) => assert.isDefined(sessionOf(t).user)
+    check: (t) => assert.isTrue(sessionOf(t).recorded)
   })
-  row("the record not written (a newer connection): status 500", identified({ user: undefined }), {
+  row("the record not written (a newer connection): status 500", identified({ recorded: false }), {
     _tag: "UserWritten",
     command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Register", registering } },
     written: false
@@ -430,7 +430,7 @@ describe("step: Identified, commands", () => {
     phase: "Identified",
     frames: [{ messageType: "unregister", channelID: "x", status: 401 }]
   })
-  row("unregister before any register: 200, nothing to remove", identified({ user: undefined }), frame({ messageType: "unregister", channelID: CHID }), {
+  row("unregister before any register: 200, nothing to remove", identified({ recorded: false }), frame({ messageType: "unregister", channelID: CHID }), {
     phase: "Identified",
     frames: [{ messageType: "unregister", channelID: CHID, status: 200 }],
     events: ["channel.unregistered.1"]
@@ -569,7 +569,7 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Draining",
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 }
   })
-  row("a poke with no router record does nothing", identified({ user: undefined }), { _tag: "CheckStorage" }, { phase: "Identified" })
+  row("a poke with no router record does nothing", identified({ recorded: false }), { _tag: "CheckStorage" }, { phase: "Identified" })
   row("a poke starts a drain", identified(), { _tag: "CheckStorage" }, { phase: "Draining", command: { _tag: "ReadPage", rows: "topic" } })
   row("a poke mid-drain: go again afterwards", identified({ drain: paged, unacked: unacked([[message(), THIS_MONTH]]) }), { _tag: "CheckStorage" }, {
     phase: "Draining",
@@ -583,9 +583,47 @@ describe("step: Identified, deliveries and acks", () => {
     more
   })
   const start = { tables: [THIS_MONTH], rows: "topic" as const, after: undefined, again: false, sent: 0 }
-  row("no topic messages: timestamp messages next", identified({ drain: start }), read("topic", []), {
+  // The first page of a table reads from its first row: topic rows, then timestamp rows.
+  const topic = (version: string) => message({ version, topic: version, sortkeyTimestamp: undefined })
+  row("a first page with nothing in it: the table is read, the drain is over", identified({ drain: start }), read("topic", []), {
+    phase: "Identified",
+    check: (t) => assert.isUndefined(sessionOf(t).drain)
+  })
+  it("a first page that was not full: topic messages, then timestamp messages, sent together; once acked and deleted, the drain is over", () => {
+    const sent = step(identified({ drain: start }), read("topic", [topic("t1"), message({ version: "s1" })], NOW - 1_000), NOW)
+    assert.deepStrictEqual(sent.frames.map((f) => JSON.parse(f).version), ["t1", "s1"])
+    assert.deepInclude(sessionOf(sent).drain ?? {}, { rows: "read", after: NOW - 1_000 })
+    const acked = step(sent.phase, frame({ messageType: "ack", updates: ["t1", "s1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), NOW)
+    assert.deepStrictEqual((acked.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((row) => row.notification.version), ["t1", "s1"])
+    const done = deleted(acked)
+    assert.isUndefined(done.command)
+    assert.isUndefined(sessionOf(done).drain)
+  })
+  it("a full first page that reached the timestamp rows: the next page is timestamp rows after it", () => {
+    const sent = step(identified({ drain: start }), read("topic", [topic("t1"), message({ version: "v1" })], NOW - 1_000, true), NOW)
+    const afterAck = step(sent.phase, frame({ messageType: "ack", updates: ["t1", "v1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), NOW)
+    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: NOW - 1_000, limit: OPTIONS.pageSize, attempt: 0 })
+  })
+  it("a full first page of topic rows only: read again from the first row once acked and deleted (more topic rows may follow)", () => {
+    const sent = step(identified({ drain: start }), read("topic", [topic("t1")], undefined, true), NOW)
+    const afterAck = step(sent.phase, frame({ messageType: "ack", updates: [{ channelID: CHID, version: "t1", code: 100 }] }), NOW)
+    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "topic", after: undefined, limit: OPTIONS.pageSize, attempt: 0 })
+  })
+  row("a full first page of topic rows all in hand (sent directly): timestamp rows next, not the same page again", identified({
+    drain: start,
+    unacked: new Map([["t1", direct(topic("t1"))]])
+  }), read("topic", [topic("t1")], undefined, true), {
     phase: "Draining",
-    command: { _tag: "ReadPage", rows: "timestamp" }
+    frames: [],
+    command: { _tag: "ReadPage", rows: "timestamp", after: undefined }
+  })
+  row("a full first page of expired topic rows only: timestamp rows next", identified({ drain: start }), read("topic", [], undefined, true), {
+    phase: "Draining",
+    command: { _tag: "ReadPage", rows: "timestamp", after: undefined }
+  })
+  row("a full first page of expired rows that reached the timestamp rows: read on after it", identified({ drain: start }), read("topic", [], NOW - 3_000, true), {
+    phase: "Draining",
+    command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 3_000 }
   })
   row("a page: each message sent from storage", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [message(), message({ version: "v2" })], NOW - 1_000), {
     phase: "Draining",
@@ -664,7 +702,7 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Closing",
     close: "uaid-reset",
     events: ["uaid.reset.1", "session.closed.1"],
-    check: (t) => assert.isUndefined(sessionOf(t).user)
+    check: (t) => assert.isFalse(sessionOf(t).recorded)
   })
   row("storage failing mid-drain: the socket stays, the read is retried later", identified({ drain: start }), {
     _tag: "CommandFailed",
@@ -740,6 +778,13 @@ describe("step: Migrating and Moving", () => {
     lastSortKey: NOW - 1_000,
     more: false
   }, { phase: "Migrating", check: (t) => assert.strictEqual(sessionOf(t).drain?.rows, "timestamp") })
+  row("while migrating, a first page that was not full is not the last either: timestamp rows after it next", migrating(), {
+    _tag: "PageRead",
+    command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "topic", after: undefined, limit: 10, attempt: 0 },
+    messages: [message()],
+    lastSortKey: NOW - 1_000,
+    more: false
+  }, { phase: "Migrating", check: (t) => assert.deepInclude(sessionOf(t).drain ?? {}, { rows: "timestamp", after: NOW - 1_000 }) })
   row("the old month drained: the user moves to this month", migrating({
     drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
   }), {
@@ -842,7 +887,7 @@ describe("step: Closing", () => {
     phase: "Closing",
     command: { _tag: "ReadUser" }
   })
-  row("nothing was ever written (new uaid): ended at once", closing({ user: undefined }), { _tag: "MailboxDrained" }, {
+  row("nothing was ever written (new uaid): ended at once", closing({ recorded: false }), { _tag: "MailboxDrained" }, {
     phase: "Closed",
     events: ["session.ended.1"]
   })
@@ -1001,7 +1046,7 @@ describe("step: what every live phase does alike", () => {
       command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, rawKey: undefined },
       endpoint: registering.endpoint
     }, { phase: tag, command: { _tag: "AddChannel" } })
-    row(`${tag}: a new uaid's record written: the channel is added`, { ...phase, session: session({ user: undefined }) } as Phase, {
+    row(`${tag}: a new uaid's record written: the channel is added`, { ...phase, session: session({ recorded: false }) } as Phase, {
       _tag: "UserWritten",
       command: { _tag: "WriteUser", user: user(), purpose: { _tag: "Register", registering } },
       written: true
@@ -1039,7 +1084,7 @@ describe("step: the client's minimum urgency (RFC 8030 §5.3)", () => {
     frames: [],
     command: { _tag: "WriteUrgency", uaid: UAID, min: "high" }
   })
-  row("urgency of a new uaid (no record yet): taken at once, written with the record", identified({ user: undefined }), frame({ messageType: "urgency", min: "low" }), {
+  row("urgency of a new uaid (no record yet): taken at once, written with the record", identified({ recorded: false }), frame({ messageType: "urgency", min: "low" }), {
     phase: "Identified",
     frames: [{ messageType: "urgency", status: 200 }],
     events: ["client.urgency.1"],

@@ -444,6 +444,36 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.strictEqual((yield* s.fetchTimestampMessages(uaid(2), table, undefined, 10)).messages.length, 1)
       }))
 
+    test("fetchMessages: from the first message on, topic messages then timestamp messages, one page", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        assert.deepStrictEqual(yield* s.fetchMessages(uaid(1), table, 10), { messages: [], lastSortKey: undefined, more: false })
+        // Channel rows and the meta row sort before the messages: never part of a page.
+        yield* s.addChannel(uaid(1), table, chid(1))
+        yield* s.addChannel(uaid(1), table, chid(2))
+        const topicB = message({ channelId: chid(2), version: "topic-b", topic: "b" })
+        const topicA = message({ channelId: chid(1), version: "topic-a", topic: "a", sortkeyTimestamp: T0 + 50 })
+        const later = message({ channelId: chid(1), version: "later", sortkeyTimestamp: T0 + 20 })
+        const expiring = message({ channelId: chid(2), version: "expiring", sortkeyTimestamp: T0 + 15, ttl: 60 })
+        const earlier = message({ channelId: chid(2), version: "earlier", sortkeyTimestamp: T0 + 10 })
+        yield* s.saveMessages(uaid(1), table, [later, topicB, expiring, earlier, topicA])
+        yield* s.saveMessage(uaid(2), table, message({ channelId: chid(1), version: "other user", topic: "a" }))
+        const versions = (page: { readonly messages: ReadonlyArray<Notification> }) => page.messages.map((m) => m.version)
+
+        const all = yield* s.fetchMessages(uaid(1), table, 10)
+        assert.deepStrictEqual(all.messages, [topicA, topicB, earlier, expiring, later].map(storedNotification))
+        assert.deepStrictEqual([all.lastSortKey, all.more], [T0 + 20, false])
+        // A page that ends among the topic rows has read no timestamp row.
+        const topics = yield* s.fetchMessages(uaid(1), table, 2)
+        assert.deepStrictEqual([versions(topics), topics.lastSortKey, topics.more], [["topic-a", "topic-b"], undefined, true])
+        // Expired rows are read (the page and its position count them), never returned.
+        yield* TestClock.setTime(T0 + 60_000)
+        const first = yield* s.fetchMessages(uaid(1), table, 4)
+        assert.deepStrictEqual([versions(first), first.lastSortKey, first.more], [["topic-a", "topic-b", "earlier"], T0 + 15, true])
+        const rest = yield* s.fetchTimestampMessages(uaid(1), table, first.lastSortKey, 4)
+        assert.deepStrictEqual([versions(rest), rest.lastSortKey, rest.more], [["later"], T0 + 20, false])
+      }))
+
     test("saveMessages: more than one batch, the last message for a key wins", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable
@@ -569,9 +599,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
       Effect.gen(function*() {
         const exit = yield* Effect.exit(s.saveMessage(uaid(1), "no_such_table_anywhere", message({ channelId: chid(1), version: "v" })))
         assert.isTrue(Exit.isFailure(exit))
-        const error = yield* Effect.flip(s.fetchTopicMessages(uaid(1), "no_such_table_anywhere", 1))
+        const error = yield* Effect.flip(s.fetchMessages(uaid(1), "no_such_table_anywhere", 1))
         assert.instanceOf(error, StorageError)
-        assert.strictEqual(error.operation, "fetchTopicMessages")
+        assert.strictEqual(error.operation, "fetchMessages")
         assert.strictEqual(errorName(error), "ResourceNotFoundException")
       }))
 
