@@ -1,29 +1,23 @@
 /**
  * Servers for `bench:connections`, run as a child process: `node connection-servers.ts autopush|bare`.
  * Reports over IPC: `{ port }` once listening, then `{ rss, heapUsed, connections }` (after a full
- * GC) each time the parent sends "measure".
+ * GC) each time the parent sends "measure" (`{ measure: true, gc: false }`: without the GCs).
+ *
+ * `node connection-servers.ts bare PORT` (the bench's --workers mode): one of several bare processes
+ * sharing PORT with SO_REUSEPORT (the first is given 0 and reports the port it got); it answers a
+ * hello with the uaid the client sent (or a new one) and a register with an endpoint, as ours does.
  */
-import { Broadcasts } from "../src/broadcast/Broadcasts.ts"
-import { Effect, Layer } from "effect"
+import { randomUUID } from "node:crypto"
+import { createServer } from "node:http"
 import { WebSocketServer } from "ws"
-import { connectionNodeOptions } from "../src/bin/app.ts"
-import { makeSettings } from "../src/config/index.ts"
-import { ConnectionNode } from "../src/connection/node.ts"
-import { NodeRegistry } from "../src/connection/registry.ts"
-import { EndpointCrypto } from "../src/crypto/endpoint.ts"
-import { NodeClient } from "../src/routers/NodeClient.ts"
-import { Metrics } from "../src/observability/Metrics.ts"
-import { EventLog } from "../src/observability/EventLog.ts"
-import { layerMemory } from "../src/storage/memory.ts"
-import { createActiveTables } from "../src/storage/Storage.ts"
 
 const send = (message: unknown) => process.send?.(message)
 let connections = () => 0
 
 /** Full GCs spread over a few seconds (V8 compacts and returns pages over several), then a reading. */
-const measure = async () => {
+const measure = async (collect: boolean) => {
   const gc = (globalThis as { gc?: (options?: unknown) => void }).gc
-  for (let i = 0; i < 5; i++) {
+  for (let i = 0; collect && i < 5; i++) {
     gc?.()
     await new Promise((resolve) => setTimeout(resolve, 500))
   }
@@ -32,8 +26,11 @@ const measure = async () => {
 }
 process.on("SIGINT", () => process.exit(0))
 process.on("message", (m) => {
-  if (m === "measure") void measure()
+  if (m === "measure") void measure(true)
+  else if (typeof m === "object" && m !== null && "measure" in m) void measure((m as { gc?: boolean }).gc !== false)
 })
+process.on("SIGTERM", () => process.exit(0))
+process.on("disconnect", () => process.exit(0))
 
 const bare = () => {
   // The baseline: a plain `ws` server that answers hello and nothing else.
@@ -47,12 +44,62 @@ const bare = () => {
   wss.on("listening", () => send({ port: (wss.address() as { port: number }).port }))
 }
 
+/**
+ * The baseline of the --workers mode: one of several `ws` processes sharing `port` (SO_REUSEPORT),
+ * answering hello (with the client's uaid, else a new one) and register, and nothing else.
+ */
+const bareShared = (port: number) => {
+  const server = createServer()
+  const wss = new WebSocketServer({ server, clientTracking: true })
+  wss.on("connection", (ws) => {
+    ws.on("message", (data) => {
+      const frame = JSON.parse(data.toString()) as { messageType?: string; uaid?: string; channelID?: string }
+      if (frame.messageType === "hello") {
+        const uaid = frame.uaid ?? randomUUID().replaceAll("-", "")
+        ws.send(JSON.stringify({ messageType: "hello", uaid, status: 200, use_webpush: true, broadcasts: {} }))
+      } else if (frame.messageType === "register") {
+        ws.send(JSON.stringify({ messageType: "register", channelID: frame.channelID, status: 200, pushEndpoint: `http://127.0.0.1/wpush/v1/${frame.channelID}` }))
+      }
+    })
+  })
+  connections = () => wss.clients.size
+  server.listen({ port, host: "127.0.0.1", reusePort: true }, () => send({ port: (server.address() as { port: number }).port }))
+}
+
 /** BENCH_BROADCASTS=1: the node serves Firefox's Remote Settings broadcast (the clients follow it). */
 const BENCH_BROADCASTS: ReadonlyMap<string, string> = process.env["BENCH_BROADCASTS"] === "1"
   ? new Map([["remote-settings/monitor_changes", "\"1700000000000\""]])
   : new Map()
 
-const autopush = () => {
+/** The service's modules are loaded here only: the bare servers' memory holds none of them. */
+const autopush = async () => {
+  const [
+    { Broadcasts },
+    { Effect, Layer },
+    { connectionNodeOptions },
+    { makeSettings },
+    { ConnectionNode },
+    { NodeRegistry },
+    { EndpointCrypto },
+    { NodeClient },
+    { Metrics },
+    { EventLog },
+    { layerMemory },
+    { createActiveTables }
+  ] = await Promise.all([
+    import("../src/broadcast/Broadcasts.ts"),
+    import("effect"),
+    import("../src/bin/app.ts"),
+    import("../src/config/index.ts"),
+    import("../src/connection/node.ts"),
+    import("../src/connection/registry.ts"),
+    import("../src/crypto/endpoint.ts"),
+    import("../src/routers/NodeClient.ts"),
+    import("../src/observability/Metrics.ts"),
+    import("../src/observability/EventLog.ts"),
+    import("../src/storage/memory.ts"),
+    import("../src/storage/Storage.ts")
+  ])
   const node = ConnectionNode.layer(
     {
       ...connectionNodeOptions(makeSettings()),
@@ -77,5 +124,6 @@ const autopush = () => {
   }).pipe(Effect.provide(node)))
 }
 
-if (process.argv[2] === "bare") bare()
-else autopush()
+if (process.argv[2] === "bare" && process.argv[3] !== undefined) bareShared(Number(process.argv[3]))
+else if (process.argv[2] === "bare") bare()
+else await autopush()

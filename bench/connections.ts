@@ -1,5 +1,5 @@
 /**
- * `npm run bench:connections [N]`: memory per identified WebSocket connection, autopush's connection
+ * `npm run bench:connections [-- --count N]`: memory per identified WebSocket connection, autopush's connection
  * node against a bare `ws` server that only answers hello, in the same run.
  *
  * Each server runs in its own process (with --expose-gc); N clients (default 15 000) connect from
@@ -14,18 +14,52 @@
  * connection, and so the connections one GiB holds (process RSS and
  * kernel memory together). A server process holds at most its open-file limit of connections: a
  * larger N is cut to what the limit allows, and the run says so.
+ *
+ * Options (flag or environment): --count/BENCH_CONNECTIONS (15000; N as the first argument works
+ * too), --workers/BENCH_WORKERS, BENCH_SETTLE_MS (10000).
+ *
+ * `--workers W` (or `auto`: one per 15,000 connections) measures a node of several processes, for
+ * more connections than one process may open files:
+ *
+ *     npm run bench:connections -- --count 100000 --workers 7
+ *
+ * - ours: the real entrypoint, `bin/autopush.js --workers W` on embedded storage (its supervisor runs
+ *   the store, the W workers share the WebSocket port with SO_REUSEPORT, worker i has router port
+ *   `router_port + i`); bare: W `ws` processes sharing one port (SO_REUSEPORT) that answer hello
+ *   (with the client's uaid) and register;
+ * - the clients, from max(3, ⌈count / 15,000⌉) processes started one after the other, say hello and
+ *   register one channel each; after each process's batch, a settle and a reading. Then the server
+ *   is restarted (ours: SIGTERM to the supervisor, started again on the same data directory; bare:
+ *   its processes stopped and started again), and every client comes back with its uaid (a hello
+ *   with uaid and channelIDs), batch after batch, a reading after each;
+ * - per connection, as slopes over the batches, registered and resumed: RSS of the processes holding
+ *   the connections (ours: the workers; from /proc), RSS of all server processes (ours: the
+ *   supervisor too, with the embedded storage), V8 heap used (ours: `process_heap_used_bytes` on each
+ *   worker's /metrics, which forces no GC, so neither side is GC'd before a reading in this mode;
+ *   bare: process.memoryUsage over IPC), the kernel's slab (Slab, SUnreclaim) and TCP socket buffers
+ *   (/proc/net/sockstat `mem`) — the machine's, both ends of each loopback connection — and the
+ *   connections one GiB holds; as a markdown table, ours against bare. The client processes' memory
+ *   is in no figure but the kernel's.
  */
 import { fork, type ChildProcess } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { setTimeout as sleep } from "node:timers/promises"
+import { kernelMemory, rssBytes, sampleSum, scrape, startNode, type WorkersNode } from "./storm-node.ts"
 
 const PER_PROCESS = 5_000
 /** Files a server process keeps for itself (listeners, IPC, its libraries). */
 const SPARE_FILES = 1_000
 /** The open-file limit of processes started here (what the servers inherit). */
 const fileLimit = Number(/Max open files\s+(\d+)/.exec(readFileSync("/proc/self/limits", "utf8"))?.[1] ?? Number.POSITIVE_INFINITY)
-const asked = Number(process.argv[2] ?? process.env["BENCH_CONNECTIONS"] ?? 15_000)
-const N = Math.min(asked, Math.floor((fileLimit - SPARE_FILES) / PER_PROCESS) * PER_PROCESS)
+/** A flag's value, else the environment's, else the fallback. */
+const option = (flag: string, env: string, fallback: string): string => {
+  const i = process.argv.indexOf(`--${flag}`)
+  return (i >= 0 ? process.argv[i + 1] : undefined) ?? process.env[env] ?? fallback
+}
+/** `--count N`, or N as the first argument (as before), or BENCH_CONNECTIONS. */
+const asked = Number(/^\d+$/.test(process.argv[2] ?? "") ? process.argv[2] : option("count", "BENCH_CONNECTIONS", "15000"))
+const WORKERS_OPTION = option("workers", "BENCH_WORKERS", "")
+const N = WORKERS_OPTION !== "" ? asked : Math.min(asked, Math.floor((fileLimit - SPARE_FILES) / PER_PROCESS) * PER_PROCESS)
 
 /** The kernel's slab memory (socket structures, files, buffers of the whole machine), in bytes. */
 const kernelSlabBytes = (): number => Number(/^Slab:\s+(\d+) kB/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1] ?? 0) * 1024
@@ -43,13 +77,15 @@ interface Sample {
 
 const once = <T>(child: ChildProcess, predicate: (m: unknown) => boolean = () => true) =>
   new Promise<T>((resolve, reject) => {
+    const onExit = (code: number | null) => reject(new Error(`child exited with ${code}`))
     const onMessage = (m: unknown) => {
       if (!predicate(m)) return
       child.off("message", onMessage)
+      child.off("exit", onExit)
       resolve(m as T)
     }
     child.on("message", onMessage)
-    child.once("exit", (code) => reject(new Error(`child exited with ${code}`)))
+    child.once("exit", onExit)
   })
 
 const measure = async (server: ChildProcess): Promise<Sample> => {
@@ -146,4 +182,273 @@ const main = async () => {
   )
 }
 
-await main()
+// ── --workers: the node of several processes, registered clients, a restart and their resume ─────
+
+/** Connections one worker (and one client process) is meant to hold: well under the 20,000 files a process may open here. */
+const WORKER_CONNECTIONS = 15_000
+
+/** One reading of a group of server processes and of the machine's kernel. */
+interface Reading {
+  readonly connections: number
+  /** RSS of the processes holding the connections (ours: the workers; bare: its processes). */
+  readonly rss: number
+  /** RSS of every server process (ours: the supervisor, with the embedded storage, too). */
+  readonly rssAll: number
+  /** V8 heap used, summed over the processes holding the connections (NaN when not readable). */
+  readonly heap: number
+  readonly tcpBuffers: number
+  readonly slab: number
+  readonly slabUnreclaimable: number
+}
+
+/** A group of server processes sharing one WebSocket port. */
+interface Group {
+  readonly port: number
+  readonly read: () => Promise<Reading>
+  readonly restart: () => Promise<void>
+  readonly stop: () => Promise<void>
+  /** Its processes, for the log. */
+  readonly describe: () => string
+}
+
+const kernelPart = () => {
+  const { tcpBuffers, slab, slabUnreclaimable } = kernelMemory()
+  return { tcpBuffers, slab, slabUnreclaimable }
+}
+
+/** Ours: `bin/autopush.js --workers W`; RSS from /proc, heap and connections from each worker's /metrics (router port). */
+const oursGroup = async (workers: number, count: number): Promise<Group> => {
+  // max_connections is the node's, shared among its workers: room for SO_REUSEPORT's uneven split.
+  const node: WorkersNode = await startNode(workers, ["--max-connections", String(Math.ceil(count * 1.5) + 1_000)])
+  return {
+    port: node.wsPort,
+    read: async () => {
+      const pages = await Promise.all(node.routerUrls.map((url) => scrape(`${url}/metrics`)))
+      const answered = pages.filter((page) => page.size > 0)
+      return {
+        connections: pages.reduce((sum, page) => sum + sampleSum(page, "net_connections", 'port="websocket"'), 0),
+        rss: node.workerPids().reduce((sum, pid) => sum + rssBytes(pid), 0),
+        rssAll: node.pids().reduce((sum, pid) => sum + rssBytes(pid), 0),
+        heap: answered.length < pages.length ? Number.NaN : pages.reduce((sum, page) => sum + sampleSum(page, "process_heap_used_bytes"), 0),
+        ...kernelPart()
+      }
+    },
+    restart: node.restart,
+    stop: node.stop,
+    describe: () => `supervisor pid ${node.pid()}, workers ${node.workerPids().join(", ")}`
+  }
+}
+
+/** Bare: W `ws` processes sharing the port (SO_REUSEPORT); RSS from /proc, heap through IPC. */
+const bareGroup = async (workers: number): Promise<Group> => {
+  let children: Array<ChildProcess> = []
+  let port = 0
+  const spawnOne = async (on: number) => {
+    const child = fork(`${here}connection-servers.ts`, ["bare", String(on)], { stdio: ["ignore", "ignore", "inherit", "ipc"] })
+    children.push(child)
+    return (await once<{ port: number }>(child, (m) => typeof m === "object" && m !== null && "port" in m)).port
+  }
+  const up = async () => {
+    children = []
+    port = await spawnOne(port)
+    for (let i = 1; i < workers; i++) await spawnOne(port)
+  }
+  const down = async () => {
+    await Promise.all(children.map((child) =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve()
+        child.once("exit", () => resolve())
+        child.kill("SIGTERM")
+      })
+    ))
+  }
+  await up()
+  return {
+    port,
+    read: async () => {
+      const samples = await Promise.all(children.map((child) => {
+        const sample = once<Sample>(child, (m) => typeof m === "object" && m !== null && "rss" in m)
+        child.send({ measure: true, gc: false })
+        return sample
+      }))
+      const rss = children.reduce((sum, child) => sum + rssBytes(child.pid as number), 0)
+      return {
+        connections: samples.reduce((sum, s) => sum + s.connections, 0),
+        rss,
+        rssAll: rss,
+        heap: samples.reduce((sum, s) => sum + s.heapUsed, 0),
+        ...kernelPart()
+      }
+    },
+    restart: async () => {
+      await down()
+      await up()
+    },
+    stop: down,
+    describe: () => `pids ${children.map((c) => c.pid).join(", ")}`
+  }
+}
+
+/** Per-connection figures of one phase: slopes over its readings. */
+interface PhaseFigures {
+  readonly rss: number
+  readonly rssAll: number
+  readonly heap: number
+  readonly tcpBuffers: number
+  readonly slab: number
+  readonly slabUnreclaimable: number
+  readonly rssTotal: number
+  readonly serverConnections: number
+}
+
+const phaseFigures = (points: ReadonlyArray<{ readonly clients: number; readonly reading: Reading }>): PhaseFigures => {
+  const per = (field: Exclude<keyof Reading, "connections">) => slope(points.map((p) => [p.clients, p.reading[field]] as const))
+  const last = points[points.length - 1]!.reading
+  return {
+    rss: per("rss"),
+    rssAll: per("rssAll"),
+    heap: per("heap"),
+    tcpBuffers: per("tcpBuffers"),
+    slab: per("slab"),
+    slabUnreclaimable: per("slabUnreclaimable"),
+    rssTotal: last.rssAll,
+    serverConnections: last.connections
+  }
+}
+
+/**
+ * Client process k's source addresses, 127.<block>.<k>.1-4: a few thousand sockets each (a bind to
+ * an address with most of its ephemeral ports taken searches long), and addresses of their own for
+ * each server and each phase, away from the TIME_WAIT sockets of the one before.
+ */
+const sourceAddresses = (block: number, k: number) => [1, 2, 3, 4].map((j) => `127.${block}.${k}.${j}`).join(",")
+
+/** Waits (at most 70 s) until the TIME_WAIT sockets a stopped server left are gone, so that their end does not fall into a slope. */
+const timeWaitGone = async (before: number) => {
+  const deadline = Date.now() + 70_000
+  while (kernelMemory().timeWait > before + 500 && Date.now() < deadline) await sleep(1_000)
+}
+
+/**
+ * One pipeline: clients connect (hello, register) from `clientProcesses` processes one after the
+ * other, a reading after each; the servers are restarted; every client comes back with its uaid,
+ * process after process, a reading after each.
+ */
+const runWorkers = async (kind: "autopush" | "bare", subnet: number, count: number, workers: number) => {
+  const clientProcesses = Math.max(3, Math.ceil(count / WORKER_CONNECTIONS))
+  const shares = Array.from({ length: clientProcesses }, (_, i) => Math.floor((count * (i + 1)) / clientProcesses) - Math.floor((count * i) / clientProcesses))
+  const timeWaitBefore = kernelMemory().timeWait
+  const group = kind === "autopush" ? await oursGroup(workers, count) : await bareGroup(workers)
+  console.log(`  ${kind}: ${workers} server processes on port ${group.port} (${group.describe()}); ${clientProcesses} client processes`)
+  const clients: Array<ChildProcess> = []
+  try {
+    await sleep(SETTLE_MS)
+    const registered: Array<{ readonly clients: number; readonly reading: Reading }> = [{ clients: 0, reading: await group.read() }]
+    let identified = 0
+    let registeredCount = 0
+    let failed = 0
+    let connectMs = 0
+    for (const [i, share] of shares.entries()) {
+      const started = Date.now()
+      const child = fork(`${here}connection-clients.ts`, [String(group.port), String(share), sourceAddresses(10 + subnet, i), "register"], {
+        stdio: ["ignore", "ignore", "inherit", "ipc"]
+      })
+      clients.push(child)
+      const result = await once<{ identified: number; registered: number; failed: number }>(child)
+      connectMs += Date.now() - started
+      identified += result.identified
+      registeredCount += result.registered
+      failed += result.failed
+      await sleep(SETTLE_MS)
+      registered.push({ clients: identified, reading: await group.read() })
+    }
+    console.log(`  ${kind}: ${identified} identified, ${registeredCount} registered, ${failed} failed in ${(connectMs / 1000).toFixed(1)} s; the servers see ${registered[registered.length - 1]!.reading.connections}`)
+
+    const restartStarted = Date.now()
+    await group.restart()
+    console.log(`  ${kind}: restarted in ${((Date.now() - restartStarted) / 1000).toFixed(1)} s (${group.describe()})`)
+    await timeWaitGone(timeWaitBefore)
+    await sleep(SETTLE_MS)
+    const resumedPoints: Array<{ readonly clients: number; readonly reading: Reading }> = [{ clients: 0, reading: await group.read() }]
+    let resumed = 0
+    let changed = 0
+    let resumeFailed = 0
+    let resumeMs = 0
+    for (const [i, child] of clients.entries()) {
+      const started = Date.now()
+      const result = once<{ resumed: number; changed: number; failed: number }>(child, (m) => typeof m === "object" && m !== null && "resumed" in m)
+      child.send({ cmd: "resume", port: group.port, localAddress: sourceAddresses(20 + subnet, i) })
+      const { resumed: r, changed: c, failed: f } = await result
+      resumeMs += Date.now() - started
+      resumed += r
+      changed += c
+      resumeFailed += f
+      await sleep(SETTLE_MS)
+      resumedPoints.push({ clients: resumed + changed, reading: await group.read() })
+    }
+    console.log(
+      `  ${kind}: after the restart ${resumed} resumed with their uaid, ${changed} answered with another, ${resumeFailed} failed, in ${(resumeMs / 1000).toFixed(1)} s; ` +
+        `the servers see ${resumedPoints[resumedPoints.length - 1]!.reading.connections}`
+    )
+    // The empty servers' readings are left out of the fits (as in the default mode).
+    return {
+      identified,
+      registered: registeredCount,
+      failed,
+      resumed,
+      changed,
+      resumeFailed,
+      connectSeconds: connectMs / 1000,
+      resumeSeconds: resumeMs / 1000,
+      before: phaseFigures(registered.slice(1)),
+      after: phaseFigures(resumedPoints.slice(1))
+    }
+  } finally {
+    for (const child of clients) child.kill()
+    await group.stop()
+  }
+}
+
+const mainWorkers = async (count: number, workers: number) => {
+  const perWorker = Math.ceil(count / workers)
+  console.log(
+    `bench:connections --workers — ${count} connections (hello, then one channel registered each) over ${workers} server processes ` +
+      `(~${perWorker} each; a process may open ${fileLimit} files), then the servers restarted and every client back with its uaid`
+  )
+  if (perWorker > fileLimit - SPARE_FILES) console.log(`  ! ${perWorker} connections per server process is more than the ${fileLimit}-file limit allows: use more --workers`)
+  const bare = await runWorkers("bare", 1, count, workers)
+  const ours = await runWorkers("autopush", 2, count, workers)
+  const k = (bytes: number) => (Number.isNaN(bytes) ? "n/a" : kib(bytes))
+  const ratio = (a: number, b: number) => (Number.isNaN(a) || Number.isNaN(b) ? "–" : `${(a / b).toFixed(2)}×`)
+  const perGiB = (f: PhaseFigures) => Math.floor(2 ** 30 / (f.rss + f.slab + f.tcpBuffers))
+  const perGiBAll = (f: PhaseFigures) => Math.floor(2 ** 30 / (f.rssAll + f.slab + f.tcpBuffers))
+  const rows: ReadonlyArray<readonly [string, (f: PhaseFigures) => number, (n: number) => string]> = [
+    ["RSS, processes holding the connections", (f) => f.rss, k],
+    ["RSS, all server processes (ours: + the supervisor and its embedded storage)", (f) => f.rssAll, k],
+    ["V8 heap used (ours: `process_heap_used_bytes` of each worker's /metrics; no forced GC on either side)", (f) => f.heap, k],
+    ["kernel: slab, /proc/meminfo (both ends of each loopback connection)", (f) => f.slab, k],
+    ["kernel: of which unreclaimable (SUnreclaim)", (f) => f.slabUnreclaimable, k],
+    ["kernel: TCP socket buffers, /proc/net/sockstat `mem` (both ends)", (f) => f.tcpBuffers, k],
+    ["connections per GiB (RSS of the connection processes + slab + TCP buffers)", perGiB, (n) => n.toLocaleString("en")],
+    ["connections per GiB (RSS of all server processes + slab + TCP buffers)", perGiBAll, (n) => n.toLocaleString("en")]
+  ]
+  console.log("")
+  console.log(`| per connection (slope over ${Math.max(3, Math.ceil(count / WORKER_CONNECTIONS))} batches) | ours, registered | bare | ours / bare | ours, resumed after the restart | bare | ours / bare |`)
+  console.log("| --- | --- | --- | --- | --- | --- | --- |")
+  for (const [name, value, show] of rows) {
+    const [ob, bb, oa, ba] = [value(ours.before), value(bare.before), value(ours.after), value(bare.after)]
+    console.log(`| ${name} | ${show(ob)} | ${show(bb)} | ${ratio(ob, bb)} | ${show(oa)} | ${show(ba)} | ${ratio(oa, ba)} |`)
+  }
+  const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`
+  console.log(`| RSS of all server processes at the end | ${mib(ours.before.rssTotal)} | ${mib(bare.before.rssTotal)} | ${ratio(ours.before.rssTotal, bare.before.rssTotal)} | ${mib(ours.after.rssTotal)} | ${mib(bare.after.rssTotal)} | ${ratio(ours.after.rssTotal, bare.after.rssTotal)} |`)
+  console.log(`| connections the servers see at the end | ${ours.before.serverConnections} | ${bare.before.serverConnections} | | ${ours.after.serverConnections} | ${bare.after.serverConnections} | |`)
+  console.log(`| clients: connected and registered (failed) / resumed with their uaid (other uaid, failed) | ${ours.registered} (${ours.failed}) | ${bare.registered} (${bare.failed}) | | ${ours.resumed} (${ours.changed}, ${ours.resumeFailed}) | ${bare.resumed} (${bare.changed}, ${bare.resumeFailed}) | |`)
+  console.log(`| seconds to connect them (batches one after the other, ${Math.ceil(count / Math.max(3, Math.ceil(count / WORKER_CONNECTIONS)))} per batch) | ${ours.connectSeconds.toFixed(1)} | ${bare.connectSeconds.toFixed(1)} | ${ratio(ours.connectSeconds, bare.connectSeconds)} | ${ours.resumeSeconds.toFixed(1)} | ${bare.resumeSeconds.toFixed(1)} | ${ratio(ours.resumeSeconds, bare.resumeSeconds)} |`)
+  console.log(
+    "\nKernel figures are the whole machine's and count both ends of each loopback connection (the clients' sockets too): about half is the server's." +
+      " The clients' processes are not in any RSS or heap figure."
+  )
+}
+
+if (WORKERS_OPTION === "") await main()
+else await mainWorkers(N, WORKERS_OPTION === "auto" ? Math.max(1, Math.ceil(N / WORKER_CONNECTIONS)) : Number(WORKERS_OPTION))

@@ -20,9 +20,9 @@
  * Its message timestamps are ≡ I (mod N), so that two processes never write the same row.
  */
 import { createServer, type Server } from "node:http"
-import { type WebSocket, WebSocketServer } from "ws"
+import { WebSocketServer } from "ws"
 import { dynaliteWorker } from "../src/storage/dynaliteWorker.ts"
-import { createTables, type Item, MESSAGE_TABLE, messageItem, PAGE, ROUTER_TABLE, storageClient } from "./stored-tables.ts"
+import { bareSession, createTables, MESSAGE_TABLE, messageItem, storageClient } from "./stored-tables.ts"
 
 const HOST = "127.0.0.1"
 process.on("SIGTERM", () => process.exit(0))
@@ -78,79 +78,6 @@ const http = createServer((req, res) => {
   })
 })
 
-const notification = (item: Item): string => {
-  const sortKey = item["chidmessageid"]?.S ?? ""
-  const headers = Object.fromEntries(Object.entries(item["headers"]?.M ?? {}).map(([name, value]) => [name, value.S]))
-  return JSON.stringify({
-    messageType: "notification",
-    channelID: sortKey.slice(sortKey.lastIndexOf(":") + 1),
-    version: item["updateid"]?.S,
-    data: item["data"]?.S,
-    headers
-  })
-}
-
-const session = (ws: WebSocket, routerUrl: string) => {
-  let uaid = ""
-  /** The page sent: its rows' keys, and the sort keys (= versions) not acked yet. */
-  let keys: Array<Item> = []
-  const unacked = new Set<string>()
-  /** Where the next page starts, if the last one was full. */
-  let more: Item | undefined
-
-  const readPage = async (start: Item | undefined) => {
-    const page = await send("Query", {
-      TableName: MESSAGE_TABLE,
-      KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
-      ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
-      ExpressionAttributeValues: { ":uaid": { S: uaid }, ":lo": { S: "02:" }, ":hi": { S: "02;" } },
-      ConsistentRead: true,
-      Limit: PAGE,
-      ...(start === undefined ? {} : { ExclusiveStartKey: start })
-    })
-    more = page.LastEvaluatedKey
-    keys = (page.Items ?? []).map((item) => ({ uaid: { S: uaid }, chidmessageid: item["chidmessageid"] as Item[string] }))
-    for (const item of page.Items ?? []) {
-      unacked.add(item["chidmessageid"]?.S ?? "")
-      ws.send(notification(item))
-    }
-  }
-
-  const hello = async () => {
-    const { Item: user } = await send("GetItem", { TableName: ROUTER_TABLE, Key: { uaid: { S: uaid } }, ConsistentRead: true })
-    if (user === undefined) return ws.close()
-    await send("UpdateItem", {
-      TableName: ROUTER_TABLE,
-      Key: { uaid: { S: uaid } },
-      UpdateExpression: "SET #node_id = :node_id, #connected_at = :connected_at",
-      ExpressionAttributeNames: { "#node_id": "node_id", "#connected_at": "connected_at" },
-      ExpressionAttributeValues: { ":node_id": { S: routerUrl }, ":connected_at": { N: String(Date.now()) } }
-    })
-    ws.send(JSON.stringify({ messageType: "hello", uaid, status: 200, use_webpush: true, broadcasts: {} }))
-    await readPage(undefined)
-  }
-
-  const deletePage = async () => {
-    const rows = keys
-    keys = []
-    await (rows.length === 1
-      ? send("DeleteItem", { TableName: MESSAGE_TABLE, Key: rows[0] as Item })
-      : send("BatchWriteItem", { RequestItems: { [MESSAGE_TABLE]: rows.map((Key) => ({ DeleteRequest: { Key } })) } }))
-    if (more !== undefined) await readPage(more)
-  }
-
-  ws.on("message", (data) => {
-    const frame = JSON.parse(data.toString()) as { messageType?: string; uaid?: string; updates?: Array<{ version?: string }> }
-    if (frame.messageType === "hello") {
-      uaid = frame.uaid ?? ""
-      hello().catch(fail)
-    } else if (frame.messageType === "ack") {
-      for (const update of frame.updates ?? []) unacked.delete(update.version ?? "")
-      if (unacked.size === 0 && keys.length > 0) deletePage().catch(fail)
-    }
-  })
-}
-
 /** Listens on `port` (0: any), shared with the other processes in `--shared`: its port. */
 const listen = async (server: Server, port: number): Promise<number> => {
   await new Promise<void>((resolve) => server.listen({ port, host: HOST, reusePort: shared !== undefined }, resolve))
@@ -162,5 +89,5 @@ const wsHttp = createServer((_req, res) => res.writeHead(426, { "content-length"
 const wss = new WebSocketServer({ server: wsHttp, clientTracking: false })
 const wsPort = await listen(wsHttp, shared?.ws ?? 0)
 const routerUrl = `http://${HOST}:${wsPort}`
-wss.on("connection", (ws) => session(ws, routerUrl))
+wss.on("connection", (ws) => bareSession(send, fail)(ws, routerUrl))
 process.send?.({ ready: true, ws: wsPort, http: await listen(http, shared?.http ?? 0), dynamo: dynamoPort })

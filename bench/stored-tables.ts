@@ -8,6 +8,7 @@
  */
 import { setTimeout as sleep } from "node:timers/promises"
 import type { AttributeValue } from "@aws-sdk/client-dynamodb"
+import type { WebSocket } from "ws"
 import { type DynamoOperation, type DynamoOperations, makeDynamoClient } from "../src/storage/dynamoClient.ts"
 
 export const ROUTER_TABLE = "router"
@@ -83,4 +84,84 @@ export const putAll = async (send: Send, table: string, items: ReadonlyArray<Ite
       await send("BatchWriteItem", { RequestItems: { [table]: batch.map((Item) => ({ PutRequest: { Item } })) } })
     }
   }))
+}
+
+/** A stored row as the notification frame a client gets. */
+const notification = (item: Item): string => {
+  const sortKey = item["chidmessageid"]?.S ?? ""
+  const headers = Object.fromEntries(Object.entries(item["headers"]?.M ?? {}).map(([name, value]) => [name, value.S]))
+  return JSON.stringify({
+    messageType: "notification",
+    channelID: sortKey.slice(sortKey.lastIndexOf(":") + 1),
+    version: item["updateid"]?.S,
+    data: item["data"]?.S,
+    headers
+  })
+}
+
+/**
+ * The bare server's WebSocket session, all it does for a reconnecting client: a hello `{ uaid }`
+ * reads the router record and claims it (UpdateItem node id and `connected_at`), then the user's
+ * rows are sent a page (`PAGE`, `ConsistentRead`) at a time; an acked page is deleted (DeleteItem
+ * for one row, BatchWriteItem else) and, if it was full, the next one read.
+ */
+export const bareSession = (send: Send, fail: (error: unknown) => void) => (ws: WebSocket, routerUrl: string): void => {
+  let uaid = ""
+  /** The page sent: its rows' keys, and the sort keys (= versions) not acked yet. */
+  let keys: Array<Item> = []
+  const unacked = new Set<string>()
+  /** Where the next page starts, if the last one was full. */
+  let more: Item | undefined
+
+  const readPage = async (start: Item | undefined) => {
+    const page = await send("Query", {
+      TableName: MESSAGE_TABLE,
+      KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
+      ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+      ExpressionAttributeValues: { ":uaid": { S: uaid }, ":lo": { S: "02:" }, ":hi": { S: "02;" } },
+      ConsistentRead: true,
+      Limit: PAGE,
+      ...(start === undefined ? {} : { ExclusiveStartKey: start })
+    })
+    more = page.LastEvaluatedKey
+    keys = (page.Items ?? []).map((item) => ({ uaid: { S: uaid }, chidmessageid: item["chidmessageid"] as Item[string] }))
+    for (const item of page.Items ?? []) {
+      unacked.add(item["chidmessageid"]?.S ?? "")
+      ws.send(notification(item))
+    }
+  }
+
+  const hello = async () => {
+    const { Item: user } = await send("GetItem", { TableName: ROUTER_TABLE, Key: { uaid: { S: uaid } }, ConsistentRead: true })
+    if (user === undefined) return ws.close()
+    await send("UpdateItem", {
+      TableName: ROUTER_TABLE,
+      Key: { uaid: { S: uaid } },
+      UpdateExpression: "SET #node_id = :node_id, #connected_at = :connected_at",
+      ExpressionAttributeNames: { "#node_id": "node_id", "#connected_at": "connected_at" },
+      ExpressionAttributeValues: { ":node_id": { S: routerUrl }, ":connected_at": { N: String(Date.now()) } }
+    })
+    ws.send(JSON.stringify({ messageType: "hello", uaid, status: 200, use_webpush: true, broadcasts: {} }))
+    await readPage(undefined)
+  }
+
+  const deletePage = async () => {
+    const rows = keys
+    keys = []
+    await (rows.length === 1
+      ? send("DeleteItem", { TableName: MESSAGE_TABLE, Key: rows[0] as Item })
+      : send("BatchWriteItem", { RequestItems: { [MESSAGE_TABLE]: rows.map((Key) => ({ DeleteRequest: { Key } })) } }))
+    if (more !== undefined) await readPage(more)
+  }
+
+  ws.on("message", (data) => {
+    const frame = JSON.parse(data.toString()) as { messageType?: string; uaid?: string; updates?: Array<{ version?: string }> }
+    if (frame.messageType === "hello") {
+      uaid = frame.uaid ?? ""
+      hello().catch(fail)
+    } else if (frame.messageType === "ack") {
+      for (const update of frame.updates ?? []) unacked.delete(update.version ?? "")
+      if (unacked.size === 0 && keys.length > 0) deletePage().catch(fail)
+    }
+  })
 }

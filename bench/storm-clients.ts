@@ -1,0 +1,158 @@
+/**
+ * Clients of `bench:storm --workers W`, a child process (`node storm-clients.ts`): one share of the
+ * storm's clients (a process here cannot open more than 20,000 files). Commands over IPC:
+ *
+ * - `{ cmd: "seed", wsUrl, first, count, inflight }`: clients first..first+count-1 each say hello,
+ *   register one channel and go away; answers `{ users: [{ uaid, endpoint }] }`;
+ * - `{ cmd: "prepare", wsUrl, first, uaids, inflight, timeoutMs }` answers `{ prepared: true }`; then
+ *   `{ cmd: "go" }`: all of them reconnect at once (at most `inflight` handshakes of this process in
+ *   flight), say hello with their uaid, wait for their stored message and ack it. Answers
+ *   `{ storm: { times, failed, hellos, lastHelloAt, doneAt } }` (times in ms from connecting to the
+ *   message; instants in ms since the epoch, to be compared across processes);
+ * - `{ cmd: "share", endpoints, sample }`: two pushes, one after the other, to each of `sample` of the
+ *   clients that got their message (still connected), each waiting for its frame; answers
+ *   `{ share: [messageIds of the first pushes, of the second] }`.
+ *
+ * Client i's source address is `stormAddress(i)`, as the single-process storm's.
+ */
+import { randomBytes, randomUUID } from "node:crypto"
+import { Agent, request } from "node:http"
+import WebSocket from "ws"
+
+/** Client i's source address: 200 per address, so the ephemeral ports of one address suffice. */
+const stormAddress = (i: number) => `127.0.${1 + Math.floor(i / 50_000)}.${1 + (i % 200)}`
+
+interface Session {
+  readonly ws: WebSocket
+  readonly frames: (onFrame: (m: Record<string, unknown>) => void) => void
+}
+
+const connect = (wsUrl: string, i: number): Promise<Session> =>
+  new Promise((resolve, reject) => {
+    const ws = new WebSocket(wsUrl, { localAddress: stormAddress(i), perMessageDeflate: false })
+    ws.once("open", () => resolve({ ws, frames: (onFrame) => ws.on("message", (data) => onFrame(JSON.parse(data.toString()))) }))
+    ws.once("error", reject)
+  })
+
+/** Run `task` for 0..n-1 with at most `limit` at once. */
+const pool = async (n: number, limit: number, task: (i: number) => Promise<void>) => {
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(limit, n) }, async () => {
+    while (next < n) await task(next++)
+  }))
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: 8 })
+const push = (endpoint: string, body: Buffer): Promise<string | undefined> =>
+  new Promise((resolve) => {
+    const req = request(endpoint, { method: "POST", agent, headers: { TTL: "600", "Content-Encoding": "aes128gcm", "Content-Length": body.length } }, (res) => {
+      res.resume()
+      const location = res.headers.location
+      res.on("end", () => resolve(res.statusCode === 201 ? location?.slice(location.lastIndexOf("/") + 1) : undefined))
+    })
+    req.on("error", () => resolve(undefined))
+    req.end(body)
+  })
+
+const seed = async (wsUrl: string, first: number, count: number, inflight: number) => {
+  const users: Array<{ uaid: string; endpoint: string }> = []
+  await pool(count, inflight, async (n) => {
+    const s = await connect(wsUrl, first + n)
+    const channelID = randomUUID()
+    await new Promise<void>((resolve, reject) => {
+      let uaid = ""
+      s.ws.once("close", () => reject(new Error(`client ${first + n} closed while registering`)))
+      s.frames((m) => {
+        if (m["messageType"] === "hello") {
+          uaid = m["uaid"] as string
+          s.ws.send(JSON.stringify({ messageType: "register", channelID }))
+        }
+        if (m["messageType"] === "register") {
+          users[n] = { uaid, endpoint: m["pushEndpoint"] as string }
+          resolve()
+        }
+      })
+      s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true }))
+    })
+    s.ws.close()
+  })
+  return users
+}
+
+/** The sessions that got their message, by client index in this process. */
+const resumed: Array<Session | undefined> = []
+
+const storm = async (wsUrl: string, first: number, uaids: ReadonlyArray<string>, inflight: number, timeoutMs: number) => {
+  const times: Array<number> = []
+  let failed = 0
+  let hellos = 0
+  let lastHelloAt = 0
+  await pool(uaids.length, inflight, async (n) => {
+    const t0 = performance.now()
+    try {
+      const s = await connect(wsUrl, first + n)
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error("timeout")), timeoutMs)
+        s.ws.once("close", () => reject(new Error("closed")))
+        s.frames((m) => {
+          if (m["messageType"] === "hello") {
+            hellos++
+            lastHelloAt = Date.now()
+          }
+          if (m["messageType"] === "notification") {
+            s.ws.send(JSON.stringify({ messageType: "ack", updates: [{ channelID: m["channelID"], version: m["version"] }] }))
+            clearTimeout(timer)
+            times.push(performance.now() - t0)
+            resumed[n] = s
+            resolve()
+          }
+        })
+        s.ws.send(JSON.stringify({ messageType: "hello", uaid: uaids[n], use_webpush: true }))
+      })
+    } catch {
+      failed++
+    }
+  })
+  return { times, failed, hellos, lastHelloAt, doneAt: Date.now() }
+}
+
+const share = async (endpoints: ReadonlyArray<string>, sample: number) => {
+  const got = resumed.flatMap((s, n) => (s === undefined ? [] : [n]))
+  const picked = got.filter((_, k) => k % Math.max(1, Math.floor(got.length / sample)) === 0).slice(0, sample)
+  const ids: [Array<string>, Array<string>] = [[], []]
+  await pool(picked.length, 8, async (k) => {
+    const n = picked[k] as number
+    const session = resumed[n] as Session
+    for (const sent of ids) {
+      const arrived = new Promise<void>((resolve) => session.ws.once("message", () => resolve()))
+      const messageId = await push(endpoints[n] as string, randomBytes(128))
+      if (messageId !== undefined) sent.push(messageId)
+      await Promise.race([arrived, new Promise((r) => setTimeout(r, 5_000))])
+    }
+  })
+  return ids
+}
+
+let prepared: (() => Promise<void>) | undefined
+process.on("message", (m: Record<string, unknown>) => {
+  const reply = (message: unknown) => process.send?.(message)
+  const fail = (error: unknown) => reply({ error: String(error) })
+  switch (m["cmd"]) {
+    case "seed":
+      seed(m["wsUrl"] as string, m["first"] as number, m["count"] as number, m["inflight"] as number).then((users) => reply({ users }), fail)
+      break
+    case "prepare":
+      prepared = async () => {
+        reply({ storm: await storm(m["wsUrl"] as string, m["first"] as number, m["uaids"] as Array<string>, m["inflight"] as number, m["timeoutMs"] as number) })
+      }
+      reply({ prepared: true })
+      break
+    case "go":
+      prepared?.().catch(fail)
+      break
+    case "share":
+      share(m["endpoints"] as Array<string>, m["sample"] as number).then((ids) => reply({ share: ids }), fail)
+      break
+  }
+})
+process.on("disconnect", () => process.exit(0))
