@@ -3,6 +3,7 @@
  * registry and the timer ticker, as one layer owning its servers and session fibers.
  */
 import * as Context from "effect/Context"
+import * as Semaphore from "effect/Semaphore"
 import * as Effect from "effect/Effect"
 import * as Cause from "effect/Cause"
 import * as Fiber from "effect/Fiber"
@@ -43,7 +44,7 @@ import {
   type Transport
 } from "../protocol/session.ts"
 import { Broadcasts } from "../broadcast/Broadcasts.ts"
-import { Storage } from "../storage/Storage.ts"
+import { mapStorageOperations, Storage, type StorageService } from "../storage/Storage.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
 import { listen } from "../platform/listen.ts"
@@ -256,11 +257,23 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
     )
 }
 
+/**
+ * Storage operations of a node's sessions in flight at once. Beyond, they wait here: a reconnect
+ * storm queues in the node, not in the store, and an operation's `storage_timeout` starts when it is
+ * sent, so it measures the store rather than a queue of the node's own making (which failed the
+ * hellos of a storm that a busy store would still have answered in time).
+ */
+const SESSION_STORAGE_CONCURRENCY = 128
+
+const sessionStorage = (storage: StorageService) =>
+  Effect.map(Semaphore.make(SESSION_STORAGE_CONCURRENCY), (inFlight) =>
+    mapStorageOperations(storage, () => inFlight.withPermits(1), { values: false }))
+
 /** What a session talks to, from the node's services: the one place the session's ports are assembled. */
 export const sessionPorts = (options: SessionOptions, logFrames: boolean) =>
   Effect.gen(function*() {
     return {
-      storage: yield* Storage,
+      storage: yield* sessionStorage(yield* Storage),
       events: yield* EventLog,
       registry: yield* NodeRegistry,
       peers: yield* PeerNodes,
