@@ -13,34 +13,11 @@
  *   clients that got their message (still connected), each waiting for its frame; answers
  *   `{ share: [messageIds of the first pushes, of the second] }`.
  *
- * Client i's source address is `stormAddress(i)`, as the single-process storm's.
+ * Client i connects from the same source address as in the single-process storm (`connect`, storm-node.ts).
  */
 import { randomBytes, randomUUID } from "node:crypto"
 import { Agent, request } from "node:http"
-import WebSocket from "ws"
-
-/** Client i's source address: 200 per address, so the ephemeral ports of one address suffice. */
-const stormAddress = (i: number) => `127.0.${1 + Math.floor(i / 50_000)}.${1 + (i % 200)}`
-
-interface Session {
-  readonly ws: WebSocket
-  readonly frames: (onFrame: (m: Record<string, unknown>) => void) => void
-}
-
-const connect = (wsUrl: string, i: number): Promise<Session> =>
-  new Promise((resolve, reject) => {
-    const ws = new WebSocket(wsUrl, { localAddress: stormAddress(i), perMessageDeflate: false })
-    ws.once("open", () => resolve({ ws, frames: (onFrame) => ws.on("message", (data) => onFrame(JSON.parse(data.toString()))) }))
-    ws.once("error", reject)
-  })
-
-/** Run `task` for 0..n-1 with at most `limit` at once. */
-const pool = async (n: number, limit: number, task: (i: number) => Promise<void>) => {
-  let next = 0
-  await Promise.all(Array.from({ length: Math.min(limit, n) }, async () => {
-    while (next < n) await task(next++)
-  }))
-}
+import { connect, pool, type Session } from "./storm-node.ts"
 
 const agent = new Agent({ keepAlive: true, maxSockets: 8 })
 const push = (endpoint: string, body: Buffer): Promise<string | undefined> =>

@@ -10,6 +10,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node
 import { createServer as createNetServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import WebSocket from "ws"
 
 /** The processes under `pid` (its children, theirs, …), from `/proc/…/task/…/children`. */
 export const descendants = (pid: number): Array<number> => {
@@ -211,4 +212,27 @@ export const kernelMemory = (): { readonly tcpBuffers: number; readonly slab: nu
     slabUnreclaimable: kB("SUnreclaim"),
     timeWait: Number(/^TCP:.*\btw (\d+)/m.exec(sockstat)?.[1] ?? 0)
   }
+}
+
+/** Client i's source address: 200 per address, so the ephemeral ports of one address suffice. */
+const localAddress = (i: number) => `127.0.${1 + Math.floor(i / 50_000)}.${1 + (i % 200)}`
+
+export interface Session {
+  readonly ws: WebSocket
+  readonly frames: (onFrame: (m: Record<string, unknown>) => void) => void
+}
+
+export const connect = (wsUrl: string, i: number): Promise<Session> =>
+  new Promise((resolve, reject) => {
+    const ws = new WebSocket(wsUrl, { localAddress: localAddress(i), perMessageDeflate: false })
+    ws.once("open", () => resolve({ ws, frames: (onFrame) => ws.on("message", (data) => onFrame(JSON.parse(data.toString()))) }))
+    ws.once("error", reject)
+  })
+
+/** Run `task` for 0..n-1 with at most `limit` at once. */
+export const pool = async (n: number, limit: number, task: (i: number) => Promise<void>) => {
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(limit, n) }, async () => {
+    while (next < n) await task(next++)
+  }))
 }

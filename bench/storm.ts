@@ -46,7 +46,7 @@ import { join } from "node:path"
 import WebSocket from "ws"
 import { Agent } from "node:http"
 import { cpuMeter, cpuMs, measurePipelines, option, printComparison, push, quantile, start, startBare, workerCpuMs } from "./harness.ts"
-import { descendants, scrape, startNode } from "./storm-node.ts"
+import { connect, descendants, pool, scrape, type Session, startNode } from "./storm-node.ts"
 import { deliveredSource, directShareText, type Routes, routesOf } from "./trace.ts"
 import { MESSAGE_TABLE, messageItem, putAll, ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
@@ -55,29 +55,6 @@ const INFLIGHT = Number(option("inflight", "BENCH_INFLIGHT", "2000"))
 const TIMEOUT_MS = 30_000
 /** Resumed clients pushed to after the storm, to see how their pushes are delivered. */
 const SHARE_SAMPLE = 500
-
-/** Client i's source address: 200 per address, so the ephemeral ports of one address suffice. */
-const localAddress = (i: number) => `127.0.${1 + Math.floor(i / 50_000)}.${1 + (i % 200)}`
-
-interface Session {
-  readonly ws: WebSocket
-  readonly frames: (onFrame: (m: Record<string, unknown>) => void) => void
-}
-
-const connect = (wsUrl: string, i: number): Promise<Session> =>
-  new Promise((resolve, reject) => {
-    const ws = new WebSocket(wsUrl, { localAddress: localAddress(i), perMessageDeflate: false })
-    ws.once("open", () => resolve({ ws, frames: (onFrame) => ws.on("message", (data) => onFrame(JSON.parse(data.toString()))) }))
-    ws.once("error", reject)
-  })
-
-/** Run `task` for 0..n-1 with at most `limit` at once. */
-const pool = async (n: number, limit: number, task: (i: number) => Promise<void>) => {
-  let next = 0
-  await Promise.all(Array.from({ length: Math.min(limit, n) }, async () => {
-    while (next < n) await task(next++)
-  }))
-}
 
 interface Server {
   readonly pid: number

@@ -106,7 +106,9 @@ const push = async (endpoint: string, data: string): Promise<number> => {
  * each POST taken by either endpoint worker, so half of them by the worker not holding the client —
  * are all answered 201 and delivered.
  */
-const spreadAndDeliver = async (deployment: Deployment, routerUrls: ReadonlyArray<string>): Promise<void> => {
+const spreadAndDeliver = async (deployment: Deployment, routerUrls: ReadonlyArray<string>, supervisors = 1): Promise<void> => {
+  // The deployment is up once one worker answers; each supervisor says when all its workers listen.
+  await waitUntil(() => deployment.output.filter((line) => line.includes("· 2 workers")).length >= supervisors, 30_000, "every worker ready")
   const workers = await Promise.all(routerUrls.map(heartbeat))
   assert.deepStrictEqual(workers.map((w) => w?.worker), [0, 1])
   const subscribers = await Promise.all(Array.from({ length: 24 }, () => subscribe(deployment.wsUrl)))
@@ -176,7 +178,7 @@ describe("workers = 2 (autoconnect and autoendpoint, each as two workers, on one
   const deployment = deploymentFor(() => startSeparate([], ["--workers", "2", "--shutdown-timeout", "2"]))
 
   it("an endpoint worker reaches the connection worker holding the client", () =>
-    spreadAndDeliver(deployment(), [0, 1].map((i) => `http://127.0.0.1:${routerPortOf(deployment()) + i}`)), 60_000)
+    spreadAndDeliver(deployment(), [0, 1].map((i) => `http://127.0.0.1:${routerPortOf(deployment()) + i}`), 2), 60_000)
 })
 
 describe("workers: start and stop", () => {
