@@ -316,7 +316,7 @@ export const options = {
   client_request_timeout: opt("shared", seconds, s(10), "Time a client has to send an HTTP request's headers, and between two parts of its body (408 otherwise); a connection that sends nothing (or only part of a TLS handshake or an HTTP/2 preface) is closed after it"),
   client_idle_timeout: opt("shared", seconds, s(75), "Kept-alive HTTP/1.1 connections and HTTP/2 sessions (GOAWAY) with no request for this long are closed, on every port; longer than the 60 s of common load balancers and proxies, so that they close an idle connection first"),
   max_connections_per_address: opt("shared", integer(0), 1_000, "Connections one client address (an IPv6 /64) may hold open on a public port (endpoint, WebSocket); beyond, the connection is answered 503 and closed (over TLS: closed). 0 turns it off; the loopback and trusted_proxies are not counted"),
-  workers: opt("shared", workerCount, 1, "Processes of this node, sharing its public ports (SO_REUSEPORT, Linux); auto = one per core this process may use. Worker i has its own private ports (router_port + i, metrics_port + i); with embedded storage, the first process runs the store for all. 1 = one process"),
+  workers: opt("shared", workerCount, 1, "Processes of this node, sharing its public ports (SO_REUSEPORT, Linux); auto = one per core this process may use. Each worker has its own private port: router_port (an endpoint node: metrics_port) and the next ports up, skipping the node's public ports; with embedded storage, the first process runs the store for all. 1 = one process"),
   event_log: opt("shared", text, undefined, "Where domain events are written: - for stdout, or a file path", {
     defaultText: "unset (not written)"
   }),
