@@ -27,7 +27,7 @@ type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { read
 type Advance<P extends Live> = (phase: P, out: Out) => Phase
 
 /** A drain from the start of `tables` (from their first rows: topic rows first). */
-export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, rows: "topic", after: undefined, again: false, sent: 0 })
+export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, rows: "first", after: undefined, again: false, sent: 0 })
 
 export const delivery = (phase: Live, { notification: n }: { readonly notification: Notification }, out: Out): Phase => {
   // TTL 0 means "only if connected now": it is now, so it goes out.
@@ -87,7 +87,7 @@ export const advanceMigrating: Advance<Migrating> = (phase, out) =>
 export const stay = <P extends Live>(phase: P): P => phase
 
 /** The drain goes on with the next table (from its topic rows). */
-const nextTable = (drain: Drain): Drain => ({ ...drain, tables: drain.tables.slice(1), rows: "topic", after: undefined })
+const nextTable = (drain: Drain): Drain => ({ ...drain, tables: drain.tables.slice(1), rows: "first", after: undefined })
 
 /**
  * A page of stored messages: sent, unless one is in hand already (sent directly, unacked) or expired
@@ -113,9 +113,9 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   // A page from the first row on that reached a timestamp row, or the end, has read every topic row:
   // timestamp rows after it are what is left. One that ended among topic rows is read again from the
   // start once its rows are acked and deleted.
-  const topicsLeft = command.rows === "topic" && input.lastSortKey === undefined && input.more
+  const topicsLeft = command.rows === "first" && input.lastSortKey === undefined && input.more
   if (messages.length === 0) {
-    const next: Drain = input.more && (input.lastSortKey !== undefined || command.rows === "topic")
+    const next: Drain = input.more && (input.lastSortKey !== undefined || command.rows === "first")
       ? { ...drain, rows: "timestamp", after: input.lastSortKey } // a page of expired or held rows only: keep reading after it
       : nextTable(drain)
     return advanceP({ ...phase, drain: next }, out)

@@ -158,8 +158,8 @@ export type RetriedCommand =
     readonly _tag: "ReadPage"
     readonly uaid: string
     readonly table: string
-    /** `topic`: from the first row on (topic rows, then timestamp rows); `timestamp`: timestamp rows after `after`. */
-    readonly rows: "topic" | "timestamp"
+    /** `first`: from the first row on (topic rows, then timestamp rows); `timestamp`: timestamp rows after `after`. */
+    readonly rows: "first" | "timestamp"
     readonly after: number | undefined
     readonly limit: number
     readonly attempt: number
@@ -219,11 +219,11 @@ export interface Session {
 export interface Drain {
   readonly tables: ReadonlyArray<string>
   /**
-   * What to read next in `tables[0]`: `topic`, from its first row on (topic rows, then timestamp
+   * What to read next in `tables[0]`: `first`, from its first row on (topic rows, then timestamp
    * rows); `timestamp`, timestamp rows after `after`; `read`, nothing (every row of it is sent: the
    * last page was not full).
    */
-  readonly rows: "topic" | "timestamp" | "read"
+  readonly rows: "first" | "timestamp" | "read"
   /** Sort key (ms) of the last timestamp row read in `tables[0]`. */
   readonly after: number | undefined
   /** A poke arrived mid-drain: start over once this pass ends (a message may sit behind `after`). */

@@ -398,7 +398,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
       case "WriteUrgency":
         return Effect.as(storage.updateUser(command.uaid, { urgency: command.min }), { _tag: "UrgencyWritten", command })
       case "ReadPage": {
-        const read = command.rows === "topic"
+        const read = command.rows === "first"
           ? storage.fetchMessages(command.uaid, command.table, command.limit)
           : storage.fetchTimestampMessages(command.uaid, command.table, command.after, command.limit)
         return Effect.map(read, (page) => ({ _tag: "PageRead", command, messages: page.messages, lastSortKey: page.lastSortKey, more: page.more }))

@@ -179,7 +179,7 @@ const run = (
         // A page takes what is left; one from the first row starts with a topic row when the world
         // says "full" (topic rows are rare), and has a last timestamp row only past it.
         const n = Math.min(command.limit, remaining)
-        const topics = command.rows === "topic" && o === "full" ? Math.min(1, n) : 0
+        const topics = command.rows === "first" && o === "full" ? Math.min(1, n) : 0
         remaining -= n
         const messages = Array.from({ length: n }, (_, i): Notification => ({
           channelId: CHANNELS[i % 2] as string,

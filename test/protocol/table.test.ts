@@ -96,11 +96,11 @@ const minting: Phase = { _tag: "Minting", openedAt: NOW - 100, claimed: undefine
 const identified = (overrides: Partial<Flat> = {}): Phase =>
   overrides.drain === undefined ? { _tag: "Identified", session: session(overrides) } : { _tag: "Draining", session: session(overrides), drain: overrides.drain }
 const draining = (overrides: Partial<Flat> = {}): Phase =>
-  ({ _tag: "Draining", session: session(overrides), drain: overrides.drain ?? { tables: [THIS_MONTH], rows: "topic", after: undefined, again: false, sent: 0 } })
+  ({ _tag: "Draining", session: session(overrides), drain: overrides.drain ?? { tables: [THIS_MONTH], rows: "first", after: undefined, again: false, sent: 0 } })
 const migrating = (overrides: Partial<Flat> = {}): PhaseOf<"Migrating"> => ({
   _tag: "Migrating",
   session: session({ table: LAST_MONTH, ...overrides }),
-  drain: overrides.drain ?? { tables: [LAST_MONTH], rows: "topic", after: undefined, again: false, sent: 0 },
+  drain: overrides.drain ?? { tables: [LAST_MONTH], rows: "first", after: undefined, again: false, sent: 0 },
   deferred: []
 })
 const moving = (deferred: ReadonlyArray<ClientMessage> = []): Phase => ({ _tag: "Moving", session: session({ table: LAST_MONTH }), to: THIS_MONTH, deferred })
@@ -247,7 +247,7 @@ describe("step: Resuming", () => {
     frames: [{ messageType: "hello", uaid: UAID, status: 200, use_webpush: true, broadcasts: {} }],
     events: ["client.hello.1"],
     signals: ["DisconnectPeer", "Claim"],
-    command: { _tag: "ReadPage", table: THIS_MONTH, rows: "topic" }
+    command: { _tag: "ReadPage", table: THIS_MONTH, rows: "first" }
   })
   it("resumed after time has passed: the session is the one the record names (its connected_at)", () => {
     const later = NOW + 873 // the write took time
@@ -268,7 +268,7 @@ describe("step: Resuming", () => {
   row("resumed on last month's table: migrating, draining the old month", resuming(), written(user({ currentMonth: LAST_MONTH })), {
     phase: "Migrating",
     signals: ["Claim"],
-    command: { _tag: "ReadPage", table: LAST_MONTH, rows: "topic" }
+    command: { _tag: "ReadPage", table: LAST_MONTH, rows: "first" }
   })
   row("the resume write lost: read again", resuming(), {
     _tag: "UserWritten",
@@ -570,27 +570,27 @@ describe("step: Identified, deliveries and acks", () => {
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 }
   })
   row("a poke with no router record does nothing", identified({ recorded: false }), { _tag: "CheckStorage" }, { phase: "Identified" })
-  row("a poke starts a drain", identified(), { _tag: "CheckStorage" }, { phase: "Draining", command: { _tag: "ReadPage", rows: "topic" } })
+  row("a poke starts a drain", identified(), { _tag: "CheckStorage" }, { phase: "Draining", command: { _tag: "ReadPage", rows: "first" } })
   row("a poke mid-drain: go again afterwards", identified({ drain: paged, unacked: unacked([[message(), THIS_MONTH]]) }), { _tag: "CheckStorage" }, {
     phase: "Draining",
     check: (t) => assert.isTrue(sessionOf(t).drain?.again)
   })
-  const read = (rows: "topic" | "timestamp", messages: ReadonlyArray<Notification>, lastSortKey?: number, more = false): Input => ({
+  const read = (rows: "first" | "timestamp", messages: ReadonlyArray<Notification>, lastSortKey?: number, more = false): Input => ({
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows, after: undefined, limit: 10, attempt: 0 },
     messages,
     lastSortKey,
     more
   })
-  const start = { tables: [THIS_MONTH], rows: "topic" as const, after: undefined, again: false, sent: 0 }
+  const start = { tables: [THIS_MONTH], rows: "first" as const, after: undefined, again: false, sent: 0 }
   // The first page of a table reads from its first row: topic rows, then timestamp rows.
   const topic = (version: string) => message({ version, topic: version, sortkeyTimestamp: undefined })
-  row("a first page with nothing in it: the table is read, the drain is over", identified({ drain: start }), read("topic", []), {
+  row("a first page with nothing in it: the table is read, the drain is over", identified({ drain: start }), read("first", []), {
     phase: "Identified",
     check: (t) => assert.isUndefined(sessionOf(t).drain)
   })
   it("a first page that was not full: topic messages, then timestamp messages, sent together; once acked and deleted, the drain is over", () => {
-    const sent = step(identified({ drain: start }), read("topic", [topic("t1"), message({ version: "s1" })], NOW - 1_000), NOW)
+    const sent = step(identified({ drain: start }), read("first", [topic("t1"), message({ version: "s1" })], NOW - 1_000), NOW)
     assert.deepStrictEqual(sent.frames.map((f) => JSON.parse(f).version), ["t1", "s1"])
     assert.deepInclude(sessionOf(sent).drain ?? {}, { rows: "read", after: NOW - 1_000 })
     const acked = step(sent.phase, frame({ messageType: "ack", updates: ["t1", "s1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), NOW)
@@ -600,28 +600,28 @@ describe("step: Identified, deliveries and acks", () => {
     assert.isUndefined(sessionOf(done).drain)
   })
   it("a full first page that reached the timestamp rows: the next page is timestamp rows after it", () => {
-    const sent = step(identified({ drain: start }), read("topic", [topic("t1"), message({ version: "v1" })], NOW - 1_000, true), NOW)
+    const sent = step(identified({ drain: start }), read("first", [topic("t1"), message({ version: "v1" })], NOW - 1_000, true), NOW)
     const afterAck = step(sent.phase, frame({ messageType: "ack", updates: ["t1", "v1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), NOW)
     assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: NOW - 1_000, limit: OPTIONS.pageSize, attempt: 0 })
   })
   it("a full first page of topic rows only: read again from the first row once acked and deleted (more topic rows may follow)", () => {
-    const sent = step(identified({ drain: start }), read("topic", [topic("t1")], undefined, true), NOW)
+    const sent = step(identified({ drain: start }), read("first", [topic("t1")], undefined, true), NOW)
     const afterAck = step(sent.phase, frame({ messageType: "ack", updates: [{ channelID: CHID, version: "t1", code: 100 }] }), NOW)
-    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "topic", after: undefined, limit: OPTIONS.pageSize, attempt: 0 })
+    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "first", after: undefined, limit: OPTIONS.pageSize, attempt: 0 })
   })
   row("a full first page of topic rows all in hand (sent directly): timestamp rows next, not the same page again", identified({
     drain: start,
     unacked: new Map([["t1", direct(topic("t1"))]])
-  }), read("topic", [topic("t1")], undefined, true), {
+  }), read("first", [topic("t1")], undefined, true), {
     phase: "Draining",
     frames: [],
     command: { _tag: "ReadPage", rows: "timestamp", after: undefined }
   })
-  row("a full first page of expired topic rows only: timestamp rows next", identified({ drain: start }), read("topic", [], undefined, true), {
+  row("a full first page of expired topic rows only: timestamp rows next", identified({ drain: start }), read("first", [], undefined, true), {
     phase: "Draining",
     command: { _tag: "ReadPage", rows: "timestamp", after: undefined }
   })
-  row("a full first page of expired rows that reached the timestamp rows: read on after it", identified({ drain: start }), read("topic", [], NOW - 3_000, true), {
+  row("a full first page of expired rows that reached the timestamp rows: read on after it", identified({ drain: start }), read("first", [], NOW - 3_000, true), {
     phase: "Draining",
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 3_000 }
   })
@@ -706,7 +706,7 @@ describe("step: Identified, deliveries and acks", () => {
   })
   row("storage failing mid-drain: the socket stays, the read is retried later", identified({ drain: start }), {
     _tag: "CommandFailed",
-    command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "topic", after: undefined, limit: 10, attempt: 2 }
+    command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "first", after: undefined, limit: 10, attempt: 2 }
   }, {
     phase: "Draining",
     check: (t) => {
@@ -733,7 +733,7 @@ describe("step: Identified, timers and the end", () => {
     check: (t) => assert.isUndefined(sessionOf(t).pingSentAt)
   })
   const retry = {
-    command: { _tag: "ReadPage" as const, uaid: UAID, table: THIS_MONTH, rows: "topic" as const, after: undefined, limit: 10, attempt: 1 },
+    command: { _tag: "ReadPage" as const, uaid: UAID, table: THIS_MONTH, rows: "first" as const, after: undefined, limit: 10, attempt: 1 },
     at: NOW
   }
   row("a retry that is due runs again", identified({ retry }), { _tag: "Tick" }, {
@@ -780,7 +780,7 @@ describe("step: Migrating and Moving", () => {
   }, { phase: "Migrating", check: (t) => assert.strictEqual(sessionOf(t).drain?.rows, "timestamp") })
   row("while migrating, a first page that was not full is not the last either: timestamp rows after it next", migrating(), {
     _tag: "PageRead",
-    command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "topic", after: undefined, limit: 10, attempt: 0 },
+    command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "first", after: undefined, limit: 10, attempt: 0 },
     messages: [message()],
     lastSortKey: NOW - 1_000,
     more: false
@@ -1102,7 +1102,7 @@ describe("step: the client's minimum urgency (RFC 8030 §5.3)", () => {
   })
   row("lowered: what was held in storage is read again", identified({ minUrgency: "high" }), written("low"), {
     phase: "Draining",
-    command: { _tag: "ReadPage", rows: "topic" }
+    command: { _tag: "ReadPage", rows: "first" }
   })
   row("lowered mid-drain: read again once this pass ends", draining({ minUrgency: "high", unacked: new Map([["v1", stored(message())]]) }), written("very-low"), {
     phase: "Draining",
