@@ -42,6 +42,7 @@ import { generateFernetKey } from "../src/crypto/fernet.ts"
 import type { DirectShare, LevelResult } from "./delivery-clients.ts"
 import { directShareText, type Routes } from "./trace.ts"
 import type { ProfileSummary } from "./delivery-probe.ts"
+import { ask, next } from "./scaling-procs.ts"
 
 // ── options ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -92,37 +93,6 @@ const spawnNode = (name: string, script: string, args: ReadonlyArray<string>, ex
   const proc = { name, child, output }
   procs.push(proc)
   return proc
-}
-
-/** The next IPC message of `proc` that `predicate` accepts; fails if it exits or takes too long. */
-const next = <T>(proc: Proc, predicate: (m: Record<string, unknown>) => boolean, timeoutMs: number): Promise<T> =>
-  new Promise((resolve, reject) => {
-    const cleanup = () => {
-      clearTimeout(timer)
-      proc.child.off("message", onMessage)
-      proc.child.off("exit", onExit)
-    }
-    const onMessage = (m: unknown) => {
-      if (typeof m !== "object" || m === null || !predicate(m as Record<string, unknown>)) return
-      cleanup()
-      resolve(m as T)
-    }
-    const onExit = (code: number | null) => {
-      cleanup()
-      reject(new Error(`${proc.name} exited (${code}); last output:\n${proc.output.slice(-15).join("\n")}`))
-    }
-    const timer = setTimeout(() => {
-      cleanup()
-      reject(new Error(`${proc.name}: no answer in ${timeoutMs} ms; last output:\n${proc.output.slice(-15).join("\n")}`))
-    }, timeoutMs)
-    proc.child.on("message", onMessage)
-    proc.child.once("exit", onExit)
-  })
-
-const ask = <T>(proc: Proc, message: unknown, predicate: (m: Record<string, unknown>) => boolean, timeoutMs = 30_000): Promise<T> => {
-  const answer = next<T>(proc, predicate, timeoutMs)
-  proc.child.send(message as object)
-  return answer
 }
 
 /** The probe's reading: CPU µs so far; event-loop delay and GC pauses (ms) since the last reading. */

@@ -52,11 +52,14 @@ export const forkNode = (name: string, script: string, args: ReadonlyArray<strin
 export const spawnNode = (name: string, script: string, args: ReadonlyArray<string>, cwd: string): Proc =>
   track(name, spawn(process.execPath, [script, ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] }))
 
-const tail = (proc: Proc) => `${proc.name}, last output:\n${proc.output.slice(-15).join("\n")}`
+/** What `next` and `ask` need of a process: its name, its IPC channel, its last lines. */
+type Messaging = Pick<Proc, "name" | "child" | "output">
+
+const tail = (proc: Messaging) => `${proc.name}, last output:\n${proc.output.slice(-15).join("\n")}`
 const exited = (proc: Proc) => proc.child.exitCode !== null || proc.child.signalCode !== null
 
 /** The next IPC message of `proc` that `predicate` accepts; fails if it exits or takes too long. */
-export const next = <T>(proc: Proc, predicate: (m: Record<string, unknown>) => boolean, timeoutMs: number): Promise<T> =>
+export const next = <T>(proc: Messaging, predicate: (m: Record<string, unknown>) => boolean, timeoutMs: number): Promise<T> =>
   new Promise((resolve, reject) => {
     const cleanup = () => {
       clearTimeout(timer)
@@ -80,7 +83,7 @@ export const next = <T>(proc: Proc, predicate: (m: Record<string, unknown>) => b
     proc.child.once("exit", onExit)
   })
 
-export const ask = <T>(proc: Proc, message: object, predicate: (m: Record<string, unknown>) => boolean, timeoutMs = 30_000): Promise<T> => {
+export const ask = <T>(proc: Messaging, message: object, predicate: (m: Record<string, unknown>) => boolean, timeoutMs = 30_000): Promise<T> => {
   const answer = next<T>(proc, predicate, timeoutMs)
   proc.child.send(message)
   return answer
