@@ -263,9 +263,9 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
  * sent, so it measures the store rather than a queue of the node's own making (which failed the
  * hellos of a storm that a busy store would still have answered in time).
  */
-const SESSION_STORAGE_CONCURRENCY = 128
+export const SESSION_STORAGE_CONCURRENCY = 128
 
-const sessionStorage = (storage: StorageService) =>
+export const sessionStorage = (storage: StorageService) =>
   Effect.map(Semaphore.make(SESSION_STORAGE_CONCURRENCY), (inFlight) =>
     mapStorageOperations(storage, () => inFlight.withPermits(1), { values: false }))
 
