@@ -2,7 +2,8 @@
  * The all-in-one as two workers (`--workers 2`): one public WebSocket port and one endpoint port
  * shared by both processes, each worker with its own router port. A push reaches the worker that
  * holds its client, whichever worker took the POST; a worker killed under load is replaced, its
- * clients resume on the other, and every push answered 201 is delivered; SIGTERM stops them all.
+ * clients resume on the other, and every push answered 201 is delivered but those the killed worker
+ * held unacknowledged in its memory; SIGTERM stops them all.
  */
 import { readFileSync } from "node:fs"
 import { assert, describe, it } from "vitest"
@@ -46,27 +47,34 @@ interface Subscriber {
   readonly endpoint: string
   /** The data of every notification received, once each. */
   readonly received: Set<string>
+  /** When its connection was closed by the server's side (ms since the epoch), once per close. */
+  readonly drops: ReadonlyArray<number>
   readonly stop: () => Promise<void>
 }
 
 const subscribe = async (wsUrl: string): Promise<Subscriber> => {
   const received = new Set<string>()
+  const drops: Array<number> = []
   let stopped = false
   let client: TestClient
   let uaid: string | undefined
   const connect = async (): Promise<void> => {
     client = await openClient(wsUrl)
-    client.send({ messageType: "hello", use_webpush: true, ...(uaid === undefined ? {} : { uaid }) })
-    const hello = await client.next((f) => f["messageType"] === "hello", 10_000)
-    uaid = hello["uaid"] as string
+    // Listening before the hello: a resumed session sends what was stored for it right after the
+    // hello reply, often in the same read.
     client.ws.on("message", (data) => {
       const frame = JSON.parse(data.toString()) as Record<string, unknown>
       if (frame["messageType"] !== "notification") return
       received.add(Buffer.from(frame["data"] as string, "base64url").toString())
       client.send({ messageType: "ack", updates: [{ channelID: frame["channelID"], version: frame["version"], code: 100 }] })
     })
+    client.send({ messageType: "hello", use_webpush: true, ...(uaid === undefined ? {} : { uaid }) })
+    const hello = await client.next((f) => f["messageType"] === "hello", 10_000)
+    uaid = hello["uaid"] as string
     client.ws.once("close", () => {
-      if (!stopped) void reconnect()
+      if (stopped) return
+      drops.push(Date.now())
+      void reconnect()
     })
   }
   const reconnect = async (): Promise<void> => {
@@ -84,6 +92,7 @@ const subscribe = async (wsUrl: string): Promise<Subscriber> => {
   return {
     endpoint,
     received,
+    drops,
     stop: async () => {
       stopped = true
       await client.close()
@@ -132,36 +141,47 @@ describe("workers = 2 (all-in-one)", () => {
   it("each worker answers on its own router port; clients land on both; a push reaches the worker holding its client", () =>
     spreadAndDeliver(deployment(), routerUrls()), 60_000)
 
-  it("a worker killed under load is replaced; its clients resume on the other; every push answered 201 is delivered", async () => {
+  it("a worker killed under load is replaced; its clients resume on the other; every push answered 201 is delivered but what the killed worker held", async () => {
     const subscribers = await Promise.all(Array.from({ length: 30 }, () => subscribe(deployment().wsUrl)))
     try {
       const before = workerPids(deployment().pid()!)
       const victim = before.get(0)!
-      const accepted = new Map<Subscriber, Array<string>>()
+      /** Each push answered 201: its data, and whether it was sent before the kill. */
+      const accepted = new Map<Subscriber, Array<{ readonly data: string; readonly beforeKill: boolean }>>()
       const statuses: Array<number> = []
+      let killedAt = Infinity
       let sequence = 0
       const load = (async () => {
         const until = Date.now() + 4_000
         while (Date.now() < until) {
           await Promise.all(subscribers.map(async (s) => {
             const data = `m${sequence++}`
+            const beforeKill = Date.now() < killedAt
             const status = await push(s.endpoint, data)
             statuses.push(status)
-            if (status === 201) accepted.set(s, [...(accepted.get(s) ?? []), data])
+            if (status === 201) accepted.set(s, [...(accepted.get(s) ?? []), { data, beforeKill }])
           }))
         }
       })()
       await new Promise((resolve) => setTimeout(resolve, 1_500))
       process.kill(victim, "SIGKILL")
+      killedAt = Date.now()
       await load
       const answered = statuses.filter((s) => s === 201).length
       assert.isAbove(answered, statuses.length * 0.9, `most pushes answered 201 (${answered} of ${statuses.length})`)
+      const moved = subscribers.filter((s) => s.drops.some((t) => t >= killedAt))
+      assert.isAbove(moved.length, 0, "some clients were on the killed worker")
       // Every push answered 201 reaches its client: directly, or stored and drained on its resume.
-      await waitUntil(
-        () => subscribers.every((s) => (accepted.get(s) ?? []).every((data) => s.received.has(data))),
-        20_000,
-        "every accepted push delivered"
-      )
+      // One kind excepted, as documented: a push the killed worker took for its client and had not
+      // seen acknowledged is lost with its memory. Each client has one push in flight at a time, so
+      // that is at most the push each of its clients had in flight when it was killed.
+      const mayBeLost = (s: Subscriber, push: { readonly beforeKill: boolean }) => push.beforeKill && moved.includes(s)
+      const missing = () => subscribers.flatMap((s) => (accepted.get(s) ?? []).filter((p) => !s.received.has(p.data)).map((p) => ({ s, p })))
+      await waitUntil(() => missing().every(({ p, s }) => mayBeLost(s, p)), 20_000, "every accepted push delivered")
+      const lost = missing()
+      assert.isAtMost(lost.length, moved.length, "at most the push each client of the killed worker had in flight")
+      const afterKill = moved.flatMap((s) => (accepted.get(s) ?? []).filter((p) => !p.beforeKill))
+      assert.isAbove(afterKill.length, 0, "pushes for the moved clients were answered after the kill (and delivered)")
       // Worker 0 was replaced: a new process answers on its router port.
       await waitUntil(async () => (await heartbeat(routerUrls()[0]!))?.worker === 0, 15_000, "worker 0 back")
       const after = workerPids(deployment().pid()!)
