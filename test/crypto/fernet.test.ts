@@ -176,6 +176,16 @@ describe("Fernet encrypt / decrypt", () => {
       assert.strictEqual(reasonOf(decrypt(k, a)), `ok:${Buffer.from("same").toString("hex")}`)
     }))
 
+  it.effect("a string is encrypted as its UTF-8 bytes, ASCII or not, at every length around a block", () =>
+    Effect.sync(() => {
+      const iv = randomBytes(16)
+      for (const text of ["", "a", "0123456789abcde", "0123456789abcdef", "é", "ünïcødé ✓ 😀", "x".repeat(47) + "€"]) {
+        const token = encrypt(k, text, { now: NOW_S, iv })
+        assert.strictEqual(token, encrypt(k, Buffer.from(text, "utf8"), { now: NOW_S, iv }), text)
+        assert.strictEqual(reasonOf(decrypt(k, token)), `ok:${Buffer.from(text, "utf8").toString("hex")}`)
+      }
+    }))
+
   it.effect("empty plaintext round-trips (one block of padding)", () =>
     Effect.sync(() => {
       const token = encrypt(k, new Uint8Array(0), { now: NOW_S })
@@ -282,7 +292,8 @@ describe("Fernet key primitives", () => {
       for (let round = 0; round < 300; round++) {
         const raw = randomBytes(32)
         const k = fernetKeyFromBytes(raw)
-        const data = randomBytes(round % 97)
+        // Lengths across one to five SHA-256 blocks, each padding boundary among them.
+        const data = randomBytes(round % 300)
         assert.deepStrictEqual(k.mac(data), createHmac("sha256", raw.subarray(0, 16)).update(data).digest())
         const iv = randomBytes(16)
         const blocks = randomBytes(16 * (1 + (round % 6)))
