@@ -61,8 +61,29 @@ class MessageIdError extends Data.TaggedError("MessageIdError")<{
   readonly reason: FernetError["reason"] | "bad-format"
 }> {}
 
-/** A uuid our own code passed in was not one: a bug, not bad input, so it throws (a defect in Effect). */
+/** Whether `text` holds lowercase hex digits from `from` to `to`. */
+const lowerHex = (text: string, from: number, to: number): boolean => {
+  for (let i = from; i < to; i++) {
+    const c = text.charCodeAt(i)
+    if (!((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66))) return false
+  }
+  return true
+}
+
+/**
+ * A uuid in simple hex. Our ids come in their canonical spellings (a uaid simple, a channel id
+ * hyphenated, lowercase): taken as they are, checked digit by digit (a message id is made for every
+ * push; a regular expression costs more here). Any other spelling is parsed. A uuid our own code
+ * passed in was not one: a bug, not bad input, so it throws (a defect in Effect).
+ */
 const simpleHex = (uuid: string, what: string): string => {
+  if (uuid.length === 32 && lowerHex(uuid, 0, 32)) return uuid
+  if (
+    uuid.length === 36 && uuid[8] === "-" && uuid[13] === "-" && uuid[18] === "-" && uuid[23] === "-" &&
+    lowerHex(uuid, 0, 8) && lowerHex(uuid, 9, 13) && lowerHex(uuid, 14, 18) && lowerHex(uuid, 19, 23) && lowerHex(uuid, 24, 36)
+  ) {
+    return uuid.slice(0, 8) + uuid.slice(9, 13) + uuid.slice(14, 18) + uuid.slice(19, 23) + uuid.slice(24)
+  }
   const hex = parseUuidHex(uuid)
   if (hex === undefined) throw new TypeError(`${what} is not a UUID`)
   return hex
@@ -207,7 +228,11 @@ export class EndpointCrypto extends Context.Service<EndpointCrypto, {
   /** Full endpoint URL for a subscription; v2 (bound to the key) when a raw VAPID key is given. */
   readonly makeEndpoint: (uaid: string, channelId: string, rawKey?: Uint8Array) => Effect.Effect<string>
   readonly parseEndpoint: (version: EndpointVersion, token: string) => Effect.Effect<EndpointToken, EndpointTokenError>
+  /** `parseEndpoint` as a plain value: the push path's, which has no Effect to spare per push. */
+  readonly openEndpoint: (version: EndpointVersion, token: string) => Result.Result<EndpointToken, EndpointTokenError>
   readonly makeMessageId: (data: MessageIdData) => Effect.Effect<string>
+  /** `makeMessageId` stamped with `nowMs` (the caller's Clock), as a plain value: the push path's. */
+  readonly messageIdAt: (nowMs: number, data: MessageIdData) => string
   readonly parseMessageId: (id: string) => Effect.Effect<MessageIdData, MessageIdError>
 }>()("autopush/crypto/EndpointCrypto") {
   static readonly make = (options: EndpointCryptoOptions): Result.Result<EndpointCrypto["Service"], CryptoKeyConfigError> =>
@@ -218,13 +243,17 @@ export class EndpointCrypto extends Context.Service<EndpointCrypto, {
       const opened = (version: EndpointVersion) =>
         memoize(TOKENS_REMEMBERED, (token) => parseEndpointToken(fernet, version, token), Result.isSuccess)
       const openToken = { v1: opened("v1"), v2: opened("v2") }
+      const openEndpoint = (version: EndpointVersion, token: string) => openToken[version](token)
+      const messageIdAt = (nowMs: number, data: MessageIdData) => makeMessageId(fernet, Math.floor(nowMs / 1000), data)
       // Encrypting draws a random IV and stamps the Clock's time: the makers are effects (never failing but on a bug).
       const nowSeconds = Effect.map(Clock.currentTimeMillis, (ms) => Math.floor(ms / 1000))
       return EndpointCrypto.of({
         makeEndpoint: (uaid, channelId, rawKey) =>
           Effect.map(nowSeconds, (now) => makeEndpointUrl(fernet, now, endpointUrl, uaid, channelId, rawKey)),
-        parseEndpoint: (version, token) => Effect.fromResult(openToken[version](token)),
-        makeMessageId: (data) => Effect.map(nowSeconds, (now) => makeMessageId(fernet, now, data)),
+        parseEndpoint: (version, token) => Effect.fromResult(openEndpoint(version, token)),
+        openEndpoint,
+        makeMessageId: (data) => Effect.map(Clock.currentTimeMillis, (ms) => messageIdAt(ms, data)),
+        messageIdAt,
         parseMessageId: (id) => Effect.fromResult(parseMessageId(fernet, id))
       })
     })

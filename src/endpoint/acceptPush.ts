@@ -7,8 +7,9 @@
  *
  * A storage failure is not answered here: it goes up as a `StorageError`, to the error edge.
  */
-import * as Clock from "effect/Clock"
+import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import {
   type EndpointToken,
   EndpointCrypto,
@@ -62,37 +63,53 @@ const PLAINTEXT: Readonly<Record<string, string>> = {}
 /** A token that decrypted but to the wrong length: reported by rule #5, after the VAPID rules. */
 const BAD_LENGTH = "bad-length" as const
 
+/**
+ * A rule's verdict in the push's generator: its value, or its error failing the push. The rules are
+ * plain functions of the request: a rule passed costs no Effect to evaluate (they run on every push).
+ */
+function* verdict<A, E>(result: Result.Result<A, E>): Generator<Effect.Effect<never, E>, A> {
+  return Result.isSuccess(result) ? result.success : yield* Effect.fail(result.failure)
+}
+
+const PASSED: Result.Result<void, never> = Result.succeed(undefined)
+
 /** #1 */
-const apiVersionOf = (segment: string | undefined): Effect.Effect<EndpointVersion, InvalidApiVersion> =>
-  segment === undefined || segment === "v1" ? Effect.succeed("v1")
-  : segment === "v2" ? Effect.succeed("v2")
-  : Effect.fail(new InvalidApiVersion())
+const apiVersionOf = (segment: string | undefined): Result.Result<EndpointVersion, InvalidApiVersion> =>
+  segment === undefined || segment === "v1" ? Result.succeed("v1")
+  : segment === "v2" ? Result.succeed("v2")
+  : Result.fail(new InvalidApiVersion())
 
 /** #2: decrypts under some key (the length is rule #5). */
-const openToken = (crypto: EndpointCrypto["Service"], version: EndpointVersion, token: string) =>
-  crypto.parseEndpoint(version, token).pipe(
-    Effect.catchTag("EndpointTokenError", (e) =>
-      e.reason === BAD_LENGTH ? Effect.succeed(BAD_LENGTH) : Effect.fail(new InvalidToken()))
-  )
+const openToken = (
+  crypto: EndpointCrypto["Service"],
+  version: EndpointVersion,
+  token: string
+): Result.Result<EndpointToken | typeof BAD_LENGTH, InvalidToken> => {
+  const opened = crypto.openEndpoint(version, token)
+  return Result.isSuccess(opened) ? Result.succeed(opened.success)
+    : opened.failure.reason === BAD_LENGTH ? Result.succeed(BAD_LENGTH)
+    : Result.fail(new InvalidToken())
+}
 
-/** #3 + #4: credentials parsed, then their JWT verified for the endpoint's `origin`. */
-const vapidOf = (headers: RequestHeaders, origin: string, nowMs: number) =>
-  Effect.flatMap(parseVapid(headers), (credentials) =>
-    credentials === undefined
-      ? Effect.succeed(undefined)
-      : verifyVapid(credentials, origin, Math.floor(nowMs / 1000)))
+/** #3 + #4: credentials parsed, then their JWT verified for the endpoint's `origin` (none: undefined, at once). */
+const vapidOf = (headers: RequestHeaders, origin: string, nowMs: number) => {
+  const credentials = parseVapid(headers)
+  return Result.isFailure(credentials) ? Effect.fail(credentials.failure)
+    : credentials.success === undefined ? undefined
+    : verifyVapid(credentials.success, origin, Math.floor(nowMs / 1000))
+}
 
 /** #5 */
-const subscriptionOf = (opened: EndpointToken | typeof BAD_LENGTH): Effect.Effect<EndpointToken, InvalidToken> =>
-  opened === BAD_LENGTH ? Effect.fail(new InvalidToken()) : Effect.succeed(opened)
+const subscriptionOf = (opened: EndpointToken | typeof BAD_LENGTH): Result.Result<EndpointToken, InvalidToken> =>
+  opened === BAD_LENGTH ? Result.fail(new InvalidToken()) : Result.succeed(opened)
 
 /** #6: a v2 endpoint only takes messages signed with the key it was made for; with `require_vapid`, every one signed. */
-const checkBoundKey = (options: EndpointOptions, token: EndpointToken, vapid: VerifiedVapid | undefined): Effect.Effect<void, InvalidAuth> =>
-  vapid === undefined && options.requireVapid === true ? Effect.fail(new InvalidAuth({ message: "This server accepts only VAPID-signed pushes" }))
-  : token.keyHash === undefined ? Effect.void
-  : vapid === undefined ? Effect.fail(new InvalidAuth({ message: "Missing VAPID public key" }))
-  : matchesVapidKey(token, vapid.rawKey) ? Effect.void
-  : Effect.fail(new InvalidAuth({ message: "VAPID public key mismatch" }))
+const checkBoundKey = (options: EndpointOptions, token: EndpointToken, vapid: VerifiedVapid | undefined): Result.Result<void, InvalidAuth> =>
+  vapid === undefined && options.requireVapid === true ? Result.fail(new InvalidAuth({ message: "This server accepts only VAPID-signed pushes" }))
+  : token.keyHash === undefined ? PASSED
+  : vapid === undefined ? Result.fail(new InvalidAuth({ message: "Missing VAPID public key" }))
+  : matchesVapidKey(token, vapid.rawKey) ? PASSED
+  : Result.fail(new InvalidAuth({ message: "VAPID public key mismatch" }))
 
 /**
  * The storage ms of a timestamp message: now, or the ms after the last one this node gave the
@@ -123,16 +140,22 @@ interface Checked {
   readonly encryption: Readonly<Record<string, string>> | undefined
 }
 
-/** The message of a push that passed the rules, under its new message id. */
-const messageOf = (crypto: EndpointCrypto["Service"], sortKeyMs: (channelId: string, nowMs: number) => number, push: Checked) => {
+/** The message of a push that passed the rules, under its new message id (made now, by `clock`). */
+const messageOf = (
+  crypto: EndpointCrypto["Service"],
+  sortKeyMs: (channelId: string, nowMs: number) => number,
+  clock: Clock.Clock,
+  push: Checked
+): Notification => {
   const { uaid, channelId, nowMs, topic, urgency, receipt, encryption } = push
   const sortkeyTimestamp = topic !== undefined ? nowMs : sortKeyMs(channelId, nowMs)
-  const messageId = crypto.makeMessageId(
+  const version = crypto.messageIdAt(
+    clock.currentTimeMillisUnsafe(),
     topic !== undefined
       ? { kind: "topic", uaid, channelId, topic, receipt }
       : { kind: "timestamp", uaid, channelId, sortkeyTimestamp, receipt }
   )
-  return Effect.map(messageId, (version): Notification => ({
+  return {
     channelId,
     version,
     ttl: push.ttl,
@@ -142,7 +165,7 @@ const messageOf = (crypto: EndpointCrypto["Service"], sortKeyMs: (channelId: str
     ...(urgency !== undefined ? { urgency } : {}),
     ...(receipt !== undefined ? { receipt } : {}),
     ...(encryption !== undefined ? { data: push.body.toString("base64url"), headers: encryption } : {})
-  }))
+  }
 }
 
 export const makeAcceptPush = Effect.fnUntraced(function*(
@@ -155,32 +178,38 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   const origin = endpointOrigin(options.endpointUrl)
   const sortKeyMs = makeSortKeys()
 
-  /** The rules, in order; a made message skips those of its sender (see `MadePush`). */
+  /**
+   * The rules, in order; a made message skips those of its sender (see `MadePush`). Evaluated at
+   * `clock`'s time; what waits for anything (VAPID's signature, storage, the body) is yielded, the
+   * rest runs as plain code.
+   */
   const accept = Effect.fnUntraced(function*(
+    clock: Clock.Clock,
     request: PushRequest,
     versionSegment: string | undefined,
     token: string,
     made: MadePush | undefined
   ): Effect.fn.Return<AcceptedPush, ApiError | StorageError> {
     const headers: RequestHeaders = request.headers
-    const nowMs = yield* Clock.currentTimeMillis
-    if (made === undefined) yield* limits.address(request.peer, headers["x-forwarded-for"], nowMs) // before any work for the sender
-    const apiVersion = yield* apiVersionOf(versionSegment)              // #1
-    const opened = yield* openToken(crypto, apiVersion, token)          // #2
-    const vapid = yield* vapidOf(headers, origin, nowMs)                // #3, #4
-    if (vapid !== undefined) yield* limits.vapidKey(vapid.rawKey, nowMs) // a verified key only: nobody drains another's
-    const subscription = yield* subscriptionOf(opened)                  // #5
-    yield* checkBoundKey(options, subscription, vapid)                  // #6
-    const target = yield* subscribers.targetOf(subscription.uaid, subscription.channelId) // #7–#9
+    const nowMs = clock.currentTimeMillisUnsafe()
+    if (made === undefined) yield* verdict(limits.address(request.peer, headers["x-forwarded-for"], nowMs)) // before any work for the sender
+    const apiVersion = yield* verdict(apiVersionOf(versionSegment))     // #1
+    const opened = yield* verdict(openToken(crypto, apiVersion, token)) // #2
+    const verifying = vapidOf(headers, origin, nowMs)                   // #3, #4
+    const vapid = verifying === undefined ? undefined : yield* verifying
+    if (vapid !== undefined) yield* verdict(limits.vapidKey(vapid.rawKey, nowMs)) // a verified key only: nobody drains another's
+    const subscription = yield* verdict(subscriptionOf(opened))         // #5
+    yield* verdict(checkBoundKey(options, subscription, vapid))         // #6
+    const target = yield* subscribers.targetOf(subscription.uaid, subscription.channelId, nowMs) // #7–#9
     const body = yield* request.body                                    // #10
-    const ttl = made === undefined ? yield* ttlOf(headers, options.maxNotificationTtl) : Math.min(made.ttl, options.maxNotificationTtl) // #11–#13
-    const topic = yield* topicOf(headers)                               // #14
-    const encryption = made === undefined ? yield* encryptionOf(headers, body.length > 0) : PLAINTEXT // #15
-    const urgency = made === undefined ? yield* urgencyOf(headers) : made.urgency // #16 (RFC 8030 §5.3)
+    const ttl = made === undefined ? yield* verdict(ttlOf(headers, options.maxNotificationTtl)) : Math.min(made.ttl, options.maxNotificationTtl) // #11–#13
+    const topic = yield* verdict(topicOf(headers))                      // #14
+    const encryption = made === undefined ? yield* verdict(encryptionOf(headers, body.length > 0)) : PLAINTEXT // #15
+    const urgency = made === undefined ? yield* verdict(urgencyOf(headers)) : made.urgency // #16 (RFC 8030 §5.3)
     const receiptUrl = headers["push-receipt"]                          // Push-Receipt (RFC 8030 §5.1)
     const receipt = receiptUrl === undefined ? undefined : yield* receipts.claim(receiptUrl)
     const { uaid, channelId } = subscription
-    const notification = yield* messageOf(crypto, sortKeyMs, { uaid, channelId, nowMs, ttl, topic, urgency, receipt, body, encryption })
+    const notification = messageOf(crypto, sortKeyMs, clock, { uaid, channelId, nowMs, ttl, topic, urgency, receipt, body, encryption })
     // With a receipt, its row is opened first (the fold of this event): a failure is a 503, nothing sent.
     yield* receipts.accepted(domainEvent("notification.accepted.1", uaid, nowMs, {
       channelId,

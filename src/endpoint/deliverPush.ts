@@ -7,7 +7,7 @@
  *
  * A storage failure is not answered here: it goes up to the error edge.
  */
-import * as Clock from "effect/Clock"
+import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
 import type { ApiError } from "../domain/errors.ts"
@@ -56,38 +56,45 @@ interface Recorders {
 
 /**
  * What became of a message, where it was decided (the one producer of `notification.routed.1`):
- * its outcome, and how long routing took since `startNanos` (the Clock's).
+ * its outcome, and how long routing took since `startNanos` (by `clock`).
  */
-const recordRouted = (events: EventLog["Service"], uaid: string, notification: Notification, outcome: RouteOutcome, startNanos: bigint) =>
-  Effect.map(Clock.currentTimeNanos, (nanos) =>
-    events.record(domainEvent("notification.routed.1", uaid, Number(nanos / 1_000_000n), {
-      channelId: notification.channelId,
-      version: notification.version,
-      outcome,
-      durationMs: Number(nanos - startNanos) / 1_000_000
-    })))
+const recordRouted = (
+  events: EventLog["Service"],
+  clock: Clock.Clock,
+  uaid: string,
+  notification: Notification,
+  outcome: RouteOutcome,
+  startNanos: bigint
+): void => {
+  const nanos = clock.currentTimeNanosUnsafe()
+  events.record(domainEvent("notification.routed.1", uaid, Number(nanos / 1_000_000n), {
+    channelId: notification.channelId,
+    version: notification.version,
+    outcome,
+    durationMs: Number(nanos - startNanos) / 1_000_000
+  }))
+}
 
 /** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
-const sendBridged = (by: Recorders, bridge: BridgeRouter, user: UserRecord, notification: Notification, startNanos: bigint) =>
+const sendBridged = (by: Recorders, clock: Clock.Clock, bridge: BridgeRouter, user: UserRecord, notification: Notification, startNanos: bigint) =>
   bridge.send(user, notification).pipe(
     by.spans.span("notification.bridge", { attributes: { platform: bridge.platform } }),
     Effect.tap(() =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        by.routed(domainEvent("notification.bridged.1", user.uaid, now, {
-          channelId: notification.channelId,
-          version: notification.version,
-          platform: bridge.platform,
-          ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {}),
-          ...receiptOf(notification)
-        })).pipe(Effect.andThen(recordRouted(by.events, user.uaid, notification, "bridged", startNanos))))),
+      by.routed(domainEvent("notification.bridged.1", user.uaid, clock.currentTimeMillisUnsafe(), {
+        channelId: notification.channelId,
+        version: notification.version,
+        platform: bridge.platform,
+        ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {}),
+        ...receiptOf(notification)
+      })).pipe(Effect.andThen(Effect.sync(() => recordRouted(by.events, clock, user.uaid, notification, "bridged", startNanos))))),
     Effect.tapError((error: BridgeError) =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        by.events.record(domainEvent("notification.bridge_failed.1", user.uaid, now, {
+      Effect.sync(() => {
+        by.events.record(domainEvent("notification.bridge_failed.1", user.uaid, clock.currentTimeMillisUnsafe(), {
           version: notification.version,
           platform: bridge.platform,
           reason: bridgeFailureReason(error)
         }))
-        return recordRouted(by.events, user.uaid, notification, "failed", startNanos)
+        recordRouted(by.events, clock, user.uaid, notification, "failed", startNanos)
       })),
     Effect.catchTag("BridgeRecipientGone", (gone) => by.dropUser(user.uaid, gone.message))
   )
@@ -118,35 +125,40 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
   const recorders: Recorders = { events, routed: receipts.routed, spans: yield* messageSpans, dropUser: subscribers.dropUser }
   const { cache } = subscribers
 
-  /** An accepted push delivered, stored or bridged: the id of the message as it went (a later ms, stored, is a new id). */
-  const deliver = Effect.fnUntraced(function*(accepted: AcceptedPush): Effect.fn.Return<string, ApiError | StorageError> {
+  /**
+   * An accepted push delivered, stored or bridged, timed by `clock`: the id of the message as it
+   * went (a later ms, stored, is a new id).
+   */
+  const deliver = Effect.fnUntraced(function*(clock: Clock.Clock, accepted: AcceptedPush): Effect.fn.Return<string, ApiError | StorageError> {
     const { uaid, target, notification } = accepted
     const channelId = notification.channelId
     // A cached record of a connected client is good for a direct delivery (its node checks it), one
     // of a client that was offline for storing (the re-read after the store checks it); anything
     // else is routed on a fresh one. TTL 0 is never dropped on a cached record.
-    const startNanos = yield* Clock.currentTimeNanos
+    const startNanos = clock.currentTimeNanosUnsafe()
     const storeCached = target.cached && target.user.nodeId === undefined && notification.ttl > 0
     const direct = target.cached && !storeCached ? yield* router.routeDirect(target.user, notification) : undefined
     const fresh = direct !== undefined || !target.cached || storeCached ? target : yield* subscribers.subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
-      yield* sendBridged(recorders, fresh.bridge, fresh.user, notification, startNanos)
+      yield* sendBridged(recorders, clock, fresh.bridge, fresh.user, notification, startNanos)
       return notification.version
     }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
-      Effect.tapError(() => {
-        cache.forget(uaid)
-        return recordRouted(events, uaid, notification, "failed", startNanos)
-      })
+      Effect.tapError(() =>
+        Effect.sync(() => {
+          cache.forget(uaid)
+          recordRouted(events, clock, uaid, notification, "failed", startNanos)
+        })
+      )
     ))
     // The client came back since the record was cached (it may have unsubscribed meanwhile): its new
     // record is kept if it is connected (its node checks the channel), else read afresh next time.
     if (storeCached && routed.reread?.connectedAt !== target.user.connectedAt) {
       cache.forget(uaid)
-      if (routed.reread?.nodeId !== undefined) cache.remember(routed.reread, channelId, yield* Clock.currentTimeMillis)
+      if (routed.reread?.nodeId !== undefined) cache.remember(routed.reread, channelId, clock.currentTimeMillisUnsafe())
     }
-    yield* recordRouted(events, uaid, routed.notification, routed.outcome, startNanos)
-    const routedAt = yield* Clock.currentTimeMillis
+    recordRouted(events, clock, uaid, routed.notification, routed.outcome, startNanos)
+    const routedAt = clock.currentTimeMillisUnsafe()
     if (routed.outcome === "stored") yield* receipts.routed(...storedEvents(uaid, accepted, routed.notification, routedAt))
     else if (routed.outcome === "dropped") {
       yield* receipts.routed(domainEvent("notification.expired.1", uaid, routedAt, { version: routed.notification.version, ...receiptOf(routed.notification) }))

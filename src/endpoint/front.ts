@@ -54,19 +54,20 @@ export const makeFront = Effect.fnUntraced(function*(
       return true
     }
     const url = req.url as string
-    const answered = webpush.push(webpush.pushRequest(req), path[1], path[2] as string).pipe(
-      Effect.map((answer) => ({ answer, error: undefined })),
-      Effect.catchCause((cause) => Effect.map(failureAnswer(cause, "POST", url, observe.onError), (error) => ({ answer: undefined, error })))
+    // The push's answer, or its failure's (they have no `status`).
+    const answered = Effect.catchCause(
+      webpush.push(webpush.pushRequest(req), path[1], path[2] as string),
+      (cause) => failureAnswer(cause, "POST", url, observe.onError)
     )
     const fiber = run(answered)
     fiber.addObserver((exit) => {
       if (exit._tag === "Failure") return observe.end(start, url, undefined) // interrupted: the client left
-      const { answer, error } = exit.value
-      if (answer !== undefined) {
+      const answer = exit.value
+      if ("status" in answer) {
         res.writeHead(answer.status, { ...answer.headers, ...CORS_HEADERS, "content-length": 0 })
         res.end()
       } else {
-        sendError(res, error.error, false, { ...error.headers, ...CORS_HEADERS })
+        sendError(res, answer.error, false, { ...answer.headers, ...CORS_HEADERS })
       }
       observe.end(start, url, res.statusCode)
     })

@@ -2,9 +2,10 @@
  * Every request header the Web Push API reads, parsed in one place:
  * `TTL`, `Topic`, the encryption headers (`Content-Encoding`, `Encryption`, `Crypto-Key`,
  * `Encryption-Key`) and the scheme/parameters of `Authorization`. Each check is a small function
- * that either returns the parsed value or fails with the error of its row in the validation table.
+ * whose `Result` is the parsed value or the error of its row in the validation table (plain values:
+ * they run on every push, with no Effect to evaluate).
  */
-import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import { InvalidCryptoHeaders, InvalidTopic, InvalidUrgency, MissingTtl, NegativeTtl } from "../domain/errors.ts"
 import { URGENCIES, type Urgency } from "../domain/notification.ts"
 
@@ -51,48 +52,51 @@ export const stripHeaderValue = (value: string): string =>
 const I64_MIN = -(2n ** 63n)
 const I64_MAX = 2n ** 63n - 1n
 const INTEGER = /^[+-]?\d+$/
+/** Digits alone, few enough to be exact as a Number (and far within 64 bits): every sender's TTL. */
+const PLAIN_TTL = /^\d{1,15}$/
 
 /**
  * Effective TTL: the header must be a 64-bit integer (400/111), not negative (400/114); values above
  * `maxTtl` are capped.
  */
-export const ttlOf = (headers: RequestHeaders, maxTtl: number): Effect.Effect<number, MissingTtl | NegativeTtl> => {
+export const ttlOf = (headers: RequestHeaders, maxTtl: number): Result.Result<number, MissingTtl | NegativeTtl> => {
   const raw = headers["ttl"]
-  if (raw === undefined || !INTEGER.test(raw)) return Effect.fail(new MissingTtl())
+  if (raw !== undefined && PLAIN_TTL.test(raw)) return Result.succeed(Math.min(Number(raw), maxTtl))
+  if (raw === undefined || !INTEGER.test(raw)) return Result.fail(new MissingTtl())
   const ttl = BigInt(raw)
-  if (ttl < I64_MIN || ttl > I64_MAX) return Effect.fail(new MissingTtl())
-  if (ttl < 0n) return Effect.fail(new NegativeTtl())
-  return Effect.succeed(ttl > BigInt(maxTtl) ? maxTtl : Number(ttl))
+  if (ttl < I64_MIN || ttl > I64_MAX) return Result.fail(new MissingTtl())
+  if (ttl < 0n) return Result.fail(new NegativeTtl())
+  return Result.succeed(ttl > BigInt(maxTtl) ? maxTtl : Number(ttl))
 }
 
 export const MAX_TOPIC_LENGTH = 32
 
 /** Topic: at most 32 characters of the URL-safe base64 alphabet (400/113); absent → undefined. */
-export const topicOf = (headers: RequestHeaders): Effect.Effect<string | undefined, InvalidTopic> => {
+export const topicOf = (headers: RequestHeaders): Result.Result<string | undefined, InvalidTopic> => {
   const topic = headers["topic"]
-  if (topic === undefined) return Effect.succeed(undefined)
+  if (topic === undefined) return Result.succeed(undefined)
   if (topic.length > MAX_TOPIC_LENGTH) {
-    return Effect.fail(new InvalidTopic({ message: "Topic must be no greater than 32 characters" }))
+    return Result.fail(new InvalidTopic({ message: "Topic must be no greater than 32 characters" }))
   }
   if (!B64URL.test(topic)) {
-    return Effect.fail(new InvalidTopic({ message: "Topic must be URL and Filename safe Base64 alphabet" }))
+    return Result.fail(new InvalidTopic({ message: "Topic must be URL and Filename safe Base64 alphabet" }))
   }
-  return Effect.succeed(topic)
+  return Result.succeed(topic)
 }
 
 // ── encryption headers ───────────────────────────────────────────────────────────────────────────
 
-/** Encryption headers as stored and forwarded to the client: keys lower-case with `_`. */
 /** RFC 8030 §5.3 `Urgency` (case-insensitive, surrounding spaces ignored); anything else is 400/115. */
-export const urgencyOf = (headers: RequestHeaders): Effect.Effect<Urgency | undefined, InvalidUrgency> => {
+export const urgencyOf = (headers: RequestHeaders): Result.Result<Urgency | undefined, InvalidUrgency> => {
   const raw = headers["urgency"]
-  if (raw === undefined) return Effect.succeed(undefined)
+  if (raw === undefined) return Result.succeed(undefined)
   const value = raw.trim().toLowerCase()
   return (URGENCIES as ReadonlyArray<string>).includes(value)
-    ? Effect.succeed(value as Urgency)
-    : Effect.fail(new InvalidUrgency())
+    ? Result.succeed(value as Urgency)
+    : Result.fail(new InvalidUrgency())
 }
 
+/** Encryption headers as stored and forwarded to the client: keys lower-case with `_`. */
 export type EncryptionHeaders = Readonly<Record<string, string>>
 
 const invalid = (message: string) => new InvalidCryptoHeaders({ message })
@@ -135,12 +139,12 @@ const encodingRules: Readonly<Record<string, (h: EncryptionHeaders) => InvalidCr
 export const encryptionOf = (
   headers: RequestHeaders,
   hasBody: boolean
-): Effect.Effect<EncryptionHeaders | undefined, InvalidCryptoHeaders> => {
-  if (!hasBody) return Effect.succeed(undefined)
+): Result.Result<EncryptionHeaders | undefined, InvalidCryptoHeaders> => {
+  if (!hasBody) return Result.succeed(undefined)
   const encoding = headers["content-encoding"]
-  if (encoding === undefined) return Effect.fail(invalid("Missing Content-Encoding header"))
+  if (encoding === undefined) return Result.fail(invalid("Missing Content-Encoding header"))
   const rule = Object.hasOwn(encodingRules, encoding) ? encodingRules[encoding] : undefined
-  if (rule === undefined) return Effect.fail(invalid("Unknown Content-Encoding header"))
+  if (rule === undefined) return Result.fail(invalid("Unknown Content-Encoding header"))
   const found: Record<string, string> = { encoding }
   const encryption = headers["encryption"]
   const cryptoKey = headers["crypto-key"]
@@ -149,7 +153,7 @@ export const encryptionOf = (
   if (cryptoKey !== undefined) found["crypto_key"] = stripHeaderValue(cryptoKey)
   if (encryptionKey !== undefined) found["encryption_key"] = encryptionKey
   const error = rule(found)
-  return error === undefined ? Effect.succeed(found) : Effect.fail(error)
+  return error === undefined ? Result.succeed(found) : Result.fail(error)
 }
 
 // ── Authorization ────────────────────────────────────────────────────────────────────────────────

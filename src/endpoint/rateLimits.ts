@@ -12,10 +12,10 @@
  * apart.
  */
 import { BlockList, isIP } from "node:net"
-import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import { addressList, countedAddress, inList, LOOPBACK, plainAddress } from "../platform/addresses.ts"
 import { RateLimited } from "../domain/errors.ts"
-import { RecentMap } from "../platform/memo.ts"
+import { memoize, RecentMap } from "../platform/memo.ts"
 
 export interface RateLimit {
   /** Pushes per second, sustained; 0: no limit. */
@@ -98,23 +98,39 @@ export const NO_LIMITS: RateLimitOptions = {
 
 export type RateLimits = ReturnType<typeof makeRateLimits>
 
-/** The two limits of the push route, as checks that fail with `RateLimited`. */
+/** Peers whose counted address is remembered (the address's parse and list checks are not redone for each push). */
+const PEERS = 10_000
+
+/** A peer not limited by address, as remembered. */
+const NOT_LIMITED: unique symbol = Symbol("not limited")
+
+/** A sender within its limits. */
+const WITHIN: Result.Result<void, RateLimited> = Result.succeed(undefined)
+
+/** The two limits of the push route, as checks that fail with `RateLimited`: plain values, checked on every push. */
 export const makeRateLimits = (options: RateLimitOptions) => {
   const proxies = trustedProxies(options.trustedProxies)
   const addresses = makeTokenBuckets(options.perAddress)
   const keys = makeTokenBuckets(options.perVapidKey)
-  const verdict = (by: RateLimited["by"], wait: number): Effect.Effect<void, RateLimited> =>
-    wait === 0 ? Effect.void : Effect.fail(new RateLimited({ by, retryAfter: wait }))
+  // Without an `X-Forwarded-For` to believe, the counted address is the peer's alone.
+  const ofPeer = memoize<string | typeof NOT_LIMITED>(PEERS, (peer) => clientAddress(peer, undefined, proxies) ?? NOT_LIMITED)
+  const clientOf = (peer: string | undefined, forwardedFor: string | ReadonlyArray<string> | undefined): string | undefined => {
+    if (forwardedFor !== undefined && proxies !== undefined) return clientAddress(peer, forwardedFor, proxies)
+    const client = ofPeer(peer ?? "")
+    return client === NOT_LIMITED ? undefined : client
+  }
+  const verdict = (by: RateLimited["by"], wait: number): Result.Result<void, RateLimited> =>
+    wait === 0 ? WITHIN : Result.fail(new RateLimited({ by, retryAfter: wait }))
   return {
     /** The address a request from `peer` is counted as (undefined: not limited by address). */
-    clientOf: (peer: string | undefined, forwardedFor: string | ReadonlyArray<string> | undefined) => clientAddress(peer, forwardedFor, proxies),
+    clientOf,
     address: (peer: string | undefined, forwardedFor: string | ReadonlyArray<string> | undefined, nowMs: number) => {
-      if (options.perAddress.perSecond <= 0) return Effect.void
-      const client = clientAddress(peer, forwardedFor, proxies)
-      return client === undefined ? Effect.void : verdict("address", addresses.take(client, nowMs))
+      if (options.perAddress.perSecond <= 0) return WITHIN
+      const client = clientOf(peer, forwardedFor)
+      return client === undefined ? WITHIN : verdict("address", addresses.take(client, nowMs))
     },
     /** By the key's raw point (a v1 push signed with any key counts against that key). */
     vapidKey: (rawKey: Buffer, nowMs: number) =>
-      options.perVapidKey.perSecond <= 0 ? Effect.void : verdict("VAPID key", keys.take(rawKey.toString("base64url"), nowMs))
+      options.perVapidKey.perSecond <= 0 ? WITHIN : verdict("VAPID key", keys.take(rawKey.toString("base64url"), nowMs))
   }
 }

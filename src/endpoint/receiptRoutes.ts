@@ -72,7 +72,7 @@ export const makeReceiptRoutes = Effect.fnUntraced(function*(options: EndpointOp
 
   /** `POST /receipts`: a new receipt subscription, its URL in `Location` (counted against the sender's address limit). */
   const subscribe = Effect.fnUntraced(function*(req: IncomingMessage) {
-    yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis)
+    yield* Effect.fromResult(limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis))
     const id = randomBytes(16).toString("base64url")
     yield* storage.createReceiptSubscription(id, (yield* nowSeconds) + idleSeconds)
     return { status: 201, headers: { location: urls.subscriptionBase + id, link: urls.link } }
@@ -88,7 +88,7 @@ export const makeReceiptRoutes = Effect.fnUntraced(function*(options: EndpointOp
    * (which reads its whole window: counted against the sender's address limit, as pushes are).
    */
   const status = Effect.fnUntraced(function*(messageId: string, req: IncomingMessage) {
-    yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis)
+    yield* Effect.fromResult(limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis))
     const ids = yield* Effect.option(crypto.parseMessageId(messageId))
     const subscription = ids._tag === "Some" ? ids.value.receipt : undefined
     const found = subscription !== undefined
@@ -121,7 +121,7 @@ const makeCollect = (
     Effect.gen(function*() {
       if (!SUBSCRIPTION_ID.test(id)) return yield* notFound
       const now = yield* Clock.currentTimeMillis
-      yield* limits.address(peerOf(req), req.headers["x-forwarded-for"], now)
+      yield* Effect.fromResult(limits.address(peerOf(req), req.headers["x-forwarded-for"], now))
       const delivery = deliveryOf(req)
       const holdMs = delivery === "json" ? Math.min(maxWaitMs, maxHoldMs, preferredWaitMs(req.headers.prefer) ?? maxWaitMs) : maxHoldMs
       // Counted by address as the rate limits count it (the loopback, not a listed proxy, is none).

@@ -91,20 +91,21 @@ export const makeSubscribers = Effect.fnUntraced(function*(options: EndpointOpti
    * #7–#9 from the cache when it has a record whose table is still served, and holds the channel
    * (known, or read now); anything else is decided on a fresh read. A cached answer is only used
    * for a direct delivery, which the node checks, or to store for a client that was offline, which
-   * the re-read after the store checks (`routerCache.ts`).
+   * the re-read after the store checks (`routerCache.ts`). Asked on every push, at `nowMs`.
    */
-  const targetOf = Effect.fnUntraced(function*(uaid: string, channelId: string) {
-    const hit = cache.get(uaid, yield* Clock.currentTimeMillis)
+  const targetOf = (uaid: string, channelId: string, nowMs: number) => {
+    const hit = cache.get(uaid, nowMs)
     const table = hit?.user.currentMonth
-    if (
-      hit !== undefined && table !== undefined && (yield* storage.activeMessageTables).includes(table) &&
-      (hit.channels.has(channelId) || (yield* hasChannel(uaid, table, channelId)))
-    ) {
+    if (hit === undefined || table === undefined) return subscriberOf(uaid, channelId)
+    const cached = (): Target => {
       hit.channels.add(channelId)
-      return { user: hit.user, table, bridge: undefined, cached: true } satisfies Target
+      return { user: hit.user, table, bridge: undefined, cached: true }
     }
-    return yield* subscriberOf(uaid, channelId)
-  })
+    return Effect.flatMap(storage.activeMessageTables, (tables) =>
+      !tables.includes(table) ? subscriberOf(uaid, channelId)
+      : hit.channels.has(channelId) ? Effect.succeed(cached())
+      : Effect.flatMap(hasChannel(uaid, table, channelId), (has) => has ? Effect.succeed(cached()) : subscriberOf(uaid, channelId)))
+  }
 
   return { targetOf, subscriberOf, dropUser, cache } as const
 })

@@ -6,6 +6,7 @@
  */
 import { createPublicKey, type KeyObject } from "node:crypto"
 import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import { compactVerify } from "jose/jws/compact/verify"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
 import { InvalidAuth, InvalidCryptoHeaders } from "../domain/errors.ts"
@@ -34,36 +35,36 @@ export const CLAIMS_MESSAGE =
   "(e.g. \"exp\":\"12345\" or \"sub\":null). Please correct and retry."
 
 /** The draft-01 key: `Crypto-Key: p256ecdsa=<key>` (400/110 when missing or unparsable). */
-const draftKey = (cryptoKey: string | undefined): Effect.Effect<string, InvalidCryptoHeaders> => {
-  if (cryptoKey === undefined) return Effect.fail(cryptoHeader("Missing Crypto-Key header"))
+const draftKey = (cryptoKey: string | undefined): Result.Result<string, InvalidCryptoHeaders> => {
+  if (cryptoKey === undefined) return Result.fail(cryptoHeader("Missing Crypto-Key header"))
   const params = parseParams(cryptoKey)
-  if (params === undefined) return Effect.fail(cryptoHeader("Invalid Crypto-Key header"))
+  if (params === undefined) return Result.fail(cryptoHeader("Invalid Crypto-Key header"))
   const key = paramValue(params, "p256ecdsa")
-  return key === undefined ? Effect.fail(cryptoHeader("Missing p256ecdsa in Crypto-Key header")) : Effect.succeed(key)
+  return key === undefined ? Result.fail(cryptoHeader("Missing p256ecdsa in Crypto-Key header")) : Result.succeed(key)
 }
 
 /** Rule #3: the credentials named by `Authorization`, or undefined when there is none. */
 export const parseVapid = (
   headers: RequestHeaders
-): Effect.Effect<VapidCredentials | undefined, InvalidAuth | InvalidCryptoHeaders> => {
+): Result.Result<VapidCredentials | undefined, InvalidAuth | InvalidCryptoHeaders> => {
   const header = headers["authorization"]
-  if (header === undefined) return Effect.succeed(undefined)
+  if (header === undefined) return Result.succeed(undefined)
   const { scheme, data } = splitAuthorization(header)
-  if (data === undefined || data === "") return Effect.fail(auth("Missing VAPID token"))
+  if (data === undefined || data === "") return Result.fail(auth("Missing VAPID token"))
   switch (scheme) {
     case "vapid": {
       const params = vapidParams(data)
       const publicKey = params.get("k")
       const token = params.get("t")
-      if (publicKey === undefined) return Effect.fail(auth("Missing VAPID public key"))
-      if (token === undefined) return Effect.fail(auth("Missing VAPID token"))
-      return Effect.succeed({ scheme, token, publicKey })
+      if (publicKey === undefined) return Result.fail(auth("Missing VAPID public key"))
+      if (token === undefined) return Result.fail(auth("Missing VAPID token"))
+      return Result.succeed({ scheme, token, publicKey })
     }
     case "webpush":
     case "bearer":
-      return Effect.map(draftKey(headers["crypto-key"]), (publicKey) => ({ scheme, token: data, publicKey }))
+      return Result.map(draftKey(headers["crypto-key"]), (publicKey) => ({ scheme, token: data, publicKey }))
     default:
-      return Effect.fail(auth("Unknown auth scheme"))
+      return Result.fail(auth("Unknown auth scheme"))
   }
 }
 

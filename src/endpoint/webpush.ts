@@ -57,9 +57,11 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
     headers: { location: locationBase + messageId, ttl: String(ttl), link: receipts.link }
   })
 
+  /** Both steps on the one Clock of the push's fiber, read from its context once. */
   const acceptAndDeliver = (request: PushRequest, versionSegment: string | undefined, token: string, made: MadePush | undefined) =>
-    Effect.flatMap(accept(request, versionSegment, token, made), (accepted) =>
-      Effect.map(deliver(accepted), (messageId) => created(messageId, accepted.notification.ttl, accepted.receipt)))
+    Clock.clockWith((clock) =>
+      Effect.flatMap(accept(clock, request, versionSegment, token, made), (accepted) =>
+        Effect.map(deliver(clock, accepted), (messageId) => created(messageId, accepted.notification.ttl, accepted.receipt))))
 
   /** A push, in the accept span: a child of the app server's `traceparent`, when it sends one. */
   const pushed = (request: PushRequest, versionSegment: string | undefined, token: string, made?: MadePush) =>

@@ -66,7 +66,7 @@ describe("console page crypto", () => {
     Effect.gen(function*() {
       const vapid = yield* Effect.promise(() => makeVapidKeys())
       const header = yield* Effect.promise(() => vapidAuthorization(vapid, "http://localhost:8082/wpush/v1/abc", "mailto:console@localhost"))
-      const credentials = yield* parseVapid({ authorization: header })
+      const credentials = yield* Effect.fromResult(parseVapid({ authorization: header }))
       assert.isDefined(credentials)
       const verified = yield* verifyVapid(credentials!, "http://localhost:8082", Math.floor(Date.now() / 1000))
       assert.strictEqual(verified.rawKey.toString("base64url"), vapid.publicKey)
