@@ -9,12 +9,14 @@
  */
 import * as http from "node:http"
 import * as https from "node:https"
+import { urlToHttpOptions } from "node:url"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Tracer from "effect/Tracer"
 import { hyphenate } from "../domain/ids.ts"
+import { memoize } from "../platform/memo.ts"
 import type { Notification } from "../domain/notification.ts"
 import { CONNECTED_AT_HEADER, encodeTransportNotification } from "../domain/router-wire.ts"
 import { messageSpans } from "../observability/tracing.ts"
@@ -44,10 +46,31 @@ interface NodeClientOptions {
   readonly requestTimeoutMs: number
   /** Agent for `http:` nodes (default: keep-alive); `https:` nodes always use a keep-alive agent. */
   readonly httpAgent?: http.Agent | undefined
+  /** Whether the current span travels as `traceparent` (default true); without tracing there is none to read. */
+  readonly traced?: boolean | undefined
 }
 
-const nodeUrl = (nodeId: string, action: "push" | "notif", uaid: string, suffix = ""): URL =>
-  new URL(`${nodeId.replace(/\/+$/, "")}/${action}/${uaid.length === 32 ? hyphenate(uaid) : uaid}${suffix}`)
+/**
+ * The request options of a node's paths, from its id (its router URL) parsed once. A path after a
+ * query or fragment in the id lands in them, as it does in the URL spelled out: such an id is
+ * parsed per call. A node id that is not a URL throws (a transport failure).
+ */
+const nodeRequests = (nodeId: string): ((path: string) => http.RequestOptions) => {
+  const base = nodeId.replace(/\/+$/, "")
+  const url = new URL(`${base}/`)
+  if (url.search !== "" || url.hash !== "") return (path) => urlToHttpOptions(new URL(base + path))
+  // What a request reads of the URL, on a plain object: `urlToHttpOptions` makes a dictionary,
+  // slow to copy for every request.
+  const { protocol, hostname, port, auth } = urlToHttpOptions(url)
+  const prefix = url.pathname.slice(0, -1)
+  return (path) => ({ protocol, hostname, port, auth, path: prefix + path })
+}
+
+/** Node ids whose request options are kept. */
+const NODES_REMEMBERED = 1_000
+
+const nodePath = (action: "push" | "notif", uaid: string, suffix = ""): string =>
+  `/${action}/${uaid.length === 32 ? hyphenate(uaid) : uaid}${suffix}`
 
 /** The W3C `traceparent` of the current span, if there is one. (Not `currentParentSpan`: its "none" is an error with a stack trace.) */
 const currentTraceparent: Effect.Effect<string | undefined> = Effect.map(
@@ -65,7 +88,7 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
   const send = (
     method: "PUT" | "DELETE",
     nodeId: string,
-    url: URL,
+    target: http.RequestOptions,
     body: string | undefined,
     traceparent: string | undefined,
     connectedAt: number | undefined
@@ -79,8 +102,8 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
       }
       const fail = (reason: NodeTransportError["reason"], cause?: unknown) =>
         settle(Effect.fail(new NodeTransportError({ nodeId, reason, cause })))
-      const agent = url.protocol === "https:" ? agents["https:"] : url.protocol === "http:" ? agents["http:"] : undefined
-      if (agent === undefined) return fail("error", new Error(`unsupported node URL ${url.protocol}`))
+      const agent = target.protocol === "https:" ? agents["https:"] : target.protocol === "http:" ? agents["http:"] : undefined
+      if (agent === undefined) return fail("error", new Error(`unsupported node URL ${target.protocol}`))
       let connectTimer: NodeJS.Timeout | undefined
       let reason: NodeTransportError["reason"] = "error"
       const headers: http.OutgoingHttpHeaders = body === undefined
@@ -88,7 +111,7 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
         : { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
       if (traceparent !== undefined) headers["traceparent"] = traceparent
       if (connectedAt !== undefined) headers[CONNECTED_AT_HEADER] = String(connectedAt)
-      const request = (url.protocol === "https:" ? https : http).request(url, { method, agent, headers })
+      const request = (target.protocol === "https:" ? https : http).request({ ...target, method, agent, headers })
       const abort = (why: NodeTransportError["reason"]) => () => {
         reason = why
         request.destroy(new Error(`node ${why}`))
@@ -127,18 +150,24 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
       })
     })
 
+  const requestsTo = memoize(NODES_REMEMBERED, nodeRequests)
+  const traced = options.traced ?? true
+
   /** A node id that is not a URL (or a body that cannot be sent) is a transport failure too. */
-  const call = (method: "PUT" | "DELETE", nodeId: string, url: () => URL, body: () => string | undefined, connectedAt?: number) =>
-    Effect.flatMap(currentTraceparent, (traceparent) => Effect.suspend(() => send(method, nodeId, url(), body(), traceparent, connectedAt))).pipe(
+  const call = (method: "PUT" | "DELETE", nodeId: string, path: string, body: () => string | undefined, connectedAt?: number) => {
+    const sent = (traceparent: string | undefined) =>
+      Effect.suspend(() => send(method, nodeId, requestsTo(nodeId)(path), body(), traceparent, connectedAt))
+    return (traced ? Effect.flatMap(currentTraceparent, sent) : sent(undefined)).pipe(
       Effect.catchDefect((cause) => Effect.fail(new NodeTransportError({ nodeId, reason: "error", cause })))
     )
+  }
 
   return {
     push: (nodeId, uaid, notification, connectedAt) =>
-      call("PUT", nodeId, () => nodeUrl(nodeId, "push", uaid), () => encodeTransportNotification(notification), connectedAt),
-    notify: (nodeId, uaid) => call("PUT", nodeId, () => nodeUrl(nodeId, "notif", uaid), () => undefined),
+      call("PUT", nodeId, nodePath("push", uaid), () => encodeTransportNotification(notification), connectedAt),
+    notify: (nodeId, uaid) => call("PUT", nodeId, nodePath("notif", uaid), () => undefined),
     disconnect: (nodeId, uaid, connectedAt) =>
-      call("DELETE", nodeId, () => nodeUrl(nodeId, "notif", uaid, `/${connectedAt}`), () => undefined),
+      call("DELETE", nodeId, nodePath("notif", uaid, `/${connectedAt}`), () => undefined),
     close: () => {
       agents["http:"].destroy()
       agents["https:"].destroy()
@@ -155,8 +184,10 @@ interface LocalNode {
   readonly notify: (uaid: string) => boolean
 }
 
+/** The live client, with `traceparent` only when tracing is on. */
 const liveClient = (options: NodeClientOptions) =>
-  Effect.acquireRelease(Effect.sync(() => makeHttpNodeClient(options)), (client) => Effect.sync(client.close))
+  Effect.flatMap(messageSpans, (spans) =>
+    Effect.acquireRelease(Effect.sync(() => makeHttpNodeClient({ ...options, traced: spans.enabled })), (client) => Effect.sync(client.close)))
 
 export class NodeClient extends Context.Service<NodeClient, NodeClientService>()("autopush/routers/NodeClient") {
   /** The live client; its sockets are closed with the layer. */

@@ -91,10 +91,10 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
 
       /** Step 1: true when the node took it for its connected client. */
       const deliverDirect = (user: UserRecord, nodeId: string, notification: Notification) =>
-        node.push(nodeId, user.uaid, notification, user.connectedAt).pipe(
-          Effect.map((status) => status === 200),
-          Effect.catchTag("NodeTransportError", () => forgetNode(user.uaid, nodeId, user.connectedAt).pipe(Effect.as(false)))
-        )
+        Effect.matchEffect(node.push(nodeId, user.uaid, notification, user.connectedAt), {
+          onSuccess: (status) => Effect.succeed(status === 200),
+          onFailure: () => forgetNode(user.uaid, nodeId, user.connectedAt).pipe(Effect.as(false)) // a NodeTransportError: the node is gone
+        })
 
       /**
        * Step 4, the user moved to table `to` since `stored` went into `from`: taken out of `from`
@@ -152,10 +152,10 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         return yield* afterStore(user.uaid, table, stored)
       })
 
-      const routeDirect = Effect.fnUntraced(function*(user: UserRecord, notification: Notification) {
-        if (user.nodeId === undefined || !(yield* deliverDirect(user, user.nodeId, notification))) return undefined
-        return { outcome: "direct", notification } satisfies Routed
-      })
+      const routeDirect = (user: UserRecord, notification: Notification): Effect.Effect<Routed | undefined> =>
+        user.nodeId === undefined
+          ? Effect.undefined
+          : Effect.map(deliverDirect(user, user.nodeId, notification), (took) => (took ? { outcome: "direct", notification } : undefined))
 
       const traced = <A extends Routed | undefined, E>(routing: Effect.Effect<A, E>): Effect.Effect<A, E> =>
         routing.pipe(

@@ -123,6 +123,22 @@ describe("NodeClient over node:http", () => {
       ])
     }))
 
+  it.live("a node id with a path: the router API under it; one with a query: the path in the query, as the URL spelled out", () =>
+    Effect.gen(function*() {
+      const node = yield* localNode(() => 200)
+      const nodes = yield* client()
+      assert.strictEqual(yield* nodes.push(`${node.url}/router//`, UAID, NOTIFICATION), 200)
+      assert.strictEqual(yield* nodes.notify(`${node.url}/router`, UAID), 200)
+      assert.strictEqual(yield* nodes.notify(`${node.url}/?x=1`, UAID), 200)
+      assert.deepStrictEqual(node.seen.map((s) => s.url), [
+        `/router/push/${hyphenate(UAID)}`,
+        `/router/notif/${hyphenate(UAID)}`,
+        `/?x=1/notif/${hyphenate(UAID)}`
+      ])
+      const refused = yield* Effect.exit(nodes.push("not a url", UAID, NOTIFICATION))
+      assert.strictEqual(transportError(refused).reason, "error")
+    }))
+
   it.live("disconnect is DELETE /notif/{uaid}/{connected_at}; the current span travels as traceparent", () =>
     Effect.gen(function*() {
       const node = yield* localNode(() => 200)
