@@ -7,14 +7,12 @@
  *
  * Every request runs under one boundary (`serve`): a bug answers 500/999 with a request id and is
  * logged once, never the process; every error answer is the JSON of `toErrorResponse`, the same
- * table as the endpoint's. Paths are decoded with Schema, a notification body by hand (it is read on
- * every direct delivery: `domain/router-wire.ts`); a body over `MAX_BODY` is answered 413 (once read
- * to its end), one that stops arriving for `bodyTimeoutMs` 408, and the connection is closed.
+ * table as the endpoint's. Paths and a notification body are decoded by hand: they are read on every
+ * direct delivery (the body: `domain/router-wire.ts`); a body over `MAX_BODY` is answered 413 (once
+ * read to its end), one that stops arriving for `bodyTimeoutMs` 408, and the connection is closed.
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { randomBytes } from "node:crypto"
-import * as Exit from "effect/Exit"
-import * as Schema from "effect/Schema"
 import { CONNECTED_AT_HEADER, decodeTransportNotification, parseConnectedAt } from "../domain/router-wire.ts"
 import {
   ClientUnavailable,
@@ -53,8 +51,9 @@ const sendText = (res: ServerResponse, status: number, text: string): void => {
 
 // ── paths ───────────────────────────────────────────────────────────────────────────────────────
 
-/** A path segment, percent-decoded; a malformed escape is no segment (never a throw). */
+/** A path segment, percent-decoded (one without `%` is as it is); a malformed escape is no segment (never a throw). */
 const segment = (raw: string): string | undefined => {
+  if (!raw.includes("%")) return raw
   try {
     return decodeURIComponent(raw)
   } catch {
@@ -62,24 +61,25 @@ const segment = (raw: string): string | undefined => {
   }
 }
 
-/** A uaid in any UUID spelling (the endpoint sends it hyphenated, a disconnect hook simple). */
-const Uaid = Schema.String.check(Schema.makeFilter((s: string) => parseUaid(s) !== undefined))
+const CONNECTED_AT = /^\d{1,16}$/
 
-const ConnectedAt = Schema.String.check(Schema.isPattern(/^\d{1,16}$/))
+/** A router API path, its segments decoded: the uaid in simple hex (sent in any UUID spelling: hyphenated by the endpoint, simple by a disconnect hook). */
+interface RouterPath {
+  readonly kind: "push" | "notif"
+  readonly uaid: string
+  readonly connectedAt: string | undefined
+}
 
-const RouterPath = Schema.Union([
-  Schema.Tuple([Schema.Literal("push"), Uaid]),
-  Schema.Tuple([Schema.Literal("notif"), Uaid]),
-  Schema.Tuple([Schema.Literal("notif"), Uaid, ConnectedAt])
-])
-const decodeRouterPath = Schema.decodeUnknownExit(RouterPath)
-
-/** `/push/{uaid}`, `/notif/{uaid}`, `/notif/{uaid}/{connected_at}` → its parts, else undefined. */
-const routerPath = (path: string): readonly [string, string, string?] | undefined => {
-  const parts = path.split("/").slice(1).map(segment)
-  if (parts.some((p) => p === undefined)) return undefined
-  const decoded = decodeRouterPath(parts)
-  return Exit.isSuccess(decoded) ? decoded.value : undefined
+/** `/push/{uaid}`, `/notif/{uaid}`, `/notif/{uaid}/{connected_at}` (`parts`: the path split at `/`) → its route, else undefined. */
+const routerPath = (parts: ReadonlyArray<string>): RouterPath | undefined => {
+  if (parts.length !== 3 && parts.length !== 4) return undefined
+  const kind = segment(parts[1] as string)
+  const rawUaid = segment(parts[2] as string)
+  const connectedAt = parts.length === 4 ? segment(parts[3] as string) : undefined
+  if ((kind !== "push" && kind !== "notif") || rawUaid === undefined) return undefined
+  if (parts.length === 4 && (kind !== "notif" || connectedAt === undefined || !CONNECTED_AT.test(connectedAt))) return undefined
+  const uaid = parseUaid(rawUaid)
+  return uaid === undefined ? undefined : { kind, uaid, connectedAt }
 }
 
 // ── the boundary ────────────────────────────────────────────────────────────────────────────────
@@ -232,15 +232,14 @@ const routerHandler = (
   bodyTimeoutMs: number
 ): Handler =>
 (req, res, path) => {
-  const first = path.split("/", 2)[1]
-  if (first === "push" || first === "notif") {
-    const route = routerPath(path)
-    const uaid = route === undefined ? undefined : parseUaid(route[1])
-    if (route === undefined || uaid === undefined) {
+  const parts = path.split("/")
+  if (parts[1] === "push" || parts[1] === "notif") {
+    const route = routerPath(parts)
+    if (route === undefined) {
       req.resume()
       return sendError(res, new RouteNotFound())
     }
-    const [kind, , connectedAt] = route
+    const { kind, uaid, connectedAt } = route
     if (kind === "push" && req.method === "PUT") return push(req, res, uaid, registry, bodyTimeoutMs)
     req.resume()
     if (kind === "notif" && connectedAt === undefined && req.method === "PUT") {
