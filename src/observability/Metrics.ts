@@ -6,7 +6,8 @@
  *
  * Recording is synchronous and cheap on purpose: it sits on per-message paths and is fed by
  * synchronous event sinks. `counter(name, tags)` returns a handle (one map lookup) that updates the
- * `Metric` against this instance's registry; callers on hot paths keep handles.
+ * `Metric` against this instance's registry (a counter adds up its increments and updates it when
+ * it is read); callers on hot paths keep handles.
  *
  * - counters and timers go to statsd as they happen (through the client's buffer);
  * - gauges go to statsd every `gaugeIntervalMs` (current values, sampled gauges read then);
@@ -96,6 +97,11 @@ class Series implements Counter, Gauge, Timer {
   readonly tagList: ReadonlyArray<string>
   readonly forward: MetricsForwarder | undefined
   read: (() => number) | undefined = undefined
+  /**
+   * A counter's increments not yet in its metric: added when it is read (`sample`, before every
+   * read), so that a count on a per-message path is an addition, not an update of the registry.
+   */
+  private pending = 0
 
   constructor(name: string, kind: MetricKind, tags: Tags, context: Context.Context<never>, forward: MetricsForwarder | undefined) {
     this.name = name
@@ -110,7 +116,7 @@ class Series implements Counter, Gauge, Timer {
   }
 
   inc(n = 1): void {
-    this.metric.updateUnsafe(n, this.context)
+    this.pending += n
     this.forward?.count(this.name, n, this.tagList)
   }
 
@@ -127,8 +133,12 @@ class Series implements Counter, Gauge, Timer {
     this.forward?.timing(this.name, ms, this.tagList)
   }
 
-  /** Read a sampled gauge into its metric (a read that throws reports NaN). */
+  /** Bring the metric up to date: a counter's pending increments, a sampled gauge's reading (a read that throws reports NaN). */
   sample(): void {
+    if (this.pending !== 0) {
+      this.metric.updateUnsafe(this.pending, this.context)
+      this.pending = 0
+    }
     if (this.read === undefined) return
     let value: number
     try {

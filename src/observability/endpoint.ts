@@ -4,6 +4,7 @@
  * is the `notification.routed.1` event the push handler records where routing is decided.)
  */
 import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { type ApiError, Overloaded, toErrorResponse } from "../domain/errors.ts"
@@ -39,10 +40,14 @@ interface EndpointInstrumentation {
     app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
     maxInFlight: number
   ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest>
+  /** No longer report `request.in_flight`. */
+  readonly close: () => void
 }
 
 const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumentation => {
-  const inFlight = metrics.gauge(METRICS.inFlight.name)
+  let handling = 0
+  // Read when it is reported (a scrape, a statsd flush), not updated by every request.
+  const close = metrics.sampled(METRICS.inFlight.name, {}, () => handling)
   const requestTime = handlesBy((key): Timer => {
     const at = key.indexOf(" ")
     return metrics.timer(METRICS.requestTime.name, { route: key.slice(0, at), status: key.slice(at + 1) })
@@ -51,7 +56,6 @@ const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumen
     const at = key.indexOf(" ")
     return metrics.counter(METRICS.requestError.name, { errno: key.slice(0, at), status: key.slice(at + 1) })
   })
-  let handling = 0
   const overloaded = toErrorResponse(new Overloaded())
   const begin = (maxInFlight: number): number | undefined => {
     if (handling >= maxInFlight) {
@@ -59,12 +63,10 @@ const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumen
       return undefined
     }
     handling++
-    inFlight.add(1)
     return performance.now()
   }
   const end = (start: number, url: string, status: number | undefined): void => {
     handling--
-    inFlight.add(-1)
     if (status !== undefined) requestTime(`${routeLabel(url)} ${status}`).record(performance.now() - start)
   }
   return {
@@ -87,13 +89,13 @@ const makeEndpointInstrumentation = (metrics: MetricsService): EndpointInstrumen
         return app.pipe(
           Effect.onExit((exit) => Effect.sync(() => end(start, request.url, exit._tag === "Success" ? exit.value.status : undefined)))
         )
-      })
+      }),
+    close
   }
 }
 
-/** The endpoint's instrumentation over the node's `Metrics`. */
-export const endpointInstrumentation: Effect.Effect<EndpointInstrumentation, never, Metrics> = Effect.gen(
-  function*() {
-    return makeEndpointInstrumentation(yield* Metrics)
-  }
+/** The endpoint's instrumentation over the node's `Metrics`, for the scope. */
+export const endpointInstrumentation: Effect.Effect<EndpointInstrumentation, never, Metrics | Scope.Scope> = Effect.acquireRelease(
+  Effect.map(Effect.service(Metrics), makeEndpointInstrumentation),
+  (instrumentation) => Effect.sync(instrumentation.close)
 )
