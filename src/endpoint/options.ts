@@ -2,7 +2,7 @@ import type * as Redacted from "effect/Redacted"
 import type { BridgeOptions } from "../bridges/Bridges.ts"
 import type { RouterCacheOptions } from "./routerCache.ts"
 import type { ConsoleOptions } from "../console/console.ts"
-import type { SocketLimits } from "../platform/socket-limits.ts"
+import { DEFAULT_SOCKET_LIMITS, type SocketLimits } from "../platform/socket-limits.ts"
 import type { RateLimitOptions } from "./rateLimits.ts"
 
 /** Push receipts: how long subscriptions live, how long and how many `GET`s of them are held. */
@@ -91,3 +91,7 @@ export const endpointOrigin = (endpointUrl: string): string => new URL(endpointU
 
 /** The endpoint URL without trailing slashes (prefix of `Location`). */
 export const endpointBase = (endpointUrl: string): string => endpointUrl.replace(/\/+$/, "")
+
+/** How long a request's headers or body may take to arrive (`clientRequestTimeoutMs`, else the default). */
+export const clientRequestTimeoutOf = (options: Pick<EndpointOptions, "clientRequestTimeoutMs">): number =>
+  options.clientRequestTimeoutMs ?? DEFAULT_SOCKET_LIMITS.requestTimeoutMs

@@ -8,7 +8,7 @@ import { PayloadTooLarge } from "../domain/errors.ts"
 import { type Body, type BodyLimits, type BodyRefusal, readBody } from "../platform/raw-http.ts"
 import type { RequestHeaders } from "./headers.ts"
 import { peerOf } from "./http2.ts"
-import type { EndpointOptions } from "./options.ts"
+import { clientRequestTimeoutOf, type EndpointOptions } from "./options.ts"
 
 /** What a push reads of its request: the headers, and at rule #10 the body. */
 export interface PushRequest {
@@ -24,7 +24,7 @@ export const makePushRequests = (options: EndpointOptions) => {
     maxBytes: options.maxDataBytes,
     tooLarge: new PayloadTooLarge({ message: `Data payload must be smaller than ${options.maxDataBytes} bytes` }),
     // A client that stops sending its body gets 408 (and the connection closed), not a socket held.
-    idleMs: options.clientRequestTimeoutMs ?? 10_000
+    idleMs: clientRequestTimeoutOf(options)
   }
 
   /**

@@ -26,7 +26,7 @@ import { type ApiError, InternalError, NoSubscription, UaidNotFound } from "../d
 import { hyphenate, newUaid, parseChannelId } from "../domain/ids.ts"
 import { lastConnectValue, USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
 import { Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
-import type { EndpointOptions } from "./options.ts"
+import { clientRequestTimeoutOf, type EndpointOptions } from "./options.ts"
 import {
   authenticatedUaid,
   bridgeOf,
@@ -179,7 +179,7 @@ export const makeRegistrationHandlers = Effect.fnUntraced(function*(options: End
     crypto: yield* EndpointCrypto,
     bridges: yield* Bridges,
     authKeys: options.authKeys === undefined ? [] : Redacted.value(options.authKeys),
-    bodyTimeoutMs: options.clientRequestTimeoutMs ?? 10_000
+    bodyTimeoutMs: clientRequestTimeoutOf(options)
   }
   return {
     register: register(context),

@@ -47,7 +47,7 @@ import { portCounters } from "../observability/sockets.ts"
 import { endpointCors } from "./cors.ts"
 import { respondToFailures } from "./edge.ts"
 import { type Front, makeFront } from "./front.ts"
-import type { EndpointOptions } from "./options.ts"
+import { clientRequestTimeoutOf, type EndpointOptions } from "./options.ts"
 import { withHttp2 } from "./http2.ts"
 import { makeRateLimits, makeTokenBuckets, NO_LIMITS } from "./rateLimits.ts"
 import { makeReceipts } from "./receipts.ts"
@@ -89,7 +89,7 @@ export const makeEndpoint = (
       maxDataBytes: options.maxDataBytes,
       ttlSeconds: options.matrixGatewayTtl ?? DEFAULT_MATRIX_TTL_SECONDS,
       off: options.requireVapid === true,
-      idleMs: options.clientRequestTimeoutMs ?? 10_000
+      idleMs: clientRequestTimeoutOf(options)
     }, webpush.sendMade, makeTokenBuckets((options.rateLimits ?? NO_LIMITS).perAddress).take)
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const routes = makeRoutes(options, webpush, receipts, matrix)
@@ -102,7 +102,7 @@ export const makeEndpoint = (
 /** The endpoint's connection bounds: `options.socketLimits` (or the defaults) with the client request timeout. */
 export const endpointSocketLimits = (options: EndpointOptions): SocketLimits => ({
   ...(options.socketLimits ?? DEFAULT_SOCKET_LIMITS),
-  requestTimeoutMs: options.clientRequestTimeoutMs ?? DEFAULT_SOCKET_LIMITS.requestTimeoutMs
+  requestTimeoutMs: clientRequestTimeoutOf(options)
 })
 
 /**

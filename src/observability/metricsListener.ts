@@ -9,6 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { sendError } from "../platform/raw-http.ts"
 import { listen } from "../platform/listen.ts"
+import { DEFAULT_SOCKET_LIMITS } from "../platform/socket-limits.ts"
 import { MethodNotAllowed, RouteNotFound } from "../domain/errors.ts"
 import type { StartupError } from "../platform/startup.ts"
 import { answerSocketErrors } from "../platform/raw-http.ts"
@@ -28,7 +29,7 @@ export class MetricsListener extends Context.Service<MetricsListener, {
       MetricsListener,
       Effect.gen(function*() {
         const metrics = yield* Metrics
-        const timeout = options.clientRequestTimeoutMs ?? 10_000
+        const timeout = options.clientRequestTimeoutMs ?? DEFAULT_SOCKET_LIMITS.requestTimeoutMs
         const server = answerSocketErrors(createServer({
           headersTimeout: timeout,
           requestTimeout: timeout + 1_000,
