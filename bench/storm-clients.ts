@@ -17,7 +17,7 @@
  */
 import { randomBytes, randomUUID } from "node:crypto"
 import { Agent, request } from "node:http"
-import { connect, pool, type Session } from "./storm-node.ts"
+import { connect, pool, resume, type Session } from "./storm-node.ts"
 
 const agent = new Agent({ keepAlive: true, maxSockets: 8 })
 const push = (endpoint: string, body: Buffer): Promise<string | undefined> =>
@@ -68,24 +68,12 @@ const storm = async (wsUrl: string, first: number, uaids: ReadonlyArray<string>,
     const t0 = performance.now()
     try {
       const s = await connect(wsUrl, first + n)
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error("timeout")), timeoutMs)
-        s.ws.once("close", () => reject(new Error("closed")))
-        s.frames((m) => {
-          if (m["messageType"] === "hello") {
-            hellos++
-            lastHelloAt = Date.now()
-          }
-          if (m["messageType"] === "notification") {
-            s.ws.send(JSON.stringify({ messageType: "ack", updates: [{ channelID: m["channelID"], version: m["version"] }] }))
-            clearTimeout(timer)
-            times.push(performance.now() - t0)
-            resumed[n] = s
-            resolve()
-          }
-        })
-        s.ws.send(JSON.stringify({ messageType: "hello", uaid: uaids[n], use_webpush: true }))
+      await resume(s, uaids[n] as string, timeoutMs, () => {
+        hellos++
+        lastHelloAt = Date.now()
       })
+      times.push(performance.now() - t0)
+      resumed[n] = s
     } catch {
       failed++
     }

@@ -229,6 +229,29 @@ export const connect = (wsUrl: string, i: number): Promise<Session> =>
     ws.once("error", reject)
   })
 
+/**
+ * A storm client's resume on its open session: hello with `uaid`, then its stored message, acked.
+ * Fails when the message does not come within `timeoutMs` or the server closes the socket first;
+ * `onHello` is called when the hello reply arrives.
+ */
+export const resume = (s: Session, uaid: string, timeoutMs: number, onHello: () => void): Promise<void> =>
+  new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("timeout")), timeoutMs)
+    s.ws.once("close", () => {
+      clearTimeout(timer)
+      reject(new Error("closed"))
+    })
+    s.frames((m) => {
+      if (m["messageType"] === "hello") onHello()
+      if (m["messageType"] === "notification") {
+        s.ws.send(JSON.stringify({ messageType: "ack", updates: [{ channelID: m["channelID"], version: m["version"] }] }))
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    s.ws.send(JSON.stringify({ messageType: "hello", uaid, use_webpush: true }))
+  })
+
 /** Run `task` for 0..n-1 with at most `limit` at once. */
 export const pool = async (n: number, limit: number, task: (i: number) => Promise<void>) => {
   let next = 0

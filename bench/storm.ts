@@ -46,7 +46,7 @@ import { join } from "node:path"
 import WebSocket from "ws"
 import { Agent } from "node:http"
 import { cpuMeter, cpuMs, measurePipelines, option, printComparison, push, quantile, start, startBare, workerCpuMs } from "./harness.ts"
-import { connect, descendants, pool, scrape, type Session, startNode } from "./storm-node.ts"
+import { connect, descendants, pool, resume, scrape, type Session, startNode } from "./storm-node.ts"
 import { deliveredSource, directShareText, type Routes, routesOf } from "./trace.ts"
 import { MESSAGE_TABLE, messageItem, putAll, ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
@@ -144,23 +144,12 @@ const storm = async (server: Server, { uaids, endpoints }: Awaited<ReturnType<Se
     try {
       const s = await connect(server.wsUrl, i)
       sockets.push(s.ws)
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error("timeout")), TIMEOUT_MS)
-        s.frames((m) => {
-          if (m["messageType"] === "hello") {
-            hellos++
-            helloDone = performance.now()
-          }
-          if (m["messageType"] === "notification") {
-            s.ws.send(JSON.stringify({ messageType: "ack", updates: [{ channelID: m["channelID"], version: m["version"] }] }))
-            clearTimeout(timer)
-            times.push(performance.now() - t0)
-            resumed[i] = s
-            resolve()
-          }
-        })
-        s.ws.send(JSON.stringify({ messageType: "hello", uaid: uaids[i], use_webpush: true }))
+      await resume(s, uaids[i] as string, TIMEOUT_MS, () => {
+        hellos++
+        helloDone = performance.now()
       })
+      times.push(performance.now() - t0)
+      resumed[i] = s
     } catch {
       failed++
     }
@@ -398,6 +387,18 @@ const stormWorkers = async (name: string, server: WorkersServer, clients: Readon
   ]
 }
 
+/** The columns of a storm's figures, in the order `storm` and `stormWorkers` give them. */
+const STORM_COLUMNS = [
+  { header: "total s", digits: 2, ratio: true },
+  { header: "hellos/s", digits: 0, ratio: true },
+  { header: "p50 ms", digits: 0, ratio: true },
+  { header: "p99 ms", digits: 0, ratio: true },
+  { header: "max ms", digits: 0, ratio: true },
+  { header: "failed or timed out", digits: 0, ratio: false },
+  { header: "CPU µs", digits: 0, ratio: true },
+  { header: "dynalite µs", digits: 0, ratio: true }
+]
+
 const mainWorkers = async (workers: number) => {
   const processes = Math.max(2, Math.ceil(CLIENTS / CLIENTS_PER_PROCESS))
   console.log(`bench:storm --workers ${workers}: ${CLIENTS} clients over ${processes} client processes, ${INFLIGHT} handshakes in flight in all; servers of ${workers} processes sharing the WebSocket port`)
@@ -419,17 +420,7 @@ const mainWorkers = async (workers: number) => {
       `servers of ${workers} processes on embedded dynalite (in the supervisor, over loopback HTTP); latencies from connecting to the message` +
       "\n  (server CPU µs per client, user + system, every server process; dynalite: its storage thread's part of it; storage requests per reconnect:" +
       " ours counted as storage operations by its workers, bare as DynamoDB requests: a GetItem, UpdateItem, Query and DeleteItem per client)",
-    [
-      { header: "total s", digits: 2, ratio: true },
-      { header: "hellos/s", digits: 0, ratio: true },
-      { header: "p50 ms", digits: 0, ratio: true },
-      { header: "p99 ms", digits: 0, ratio: true },
-      { header: "max ms", digits: 0, ratio: true },
-      { header: "failed or timed out", digits: 0, ratio: false },
-      { header: "CPU µs", digits: 0, ratio: true },
-      { header: "dynalite µs", digits: 0, ratio: true },
-      { header: "storage req", digits: 2, ratio: true }
-    ],
+    [...STORM_COLUMNS, { header: "storage req", digits: 2, ratio: true }],
     rows,
     "ours: all delivered, none timed out, total time ≤ 1.2× bare",
     (ours) => {
@@ -452,16 +443,7 @@ if (WORKERS !== "") {
     `reconnect storm: ${CLIENTS} clients with 1 stored message each reconnect at once, ${INFLIGHT} handshakes in flight; embedded dynalite; latencies from connecting to the message` +
       "\n  (server CPU µs per client, user + system; dynalite: its storage thread's part of it; bare makes a GetItem," +
       " UpdateItem, Query and DeleteItem per client)",
-    [
-      { header: "total s", digits: 2, ratio: true },
-      { header: "hellos/s", digits: 0, ratio: true },
-      { header: "p50 ms", digits: 0, ratio: true },
-      { header: "p99 ms", digits: 0, ratio: true },
-      { header: "max ms", digits: 0, ratio: true },
-      { header: "failed or timed out", digits: 0, ratio: false },
-      { header: "CPU µs", digits: 0, ratio: true },
-      { header: "dynalite µs", digits: 0, ratio: true }
-    ],
+    STORM_COLUMNS,
     rows,
     "ours: all delivered, none timed out",
     (ours) => (ours[5] === 0 ? "met" : `NOT met (${ours[5]} of ${CLIENTS} failed or timed out)`)
