@@ -289,20 +289,14 @@ const bareGroup = async (workers: number): Promise<Group> => {
   }
 }
 
-/** Per-connection figures of one phase: slopes over its readings. */
-interface PhaseFigures {
-  readonly rss: number
-  readonly rssAll: number
-  readonly heap: number
-  readonly tcpBuffers: number
-  readonly slab: number
-  readonly slabUnreclaimable: number
-  readonly rssTotal: number
-  readonly serverConnections: number
-}
+/** What a reading measures per connection (every field but the count). */
+type Measured = Exclude<keyof Reading, "connections">
+
+/** Per-connection figures of one phase: slopes over its readings, and the last reading's totals. */
+type PhaseFigures = Record<Measured, number> & { readonly rssTotal: number; readonly serverConnections: number }
 
 const phaseFigures = (points: ReadonlyArray<{ readonly clients: number; readonly reading: Reading }>): PhaseFigures => {
-  const per = (field: Exclude<keyof Reading, "connections">) => slope(points.map((p) => [p.clients, p.reading[field]] as const))
+  const per = (field: Measured) => slope(points.map((p) => [p.clients, p.reading[field]] as const))
   const last = points[points.length - 1]!.reading
   return {
     rss: per("rss"),
