@@ -73,55 +73,10 @@ const BENCH_BROADCASTS: ReadonlyMap<string, string> = process.env["BENCH_BROADCA
 
 /** The service's modules are loaded here only: the bare servers' memory holds none of them. */
 const autopush = async () => {
-  const [
-    { Broadcasts },
-    { Effect, Layer },
-    { connectionNodeOptions },
-    { makeSettings },
-    { ConnectionNode },
-    { NodeRegistry },
-    { EndpointCrypto },
-    { NodeClient },
-    { Metrics },
-    { EventLog },
-    { layerMemory },
-    { createActiveTables }
-  ] = await Promise.all([
-    import("../src/broadcast/Broadcasts.ts"),
-    import("effect"),
-    import("../src/bin/app.ts"),
-    import("../src/config/index.ts"),
-    import("../src/connection/node.ts"),
-    import("../src/connection/registry.ts"),
-    import("../src/crypto/endpoint.ts"),
-    import("../src/routers/NodeClient.ts"),
-    import("../src/observability/Metrics.ts"),
-    import("../src/observability/EventLog.ts"),
-    import("../src/storage/memory.ts"),
-    import("../src/storage/Storage.ts")
-  ])
-  const node = ConnectionNode.layer(
-    {
-      ...connectionNodeOptions(makeSettings()),
-      port: 0,
-      routerPort: 0,
-      bindHost: "127.0.0.1",
-      helloTimeoutMs: 30_000
-    },
-    (port) => `http://127.0.0.1:${port}`
-  ).pipe(
-    Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
-      Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
-    )),
-    Layer.provide(Layer.mergeAll(Broadcasts.layerStatic(BENCH_BROADCASTS), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })))
-  )
-  Effect.runFork(Effect.gen(function*() {
-    const { port } = yield* ConnectionNode
-    const registry = yield* NodeRegistry
-    connections = () => registry.count()
-    send({ port })
-    return yield* Effect.never
-  }).pipe(Effect.provide(node)))
+  const { startConnectionNode } = await import("./connection-node.ts")
+  const node = await startConnectionNode(BENCH_BROADCASTS)
+  connections = node.connections
+  send({ port: node.port })
 }
 
 if (process.argv[2] === "bare" && process.argv[3] !== undefined) bareShared(Number(process.argv[3]))

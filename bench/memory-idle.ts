@@ -98,40 +98,10 @@ const server = async (kind: string) => {
     wss.on("listening", () => send({ port: (wss.address() as { port: number }).port }))
     return
   }
-  const { Effect, Layer } = await import("effect")
-  const { Broadcasts } = await import("../src/broadcast/Broadcasts.ts")
-  const { connectionNodeOptions } = await import("../src/bin/app.ts")
-  const { makeSettings } = await import("../src/config/index.ts")
-  const { ConnectionNode } = await import("../src/connection/node.ts")
-  const { NodeRegistry } = await import("../src/connection/registry.ts")
-  const { EndpointCrypto } = await import("../src/crypto/endpoint.ts")
-  const { NodeClient } = await import("../src/routers/NodeClient.ts")
-  const { Metrics } = await import("../src/observability/Metrics.ts")
-  const { EventLog } = await import("../src/observability/EventLog.ts")
-  const { layerMemory } = await import("../src/storage/memory.ts")
-  const { createActiveTables } = await import("../src/storage/Storage.ts")
-  const node = ConnectionNode.layer(
-    { ...connectionNodeOptions(makeSettings()), port: 0, routerPort: 0, bindHost: "127.0.0.1", helloTimeoutMs: 30_000 },
-    (port) => `http://127.0.0.1:${port}`
-  ).pipe(
-    Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
-      Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
-    )),
-    Layer.provide(Layer.mergeAll(
-      Broadcasts.layerStatic(new Map()),
-      EndpointCrypto.layerTest,
-      EventLog.layer(),
-      Metrics.layerNoop,
-      NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })
-    ))
-  )
-  Effect.runFork(Effect.gen(function*() {
-    const { port } = yield* ConnectionNode
-    const registry = yield* NodeRegistry
-    connections = () => registry.count()
-    send({ port })
-    return yield* Effect.never
-  }).pipe(Effect.provide(node)))
+  const { startConnectionNode } = await import("./connection-node.ts")
+  const node = await startConnectionNode(new Map())
+  connections = node.connections
+  send({ port: node.port })
 }
 
 // ── clients ─────────────────────────────────────────────────────────────────────────────────────
