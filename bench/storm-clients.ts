@@ -15,9 +15,9 @@
  *
  * Client i connects from the same source address as in the single-process storm (`connect`, storm-node.ts).
  */
-import { randomBytes, randomUUID } from "node:crypto"
+import { randomBytes } from "node:crypto"
 import { Agent, request } from "node:http"
-import { connect, pool, resume, type Session } from "./storm-node.ts"
+import { connect, pool, resume, type Session, subscribe } from "./storm-node.ts"
 
 const agent = new Agent({ keepAlive: true, maxSockets: 8 })
 const push = (endpoint: string, body: Buffer): Promise<string | undefined> =>
@@ -35,22 +35,7 @@ const seed = async (wsUrl: string, first: number, count: number, inflight: numbe
   const users: Array<{ uaid: string; endpoint: string }> = []
   await pool(count, inflight, async (n) => {
     const s = await connect(wsUrl, first + n)
-    const channelID = randomUUID()
-    await new Promise<void>((resolve, reject) => {
-      let uaid = ""
-      s.ws.once("close", () => reject(new Error(`client ${first + n} closed while registering`)))
-      s.frames((m) => {
-        if (m["messageType"] === "hello") {
-          uaid = m["uaid"] as string
-          s.ws.send(JSON.stringify({ messageType: "register", channelID }))
-        }
-        if (m["messageType"] === "register") {
-          users[n] = { uaid, endpoint: m["pushEndpoint"] as string }
-          resolve()
-        }
-      })
-      s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true }))
-    })
+    users[n] = await subscribe(s)
     s.ws.close()
   })
   return users

@@ -4,6 +4,7 @@
  * benches read of such a group from outside — its processes (`/proc/…/children`), their RSS, the
  * workers' `/metrics`, and the machine's kernel memory for sockets.
  */
+import { randomUUID } from "node:crypto"
 import { type ChildProcess, spawn } from "node:child_process"
 import { once } from "node:events"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
@@ -227,6 +228,22 @@ export const connect = (wsUrl: string, i: number): Promise<Session> =>
     const ws = new WebSocket(wsUrl, { localAddress: localAddress(i), perMessageDeflate: false })
     ws.once("open", () => resolve({ ws, frames: (onFrame) => ws.on("message", (data) => onFrame(JSON.parse(data.toString()))) }))
     ws.once("error", reject)
+  })
+
+/** A new user on its open session: hello, then one channel registered; its uaid and push endpoint. Fails if the server closes the socket first. */
+export const subscribe = (s: Session): Promise<{ readonly uaid: string; readonly endpoint: string }> =>
+  new Promise((resolve, reject) => {
+    let uaid = ""
+    const channelID = randomUUID()
+    s.ws.once("close", () => reject(new Error("closed while registering")))
+    s.frames((m) => {
+      if (m["messageType"] === "hello") {
+        uaid = m["uaid"] as string
+        s.ws.send(JSON.stringify({ messageType: "register", channelID }))
+      }
+      if (m["messageType"] === "register") resolve({ uaid, endpoint: m["pushEndpoint"] as string })
+    })
+    s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true }))
   })
 
 /**

@@ -46,7 +46,7 @@ import { join } from "node:path"
 import WebSocket from "ws"
 import { Agent } from "node:http"
 import { cpuMeter, cpuMs, measurePipelines, option, printComparison, push, quantile, start, startBare, workerCpuMs } from "./harness.ts"
-import { connect, descendants, pool, resume, scrape, type Session, startNode } from "./storm-node.ts"
+import { connect, descendants, pool, resume, scrape, type Session, startNode, subscribe } from "./storm-node.ts"
 import { deliveredSource, directShareText, type Routes, routesOf } from "./trace.ts"
 import { MESSAGE_TABLE, messageItem, putAll, ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
@@ -77,21 +77,7 @@ const ours = async (): Promise<Server> => {
       const users: Array<{ uaid: string; endpoint: string }> = []
       await pool(CLIENTS, 100, async (i) => {
         const s = await connect(deployment.wsUrl, i)
-        const channelID = randomUUID()
-        await new Promise<void>((resolve) => {
-          let uaid = ""
-          s.frames((m) => {
-            if (m["messageType"] === "hello") {
-              uaid = m["uaid"] as string
-              s.ws.send(JSON.stringify({ messageType: "register", channelID }))
-            }
-            if (m["messageType"] === "register") {
-              users[i] = { uaid, endpoint: m["pushEndpoint"] as string }
-              resolve()
-            }
-          })
-          s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true }))
-        })
+        users[i] = await subscribe(s)
         s.ws.close()
       })
       // One stored message each.
