@@ -48,7 +48,7 @@ import { endpointCors } from "./cors.ts"
 import { respondToFailures } from "./edge.ts"
 import { type Front, makeFront } from "./front.ts"
 import { clientRequestTimeoutOf, type EndpointOptions } from "./options.ts"
-import { withHttp2 } from "./http2.ts"
+import { peerOf, withHttp2 } from "./http2.ts"
 import { makeRateLimits, makeTokenBuckets, NO_LIMITS } from "./rateLimits.ts"
 import { makeReceipts } from "./receipts.ts"
 import { makeRoutes, ROUTER_CONFIG } from "./routes.ts"
@@ -82,15 +82,18 @@ export const makeEndpoint = (
     const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS)
     const receipts = yield* makeReceipts(options, limits)
     const webpush = yield* makeWebPushHandlers(options, receipts, limits)
-    // The Matrix push gateway: its messages go through the push path (`sendMade`), limited per
-    // pushkey at the per-address rate; off when only VAPID-signed pushes are taken.
+    // The Matrix push gateway: its messages go through the push path (`sendMade`); a notify counts
+    // against its sender's address as a push does, and each subscription it names is limited at
+    // the per-address rate; off when only VAPID-signed pushes are taken.
     const matrix = yield* makeMatrixGateway({
-      endpointUrl: options.endpointUrl,
       maxDataBytes: options.maxDataBytes,
       ttlSeconds: options.matrixGatewayTtl ?? DEFAULT_MATRIX_TTL_SECONDS,
       off: options.requireVapid === true,
       idleMs: clientRequestTimeoutOf(options)
-    }, webpush.sendMade, makeTokenBuckets((options.rateLimits ?? NO_LIMITS).perAddress).take)
+    }, webpush.sendMade, {
+      address: (req, nowMs) => limits.address(peerOf(req), req.headers["x-forwarded-for"], nowMs),
+      subscription: makeTokenBuckets((options.rateLimits ?? NO_LIMITS).perAddress).take
+    })
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const routes = makeRoutes(options, webpush, receipts, matrix)
     const routed = yield* HttpRouter.toHttpEffect(routes).pipe(Effect.provideService(HttpRouter.RouterConfig, ROUTER_CONFIG))

@@ -36,43 +36,50 @@ import { createHash } from "node:crypto"
 import type { IncomingMessage } from "node:http"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import { type ApiError, PayloadTooLarge, toErrorResponse } from "../domain/errors.ts"
+import { EndpointCrypto } from "../crypto/endpoint.ts"
+import { type ApiError, PayloadTooLarge, type RateLimited, toErrorResponse } from "../domain/errors.ts"
 import type { Urgency } from "../domain/notification.ts"
 import { METRICS } from "../observability/catalog.ts"
 import { Metrics } from "../observability/Metrics.ts"
+import { opaqueId } from "../observability/opaque.ts"
 import { RecentMap } from "../platform/memo.ts"
 import { type Body, type BodyRefusal, readBody } from "../platform/raw-http.ts"
 import {
-  type Device,
   isRefusal,
   MAX_MESSAGE_BYTES,
   MAX_NOTIFY_BYTES,
   messageOf,
   NOTIFY_PATH,
-  ownEndpointOf,
   parseNotify,
+  pushEndpointOf,
   urgencyOf
 } from "./matrixRequest.ts"
 
-/** How long a pushed event is remembered for a pushkey: a homeserver's retries within it are not pushed again. */
+/** How long a pushed event is remembered for a subscription: a homeserver's retries within it are not pushed again. */
 export const DEDUPE_WINDOW_MS = 10 * 60 * 1000
 
-/** Event and pushkey pairs remembered at most (the oldest forgotten first). */
+/** Event and subscription pairs remembered at most (the oldest forgotten first). */
 export const DEDUPE_ENTRIES = 50_000
 
 /** `matrix_gateway_ttl`'s default: one day (the endpoint's options leave it out when not configured). */
 export const DEFAULT_MATRIX_TTL_SECONDS = 86_400
 
-/** Devices of one request pushed at once. */
+/** Subscriptions of one request pushed at once. */
 const CONCURRENCY = 4
+
+/** Lines about refused requests and rejected pushkeys written per `LOG_WINDOW_MS` at most; the next line written says how many were left out. */
+export const LOG_LINES = 60
+const LOG_WINDOW_MS = 60_000
+
+/** Rejected pushkeys remembered as logged (by opaque id): each is logged once, not on every retry. */
+const LOGGED_PUSHKEYS = 10_000
 
 /** What the gateway needs to know: the endpoint node's options it goes by. */
 export interface MatrixGatewayOptions {
-  /** Public base URL of the endpoint node: the pushkeys under it are ours. */
-  readonly endpointUrl: string
   /** Largest push body (`max_data_bytes`): a message is made to fit the smaller of it and 4096. */
   readonly maxDataBytes: number
   /** TTL of the messages made (seconds; `matrix_gateway_ttl`). */
@@ -93,8 +100,16 @@ export interface GatewayPush {
 /** The push path's entry for made messages (the endpoint's `sendMade`): the version segment and token of the pushkey's path. */
 export type SendMade = (made: GatewayPush, version: string | undefined, token: string) => Effect.Effect<unknown, ApiError>
 
-/** The rate limit per pushkey: takes a token, answering 0 (go) or the whole seconds until one is back. */
-export type TakeToken = (pushkey: string, nowMs: number) => number
+/** The endpoint's limits as the gateway applies them. */
+export interface GatewayLimits {
+  /**
+   * The per-address limit of the endpoint's routes for the sender of `request` (its peer, or behind
+   * a listed proxy the `X-Forwarded-For` client), taken before the body is read.
+   */
+  readonly address: (request: IncomingMessage, nowMs: number) => Result.Result<void, RateLimited>
+  /** The per-subscription limit: takes a token for `key`, answering 0 (go) or the whole seconds until one is back. */
+  readonly subscription: (key: string, nowMs: number) => number
+}
 
 /** A failure the homeserver should retry the request for: the error it is answered with. */
 interface Retry {
@@ -108,7 +123,7 @@ interface Retry {
 type Outcome =
   | { readonly _tag: "delivered" }
   | { readonly _tag: "duplicate" }
-  | { readonly _tag: "rejected"; readonly pushkey: string }
+  | { readonly _tag: "rejected"; readonly reason: string }
   | { readonly _tag: "failed"; readonly retry: Retry | undefined }
 
 const DELIVERED: Outcome = { _tag: "delivered" }
@@ -126,27 +141,49 @@ export const matrixError = (
 
 const unrecognized = matrixError(404, "M_UNRECOGNIZED", "Unrecognized request")
 
+/** A refused request: its status, Matrix error and reason, and whether its connection is closed. */
+interface Refusal {
+  readonly status: number
+  readonly errcode: string
+  readonly error: string
+  readonly close: boolean
+  readonly headers?: Readonly<Record<string, string>>
+  readonly extra?: Readonly<Record<string, unknown>>
+}
+
+const refusalAnswer = (refusal: Refusal): HttpServerResponse.HttpServerResponse =>
+  matrixError(refusal.status, refusal.errcode, refusal.error, { ...refusal.headers, ...(refusal.close ? { connection: "close" } : {}) }, refusal.extra)
+
 /** A body that was not read whole: too large (413), too slow (408) or broken off (400); the connection is closed. */
-const bodyRefused = (error: BodyRefusal): HttpServerResponse.HttpServerResponse => {
-  const close = { connection: "close" }
+const bodyRefusal = (error: BodyRefusal): Refusal => {
   switch (error._tag) {
     case "PayloadTooLarge":
-      return matrixError(413, "M_TOO_LARGE", error.message, close)
+      return { status: 413, errcode: "M_TOO_LARGE", error: error.message, close: true }
     case "RequestTimeout":
-      return matrixError(408, "M_UNKNOWN", "The request body did not arrive in time", close)
+      return { status: 408, errcode: "M_UNKNOWN", error: "The request body did not arrive in time", close: true }
     case "InvalidRequestBody":
-      return matrixError(400, "M_UNKNOWN", error.message, close)
+      return { status: 400, errcode: "M_UNKNOWN", error: error.message, close: true }
   }
 }
+
+/** A sender over its per-address limit: 429, its body left unread (the connection is closed). */
+const addressRefusal = (limited: RateLimited): Refusal => ({
+  status: 429,
+  errcode: "M_LIMIT_EXCEEDED",
+  error: `Too many requests from this address, retry after ${limited.retryAfter} s`,
+  close: true,
+  headers: { "retry-after": String(limited.retryAfter) },
+  extra: { retry_after_ms: limited.retryAfter * 1000 }
+})
 
 /**
  * What a device's failed push means for the homeserver: gone for good as a push would say 404, 410
  * or 401 (rejected); worth a retry as 429 or 5xx; anything else (a message a bridge finds too
  * large) is not pushed, and not worth a retry either.
  */
-const outcomeOfError = (error: ApiError, pushkey: string): Outcome => {
+const outcomeOfError = (error: ApiError): Outcome => {
   const { status, headers, body } = toErrorResponse(error)
-  if (status === 404 || status === 410 || status === 401) return { _tag: "rejected", pushkey }
+  if (status === 404 || status === 410 || status === 401) return { _tag: "rejected", reason: `a push to it is answered ${status}: ${body.message}` }
   if (status === 429 || status >= 500) {
     return {
       _tag: "failed",
@@ -163,25 +200,58 @@ const retryAnswer = (retry: Retry): HttpServerResponse.HttpServerResponse => {
   return matrixError(retry.status, retry.errcode, retry.error, headers, extra)
 }
 
-const digest = (eventId: string, pushkey: string): string =>
-  createHash("sha256").update(eventId).update("\u0000").update(pushkey).digest("base64url")
+const digest = (eventId: string, subscription: string): string =>
+  createHash("sha256").update(eventId).update("\u0000").update(subscription).digest("base64url")
+
+/**
+ * A budget of log lines: `take(nowMs)` answers undefined when the line is to be left out (over
+ * `lines` in the current window of `windowMs`), else how many were left out before it.
+ */
+const makeLogBudget = (lines: number, windowMs: number) => {
+  let windowStart = Number.NEGATIVE_INFINITY
+  let written = 0
+  let leftOut = 0
+  return (nowMs: number): number | undefined => {
+    if (nowMs - windowStart >= windowMs) {
+      windowStart = nowMs
+      written = 0
+    }
+    if (written >= lines) {
+      leftOut++
+      return undefined
+    }
+    written++
+    const before = leftOut
+    leftOut = 0
+    return before
+  }
+}
+
+/** The pushkeys of one request that name one subscription, and how the first of them is pushed to. */
+interface Target {
+  readonly version: string | undefined
+  readonly token: string
+  readonly pushkeys: Array<string>
+}
 
 /** Methods the endpoint's routes are registered for. */
 const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "QUERY"] as const
 
-/** The gateway's routes, over the push path's `sendMade` and the per-pushkey limit `take`. */
-export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGatewayOptions, sendMade: SendMade, take: TakeToken) {
+/** The gateway's routes, over the push path's `sendMade` and the endpoint's `limits`. */
+export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGatewayOptions, sendMade: SendMade, limits: GatewayLimits) {
   const metrics = yield* Metrics
+  const crypto = yield* EndpointCrypto
   const counted = {
     delivered: metrics.counter(METRICS.matrixNotify.name, { outcome: "delivered" }),
     rejected: metrics.counter(METRICS.matrixNotify.name, { outcome: "rejected" }),
     duplicate: metrics.counter(METRICS.matrixNotify.name, { outcome: "duplicate" }),
     failed: metrics.counter(METRICS.matrixNotify.name, { outcome: "failed" })
   }
-  // When each event and pushkey pair was pushed (ms): claimed as its push starts, forgotten if it fails.
+  // When each event and subscription pair was pushed (ms): claimed as its push starts, forgotten if it fails.
   const pushed = new RecentMap<number>(DEDUPE_ENTRIES)
+  const logBudget = makeLogBudget(LOG_LINES, LOG_WINDOW_MS)
+  const loggedPushkeys = new RecentMap<true>(LOGGED_PUSHKEYS)
   const ttl = options.ttlSeconds
-  const ownEndpoint = ownEndpointOf(options.endpointUrl)
   const maxMessageBytes = Math.min(MAX_MESSAGE_BYTES, options.maxDataBytes)
   const bodyLimits = {
     maxBytes: MAX_NOTIFY_BYTES,
@@ -192,15 +262,56 @@ export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGate
   const readNotifyBody = (req: IncomingMessage) =>
     Effect.callback<Body>((resume) => readBody(req, bodyLimits, (body) => resume(Effect.succeed(body))))
 
-  /** One device: not ours, a retry already pushed, over its rate limit, or through the push path. */
-  const deliver = (device: Device, eventId: string | undefined, made: GatewayPush | undefined, nowMs: number): Effect.Effect<Outcome> => {
-    const endpoint = ownEndpoint(device.pushkey)
-    if (endpoint === undefined) return Effect.succeed({ _tag: "rejected", pushkey: device.pushkey })
-    const key = eventId === undefined ? undefined : digest(eventId, device.pushkey)
+  /** A line within the log budget (annotated with the lines left out before it, if any); nothing beyond it. */
+  const logBudgeted = (nowMs: number, line: Effect.Effect<void>): Effect.Effect<boolean> => {
+    const leftOut = logBudget(nowMs)
+    if (leftOut === undefined) return Effect.succeed(false)
+    return Effect.as(leftOut === 0 ? line : Effect.annotateLogs(line, { left_out: leftOut }), true)
+  }
+
+  /** A refused request, logged with its reason (within the budget) and answered. */
+  const refused = (refusal: Refusal, nowMs: number) =>
+    Effect.as(
+      logBudgeted(nowMs, Effect.logInfo("matrix notify refused").pipe(Effect.annotateLogs({ status: refusal.status, errcode: refusal.errcode, reason: refusal.error }))),
+      refusalAnswer(refusal)
+    )
+
+  /** A rejected pushkey, logged once (by its opaque id: pushkeys are capabilities) with why, within the budget. */
+  const logRejected = (pushkey: string, reason: string, nowMs: number): Effect.Effect<void> => {
+    const id = opaqueId(pushkey)
+    if (loggedPushkeys.get(id) !== undefined) return Effect.void
+    return Effect.map(
+      logBudgeted(nowMs, Effect.logInfo("matrix pushkey rejected: the homeserver will delete its pusher").pipe(Effect.annotateLogs({ pushkey: id, reason }))),
+      (written) => written && loggedPushkeys.set(id, true)
+    )
+  }
+
+  /**
+   * The target of `pushkey` in `targets` (by the subscription it names, added if new), or why it is
+   * not a subscription of ours. Its token is opened: scheme and host are not looked at, since the
+   * token itself tells (see `pushEndpointOf`).
+   */
+  const targetOf = (pushkey: string, targets: Map<string, Target>): Target | string => {
+    const endpoint = pushEndpointOf(pushkey)
+    if (endpoint._tag === "NotPushEndpoint") return endpoint.reason
+    const opened = crypto.openEndpoint(endpoint.version === "v2" ? "v2" : "v1", endpoint.token)
+    if (Result.isFailure(opened)) return "its token does not open with this server's key (not a subscription of this server)"
+    const subscription = `${opened.success.uaid}:${opened.success.channelId}`
+    let target = targets.get(subscription)
+    if (target === undefined) {
+      target = { version: endpoint.version, token: endpoint.token, pushkeys: [] }
+      targets.set(subscription, target)
+    }
+    return target
+  }
+
+  /** One subscription: a retry already pushed, over its rate limit, or through the push path. */
+  const deliver = (subscription: string, target: Target, eventId: string | undefined, made: GatewayPush | undefined, nowMs: number): Effect.Effect<Outcome> => {
+    const key = eventId === undefined ? undefined : digest(eventId, subscription)
     const at = key === undefined ? undefined : pushed.get(key)
     if (at !== undefined && nowMs - at < DEDUPE_WINDOW_MS) return Effect.succeed(DUPLICATE)
     if (made === undefined) return Effect.succeed(FAILED)
-    const wait = take(device.pushkey, nowMs)
+    const wait = limits.subscription(subscription, nowMs)
     if (wait > 0) {
       return Effect.succeed({
         _tag: "failed",
@@ -208,39 +319,84 @@ export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGate
       })
     }
     if (key !== undefined) pushed.set(key, nowMs)
-    return sendMade(made, endpoint.version, endpoint.token).pipe(
+    return sendMade(made, target.version, target.token).pipe(
       Effect.onError(() => Effect.sync(() => key !== undefined && pushed.delete(key))),
       Effect.as(DELIVERED),
-      Effect.catch((error: ApiError) => Effect.succeed(outcomeOfError(error, device.pushkey)))
+      Effect.catch((error: ApiError) => Effect.succeed(outcomeOfError(error)))
     )
   }
 
   const notify = Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
-    const body = yield* readNotifyBody(request.source as IncomingMessage)
-    if (body._tag === "Refused") return bodyRefused(body.error)
-    const parsed = parseNotify(body.bytes)
-    if (isRefusal(parsed)) return matrixError(400, parsed.errcode, parsed.error)
+    const source = request.source as IncomingMessage
     const nowMs = yield* Clock.currentTimeMillis
+    // Before anything is read: a sender over its limit costs a bucket lookup.
+    const byAddress = limits.address(source, nowMs)
+    if (Result.isFailure(byAddress)) return yield* refused(addressRefusal(byAddress.failure), nowMs)
+    const body = yield* readNotifyBody(source)
+    if (body._tag === "Refused") return yield* refused(bodyRefusal(body.error), nowMs)
+    const parsed = parseNotify(body.bytes)
+    if (isRefusal(parsed)) return yield* refused({ ...parsed, close: false }, nowMs)
     const message = messageOf(parsed, maxMessageBytes)
     if (message === undefined) yield* Effect.logWarning("matrix notification too large to push, even without its optional fields")
     const made = message === undefined ? undefined : { body: message, ttl, urgency: urgencyOf(parsed.prio) }
-    const outcomes = yield* Effect.forEach(parsed.devices, (device) => deliver(device, parsed.eventId, made, nowMs), { concurrency: CONCURRENCY })
-    const tally = { delivered: 0, rejected: 0, duplicate: 0, failed: 0 }
-    for (const outcome of outcomes) {
-      tally[outcome._tag]++
-      counted[outcome._tag].inc()
+
+    // Each pushkey read once, and its token opened: the pushkeys that name one subscription (however
+    // spelled) are pushed to once, and share its rate limit and its retries' de-duplication.
+    const targets = new Map<string, Target>()
+    const read = new Map<string, Target | string>()
+    const rejected = new Map<string, string>()
+    let unresolved = 0
+    for (const { pushkey } of parsed.devices) {
+      let known = read.get(pushkey)
+      if (known === undefined) {
+        known = targetOf(pushkey, targets)
+        read.set(pushkey, known)
+      }
+      if (typeof known === "string") {
+        rejected.set(pushkey, known)
+        unresolved++
+      } else {
+        known.pushkeys.push(pushkey)
+      }
     }
-    const retry = outcomes.find((o): o is Extract<Outcome, { _tag: "failed" }> => o._tag === "failed" && o.retry !== undefined)?.retry
-    yield* Effect.logDebug("matrix notify").pipe(Effect.annotateLogs({ devices: outcomes.length, ...tally }))
+    const outcomes = yield* Effect.forEach(targets, ([subscription, target]) => deliver(subscription, target, parsed.eventId, made, nowMs), {
+      concurrency: CONCURRENCY
+    })
+
+    // One count per device: a subscription's other spellings in the request count as duplicates of its push.
+    const tally = { delivered: 0, rejected: 0, duplicate: 0, failed: 0 }
+    const count = (tag: Outcome["_tag"], n: number) => {
+      tally[tag] += n
+      if (n > 0) counted[tag].inc(n)
+    }
+    count("rejected", unresolved)
+    let retry: Retry | undefined
+    let i = 0
+    for (const target of targets.values()) {
+      const outcome = outcomes[i++] as Outcome
+      const devices = target.pushkeys.length
+      if (outcome._tag === "delivered") {
+        count("delivered", 1)
+        count("duplicate", devices - 1)
+      } else {
+        count(outcome._tag, devices)
+      }
+      if (outcome._tag === "rejected") for (const pushkey of target.pushkeys) rejected.set(pushkey, outcome.reason)
+      if (outcome._tag === "failed") retry ??= outcome.retry
+    }
+    yield* Effect.logDebug("matrix notify").pipe(Effect.annotateLogs({ devices: parsed.devices.length, subscriptions: targets.size, ...tally }))
+    for (const [pushkey, reason] of rejected) yield* logRejected(pushkey, reason, nowMs)
     if (retry !== undefined) {
       yield* Effect.logInfo("matrix notify answered with an error, for the homeserver to retry").pipe(
         Effect.annotateLogs({ status: retry.status, errcode: retry.errcode, reason: retry.error })
       )
       return retryAnswer(retry)
     }
-    const rejected = [...new Set(outcomes.flatMap((o) => (o._tag === "rejected" ? [o.pushkey] : [])))]
-    return HttpServerResponse.jsonUnsafe({ rejected })
+    // The rejected pushkeys, each once, in the order the request named them.
+    const answer = new Set<string>()
+    for (const { pushkey } of parsed.devices) if (rejected.has(pushkey)) answer.add(pushkey)
+    return HttpServerResponse.jsonUnsafe({ rejected: [...answer] })
   })
 
   const discovery = HttpServerResponse.jsonUnsafe({ unifiedpush: { gateway: "matrix" } })

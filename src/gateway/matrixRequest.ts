@@ -9,8 +9,8 @@
  *   `content` goes, then the other optional fields one by one; `event_id`, `room_id`, `counts` and
  *   `prio` always stay;
  * - `urgencyOf`: the message's Web Push urgency (RFC 8030 §5.3) from the notification's `prio`;
- * - `ownEndpointOf`: a pushkey that is one of this service's push endpoint URLs, as the version
- *   segment and token of its path (parsed, never fetched).
+ * - `pushEndpointOf`: a pushkey that has the form of one of this service's push endpoint URLs, as
+ *   the version segment and token of its path (parsed, never fetched).
  */
 import type { Urgency } from "../domain/notification.ts"
 
@@ -41,35 +41,79 @@ export interface Notify {
   readonly prio: Prio
 }
 
-/** Why a body is not a notify request: not JSON at all, or JSON of another shape. */
+/** Why a body is not a notify request: not JSON at all, JSON of another shape, or more than the gateway takes. */
 export interface NotifyRefusal {
-  readonly errcode: "M_NOT_JSON" | "M_BAD_JSON"
+  readonly status: 400 | 413
+  readonly errcode: "M_NOT_JSON" | "M_BAD_JSON" | "M_TOO_LARGE"
   readonly error: string
 }
 
 const isObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
-const refuse = (error: string): NotifyRefusal => ({ errcode: "M_BAD_JSON", error })
+const refuse = (error: string): NotifyRefusal => ({ status: 400, errcode: "M_BAD_JSON", error })
 
 /** Optional fields that must be strings when present. */
 const STRING_FIELDS = ["event_id", "room_id", "type", "sender", "sender_display_name", "room_name", "room_alias", "prio"] as const
 
 /**
+ * Devices one notify request may name; a request naming more is answered 413 `M_TOO_LARGE` and
+ * nothing of it is pushed. Homeservers send one device per request (Synapse) or the devices of one
+ * user on one gateway (Dendrite): a few. Pushing the first ones and leaving the rest out would tell
+ * the homeserver they were delivered (the answer lists only rejected pushkeys), and listing the
+ * rest as `rejected` would make it delete their pushers for good; an error for the whole request
+ * is retried with backoff and drops nothing.
+ */
+export const MAX_DEVICES = 64
+
+/**
+ * Nesting of objects and arrays a notify body may have; deeper is answered 400 `M_BAD_JSON`. A
+ * notification nests a few levels; far deeper values could not be written out again (the message
+ * is made from them) without running out of stack.
+ */
+export const MAX_NESTING = 100
+
+/** The deepest nesting of `{` and `[` in JSON `text` (outside strings), stopping past `limit`: one pass. */
+const nestingOver = (text: string, limit: number): boolean => {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++ // a backslash: the next character is escaped
+      else if (c === 0x22) inString = false
+    } else if (c === 0x22) {
+      inString = true
+    } else if (c === 0x7b || c === 0x5b) {
+      if (++depth > limit) return true
+    } else if (c === 0x7d || c === 0x5d) {
+      depth--
+    }
+  }
+  return false
+}
+
+/**
  * The notify request in `body`, or why it is not one. Only what the gateway uses is checked:
- * `notification` an object with a `devices` list of `{app_id, pushkey}` (strings), the optional
- * string fields strings, `counts` and `content` objects. A `prio` other than `low` is `high`.
+ * `notification` an object with a `devices` list (at most `MAX_DEVICES`) of `{app_id, pushkey}`
+ * (strings), the optional string fields strings, `counts` and `content` objects, no deeper than
+ * `MAX_NESTING`. A `prio` other than `low` is `high`. Work linear in the body's size.
  */
 export const parseNotify = (body: Buffer): Notify | NotifyRefusal => {
+  const text = body.toString("utf8")
   let json: unknown
   try {
-    json = JSON.parse(body.toString("utf8"))
+    json = JSON.parse(text)
   } catch {
-    return { errcode: "M_NOT_JSON", error: "The body is not JSON" }
+    return { status: 400, errcode: "M_NOT_JSON", error: "The body is not JSON" }
   }
+  if (nestingOver(text, MAX_NESTING)) return refuse(`The body nests objects and lists deeper than ${MAX_NESTING} levels`)
   if (!isObject(json) || !isObject(json["notification"])) return refuse("The body must be an object with a notification object")
   const { devices, ...notification } = json["notification"]
   if (!Array.isArray(devices)) return refuse("notification.devices must be a list")
+  if (devices.length > MAX_DEVICES) {
+    return { status: 413, errcode: "M_TOO_LARGE", error: `A notification may name at most ${MAX_DEVICES} devices, not ${devices.length}` }
+  }
   const checked: Array<Device> = []
   for (const device of devices as ReadonlyArray<unknown>) {
     if (!isObject(device) || typeof device["app_id"] !== "string" || typeof device["pushkey"] !== "string") {
@@ -99,25 +143,52 @@ const KEPT: ReadonlySet<string> = new Set(["event_id", "room_id", "counts", "pri
 /** The spec's optional fields, in the order they go after `content` and any field the spec does not name. */
 const DROPPED_LAST = ["room_alias", "room_name", "sender_display_name", "sender", "type", "user_is_target"] as const
 
+const OPEN = "{\"notification\":{"
+const CLOSE = "}}"
+
 /**
  * The message of `notify` (the same for each device): `{"notification": {…}}` without `devices`,
  * with `prio` as the gateway took it. Over `maxBytes`, `content` goes first, then the fields the
- * spec does not name, then `room_alias`, `room_name`, `sender_display_name`, `sender`, `type` and
- * `user_is_target`, one at a time, until it fits; undefined when even `event_id`, `room_id`,
- * `counts` and `prio` alone do not.
+ * spec does not name (in the notification's key order), then `room_alias`, `room_name`,
+ * `sender_display_name`, `sender`, `type` and `user_is_target`, one at a time, until it fits;
+ * undefined when even `event_id`, `room_id`, `counts` and `prio` alone do not.
+ *
+ * In one pass: each field is written out once (`"key":value`) and its size taken; the fields to
+ * drop are found by subtracting sizes, and the message is the written fields that stay, joined. The
+ * result is byte for byte what writing out the whole notification again after each field dropped
+ * would give (the fields keep their order, and a field's text does not depend on its neighbours),
+ * at a cost linear in the notification's size however many fields it has.
  */
 export const messageOf = (notify: Notify, maxBytes: number): Buffer | undefined => {
   const fields: Record<string, unknown> = { ...notify.notification, prio: notify.prio }
-  const known: ReadonlySet<string> = new Set([...KEPT, "content", ...DROPPED_LAST])
-  const order = ["content", ...Object.keys(fields).filter((key) => !known.has(key)), ...DROPPED_LAST]
-  for (let dropped = 0; ; dropped++) {
-    const bytes = Buffer.from(JSON.stringify({ notification: fields }), "utf8")
-    if (bytes.length <= maxBytes) return bytes
-    // Only fields present are worth a try: skip to the next one there is.
-    while (dropped < order.length && !Object.hasOwn(fields, order[dropped] as string)) dropped++
-    if (dropped >= order.length) return undefined
-    delete fields[order[dropped] as string]
+  const keys = Object.keys(fields)
+  const written = new Map<string, string>()
+  const sizes = new Map<string, number>()
+  // The fields joined by commas, in the braces: one comma fewer than fields (`prio` is always there).
+  let total = Buffer.byteLength(OPEN) + Buffer.byteLength(CLOSE) + keys.length - 1
+  for (const key of keys) {
+    const text = `${JSON.stringify(key)}:${JSON.stringify(fields[key])}`
+    const size = Buffer.byteLength(text, "utf8")
+    written.set(key, text)
+    sizes.set(key, size)
+    total += size
   }
+  const dropped = new Set<string>()
+  if (total > maxBytes) {
+    const known: ReadonlySet<string> = new Set([...KEPT, "content", ...DROPPED_LAST])
+    const order = ["content", ...keys.filter((key) => !known.has(key)), ...DROPPED_LAST]
+    for (const key of order) {
+      if (total <= maxBytes) break
+      const size = sizes.get(key)
+      if (size === undefined) continue
+      dropped.add(key)
+      total -= size + 1 // the field and its comma
+    }
+    if (total > maxBytes) return undefined
+  }
+  const kept: Array<string> = []
+  for (const [key, text] of written) if (!dropped.has(key)) kept.push(text)
+  return Buffer.from(`${OPEN}${kept.join(",")}${CLOSE}`, "utf8")
 }
 
 /**
@@ -130,24 +201,32 @@ export const messageOf = (notify: Notify, maxBytes: number): Buffer | undefined 
  */
 export const urgencyOf = (prio: Prio): Urgency => (prio === "low" ? "low" : "high")
 
-/** `/wpush/{token}` or `/wpush/{version}/{token}`, spelled plainly (as the push route takes it). */
-const PUSH_PATH = /^\/wpush\/(?:([A-Za-z0-9]+)\/)?([A-Za-z0-9_=-]+)$/
+/** The push route's segment: a push endpoint's path ends in it and the token (and its version). */
+const PUSH_ROUTE = "/wpush/"
+
+/** What follows the last `/wpush/` of a push endpoint's path: `{v1|v2}/{token}` or `{token}`. */
+const PUSH_TAIL = /^(?:(v1|v2)\/)?([A-Za-z0-9_=-]+)$/
+
+/** A pushkey read as a push endpoint: the version segment and token of its path, or why it is not one. */
+export type PushEndpoint =
+  | { readonly _tag: "PushEndpoint"; readonly version: "v1" | "v2" | undefined; readonly token: string }
+  | { readonly _tag: "NotPushEndpoint"; readonly reason: string }
 
 /**
- * For the service at `endpointUrl` (parsed once), the version segment and token of a `pushkey` when
- * it is one of its push endpoint URLs: `{endpointUrl}/wpush/{v1|v2}/{token}` (or `/wpush/{token}`),
- * the same origin and path prefix as `endpointUrl`, no query, fragment or credentials; undefined for
- * anything else. The URL is only parsed: whether the token is ours is the push path's first check.
+ * The version segment and token of a `pushkey` that is a push endpoint URL of this service's form:
+ * an `http:` or `https:` URL whose path (dot segments resolved) ends in `/wpush/{v1|v2}/{token}` or
+ * `/wpush/{token}`. Its scheme, host, port, path before `/wpush/`, credentials, query and fragment
+ * are not looked at: the endpoint node answers on more origins than `endpoint_url` (a TLS proxy in
+ * front, `127.0.0.1` for `localhost`, another name), and whether a token is ours is told by the
+ * token itself, which only opens with this service's key (the caller opens it). Parsed once, never
+ * fetched: a pushkey naming another host makes no request to it. Work linear in its length.
  */
-export const ownEndpointOf = (endpointUrl: string) => {
-  const base = new URL(endpointUrl)
-  const prefix = base.pathname.replace(/\/+$/, "")
-  return (pushkey: string): { readonly version: string | undefined; readonly token: string } | undefined => {
-    if (!URL.canParse(pushkey)) return undefined
-    const url = new URL(pushkey)
-    if (url.origin !== base.origin || url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") return undefined
-    if (!url.pathname.startsWith(`${prefix}/wpush/`)) return undefined
-    const path = PUSH_PATH.exec(url.pathname.slice(prefix.length))
-    return path === null ? undefined : { version: path[1], token: path[2] as string }
-  }
+export const pushEndpointOf = (pushkey: string): PushEndpoint => {
+  const url = URL.parse(pushkey)
+  if (url === null || (url.protocol !== "https:" && url.protocol !== "http:")) return { _tag: "NotPushEndpoint", reason: "not an http(s) URL" }
+  const path = url.pathname
+  const at = path.lastIndexOf(PUSH_ROUTE)
+  const tail = at < 0 ? null : PUSH_TAIL.exec(path.slice(at + PUSH_ROUTE.length))
+  if (tail === null) return { _tag: "NotPushEndpoint", reason: "its path is not a push endpoint's (/wpush/v1/{token})" }
+  return { _tag: "PushEndpoint", version: tail[1] as "v1" | "v2" | undefined, token: tail[2] as string }
 }

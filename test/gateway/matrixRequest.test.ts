@@ -1,6 +1,17 @@
-/** The notify request's parts as pure functions: parsing, the message and its shrinking, urgency, our endpoints. */
+/** The notify request's parts as pure functions: parsing, the message and its shrinking, urgency, our endpoints' form. */
 import { assert, describe, it } from "@effect/vitest"
-import { isRefusal, messageOf, type Notify, ownEndpointOf, parseNotify, urgencyOf } from "../../src/gateway/matrixRequest.ts"
+import {
+  isRefusal,
+  MAX_DEVICES,
+  MAX_NESTING,
+  messageOf,
+  type Notify,
+  type NotifyRefusal,
+  type PushEndpoint,
+  parseNotify,
+  pushEndpointOf,
+  urgencyOf
+} from "../../src/gateway/matrixRequest.ts"
 
 const parse = (json: unknown): Notify => {
   const parsed = parseNotify(Buffer.from(JSON.stringify(json)))
@@ -29,6 +40,28 @@ describe("parseNotify", () => {
     for (const json of ["null", "[]", "{}", "{\"notification\":[]}", "{\"notification\":{\"devices\":null}}", "{\"notification\":{\"devices\":[null]}}", "{\"notification\":{\"devices\":[{\"app_id\":\"a\",\"pushkey\":1}]}}", "{\"notification\":{\"devices\":[],\"counts\":3}}", "{\"notification\":{\"devices\":[],\"prio\":1}}", "{\"notification\":{\"devices\":[],\"content\":\"x\"}}"]) {
       assert.strictEqual(errcode(json), "M_BAD_JSON", json)
     }
+  })
+
+  const refusal = (text: string): NotifyRefusal | undefined => {
+    const parsed = parseNotify(Buffer.from(text))
+    return isRefusal(parsed) ? parsed : undefined
+  }
+
+  it(`refuses more than ${MAX_DEVICES} devices with 413 M_TOO_LARGE, and takes ${MAX_DEVICES}`, () => {
+    const devices = (n: number) => JSON.stringify({ notification: { devices: Array.from({ length: n }, (_, i) => ({ app_id: "a", pushkey: `k${i}` })) } })
+    assert.isUndefined(refusal(devices(MAX_DEVICES)))
+    assert.deepStrictEqual(refusal(devices(MAX_DEVICES + 1)), {
+      status: 413,
+      errcode: "M_TOO_LARGE",
+      error: `A notification may name at most ${MAX_DEVICES} devices, not ${MAX_DEVICES + 1}`
+    })
+  })
+
+  it(`refuses nesting deeper than ${MAX_NESTING} levels with 400 M_BAD_JSON (brackets inside strings do not count)`, () => {
+    const nested = (depth: number) => `{"notification":{"devices":[],"content":{"x":${"[".repeat(depth - 3)}${"]".repeat(depth - 3)}}}}`
+    assert.isUndefined(refusal(nested(MAX_NESTING)))
+    assert.strictEqual(refusal(nested(MAX_NESTING + 1))?.errcode, "M_BAD_JSON")
+    assert.isUndefined(refusal(JSON.stringify({ notification: { devices: [], content: { body: "[{\\\"[".repeat(5_000) } } })))
   })
 })
 
@@ -74,6 +107,55 @@ describe("messageOf", () => {
     })
   })
 
+  /** The message as it was first made: the whole notification written out again after each field dropped. */
+  const reference = (notify: Notify, maxBytes: number): Buffer | undefined => {
+    const fields: Record<string, unknown> = { ...notify.notification, prio: notify.prio }
+    const known = new Set(["event_id", "room_id", "counts", "prio", "content", "room_alias", "room_name", "sender_display_name", "sender", "type", "user_is_target"])
+    const order = ["content", ...Object.keys(fields).filter((key) => !known.has(key)), "room_alias", "room_name", "sender_display_name", "sender", "type", "user_is_target"]
+    for (const key of [undefined, ...order]) {
+      if (key !== undefined) delete fields[key]
+      const bytes = Buffer.from(JSON.stringify({ notification: fields }))
+      if (bytes.length <= maxBytes) return bytes
+    }
+    return undefined
+  }
+
+  it("is byte for byte the message of writing it all out again after each field dropped (generated notifications)", () => {
+    let seed = 0x9e3779b9
+    const random = (n: number) => {
+      seed = (seed * 1_103_515_245 + 12_345) >>> 0
+      return (seed >>> 8) % n
+    }
+    const text = () => ["x", "é", "😀", "\"", "\u0000", "\ud800"][random(6)]!.repeat(random(400))
+    const names = ["event_id", "room_id", "counts", "content", "room_alias", "room_name", "sender_display_name", "sender", "type", "user_is_target", "prio", "x", "1", "__proto__", "zz"]
+    for (let round = 0; round < 300; round++) {
+      const notification: Record<string, unknown> = {}
+      for (const name of names) {
+        if (random(3) === 0) continue
+        notification[name] = name === "counts" || name === "content" ? { body: text(), n: [random(9), { t: text() }] }
+          : name === "user_is_target" ? random(2) === 0
+          : name === "prio" ? ["low", "high", "other"][random(3)]
+          : text()
+      }
+      const parsed = parse({ notification: { ...notification, devices: [] } })
+      const maxBytes = 60 + random(2_000)
+      assert.deepStrictEqual(messageOf(parsed, maxBytes), reference(parsed, maxBytes), `round ${round}`)
+    }
+  })
+
+  it("a 64 KiB notification of thousands of small fields is made in one pass (well within a second)", () => {
+    const fields = Array.from({ length: 7_000 }, (_, i) => `"f${i}":1`).join(",")
+    const body = Buffer.from(`{"notification":{"devices":[],"event_id":"$e",${fields}}}`)
+    assert.isAtLeast(body.length, 60_000)
+    const started = performance.now()
+    const parsed = parseNotify(body)
+    if (isRefusal(parsed)) throw new Error(parsed.error)
+    const message = messageOf(parsed, 4096)
+    const elapsed = performance.now() - started
+    assert.isAtMost(message?.length ?? 0, 4096)
+    assert.isBelow(elapsed, 1_000)
+  })
+
   it("counts UTF-8 bytes", () => {
     const emoji = parse({ notification: { event_id: "$e", content: { body: "😀".repeat(1100) }, devices: [] } })
     const bytes = messageOf(emoji, 4096)!
@@ -89,32 +171,53 @@ describe("urgencyOf", () => {
   })
 })
 
-describe("ownEndpointOf", () => {
-  it("takes /wpush/{version}/{token} and /wpush/{token} under the endpoint URL, and nothing else", () => {
+describe("pushEndpointOf", () => {
+  const endpoint = (version: "v1" | "v2" | undefined, token: string): PushEndpoint => ({ _tag: "PushEndpoint", version, token })
+
+  it("takes /wpush/{version}/{token} and /wpush/{token} on any http(s) origin and path prefix, query and fragment aside", () => {
     const base = "https://push.example.com"
-    assert.deepStrictEqual(ownEndpointOf(base)(`${base}/wpush/v1/gAAAA_tok-en=`), { version: "v1", token: "gAAAA_tok-en=" })
-    assert.deepStrictEqual(ownEndpointOf(`${base}/`)(`${base}/wpush/v2/abc`), { version: "v2", token: "abc" })
-    assert.deepStrictEqual(ownEndpointOf(base)(`${base}/wpush/abc`), { version: undefined, token: "abc" })
-    assert.deepStrictEqual(ownEndpointOf(base)("HTTPS://PUSH.example.com:443/wpush/v1/abc"), { version: "v1", token: "abc" })
-    assert.deepStrictEqual(ownEndpointOf("https://example.com/push")("https://example.com/push/wpush/v1/abc"), { version: "v1", token: "abc" })
+    assert.deepStrictEqual(pushEndpointOf(`${base}/wpush/v1/gAAAA_tok-en=`), endpoint("v1", "gAAAA_tok-en="))
+    assert.deepStrictEqual(pushEndpointOf(`${base}/wpush/v2/abc`), endpoint("v2", "abc"))
+    assert.deepStrictEqual(pushEndpointOf(`${base}/wpush/abc`), endpoint(undefined, "abc"))
     for (
       const pushkey of [
+        "HTTPS://PUSH.example.com:443/wpush/v1/abc",
         "http://push.example.com/wpush/v1/abc",
+        "http://127.0.0.1:8082/wpush/v1/abc",
         "https://push.example.com:8443/wpush/v1/abc",
-        "https://evil.example.com/wpush/v1/abc",
-        "https://push.example.com.evil.example/wpush/v1/abc",
-        "https://user@push.example.com/wpush/v1/abc",
+        "https://elsewhere.example.org/wpush/v1/abc",
+        "https://user:pass@push.example.com/wpush/v1/abc",
+        "https://example.com/push/wpush/v1/abc",
+        `${base}/x/../wpush/v1/abc`,
         `${base}/wpush/v1/abc?x=1`,
-        `${base}/wpush/v1/abc#f`,
-        `${base}/wpush/v1/a%62c`,
-        `${base}/wpush/v1/abc/`,
-        `${base}/wpush/v1/`,
-        `${base}/m/abc`,
-        `${base}/other/wpush/v1/abc`,
-        "V2h5IG9uIGVhcnRoIGRpZCB5b3UgZGVjb2RlIHRoaXM/",
-        ""
+        `${base}/wpush/v1/abc?`,
+        `${base}/wpush/v1/abc#f`
       ]
-    ) assert.isUndefined(ownEndpointOf(base)(pushkey), pushkey)
-    assert.isUndefined(ownEndpointOf("https://example.com/push")("https://example.com/wpush/v1/abc"))
+    ) assert.deepStrictEqual(pushEndpointOf(pushkey), endpoint("v1", "abc"), pushkey)
+  })
+
+  it("refuses what is not an http(s) URL, or whose path is not a push endpoint's, saying why", () => {
+    const base = "https://push.example.com"
+    for (const pushkey of ["V2h5IG9uIGVhcnRoIGRpZCB5b3UgZGVjb2RlIHRoaXM/", "", "ftp://push.example.com/wpush/v1/abc", "mailto:me@example.com"]) {
+      assert.deepStrictEqual(pushEndpointOf(pushkey), { _tag: "NotPushEndpoint", reason: "not an http(s) URL" }, pushkey)
+    }
+    for (const pushkey of [`${base}/wpush/v1/a%62c`, `${base}/wpush/v1/abc/`, `${base}/wpush/v1/`, `${base}/wpush/v9/abc`, `${base}/m/abc`, `${base}/wpush`]) {
+      assert.deepStrictEqual(pushEndpointOf(pushkey), { _tag: "NotPushEndpoint", reason: "its path is not a push endpoint's (/wpush/v1/{token})" }, pushkey)
+    }
+  })
+
+  it("reads pushkeys at the size limit built to make a parser backtrack in linear time", () => {
+    const started = performance.now()
+    for (
+      const pushkey of [
+        `https://h/${"wpush/".repeat(10_000)}`,
+        `https://h/wpush/v1/${"a".repeat(64_000)}/`,
+        `https://h/${"x/../".repeat(12_000)}wpush/v1/abc`,
+        `https://h/wpush/${"v1/".repeat(20_000)}`,
+        `https://${"a.".repeat(30_000)}/wpush/v1/abc`,
+        `https://h/${"%41".repeat(20_000)}`
+      ]
+    ) pushEndpointOf(pushkey)
+    assert.isBelow(performance.now() - started, 1_000)
   })
 })
