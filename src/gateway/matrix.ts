@@ -386,16 +386,16 @@ export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGate
       if (outcome._tag === "failed") retry ??= outcome.retry
     }
     yield* Effect.logDebug("matrix notify").pipe(Effect.annotateLogs({ devices: parsed.devices.length, subscriptions: targets.size, ...tally }))
-    for (const [pushkey, reason] of rejected) yield* logRejected(pushkey, reason, nowMs)
+    // The rejected pushkeys, each once, in the order the request named them.
+    const answer = new Set<string>()
+    for (const { pushkey } of parsed.devices) if (rejected.has(pushkey)) answer.add(pushkey)
+    for (const pushkey of answer) yield* logRejected(pushkey, rejected.get(pushkey) as string, nowMs)
     if (retry !== undefined) {
       yield* Effect.logInfo("matrix notify answered with an error, for the homeserver to retry").pipe(
         Effect.annotateLogs({ status: retry.status, errcode: retry.errcode, reason: retry.error })
       )
       return retryAnswer(retry)
     }
-    // The rejected pushkeys, each once, in the order the request named them.
-    const answer = new Set<string>()
-    for (const { pushkey } of parsed.devices) if (rejected.has(pushkey)) answer.add(pushkey)
     return HttpServerResponse.jsonUnsafe({ rejected: [...answer] })
   })
 

@@ -5,17 +5,24 @@
  * shrunk to 4096 bytes; urgency and TTL; the Matrix errors; a storage outage; the per-pushkey rate
  * limit; the discovery answer; and the gateway off under `require_vapid`.
  */
+import * as http from "node:http"
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Layer, Logger } from "effect"
 import { TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
+import { LOG_LINES } from "../../src/gateway/matrix.ts"
+import { MAX_DEVICES } from "../../src/gateway/matrixRequest.ts"
+import { NO_LIMITS } from "../../src/endpoint/rateLimits.ts"
+import { opaqueId } from "../../src/observability/opaque.ts"
 import type { Notification } from "../../src/domain/notification.ts"
 import { METRICS } from "../../src/observability/catalog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
+import { boundPort } from "../../src/endpoint/server.ts"
 import {
   endpointWith,
   FakeNodeClient,
   messagesOf,
   options,
+  push,
   request,
   subscribe,
   type Subscription,
@@ -25,6 +32,10 @@ import {
 } from "../endpoint/harness.ts"
 
 const NOTIFY = "/_matrix/push/v1/notify"
+
+/** Log lines of the gateway's layers that capture them. */
+const logged: Array<{ readonly message: unknown; readonly level: string; readonly annotations: Record<string, unknown> }> = []
+const captureLogs = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void logged.push(entry))])
 
 /** The spec's example notify request, for these pushkeys (one device each). */
 const fullRequest = (pushkeys: ReadonlyArray<string>, overrides: Record<string, unknown> = {}) => ({
@@ -70,6 +81,26 @@ const eventIdOnlyRequest = (pushkeys: ReadonlyArray<string>, eventId = "$3957tye
 /** What the device gets for `fullRequest`: the notification without `devices`. */
 const { devices: _devices, ...fullMessage } = fullRequest([]).notification
 
+/**
+ * 64 spellings of `sub`'s endpoint that all name it: other schemes and hosts, credentials, a path
+ * prefix or dot segments, no version segment, an empty or other query, a fragment.
+ */
+const spellingsOf = (sub: Subscription): ReadonlyArray<string> => {
+  const token = sub.path.split("/").pop()
+  const origins = [
+    TEST_ENDPOINT_URL,
+    TEST_ENDPOINT_URL.toUpperCase(),
+    TEST_ENDPOINT_URL.replace("http:", "https:"),
+    TEST_ENDPOINT_URL.replace("localhost", "127.0.0.1"),
+    "https://push.example.com",
+    TEST_ENDPOINT_URL.replace("//", "//u:p@"),
+    `${TEST_ENDPOINT_URL}/x/..`,
+    `${TEST_ENDPOINT_URL}/prefix`
+  ]
+  return origins.flatMap((origin) =>
+    [`/wpush/v1/${token}`, `/wpush/${token}`].flatMap((path) => ["", "?", "#x", "?k=1"].map((suffix) => `${origin}${path}${suffix}`)))
+}
+
 const notify = (body: unknown) =>
   request({ method: "POST", path: NOTIFY, headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) })
 
@@ -112,26 +143,75 @@ describe("Matrix push gateway", () => {
         })
       }))
 
-    it.effect("rejected: a foreign URL, not a URL, a token that is not ours, an unsubscribed channel, a v2 endpoint (bound to a VAPID key)", () =>
+    it.effect("rejected: not a URL, not a push endpoint's path, a token that is not ours, an unsubscribed channel, a v2 endpoint (bound to a VAPID key)", () =>
       Effect.gen(function*() {
         const ours = yield* subscribe()
         const gone = yield* subscribe({ register: false })
         const keys = yield* vapidKeys
         const bound = yield* subscribe({ key: keys.raw })
-        const foreign = `https://push.example.org${ours.path}`
+        const token = ours.path.split("/").pop()
+        const foreignPush = "https://updates.push.services.mozilla.com/wpush/v1/gAAAAABnot-a-token-of-ours"
         const badToken = `${TEST_ENDPOINT_URL}/wpush/v1/gAAAAABnot-a-token-of-ours`
-        const badVersion = `${TEST_ENDPOINT_URL}/wpush/v9/${ours.path.split("/").pop()}`
+        const badVersion = `${TEST_ENDPOINT_URL}/wpush/v9/${token}`
         const notUrl = "V2h5IG9uIGVhcnRoIGRpZCB5b3UgZGVjb2RlIHRoaXM/"
-        const otherPath = `${TEST_ENDPOINT_URL}/m/${ours.path.split("/").pop()}`
-        const withQuery = `${ours.endpoint}?x=1`
+        const otherPath = `${TEST_ENDPOINT_URL}/m/${token}`
         assert.isTrue(bound.path.startsWith("/wpush/v2/"))
         const before = yield* outcome("rejected")
-        const reply = yield* notify(fullRequest([foreign, ours.endpoint, notUrl, badToken, gone.endpoint, badVersion, bound.endpoint, otherPath, withQuery, notUrl]))
+        const reply = yield* notify(fullRequest([foreignPush, ours.endpoint, notUrl, badToken, gone.endpoint, badVersion, bound.endpoint, otherPath, notUrl]))
         assert.strictEqual(reply.status, 200)
-        assert.deepStrictEqual(reply.json(), { rejected: [foreign, notUrl, badToken, gone.endpoint, badVersion, bound.endpoint, otherPath, withQuery] })
+        assert.deepStrictEqual(reply.json(), { rejected: [foreignPush, notUrl, badToken, gone.endpoint, badVersion, bound.endpoint, otherPath] })
         assert.strictEqual((yield* storedMessages(ours)).length, 1)
         assert.deepStrictEqual(yield* storedMessages(bound), [])
-        assert.strictEqual((yield* outcome("rejected")) - before, 9)
+        assert.strictEqual((yield* outcome("rejected")) - before, 8)
+      }))
+
+    it.effect("our endpoint under any origin the server may answer on (https behind a TLS proxy, 127.0.0.1, another name, a path prefix) is ours, not rejected", () =>
+      Effect.gen(function*() {
+        const origins = ["https://localhost:8082", "http://127.0.0.1:8082", "https://push.example.com", "https://push.example.com/prefix", "http://[::1]:8082"]
+        for (const [i, origin] of origins.entries()) {
+          const sub = yield* subscribe()
+          const reply = yield* notify(fullRequest([`${origin}${sub.path}`], { event_id: `$origin-${i}` }))
+          assert.deepStrictEqual([reply.status, reply.json()], [200, { rejected: [] }], origin)
+          assert.strictEqual((yield* storedMessages(sub)).length, 1, origin)
+        }
+      }))
+
+    it.effect("one subscription under 64 spellings in one notify is pushed once, with or without event_id; a retry under other spellings is a duplicate", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const spellings = spellingsOf(sub)
+        assert.strictEqual(new Set(spellings).size, 64)
+        const [delivered, duplicate] = [yield* outcome("delivered"), yield* outcome("duplicate")]
+        const reply = yield* notify(fullRequest(spellings, { event_id: "$spelled" }))
+        assert.deepStrictEqual([reply.status, reply.json()], [200, { rejected: [] }])
+        assert.strictEqual((yield* storedMessages(sub)).length, 1)
+        assert.strictEqual((yield* outcome("delivered")) - delivered, 1)
+        assert.strictEqual((yield* outcome("duplicate")) - duplicate, 63)
+        // The homeserver's retry, under the spellings in another order: not pushed again.
+        assert.deepStrictEqual((yield* notify(fullRequest(spellings.toReversed(), { event_id: "$spelled" }))).json(), { rejected: [] })
+        assert.strictEqual((yield* storedMessages(sub)).length, 1)
+        // Without event_id (a badge): once per request.
+        const { event_id: _eventId, ...badge } = fullRequest(spellings).notification
+        assert.deepStrictEqual((yield* notify({ notification: badge })).json(), { rejected: [] })
+        assert.strictEqual((yield* storedMessages(sub)).length, 2)
+      }))
+
+    it.effect("a subscription gone is rejected under each of its spellings", () =>
+      Effect.gen(function*() {
+        const gone = yield* subscribe({ register: false })
+        const spellings = spellingsOf(gone).slice(0, 5)
+        assert.deepStrictEqual((yield* notify(fullRequest(spellings))).json(), { rejected: spellings })
+      }))
+
+    it.effect(`more than ${MAX_DEVICES} devices: 413 M_TOO_LARGE and nothing pushed (none rejected: the homeserver keeps its pushers and retries)`, () =>
+      Effect.gen(function*() {
+        const subs = yield* Effect.forEach(Array.from({ length: MAX_DEVICES + 1 }), () => subscribe())
+        const reply = yield* notify(fullRequest(subs.map((sub) => sub.endpoint)))
+        assert.deepStrictEqual([reply.status, reply.json()], [413, { errcode: "M_TOO_LARGE", error: `A notification may name at most ${MAX_DEVICES} devices, not ${MAX_DEVICES + 1}` }])
+        for (const sub of subs) assert.deepStrictEqual(yield* storedMessages(sub), [])
+        const fits = yield* notify(fullRequest(subs.slice(1).map((sub) => sub.endpoint)))
+        assert.deepStrictEqual([fits.status, fits.json()], [200, { rejected: [] }])
+        for (const sub of subs.slice(1)) assert.strictEqual((yield* storedMessages(sub)).length, 1)
       }))
 
     it.effect("a homeserver's retry of the same event to the same pushkey is answered as delivered and not pushed twice", () =>
@@ -277,6 +357,106 @@ describe("Matrix push gateway", () => {
         assert.strictEqual((yield* notify(fullRequest([sub.endpoint], { event_id: "$1" }))).status, 200)
         const stored = yield* storedMessages(sub)
         assert.deepStrictEqual(stored.map((m) => m.ttl), [600, 600])
+      }))
+
+    it.effect("the rate limit is per subscription: another spelling of the same pushkey draws on the same bucket, and a retry under it is a duplicate", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        const [a, b, c] = spellingsOf(sub).filter((_, i) => i % 9 === 0)
+        assert.strictEqual((yield* notify(fullRequest([a!], { event_id: "$1" }))).status, 200)
+        assert.strictEqual((yield* notify(fullRequest([b!], { event_id: "$2" }))).status, 200)
+        const limited = yield* notify(fullRequest([c!], { event_id: "$3" }))
+        assert.deepStrictEqual([limited.status, limited.json().errcode], [429, "M_LIMIT_EXCEEDED"])
+        assert.strictEqual((yield* notify(fullRequest([c!], { event_id: "$1" }))).status, 200)
+        assert.strictEqual((yield* storedMessages(sub)).length, 2)
+      }))
+  })
+
+  layer(endpointWith(FakeNodeClient, {
+    ...options,
+    rateLimits: { perAddress: { perSecond: 1, burst: 2 }, perVapidKey: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] }
+  }), { excludeTestServices: true })((it) => {
+    const from = (address: string, body: unknown) =>
+      request({ method: "POST", path: NOTIFY, headers: { "content-type": "application/json", "x-forwarded-for": address }, body: JSON.stringify(body) })
+
+    it.effect("per address (behind a listed proxy): 429 M_LIMIT_EXCEEDED with Retry-After and retry_after_ms, that address only; pushes count too", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        for (const event of ["$a1", "$a2"]) assert.strictEqual((yield* from("203.0.113.20", fullRequest([sub.endpoint], { event_id: event }))).status, 200)
+        const limited = yield* from("203.0.113.20", fullRequest([sub.endpoint], { event_id: "$a3" }))
+        assert.strictEqual(limited.status, 429)
+        assert.strictEqual(limited.headers["retry-after"], "1")
+        assert.strictEqual(limited.headers["connection"], "close")
+        assert.deepStrictEqual(limited.json(), { errcode: "M_LIMIT_EXCEEDED", error: "Too many requests from this address, retry after 1 s", retry_after_ms: 1000 })
+        const other = yield* subscribe()
+        assert.strictEqual((yield* from("203.0.113.21", fullRequest([other.endpoint], { event_id: "$a3" }))).status, 200, "another sender")
+        // An address that pushed its burst has no notify left.
+        for (let i = 0; i < 2; i++) assert.strictEqual((yield* push(sub, { "x-forwarded-for": "203.0.113.22" })).status, 201)
+        const limitedAgain = yield* from("203.0.113.22", fullRequest([other.endpoint], { event_id: "$a4" }))
+        assert.deepStrictEqual([limitedAgain.status, limitedAgain.json().error], [429, "Too many requests from this address, retry after 1 s"])
+      }))
+
+    it.effect("per address before the body is read: a sender over its limit is answered at once, though its body never comes", () =>
+      Effect.gen(function*() {
+        for (let i = 0; i < 2; i++) assert.strictEqual((yield* from("203.0.113.30", { notification: { devices: [] } })).status, 200)
+        const port = yield* boundPort
+        const started = Date.now()
+        const status = yield* Effect.callback<number>((resume) => {
+          const req = http.request({
+            host: "127.0.0.1",
+            port,
+            method: "POST",
+            path: NOTIFY,
+            headers: { "content-type": "application/json", "content-length": 60_000, "x-forwarded-for": "203.0.113.30" },
+            agent: false
+          }, (res) => {
+            res.resume()
+            resume(Effect.succeed(res.statusCode ?? 0))
+          })
+          req.on("error", () => undefined)
+          req.write("{\"notification\":")
+        })
+        assert.strictEqual(status, 429)
+        assert.isBelow(Date.now() - started, 2_000)
+      }))
+  })
+
+  layer(endpointWith(FakeNodeClient, { ...options, rateLimits: NO_LIMITS }).pipe(Layer.provide(captureLogs)), { excludeTestServices: true })((it) => {
+    it.effect("each rejected pushkey is logged once at info with its reason, by opaque id; each refused request with its status and reason", () =>
+      Effect.gen(function*() {
+        logged.length = 0
+        const ours = yield* subscribe()
+        const gone = yield* subscribe({ register: false })
+        const notOurs = `${TEST_ENDPOINT_URL}/wpush/v1/gAAAAABnot-a-token-of-ours`
+        const keys = [notOurs, "not a url", gone.endpoint, `${TEST_ENDPOINT_URL}/m/x`]
+        yield* notify(fullRequest([ours.endpoint, ...keys]))
+        yield* notify(fullRequest([ours.endpoint, ...keys], { event_id: "$again" }))
+        const rejected = logged.filter((entry) => String(entry.message).startsWith("matrix pushkey rejected"))
+        assert.deepStrictEqual(rejected.map((entry) => entry.annotations["pushkey"]), keys.map(opaqueId))
+        assert.deepStrictEqual(rejected.map((entry) => entry.level), ["INFO", "INFO", "INFO", "INFO"])
+        assert.deepStrictEqual(rejected.map((entry) => entry.annotations["reason"]), [
+          "its token does not open with this server's key (not a subscription of this server)",
+          "not an http(s) URL",
+          "a push to it is answered 410: No such subscription",
+          "its path is not a push endpoint's (/wpush/v1/{token})"
+        ])
+        yield* notify("{\"notification\": [")
+        yield* notify({ notification: { devices: {} } })
+        const refusedLines = logged.filter((entry) => entry.message === "matrix notify refused")
+        assert.deepStrictEqual(refusedLines.map((entry) => entry.annotations), [
+          { status: 400, errcode: "M_NOT_JSON", reason: "The body is not JSON" },
+          { status: 400, errcode: "M_BAD_JSON", reason: "notification.devices must be a list" }
+        ])
+        // Tokens and pushkeys stay out of the log.
+        const text = JSON.stringify(logged)
+        for (const secret of [ours.path.split("/").pop()!, gone.path.split("/").pop()!, "gAAAAABnot-a-token-of-ours"]) assert.notInclude(text, secret)
+      }))
+
+    it.effect(`a flood of refused requests writes at most ${LOG_LINES} lines a minute`, () =>
+      Effect.gen(function*() {
+        yield* Effect.forEach(Array.from({ length: LOG_LINES + 20 }), (_, i) => notify(`not json ${i}`), { concurrency: 8 })
+        const lines = logged.filter((entry) => entry.message === "matrix notify refused" || String(entry.message).startsWith("matrix pushkey rejected"))
+        assert.isAtMost(lines.length, LOG_LINES)
       }))
   })
 
