@@ -3,34 +3,50 @@
  * pusher whose `url` is `{endpoint_url}/_matrix/push/v1/notify` and whose `pushkey` is one of this
  * service's push endpoints gets its notifications pushed to that subscription.
  *
- * - `POST /_matrix/push/v1/notify`: for each device whose pushkey is a push endpoint URL of this
- *   service (parsed and its token decrypted, never fetched: no request leaves the service), the
- *   message `{"notification": {…}}` without `devices` (`matrixRequest.ts`) goes through the push
- *   path in-process (the endpoint's `sendMade`, `endpoint/webpush.ts`: the checks of a push from its
- *   token on, and the same delivery), with the TTL `matrix_gateway_ttl` and the urgency of its `prio`. Answered
- *   `200 {"rejected": [pushkeys]}`, naming the pushkeys that are not ours or that a push would have
- *   answered 404, 410 or 401 (a token that does not decrypt; the user or channel gone; a v2 endpoint,
- *   which only takes pushes signed with its VAPID key), so that the homeserver drops those pushers.
- *   A transient failure of ours (storage, a bridge, the pushkey's rate limit) is answered with an
- *   error instead (5xx or 429), so that the homeserver retries with backoff: the devices that were
- *   pushed meanwhile are not pushed again (below).
- * - Retries: a device given the same `event_id` within `DEDUPE_WINDOW_MS` (10 minutes) of a push of
- *   it is answered as delivered and not pushed twice. The last `DEDUPE_ENTRIES` (50,000) event and
- *   pushkey pairs pushed are kept (as SHA-256 digests, a few MB at most); beyond that many pushes in
- *   10 minutes the oldest are forgotten sooner.
- * - Rate limit: per pushkey (`rate_limit_per_address` and its burst), not per address: one
- *   homeserver sends for all its users.
+ * - `POST /_matrix/push/v1/notify`, in this order, each step's work linear in the request's size:
+ *   1. the sender's per-address limit (the endpoint's `rate_limit_per_address`, shared with its
+ *      pushes; the address as `trusted_proxies` tell it), before the body is read: 429
+ *      `M_LIMIT_EXCEEDED`;
+ *   2. the body read (at most 64 KiB) and parsed (`matrixRequest.ts`): at most `MAX_DEVICES` (64)
+ *      devices, nesting at most `MAX_NESTING` deep;
+ *   3. the message `{"notification": {…}}` without `devices`, shrunk to 4096 bytes in one pass;
+ *   4. each pushkey read once as a push endpoint URL (never fetched: no request leaves the service)
+ *      and its token opened with our key: the subscription (uaid and channel) it names. Its scheme
+ *      and host are not looked at: this server answers on more origins than `endpoint_url` (a TLS
+ *      proxy in front, an address for a name), and only a token made with our key opens, so the
+ *      origin adds nothing to what the token proves. Pushkeys naming one subscription, however
+ *      spelled, are one target: pushed once, one rate limit, one de-duplication;
+ *   5. each target through the push path in-process (the endpoint's `sendMade`,
+ *      `endpoint/webpush.ts`: the checks of a push from its token on, and the same delivery), with
+ *      the TTL `matrix_gateway_ttl` and the urgency of its `prio`.
+ *   Answered `200 {"rejected": [pushkeys]}`, naming the pushkeys that are not ours (not a push
+ *   endpoint URL, a token that does not open) or that a push would have answered 404, 410 or 401
+ *   (the user or channel gone; a v2 endpoint, which only takes pushes signed with its VAPID key), so
+ *   that the homeserver drops those pushers. A transient failure of ours (storage, a bridge, a
+ *   subscription's rate limit) is answered with an error instead (5xx or 429), so that the
+ *   homeserver retries with backoff: the targets that were pushed meanwhile are not pushed again
+ *   (below).
+ * - Retries: a subscription given the same `event_id` within `DEDUPE_WINDOW_MS` (10 minutes) of a
+ *   push of it is answered as delivered and not pushed twice. The last `DEDUPE_ENTRIES` (50,000)
+ *   event and subscription pairs pushed are kept (as SHA-256 digests, a few MB at most); beyond that
+ *   many pushes in 10 minutes the oldest are forgotten sooner.
+ * - Rate limits: per address as above, and per subscription (`rate_limit_per_address` and its
+ *   burst): one homeserver sends for all its users, one subscription is one user's device.
  * - `GET /_matrix/push/v1/notify`: `{"unifiedpush": {"gateway": "matrix"}}`, UnifiedPush's gateway
  *   discovery (a client asks it at its endpoint's origin to learn that it may use this gateway).
  * - Errors are the Matrix API's JSON (`{"errcode", "error"}`), not autopush's: an unknown path under
  *   `/_matrix/` is 404 `M_UNRECOGNIZED`, another method on the notify path 405 `M_UNRECOGNIZED`, a
- *   body over 64 KiB 413 `M_TOO_LARGE`, a body that is not JSON 400 `M_NOT_JSON`, JSON that is not
- *   a notify request 400 `M_BAD_JSON`. (A bug still reaches the endpoint's error edge: 500, logged
- *   with a request id.)
+ *   body over 64 KiB or more than 64 devices 413 `M_TOO_LARGE`, a body that is not JSON 400
+ *   `M_NOT_JSON`, JSON that is not a notify request 400 `M_BAD_JSON`. (A bug still reaches the
+ *   endpoint's error edge: 500, logged with a request id.)
+ * - Logged at info, within `LOG_LINES` a minute (a flood cannot flood the log): each refused
+ *   request with its status and reason, and each rejected pushkey once with its reason, by its
+ *   opaque id (a pushkey holds an endpoint token, a capability to push).
  * - With `require_vapid` the gateway is off (every `/_matrix/` request is 404 `M_UNRECOGNIZED`): its
  *   messages are not signed by anyone.
  *
- * Counted in `matrix.notify{outcome}`, one per device: delivered, rejected, duplicate or failed.
+ * Counted in `matrix.notify{outcome}`, one per device: delivered, rejected, duplicate (a retry, or
+ * another spelling of a subscription in the same request) or failed.
  */
 import { createHash } from "node:crypto"
 import type { IncomingMessage } from "node:http"
@@ -280,10 +296,10 @@ export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGate
   const logRejected = (pushkey: string, reason: string, nowMs: number): Effect.Effect<void> => {
     const id = opaqueId(pushkey)
     if (loggedPushkeys.get(id) !== undefined) return Effect.void
-    return Effect.map(
-      logBudgeted(nowMs, Effect.logInfo("matrix pushkey rejected: the homeserver will delete its pusher").pipe(Effect.annotateLogs({ pushkey: id, reason }))),
-      (written) => written && loggedPushkeys.set(id, true)
-    )
+    const line = Effect.logInfo("matrix pushkey rejected: the homeserver will delete its pusher").pipe(Effect.annotateLogs({ pushkey: id, reason }))
+    return Effect.map(logBudgeted(nowMs, line), (written) => {
+      if (written) loggedPushkeys.set(id, true)
+    })
   }
 
   /**
