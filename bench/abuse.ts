@@ -16,6 +16,8 @@
  *                       leak) or not (a high-water mark)
  *   receipt collectors  300 `GET /receipts/{id}` (server-sent events) of one receipt subscription,
  *                       from the abusers' address
+ *   matrix notify       notify requests of 64 KiB built for work, one after the other from the loopback (not limited by address; `abuse-gateway.ts`:
+ *                       its note has the worst and p99 time per notify)
  *
  * For each: the victim's POST→notification latency p50 / p99 / max, the pushes that failed (not
  * 201, or not delivered by the "after" reading), the node's RSS (VmRSS) before, at its peak
@@ -44,6 +46,7 @@ import { randomBytes } from "node:crypto"
 import { readdirSync } from "node:fs"
 import { cpus, networkInterfaces } from "node:os"
 import { setTimeout as sleep } from "node:timers/promises"
+import { gatewayCases } from "./abuse-gateway.ts"
 import { fmt, hello, option, quantile, register, rssMiB, start } from "./harness.ts"
 
 const SECONDS = Number(option("seconds", "BENCH_SECONDS", "10"))
@@ -98,14 +101,15 @@ const main = async () => {
   abusedEndpointUrl.hostname = to
   // The all-in-one serves /metrics on its router port.
   const metricsUrl = new URL("/metrics", deployment.routerUrl).href
-  const cases: ReadonlyArray<{ readonly name: string; readonly args?: ReadonlyArray<string> }> = [
+  const cases: ReadonlyArray<{ readonly name: string; readonly args?: ReadonlyArray<string>; readonly script?: string }> = [
     { name: "baseline" },
     { name: "silent endpoint", args: ["silent", `${to}:${endpointUrl.port}`, String(SOCKETS), from] },
     { name: "silent websocket", args: ["silent", `${to}:${wsUrl.port}`, String(SOCKETS), from] },
     { name: "ping flood", args: ["ping", deployment.wsUrl] },
     { name: "garbage flood", args: ["garbage", deployment.wsUrl] },
     { name: "ping flood again", args: ["ping", deployment.wsUrl] },
-    { name: "receipt collectors", args: ["receipts", abusedEndpointUrl.href, String(COLLECTORS), from] }
+    { name: "receipt collectors", args: ["receipts", abusedEndpointUrl.href, String(COLLECTORS), from] },
+    ...gatewayCases(deployment.endpointUrl)
   ]
   const rows: Array<Row> = []
   try {
@@ -172,7 +176,7 @@ const main = async () => {
       }, 250)
       const child = c.args === undefined
         ? undefined
-        : fork(new URL("./abuse-client.ts", import.meta.url).pathname, [...c.args], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
+        : fork(c.script ?? new URL("./abuse-client.ts", import.meta.url).pathname, [...c.args], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
       let note = ""
       child?.on("message", (m) => {
         if (typeof m === "object" && m !== null && "note" in m) note = String(m.note)
