@@ -73,7 +73,7 @@ export const MAX_DEVICES = 64
  */
 export const MAX_NESTING = 100
 
-/** The deepest nesting of `{` and `[` in JSON `text` (outside strings), stopping past `limit`: one pass. */
+/** Whether JSON `text` nests `{` and `[` (outside strings) deeper than `limit`: one pass, stopping there. */
 const nestingOver = (text: string, limit: number): boolean => {
   let depth = 0
   let inString = false
@@ -157,7 +157,10 @@ const CLOSE = "}}"
  * drop are found by subtracting sizes, and the message is the written fields that stay, joined. The
  * result is byte for byte what writing out the whole notification again after each field dropped
  * would give (the fields keep their order, and a field's text does not depend on its neighbours),
- * at a cost linear in the notification's size however many fields it has.
+ * at a cost linear in the notification's size however many fields it has. The order of dropping is
+ * kept as it was, on purpose: what a client needs least goes first (the message body it may fetch
+ * from the homeserver, then fields it does not know, then display names before ids), and a message
+ * that fits is left whole.
  */
 export const messageOf = (notify: Notify, maxBytes: number): Buffer | undefined => {
   const fields: Record<string, unknown> = { ...notify.notification, prio: notify.prio }
