@@ -99,7 +99,7 @@ export class SessionHandle {
 
   /** `inbox`: the bound of the client's frames waiting (none: counted, never paused on). */
   constructor(capacity: number, deadline: number, inbox?: InboxBound) {
-    this.mailbox = new Mailbox<MailboxInput>(capacity, isDelivery, inbox)
+    this.mailbox = new Mailbox<MailboxInput>(capacity, isDelivery, inbox, onceKind)
     this.deadline = deadline
   }
 
@@ -123,6 +123,14 @@ const foldIntoHandle = (handle: SessionHandle, event: DomainEvent): void => {
 }
 
 const isDelivery = (input: MailboxInput): boolean => input._tag === "Delivery"
+
+/**
+ * Inputs that mean the same however many wait, so at most one of each waits in a mailbox: a storage
+ * check (the drain it starts, or restarts, reads whatever the pokes announced), a tick (it handles
+ * every deadline due when it is taken), a kick (the first one closes the session).
+ */
+const ONCE: { readonly [T in MailboxInput["_tag"]]?: number } = { CheckStorage: 1, Tick: 2, Kick: 4 }
+const onceKind = (input: MailboxInput): number => ONCE[input._tag] ?? 0
 
 // ── the interpreter ─────────────────────────────────────────────────────────────────────────────
 
