@@ -7,10 +7,13 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Layer } from "effect"
 import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
-import { MAX_BROADCASTS } from "../../src/broadcast/validate.ts"
+import { isBroadcastId, isBroadcastVersion, MAX_BROADCASTS } from "../../src/broadcast/validate.ts"
 import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
 import { NodeRegistry } from "../../src/connection/registry.ts"
-import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { decodeVapidPublicKey, EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { isCanonicalChannelId, parseChannelId, parseUaid } from "../../src/domain/ids.ts"
+import { decodeTransportNotification, parseConnectedAt } from "../../src/domain/router-wire.ts"
+import { decodeClientFrame } from "../../src/protocol/messages.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
@@ -92,6 +95,44 @@ const victimPushes = (router: string, victim: TestClient, uaid: string) =>
 const urls = Effect.map(ConnectionNode, (node) => ({ ws: `ws://127.0.0.1:${node.port}/`, router: `http://127.0.0.1:${node.routerPort}` }))
 
 const worst = (values: ReadonlyArray<number>): number => Math.max(0, ...values)
+
+describe("parsers of what a client sends, at the size of a message", () => {
+  /** Every parser of client input on the WebSocket path (and the router port's body and header). */
+  const parsers: ReadonlyArray<readonly [string, (input: string) => unknown]> = [
+    ["frame", decodeClientFrame],
+    ["uaid", parseUaid],
+    ["channel id", parseChannelId],
+    ["canonical channel id", isCanonicalChannelId],
+    ["VAPID key", decodeVapidPublicKey],
+    ["broadcast id", isBroadcastId],
+    ["broadcast version", isBroadcastVersion],
+    ["router-port body", decodeTransportNotification],
+    ["connected-at header", parseConnectedAt]
+  ]
+  /** The characters their patterns are made of (and a few they are not), in runs followed by one that breaks the pattern. */
+  const CHARS = ["0", "a", "A", "f", "-", "=", "/", "_", ".", ":", "+", " ", "{", "[", "\"", "\\", "\u00e9", "\u{1F600}"]
+
+  it("a run of any one character, of a whole message, is parsed within the bound", () => {
+    const size = nodeOptions.maxMessageBytes
+    const slowest: Array<[string, number]> = []
+    for (const [name, parse] of parsers) {
+      for (const char of CHARS) {
+        for (const input of [char.repeat(size / char.length), char.repeat(size / char.length - 1) + "!", "urn:uuid:{" + char.repeat(size / char.length - 12) + "}"]) {
+          const started = performance.now()
+          parse(input)
+          slowest.push([`${name} ${JSON.stringify(char)}`, performance.now() - started])
+        }
+      }
+    }
+    for (const frame of costlyFrames(size, BROADCAST_IDS)) {
+      const started = performance.now()
+      decodeClientFrame(frame.text)
+      slowest.push([`frame ${frame.command} (${frame.name})`, performance.now() - started])
+    }
+    slowest.sort((a, b) => b[1] - a[1])
+    assert.isBelow(slowest[0]![1], FRAME_BOUND_MS, `the slowest: ${slowest[0]![0]}`)
+  })
+})
 
 describe("connection node: the costliest frame of each command", () => {
   it.live("each is answered within the bound, and another client's pushes keep their latency", () =>
