@@ -123,13 +123,6 @@ export const remember = (s: Session, n: Notification, table: string | undefined)
   return unacked === acks.unacked && newestTopic === acks.newestTopic ? s : { ...s, acks: { ...acks, unacked, newestTopic } }
 }
 
-/** The topic memory of `sent`, newest last (tests build sessions with it). */
-export const topicsOf = (sent: Iterable<Notification>): Topics => {
-  let topics = NO_TOPICS
-  for (const n of sent) topics = rememberTopic(topics, NO_ACKS.unacked, { key: topicKey(n), version: n.version, ms: sortkeyMs(n) })
-  return topics
-}
-
 /** Send one notification frame (directly, or from a row of `table`) and track it. */
 export const send = (s: Session, n: Notification, table: string | undefined, out: Out): Session => {
   out.frame(notificationFrame(n))

@@ -4,7 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { DomainEvent } from "../../src/domain/events.ts"
-import type { Notification, Urgency } from "../../src/domain/notification.ts"
+import { type Notification, sortkeyMs, type Urgency } from "../../src/domain/notification.ts"
 import type { UserRecord } from "../../src/domain/user.ts"
 import { type Command, type Input, inputKind, type Transition } from "../../src/protocol/inputs.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
@@ -24,7 +24,7 @@ import {
   type Unacked
 } from "../../src/protocol/phases.ts"
 import { Ledger } from "../../src/protocol/ledger.ts"
-import { topicsOf, unackedOf } from "../../src/protocol/out.ts"
+import { unackedOf } from "../../src/protocol/out.ts"
 import { makeProtocol, TRANSITIONS } from "../../src/protocol/table.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { sessionOptions } from "./harness.ts"
@@ -79,6 +79,12 @@ interface Flat {
   readonly minUrgency: Urgency | undefined
 }
 
+/** The newest message sent per topic, by `chid:topic`, as a session remembers them. */
+const topicsOf = (newest: ReadonlyMap<string, Notification>): Topics => ({
+  young: Ledger.of([...newest].map(([key, n]) => [key, { key, version: n.version, ms: sortkeyMs(n) }])),
+  old: Ledger.empty()
+})
+
 const session = (o: Partial<Flat> = {}): Session => ({
   uaid: o.uaid ?? UAID,
   connectedAt: o.connectedAt ?? NOW - 1_000,
@@ -87,7 +93,7 @@ const session = (o: Partial<Flat> = {}): Session => ({
   acks: {
     unacked: o.unacked instanceof Ledger ? o.unacked : unackedOf(o.unacked ?? []),
     ackedRows: o.ackedRows ?? [],
-    newestTopic: o.newestTopic === undefined || o.newestTopic instanceof Map ? topicsOf(o.newestTopic?.values() ?? []) : o.newestTopic as Topics
+    newestTopic: o.newestTopic === undefined || o.newestTopic instanceof Map ? topicsOf(o.newestTopic ?? new Map()) : o.newestTopic as Topics
   },
   keepalive: { lastActivity: o.lastActivity ?? NOW - 1_000, pingSentAt: o.pingSentAt, lastClientPing: o.lastClientPing },
   budget: { tokens: o.tokens ?? 3, tokensAt: o.tokensAt ?? NOW - 1_000, held: heldOf(o.held ?? []), readingPaused: o.readingPaused ?? false },
