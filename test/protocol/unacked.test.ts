@@ -5,14 +5,17 @@
  *   client gets them from storage once it acks — none lost, none twice;
  * - the topics a session remembers (to skip a stored message older than one it sent) stay within
  *   two generations, and the topic of a message still unacked is never forgotten;
- * - a delivery or an ack costs the same with 20,000 messages unacked as with none.
+ * - a delivery or an ack costs the same with 20,000 messages unacked as with none;
+ * - the channels a session remembers as unregistered (to refuse their deliveries) are the latest ones.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { randomUUID } from "node:crypto"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
 import type { Notification } from "../../src/domain/notification.ts"
 import { NO_ACKS } from "../../src/protocol/out.ts"
 import { type Phase, type Session, TOPICS_GENERATION } from "../../src/protocol/phases.ts"
+import { UNREGISTERED_REMEMBERED } from "../../src/protocol/session.ts"
 import { makeProtocol } from "../../src/protocol/table.ts"
 import { type Client, type Harness, makeHarness, pump, pushMessage, sessionOptions, TestParts } from "./harness.ts"
 
@@ -105,6 +108,22 @@ describe("unacked messages: bounded", () => {
       const again = yield* harness.connect()
       yield* again.frame({ messageType: "hello", uaid, use_webpush: true })
       assert.deepStrictEqual(again.of("notification").map((f) => f["version"]), [kept.notification.version])
+    }).pipe(Effect.provide(TestParts)), 60_000)
+})
+
+describe("unregistered channels: bounded", () => {
+  it.effect("a client unregistering made-up channels: its session remembers the latest UNREGISTERED_REMEMBERED", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(NOW)
+      const harness = yield* makeHarness({ commandBurst: 10_000, commandsPerSecond: 10_000 })
+      const { client } = yield* subscribed(harness)
+      const channels = Array.from({ length: UNREGISTERED_REMEMBERED + 200 }, () => randomUUID())
+      for (const channelID of channels) yield* client.frame({ messageType: "unregister", channelID })
+      assert.strictEqual(client.of("unregister").length, channels.length, "each answered")
+      const remembered = client.handle.unregistered!
+      assert.strictEqual(remembered.size, UNREGISTERED_REMEMBERED)
+      assert.isTrue(remembered.has(channels[channels.length - 1]!))
+      assert.isFalse(remembered.has(channels[0]!))
     }).pipe(Effect.provide(TestParts)), 60_000)
 })
 
