@@ -19,7 +19,7 @@ import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
-import { httpRequest, nodeOptions, openClient, routerDelivery, type TestClient } from "./client.ts"
+import { nodeOptions, openClient, routerDelivery, type TestClient } from "./client.ts"
 import { costlyFrames, timeFrame } from "./costly-frames.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
@@ -55,11 +55,13 @@ const subscribed = (ws: string) =>
     return { client, uaid }
   })
 
-/** A push to `uaid` on the router port: its status and how long the node took to answer it. */
+/** A push to `uaid` on the router port (as an endpoint node sends it): its status and how long the node took to answer it. */
 const put = (router: string, uaid: string, version: string) =>
-  Effect.promise(async () => {
+  Effect.gen(function*() {
+    const nodes = yield* NodeClient
+    const notification = decodeTransportNotification(routerDelivery(CHID, version))!
     const started = performance.now()
-    const { status } = await httpRequest("PUT", `${router}/push/${uaid}`, routerDelivery(CHID, version))
+    const status = yield* nodes.push(router, uaid, notification).pipe(Effect.orDie)
     return { status, ms: performance.now() - started }
   })
 
