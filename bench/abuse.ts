@@ -18,6 +18,8 @@
  *                       from the abusers' address
  *   matrix notify       notify requests of 64 KiB built for work, one after the other from the loopback (not limited by address; `abuse-gateway.ts`:
  *                       its note has the worst and p99 time per notify)
+ *   websocket …         the costliest frames of each WebSocket command, and a client that never
+ *                       acks (`abuse-websocket.ts`, with its own table)
  *
  * For each: the victim's POST→notification latency p50 / p99 / max, the pushes that failed (not
  * 201, or not delivered by the "after" reading), the node's RSS (VmRSS) before, at its peak
@@ -48,6 +50,7 @@ import { cpus, networkInterfaces } from "node:os"
 import { setTimeout as sleep } from "node:timers/promises"
 import { gatewayCases } from "./abuse-gateway.ts"
 import { fmt, hello, option, quantile, register, rssMiB, start } from "./harness.ts"
+import { webSocketCommands } from "./abuse-websocket.ts"
 
 const SECONDS = Number(option("seconds", "BENCH_SECONDS", "10"))
 const SOCKETS = Number(option("sockets", "BENCH_SOCKETS", "2000"))
@@ -223,6 +226,7 @@ const main = async () => {
       const r = rows[rows.length - 1] as Row
       console.log(`  ${r.name}: ${r.pushes} pushes, ${r.failed} failed, p50 ${fmt(r.p50)} ms, p99 ${fmt(r.p99)} ms; ${r.note}`)
     }
+    await webSocketCommands(deployment, SECONDS, ONLY)
     await victim.close()
   } finally {
     await deployment.stop()

@@ -338,7 +338,7 @@ export const options = {
   auto_ping_timeout: opt("connection", seconds, s(4), "Time the client has to answer a server ping"),
   min_ping_interval: opt("connection", seconds, s(45), "Clients pinging more often than this are closed with 4774"),
   msg_limit: opt("connection", integer(1), 100, "Stored messages above which a user is dropped and must re-register"),
-  client_channel_capacity: opt("connection", integer(1), 128, "Capacity of each connection's event mailbox"),
+  client_channel_capacity: opt("connection", integer(1), 128, "Messages a connection may hold for its client, queued or sent and not acked; a further push to it is stored instead"),
   close_grace: opt("connection", seconds, s(1), "After a close frame, time before the server ends the TCP connection"),
   max_connections: opt("connection", integer(1), 100_000, "Open WebSockets per node; an upgrade beyond is answered 503"),
   max_message_size: opt("connection", integer(1024), 65_536, "Largest WebSocket message a client may send (bytes); a larger one closes the socket with 1009"),

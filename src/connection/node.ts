@@ -395,11 +395,11 @@ class PushSocket extends WebSocket implements Transport, InboxGate {
           break
         case "ping":
           if (this.control(Date.now())) this.pong(args[0])
-          else mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
+          else this.flooded(mailbox)
           break
         case "pong":
           if (this.control(Date.now())) mailbox.offer({ _tag: "Pong" })
-          else mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
+          else this.flooded(mailbox)
           break
         case "close":
           mailbox.offer({ _tag: "SocketClosed" })
@@ -416,6 +416,12 @@ class PushSocket extends WebSocket implements Transport, InboxGate {
       this.sendClose(code, reason)
     }
     return true
+  }
+
+  /** Too many control frames: the session is closed, and nothing more the client sends is read. */
+  private flooded(mailbox: Mailbox<MailboxInput>): void {
+    mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
+    this.closing()
   }
 
   /** Count a control frame from the client; false once it sends more than its share this second. */

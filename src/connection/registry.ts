@@ -20,7 +20,7 @@ export interface NodeRegistryService extends SessionRegistry {
   /**
    * Queue a notification for the uaid's session; false when it is not here, is not the session
    * connected at `connectedAt` (when given), has unregistered the channel, wants more urgent
-   * messages than this one, or its queue is full.
+   * messages than this one, or holds as many messages as it may (queued, or sent and not acked).
    */
   readonly deliver: (uaid: string, notification: Notification, connectedAt?: number) => boolean
   /** Ask the uaid's session to check storage; false when it is not here. */
@@ -39,7 +39,7 @@ export const makeNodeRegistry = (onQueueFull: () => void = () => {}): NodeRegist
     deliver: (uaid, notification, connectedAt) => {
       const handle = byUaid.get(uaid)
       if (handle === undefined || !handle.takes(notification, connectedAt)) return false
-      if (handle.mailbox.offerDelivery({ _tag: "Delivery", notification })) return true
+      if (handle.offerDelivery(notification)) return true
       if (!handle.mailbox.isClosed) onQueueFull()
       return false
     },

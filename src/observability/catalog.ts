@@ -40,7 +40,7 @@ export const METRICS = {
     command: "register / unregister",
     reason: "too_many_channels (413, max_channels_per_user) / busy (503, 32 commands already wait while the user's messages move to this month's table)"
   }),
-  deliveryQueueFull: m("ua.delivery.queue_full", "counter", "connection", "Deliveries refused because the connection's queue held client_channel_capacity already (the endpoint stores them; the client reads them from storage)"),
+  deliveryQueueFull: m("ua.delivery.queue_full", "counter", "connection", "Deliveries refused because the connection held client_channel_capacity messages already, queued or sent and not acked (the endpoint stores them; the client reads them from storage)"),
   nack: m("ua.command.nack", "counter", "connection", "Negative acknowledgements", { code: "301 / 302 / 303 / 0" }),
   urgency: m("ua.command.urgency", "counter", "connection", "Minimum urgencies set by clients (RFC 8030 §5.3)", {
     min: "very-low / low / normal / high"

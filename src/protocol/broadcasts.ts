@@ -40,7 +40,11 @@ export const follow = (
   set: BroadcastSet
 ): Followed => {
   if (requested === undefined) return { broadcasts: current, changed: undefined, unknown: undefined }
+  // The list is copied once (it holds at most the node's set: `MAX_BROADCASTS` ids), and each id is
+  // found by its position, not by a scan of the list (a subscribe of 100 ids while following 1,000
+  // cost 200,000 comparisons).
   const kept = current.slice()
+  let positions: Map<string, number> | undefined
   let changed: Record<string, string> | undefined
   let unknown: Array<string> | undefined
   let looked = 0
@@ -54,16 +58,22 @@ export const follow = (
     }
     if (requested[id] !== version) (changed ??= {})[id] = version
     const own = ownId(set, id)
-    const at = indexOfId(kept, own)
-    if (at >= 0) kept[at + 1] = version
-    else kept.push(own, version)
+    positions ??= positionsOf(kept)
+    const at = positions.get(own)
+    if (at !== undefined) kept[at + 1] = version
+    else {
+      positions.set(own, kept.length)
+      kept.push(own, version)
+    }
   }
   return { broadcasts: kept.length === 0 ? NOTHING : kept, changed, unknown }
 }
 
-const indexOfId = (flat: ReadonlyArray<string>, id: string): number => {
-  for (let i = 0; i < flat.length; i += 2) if (flat[i] === id) return i
-  return -1
+/** Where each id of a flat id/version list is. */
+const positionsOf = (flat: ReadonlyArray<string>): Map<string, number> => {
+  const positions = new Map<string, number>()
+  for (let i = 0; i < flat.length; i += 2) positions.set(flat[i] as string, i)
+  return positions
 }
 
 /** Followed broadcasts whose node version moved on: the new versions, and the list updated. */

@@ -15,6 +15,7 @@
  * `advanceMigrating`, or none): what differs by phase is chosen in the table, not here.
  */
 import type { CommandResult } from "./inputs.ts"
+import type { Ledger } from "./ledger.ts"
 import type { ClientMessage } from "./messages.ts"
 import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, replacedTopic, send, storedOutstanding, withSession } from "./out.ts"
 import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, StoredUnacked, Unacked } from "./phases.ts"
@@ -158,13 +159,13 @@ export const messagesDeleted = <P extends Reading>(advanceP: Advance<P>) => (pha
  */
 export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message: Msg<"ack">, out: Out): Phase => {
   const before = phase.session.acks
-  let unacked: Map<string, Unacked> | undefined
+  let unacked: Ledger<Unacked> | undefined
   let rows: Array<StoredUnacked> | undefined
   let topicRows = false
   for (const update of message.updates) {
     const entry = (unacked ?? before.unacked).get(update.version)
     if (entry === undefined) continue
-    ;(unacked ??= new Map(before.unacked)).delete(update.version)
+    unacked = (unacked ?? before.unacked).delete(update.version)
     if (entry._tag === "Stored") {
       ;(rows ??= [...before.ackedRows]).push(entry)
       if (entry.notification.topic !== undefined) topicRows = true

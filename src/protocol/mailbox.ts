@@ -5,6 +5,9 @@
  * The client's frames (its inbox) are bounded in count and bytes (`inbox`): a frame is never refused
  * (the client is not closed for sending fast), but once the inbox is full the `gate` is told to stop
  * reading the socket, and to read it again once the fiber has taken half of it.
+ * Some events mean the same however many wait (a storage check, a timer, a kick): at most one of
+ * each such kind (`once`) waits, and offering another while it waits is taken as done — a storm of
+ * storage pokes costs the session one check, not one mailbox entry each.
  * Lean on purpose: an idle connection holds one of these, so no Queue/Deferred per connection.
  */
 import * as Effect from "effect/Effect"
@@ -27,6 +30,7 @@ export interface InboxGate {
 }
 
 const UNBOUNDED: InboxBound = { frames: Number.POSITIVE_INFINITY, bytes: Number.POSITIVE_INFINITY }
+const ANY_NUMBER = (): number => 0
 
 /** Taken slots at the head beyond which the queue is compacted (when they are at least half of it). */
 const COMPACT_AFTER = 256
@@ -46,6 +50,8 @@ export class Mailbox<E> {
   /** The client's frames queued and not yet taken, and their bytes. */
   frames = 0
   bytes = 0
+  /** The `once` kinds (bits) waiting now. */
+  private waiting = 0
   /** Whether the gate was told the inbox is full (and not yet that it drained). */
   full = false
   /** Told when the inbox fills and drains (the socket); none: the bound is only counted. */
@@ -53,14 +59,17 @@ export class Mailbox<E> {
   readonly capacity: number
   readonly isDelivery: (event: E) => boolean
   readonly inbox: InboxBound
+  /** An event's kind of which at most one waits (a bit of its own), or 0: any number may wait. */
+  readonly once: (event: E) => number
 
-  constructor(capacity: number, isDelivery: (event: E) => boolean, inbox: InboxBound = UNBOUNDED) {
+  constructor(capacity: number, isDelivery: (event: E) => boolean, inbox: InboxBound = UNBOUNDED, once: (event: E) => number = ANY_NUMBER) {
     this.capacity = capacity
     this.isDelivery = isDelivery
     this.inbox = inbox
+    this.once = once
   }
 
-  /** Queue an event; false once the mailbox is closed. */
+  /** Queue an event (one of its `once` kind waiting already: taken as done); false once the mailbox is closed. */
   offer(event: E): boolean {
     return this.push(event, 0)
   }
@@ -75,7 +84,9 @@ export class Mailbox<E> {
 
   private push(event: E, weight: number): boolean {
     if (this.closed) return false
+    if (this.joins(event)) return true
     if (this.wake(event)) return true
+    this.waiting |= this.once(event)
     if (this.isDelivery(event)) this.deliveries++
     ;(this.items ??= []).push(event)
     ;(this.weights ??= []).push(weight)
@@ -93,7 +104,9 @@ export class Mailbox<E> {
   /** Queue an event ahead of everything waiting (a kick: nothing queued behind it matters any more). */
   offerFirst(event: E): boolean {
     if (this.closed) return false
+    if (this.joins(event)) return true
     if (this.wake(event)) return true
+    this.waiting |= this.once(event)
     if (this.isDelivery(event)) this.deliveries++
     const items = this.items ??= []
     const weights = this.weights ??= []
@@ -142,6 +155,11 @@ export class Mailbox<E> {
     })
   }
 
+  /** Whether one of `event`'s `once` kind waits already (`event` then adds nothing). */
+  private joins(event: E): boolean {
+    return (this.waiting & this.once(event)) !== 0
+  }
+
   /** Hand `event` to a waiting fiber, if one waits. */
   private wake(event: E): boolean {
     const waiter = this.waiter
@@ -176,6 +194,7 @@ export class Mailbox<E> {
       this.weights = weights.slice(this.head)
       this.head = 0
     }
+    this.waiting &= ~this.once(event)
     if (this.isDelivery(event)) this.deliveries--
     if (weight > 0) {
       this.frames--

@@ -5,7 +5,8 @@
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, Signal, Transition } from "./inputs.ts"
 import { notificationFrame } from "./messages.ts"
-import type { Acks, BroadcastSet, Closed, Closing, Live, Phase, ProtocolOptions, Session, Unacked } from "./phases.ts"
+import { Ledger } from "./ledger.ts"
+import { type Acks, type BroadcastSet, type Closed, type Closing, type Live, type Phase, type ProtocolOptions, type Session, type TopicSent, type Topics, TOPICS_GENERATION, type Unacked } from "./phases.ts"
 import { domainEvent, type DomainEvent, type DomainEventType, type EventData, receiptOf } from "../domain/events.ts"
 import { memoize } from "../platform/memo.ts"
 import { type Notification, sortkeyMs } from "../domain/notification.ts"
@@ -54,7 +55,11 @@ export class Out {
 export type Handler<P extends Phase, I> = (phase: P, input: I, out: Out, admitted: boolean) => Phase
 
 export const NOTHING: ReadonlyArray<never> = []
-export const NO_ACKS: Acks = { unacked: new Map(), ackedRows: NOTHING, newestTopic: new Map() }
+const isStored = (entry: Unacked): boolean => entry._tag === "Stored"
+/** Unacked messages by version (`counted`: the stored ones). */
+export const unackedOf = (entries: Iterable<readonly [string, Unacked]>): Ledger<Unacked> => Ledger.of(entries, isStored)
+const NO_TOPICS: Topics = { young: Ledger.empty(), old: Ledger.empty() }
+export const NO_ACKS: Acks = { unacked: unackedOf([]), ackedRows: NOTHING, newestTopic: NO_TOPICS }
 
 // ── tables ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -73,32 +78,48 @@ export const backoff = (o: ProtocolOptions, attempt: number): number => Math.min
 
 export const withSession = <P extends Live>(phase: P, session: Session): P => ({ ...phase, session })
 
-export const storedOutstanding = (acks: Acks): number => {
-  let n = 0
-  for (const entry of acks.unacked.values()) if (entry._tag === "Stored") n++
-  return n
-}
+export const storedOutstanding = (acks: Acks): number => acks.unacked.counted
+
+/** Direct messages sent and not acked (counted with those queued against the client's capacity). */
+export const directOutstanding = (acks: Acks): number => acks.unacked.size - acks.unacked.counted
 
 const topicKey = (n: Notification): string => `${n.channelId}:${n.topic}`
+
+const newestSent = (topics: Topics, key: string): TopicSent | undefined => topics.young.get(key) ?? topics.old.get(key)
 
 /** A topic message older than one of its topic the client was sent: replaced (topic messages keep the ms they were accepted at). */
 export const replacedTopic = (acks: Acks, n: Notification): boolean => {
   if (n.topic === undefined) return false
-  const newest = acks.newestTopic.get(topicKey(n))
-  return newest !== undefined && newest.version !== n.version && sortkeyMs(newest) > sortkeyMs(n)
+  const newest = newestSent(acks.newestTopic, topicKey(n))
+  return newest !== undefined && newest.version !== n.version && newest.ms > sortkeyMs(n)
 }
 
 /** Whether `n` is the newest message of its topic the client was sent (a message without topic always is). */
 export const newestOfTopic = (acks: Acks, n: Notification): boolean =>
-  n.topic === undefined || acks.newestTopic.get(topicKey(n))?.version === n.version
+  n.topic === undefined || newestSent(acks.newestTopic, topicKey(n))?.version === n.version
+
+/**
+ * `sent` is the newest of its topic now. A full young generation becomes the old one (the old one is
+ * forgotten, but for the topics of messages still unacked: carried over, so that what is saved at the
+ * end still knows it is the newest). Amortized O(1): a generation turns after `TOPICS_GENERATION` topics.
+ */
+const rememberTopic = (topics: Topics, unacked: Ledger<Unacked>, sent: TopicSent): Topics => {
+  const { young, old } = topics
+  if (young.has(sent.key) || young.size < TOPICS_GENERATION + unacked.size) return { young: young.set(sent.key, sent), old }
+  let carried = Ledger.empty<TopicSent>()
+  for (const kept of old.values()) if (!young.has(kept.key) && unacked.has(kept.version)) carried = carried.set(kept.key, kept)
+  return { young: carried.set(sent.key, sent), old: young }
+}
 
 /** Track a message until it is acked. TTL 0 direct messages are fire-and-forget: nothing to save. */
 export const remember = (s: Session, n: Notification, table: string | undefined): Session => {
   const tracked = table !== undefined || n.ttl > 0
   const entry: Unacked = table === undefined ? { _tag: "Direct", notification: n } : { _tag: "Stored", notification: n, table }
   const { acks } = s
-  const unacked = tracked ? new Map(acks.unacked).set(n.version, entry) : acks.unacked
-  const newestTopic = n.topic === undefined || replacedTopic(acks, n) ? acks.newestTopic : new Map(acks.newestTopic).set(topicKey(n), n)
+  const unacked = tracked ? acks.unacked.set(n.version, entry) : acks.unacked
+  const newestTopic = n.topic === undefined || replacedTopic(acks, n)
+    ? acks.newestTopic
+    : rememberTopic(acks.newestTopic, unacked, { key: topicKey(n), version: n.version, ms: sortkeyMs(n) })
   return unacked === acks.unacked && newestTopic === acks.newestTopic ? s : { ...s, acks: { ...acks, unacked, newestTopic } }
 }
 

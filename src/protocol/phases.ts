@@ -3,6 +3,7 @@
  * only the fields valid in it, and the session an identified connection keeps, grouped by concern
  * (its pending retry included: the commands that are retried are defined here).
  */
+import type { Ledger } from "./ledger.ts"
 import type { ClientMessage } from "./messages.ts"
 import type { Notification, Urgency } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -63,9 +64,42 @@ export interface StoredUnacked {
 
 export type Unacked = DirectUnacked | StoredUnacked
 
-/** What the client has been sent and not acked (RS: `AckState`). */
+/**
+ * The newest message of a `chid:topic` (its key) the client was sent: its version, and the ms it was
+ * accepted at (its sort key).
+ */
+export interface TopicSent {
+  readonly key: string
+  readonly version: string
+  readonly ms: number
+}
+
+/**
+ * The newest message sent per topic, in two generations: once `young` holds `TOPICS_GENERATION`
+ * topics (beyond those of unacked messages), it becomes `old` and the previous `old` is forgotten,
+ * but for the topics of messages still unacked, which are carried into the new `young`. So a session
+ * remembers at most about twice that many topics (it used to remember every topic it ever sent).
+ * A topic forgotten only matters if an older stored row of it is read later in the session: it is
+ * then sent (as it would be on the next connection anyway).
+ */
+export interface Topics {
+  readonly young: Ledger<TopicSent>
+  readonly old: Ledger<TopicSent>
+}
+
+/** Topics in a generation of the session's topic memory (`Topics`). */
+export const TOPICS_GENERATION = 500
+
+/**
+ * What the client has been sent and not acked (RS: `AckState`). Ledgers, not Maps: a frame updates
+ * them in O(1) whatever they hold (`ledger.ts`). How many messages are unacked is bounded where they
+ * come from: direct ones by `clientChannelCapacity` together with those queued (the router port
+ * refuses more, and the endpoint stores them), stored ones by a page (the next page is read once
+ * they are acked).
+ */
 export interface Acks {
-  readonly unacked: ReadonlyMap<string, Unacked>
+  /** By version; `counted`: the stored ones. */
+  readonly unacked: Ledger<Unacked>
   /**
    * Stored timestamp messages the client acked whose rows are not deleted yet: they are deleted
    * together once no stored message is outstanding (a page at a time), or when the session ends.
@@ -78,7 +112,7 @@ export interface Acks {
    * stored one may come after a newer one was delivered directly). An older one is replaced: not
    * sent, not saved over it.
    */
-  readonly newestTopic: ReadonlyMap<string, Notification>
+  readonly newestTopic: Topics
 }
 
 /** The keepalive: client activity, our ping awaiting its pong, the client's own pings. */

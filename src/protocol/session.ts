@@ -24,6 +24,7 @@ import { causeText, type StorageError, type StorageService } from "../storage/St
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, CommandResult, Input, MailboxInput, Signal, Transition } from "./inputs.ts"
 import { type Consumer, type InboxBound, Mailbox } from "./mailbox.ts"
+import { directOutstanding } from "./out.ts"
 import { describeFrame } from "./messages.ts"
 import { type BroadcastSet, isLive, type Phase, type ProtocolOptions, type StoredUnacked } from "./phases.ts"
 import { makeProtocol, type Protocol } from "./table.ts"
@@ -91,16 +92,31 @@ export class SessionHandle {
   /**
    * Channels the client unregistered in this session (and did not register again), folded from
    * its events: deliveries for them are refused, so an endpoint that still knew the channel reads
-   * storage again. Made on the first unregister (most sessions never have one).
+   * storage again. Made on the first unregister (most sessions never have one); the last
+   * `UNREGISTERED_REMEMBERED` of them (a client unregistering made-up channels does not grow it).
    */
   unregistered: Set<string> | undefined = undefined
+  /** Direct messages the session sent and the client has not acked (as of its last step). */
+  unackedDirect = 0
   /** The client's minimum urgency (from its record, then its `urgency` commands): less urgent messages are refused. */
   minUrgency: Urgency | undefined = undefined
 
   /** `inbox`: the bound of the client's frames waiting (none: counted, never paused on). */
   constructor(capacity: number, deadline: number, inbox?: InboxBound) {
-    this.mailbox = new Mailbox<MailboxInput>(capacity, isDelivery, inbox)
+    this.mailbox = new Mailbox<MailboxInput>(capacity, isDelivery, inbox, onceKind)
     this.deadline = deadline
+  }
+
+  /**
+   * Queue a delivery, unless the client already holds `capacity` messages it must ack, counting those
+   * queued for it and those sent and not acked (a message with a TTL is kept until acked: a client
+   * that reads and never acks would otherwise make the session hold every push). Refused, the router
+   * port answers so that the endpoint stores it: the client reads it from storage, a page at a time.
+   * A TTL 0 message is not kept once sent: only the queue bounds it.
+   */
+  offerDelivery(notification: Notification): boolean {
+    if (notification.ttl > 0 && this.mailbox.deliveries + this.unackedDirect >= this.mailbox.capacity) return false
+    return this.mailbox.offerDelivery({ _tag: "Delivery", notification })
   }
 
   /**
@@ -115,14 +131,32 @@ export class SessionHandle {
   }
 }
 
+/**
+ * Channels unregistered in a session that its handle remembers, the latest ones (as many as a user
+ * may have by default: `max_channels_per_user`). One forgotten only lets a delivery for it through,
+ * which the client ignores (it has no such subscription any more).
+ */
+export const UNREGISTERED_REMEMBERED = 1_000
+
 /** Fold one of the session's events into the handle: unregistered channels, the minimum urgency. */
 const foldIntoHandle = (handle: SessionHandle, event: DomainEvent): void => {
-  if (event.type === "channel.unregistered.1") (handle.unregistered ??= new Set()).add(event.data.channelId)
-  else if (event.type === "channel.registered.1") handle.unregistered?.delete(event.data.channelId)
+  if (event.type === "channel.unregistered.1") {
+    const unregistered = handle.unregistered ??= new Set()
+    if (unregistered.size >= UNREGISTERED_REMEMBERED) unregistered.delete(unregistered.values().next().value as string)
+    unregistered.add(event.data.channelId)
+  } else if (event.type === "channel.registered.1") handle.unregistered?.delete(event.data.channelId)
   else if (event.type === "client.urgency.1") handle.minUrgency = event.data.min
 }
 
 const isDelivery = (input: MailboxInput): boolean => input._tag === "Delivery"
+
+/**
+ * Inputs that mean the same however many wait, so at most one of each waits in a mailbox: a storage
+ * check (the drain it starts, or restarts, reads whatever the pokes announced), a tick (it handles
+ * every deadline due when it is taken), a kick (the first one closes the session).
+ */
+const ONCE: { readonly [T in MailboxInput["_tag"]]?: number } = { CheckStorage: 1, Tick: 2, Kick: 4 }
+const onceKind = (input: MailboxInput): number => ONCE[input._tag] ?? 0
 
 // ── the interpreter ─────────────────────────────────────────────────────────────────────────────
 
@@ -270,6 +304,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
   private enter(phase: Phase, before: Phase = this.phase): Effect.Effect<void> | undefined {
     this.phase = phase
     this.handle.deadline = this.ports.protocol.deadline(phase)
+    this.handle.unackedDirect = isLive(phase) ? directOutstanding(phase.session.acks) : 0
     if (before._tag === phase._tag) return undefined
     if (phase._tag === "Closing" || phase._tag === "Closed") {
       this.ports.registry.remove(this.handle)

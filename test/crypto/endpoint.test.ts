@@ -257,6 +257,17 @@ describe("VAPID public keys", () => {
       assert.isUndefined(decodeVapidPublicKey(value))
     }))
 
+  it.effect("a long run of one character (64 KiB, a WebSocket frame's worth) is refused at once, not backtracked over", () =>
+    Effect.sync(() => {
+      const url = raw.toString("base64url")
+      assert.deepStrictEqual(decodeVapidPublicKey(url + "=".repeat(1_000)), raw, "padding of any length is ignored, as before")
+      for (const run of ["=".repeat(65_000) + "A", "=".repeat(65_000), "A".repeat(65_000) + "!", "/".repeat(65_000) + "_", "A" + "=".repeat(65_000) + "A"]) {
+        const started = performance.now()
+        assert.isUndefined(decodeVapidPublicKey(run))
+        assert.isBelow(performance.now() - started, 500, `${run.slice(0, 3)}… of ${run.length}`)
+      }
+    }))
+
   it.effect("the key hash is sha256 of the raw point", () =>
     Effect.sync(() => {
       assert.strictEqual(

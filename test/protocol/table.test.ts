@@ -4,7 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import type { DomainEvent } from "../../src/domain/events.ts"
-import type { Notification, Urgency } from "../../src/domain/notification.ts"
+import { type Notification, sortkeyMs, type Urgency } from "../../src/domain/notification.ts"
 import type { UserRecord } from "../../src/domain/user.ts"
 import { type Command, type Input, inputKind, type Transition } from "../../src/protocol/inputs.ts"
 import type { ClientMessage } from "../../src/protocol/messages.ts"
@@ -20,8 +20,11 @@ import {
   type Retry,
   type Session,
   type StoredUnacked,
+  type Topics,
   type Unacked
 } from "../../src/protocol/phases.ts"
+import { Ledger } from "../../src/protocol/ledger.ts"
+import { unackedOf } from "../../src/protocol/out.ts"
 import { makeProtocol, TRANSITIONS } from "../../src/protocol/table.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { sessionOptions } from "./harness.ts"
@@ -59,9 +62,10 @@ interface Flat {
   readonly connectedAt: number
   readonly table: string
   readonly recorded: boolean
-  readonly unacked: ReadonlyMap<string, Unacked>
+  /** Given as a Map; read back as the session keeps it. */
+  readonly unacked: ReadonlyMap<string, Unacked> | Ledger<Unacked>
   readonly ackedRows: ReadonlyArray<StoredUnacked>
-  readonly newestTopic: ReadonlyMap<string, Notification>
+  readonly newestTopic: ReadonlyMap<string, Notification> | Topics
   readonly lastActivity: number
   readonly pingSentAt: number | undefined
   readonly lastClientPing: number | undefined
@@ -75,12 +79,22 @@ interface Flat {
   readonly minUrgency: Urgency | undefined
 }
 
+/** The newest message sent per topic, by `chid:topic`, as a session remembers them. */
+const topicsOf = (newest: ReadonlyMap<string, Notification>): Topics => ({
+  young: Ledger.of([...newest].map(([key, n]) => [key, { key, version: n.version, ms: sortkeyMs(n) }])),
+  old: Ledger.empty()
+})
+
 const session = (o: Partial<Flat> = {}): Session => ({
   uaid: o.uaid ?? UAID,
   connectedAt: o.connectedAt ?? NOW - 1_000,
   table: o.table ?? THIS_MONTH,
   recorded: o.recorded ?? true,
-  acks: { unacked: o.unacked ?? new Map(), ackedRows: o.ackedRows ?? [], newestTopic: o.newestTopic ?? new Map() },
+  acks: {
+    unacked: o.unacked instanceof Ledger ? o.unacked : unackedOf(o.unacked ?? []),
+    ackedRows: o.ackedRows ?? [],
+    newestTopic: o.newestTopic === undefined || o.newestTopic instanceof Map ? topicsOf(o.newestTopic ?? new Map()) : o.newestTopic as Topics
+  },
   keepalive: { lastActivity: o.lastActivity ?? NOW - 1_000, pingSentAt: o.pingSentAt, lastClientPing: o.lastClientPing },
   budget: { tokens: o.tokens ?? 3, tokensAt: o.tokensAt ?? NOW - 1_000, held: heldOf(o.held ?? []), readingPaused: o.readingPaused ?? false },
   broadcasts: o.broadcasts ?? [],
@@ -1147,11 +1161,27 @@ describe("step: invariants of the table", () => {
     assert.throws(() => step(awaiting, { _tag: "PageRead", command: {} as never, messages: [], lastSortKey: undefined, more: false }, NOW))
   })
   it("phases are values: a step leaves its input phase as it was", () => {
-    const before = identified()
-    const copy = structuredClone(before)
-    step(before, { _tag: "Delivery", notification: message() }, NOW)
+    /** A phase as plain data: ledgers as what they hold, not how they hold it. */
+    const plain = (value: unknown): unknown =>
+      value instanceof Ledger ? value.values().map(plain)
+      : Array.isArray(value) ? value.map(plain)
+      : typeof value === "object" && value !== null ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, plain(v)]))
+      : value
+    const before = identified({
+      unacked: new Map([["v0", direct(message({ version: "v0", topic: "a" }))]]),
+      newestTopic: new Map([[`${CHID}:a`, message({ version: "v0", topic: "a" })]])
+    })
+    const copy = structuredClone(plain(before))
+    const delivered = step(before, { _tag: "Delivery", notification: message({ version: "v1", topic: "b" }) }, NOW)
+    const acked = step(delivered.phase, frame({ messageType: "ack", updates: [{ channelID: CHID, version: "v0" }] }), NOW)
     step(before, frame({ messageType: "register", channelID: CHID }), NOW)
-    assert.deepStrictEqual(before, copy)
+    assert.deepStrictEqual(plain(before), copy)
+    // Each phase reads as it was made, whichever was read last.
+    assert.deepStrictEqual(sessionOf(acked).unacked.size, 1)
+    assert.isTrue(sessionOf(acked).unacked.has("v1"))
+    assert.isFalse(sessionOf(delivered).unacked.has("v2"))
+    assert.isTrue(sessionOf(delivered).unacked.has("v0"))
+    assert.deepStrictEqual(plain(before), copy)
   })
   it("every cell of the table has a row above (this file's rows run first)", () => {
     const cells = Object.entries(TRANSITIONS).flatMap(([phase, row]) => Object.keys(row).map((kind) => `${phase} ${kind}`))
