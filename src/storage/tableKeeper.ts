@@ -16,7 +16,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { causeText, createActiveTables, Storage, type StorageError } from "./Storage.ts"
+import { causeText, createActiveTables, Storage, type StorageError, type StorageService, type TableStatus } from "./Storage.ts"
 
 /** How often a node checks that its tables exist. */
 const TABLE_CHECK_INTERVAL = Duration.hours(1)
@@ -66,3 +66,29 @@ export const layerTableKeeper: Layer.Layer<never, StorageError, Storage> = Layer
     yield* checkWhenDue.pipe(Effect.repeat(Schedule.spaced(TICK)), Effect.delay(TICK), Effect.forkScoped)
   })
 )
+
+// ── the tables' status, as health checks read it ───────────────────────────────────────────────
+
+/** How long the health routes reuse the tables' status: a flood of health checks costs the store one check per this. */
+export const TABLE_STATUS_TTL_MS = 5_000
+
+/** The cached status of each storage, by time to live. */
+const statusCaches = new WeakMap<StorageService, Map<number, Effect.Effect<ReadonlyArray<TableStatus>, StorageError>>>()
+
+/**
+ * `checkTables` of `storage` as the health routes (`/__heartbeat__`, `/health`, of both ports) read
+ * it: checked at most once per `ttlMs` for the whole process (the all-in-one's two nodes share it),
+ * the outcome — a failure too — reused meanwhile, and requests that come while a check runs wait
+ * for that one. 0 reads it every time.
+ */
+export const cachedTableStatus = (
+  storage: StorageService,
+  ttlMs: number = TABLE_STATUS_TTL_MS
+): Effect.Effect<ReadonlyArray<TableStatus>, StorageError> => {
+  if (ttlMs <= 0) return storage.checkTables
+  let byTtl = statusCaches.get(storage)
+  if (byTtl === undefined) statusCaches.set(storage, byTtl = new Map())
+  let cached = byTtl.get(ttlMs)
+  if (cached === undefined) byTtl.set(ttlMs, cached = Effect.runSync(Effect.cachedWithTTL(storage.checkTables, Duration.millis(ttlMs))))
+  return cached
+}
