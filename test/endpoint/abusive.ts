@@ -54,6 +54,9 @@ export interface RouteAbuse {
 
 const BODY = Buffer.alloc(64, 1)
 
+/** A P-256 public key (anyone's): a VAPID token then reaches its signature check. */
+const SOME_KEY = "BBK8TCxQXMff4QNKMIrwhRuXS4RS8UJAwDJVgQfb-hDh4EnXPTR-xGnjplAoh-MSjWSfy66qw0kAaXaxgVmrfYY"
+
 /** `prefix`, a run of `char` and `suffix`, `room` bytes in all (UTF-8). */
 const run = (prefix: string, char: string, room: number, suffix = "x"): string =>
   prefix + char.repeat(Math.max(0, Math.floor((room - prefix.length - suffix.length) / Buffer.byteLength(char)))) + suffix
@@ -102,6 +105,8 @@ export const ROUTE_ABUSES: ReadonlyArray<RouteAbuse> = [
   { route: "POST /wpush/{version}/{token}", name: "Crypto-Key: repeated fields", request: (room, protocol, t) => push(t, { "crypto-key": repeated((n) => run("dh=", "a", n), room, protocol) }) },
   { route: "POST /wpush/{version}/{token}", name: "Encryption: unicode", request: (room, _, t) => push(t, { encryption: run("salt=", "é", room) }) },
   { route: "POST /wpush/{version}/{token}", name: "Authorization vapid k= a run of =", request: (room, _, t) => push(t, { authorization: run("vapid t=a.b.c,k=", "=", room) }) },
+  { route: "POST /wpush/{version}/{token}", name: "Authorization vapid: a valid key, a token of one character repeated", request: (room, _, t) => push(t, { authorization: run(`vapid k=${SOME_KEY},t=`, "a", room, ".a.a") }) },
+  { route: "POST /wpush/{version}/{token}", name: "Authorization vapid: a valid key, a token of dots", request: (room, _, t) => push(t, { authorization: run(`vapid k=${SOME_KEY},t=a`, ".", room, "a") }) },
   { route: "POST /wpush/{version}/{token}", name: "Authorization vapid: a run of ,", request: (room, _, t) => push(t, { authorization: run("vapid t=a.b.c", ",", room) }) },
   { route: "POST /wpush/{version}/{token}", name: "Authorization webpush, Crypto-Key p256ecdsa= with a run of spaces", request: (room, _, t) => push(t, { authorization: "webpush a.b.c", "crypto-key": run("p256ecdsa=x", " ", room) }) },
   { route: "POST /wpush/{version}/{token}", name: "TTL: a run of digits", request: (room, _, t) => push(t, { ttl: run("1", "0", room, "1") }) },
