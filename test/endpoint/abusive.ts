@@ -114,6 +114,7 @@ export const ROUTE_ABUSES: ReadonlyArray<RouteAbuse> = [
   { route: "POST /wpush/{version}/{token}", name: "Topic and Urgency: runs", request: (room, _, t) => push(t, { topic: run("", "a", room / 2), urgency: run("", " ", room / 2) }) },
   { route: "POST /wpush/{version}/{token}", name: "X-Forwarded-For: a run of addresses", request: (room, _, t) => push(t, { "x-forwarded-for": run("", "10.0.0.1,", room, "10.0.0.2") }) },
   { route: "POST /wpush/{version}/{token}", name: "traceparent: a run of hex", request: (room, _, t) => push(t, { traceparent: run("00-", "a", room) }) },
+  { route: "POST /wpush/{version}/{token}", name: "a token percent-encoded, with a query (through the router)", request: (room) => ({ method: "POST", path: run("/wpush/v1/", "%41", room / 2, "?") + "a=".repeat(room / 4), headers: { ttl: "60" }, body: BODY }) },
   { route: "POST /wpush/{token}", name: "a token of one character repeated", request: (room) => ({ method: "POST", path: run("/wpush/", "A", room, ""), headers: { ttl: "60" }, body: BODY }) },
   // The message resource, receipts.
   { route: "DELETE /m/{message_id}", name: "a message id of one character repeated", request: (room) => ({ method: "DELETE", path: run("/m/", "g", room, ""), headers: {} }) },
