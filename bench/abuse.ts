@@ -20,6 +20,10 @@
  *                       its note has the worst and p99 time per notify)
  *   websocket …         the costliest frames of each WebSocket command, and a client that never
  *                       acks (`abuse-websocket.ts`, with its own table)
+ *   route …             in this process, one per route of the endpoint port (`abuse-routes.ts`):
+ *                       its most expensive requests at each protocol's size limits, one after the
+ *                       other over HTTP/1.1 and HTTP/2; the worst time one took is the table's
+ *                       "worst request" (cases made in this process are listed in `IN_PROCESS`)
  *
  * For each: the victim's POST→notification latency p50 / p99 / max, the pushes that failed (not
  * 201, or not delivered by the "after" reading), the node's RSS (VmRSS) before, at its peak
@@ -49,8 +53,14 @@ import { readdirSync } from "node:fs"
 import { cpus, networkInterfaces } from "node:os"
 import { setTimeout as sleep } from "node:timers/promises"
 import { gatewayCases } from "./abuse-gateway.ts"
+import { endpointRouteCases, type InProcessCase, type InProcessCases } from "./abuse-routes.ts"
 import { fmt, hello, option, quantile, register, rssMiB, start } from "./harness.ts"
 import { webSocketCommands } from "./abuse-websocket.ts"
+
+/** Groups of cases run in this process (after the forked ones), one line each. */
+const IN_PROCESS: ReadonlyArray<InProcessCases> = [
+  endpointRouteCases
+]
 
 const SECONDS = Number(option("seconds", "BENCH_SECONDS", "10"))
 const SOCKETS = Number(option("sockets", "BENCH_SOCKETS", "2000"))
@@ -84,6 +94,8 @@ interface Row {
   readonly rss: readonly [number, number, number]
   readonly fds: readonly [number, number, number]
   readonly heap: readonly [number, number, number]
+  /** The longest an abusive request took to be answered (in-process cases); NaN for the others. */
+  readonly worst: number
   readonly note: string
 }
 
@@ -104,7 +116,7 @@ const main = async () => {
   abusedEndpointUrl.hostname = to
   // The all-in-one serves /metrics on its router port.
   const metricsUrl = new URL("/metrics", deployment.routerUrl).href
-  const cases: ReadonlyArray<{ readonly name: string; readonly args?: ReadonlyArray<string>; readonly script?: string }> = [
+  const cases: Array<{ readonly name: string; readonly args?: ReadonlyArray<string>; readonly script?: string; readonly run?: InProcessCase["run"] }> = [
     { name: "baseline" },
     { name: "silent endpoint", args: ["silent", `${to}:${endpointUrl.port}`, String(SOCKETS), from] },
     { name: "silent websocket", args: ["silent", `${to}:${wsUrl.port}`, String(SOCKETS), from] },
@@ -115,7 +127,13 @@ const main = async () => {
     ...gatewayCases(deployment.endpointUrl)
   ]
   const rows: Array<Row> = []
+  const closes: Array<() => Promise<void>> = []
   try {
+    for (const make of IN_PROCESS) {
+      const made = await make(deployment)
+      closes.push(made.close)
+      cases.push(...made.cases)
+    }
     const victim = await hello(deployment.wsUrl)
     const endpoint = await register(victim)
     // A push's body, base64url, is the notification's `data`: the key to its send time.
@@ -188,11 +206,12 @@ const main = async () => {
         // The abuse is under way (its sockets open, its flood begun), or 10 s have passed.
         await Promise.race([once(child, "message"), sleep(10_000)])
       }
-      // The victim's pushes, one every 50 ms, for the abuse's duration.
+      // The victim's pushes, one every 50 ms, for the abuse's duration (an in-process abuse meanwhile).
       latencies = []
       sentAt.clear()
       const sends: Array<Promise<boolean>> = []
       const until = performance.now() + SECONDS * 1000
+      const inProcess = c.run?.(until)
       while (performance.now() < until) {
         sends.push(pushOne())
         await sleep(PUSH_EVERY_MS)
@@ -204,6 +223,8 @@ const main = async () => {
         await exited
         clearTimeout(timer)
       }
+      const ran = await inProcess
+      if (ran !== undefined) note = ran.note
       const accepted = (await Promise.all(sends)).filter(Boolean).length
       // Deliveries still on their way get the settling time from the abuse's end.
       await sleep(SETTLE_MS)
@@ -221,7 +242,8 @@ const main = async () => {
         rss: [rssBefore, rssPeak, rssMiB(pid)],
         fds: [fdsBefore, fdsPeak, fds(pid)],
         heap: [heapBefore, Math.max(heapPeak, heapAfter), heapAfter],
-        note: child === undefined ? "" : note
+        worst: ran?.worstMs ?? Number.NaN,
+        note: child === undefined && ran === undefined ? "" : note
       })
       const r = rows[rows.length - 1] as Row
       console.log(`  ${r.name}: ${r.pushes} pushes, ${r.failed} failed, p50 ${fmt(r.p50)} ms, p99 ${fmt(r.p99)} ms; ${r.note}`)
@@ -229,19 +251,20 @@ const main = async () => {
     await webSocketCommands(deployment, SECONDS, ONLY)
     await victim.close()
   } finally {
+    for (const close of closes) await close().catch(() => {})
     await deployment.stop()
   }
 
   console.log(
-    `\nVictim POST→notification latency (ms) and the node's RSS (MiB), V8 heap in use (MiB) and fds, ${SECONDS} s per case, one push per ${PUSH_EVERY_MS} ms; abusers from ${
+    `\nWorst request: the longest one abusive request took to be answered (the route cases). Victim POST→notification latency (ms) and the node's RSS (MiB), V8 heap in use (MiB) and fds, ${SECONDS} s per case, one push per ${PUSH_EVERY_MS} ms; abusers from ${
       outside ?? "127.0.0.2 (the loopback: max_connections_per_address not exercised)"
     }`
   )
-  console.log("| case | pushes | failed | p50 | p99 | max | RSS before / peak / after | heap before / peak / after | fds before / peak / after |")
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+  console.log("| case | worst request | pushes | failed | p50 | p99 | max | RSS before / peak / after | heap before / peak / after | fds before / peak / after |")
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
   for (const r of rows) {
     console.log(
-      `| ${r.name} | ${r.pushes} | ${r.failed} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.max)} | ${r.rss.map((v) => fmt(v, 0)).join(" / ")} | ${
+      `| ${r.name} | ${Number.isNaN(r.worst) ? "–" : fmt(r.worst)} | ${r.pushes} | ${r.failed} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.max)} | ${r.rss.map((v) => fmt(v, 0)).join(" / ")} | ${
         r.heap.map((v) => fmt(v, 0)).join(" / ")
       } | ${r.fds.join(" / ")} |`
     )

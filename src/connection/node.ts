@@ -45,6 +45,7 @@ import {
 } from "../protocol/session.ts"
 import { Broadcasts } from "../broadcast/Broadcasts.ts"
 import { mapStorageOperations, Storage, type StorageService } from "../storage/Storage.ts"
+import { cachedTableStatus } from "../storage/tableKeeper.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
 import { listen } from "../platform/listen.ts"
@@ -112,7 +113,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         const health: HealthSource = {
           storageStatus: () =>
             runPromise(
-              storage.checkTables.pipe(
+              cachedTableStatus(storage).pipe(
                 Effect.map((tables) => {
                   const bad = tables.find((t) => !t.ok)
                   return bad === undefined ? { ok: true } : { ok: false, cause: `${bad.table}: ${bad.cause ?? "unavailable"}` }

@@ -91,9 +91,18 @@ const simpleHex = (uuid: string, what: string): string => {
 
 // ── VAPID keys ───────────────────────────────────────────────────────────────────────────────────
 
+/**
+ * `text` without its trailing `=`, in one pass from the end (the pattern `/=+$/` tries every `=` of
+ * a long run as a start: quadratic in a header's length).
+ */
+const withoutPadding = (text: string): string => {
+  let end = text.length
+  while (end > 0 && text.charCodeAt(end - 1) === 0x3d) end--
+  return text.slice(0, end)
+}
+
 const STD_B64 = /^[A-Za-z0-9+/]+$/
 const URL_B64 = /^[A-Za-z0-9_-]+$/
-const EQUALS = 0x3d
 
 /**
  * The raw uncompressed P-256 point (65 bytes, 0x04 first) of a VAPID public key as sent in `k=` or
@@ -101,10 +110,7 @@ const EQUALS = 0x3d
  * `=` ignored. Undefined for anything else.
  */
 export const decodeVapidPublicKey = (key: string): Buffer | undefined => {
-  // Trailing `=` trimmed by hand: `/=+$/` backtracks over a long run of `=` (seconds for 64 KiB).
-  let end = key.length
-  while (end > 0 && key.charCodeAt(end - 1) === EQUALS) end--
-  const s = key.slice(0, end)
+  const s = withoutPadding(key)
   const standard = s.includes("/") || s.includes("+")
   if (!(standard ? STD_B64 : URL_B64).test(s) || s.length % 4 === 1) return undefined
   const raw = Buffer.from(s, standard ? "base64" : "base64url")
@@ -129,7 +135,7 @@ export const makeEndpointToken = (
 ): string => {
   const ids = Buffer.from(simpleHex(uaid, "uaid") + simpleHex(channelId, "channel id"), "hex")
   const plaintext = rawKey === undefined ? ids : Buffer.concat([ids, vapidKeyHash(rawKey)])
-  return fernet.encrypt(plaintext, { now: nowSeconds }).replace(/=+$/, "")
+  return withoutPadding(fernet.encrypt(plaintext, { now: nowSeconds }))
 }
 
 /** `{endpointUrl}/wpush/{v1|v2}/{token}`; `endpointUrl` without a trailing slash. */

@@ -1,6 +1,8 @@
 /**
  * Health and Dockerflow routes of the endpoint node (as autopush serves them): `/health` and
- * `/__heartbeat__` (version and storage checks; 503 when a table is not OK), `/__lbheartbeat__`,
+ * `/__heartbeat__` (version and storage checks; 503 when a table is not OK; the storage status is
+ * read at most once per `TABLE_STATUS_TTL_MS` per process, so a flood of them costs the store
+ * nothing more), `/__lbheartbeat__`,
  * `/__version__`, `/status`, `/__error__` (the operators' log check: an error log line, 418/999),
  * and `/metrics` (Prometheus text) when metrics are on.
  */
@@ -9,6 +11,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { Bridges } from "../bridges/Bridges.ts"
 import { LogCheck } from "../domain/errors.ts"
 import { Storage, type TableStatus } from "../storage/Storage.ts"
+import { cachedTableStatus } from "../storage/tableKeeper.ts"
 import type { EndpointOptions } from "./options.ts"
 
 type CheckStatus = { readonly status: "OK" } | { readonly status: "NOT OK"; readonly cause: string }
@@ -31,6 +34,7 @@ export interface HealthDocument {
 export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointOptions) {
   const storage = yield* Storage
   const { platforms } = yield* Bridges
+  const tableStatus = cachedTableStatus(storage, options.tableStatusTtlMs)
   const routers = { webpush: true, fcm: platforms.includes("fcm"), apns: platforms.includes("apns"), adm: platforms.includes("adm") }
 
   /**
@@ -38,7 +42,7 @@ export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointO
    * (last, this and next month's), so a table missing before its month begins is reported then.
    */
   const document = Effect.gen(function*() {
-    const [statuses, active] = yield* Effect.all([storage.checkTables, storage.activeMessageTables])
+    const [statuses, active] = yield* Effect.all([tableStatus, storage.activeMessageTables])
     return {
       router_table: checkStatus(statuses.filter((s) => !active.includes(s.table))),
       message_table: checkStatus(statuses.filter((s) => active.includes(s.table)))

@@ -71,12 +71,17 @@ export const clientAddress = (
   if (!trusted && inList(LOOPBACK_LIST, remote)) return undefined
   let client = remote
   if (proxies !== undefined && trusted && forwardedFor !== undefined) {
-    const hops = (typeof forwardedFor === "string" ? forwardedFor : forwardedFor.join(",")).split(",").map((hop) => plainAddress(hop.trim()))
-    for (let i = hops.length - 1; i >= 0; i--) {
-      const hop = hops[i]!
+    // Read from the right, one entry at a time, only as far as the trusted proxies go: the entries
+    // further left (as many as a header holds) cost nothing.
+    const list = typeof forwardedFor === "string" ? forwardedFor : forwardedFor.join(",")
+    let end = list.length
+    for (;;) {
+      const start = end === 0 ? 0 : list.lastIndexOf(",", end - 1) + 1
+      const hop = plainAddress(list.slice(start, end).trim())
       if (isIP(hop) === 0) break // not an address: nothing left of it can be believed
       client = hop
-      if (!inList(proxies, hop)) break
+      if (!inList(proxies, hop) || start === 0) break
+      end = start - 1
     }
   }
   return countedAddress(client)

@@ -85,7 +85,8 @@ export const makeReceiptRoutes = Effect.fnUntraced(function*(options: EndpointOp
 
   /**
    * `GET /m/{message_id}`: the message's status, from its receipt, or else this process's trace
-   * (which reads its whole window: counted against the sender's address limit, as pushes are).
+   * (an indexed lookup: the message's own events); counted against the sender's address limit, as
+   * pushes are.
    */
   const status = Effect.fnUntraced(function*(messageId: string, req: IncomingMessage) {
     yield* Effect.fromResult(limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis))

@@ -5,6 +5,7 @@
  * the router sees them (`front.ts`), by the same handlers.
  */
 import type { IncomingMessage } from "node:http"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
@@ -16,7 +17,9 @@ import type { StorageError } from "../storage/Storage.ts"
 import { makeBroadcastAdmin } from "./broadcasts.ts"
 import { makeErrorsPage } from "./errorsPage.ts"
 import { makeHealthHandlers } from "./health.ts"
+import { peerOf } from "./http2.ts"
 import type { EndpointOptions } from "./options.ts"
+import type { RateLimits } from "./rateLimits.ts"
 import type { Receipts } from "./receipts.ts"
 import { makeRegistrationHandlers, type RegistrationPath } from "./registration.ts"
 import type { EmptyAnswer, WebPush } from "./webpush.ts"
@@ -42,6 +45,17 @@ const methodNotAllowed: Handler = Effect.fail(new MethodNotAllowed())
 /** A path with handlers for some methods; every other method answers 405 (HEAD follows GET, OPTIONS is CORS). */
 const resource = (path: `/${string}`, handlers: Partial<Record<Method, Handler>>) =>
   METHODS.map((method) => HttpRouter.route(method, path, handlers[method] ?? methodNotAllowed))
+
+/**
+ * `handler` after a token of the sender's per-address limit (`rate_limit_per_address`, the pushes'
+ * bucket): taken before the request's body, credentials or storage are looked at, 429/116 without one.
+ */
+const limitedBy = (limits: RateLimits) => (handler: Handler): Handler =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const req = request.source as IncomingMessage
+    return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      Effect.andThen(Effect.fromResult(limits.address(peerOf(req), req.headers["x-forwarded-for"], now)), handler))
+  })
 
 const param = (params: Readonly<Record<string, string | undefined>>, name: string): string => params[name] ?? ""
 
@@ -89,12 +103,18 @@ const withBroadcastId = (handle: (request: HttpServerRequest.HttpServerRequest, 
     return yield* handle(yield* HttpServerRequest.HttpServerRequest, id)
   })
 
-/** The route table, with the Matrix gateway's routes and the console's (when it is on). */
+/**
+ * The route table, with the Matrix gateway's routes and the console's (when it is on). Every route
+ * that reads a body, a credential or storage takes a token of the sender's per-address limit first
+ * (pushes, receipts and message status in their handlers, the others here); the health, version
+ * and error-reference routes answer from memory (the storage status is cached: `health.ts`).
+ */
 export const makeRoutes = (
   options: EndpointOptions,
   webpush: WebPush,
   receipts: Receipts,
-  matrix: Effect.Success<ReturnType<typeof makeMatrixGateway>>
+  matrix: Effect.Success<ReturnType<typeof makeMatrixGateway>>,
+  limits: RateLimits
 ) =>
   HttpRouter.use((router) =>
     Effect.gen(function*() {
@@ -106,33 +126,35 @@ export const makeRoutes = (
       const listBroadcasts: Handler = Effect.flatMap(HttpServerRequest.HttpServerRequest, admin.list)
       const consoleRoutes = options.console === undefined ? [] : yield* makeConsoleRoutes(options.console)
       const registration = "/v1/:routerType/:appId/registration"
+      const limited = limitedBy(limits)
       yield* router.addAll([
         ...resource("/wpush/:version/:token", { POST: push.send }),
         ...resource("/wpush/:token", { POST: push.send }),
-        ...resource("/m/:messageId", { DELETE: push.cancel, GET: push.messageStatus }),
+        ...resource("/m/:messageId", { DELETE: limited(push.cancel), GET: push.messageStatus }),
         ...resource("/receipts", { POST: push.subscribeReceipts }),
         // GET is answered in front (`front.ts`); other methods get 405 here.
         ...resource("/receipts/:id", {}),
-        ...resource(registration, { POST: registrationRoute(bridged.register) }),
+        ...resource(registration, { POST: limited(registrationRoute(bridged.register)) }),
         ...resource(`${registration}/:uaid`, {
-          GET: registrationRoute(bridged.channels),
-          PUT: registrationRoute(bridged.update),
-          DELETE: registrationRoute(bridged.unregister)
+          GET: limited(registrationRoute(bridged.channels)),
+          PUT: limited(registrationRoute(bridged.update)),
+          DELETE: limited(registrationRoute(bridged.unregister))
         }),
-        ...resource(`${registration}/:uaid/subscription`, { POST: registrationRoute(bridged.subscribe) }),
-        ...resource(`${registration}/:uaid/subscription/:chid`, { DELETE: registrationRoute(bridged.unsubscribe) }),
-        ...resource("/v1/broadcasts", { GET: listBroadcasts }),
+        ...resource(`${registration}/:uaid/subscription`, { POST: limited(registrationRoute(bridged.subscribe)) }),
+        ...resource(`${registration}/:uaid/subscription/:chid`, { DELETE: limited(registrationRoute(bridged.unsubscribe)) }),
+        ...resource("/v1/broadcasts", { GET: limited(listBroadcasts) }),
         // Ids like remote-settings/monitor_changes: one `/` as it is, or any percent-encoded.
-        ...resource("/v1/broadcasts/:id", { PUT: withBroadcastId(admin.put), DELETE: withBroadcastId(admin.remove) }),
-        ...resource("/v1/broadcasts/:id/:name", { PUT: withBroadcastId(admin.put), DELETE: withBroadcastId(admin.remove) }),
+        ...resource("/v1/broadcasts/:id", { PUT: limited(withBroadcastId(admin.put)), DELETE: limited(withBroadcastId(admin.remove)) }),
+        ...resource("/v1/broadcasts/:id/:name", { PUT: limited(withBroadcastId(admin.put)), DELETE: limited(withBroadcastId(admin.remove)) }),
         ...resource("/health", { GET: health.health }),
         ...resource("/__heartbeat__", { GET: health.health }),
         ...resource("/__lbheartbeat__", { GET: health.lbHeartbeat }),
         ...resource("/errors", { GET: Effect.succeed(errorsPage) }),
         ...resource("/__version__", { GET: health.version }),
         ...resource("/status", { GET: health.status }),
-        ...resource("/__error__", { GET: health.logCheck }),
-        ...resource("/v1/err", { GET: health.logCheck }),
+        // Each one writes an error log line: limited, so that a flood cannot fill the log.
+        ...resource("/__error__", { GET: limited(health.logCheck) }),
+        ...resource("/v1/err", { GET: limited(health.logCheck) }),
         // The Matrix push gateway: its own routes and Matrix error JSON under /_matrix/.
         ...matrix.routes,
         ...consoleRoutes

@@ -95,7 +95,7 @@ export const makeEndpoint = (
       subscription: makeTokenBuckets((options.rateLimits ?? NO_LIMITS).perAddress).take
     })
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
-    const routes = makeRoutes(options, webpush, receipts, matrix)
+    const routes = makeRoutes(options, webpush, receipts, matrix, limits)
     const routed = yield* HttpRouter.toHttpEffect(routes).pipe(Effect.provideService(HttpRouter.RouterConfig, ROUTER_CONFIG))
     const app = observe.instrument(endpointCors(respondToFailures(routed, observe.onError)), maxInFlight)
     const front = yield* makeFront(observe, maxInFlight, webpush, receipts)

@@ -25,7 +25,10 @@ export const options: EndpointOptions = {
   endpointUrl: TEST_ENDPOINT_URL,
   port: 0,
   bindHost: "127.0.0.1",
-  version: "1.2.3-test"
+  version: "1.2.3-test",
+  // The health tests change the tables between requests: each reads their status afresh (the
+  // cache is tested on its own, test/endpoint/cost.test.ts).
+  tableStatusTtlMs: 0
 }
 
 // ── storage with injectable faults ───────────────────────────────────────────────────────────────

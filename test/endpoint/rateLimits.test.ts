@@ -2,12 +2,13 @@
  * Per-sender rate limits: the token bucket's arithmetic, the client address (X-Forwarded-For only
  * from a listed proxy, the rightmost hop that is not one; IPv6 by /64; the loopback not limited),
  * and through the endpoint: 429/116 with Retry-After by address and by VAPID key, other senders
- * untouched, the bucket refilled after a second.
+ * untouched, the bucket refilled after a second; the other routes that read a body, a credential or
+ * storage take a token of the address's bucket too.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { clientAddress, makeTokenBuckets, trustedProxies } from "../../src/endpoint/rateLimits.ts"
-import { endpointWith, FakeNodeClient, goodClaims, options, push, subscribe, vapidKeys } from "./harness.ts"
+import { endpointWith, FakeNodeClient, goodClaims, options, push, request, subscribe, vapidKeys } from "./harness.ts"
 
 describe("token buckets", () => {
   it("a burst, then one per 1/perSecond; the wait in whole seconds; a full bucket after a quiet period", () => {
@@ -77,6 +78,28 @@ describe("through the endpoint", () => {
         assert.strictEqual((yield* from("203.0.113.6")).status, 201, "another sender behind the same proxy")
         yield* Effect.sleep("1100 millis")
         assert.strictEqual((yield* from("203.0.113.5")).status, 201)
+      }))
+
+    it.effect("cancels, registration API, broadcast admin and log check calls take a token of the same bucket, before their request is read", () =>
+      Effect.gen(function*() {
+        const calls: ReadonlyArray<readonly [string, string, string | undefined]> = [
+          ["DELETE", "/m/not-a-message-id", undefined],
+          ["POST", "/v1/stub/app/registration", "not json"],
+          ["GET", "/v1/stub/app/registration/0123456789abcdef0123456789abcdef", undefined],
+          ["PUT", "/v1/broadcasts/x", "{}"],
+          ["GET", "/__error__", undefined]
+        ]
+        for (const [i, [method, path, body]] of calls.entries()) {
+          const sender = `203.0.113.${100 + i}`
+          const call = () => request({ method, path, headers: { "x-forwarded-for": sender }, ...(body === undefined ? {} : { body }) })
+          const first = [(yield* call()).status, (yield* call()).status]
+          assert.notInclude(first, 429, `${method} ${path}`)
+          const refused = yield* call()
+          assert.strictEqual(refused.status, 429, `${method} ${path}: the third call of the burst of 2`)
+          assert.deepInclude(refused.json(), { errno: 116 })
+        }
+        // The health routes answer from memory (and a cached status): not limited.
+        for (let i = 0; i < 5; i++) assert.strictEqual((yield* request({ method: "GET", path: "/__lbheartbeat__", headers: { "x-forwarded-for": "203.0.113.99" } })).status, 200)
       }))
   })
 

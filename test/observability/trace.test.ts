@@ -90,6 +90,36 @@ describe("the trace window", () => {
   })
 })
 
+describe("the trace's index", () => {
+  it("finds what reading the whole window finds, for any sequence of events, window size and lookups by id or opaque id", () => {
+    const versions = ["m0", "m1", "m2", "m3", "m4", "m5"]
+    const types = ["notification.accepted.1", "notification.routed.1", "notification.delivered.1", "notification.nacked.1", "notification.acked.1"] as const
+    let seed = 7
+    const next = (n: number): number => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31
+      return seed % n
+    }
+    for (let run = 0; run < 200; run++) {
+      const capacity = 1 + next(12)
+      const trace = makeMessageTrace({ capacity, maxEventsPerMessage: 3 })
+      const window: Array<DomainEvent> = []
+      for (let i = 0; i < 60; i++) {
+        const version = versions[next(versions.length)] as string
+        const event = at({ type: types[next(types.length)] as DomainEvent["type"], uaid: UAID, data: { version, channelId: CHID, outcome: "direct", code: 100, source: "direct" } } as never, i)
+        trace.sink(event)
+        window.push(event)
+        if (window.length > capacity) window.shift()
+        const asked = versions[next(versions.length)] as string
+        const expected = window.filter((e) => (e.data as { version: string }).version === asked)
+        const found = next(2) === 0 ? trace.lookup(asked) : trace.lookup(opaqueId(asked))
+        assert.deepStrictEqual(found?.events.map((e) => e.time), expected.length === 0 ? undefined : expected.slice(0, 3).map((e) => e.time), `run ${run}, event ${i}`)
+        assert.strictEqual(found?.lastSeen, expected.at(-1)?.time)
+        assert.strictEqual(trace.size(), new Set(window.map((e) => (e.data as { version: string }).version)).size)
+      }
+    }
+  })
+})
+
 // ── over HTTP: endpoint + session in one process, trace on the router port ─────────────────────
 
 const AllInOne = EndpointServer.layerServer(options).pipe(

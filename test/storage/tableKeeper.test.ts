@@ -5,11 +5,12 @@
  * says it again at each check.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Logger } from "effect"
+import { Clock, Effect, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { mapStorageOperations, Storage, StorageError } from "../../src/storage/Storage.ts"
-import { CREATE_TABLES_COMMAND, layerTableKeeper } from "../../src/storage/tableKeeper.ts"
+import { CREATE_TABLES_COMMAND, layerTableKeeper, TABLE_CHECK_SPREAD } from "../../src/storage/tableKeeper.ts"
+import { Duration } from "effect"
 
 const options = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }
 
@@ -72,7 +73,8 @@ describe("table keeper", () => {
   it.effect("where creating is denied, the node still starts and names the missing tables and the command, at start and at every check", () => {
     const logs = captured()
     return Effect.gen(function*() {
-      yield* TestClock.setTime(Date.UTC(2027, 0, 31, 23, 0))
+      // The last day, hours before the next set of tables: only the start and the hourly check look.
+      yield* TestClock.setTime(Date.UTC(2027, 0, 31, 12, 0))
       yield* Layer.build(layerTableKeeper)
       const errors = () => logs.lines.filter((line) => line.level === "Error").map((line) => line.text)
       assert.strictEqual(errors().length, 1)
@@ -80,9 +82,45 @@ describe("table keeper", () => {
       assert.include(error, "tables missing and not created: router, router_receipts, message_2026_12, message_2027_01, message_2027_02, message_2027_03")
       assert.include(error, CREATE_TABLES_COMMAND)
       yield* TestClock.adjust("1 hour")
-      assert.strictEqual(errors().length, 2, "said again at the hourly check")
+      assert.strictEqual(errors().length, 2, "said again at the hourly check (the first within the hour)")
     }).pipe(Effect.scoped, Effect.provide(deniedCreate), Effect.provide(logs.layer))
   })
+
+  it.effect("nodes' checks of a new day's tables are spread over the half hour before its midnight, and the tables are there when it comes", () =>
+    Effect.gen(function*() {
+      const nodes = 20
+      const midnight = Date.UTC(2027, 0, 31) // the last day: March's table becomes active
+      // When (in whole ticks of the test's clock) each check looking at the new day was made.
+      let now = midnight - Duration.toMillis(Duration.hours(2))
+      const seen: Array<number> = []
+      const looks: Array<number> = []
+      const watched = Layer.effect(
+        Storage,
+        Effect.map(Storage, (inner) =>
+          mapStorageOperations(inner, (name) => (operation) =>
+            name === "checkTables"
+              ? Effect.flatMap(Clock.currentTimeMillis, (lookedAt) => {
+                if (lookedAt >= midnight) seen.push(now)
+                return operation
+              })
+              : operation))
+      ).pipe(Layer.provideMerge(layerMemory(options)))
+      yield* Effect.gen(function*() {
+        yield* TestClock.setTime(now)
+        for (let i = 0; i < nodes; i++) yield* Layer.build(layerTableKeeper)
+        const storage = yield* Storage
+        while (now < midnight) {
+          now += 10_000
+          yield* TestClock.setTime(now)
+          if (now < midnight - Duration.toMillis(TABLE_CHECK_SPREAD)) assert.notInclude(yield* storage.listMessageTables, "message_2027_03")
+        }
+        looks.push(...seen)
+        assert.deepStrictEqual(yield* missingTables, [], "March's table is there the moment it becomes active")
+      }).pipe(Effect.provide(watched))
+      assert.strictEqual(looks.length, nodes, "each node looked at the new day's tables once")
+      for (const at of looks) assert.isTrue(at > midnight - Duration.toMillis(TABLE_CHECK_SPREAD) && at <= midnight)
+      assert.isAtLeast(new Set(looks).size, nodes / 2, `checks spread over the half hour, not in one tick: ${looks.map((at) => new Date(at).toISOString().slice(11, 19)).join(" ")}`)
+    }).pipe(Effect.scoped))
 
   it.effect("storage that cannot be read at all fails the start", () =>
     Effect.gen(function*() {
