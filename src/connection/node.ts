@@ -394,11 +394,11 @@ class PushSocket extends WebSocket implements Transport, InboxGate {
           onMessage(this, mailbox, args[0], args[1])
           break
         case "ping":
-          if (this.control(Date.now())) this.pong(args[0])
+          if (this.control(performance.now())) this.pong(args[0])
           else mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
           break
         case "pong":
-          if (this.control(Date.now())) mailbox.offer({ _tag: "Pong" })
+          if (this.control(performance.now())) mailbox.offer({ _tag: "Pong" })
           else mailbox.offerFirst({ _tag: "Kick", kind: "control-flood" })
           break
         case "close":
