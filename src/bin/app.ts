@@ -194,6 +194,7 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   storageRetryMs: 250,
   storageRetryMaxMs: 30_000,
   saveRetryForMs: 300_000,
+  requireVapid: settings.requireVapid,
   closeGraceMs: ms(settings.closeGrace),
   tickMs: 1_000,
   peerTimeoutMs: ms(settings.connectionTimeout),
