@@ -3,6 +3,9 @@
  * (rules #3 and #4 of `webpush.ts`): `parseVapid` reads `Authorization` (+ `Crypto-Key`), `verifyVapid` checks
  * the key, the ES256 signature (with `jose`) and the `exp`/`aud` claims. Every failure is 401/109,
  * except a draft-01 scheme without its `Crypto-Key: p256ecdsa=` key, which is 400/110.
+ *
+ * `senderWarnings`: what in an accepted push another push service would refuse (Apple's answers 403
+ * `BadJwtToken` to some JWTs Mozilla's and Google's accept), told to the sender in `Autopush-Warning`.
  */
 import { createPublicKey, type KeyObject } from "node:crypto"
 import * as Effect from "effect/Effect"
@@ -24,7 +27,8 @@ export interface VapidCredentials {
 export interface VerifiedVapid {
   /** Raw uncompressed P-256 point (65 bytes): what a v2 endpoint is bound to. */
   readonly rawKey: Buffer
-  readonly claims: { readonly exp: number; readonly aud: string; readonly sub?: unknown }
+  readonly claims: { readonly exp: number; readonly aud: string; readonly sub?: unknown; readonly iat?: unknown }
+  readonly scheme: VapidCredentials["scheme"]
 }
 
 const auth = (message: string) => new InvalidAuth({ message })
@@ -105,9 +109,9 @@ const claimsOf = (payload: Uint8Array): VerifiedVapid["claims"] | undefined => {
     return undefined
   }
   if (typeof claims !== "object" || claims === null || Array.isArray(claims)) return undefined
-  const { exp, aud, sub } = claims as Record<string, unknown>
+  const { exp, aud, sub, iat } = claims as Record<string, unknown>
   return Number.isSafeInteger(exp) && (exp as number) >= 0 && typeof aud === "string"
-    ? { exp: exp as number, aud, sub }
+    ? { exp: exp as number, aud, sub, iat }
     : undefined
 }
 
@@ -138,5 +142,84 @@ export const verifyVapid = Effect.fnUntraced(function*(
   if (claims.exp < nowSeconds - EXP_LEEWAY_SECONDS) return yield* auth("The VAPID token has expired")
   if (claims.exp > nowSeconds + MAX_EXP_AHEAD_SECONDS) return yield* auth("The VAPID token expiration is too long")
   if (!sameOrigin(claims.aud, origin)) return yield* auth("Invalid VAPID audience")
-  return { rawKey, claims }
+  return { rawKey, claims, scheme: credentials.scheme }
 })
+
+// ── what other push services refuse ─────────────────────────────────────────────────────────────
+
+/**
+ * What in a push this server accepts another push service refuses (the sender's library works
+ * against one service and fails against another, in silence):
+ * - `vapid-sub-local`: `sub` is a `mailto:` (or `https:`) at `localhost`, a `.local` or an `.invalid`
+ *   domain — Apple's service answers 403 BadJwtToken;
+ * - `vapid-sub-missing`: no `sub`, or one neither `mailto:` nor `https:` — Apple's requires a contact;
+ * - `vapid-long-lived`: the JWT is valid for more than 24 h from its `iat` — Apple's refuses it
+ *   (an `exp` more than 24 h ahead of now is refused here already, 401/109);
+ * - `vapid-draft-scheme`: `Authorization: WebPush` (or `Bearer`) with `Crypto-Key: p256ecdsa=` —
+ *   the VAPID draft; Apple's accepts only `vapid t=…, k=…` (RFC 8292);
+ * - `aesgcm`: the draft encryption `Content-Encoding: aesgcm` (with `Crypto-Key: dh=`); Apple's
+ *   accepts only `aes128gcm` (RFC 8291).
+ */
+export type SenderWarning = "vapid-sub-local" | "vapid-sub-missing" | "vapid-long-lived" | "vapid-draft-scheme" | "aesgcm"
+
+/** What each warning tells the sender (no double quote, no comma: one quoted item of the header each). */
+export const SENDER_WARNING_TEXT: { readonly [K in SenderWarning]: string } = {
+  "vapid-sub-local": "VAPID sub is a contact at localhost or a .local or .invalid domain: Apple's push service refuses the JWT (403 BadJwtToken); use a real mailto: or https: contact",
+  "vapid-sub-missing": "VAPID JWT has no sub contact (mailto: or https:): Apple's push service refuses it (403 BadJwtToken)",
+  "vapid-long-lived": "VAPID JWT is valid for more than 24 h (exp - iat): Apple's push service refuses it (403 BadJwtToken); sign with exp at most 24 h after iat",
+  "vapid-draft-scheme": "Authorization: WebPush with Crypto-Key p256ecdsa is the VAPID draft: Apple's push service accepts only Authorization: vapid t=... k=... (RFC 8292)",
+  aesgcm: "Content-Encoding: aesgcm is the draft encryption: Apple's push service accepts only aes128gcm (RFC 8291)"
+}
+
+/** The response header that carries them: `Autopush-Warning: kind "text", kind "text"`. */
+export const SENDER_WARNING_HEADER = "autopush-warning"
+
+const NO_WARNINGS: ReadonlyArray<SenderWarning> = []
+
+/** Domains no push service can reach a person at (RFC 6761 / RFC 6762 names). */
+const unreachableDomain = (domain: string): boolean => {
+  const d = domain.toLowerCase().replace(/\.$/, "")
+  return d === "localhost" || d.endsWith(".localhost") || d === "local" || d.endsWith(".local") || d === "invalid" || d.endsWith(".invalid")
+}
+
+/** `sub`'s domain: a `mailto:` address's (after its last `@`), an `https:` URL's host; undefined for neither. */
+const subDomain = (sub: string): string | undefined => {
+  if (sub.startsWith("mailto:")) {
+    const address = sub.slice(7).split("?")[0] ?? ""
+    const at = address.lastIndexOf("@")
+    return at < 0 ? "" : address.slice(at + 1)
+  }
+  if (sub.startsWith("https:")) return URL.canParse(sub) ? new URL(sub).hostname : ""
+  return undefined
+}
+
+/** The `sub` claim's warning, if any. */
+const subWarning = (sub: unknown): SenderWarning | undefined => {
+  if (typeof sub !== "string") return "vapid-sub-missing"
+  const domain = subDomain(sub)
+  if (domain === undefined) return "vapid-sub-missing"
+  return domain === "" || unreachableDomain(domain) ? "vapid-sub-local" : undefined
+}
+
+/**
+ * The warnings of an accepted push: from its verified VAPID claims (undefined: unsigned) and its
+ * `Content-Encoding`. Plain string checks on what the push's rules already parsed (the push path
+ * runs it on every push): no allocation when there is nothing to say.
+ */
+export const senderWarnings = (vapid: VerifiedVapid | undefined, encoding: string | undefined): ReadonlyArray<SenderWarning> => {
+  let found: Array<SenderWarning> | undefined
+  const add = (warning: SenderWarning): void => void (found ??= []).push(warning)
+  if (vapid !== undefined) {
+    const sub = subWarning(vapid.claims.sub)
+    if (sub !== undefined) add(sub)
+    const iat = vapid.claims.iat
+    if (typeof iat === "number" && vapid.claims.exp - iat > MAX_EXP_AHEAD_SECONDS) add("vapid-long-lived")
+    if (vapid.scheme !== "vapid") add("vapid-draft-scheme")
+  }
+  if (encoding === "aesgcm") add("aesgcm")
+  return found ?? NO_WARNINGS
+}
+
+/** The `Autopush-Warning` value of `warnings` (none: undefined, no header). */
+export const senderWarningHeader = (warnings: ReadonlyArray<SenderWarning>): string | undefined =>
+  warnings.length === 0 ? undefined : warnings.map((w) => `${w} "${SENDER_WARNING_TEXT[w]}"`).join(", ")

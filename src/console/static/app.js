@@ -33,6 +33,20 @@ const duration = (seconds) => {
   return first < 0 ? "0s" : parts.slice(first, first + 2).map(([n, unit]) => `${n}${unit}`).join(" ")
 }
 
+/** Per VAPID key (its first characters), the warnings its pushes got: `BCx4…: vapid-sub-local ×3`. */
+const showSenderWarnings = (senders) => {
+  const list = $("status-senders")
+  if (senders.length === 0) return void (list.textContent = "none")
+  list.replaceChildren(...senders.map((sender) => {
+    const line = document.createElement("div")
+    const who = sender.vapidKey === null ? "unsigned" : `key ${sender.vapidKey.slice(0, 12)}…`
+    const what = Object.entries(sender.warnings).map(([kind, n]) => `${kind} ×${n}`).join(", ")
+    line.textContent = `${who}: ${what} (last ${new Date(sender.lastSeen).toLocaleTimeString()})`
+    line.title = sender.vapidKey ?? "pushes without VAPID"
+    return line
+  }))
+}
+
 let previous
 const pollStatus = async () => {
   try {
@@ -46,6 +60,7 @@ const pollStatus = async () => {
       $("status-rate").textContent = rate.toFixed(rate < 10 ? 1 : 0)
     }
     previous = { at: now, notifications: status.notifications }
+    showSenderWarnings(status.senderWarnings ?? [])
     $("live").textContent = "live"
     $("live").className = "badge on"
   } catch {
