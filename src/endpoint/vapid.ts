@@ -176,20 +176,35 @@ export const SENDER_WARNING_HEADER = "autopush-warning"
 
 const NO_WARNINGS: ReadonlyArray<SenderWarning> = []
 
-/** Domains no push service can reach a person at (RFC 6761 / RFC 6762 names). */
+/** Domains no push service can reach a person at (RFC 6761 / RFC 6762 names); `domain` in lower case. */
 const unreachableDomain = (domain: string): boolean => {
-  const d = domain.toLowerCase().replace(/\.$/, "")
+  const d = domain.endsWith(".") ? domain.slice(0, -1) : domain
   return d === "localhost" || d.endsWith(".localhost") || d === "local" || d.endsWith(".local") || d === "invalid" || d.endsWith(".invalid")
 }
 
-/** `sub`'s domain: a `mailto:` address's (after its last `@`), an `https:` URL's host; undefined for neither. */
+/**
+ * `sub`'s domain in lower case: a `mailto:` address's (after its last `@`, before any `?`), an
+ * `https:` URL's host (after any user info, before any port or path); undefined for neither. Index
+ * arithmetic rather than a URL parser: this runs on every signed push.
+ */
 const subDomain = (sub: string): string | undefined => {
   if (sub.startsWith("mailto:")) {
-    const address = sub.slice(7).split("?")[0] ?? ""
-    const at = address.lastIndexOf("@")
-    return at < 0 ? "" : address.slice(at + 1)
+    const query = sub.indexOf("?")
+    const end = query < 0 ? sub.length : query
+    const at = sub.lastIndexOf("@", end - 1)
+    return at < 7 ? "" : sub.slice(at + 1, end).toLowerCase()
   }
-  if (sub.startsWith("https:")) return URL.canParse(sub) ? new URL(sub).hostname : ""
+  if (sub.startsWith("https://")) {
+    let end = sub.length
+    for (const stop of ["/", "?", "#"]) {
+      const i = sub.indexOf(stop, 8)
+      if (i >= 0 && i < end) end = i
+    }
+    const at = sub.lastIndexOf("@", end - 1)
+    const host = sub.slice(at < 8 ? 8 : at + 1, end)
+    const port = host.startsWith("[") ? -1 : host.lastIndexOf(":")
+    return (port < 0 ? host : host.slice(0, port)).toLowerCase()
+  }
   return undefined
 }
 
@@ -208,15 +223,14 @@ const subWarning = (sub: unknown): SenderWarning | undefined => {
  */
 export const senderWarnings = (vapid: VerifiedVapid | undefined, encoding: string | undefined): ReadonlyArray<SenderWarning> => {
   let found: Array<SenderWarning> | undefined
-  const add = (warning: SenderWarning): void => void (found ??= []).push(warning)
   if (vapid !== undefined) {
     const sub = subWarning(vapid.claims.sub)
-    if (sub !== undefined) add(sub)
+    if (sub !== undefined) found = [sub]
     const iat = vapid.claims.iat
-    if (typeof iat === "number" && vapid.claims.exp - iat > MAX_EXP_AHEAD_SECONDS) add("vapid-long-lived")
-    if (vapid.scheme !== "vapid") add("vapid-draft-scheme")
+    if (typeof iat === "number" && vapid.claims.exp - iat > MAX_EXP_AHEAD_SECONDS) (found ??= []).push("vapid-long-lived")
+    if (vapid.scheme !== "vapid") (found ??= []).push("vapid-draft-scheme")
   }
-  if (encoding === "aesgcm") add("aesgcm")
+  if (encoding === "aesgcm") (found ??= []).push("aesgcm")
   return found ?? NO_WARNINGS
 }
 
