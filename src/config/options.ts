@@ -442,6 +442,12 @@ export type RequiredSecret = "crypto_key" | "auth_keys"
 
 export const flagOf = (name: OptionName): string => `--${name.replaceAll("_", "-")}`
 
+/** The environment variable naming the file a secret option is read from: its shortest name (an unprefixed alias when it has one) + `_FILE`. */
+export const secretFileVar = (name: OptionName): string => `${[...envNamesOf(name)].sort((a, b) => a.length - b.length)[0]}_FILE`
+
+/** What `--help` adds to a secret option: where to give it (a flag is visible to every user of the machine). */
+export const secretNote = (name: OptionName): string => ` (secret: give it in a file named by ${secretFileVar(name)}, not as a flag)`
+
 type Camel<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S
 export const camel = <S extends string>(name: S): Camel<S> =>
   name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()) as Camel<S>

@@ -65,6 +65,7 @@ const json = (stdout: string) => JSON.parse(stdout) as {
   router: { routerType: string; nodeId: string | null; connectedAt: number; connectedAtIso: string; lastConnect: number; currentMonth: string; currentMonthActive: boolean } | null
   channelRegistered: boolean | null
   messages: { total: number; topic: number; timestamp: number; channel: number } | null
+  sender?: { vapidKey: string | null; warnings: Array<string> }
   problems: Array<string>
 }
 
