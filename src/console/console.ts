@@ -162,6 +162,8 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(
     HttpRouter.route("GET", "/console/demo.js", file("demo.js")),
     HttpRouter.route("GET", "/console/demo-sw.js", file("demo-sw.js")),
     HttpRouter.route("GET", "/console/config.json", guarded(config)),
-    HttpRouter.route("GET", "/console/status.json", guarded(status))
+    HttpRouter.route("GET", "/console/status.json", guarded(status)),
+    // What every browser asks for with the page: no icon (204, remembered a day), not a 404 per page load.
+    HttpRouter.route("GET", "/favicon.ico", Effect.succeed(HttpServerResponse.empty({ status: 204, headers: { "cache-control": "max-age=86400" } })))
   ]
 })
