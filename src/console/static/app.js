@@ -317,7 +317,10 @@ const send = async (event) => {
     if (problem === undefined) {
       const location = res.headers.get("location") ?? ""
       rememberSent(location.slice(location.lastIndexOf("/m/") + 3), { topic: headers.Topic, urgency: headers.Urgency })
-      result.textContent = `${res.status} ${res.statusText || (res.status === 202 ? "Accepted" : "Created")} · Location: ${location || "—"}`
+      const warning = res.headers.get("autopush-warning")
+      // What another push service (Apple's) would refuse of this push: this page's VAPID subject on localhost, for one.
+      result.textContent = `${res.status} ${res.statusText || (res.status === 202 ? "Accepted" : "Created")} · Location: ${location || "—"}` +
+        (warning === null ? "" : ` · Autopush-Warning: ${warning}`)
       // 202: the push asked for a receipt (201: it went without).
       if (res.status === 202 && location !== "") {
         showSent(location, text)
