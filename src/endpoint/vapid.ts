@@ -152,9 +152,11 @@ export const verifyVapid = Effect.fnUntraced(function*(
  * against one service and fails against another, in silence):
  * - `vapid-sub-local`: `sub` is a `mailto:` (or `https:`) at `localhost`, a `.local` or an `.invalid`
  *   domain — Apple's service answers 403 BadJwtToken;
- * - `vapid-sub-missing`: no `sub`, or one neither `mailto:` nor `https:` — Apple's requires a contact;
- * - `vapid-long-lived`: the JWT is valid for more than 24 h from its `iat` — Apple's refuses it
- *   (an `exp` more than 24 h ahead of now is refused here already, 401/109);
+ * - `vapid-sub-missing`: no `sub`, or one neither `mailto:` nor `https:` (RFC 8292's contact) —
+ *   Apple's refuses a `sub` that is not a `mailto:` or a URL;
+ * - `vapid-long-lived`: the JWT is valid for more than 24 h from its `iat` — past RFC 8292's bound;
+ *   Apple's refuses an `exp` more than a day ahead (as this server does, 401/109, for one more than
+ *   24 h ahead of now);
  * - `vapid-draft-scheme`: `Authorization: WebPush` (or `Bearer`) with `Crypto-Key: p256ecdsa=` —
  *   the VAPID draft; Apple's accepts only `vapid t=…, k=…` (RFC 8292);
  * - `aesgcm`: the draft encryption `Content-Encoding: aesgcm` (with `Crypto-Key: dh=`); Apple's
@@ -165,8 +167,8 @@ export type SenderWarning = "vapid-sub-local" | "vapid-sub-missing" | "vapid-lon
 /** What each warning tells the sender (no double quote, no comma: one quoted item of the header each). */
 export const SENDER_WARNING_TEXT: { readonly [K in SenderWarning]: string } = {
   "vapid-sub-local": "VAPID sub is a contact at localhost or a .local or .invalid domain: Apple's push service refuses the JWT (403 BadJwtToken); use a real mailto: or https: contact",
-  "vapid-sub-missing": "VAPID JWT has no sub contact (mailto: or https:): Apple's push service refuses it (403 BadJwtToken)",
-  "vapid-long-lived": "VAPID JWT is valid for more than 24 h (exp - iat): Apple's push service refuses it (403 BadJwtToken); sign with exp at most 24 h after iat",
+  "vapid-sub-missing": "VAPID JWT has no sub or one that is not a mailto: or https: contact (RFC 8292): Apple's push service refuses a sub that is not a mailto: or URL (403 BadJwtToken)",
+  "vapid-long-lived": "VAPID JWT is valid for more than 24 h (exp - iat): RFC 8292 allows at most 24 h and Apple's push service refuses an exp more than a day ahead (403 BadJwtToken); sign with exp at most 24 h after iat",
   "vapid-draft-scheme": "Authorization: WebPush with Crypto-Key p256ecdsa is the VAPID draft: Apple's push service accepts only Authorization: vapid t=... k=... (RFC 8292)",
   aesgcm: "Content-Encoding: aesgcm is the draft encryption: Apple's push service accepts only aes128gcm (RFC 8291)"
 }
