@@ -7,6 +7,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
 import * as Redacted from "effect/Redacted"
 import { bridgeOptionsOf } from "../bridges/Bridges.ts"
 import { randomBytes } from "node:crypto"
@@ -34,6 +35,7 @@ import { layerDynamo } from "../storage/dynamodb.ts"
 import { announceEmbedded, EmbeddedDataError, layerEmbedded, startDynalite } from "../storage/embedded.ts"
 import { superviseWorkers, WorkerStartError } from "../workers/supervisor.ts"
 import { tellSupervisor, WORKER, workerCountOf, workerPorts } from "../workers/worker.ts"
+import { stopWhenSupervisorIsGone } from "../workers/supervisorGone.ts"
 import { stopTeardown } from "../platform/teardown.ts"
 import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
 import {
@@ -192,6 +194,7 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   storageRetryMs: 250,
   storageRetryMaxMs: 30_000,
   saveRetryForMs: 300_000,
+  requireVapid: settings.requireVapid,
   closeGraceMs: ms(settings.closeGrace),
   tickMs: 1_000,
   peerTimeoutMs: ms(settings.connectionTimeout),
@@ -426,19 +429,19 @@ const superviseNode = (role: Role, settings: Settings, workers: number) =>
   }))
 
 /**
- * A worker's node: it tells its supervisor once it is ready, and stops (draining, as on SIGTERM)
- * when the supervisor is gone, rather than live on as an orphan holding a share of the ports.
+ * A worker's node: it tells its supervisor once it is ready, and stops when the supervisor is gone,
+ * rather than live on as an orphan holding a share of the ports (`stopWhenSupervisorIsGone`).
  */
 const runWorker = <A, E>(app: Layer.Layer<A, E>) =>
   Effect.gen(function*() {
-    process.once("disconnect", () => {
-      process.stderr.write("worker stopping: its supervisor is gone\n")
-      process.kill(process.pid, "SIGTERM")
-    })
+    const loggers = yield* Logger.CurrentLoggers
+    const gone = stopWhenSupervisorIsGone(WORKER?.storageEndpoint !== undefined, loggers)
     // The channel alone must not keep a worker alive: one that could not start has to exit.
     process.channel?.unref()
     return yield* Layer.launch(Layer.tap(app, () =>
-      Effect.sync(() => tellSupervisor({ type: "ready" })).pipe(Effect.andThen(Effect.logInfo("worker ready")))))
+      Effect.sync(() => tellSupervisor({ type: "ready" })).pipe(Effect.andThen(Effect.logInfo("worker ready"))))).pipe(
+        Effect.provideService(Logger.CurrentLoggers, gone.loggers)
+      )
   })
 
 /**

@@ -123,28 +123,43 @@ const open = (keys: SubscriberKeys, frame: Frame): { readonly text: string } | {
 /** The shell-quoted form of a string (POSIX single quotes). */
 const shellQuote = (text: string): string => `'${text.replaceAll("'", `'\\''`)}'`
 
-/** Pause before connecting again after the connection was lost. */
-const RECONNECT_AFTER = "2 seconds"
+/** The first pause before connecting again after the connection was lost, and the longest. */
+const FIRST_RECONNECT_MS = 1_000
+const MAX_RECONNECT_MS = 60_000
+
+/**
+ * The pause before connection attempt `failures` + 1 since the last good one: 1 s, 2 s, 4 s … up to
+ * 60 s, of which the second half is random (`random` in [0, 1)), so that listeners cut off together
+ * (a server restart) do not all come back at the same moment.
+ */
+export const reconnectDelayMs = (failures: number, random: number): number => {
+  const ceiling = Math.min(MAX_RECONNECT_MS, FIRST_RECONNECT_MS * 2 ** Math.min(failures, 16))
+  return Math.round(ceiling / 2 + random * ceiling / 2)
+}
 
 /**
  * Stdout: the subscription JSON on one line, then each push's text on its own line (a push without
  * payload as an empty line); a new subscription (the server forgot this one) on its own line again.
  * Stderr: what happens, for people. Once subscribed, a lost connection (a server restart) is
- * connected again every 2 s with the same uaid and keys, so the subscription stays valid.
+ * connected again with the same uaid and keys, so the subscription stays valid: after 1 s, then
+ * after twice as long each time it fails again, up to 60 s (`reconnectDelayMs`); a connection that
+ * gets as far as its subscription starts the count over.
  */
 export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure | UsageError> =>
   Effect.gen(function*() {
     const saved = yield* readState(options.stateFile)
     const vapidKey = yield* vapidKeyFor(options, saved)
-    const progress: { state: State | undefined; printed: string | undefined; received: number } = {
+    const progress: { state: State | undefined; printed: string | undefined; received: number; failures: number } = {
       state: saved,
       printed: undefined,
-      received: 0
+      received: 0,
+      failures: 0
     }
     const session = Effect.scoped(Effect.gen(function*() {
       const socket = yield* openPushSocket(options.server)
       const { state, fresh } = yield* subscribe(socket, options, progress.state, vapidKey)
       progress.state = state
+      progress.failures = 0
       const subscription = JSON.stringify(subscriptionOf(state))
       if (subscription !== progress.printed) {
         yield* Console.error(
@@ -188,10 +203,13 @@ export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure 
       Effect.catchTag("ConnectionLost", (lost) =>
         progress.printed === undefined
           ? Effect.fail(new ToolFailure({ message: lost.message }))
-          : Console.error(`${lost.message}; connecting again in 2 s`).pipe(
-            Effect.andThen(Effect.sleep(RECONNECT_AFTER)),
-            Effect.andThen(Effect.suspend(() => run))
-          ))
+          : Effect.suspend(() => {
+            const delayMs = reconnectDelayMs(progress.failures++, Math.random())
+            return Console.error(`${lost.message}; connecting again in ${(delayMs / 1000).toFixed(1)} s`).pipe(
+              Effect.andThen(Effect.sleep(delayMs)),
+              Effect.andThen(Effect.suspend(() => run))
+            )
+          }))
     )
     yield* run
   })

@@ -42,6 +42,8 @@ export interface SendResult {
   readonly status: number
   readonly statusText: string
   readonly location: string | null
+  /** `Autopush-Warning`: what another push service would refuse of this push. */
+  readonly warning: string | null
   readonly body: string
 }
 
@@ -66,7 +68,7 @@ export const send = (options: SendOptions): Effect.Effect<SendResult, ToolFailur
     return yield* Effect.tryPromise({
       try: async (signal) => {
         const res = await fetch(details.endpoint, { method: details.method, headers, signal, ...(details.body === null ? {} : { body: details.body }) })
-        return { status: res.status, statusText: res.statusText, location: res.headers.get("location"), body: await res.text() }
+        return { status: res.status, statusText: res.statusText, location: res.headers.get("location"), warning: res.headers.get("autopush-warning"), body: await res.text() }
       },
       catch: unreachable(details.endpoint)
     })
@@ -100,6 +102,7 @@ export const report = (result: SendResult): Effect.Effect<void, ToolFailure> =>
   Effect.gen(function*() {
     yield* Console.log(`${result.status} ${result.statusText}`)
     if (result.location !== null) yield* Console.log(`Location: ${result.location}`)
+    if (result.warning !== null) yield* Console.error(`Autopush-Warning: ${result.warning}`)
     if (result.status >= 300) {
       if (result.body !== "") yield* Console.log(result.body)
       const hint = hintOf(result.body)

@@ -10,6 +10,7 @@ import {
   options,
   optionsOf,
   roleScopes,
+  secretNote,
   scopeNames
 } from "./options.ts"
 import type { OptionDef, OptionName, Role, Scope } from "./options.ts"
@@ -78,7 +79,7 @@ export const helpText = (role: Role): string => {
     for (const name of optionsOf([scope])) {
       const def: OptionDef = options[name]
       const flag = def.kind.metavar === "" ? `${flagOf(name)}[=BOOL]` : `${flagOf(name)} ${def.kind.metavar}`
-      lines.push(row(flag, `${def.description}${def.secret ? " (secret)" : ""}`))
+      lines.push(row(flag, `${def.description}${def.secret ? secretNote(name) : ""}`))
       lines.push(row("", `default: ${defaultText(name)}; env: ${envNamesOf(name, role).join(", ")}`))
     }
   }

@@ -16,9 +16,8 @@ import * as Schema from "effect/Schema"
 import { helpText } from "./docs.ts"
 import {
   camel,
-  envNamesOf,
+  secretFileVar,
   envPrefix,
-  flagOf,
   iniFile,
   isOptionName,
   optionNames,
@@ -366,12 +365,15 @@ export const loadSettingsAndFiles = Effect.fn("loadSettings")(function*(
 export const requireSecrets = (settings: Settings, names: ReadonlyArray<RequiredSecret>): Effect.Effect<void, ConfigError> => {
   const missing = names.filter((name) => (settings[camel(name)]?.length ?? 0) === 0)
   if (missing.length === 0) return Effect.void
-  return fail(
-    missing
-      .map((name) => `${name} is required: set it in ${iniFile[defOf(name).scope]}, ${envNamesOf(name)[0]} or ${flagOf(name)}`)
-      .join("; ")
-  )
+  return fail(missing.map(secretHint).join("; "))
 }
+
+/**
+ * Where a missing secret goes: a file named by its `_FILE` variable, or its ini file — never a flag,
+ * which every user of the machine can read in the process list.
+ */
+const secretHint = (name: RequiredSecret): string =>
+  `${name} is required: put it in a file only this service can read (make one with autokey) and name the file with ${secretFileVar(name)}, or set it in ${iniFile[defOf(name).scope]}`
 
 /**
  * The options whose value differs from its default (as `redactedSettings` shows them): what the

@@ -361,7 +361,7 @@ export const options = {
   rate_limit_per_vapid_key: opt("endpoint", integer(0), 0, "Pushes per second one VAPID key may send, sustained (token bucket; 0, the default, turns it off: one key legitimately sends to all its subscribers); beyond it 429/116 with Retry-After"),
   rate_limit_burst_per_vapid_key: opt("endpoint", integer(1), 1000, "Pushes one VAPID key may send at once after a quiet period"),
   trusted_proxies: opt("shared", addressList, [], "Addresses or CIDR blocks of the reverse proxies in front of the nodes: not counted by max_connections_per_address; for a push from one of them, the client address is the rightmost X-Forwarded-For entry that is not a listed proxy (never believed from anyone else)"),
-  require_vapid: opt("endpoint", boolean, false, "Accept only pushes signed with VAPID (RFC 8292): an unsigned push is answered 401/109, whatever its endpoint"),
+  require_vapid: opt("shared", boolean, false, "Accept only pushes signed with VAPID (RFC 8292): an unsigned push is answered 401/109, whatever its endpoint, and a WebSocket register without a key is refused (status 403)"),
   connection_timeout: opt("endpoint", seconds, s(1), "Timeout of deliveries to connection nodes"),
   request_timeout: opt("endpoint", seconds, s(3), "Timeout of requests to bridges and other services"),
   console: opt("endpoint", boolean, true, "Serve the web console (a push client page and the server's status) at GET / on the endpoint's port"),
@@ -441,6 +441,12 @@ export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_a
 export type RequiredSecret = "crypto_key" | "auth_keys"
 
 export const flagOf = (name: OptionName): string => `--${name.replaceAll("_", "-")}`
+
+/** The environment variable naming the file a secret option is read from: its shortest name (an unprefixed alias when it has one) + `_FILE`. */
+export const secretFileVar = (name: OptionName): string => `${[...envNamesOf(name)].sort((a, b) => a.length - b.length)[0]}_FILE`
+
+/** What `--help` adds to a secret option: where to give it (a flag is visible to every user of the machine). */
+export const secretNote = (name: OptionName): string => ` (secret: give it in a file named by ${secretFileVar(name)}, not as a flag)`
 
 type Camel<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S
 export const camel = <S extends string>(name: S): Camel<S> =>

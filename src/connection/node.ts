@@ -395,11 +395,11 @@ class PushSocket extends WebSocket implements Transport, InboxGate {
           onMessage(this, mailbox, args[0], args[1])
           break
         case "ping":
-          if (this.control(Date.now())) this.pong(args[0])
+          if (this.control(performance.now())) this.pong(args[0])
           else this.flooded(mailbox)
           break
         case "pong":
-          if (this.control(Date.now())) mailbox.offer({ _tag: "Pong" })
+          if (this.control(performance.now())) mailbox.offer({ _tag: "Pong" })
           else this.flooded(mailbox)
           break
         case "close":

@@ -4,7 +4,7 @@
  * Push API and service worker, to see whether its push service is this server), plus two small JSON
  * routes the console reads — `config.json` (the
  * WebSocket URL to connect to) and `status.json` (version, uptime, connected clients, notifications
- * received so far). Files are read once at start and served with a strict Content-Security-Policy:
+ * received so far, and the VAPID keys whose pushes another push service would refuse, with why). Files are read once at start and served with a strict Content-Security-Policy:
  * scripts and styles only from this origin (no inline script), connections only to this origin,
  * the WebSocket and the endpoint origin (where the page's pushes go, and its push receipts come
  * from: the endpoint's own API, which the console token does not guard). Nothing secret is in any
@@ -35,6 +35,17 @@ export interface ConsoleOptions {
   readonly version: string
   readonly commit: string
 }
+
+/** A VAPID key (null: unsigned pushes) whose pushes got sender warnings: how many of each, and when last. */
+export interface SenderReport {
+  readonly vapidKey: string | null
+  readonly warnings: Readonly<Record<string, number>>
+  /** ISO 8601 */
+  readonly lastSeen: string
+}
+
+/** Sender warnings the status lists at most (the most recent first). */
+const SENDERS_SHOWN = 20
 
 const FILES = {
   "index.html": "text/html; charset=utf-8",
@@ -82,7 +93,10 @@ const contentSecurityPolicy = (websocketUrl: string, endpointUrl: string): strin
   ].join("; ")
 
 /** The console's routes (all GET), to add to the endpoint's router. */
-export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOptions) {
+export const makeConsoleRoutes = Effect.fnUntraced(function*(
+  options: ConsoleOptions,
+  senders: () => ReadonlyArray<SenderReport> = () => []
+) {
   const metrics = yield* Metrics
   const files = load()
   const headersFor = (request: HttpServerRequest.HttpServerRequest) => {
@@ -117,7 +131,8 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
       commit: options.commit,
       uptime: Math.round(process.uptime()),
       connections: total("ua.connections"),
-      notifications: total("notification.received") ?? 0
+      notifications: total("notification.received") ?? 0,
+      senderWarnings: senders().slice(0, SENDERS_SHOWN)
     }, { headers: headersFor(request).headers }))
 
   /**
@@ -147,6 +162,8 @@ export const makeConsoleRoutes = Effect.fnUntraced(function*(options: ConsoleOpt
     HttpRouter.route("GET", "/console/demo.js", file("demo.js")),
     HttpRouter.route("GET", "/console/demo-sw.js", file("demo-sw.js")),
     HttpRouter.route("GET", "/console/config.json", guarded(config)),
-    HttpRouter.route("GET", "/console/status.json", guarded(status))
+    HttpRouter.route("GET", "/console/status.json", guarded(status)),
+    // What every browser asks for with the page: no icon (204, remembered a day), not a 404 per page load.
+    HttpRouter.route("GET", "/favicon.ico", Effect.succeed(HttpServerResponse.empty({ status: 204, headers: { "cache-control": "max-age=86400" } })))
   ]
 })

@@ -27,7 +27,7 @@ import type { PushRequest } from "./pushRequest.ts"
 import type { RateLimits } from "./rateLimits.ts"
 import type { Receipts } from "./receipts.ts"
 import type { Subscribers, Target } from "./subscriber.ts"
-import { parseVapid, type VerifiedVapid, verifyVapid } from "./vapid.ts"
+import { parseVapid, type SenderWarning, senderWarnings, type VerifiedVapid, verifyVapid } from "./vapid.ts"
 
 /**
  * A message this service makes itself for a subscription (the Matrix push gateway, `gateway/`):
@@ -55,7 +55,13 @@ export interface AcceptedPush {
   readonly receipt: string | undefined
   /** ms */
   readonly acceptedAt: number
+  /** The verified VAPID key it was signed with, if any. */
+  readonly vapidKey: Buffer | undefined
+  /** What another push service would refuse of it (`senderWarnings`); a made message has none. */
+  readonly warnings: ReadonlyArray<SenderWarning>
 }
+
+const NO_WARNINGS: ReadonlyArray<SenderWarning> = []
 
 /** What a made message is stored and delivered with in place of encryption headers: none. */
 const PLAINTEXT: Readonly<Record<string, string>> = {}
@@ -218,7 +224,8 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
       ...(urgency !== undefined ? { urgency } : {}),
       ...(receipt !== undefined ? { receipt } : {})
     }))
-    return { uaid, target, notification, receipt, acceptedAt: nowMs }
+    const warnings = made === undefined ? senderWarnings(vapid, encryption?.["encoding"]) : NO_WARNINGS
+    return { uaid, target, notification, receipt, acceptedAt: nowMs, vapidKey: vapid?.rawKey, warnings }
   })
 
   return accept

@@ -4,7 +4,7 @@
  */
 import * as HttpMiddleware from "effect/http/HttpMiddleware"
 
-const CORS = { allowedMethods: ["DELETE", "GET", "POST", "PUT"], exposedHeaders: ["location", "ttl", "link"], maxAge: 3600 }
+const CORS = { allowedMethods: ["DELETE", "GET", "POST", "PUT"], exposedHeaders: ["location", "ttl", "link", "autopush-warning"], maxAge: 3600 }
 
 /** The platform's routes with CORS. */
 export const endpointCors = HttpMiddleware.cors(CORS)

@@ -44,6 +44,15 @@ const apiErrorOf = (cause: Cause.Cause<Failure>): Effect.Effect<ApiError> => {
   return error._tag === "StorageError" ? Effect.flip(storageUnavailable(error)) : Effect.succeed(toApiError(error))
 }
 
+/** Path segments this long may be endpoint tokens, message ids or receipt ids: never logged. */
+const OPAQUE_SEGMENT = 24
+
+/** A request's path for a log line: no query, each segment of `OPAQUE_SEGMENT` characters or more elided, the whole at most 200. */
+export const loggablePath = (url: string): string => {
+  const path = url.split(/[?#]/, 1)[0] ?? ""
+  return path.split("/").map((segment) => segment.length >= OPAQUE_SEGMENT ? "…" : segment).join("/").slice(0, 200)
+}
+
 /** Answers after which the connection is closed: the request's body was not (fully) read. */
 const CLOSES: ReadonlySet<ApiError["_tag"]> = new Set(["RequestTimeout", "PayloadTooLarge"])
 
@@ -56,7 +65,9 @@ interface FailureAnswer {
 /**
  * The edge: a failed request's error through the one mapping (also given to `onError`), leaving one
  * access-log line (route, status, errno, message — never the path, which carries tokens); a bug or
- * a defect is answered 500/999 with a request id, which its error log line carries too. An
+ * a defect is answered 500/999 with a request id, which its error log line carries too. A path no
+ * route answers (404) is logged at debug, with the path, its token-like segments elided: what a
+ * browser or a scanner asks for is not news, and "which path?" is the first question. An
  * interruption alone stays one.
  */
 export const failureAnswer = (
@@ -77,9 +88,16 @@ export const failureAnswer = (
         Effect.as({ error, headers: { "x-request-id": requestId } })
       )
     }
+    const answer = { error, headers: CLOSES.has(error._tag) ? { connection: "close" } : {} }
+    if (error._tag === "RouteNotFound") {
+      return Effect.logDebug("request rejected").pipe(
+        Effect.annotateLogs({ method, route, path: loggablePath(url), status, errno: body.errno, reason: body.message }),
+        Effect.as(answer)
+      )
+    }
     return Effect.logInfo("request rejected").pipe(
       Effect.annotateLogs({ method, route, status, errno: body.errno, reason: body.message }),
-      Effect.as({ error, headers: CLOSES.has(error._tag) ? { connection: "close" } : {} })
+      Effect.as(answer)
     )
   })
 }

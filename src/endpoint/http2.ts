@@ -92,7 +92,13 @@ const replayed = (socket: Socket, head: Buffer): Duplex => {
 const GOAWAY_GRACE_MS = 1_000
 
 /**
- * Close `session` (GOAWAY) when it has opened no stream by `firstBy` (epoch ms), or when it has had
+ * The clock deadlines are read on: monotonic (`performance.now()`), so that a step of the wall clock
+ * (NTP, a faked date) neither expires a connection early nor keeps it past its bound.
+ */
+const now = (): number => performance.now()
+
+/**
+ * Close `session` (GOAWAY) when it has opened no stream by `firstBy` (on that clock), or when it has had
  * no open stream for `idleMs` since its last one closed.
  */
 const watchSession = (session: http2.ServerHttp2Session, firstBy: number, idleMs: number, counters: PortCounters): void => {
@@ -105,7 +111,7 @@ const watchSession = (session: http2.ServerHttp2Session, firstBy: number, idleMs
     session.close()
     setTimeout(() => session.destroy(), GOAWAY_GRACE_MS).unref()
   }
-  let timer = setTimeout(expire, Math.max(0, firstBy - Date.now())).unref()
+  let timer = setTimeout(expire, Math.max(0, firstBy - now())).unref()
   session.on("stream", (stream: http2.ServerHttp2Stream) => {
     open++
     clearTimeout(timer)
@@ -124,7 +130,7 @@ const watchSession = (session: http2.ServerHttp2Session, firstBy: number, idleMs
   session.once("close", () => clearTimeout(timer))
 }
 
-/** A new connection's first request: due by `firstBy` (epoch ms), else `timer` closes it. */
+/** A new connection's first request: due by `firstBy` (on the monotonic clock), else `timer` closes it. */
 interface FirstRequest {
   readonly firstBy: number
   readonly timer: NodeJS.Timeout
@@ -157,7 +163,7 @@ export const withHttp2 = <S extends Server>(
   h2.on("session", (session) => {
     sessions.set(session, handing?.peer)
     session.once("close", () => sessions.delete(session))
-    watchSession(session, handing?.firstBy ?? Date.now() + limits.requestTimeoutMs, limits.idleTimeoutMs, counters)
+    watchSession(session, handing?.firstBy ?? now() + limits.requestTimeoutMs, limits.idleTimeoutMs, counters)
   })
   h2.on("request", (req, res) => {
     const peer = sessions.get(req.stream.session as http2.ServerHttp2Session)
@@ -171,7 +177,7 @@ export const withHttp2 = <S extends Server>(
   /** Close `socket` at `firstBy` unless its first request came: 408 once HTTP/1.1 is spoken, else a bare close. */
   const awaitFirstRequest = (socket: Socket): FirstRequest => {
     const first: FirstRequest = {
-      firstBy: Date.now() + limits.requestTimeoutMs,
+      firstBy: now() + limits.requestTimeoutMs,
       http1: undefined,
       timer: setTimeout(() => {
         if (first.http1 === undefined) socket.destroy()
@@ -191,7 +197,7 @@ export const withHttp2 = <S extends Server>(
   }
   const toHttp2 = (first: FirstRequest | undefined, peer: string | undefined, connection: Duplex): void => {
     if (first !== undefined) clearTimeout(first.timer)
-    handing = { peer, firstBy: first?.firstBy ?? Date.now() + limits.requestTimeoutMs }
+    handing = { peer, firstBy: first?.firstBy ?? now() + limits.requestTimeoutMs }
     h2.emit("connection", connection)
     handing = undefined
   }

@@ -124,7 +124,7 @@ export const makeRoutes = (
       const push = pushHandlers(webpush, receipts)
       const admin = yield* makeBroadcastAdmin(options.broadcastAdminTokens ?? [])
       const listBroadcasts: Handler = Effect.flatMap(HttpServerRequest.HttpServerRequest, admin.list)
-      const consoleRoutes = options.console === undefined ? [] : yield* makeConsoleRoutes(options.console)
+      const consoleRoutes = options.console === undefined ? [] : yield* makeConsoleRoutes(options.console, webpush.senderWarnings.reports)
       const registration = "/v1/:routerType/:appId/registration"
       const limited = limitedBy(limits)
       yield* router.addAll([

@@ -17,6 +17,7 @@ import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { type ApiError, InvalidMessageId } from "../domain/errors.ts"
 import { domainEvent, receiptOf } from "../domain/events.ts"
+import { Metrics } from "../observability/Metrics.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { Storage, type StorageError, storageUnavailable } from "../storage/Storage.ts"
 import { makeAcceptPush, type MadePush } from "./acceptPush.ts"
@@ -25,7 +26,9 @@ import { endpointBase, type EndpointOptions } from "./options.ts"
 import { makePushRequests, type PushRequest } from "./pushRequest.ts"
 import type { RateLimits } from "./rateLimits.ts"
 import type { Receipts } from "./receipts.ts"
+import { makeSenderWarnings } from "./senderWarnings.ts"
 import { makeSubscribers } from "./subscriber.ts"
+import { SENDER_WARNING_HEADER, senderWarningHeader, type SenderWarning } from "./vapid.ts"
 
 export type { PushRequest } from "./pushRequest.ts"
 
@@ -50,18 +53,26 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const accept = yield* makeAcceptPush(options, receipts, limits, subscribers)
   const deliver = yield* makeDeliverPush(receipts, subscribers)
   const locationBase = `${endpointBase(options.endpointUrl)}/m/`
+  const senderWarnings = makeSenderWarnings(Option.getOrUndefined(yield* Effect.serviceOption(Metrics)))
 
-  /** 201 Created; with a receipt, 202 Accepted (RFC 8030 §5.1: the receipt comes later). */
-  const created = (messageId: string, ttl: number, receipt: string | undefined): EmptyAnswer => ({
-    status: receipt === undefined ? 201 : 202,
-    headers: { location: locationBase + messageId, ttl: String(ttl), link: receipts.link }
-  })
+  /**
+   * 201 Created; with a receipt, 202 Accepted (RFC 8030 §5.1: the receipt comes later); with what
+   * another push service would refuse of it in `Autopush-Warning`.
+   */
+  const created = (messageId: string, ttl: number, receipt: string | undefined, warnings: ReadonlyArray<SenderWarning>): EmptyAnswer => {
+    const headers = { location: locationBase + messageId, ttl: String(ttl), link: receipts.link }
+    const warning = senderWarningHeader(warnings)
+    return { status: receipt === undefined ? 201 : 202, headers: warning === undefined ? headers : { ...headers, [SENDER_WARNING_HEADER]: warning } }
+  }
 
   /** Both steps on the one Clock of the push's fiber, read from its context once. */
   const acceptAndDeliver = (request: PushRequest, versionSegment: string | undefined, token: string, made: MadePush | undefined) =>
     Clock.clockWith((clock) =>
       Effect.flatMap(accept(clock, request, versionSegment, token, made), (accepted) =>
-        Effect.map(deliver(clock, accepted), (messageId) => created(messageId, accepted.notification.ttl, accepted.receipt))))
+        Effect.map(deliver(clock, accepted), (messageId) => {
+          senderWarnings.record(accepted.vapidKey, accepted.warnings, accepted.acceptedAt)
+          return created(messageId, accepted.notification.ttl, accepted.receipt, accepted.warnings)
+        })))
 
   /** A push, in the accept span: a child of the app server's `traceparent`, when it sends one. */
   const pushed = (request: PushRequest, versionSegment: string | undefined, token: string, made?: MadePush) =>
@@ -89,6 +100,8 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
 
   return {
     pushRequest: makePushRequests(options),
+    /** The VAPID keys whose pushes got sender warnings (the console lists them). */
+    senderWarnings,
     /** POST /wpush/…: an HTTP push (never a made one), its failures for the edge to answer. */
     push: (request: PushRequest, versionSegment: string | undefined, token: string) => pushed(request, versionSegment, token),
     cancel,

@@ -295,7 +295,7 @@ export class Metrics extends Context.Service<Metrics, MetricsService>()("autopus
         const context = yield* Effect.context<never>()
         let reported = Number.NEGATIVE_INFINITY
         const onError = statsd.onError ?? ((error: Error) => {
-          const now = Date.now()
+          const now = performance.now()
           if (now - reported < 60_000) return
           reported = now
           Effect.runForkWith(context)(

@@ -108,6 +108,9 @@ export const METRICS = {
   matrixNotify: m("matrix.notify", "counter", "endpoint", "Devices of the Matrix push gateway's notify requests (POST /_matrix/push/v1/notify), by what became of each", {
     outcome: "delivered (accepted by the push path: sent, stored or bridged) / rejected (not ours, or a push would be 404/410/401: named in `rejected`) / duplicate (the same event_id already sent to that pushkey within 10 min) / failed (not pushed: a transient failure, answered with an error so that the homeserver retries, or a message that cannot fit)"
   }),
+  senderWarning: m("notification.sender.warning", "counter", "endpoint", "Accepted pushes another push service would refuse, by why (the answer carries Autopush-Warning; the console lists them per VAPID key)", {
+    kind: "vapid-sub-local / vapid-sub-missing / vapid-long-lived / vapid-draft-scheme / aesgcm"
+  }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
     route: "push / message / receipts / registration / broadcasts / matrix / health / metrics / other",

@@ -61,13 +61,21 @@ export const budgetDeadline = (b: Budget, o: ProtocolOptions): number =>
 
 // ── register / unregister ───────────────────────────────────────────────────────────────────────
 
-/** A register: its channel id must be canonical, and its key (if any) a VAPID public key; then the endpoint is made. */
+/**
+ * A register: its channel id must be canonical, and its key (if any) a VAPID public key — required
+ * when the server accepts only VAPID-signed pushes, since a keyless endpoint could then receive
+ * nothing from its app's server unless that server signs anyway; then the endpoint is made.
+ */
 export const register = (phase: Live, message: Msg<"register">, out: Out): Phase => {
   if (!isCanonicalChannelId(message.channelID)) {
     refuse(out, phase.session.uaid, message, "invalid-channel-id")
     return phase
   }
   const key = message.key ?? undefined
+  if (key === undefined && out.options.requireVapid) {
+    refuse(out, phase.session.uaid, message, "vapid-required")
+    return phase
+  }
   const rawKey = key === undefined ? undefined : decodeVapidPublicKey(key)
   if (key !== undefined && rawKey === undefined) {
     refuse(out, phase.session.uaid, message, "invalid-key")

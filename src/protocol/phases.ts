@@ -34,6 +34,8 @@ export interface ProtocolOptions {
   readonly storageRetryMaxMs: number
   /** How long a session that ended keeps trying to save its unacked messages. */
   readonly saveRetryForMs: number
+  /** `require_vapid`: every push must be VAPID-signed, so a register without a key is refused (UnifiedPush's VAPID_REQUIRED). */
+  readonly requireVapid: boolean
 }
 
 /** Commands waiting for a client beyond which the socket is paused (back-pressure on reading). */

@@ -11,6 +11,7 @@ import { registerReply, unregisterReply, urgencyReply } from "./messages.ts"
 type RefusalKind =
   | "invalid-channel-id" // not a canonical UUID
   | "invalid-key" // a register's key that is not a VAPID public key
+  | "vapid-required" // a register without a key on a server that accepts only VAPID-signed pushes (`require_vapid`)
   | "too-many-channels" // max_channels_per_user
   | "not-written" // storage failed, or the record was not written (a newer connection has the uaid): retry later
   | "busy" // too many commands already wait while the user's messages move to this month's table
@@ -27,6 +28,8 @@ interface Reply {
 const replies: { readonly [K in RefusalKind]: Reply } = {
   "invalid-channel-id": { status: 401 },
   "invalid-key": { status: 400, pushEndpoint: "Failed to generate endpoint" },
+  // A status of its own, so that a UnifiedPush distributor can map it to VAPID_REQUIRED.
+  "vapid-required": { status: 403, pushEndpoint: "VAPID key required" },
   "too-many-channels": { status: 413, limit: "too_many_channels" },
   "not-written": { status: 500 },
   busy: { status: 503, limit: "busy" },

@@ -16,7 +16,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
-import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options } from "../config/options.ts"
+import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options, secretNote } from "../config/options.ts"
 import { errorName } from "../storage/dynamoRequests.ts"
 import { stopTeardown } from "../platform/teardown.ts"
 import { causeText, type StorageError } from "../storage/Storage.ts"
@@ -141,7 +141,7 @@ const optionHelp = (names: ReadonlyArray<OptionName>): ReadonlyArray<string> =>
     const def: OptionDef = options[name]
     const flag = def.kind.metavar === "" ? `${flagOf(name)}[=BOOL]` : `${flagOf(name)} ${def.kind.metavar}`
     return [
-      usageRow(flag, `${def.description}${def.secret ? " (secret)" : ""}`),
+      usageRow(flag, `${def.description}${def.secret ? secretNote(name) : ""}`),
       usageRow("", `default: ${def.defaultText ?? (defaultSpelling(name) || "empty")}; env: ${envNamesOf(name).join(", ")}`)
     ]
   })

@@ -4,6 +4,9 @@
  * tell which key made it), then storage is read: the router record, the channel set and the
  * stored messages of the user's message table. Nothing is written.
  *
+ * With `--authorization`, a sender's VAPID header is checked as the endpoint node checks it (key,
+ * signature, `exp`, `aud`) and given the sender warnings its pushes would get (`Autopush-Warning`).
+ *
  * Secrets stay secret: the keys are never printed, and of a bridge user's `router_data` only the
  * field names are.
  */
@@ -22,6 +25,8 @@ import {
   parseEndpointToken
 } from "../crypto/endpoint.ts"
 import type { FernetErrorReason } from "../crypto/fernet.ts"
+import { endpointOrigin } from "../endpoint/options.ts"
+import { parseVapid, SENDER_WARNING_TEXT, type SenderWarning, senderWarnings, verifyVapid } from "../endpoint/vapid.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { errorName } from "../storage/dynamoRequests.ts"
@@ -176,6 +181,8 @@ interface Diagnosis {
   readonly messageTable: { readonly name: string; readonly exists: boolean } | null
   readonly channelRegistered: boolean | null
   readonly messages: MessageCounts | null
+  /** With `--authorization`: the sender's VAPID key, and what its pushes would be warned of (`Autopush-Warning`). */
+  readonly sender?: { readonly vapidKey: string | null; readonly warnings: ReadonlyArray<SenderWarning> }
   /** Why the endpoint node would not accept a message for this endpoint; empty when it would. */
   readonly problems: ReadonlyArray<string>
 }
@@ -209,10 +216,30 @@ const routerOf = (user: UserRecord, active: ReadonlyArray<string>): NonNullable<
   routerDataFields: Object.keys(user.routerData).sort()
 })
 
-const diagnose = (opened: OpenedToken, ref: EndpointRef, keys: number, vapidKey: Buffer | undefined) =>
+/** A sender's VAPID header checked for the endpoint's origin, as the endpoint node checks it. */
+type SenderCheck =
+  | { readonly ok: true; readonly rawKey: Buffer | undefined; readonly warnings: ReadonlyArray<SenderWarning> }
+  | { readonly ok: false; readonly problem: string }
+
+const checkSender = (authorization: string, draftKey: string | undefined, origin: string, nowSeconds: number): Effect.Effect<SenderCheck> => {
+  const headers = { authorization, ...(draftKey === undefined ? {} : { "crypto-key": `p256ecdsa=${draftKey}` }) }
+  const parsed = parseVapid(headers)
+  if (Result.isFailure(parsed)) return Effect.succeed({ ok: false, problem: `--authorization: ${parsed.failure.message} (the endpoint node answers ${parsed.failure._tag === "InvalidAuth" ? "401, errno 109" : "400, errno 110"})` })
+  const credentials = parsed.success
+  if (credentials === undefined) return Effect.succeed({ ok: true, rawKey: undefined, warnings: senderWarnings(undefined, undefined) })
+  return verifyVapid(credentials, origin, nowSeconds).pipe(
+    Effect.match({
+      onFailure: (error): SenderCheck => ({ ok: false, problem: `--authorization: ${error.message} (for ${origin}; the endpoint node answers 401, errno 109)` }),
+      onSuccess: (vapid): SenderCheck => ({ ok: true, rawKey: vapid.rawKey, warnings: senderWarnings(vapid, "aes128gcm") })
+    })
+  )
+}
+
+const diagnose = (opened: OpenedToken, ref: EndpointRef, keys: number, vapidKey: Buffer | undefined, sender: SenderCheck | undefined) =>
   Effect.gen(function*() {
     const storage = yield* Storage
     const problems: Array<string> = []
+    if (sender?.ok === false) problems.push(sender.problem)
     if (ref.pathVersion !== undefined && ref.pathVersion !== opened.version) {
       problems.push(`the URL says ${ref.pathVersion} but the token is ${opened.version}: the endpoint node answers 404 (errno 102)`)
     }
@@ -232,7 +259,10 @@ const diagnose = (opened: OpenedToken, ref: EndpointRef, keys: number, vapidKey:
       vapidKeyHash: opened.keyHash?.toString("hex") ?? null,
       ...(vapidKeyMatches !== undefined ? { vapidKeyMatches } : {})
     }
-    const base = { endpoint, uaid: opened.uaid, chid: opened.channelId }
+    const senderPart = sender?.ok === true
+      ? { sender: { vapidKey: sender.rawKey?.toString("base64url") ?? null, warnings: sender.warnings } }
+      : {}
+    const base = { endpoint, uaid: opened.uaid, chid: opened.channelId, ...senderPart }
     const user = yield* storage.getUser(opened.uaid)
     if (user === undefined) {
       problems.push("no router record for this uaid: the user was dropped or never registered; the endpoint node answers 410 (errno 106)")
@@ -318,6 +348,11 @@ const renderDiagnosis = (d: Diagnosis, nowMs: number): string => {
     const m = d.messages
     row("stored messages", `${m.total} unexpired (${m.topic} topic, ${m.timestamp} timestamp); ${m.channel} for this channel`)
   }
+  if (d.sender !== undefined) {
+    const key = d.sender.vapidKey === null ? "unsigned" : `VAPID key ${d.sender.vapidKey.slice(0, 16)}…`
+    row("sender", d.sender.warnings.length === 0 ? `${key}: no warnings` : `${key}: ${d.sender.warnings.length} warning(s) (Autopush-Warning)`)
+    for (const warning of d.sender.warnings) lines.push(`  - ${warning}: ${SENDER_WARNING_TEXT[warning]}`)
+  }
   if (d.problems.length === 0) row("verdict", "ok: the endpoint node accepts messages for this endpoint")
   else {
     row("verdict", "NOT deliverable")
@@ -356,6 +391,9 @@ export const diagnosticHelp = (): string =>
     usageRow("--json", "print the diagnosis as one JSON object"),
     usageRow("--vapid-key KEY", "also check whether a v2 endpoint is bound to this VAPID public key"),
     usageRow("", "(base64url of the raw P-256 point, as in the VAPID header's k=)"),
+    usageRow("--authorization HEADER", "check a sender's Authorization header (vapid t=JWT, k=KEY; or WebPush JWT"),
+    usageRow("", "with --vapid-key KEY) as the endpoint node would for this endpoint's origin, and"),
+    usageRow("", "print the sender warnings its pushes would get (Autopush-Warning)"),
     "",
     "Exit status: 0 the endpoint is deliverable; 1 it is not (the reasons are printed), the token",
     "does not decrypt, or storage failed; 2 bad arguments or configuration.",
@@ -384,7 +422,7 @@ const cryptoKeys = (settings: Settings): Effect.Effect<ReadonlyArray<string>, Co
 
 export const endpointDiagnostic = (argv: ReadonlyArray<string>): Effect.Effect<void, ToolError> =>
   Effect.gen(function*() {
-    const args = yield* splitArgs(argv, { "--json": "boolean", "--vapid-key": "value" })
+    const args = yield* splitArgs(argv, { "--json": "boolean", "--vapid-key": "value", "--authorization": "value" })
     if (args.help) return yield* new HelpRequested({ text: diagnosticHelp() })
     const [url, extra] = args.positional
     if (url === undefined) return yield* new UsageError({ message: "an endpoint URL is required" })
@@ -401,7 +439,15 @@ export const endpointDiagnostic = (argv: ReadonlyArray<string>): Effect.Effect<v
     const keys = yield* cryptoKeys(settings)
     const opened = openToken(keys, ref.token)
     if (Result.isFailure(opened)) return yield* new ToolFailure({ message: reasonText(opened.failure, keys.length) })
-    const diagnosis = yield* diagnose(opened.success, ref, keys.length, vapidKey).pipe(
+    const authorization = args.flags.get("--authorization")
+    // The origin a JWT's `aud` must name: the URL's, when it has one, else the configured endpoint_url's.
+    const origin = /^https?:\/\//i.test(url.trim()) && URL.canParse(url.trim()) ? new URL(url.trim()).origin : endpointOrigin(settings.endpointUrl)
+    const sender = authorization === undefined
+      ? undefined
+      : yield* checkSender(authorization, vapidText, origin, Math.floor((yield* Clock.currentTimeMillis) / 1000))
+    // A v2 endpoint takes only its own key: the header's key is checked against it too.
+    const boundKey = vapidKey ?? (sender?.ok === true && opened.success.keyHash !== undefined ? sender.rawKey : undefined)
+    const diagnosis = yield* diagnose(opened.success, ref, keys.length, boundKey, sender).pipe(
       Effect.provide(toolStorageLayer(settings)),
       Effect.catchTag("StorageError", (error) => Effect.fail(new ToolFailure({ message: describeStorageError(error, settings) })))
     )

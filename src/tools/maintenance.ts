@@ -20,7 +20,7 @@ import * as Effect from "effect/Effect"
 import { HelpRequested } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
 import { Storage } from "../storage/Storage.ts"
-import { activeTableNames, currentTableName, monthIndex, type StorageOptions, staleMonths } from "../storage/tables.ts"
+import { activeTableNames, currentTableName, monthIndex, receiptTableName, type StorageOptions, staleMonths } from "../storage/tables.ts"
 import {
   describeStorageError,
   intFlag,
@@ -99,20 +99,24 @@ const createTables: Command = {
         const storage = yield* Storage
         const options = storageOptionsOf(settings)
         const targets = activeTableNames(options, yield* Clock.currentTimeMillis)
-        const routerBefore = (yield* storage.checkTables).find((t) => t.table === options.routerTable)?.ok ?? false
+        const statusBefore = yield* storage.checkTables
+        const existed = (table: string) => statusBefore.find((t) => t.table === table)?.ok ?? false
+        const receipts = receiptTableName(options)
         const before = new Set(yield* storage.listMessageTables)
         yield* storage.createTables(targets)
-        yield* say(`router table ${options.routerTable}: ${routerBefore ? "already there" : "created"}`)
+        yield* say(`router table ${options.routerTable}: ${existed(options.routerTable) ? "already there" : "created"}`)
+        yield* say(`receipt table ${receipts}: ${existed(receipts) ? "already there" : "created"}`)
         for (const table of targets) yield* say(`message table ${table}: ${before.has(table) ? "already there" : "created"}`)
       })
     )
 }
 
 const listTables: Command = {
-  summary: "list the router table and the message tables, marking the active ones",
+  summary: "list the router and receipt tables and the message tables, marking the active ones",
   usage: "list-tables",
   description: [
-    "Lists our message tables, oldest first, marking the active ones (the tables a user's",
+    "Says whether the router and receipt tables are there, and lists our message tables, oldest",
+    "first, marking the active ones (the tables a user's",
     "current_month may name and still be served: last, this and next month's) and the current",
     "one, and says which active tables are missing. Changes nothing."
   ],
@@ -128,8 +132,12 @@ const listTables: Command = {
         const tables = yield* storage.listMessageTables
         const active = activeTableNames(options, now)
         const current = currentTableName(options, now)
-        const router = status.find((t) => t.table === options.routerTable)
-        yield* say(`router table ${options.routerTable}: ${router?.ok === true ? "ok" : `missing or not ready (${router?.cause ?? "unknown"})`}`)
+        const tableLine = (what: string, name: string) => {
+          const found = status.find((t) => t.table === name)
+          return say(`${what} table ${name}: ${found?.ok === true ? "ok" : `missing or not ready (${found?.cause ?? "unknown"}; run create-tables)`}`)
+        }
+        yield* tableLine("router", options.routerTable)
+        yield* tableLine("receipt", receiptTableName(options))
         yield* say(`message tables (${tables.length}, oldest first):`)
         for (const table of tables) {
           const marks = [...(active.includes(table) ? ["active"] : []), ...(table === current ? ["current"] : [])]

@@ -37,6 +37,16 @@ const STABLE_AFTER_MS = 60_000
 const FIRST_RESTART_DELAY_MS = 1_000
 const MAX_RESTART_DELAY_MS = 30_000
 
+/**
+ * How many times in a row a worker has died young, counting the death of one that lived `livedMs`
+ * (measured on a monotonic clock: a wall-clock step, NTP or a faked date, must not reset or prolong it).
+ */
+export const restartsAfter = (restarts: number, livedMs: number): number => livedMs >= STABLE_AFTER_MS ? 0 : restarts + 1
+
+/** The delay before restarting a worker that died young `restarts` times in a row: 1 s, 2 s, 4 s … 30 s. */
+export const restartDelayMs = (restarts: number): number =>
+  Math.min(MAX_RESTART_DELAY_MS, FIRST_RESTART_DELAY_MS * 2 ** Math.max(0, restarts - 1))
+
 /** Why these settings cannot run as `count` workers, if they cannot. */
 export const workersRefusal = (role: Role, settings: Settings, count: number): string | undefined => {
   if (count <= 1) return undefined
@@ -111,7 +121,7 @@ const keepWorker = (options: SupervisorOptions, index: number, firstReady: Defer
     const graceMs = Duration.toMillis(options.settings.shutdownTimeout) + 5_000
     let restarts = 0
     for (;;) {
-      const startedAt = Date.now()
+      const startedAt = performance.now()
       const end = yield* Effect.scoped(Effect.gen(function*() {
         const child = yield* Effect.acquireRelease(Effect.sync(() => spawnWorker(options, index)), (child) => stopWorker(child, graceMs))
         yield* Effect.logDebug("worker started").pipe(Effect.annotateLogs({ worker: index, pid: child.pid }))
@@ -120,8 +130,8 @@ const keepWorker = (options: SupervisorOptions, index: number, firstReady: Defer
       if (!(yield* Deferred.isDone(firstReady))) {
         return yield* Deferred.fail(firstReady, new WorkerStartError({ line: end.failure ?? `cannot start: worker ${index} ${endText(end)} before it was ready` }))
       }
-      restarts = Date.now() - startedAt >= STABLE_AFTER_MS ? 0 : restarts + 1
-      const delayMs = Math.min(MAX_RESTART_DELAY_MS, FIRST_RESTART_DELAY_MS * 2 ** Math.max(0, restarts - 1))
+      restarts = restartsAfter(restarts, performance.now() - startedAt)
+      const delayMs = restartDelayMs(restarts)
       yield* Effect.logWarning(`worker ${index} ${endText(end)}; starting a new one in ${delayMs / 1000} s (its clients reconnect to the other workers meanwhile)`).pipe(
         Effect.annotateLogs({ worker: index, ...(end.failure === undefined ? {} : { reason: end.failure }) })
       )

@@ -89,6 +89,10 @@ describe("push listen / send / vapid-keys", () => {
         const sent = await push(["send", "--subscription", listener.subscriptionText, "--vapid", vapidFile, "--encoding", encoding, `signed ${encoding}`])
         assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
         assert.strictEqual(await listener.nextLine(), `signed ${encoding}`)
+        // The key file's subject is a real contact: only the drafts (aesgcm, signed as the draft's
+        // WebPush scheme by web-push) are warned of, which Apple's service refuses.
+        if (encoding === "aesgcm") assert.match(sent.stderr, /^Autopush-Warning: vapid-draft-scheme "[^"]+", aesgcm "/m, sent.stderr)
+        else assert.notInclude(sent.stderr, "Autopush-Warning")
       }
       const unsigned = await push(["send", "--subscription", listener.subscriptionText, "not signed"])
       assert.strictEqual(unsigned.code, 1)
@@ -193,7 +197,7 @@ describe("push listen / send / vapid-keys", () => {
       const sent = await push(["send", "--subscription", listener.subscriptionText, "after the restart"])
       assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
       assert.strictEqual(await listener.nextLine(20_000), "after the restart")
-      assert.include(listener.stderr(), "connecting again in 2 s")
+      assert.match(listener.stderr(), /connecting again in \d+\.\d s/)
       assert.deepStrictEqual(listener.lines().slice(0, 1), [listener.subscriptionText], "the subscription is printed once")
     } finally {
       await listener.stop()

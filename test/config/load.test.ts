@@ -552,12 +552,17 @@ describe("secrets", () => {
     Effect.gen(function*() {
       const empty = makeSettings()
       const one = yield* Effect.flip(requireSecrets(empty, ["crypto_key"]))
-      assert.strictEqual(one.message, "crypto_key is required: set it in autopush_shared.ini, AUTOPUSH__CRYPTO_KEY or --crypto-key")
+      assert.strictEqual(
+        one.message,
+        "crypto_key is required: put it in a file only this service can read (make one with autokey) and name the file with CRYPTO_KEY_FILE, or set it in autopush_shared.ini"
+      )
       const both = yield* Effect.flip(requireSecrets(empty, ["crypto_key", "auth_keys"]))
       assert.strictEqual(
         both.message,
-        "crypto_key is required: set it in autopush_shared.ini, AUTOPUSH__CRYPTO_KEY or --crypto-key; auth_keys is required: set it in autopush_shared.ini, AUTOPUSH__AUTH_KEYS or --auth-keys"
+        "crypto_key is required: put it in a file only this service can read (make one with autokey) and name the file with CRYPTO_KEY_FILE, or set it in autopush_shared.ini; " +
+          "auth_keys is required: put it in a file only this service can read (make one with autokey) and name the file with AUTOEND__AUTH_KEYS_FILE, or set it in autopush_shared.ini"
       )
+      assert.notMatch(both.message, /--/, "no secret on a command line")
       yield* requireSecrets(makeSettings({ crypto_key: [KEY1], auth_keys: ["k"] }), ["crypto_key", "auth_keys"])
     }))
 

@@ -4,8 +4,9 @@
  * ws://, as the connection port speaks, even with an https endpoint; or as configured), the status
  * JSON counting accepted pushes, and nothing at all when the console is off.
  */
-import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Redacted } from "effect"
+import { assert, describe, it as plain, layer } from "@effect/vitest"
+import { Effect, Layer, Logger, Redacted, References } from "effect"
+import { loggablePath } from "../../src/endpoint/edge.ts"
 import { MORE_INFO } from "../../src/domain/errors.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { endpointWith, FakeNodeClient, options, request } from "../endpoint/harness.ts"
@@ -123,5 +124,48 @@ describe("web console routes", () => {
           assert.deepStrictEqual(reply.json(), { code: 404, errno: null, error: "Not Found", message: "Not Found", more_info: MORE_INFO })
         }
       }))
+  })
+})
+
+/** Log lines the server writes, structured (level, message, annotations). */
+const logged: Array<{ readonly level: string; readonly message: unknown; readonly annotations: Readonly<Record<string, unknown>> }> = []
+const captureLogs = Layer.mergeAll(
+  Logger.layer([Logger.make((options) => void logged.push(Logger.formatStructured.log(options)))]),
+  Layer.succeed(References.MinimumLogLevel, "Debug")
+)
+
+describe("the browser's favicon, and paths no route answers", () => {
+  layer(endpointWith(FakeNodeClient, { ...options, console: consoleOptions }).pipe(Layer.provide(captureLogs)), { excludeTestServices: true })((it) => {
+    it.effect("GET /favicon.ico is answered 204 (remembered a day), logging nothing", () =>
+      Effect.gen(function*() {
+        logged.length = 0
+        const icon = yield* request({ method: "GET", path: "/favicon.ico" })
+        assert.strictEqual(icon.status, 204)
+        assert.strictEqual(icon.headers["cache-control"], "max-age=86400")
+        assert.deepStrictEqual(logged.filter((l) => String(l.message).includes("request rejected")), [])
+      }))
+
+    it.effect("a 404 is logged at debug with its path, token-like segments elided; other rejections stay at info without it", () =>
+      Effect.gen(function*() {
+        logged.length = 0
+        const token = "gAAAAABk" + "x".repeat(80)
+        const missing = yield* request({ method: "GET", path: `/apple-touch-icon.png?v=2` })
+        assert.strictEqual(missing.status, 404)
+        yield* request({ method: "POST", path: `/wpush/v1/${token}/extra` })
+        const rejected = logged.filter((l) => String(l.message).includes("request rejected"))
+        assert.deepStrictEqual(rejected.map((l) => [l.level, l.annotations["path"]]), [["DEBUG", "/apple-touch-icon.png"], ["DEBUG", "/wpush/v1/…/extra"]])
+        assert.notInclude(JSON.stringify(logged), token)
+        logged.length = 0
+        yield* request({ method: "POST", path: `/wpush/v1/${token}` }) // a token that does not open: 404/102, a rejection of the API
+        const api = logged.filter((l) => String(l.message).includes("request rejected"))
+        assert.strictEqual(api[0]?.level, "INFO")
+        assert.isUndefined(api[0]?.annotations["path"])
+      }))
+  })
+
+  plain("loggablePath: no query, opaque segments elided, bounded", () => {
+    assert.strictEqual(loggablePath("/favicon.ico"), "/favicon.ico")
+    assert.strictEqual(loggablePath("/m/" + "a".repeat(30) + "?x=1#y"), "/m/…")
+    assert.strictEqual(loggablePath("/" + "a/".repeat(200)).length, 200)
   })
 })

@@ -82,11 +82,12 @@ describe("first run of npm start", () => {
     expect(version["commit"]).toBe(execFileSync("git", ["rev-parse", "HEAD"], { cwd: root, encoding: "utf8" }).trim())
   })
 
-  it("serves the console at / and answers an unknown path with the JSON error body", async () => {
+  it("serves the console at / (and 204 for the browser's favicon) and answers an unknown path with the JSON error body", async () => {
     const page = await fetch(`http://127.0.0.1:${ports.endpoint}/`)
     expect(page.status).toBe(200)
     expect(await page.text()).toContain("autopush-ts console")
-    const unknown = await fetch(`http://127.0.0.1:${ports.endpoint}/favicon.ico`)
+    expect((await fetch(`http://127.0.0.1:${ports.endpoint}/favicon.ico`)).status).toBe(204)
+    const unknown = await fetch(`http://127.0.0.1:${ports.endpoint}/no-such-page`)
     expect(unknown.status).toBe(404)
     expect(await unknown.json()).toMatchObject({ code: 404, errno: null, error: "Not Found" })
   })

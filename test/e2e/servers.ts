@@ -90,7 +90,7 @@ const start = (script: string, args: ReadonlyArray<string>, output: Array<string
 
 const stopChild = (child: ChildProcess): Promise<void> =>
   new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve()
+    if (child.exitCode !== null || child.signalCode !== null) return resolve()
     child.once("exit", () => resolve())
     child.kill("SIGTERM")
     setTimeout(() => child.kill("SIGKILL"), 5_000).unref()

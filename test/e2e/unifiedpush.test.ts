@@ -116,11 +116,14 @@ describe("UnifiedPush distributors (Sunup, KUnifiedPush)", () => {
 describe("UnifiedPush with require_vapid", () => {
   const deployment = deploymentFor(() => startAllInOne(["--require-vapid"]))
 
-  live(deployment, "a register without a key still gets an endpoint; an unsigned push to it is 401/109, a signed one is delivered", async () => {
+  live(deployment, "a register without a key is refused with 403 (VAPID_REQUIRED), the socket kept; with the app's key it gets an endpoint that takes its signed pushes only", async () => {
     const { client } = await helloAs(deployment())
-    const channel = await registerChannel(client, false)
-    assert.strictEqual(channel.status, 200)
-    assert.match(channel.endpoint, /\/wpush\/v1\//)
+    const keyless = await registerChannel(client, false)
+    assert.strictEqual(keyless.status, 403)
+    assert.strictEqual(keyless.endpoint, "VAPID key required")
+    const channel = await registerChannel(client, true)
+    assert.strictEqual(channel.status, 200, "the same socket goes on")
+    assert.match(channel.endpoint, /\/wpush\/v2\//)
     const unsigned = await send(channel.endpoint, "unsigned", false)
     assert.strictEqual(unsigned.status, 401)
     assert.strictEqual(JSON.parse(unsigned.body)["errno"], 109)

@@ -20,6 +20,15 @@ const workerPids = (supervisor: number): Map<number, number> => {
   return new Map(pids.sort((a, b) => portOf(a) - portOf(b)).map((pid, index) => [index, pid]))
 }
 
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
 const routerPortOf = (deployment: Deployment): number => Number(new URL(deployment.routerUrl).port)
 
 const heartbeat = async (url: string): Promise<{ readonly worker?: number; readonly connections?: number } | undefined> => {
@@ -208,16 +217,44 @@ describe("workers: start and stop", () => {
     const workers = [...workerPids(supervisor).values()]
     assert.strictEqual(workers.length, 2)
     await deployment.stop()
-    const alive = (pid: number) => {
-      try {
-        process.kill(pid, 0)
-        return true
-      } catch {
-        return false
-      }
-    }
     await waitUntil(() => !workers.some(alive), 5_000, "workers gone")
     assert.isTrue(deployment.output.some((line) => line.includes("exited: code 0")), deployment.output.join("\n"))
+  }, 60_000)
+
+  it("SIGKILL of the supervisor (its embedded store dies with it): every worker closes its clients with 1001, says so once, and exits within seconds", async () => {
+    // A drain time far longer than the bound asserted: the workers must not wait for a store that is gone.
+    const deployment = await startAllInOne(["--workers", "2", "--shutdown-timeout", "10"])
+    try {
+      await waitUntil(() => deployment.output.some((line) => line.includes("· 2 workers")), 30_000, "every worker ready")
+      const supervisor = deployment.pid()!
+      const workers = [...workerPids(supervisor).values()]
+      assert.strictEqual(workers.length, 2)
+      // Clients on both workers, one holding a message it has not acked (its close would save it).
+      const clients = await Promise.all(Array.from({ length: 8 }, () => openClient(deployment.wsUrl)))
+      for (const client of clients) {
+        client.send({ messageType: "hello", use_webpush: true })
+        await client.next((f) => f["messageType"] === "hello", 10_000)
+        client.send({ messageType: "register", channelID: crypto.randomUUID() })
+      }
+      const endpoints = await Promise.all(clients.map(async (c) => (await c.next((f) => f["messageType"] === "register", 10_000))["pushEndpoint"] as string))
+      assert.strictEqual(await push(endpoints[0]!, "unacked"), 201)
+      await clients[0]!.next((f) => f["messageType"] === "notification", 10_000)
+      const from = deployment.output.length
+      process.kill(supervisor, "SIGKILL")
+      const killedAt = Date.now()
+      await waitUntil(() => !workers.some(alive), 30_000, "workers gone")
+      const tookMs = Date.now() - killedAt
+      const closes = await Promise.all(clients.map((c) => c.closed))
+      const lines = deployment.output.slice(from)
+      assert.isAtMost(tookMs, 4_000, `the workers exited ${tookMs} ms after the supervisor was killed:\n${lines.join("\n")}`)
+      assert.deepStrictEqual([...new Set(closes.map((c) => c.code))], [1001], JSON.stringify(closes))
+      const said = lines.filter((line) => line.includes("supervisor is gone"))
+      assert.strictEqual(said.length, workers.length, `one line per worker:\n${lines.join("\n")}`)
+      const complaints = lines.filter((line) => /"Severity":[0-4],/.test(line) && !line.includes("supervisor is gone"))
+      assert.deepStrictEqual(complaints, [], "nothing else to warn about: the store is gone, not failing")
+    } finally {
+      await deployment.stop()
+    }
   }, 60_000)
 
   it("a worker that cannot start stops the node with its reason, said once", async () => {

@@ -148,7 +148,7 @@ describe("endpoint server", () => {
         const post = yield* request({ path: sub.path, headers: { ttl: 60, origin: "https://app.example" } })
         assert.strictEqual(post.status, 201)
         assert.strictEqual(post.headers["access-control-allow-origin"], "*")
-        assert.deepStrictEqual(String(post.headers["access-control-expose-headers"]).split(","), ["location", "ttl", "link"])
+        assert.deepStrictEqual(String(post.headers["access-control-expose-headers"]).split(","), ["location", "ttl", "link", "autopush-warning"])
 
         const error = yield* request({ method: "GET", path: "/nope", headers: { origin: "https://app.example" } })
         assert.strictEqual(error.headers["access-control-allow-origin"], "*")

@@ -481,6 +481,32 @@ describe("step: Identified, commands", () => {
   })
 })
 
+describe("step: register on a server that accepts only VAPID-signed pushes (require_vapid)", () => {
+  const vapidOnly = makeProtocol({ ...OPTIONS, requireVapid: true })
+  it("a register without a key: status 403 at once (UnifiedPush's VAPID_REQUIRED), no endpoint made, socket kept", () => {
+    for (const message of [{ messageType: "register", channelID: CHID }, { messageType: "register", channelID: CHID, key: null }]) {
+      const t = vapidOnly.step(identified(), frame(message), NOW)
+      assert.strictEqual(t.phase._tag, "Identified")
+      assert.isUndefined(t.command)
+      assert.isUndefined(t.close)
+      assert.deepStrictEqual(t.frames.map((f) => JSON.parse(f)), [{ messageType: "register", channelID: CHID, status: 403, pushEndpoint: "VAPID key required" }])
+    }
+  })
+  it("a register with a key: the endpoint is made, bound to it", () => {
+    const t = vapidOnly.step(identified(), frame({ messageType: "register", channelID: CHID, key: VAPID_KEY }), NOW)
+    assert.deepInclude(t.command as object, { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID })
+    assert.strictEqual((t.command as Extract<Command, { _tag: "MakeEndpoint" }>).rawKey?.length, 65)
+  })
+  it("a malformed key is still a bad key (400), not a missing one", () => {
+    const t = vapidOnly.step(identified(), frame({ messageType: "register", channelID: CHID, key: "k" }), NOW)
+    assert.strictEqual(JSON.parse(t.frames[0]!).status, 400)
+  })
+  row("without require_vapid, a register without a key makes a keyless (v1) endpoint", identified(), frame({ messageType: "register", channelID: CHID }), {
+    phase: "Identified",
+    command: { _tag: "MakeEndpoint", uaid: UAID, channelId: CHID, rawKey: undefined }
+  })
+})
+
 describe("step: Identified, the command budget", () => {
   const spent = { tokens: 0, tokensAt: NOW }
   row("within the burst a command runs", identified(), frame({ messageType: "register", channelID: CHID }), {

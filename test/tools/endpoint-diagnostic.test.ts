@@ -3,6 +3,7 @@ import { createECDH } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { Cause, Effect, Exit, Redacted, Result } from "effect"
+import { exportJWK, generateKeyPair, SignJWT } from "jose"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
@@ -64,6 +65,7 @@ const json = (stdout: string) => JSON.parse(stdout) as {
   router: { routerType: string; nodeId: string | null; connectedAt: number; connectedAtIso: string; lastConnect: number; currentMonth: string; currentMonthActive: boolean } | null
   channelRegistered: boolean | null
   messages: { total: number; topic: number; timestamp: number; channel: number } | null
+  sender?: { vapidKey: string | null; warnings: Array<string> }
   problems: Array<string>
 }
 
@@ -110,6 +112,38 @@ describe("endpoint-diagnostic", () => {
     const mismatch = await diagnose(["--json", url, "--vapid-key", otherVapid.getPublicKey().toString("base64url")])
     expect(mismatch.code).toBe(1)
     expect(json(mismatch.stdout).endpoint.vapidKeyMatches).toBe(false)
+    expect(json(mismatch.stdout).problems.join()).toContain("bound to another VAPID key")
+  })
+
+  it("--authorization: a sender's VAPID header checked for the endpoint, with the warnings its pushes would get", async () => {
+    const { privateKey, publicKey } = await generateKeyPair("ES256", { extractable: true })
+    const jwk = await exportJWK(publicKey)
+    const senderKey = Buffer.concat([Buffer.from([4]), Buffer.from(jwk.x!, "base64url"), Buffer.from(jwk.y!, "base64url")])
+    const sign = (claims: Record<string, unknown>) => new SignJWT(claims).setProtectedHeader({ alg: "ES256", typ: "JWT" }).sign(privateKey)
+    const exp = Math.floor(Date.now() / 1000) + 3600
+    const url = await makeEndpoint([KEY], uaid, chid, senderKey)
+    const header = async (sub: string) => `vapid t=${await sign({ aud: ENDPOINT_URL, exp, sub })}, k=${senderKey.toString("base64url")}`
+
+    const local = await diagnose(["--json", url, "--authorization", await header("mailto:me@localhost")])
+    expect(local.code, local.stderr).toBe(0)
+    expect(json(local.stdout)).toMatchObject({ sender: { vapidKey: senderKey.toString("base64url"), warnings: ["vapid-sub-local"] }, problems: [] })
+    const human = await diagnose([url, "--authorization", await header("mailto:me@localhost")])
+    expect(human.stdout).toMatch(/^sender: +VAPID key .{16}…: 1 warning\(s\) \(Autopush-Warning\)$/m)
+    expect(human.stdout).toMatch(/^ {2}- vapid-sub-local: VAPID sub is a contact at localhost/m)
+
+    const fine = await diagnose(["--json", url, "--authorization", await header("mailto:ops@example.com")])
+    expect(json(fine.stdout).sender).toEqual({ vapidKey: senderKey.toString("base64url"), warnings: [] })
+
+    // Signed for another origin: what the endpoint node refuses is a problem, not a warning.
+    const elsewhere = `vapid t=${await sign({ aud: "https://other.example", exp, sub: "mailto:ops@example.com" })}, k=${senderKey.toString("base64url")}`
+    const refused = await diagnose(["--json", url, "--authorization", elsewhere])
+    expect(refused.code).toBe(1)
+    expect(json(refused.stdout).problems).toEqual([expect.stringContaining("--authorization: Invalid VAPID audience (for https://push.example.com; the endpoint node answers 401, errno 109)")])
+
+    // The endpoint is bound to another key than the header's.
+    const other = await makeEndpoint([KEY], uaid, chid, vapidKey)
+    const mismatch = await diagnose(["--json", other, "--authorization", await header("mailto:ops@example.com")])
+    expect(mismatch.code).toBe(1)
     expect(json(mismatch.stdout).problems.join()).toContain("bound to another VAPID key")
   })
 

@@ -33,6 +33,20 @@ const duration = (seconds) => {
   return first < 0 ? "0s" : parts.slice(first, first + 2).map(([n, unit]) => `${n}${unit}`).join(" ")
 }
 
+/** Per VAPID key (its first characters), the warnings its pushes got: `BCx4…: vapid-sub-local ×3`. */
+const showSenderWarnings = (senders) => {
+  const list = $("status-senders")
+  if (senders.length === 0) return void (list.textContent = "none")
+  list.replaceChildren(...senders.map((sender) => {
+    const line = document.createElement("div")
+    const who = sender.vapidKey === null ? "unsigned" : `key ${sender.vapidKey.slice(0, 12)}…`
+    const what = Object.entries(sender.warnings).map(([kind, n]) => `${kind} ×${n}`).join(", ")
+    line.textContent = `${who}: ${what} (last ${new Date(sender.lastSeen).toLocaleTimeString()})`
+    line.title = sender.vapidKey ?? "pushes without VAPID"
+    return line
+  }))
+}
+
 let previous
 const pollStatus = async () => {
   try {
@@ -46,6 +60,7 @@ const pollStatus = async () => {
       $("status-rate").textContent = rate.toFixed(rate < 10 ? 1 : 0)
     }
     previous = { at: now, notifications: status.notifications }
+    showSenderWarnings(status.senderWarnings ?? [])
     $("live").textContent = "live"
     $("live").className = "badge on"
   } catch {
@@ -302,7 +317,10 @@ const send = async (event) => {
     if (problem === undefined) {
       const location = res.headers.get("location") ?? ""
       rememberSent(location.slice(location.lastIndexOf("/m/") + 3), { topic: headers.Topic, urgency: headers.Urgency })
-      result.textContent = `${res.status} ${res.statusText || (res.status === 202 ? "Accepted" : "Created")} · Location: ${location || "—"}`
+      const warning = res.headers.get("autopush-warning")
+      // What another push service (Apple's) would refuse of this push: this page's VAPID subject on localhost, for one.
+      result.textContent = `${res.status} ${res.statusText || (res.status === 202 ? "Accepted" : "Created")} · Location: ${location || "—"}` +
+        (warning === null ? "" : ` · Autopush-Warning: ${warning}`)
       // 202: the push asked for a receipt (201: it went without).
       if (res.status === 202 && location !== "") {
         showSent(location, text)
