@@ -15,6 +15,7 @@ import { ConnectionNode, type ConnectionNodeOptions } from "../connection/node.t
 import { changedSettings, type ConfigError, type HelpRequested, loadSettingsAndFiles, requireSecrets } from "../config/index.ts"
 import type { Role, Settings } from "../config/index.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
+import { RouterAuth } from "../crypto/routerAuth.ts"
 import { generateFernetKey } from "../crypto/fernet.ts"
 import type { EndpointOptions } from "../endpoint/options.ts"
 import { EndpointServer, nodeClientOptions } from "../endpoint/server.ts"
@@ -161,7 +162,10 @@ export const readyLine = (role: Role, settings: Settings, workers = 1): string =
 }
 
 const cryptoLayer = (settings: Settings) =>
-  EndpointCrypto.layer({ keys: Redacted.make(settings.cryptoKey), endpointUrl: settings.endpointUrl })
+  Layer.mergeAll(
+    EndpointCrypto.layer({ keys: Redacted.make(settings.cryptoKey), endpointUrl: settings.endpointUrl }),
+    RouterAuth.layer({ keys: Redacted.make(settings.cryptoKey), acceptUnsigned: settings.routerAcceptUnsigned })
+  )
 
 /** Where private listeners bind: as configured, else loopback for the all-in-one (nothing else needs them), `bind_host` for a node on its own. */
 const privateBindHost = (settings: Settings, role: Role): string =>
@@ -339,7 +343,7 @@ export const allInOneLayer = (settings: Settings) => Layer.unwrap(Effect.map(end
  * the tracer (OTLP, or tracing off).
  */
 export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.Layer<Storage, SE>) =>
-<A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>) =>
+<A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | RouterAuth | EventLog | Metrics>) =>
   nodes.pipe(
     Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
     Layer.provideMerge(
@@ -364,7 +368,7 @@ const refuse = (role: Role, line: string) =>
  */
 export const runRole = <A, E>(
   role: Role,
-  nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>
+  nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | RouterAuth | EventLog | Metrics>
 ) => {
   const launch = ({ settings, files }: { readonly settings: Settings; readonly files: ReadonlyArray<string> }) => {
     const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname, worker: WORKER?.index })

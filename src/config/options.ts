@@ -331,6 +331,7 @@ export const options = {
   router_url: opt("connection", url, undefined, "URL endpoint nodes use to reach this node (stored as node_id)", {
     defaultText: "router_scheme://router_hostname:router_port"
   }),
+  router_accept_unsigned: opt("shared", boolean, false, "Let a connection node's router port take requests that carry no signature (Autopush-Router-Auth, made with a key derived from crypto_key), as nodes of a version before it send: only while a deployment is being upgraded to signing nodes; a badly signed request is refused all the same. Off: unsigned requests are answered 401"),
   hello_timeout: opt("connection", seconds, s(5), "Time a new WebSocket has to send its hello", {
     env: ["AUTOCONNECT__OPEN_HANDSHAKE_TIMEOUT"]
   }),
