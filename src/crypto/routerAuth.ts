@@ -73,7 +73,7 @@ export interface RouterAuthOptions {
 
 export interface RouterAuthService {
   /** The header value signing a request sent at `nowMs` (`path` as sent, query included). */
-  readonly sign: (nowMs: number, method: string, path: string, connectedAt: string | undefined, body: string | undefined) => string
+  readonly sign: (nowMs: number, method: string, path: string, connectedAt: string | undefined, body: string | Uint8Array | undefined) => string
   /**
    * What can be refused before a body is read: no header (unless unsigned requests are accepted),
    * a malformed one, a time outside the window. Undefined: read the body and `verify`.
