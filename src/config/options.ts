@@ -290,6 +290,7 @@ export const options = {
   storage_timeout: opt("shared", seconds, s(5), "Deadline of one storage operation (retries included): past it the operation fails — a push is answered 503 with Retry-After, a hello is closed (HandshakeTimeout once hello_timeout has passed), a session's drain retries later"),
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
   data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory)"),
+  storage_port: opt("shared", integer(0, 65_535), 0, "Port of the embedded storage (dynalite, on 127.0.0.1 only) when storage_endpoint is unset: 0 takes a free port at each start. The ready line names it; the operators' tools find it by themselves"),
   endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs", { env: ["AUTOEND__SCHEME"] }),
   endpoint_hostname: opt("shared", host, "localhost", "Host name in the public endpoint URLs", { env: ["AUTOEND__HOST"] }),
   endpoint_port: opt("shared", port, 8082, "Port of the endpoint node: where it listens and the port in endpoint URLs", { env: ["AUTOEND__PORT"] }),
