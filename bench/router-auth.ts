@@ -2,8 +2,8 @@
  * `npm run bench:router-auth [-- --count N]`: what the router port's signature costs per request,
  * on the body sizes a delivery has (a notification without data, with a small payload, and with the
  * largest `max_data_bytes` payload, base64url in the transport JSON): signing (the sending node)
- * and verifying (the connection node), with one and with three `crypto_key`s listed (verifying
- * computes one HMAC per listed key). Prints µs per request.
+ * and verifying (the connection node), with one and with three `crypto_key`s listed (signed with
+ * the first: verifying tries it first). Prints µs per request.
  */
 import { randomBytes } from "node:crypto"
 import { Redacted } from "effect"
