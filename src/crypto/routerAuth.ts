@@ -89,7 +89,6 @@ export interface RouterAuthService {
     connectedAt: string | undefined,
     body: Uint8Array | undefined
   ) => RouterAuthRefusal | undefined
-  readonly acceptsUnsigned: boolean
 }
 
 export const makeRouterAuth = (options: RouterAuthOptions): RouterAuthService => {
@@ -99,30 +98,33 @@ export const makeRouterAuth = (options: RouterAuthOptions): RouterAuthService =>
   const signer = macs[0] as (typeof macs)[number]
   const acceptUnsigned = options.acceptUnsigned
 
-  const precheck = (nowMs: number, header: string | undefined): RouterAuthRefusal | undefined => {
+  /** The header's time and MAC when its form and time are good; else why not (undefined: unsigned, let through). */
+  const parsed = (nowMs: number, header: string | undefined): RouterAuthRefusal | undefined | { readonly t: string; readonly mac: Buffer } => {
     if (header === undefined) return acceptUnsigned ? undefined : "unsigned"
     const parts = HEADER.exec(header)
     if (parts === null) return "malformed"
-    return Math.abs(nowMs - Number(parts[1])) > ROUTER_AUTH_WINDOW_MS ? "stale" : undefined
+    const t = parts[1] as string
+    if (Math.abs(nowMs - Number(t)) > ROUTER_AUTH_WINDOW_MS) return "stale"
+    const mac = Buffer.from(parts[2] as string, "base64url")
+    return mac.length === 32 ? { t, mac } : "malformed"
   }
 
   return {
-    acceptsUnsigned: acceptUnsigned,
     sign: (nowMs, method, path, connectedAt, body) => {
       const t = String(Math.floor(nowMs))
       return `t=${t},v1=${signer(headOf(t, method, path, connectedAt), body).toString("base64url")}`
     },
-    precheck,
+    precheck: (nowMs, header) => {
+      const signature = parsed(nowMs, header)
+      return typeof signature === "object" ? undefined : signature
+    },
     verify: (nowMs, header, method, path, connectedAt, body) => {
-      const early = precheck(nowMs, header)
-      if (early !== undefined || header === undefined) return early
-      const [, t = "", given = ""] = HEADER.exec(header) ?? []
-      const expected = Buffer.from(given, "base64url")
-      if (expected.length !== 32) return "malformed"
-      const head = headOf(t, method, path, connectedAt)
+      const signature = parsed(nowMs, header)
+      if (typeof signature !== "object") return signature
+      const head = headOf(signature.t, method, path, connectedAt)
       // Each comparison is constant-time; trying the keys in order tells only which key signed,
       // and a node of the same deployment signs with the first.
-      for (const mac of macs) if (timingSafeEqual(mac(head, body), expected)) return undefined
+      for (const mac of macs) if (timingSafeEqual(mac(head, body), signature.mac)) return undefined
       return "bad_signature"
     }
   }
