@@ -14,6 +14,7 @@ import { EndpointCrypto } from "../src/crypto/endpoint.ts"
 import { EventLog } from "../src/observability/EventLog.ts"
 import { Metrics } from "../src/observability/Metrics.ts"
 import { NodeClient } from "../src/routers/NodeClient.ts"
+import { RouterAuth } from "../src/crypto/routerAuth.ts"
 import { layerMemory } from "../src/storage/memory.ts"
 import { createActiveTables } from "../src/storage/Storage.ts"
 
@@ -38,7 +39,7 @@ export const startConnectionNode = (broadcasts: ReadonlyMap<string, string>): Pr
         EndpointCrypto.layerTest,
         EventLog.layer(),
         Metrics.layerNoop,
-        NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 })
+        NodeClient.layer({ connectTimeoutMs: 1_000, requestTimeoutMs: 1_000 }).pipe(Layer.provideMerge(RouterAuth.layerTest))
       ))
     )
     Effect.runFork(Effect.gen(function*() {

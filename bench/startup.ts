@@ -120,7 +120,7 @@ try {
     const connection = async () => {
       const [ws, router] = [await freePort(), await freePort()]
       return {
-        spawn: () => spawnNode("bin/autoconnect.js", [...shared, "--port", String(ws), "--router-port", String(router)], work),
+        spawn: () => spawnNode("bin/autoconnect.js", [...shared, "--port", String(ws), "--router-port", String(router), "--endpoint-url", "http://127.0.0.1:8082"], work),
         url: `http://127.0.0.1:${router}/__lbheartbeat__`
       }
     }

@@ -16,6 +16,7 @@ import { ConnectionNode, type ConnectionNodeOptions } from "../connection/node.t
 import { changedSettings, type ConfigError, type HelpRequested, loadSettingsAndFiles, requireSecrets } from "../config/index.ts"
 import type { Role, Settings } from "../config/index.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
+import { RouterAuth } from "../crypto/routerAuth.ts"
 import { generateFernetKey } from "../crypto/fernet.ts"
 import type { EndpointOptions } from "../endpoint/options.ts"
 import { EndpointServer, nodeClientOptions } from "../endpoint/server.ts"
@@ -32,7 +33,7 @@ import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { MetricsListener } from "../observability/metricsListener.ts"
 import { layerDynamo } from "../storage/dynamodb.ts"
-import { announceEmbedded, EmbeddedDataError, layerEmbedded, startDynalite } from "../storage/embedded.ts"
+import { announceEmbedded, EmbeddedDataError, startDynalite } from "../storage/embedded.ts"
 import { superviseWorkers, WorkerStartError } from "../workers/supervisor.ts"
 import { tellSupervisor, WORKER, workerCountOf, workerPorts } from "../workers/worker.ts"
 import { stopWhenSupervisorIsGone } from "../workers/supervisorGone.ts"
@@ -52,7 +53,7 @@ import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
 import { listenFailure } from "../platform/listen.ts"
 import { StartupError } from "../platform/startup.ts"
-import { LOOPBACK } from "../platform/addresses.ts"
+import { isPrivateBind, LOOPBACK } from "../platform/addresses.ts"
 
 const ms = (d: Duration.Duration): number => Duration.toMillis(d)
 
@@ -64,21 +65,34 @@ const socketLimitsOf = (settings: Settings) => ({
 })
 
 /**
- * Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint; a
- * worker uses the embedded store its supervisor runs.
+ * Storage from settings: the embedded store this process runs (`embedded`, its endpoint), the one a
+ * worker's supervisor runs, or the configured DynamoDB endpoint; its tables kept present.
  */
-const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
+const storageLayer = (settings: Settings, embedded: string | undefined): Layer.Layer<Storage, StorageError> => {
   const options = storageOptionsOf(settings)
-  const shared = WORKER?.storageEndpoint
-  if (settings.storageEndpoint === undefined && shared === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
-  dropPrestartedDynalite()
+  const local = embedded ?? WORKER?.storageEndpoint
+  if (embedded === undefined) dropPrestartedDynalite()
   return layerTableKeeper.pipe(
     Layer.provideMerge(layerDynamo({
       ...options,
-      ...(shared === undefined ? { endpoint: settings.storageEndpoint, region: settings.awsRegion } : { endpoint: shared, region: "local" })
+      ...(local === undefined ? { endpoint: settings.storageEndpoint, region: settings.awsRegion } : { endpoint: local, region: "local" })
     }))
   )
 }
+
+/**
+ * The embedded store (dynalite) under `data_dir`, on 127.0.0.1 and `storage_port`, for the scope,
+ * announced beside its data for the operators' tools: its endpoint URL.
+ */
+const startEmbeddedStore = (settings: Settings) =>
+  Effect.gen(function*() {
+    const endpoint = yield* startDynalite(embeddedDataDir(settings), { host: EMBEDDED_STORE_HOST, port: settings.storagePort })
+    yield* announceEmbedded(embeddedDataDir(settings), endpoint)
+    return endpoint
+  })
+
+/** The embedded store listens on the loopback only: nothing but this machine's processes use it. */
+const EMBEDDED_STORE_HOST = "127.0.0.1"
 
 /**
  * Why a node could not start, as one line naming the option to change; undefined for what is not a
@@ -87,6 +101,7 @@ const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> =>
 const startupFailure = (settings: Settings, error: unknown): string | undefined => {
   if (error instanceof StartupError || error instanceof EventLogOpenError) return error.message
   if (error instanceof StorageError) {
+    if (error.cause instanceof StartupError) return error.cause.message
     if (error.cause instanceof EmbeddedDataError) {
       return `${error.cause.message} (option data_dir${error.cause.inUse ? ": stop the other process, or give this one another data_dir" : ""})`
     }
@@ -120,7 +135,7 @@ const embeddedSecrets = (settings: Settings) =>
 /** The settings a role runs with, secrets checked (or, embedded all-in-one, provided), and the ini files read. */
 const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
   Effect.gen(function*() {
-    const { settings, files } = yield* loadSettingsAndFiles({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
+    const { settings, files, given } = yield* loadSettingsAndFiles({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
     if (role === "autopush" && settings.storageEndpoint === undefined) return { settings: yield* embeddedSecrets(settings), files }
     if (settings.storageEndpoint === undefined && !settings.embeddedStorage) {
       // A node on its own with a store of its own cannot work with its peers: say so instead.
@@ -130,6 +145,13 @@ const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
       })
     }
     yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
+    if (role === "autoconnect" && !given.has("endpoint_url") && !given.has("endpoint_hostname")) {
+      // Its own default (localhost) would be wrong on every other machine: endpoints that cannot be pushed to.
+      return yield* new StartupError({
+        message: `no endpoint_url: a connection node hands out the endpoint nodes' URLs in every subscription, and only you know them. ` +
+          `Set endpoint_url to the URL app servers reach the endpoint nodes at (--endpoint-url https://push.example.com, or AUTOPUSH__ENDPOINT_URL), the same on every node`
+      })
+    }
     return { settings, files }
   })
 
@@ -149,21 +171,74 @@ const consoleReadyPart = (settings: Settings, endpoint: string): string =>
     ? `web console ${endpoint}/ (public)`
     : `web console ${endpoint}/?token=… (console_token required)`
 
-/** The one line that says a node is up and which URLs to use. */
-export const readyLine = (role: Role, settings: Settings, workers = 1): string => {
+/**
+ * The WebSocket URL the console of an endpoint node on its own gives its push client: as configured,
+ * else the connection port on the host the page was loaded from (right only when a connection
+ * node runs there).
+ */
+const consoleWebsocketPart = (settings: Settings): string =>
+  settings.websocketUrl === undefined
+    ? `its push client connects to ws://<the host it was loaded from>:${settings.port}/ (set websocket_url)`
+    : `its push client connects to ${settings.websocketUrl}`
+
+/** A port a node listens on, as the ready line names it. */
+interface Listening {
+  readonly what: string
+  readonly host: string
+  /** One per worker for the private ports of a node run as several. */
+  readonly ports: ReadonlyArray<number>
+  /** Meant for this machine or the nodes' private network only. */
+  readonly private: boolean
+}
+
+/**
+ * Every port a node opens (run as `workers`, its workers' too) with its bind address, and the
+ * embedded store's (`store`: its endpoint) when this process runs it.
+ */
+export const listeningPorts = (role: Role, settings: Settings, workers: number, store: string | undefined): ReadonlyArray<Listening> => {
+  const privatePorts = workers === 1 ? [role === "autoendpoint" ? settings.metricsPort : settings.routerPort] : workerPorts(role, settings, workers)
+  const storeUrl = store === undefined ? undefined : new URL(store)
+  return [
+    ...(role === "autoendpoint" ? [] : [{ what: "WebSocket", host: settings.bindHost, ports: [settings.port], private: false }]),
+    ...(role === "autoconnect" ? [] : [{ what: "Web Push API", host: settings.bindHost, ports: [settings.endpointPort], private: false }]),
+    { what: role === "autoendpoint" ? "metrics" : "router", host: privateBindHost(settings, role), ports: privatePorts, private: true },
+    ...(storeUrl === undefined ? [] : [{ what: "embedded storage", host: storeUrl.hostname, ports: [Number(storeUrl.port)], private: true }])
+  ]
+}
+
+/** `router on 127.0.0.1:8081 (private)`; a private port bound to an address that is not private says so. */
+const listeningText = (listening: Listening): string => {
+  const host = listening.host.includes(":") && !listening.host.startsWith("[") ? `[${listening.host}]` : listening.host
+  const where = `${listening.what} on ${host}:${listening.ports.join(", ")}`
+  if (!listening.private) return where
+  if (isPrivateBind(listening.host)) return `${where} (private)`
+  const why = listening.host === "0.0.0.0" || listening.host === "::" ? "every interface" : "not a private address"
+  return `${where} (${why}, NOT private: keep it off the internet or set private_bind_host)`
+}
+
+/**
+ * The one line that says a node is up: the URLs to use, and every port it listens on. `workers`:
+ * the processes a supervisor started; `store`: the embedded store this process runs.
+ */
+export const readyLine = (role: Role, settings: Settings, options: { readonly workers?: number; readonly store?: string | undefined } = {}): string => {
+  const workers = options.workers ?? 1
   const endpoint = settings.endpointUrl.replace(/\/+$/, "")
-  const router = workers === 1 ? settings.routerUrl : `ports ${workerPorts(role, settings, workers).join(", ")}`
   const parts = [
     ...(role === "autoendpoint" ? [] : [`WebSocket ${publicWebsocketUrl(settings)}`]),
-    ...(role === "autoconnect" ? [`router ${router} (private)`] : [`Web Push API ${endpoint}/wpush/…`]),
+    ...(role === "autoconnect" ? [`endpoints ${endpoint}/wpush/…`, `router URL ${settings.routerUrl}`] : [`Web Push API ${endpoint}/wpush/…`]),
     ...(role === "autoconnect" ? [] : [consoleReadyPart(settings, endpoint)]),
-    ...(workers === 1 ? [] : [`${workers} workers`])
+    ...(role === "autoendpoint" && settings.console ? [consoleWebsocketPart(settings)] : []),
+    ...(workers === 1 ? [] : [`${workers} workers`]),
+    `listening: ${listeningPorts(role, settings, workers, options.store).map(listeningText).join(", ")}`
   ]
   return `ready: ${parts.join(" · ")}`
 }
 
 const cryptoLayer = (settings: Settings) =>
-  EndpointCrypto.layer({ keys: Redacted.make(settings.cryptoKey), endpointUrl: settings.endpointUrl })
+  Layer.mergeAll(
+    EndpointCrypto.layer({ keys: Redacted.make(settings.cryptoKey), endpointUrl: settings.endpointUrl }),
+    RouterAuth.layer({ keys: Redacted.make(settings.cryptoKey), acceptUnsigned: settings.routerAcceptUnsigned })
+  )
 
 /** Where private listeners bind: as configured, else loopback for the all-in-one (nothing else needs them), `bind_host` for a node on its own. */
 const privateBindHost = (settings: Settings, role: Role): string =>
@@ -342,7 +417,7 @@ export const allInOneLayer = (settings: Settings) => Layer.unwrap(Effect.map(end
  * the tracer (OTLP, or tracing off).
  */
 export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.Layer<Storage, SE>) =>
-<A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>) =>
+<A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | RouterAuth | EventLog | Metrics>) =>
   nodes.pipe(
     Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
     Layer.provideMerge(
@@ -367,16 +442,22 @@ const refuse = (role: Role, line: string) =>
  */
 export const runRole = <A, E>(
   role: Role,
-  nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | EventLog | Metrics>
+  nodes: (settings: Settings) => Layer.Layer<A, E, Storage | EndpointCrypto | RouterAuth | EventLog | Metrics>
 ) => {
   const launch = ({ settings, files }: { readonly settings: Settings; readonly files: ReadonlyArray<string> }) => {
     const logging = loggingLayer({ human: settings.humanLogs, level: settings.logLevel, role, hostname: settings.hostname, worker: WORKER?.index })
     const workers = WORKER === undefined ? workerCountOf(settings.workers) : 1
     const run: Effect.Effect<void, unknown> = WORKER !== undefined
-      ? runWorker(withServices(role, settings, storageLayer(settings))(nodes(settings)))
+      ? runWorker(withServices(role, settings, storageLayer(settings, undefined))(nodes(settings)))
       : workers > 1
       ? superviseNode(role, settings, workers)
-      : Layer.launch(Layer.tap(withServices(role, settings, storageLayer(settings))(nodes(settings)), () => Effect.logInfo(readyLine(role, settings))))
+      : Effect.scoped(Effect.gen(function*() {
+        const store = settings.storageEndpoint === undefined ? yield* startEmbeddedStore(settings) : undefined
+        return yield* Layer.launch(Layer.tap(
+          withServices(role, settings, storageLayer(settings, store))(nodes(settings)),
+          () => Effect.logInfo(readyLine(role, settings, { store }))
+        ))
+      }))
     return Effect.gen(function*() {
       if (WORKER === undefined) {
         yield* Effect.logInfo("starting").pipe(Effect.annotateLogs({
@@ -419,12 +500,10 @@ export const runRole = <A, E>(
 const superviseNode = (role: Role, settings: Settings, workers: number) =>
   Effect.scoped(Effect.gen(function*() {
     let storageEndpoint: string | undefined
-    if (settings.storageEndpoint === undefined) {
-      storageEndpoint = yield* startDynalite(embeddedDataDir(settings))
-      yield* announceEmbedded(embeddedDataDir(settings), storageEndpoint)
-    } else dropPrestartedDynalite()
+    if (settings.storageEndpoint === undefined) storageEndpoint = yield* startEmbeddedStore(settings)
+    else dropPrestartedDynalite()
     yield* superviseWorkers({ role, settings, count: workers, argv: process.argv.slice(2), storageEndpoint })
-    yield* Effect.logInfo(readyLine(role, settings, workers))
+    yield* Effect.logInfo(readyLine(role, settings, { workers, store: storageEndpoint }))
     return yield* Effect.never
   }))
 

@@ -337,7 +337,10 @@ export const loadSettings = (input: LoadInput): Effect.Effect<Settings, ConfigEr
 /** `loadSettings`, and the ini files that were read (in reading order), for the start-up log. */
 export const loadSettingsAndFiles = Effect.fn("loadSettings")(function*(
   input: LoadInput
-): Effect.fn.Return<{ readonly settings: Settings; readonly files: ReadonlyArray<string> }, ConfigError | HelpRequested> {
+): Effect.fn.Return<
+  { readonly settings: Settings; readonly files: ReadonlyArray<string>; readonly given: ReadonlySet<OptionName> },
+  ConfigError | HelpRequested
+> {
   const { role } = input
   if (input.argv.includes("--help") || input.argv.includes("-h")) return yield* new HelpRequested({ text: helpText(role) })
   const flags = yield* flagLayer(role, input.argv)
@@ -347,15 +350,18 @@ export const loadSettingsAndFiles = Effect.fn("loadSettings")(function*(
   const nodeScopes = roleScopes[role].filter((scope) => scope !== "shared")
   const iniNodes: Array<Source> = []
   for (const scope of nodeScopes) iniNodes.push(yield* iniLayer(input, scope, flags.configPaths[scope], files))
-  const values = yield* merge(role, [
+  const groups = [
     [iniShared],
     iniNodes,
     [env.plain],
     [env.byScope.shared],
     nodeScopes.map((scope) => env.byScope[scope]),
     [flags.layer]
-  ])
-  return { settings: deriveSettings(values, input.cwd), files }
+  ]
+  const values = yield* merge(role, groups)
+  // The options some source set (a default left alone is not given), for checks that need to know.
+  const given = new Set(groups.flatMap((group) => group.flatMap((layer) => [...layer.keys()])))
+  return { settings: deriveSettings(values, input.cwd), files, given }
 })
 
 /**

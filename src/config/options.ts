@@ -290,6 +290,7 @@ export const options = {
   storage_timeout: opt("shared", seconds, s(5), "Deadline of one storage operation (retries included): past it the operation fails — a push is answered 503 with Retry-After, a hello is closed (HandshakeTimeout once hello_timeout has passed), a session's drain retries later"),
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
   data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory)"),
+  storage_port: opt("shared", integer(0, 65_535), 0, "Port of the embedded storage (dynalite, on 127.0.0.1 only) when storage_endpoint is unset: 0 takes a free port at each start. The ready line names it; the operators' tools find it by themselves"),
   endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs", { env: ["AUTOEND__SCHEME"] }),
   endpoint_hostname: opt("shared", host, "localhost", "Host name in the public endpoint URLs", { env: ["AUTOEND__HOST"] }),
   endpoint_port: opt("shared", port, 8082, "Port of the endpoint node: where it listens and the port in endpoint URLs", { env: ["AUTOEND__PORT"] }),
@@ -331,6 +332,7 @@ export const options = {
   router_url: opt("connection", url, undefined, "URL endpoint nodes use to reach this node (stored as node_id)", {
     defaultText: "router_scheme://router_hostname:router_port"
   }),
+  router_accept_unsigned: opt("shared", boolean, false, "Let a connection node's router port take requests that carry no signature (Autopush-Router-Auth, made with a key derived from crypto_key), as nodes of a version before it send: only while a deployment is being upgraded to signing nodes; a badly signed request is refused all the same. Off: unsigned requests are answered 401"),
   hello_timeout: opt("connection", seconds, s(5), "Time a new WebSocket has to send its hello", {
     env: ["AUTOCONNECT__OPEN_HANDSHAKE_TIMEOUT"]
   }),

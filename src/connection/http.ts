@@ -3,7 +3,10 @@
  * (`PUT /push/{uaid}`, `PUT /notif/{uaid}`, `DELETE /notif/{uaid}/{connected_at}`, router port only),
  * the operators' routes (`GET /metrics`, `GET /__trace__/{message_id}`, router port only) and the
  * health routes (both ports). The router API is the per-notification hot path and only hands
- * events to a session's mailbox, so it runs without an HTTP framework in between.
+ * events to a session's mailbox, so it runs without an HTTP framework in between. Its three routes
+ * take only requests signed by a node of this deployment (`crypto/routerAuth.ts`): an unsigned one
+ * is answered 401, one whose signature is malformed, out of time or not good 403 (the connection is
+ * closed); what can be judged before the body (the header's form and time) is, before it is read.
  *
  * Every request runs under one boundary (`serve`): a bug answers 500/999 with a request id and is
  * logged once, never the process; every error answer is the JSON of `toErrorResponse`, the same
@@ -14,6 +17,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { randomBytes } from "node:crypto"
 import { CONNECTED_AT_HEADER, decodeTransportNotification, parseConnectedAt } from "../domain/router-wire.ts"
+import { ROUTER_AUTH_HEADER, type RouterAuthRefusal, type RouterAuthService } from "../crypto/routerAuth.ts"
 import {
   ClientUnavailable,
   InternalError,
@@ -22,6 +26,8 @@ import {
   MethodNotAllowed,
   PayloadTooLarge,
   RouteNotFound,
+  RouterAuthMissing,
+  RouterAuthRefused,
   toErrorResponse
 } from "../domain/errors.ts"
 import { type Body, readBody, sendError, sendJson } from "../platform/raw-http.ts"
@@ -39,6 +45,15 @@ export interface HealthSource {
   readonly logError: (message: string, fields?: Readonly<Record<string, unknown>>) => void
   /** A rejected request (status ≥ 400): one access-log line, ids left out. */
   readonly logRejected?: ((fields: Readonly<Record<string, unknown>>) => void) | undefined
+}
+
+/** Who may use the router API: the deployment's signatures, checked on the node's clock. */
+export interface RouterGuard {
+  readonly auth: RouterAuthService
+  /** The node's clock (ms): tests move it. */
+  readonly now: () => number
+  /** A refused request, or an unsigned one let through (`router_accept_unsigned`): counted, logged at debug. */
+  readonly noted: (reason: RouterAuthRefusal | "accepted_unsigned", route: string) => void
 }
 
 /** Largest router-port body: a notification is at most a few KiB (data ≤ max_data_bytes, base64url). */
@@ -206,12 +221,52 @@ const unavailable = (res: ServerResponse): void => {
 
 const accepted = (res: ServerResponse, text = ""): void => sendText(res, 200, text)
 
-/** `PUT /push/{uaid}`: a notification for the uaid's session here. */
-const push = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, bodyTimeoutMs: number) =>
-  readBody(req, { maxBytes: MAX_BODY, tooLarge, idleMs: bodyTimeoutMs }, (body) => delivered(req, res, uaid, registry, body))
+/** The signature header, when there is exactly one. */
+const signatureOf = (req: IncomingMessage): string | undefined => {
+  const header = req.headers[ROUTER_AUTH_HEADER]
+  return typeof header === "string" ? header : undefined
+}
 
-const delivered = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, body: Body): void => {
+/**
+ * Whether a router API request may go on. `"headers"`: what can be judged before a push's body is
+ * read; `{ body }`: the whole check (a route without a body checks an empty one). A refused request is
+ * answered here and its connection closed.
+ */
+const authorized = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  guard: RouterGuard,
+  route: "/push" | "/notif",
+  stage: "headers" | { readonly body: Uint8Array | undefined }
+): boolean => {
+  const header = signatureOf(req)
+  const refusal = stage === "headers"
+    ? guard.auth.precheck(guard.now(), header)
+    : guard.auth.verify(guard.now(), header, req.method ?? "", req.url ?? "/", firstHeader(req, CONNECTED_AT_HEADER), stage.body)
+  if (refusal === undefined) {
+    if (header === undefined && stage !== "headers") guard.noted("accepted_unsigned", route)
+    return true
+  }
+  guard.noted(refusal, route)
+  req.resume()
+  sendError(res, refusal === "unsigned" ? new RouterAuthMissing() : new RouterAuthRefused(), true)
+  return false
+}
+
+const firstHeader = (req: IncomingMessage, name: string): string | undefined => {
+  const value = req.headers[name]
+  return Array.isArray(value) ? value[0] : value
+}
+
+/** `PUT /push/{uaid}`: a notification for the uaid's session here. */
+const push = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, guard: RouterGuard, bodyTimeoutMs: number) => {
+  if (!authorized(req, res, guard, "/push", "headers")) return
+  readBody(req, { maxBytes: MAX_BODY, tooLarge, idleMs: bodyTimeoutMs }, (body) => delivered(req, res, uaid, registry, guard, body))
+}
+
+const delivered = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, guard: RouterGuard, body: Body): void => {
   if (body._tag === "Refused") return sendError(res, body.error, true)
+  if (!authorized(req, res, guard, "/push", { body: body.bytes })) return
   const decoded = decodeTransportNotification(body.bytes.toString("utf8"))
   if (decoded === undefined) return sendError(res, new InvalidRequestBody({ message: "The body is not a notification" }))
   const connectedAt = parseConnectedAt(req.headers[CONNECTED_AT_HEADER])
@@ -228,6 +283,7 @@ const delivered = (req: IncomingMessage, res: ServerResponse, uaid: string, regi
 const routerHandler = (
   registry: NodeRegistryService,
   health: HealthSource,
+  guard: RouterGuard,
   observability: RouterObservability | undefined,
   bodyTimeoutMs: number
 ): Handler =>
@@ -240,12 +296,14 @@ const routerHandler = (
       return sendError(res, new RouteNotFound())
     }
     const { kind, uaid, connectedAt } = route
-    if (kind === "push" && req.method === "PUT") return push(req, res, uaid, registry, bodyTimeoutMs)
+    if (kind === "push" && req.method === "PUT") return push(req, res, uaid, registry, guard, bodyTimeoutMs)
     req.resume()
     if (kind === "notif" && connectedAt === undefined && req.method === "PUT") {
+      if (!authorized(req, res, guard, "/notif", { body: undefined })) return
       return registry.checkStorage(uaid) ? accepted(res) : unavailable(res)
     }
     if (kind === "notif" && connectedAt !== undefined && req.method === "DELETE") {
+      if (!authorized(req, res, guard, "/notif", { body: undefined })) return
       const session = registry.get(uaid)
       if (session !== undefined && session.connectedAt === Number(connectedAt)) {
         session.mailbox.offerFirst({ _tag: "Kick", kind: "ghost" })
@@ -268,13 +326,17 @@ const publicHandler = (registry: NodeRegistryService, health: HealthSource): Han
   sendError(res, new RouteNotFound())
 }
 
-/** The router port's request listener; a request body that stops arriving for `bodyTimeoutMs` is answered 408. */
+/**
+ * The router port's request listener: its router API guarded by `guard`; a request body that stops
+ * arriving for `bodyTimeoutMs` is answered 408.
+ */
 export const handleRouterRequest = (
   registry: NodeRegistryService,
   health: HealthSource,
+  guard: RouterGuard,
   observability?: RouterObservability,
   bodyTimeoutMs = 10_000
-) => serve(health, routerHandler(registry, health, observability, bodyTimeoutMs))
+) => serve(health, routerHandler(registry, health, guard, observability, bodyTimeoutMs))
 
 /** The public port's request listener (for requests that are not WebSocket upgrades). */
 export const handlePublicRequest = (registry: NodeRegistryService, health: HealthSource) =>

@@ -6,6 +6,7 @@ import * as Context from "effect/Context"
 import * as Semaphore from "effect/Semaphore"
 import * as Effect from "effect/Effect"
 import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
@@ -27,6 +28,7 @@ import {
 } from "../platform/socket-limits.ts"
 import { closeFrame } from "../protocol/close.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
+import { RouterAuth } from "../crypto/routerAuth.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { type Counter, Metrics } from "../observability/Metrics.ts"
 import { METRICS } from "../observability/catalog.ts"
@@ -47,7 +49,7 @@ import { Broadcasts } from "../broadcast/Broadcasts.ts"
 import { mapStorageOperations, Storage, type StorageService } from "../storage/Storage.ts"
 import { cachedTableStatus } from "../storage/tableKeeper.ts"
 
-import { handlePublicRequest, handleRouterRequest, type HealthSource } from "./http.ts"
+import { handlePublicRequest, handleRouterRequest, type HealthSource, type RouterGuard } from "./http.ts"
 import { listen } from "../platform/listen.ts"
 import { PeerNodes } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
@@ -138,11 +140,24 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         }
         const metrics = yield* Metrics
         const routerCounters = portCounters(metrics, "router")
+        const clock = yield* Clock.Clock
+        const authNotes = new Map<string, Counter>()
+        const guard: RouterGuard = {
+          auth: yield* RouterAuth,
+          now: () => clock.currentTimeMillisUnsafe(),
+          noted: (reason, route) => {
+            let counter = authNotes.get(reason)
+            if (counter === undefined) authNotes.set(reason, counter = metrics.counter(METRICS.routerAuthRefused.name, { reason }))
+            counter.inc()
+            // Neither the signature nor the path (it names a client): the reason and the route only.
+            if (reason !== "accepted_unsigned") void run(Effect.logDebug("router request refused").pipe(Effect.annotateLogs({ reason, route })))
+          }
+        }
         // The router port is private (endpoint nodes, operators): not capped per address.
         const routerServer = capPerAddress(
           countIdleCloses(
             answerSocketErrors(
-              createServer(serverOptions, handleRouterRequest(registry, health, observability, options.clientRequestTimeoutMs)),
+              createServer(serverOptions, handleRouterRequest(registry, health, guard, observability, options.clientRequestTimeoutMs)),
               () => routerCounters.timedOut("request")
             ),
             routerCounters

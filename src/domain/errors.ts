@@ -98,6 +98,10 @@ export class LogCheck extends Data.TaggedError("LogCheck")<{}> {}
 export class InvalidReceipt extends Data.TaggedError("InvalidReceipt")<{ readonly message: string }> {}
 /** A receipt subscription or push message status that is unknown, or no longer kept. */
 export class ReceiptNotFound extends Data.TaggedError("ReceiptNotFound")<{ readonly message: string }> {}
+/** Router port: a request between nodes without a signature (`Autopush-Router-Auth`). */
+export class RouterAuthMissing extends Data.TaggedError("RouterAuthMissing")<{}> {}
+/** Router port: a signature that is malformed, outside the time window, or not made with this deployment's keys. */
+export class RouterAuthRefused extends Data.TaggedError("RouterAuthRefused")<{}> {}
 export class InternalError extends Data.TaggedError("InternalError")<{ readonly cause?: unknown }> {}
 
 export type ApiError =
@@ -139,6 +143,8 @@ export type ApiError =
   | LogCheck
   | InvalidReceipt
   | ReceiptNotFound
+  | RouterAuthMissing
+  | RouterAuthRefused
   | InternalError
 
 interface ErrorBody {
@@ -205,6 +211,8 @@ const table: ErrorTable = {
   LogCheck: { status: 418, errno: 999, message: fixed("LogCheck") },
   InvalidReceipt: { status: 400, errno: 117, message: own },
   ReceiptNotFound: { status: 404, errno: 118, message: own },
+  RouterAuthMissing: { status: 401, errno: null, message: fixed("This request must be signed by a node of this deployment") },
+  RouterAuthRefused: { status: 403, errno: null, message: fixed("The request's signature is not valid") },
   InternalError: { status: 500, errno: 999, message: fixed("An internal error occurred") }
 }
 
@@ -215,6 +223,7 @@ export const errorAnswers: ReadonlyArray<{ readonly tag: ApiError["_tag"]; reado
 const REASONS: Readonly<Record<number, string>> = {
   400: "Bad Request",
   401: "Unauthorized",
+  403: "Forbidden",
   404: "Not Found",
   405: "Method Not Allowed",
   408: "Request Timeout",

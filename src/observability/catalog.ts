@@ -41,6 +41,9 @@ export const METRICS = {
     reason: "too_many_channels (413, max_channels_per_user) / busy (503, 32 commands already wait while the user's messages move to this month's table)"
   }),
   deliveryQueueFull: m("ua.delivery.queue_full", "counter", "connection", "Deliveries refused because the connection held client_channel_capacity messages already, queued or sent and not acked (the endpoint stores them; the client reads them from storage)"),
+  routerAuthRefused: m("router.auth.refused", "counter", "connection", "Requests between nodes refused on the router port for their signature (401 unsigned, 403 otherwise); unsigned ones let through by router_accept_unsigned are counted as accepted_unsigned", {
+    reason: "unsigned / malformed / stale (outside ±60 s) / bad_signature (another key, or the method, path or body changed) / accepted_unsigned"
+  }),
   nack: m("ua.command.nack", "counter", "connection", "Negative acknowledgements", { code: "301 / 302 / 303 / 0" }),
   urgency: m("ua.command.urgency", "counter", "connection", "Minimum urgencies set by clients (RFC 8030 §5.3)", {
     min: "very-low / low / normal / high"

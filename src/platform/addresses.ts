@@ -41,3 +41,16 @@ const sixtyFour = (address: string): string => {
   const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right]
   return groups.slice(0, 4).map((group) => (group === "" ? "0" : group.toLowerCase().replace(/^0+(?=.)/, ""))).join(":")
 }
+
+/** Loopback, private (RFC 1918, RFC 4193 unique-local), link-local and shared (RFC 6598) address space. */
+const PRIVATE = addressList([...LOOPBACK, "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10", "fc00::/7", "fe80::/10"])
+
+/**
+ * Whether a listener bound to `host` is reachable only from this machine or a private network: a
+ * loopback or private address, or `localhost`. The any-address (`0.0.0.0`, `::`) is not, nor is a
+ * host name (it may resolve to anything).
+ */
+export const isPrivateBind = (host: string): boolean => {
+  const address = plainAddress(host.replace(/^\[(.*)\]$/, "$1"))
+  return address === "localhost" || inList(PRIVATE, address)
+}

@@ -4,12 +4,14 @@
  * codec of `domain/router-wire.ts`) to the node holding the client, `PUT {node}/notif/{uaid}` tells it
  * to check storage, `DELETE {node}/notif/{uaid}/{connected_at}` to drop a stale session. Replies are
  * just a status; a connection or timeout failure is a `NodeTransportError` (the node is gone). The
- * current span travels as a W3C `traceparent` header. The live layer keeps connections alive per
- * node; tests swap in a fake.
+ * current span travels as a W3C `traceparent` header. Every request is signed
+ * (`Autopush-Router-Auth`, `crypto/routerAuth.ts`) with the key derived once at start, stamped
+ * with the Clock's time. The live layer keeps connections alive per node; tests swap in a fake.
  */
 import * as http from "node:http"
 import * as https from "node:https"
 import { urlToHttpOptions } from "node:url"
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -19,6 +21,7 @@ import { hyphenate } from "../domain/ids.ts"
 import { memoize } from "../platform/memo.ts"
 import type { Notification } from "../domain/notification.ts"
 import { CONNECTED_AT_HEADER, encodeTransportNotification } from "../domain/router-wire.ts"
+import { ROUTER_AUTH_HEADER, RouterAuth } from "../crypto/routerAuth.ts"
 import { messageSpans } from "../observability/tracing.ts"
 
 export class NodeTransportError extends Data.TaggedError("NodeTransportError")<{
@@ -78,8 +81,13 @@ const currentTraceparent: Effect.Effect<string | undefined> = Effect.map(
   (span) => span._tag === "None" ? undefined : `00-${span.value.traceId.padStart(32, "0")}-${span.value.spanId}-${span.value.sampled ? "01" : "00"}`
 )
 
-/** A `node:http` client with keep-alive agents: one PUT per call, resolved with the reply's status. */
-export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientService & { readonly close: () => void } => {
+/** The `Autopush-Router-Auth` value of a request: method, path as sent, `Autopush-Connected-At` (or none), body. */
+export type RequestSigner = (method: string, path: string, connectedAt: string | undefined, body: string | undefined) => string
+
+/** A `node:http` client with keep-alive agents: one signed request per call, resolved with the reply's status. */
+export const makeHttpNodeClient = (
+  options: NodeClientOptions & { readonly sign: RequestSigner }
+): NodeClientService & { readonly close: () => void } => {
   const agents = {
     "http:": options.httpAgent ?? new http.Agent({ keepAlive: true }),
     "https:": new https.Agent({ keepAlive: true })
@@ -110,7 +118,9 @@ export const makeHttpNodeClient = (options: NodeClientOptions): NodeClientServic
         ? { "content-length": 0 }
         : { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
       if (traceparent !== undefined) headers["traceparent"] = traceparent
-      if (connectedAt !== undefined) headers[CONNECTED_AT_HEADER] = String(connectedAt)
+      const connectedAtText = connectedAt === undefined ? undefined : String(connectedAt)
+      if (connectedAtText !== undefined) headers[CONNECTED_AT_HEADER] = connectedAtText
+      headers[ROUTER_AUTH_HEADER] = options.sign(method, target.path ?? "/", connectedAtText, body)
       const request = (target.protocol === "https:" ? https : http).request({ ...target, method, agent, headers })
       const abort = (why: NodeTransportError["reason"]) => () => {
         reason = why
@@ -184,14 +194,22 @@ interface LocalNode {
   readonly notify: (uaid: string) => boolean
 }
 
-/** The live client, with `traceparent` only when tracing is on. */
+/** The live client, signing with `RouterAuth` on the Clock's time, with `traceparent` only when tracing is on. */
 const liveClient = (options: NodeClientOptions) =>
-  Effect.flatMap(messageSpans, (spans) =>
-    Effect.acquireRelease(Effect.sync(() => makeHttpNodeClient({ ...options, traced: spans.enabled })), (client) => Effect.sync(client.close)))
+  Effect.gen(function*() {
+    const spans = yield* messageSpans
+    const auth = yield* RouterAuth
+    const clock = yield* Clock.Clock
+    const sign: RequestSigner = (method, path, connectedAt, body) => auth.sign(clock.currentTimeMillisUnsafe(), method, path, connectedAt, body)
+    return yield* Effect.acquireRelease(
+      Effect.sync(() => makeHttpNodeClient({ ...options, traced: spans.enabled, sign })),
+      (client) => Effect.sync(client.close)
+    )
+  })
 
 export class NodeClient extends Context.Service<NodeClient, NodeClientService>()("autopush/routers/NodeClient") {
   /** The live client; its sockets are closed with the layer. */
-  static readonly layer = (options: NodeClientOptions): Layer.Layer<NodeClient> => Layer.effect(NodeClient, liveClient(options))
+  static readonly layer = (options: NodeClientOptions): Layer.Layer<NodeClient, never, RouterAuth> => Layer.effect(NodeClient, liveClient(options))
 
   /**
    * The live client, except for the node in this process: its deliveries are handed over directly
@@ -200,7 +218,7 @@ export class NodeClient extends Context.Service<NodeClient, NodeClientService>()
   static readonly layerWithLocal = <E, R>(
     options: NodeClientOptions,
     local: Effect.Effect<LocalNode, E, R>
-  ): Layer.Layer<NodeClient, E, R> =>
+  ): Layer.Layer<NodeClient, E, R | RouterAuth> =>
     Layer.effect(
       NodeClient,
       Effect.gen(function*() {

@@ -10,6 +10,7 @@
  */
 import { readFileSync, rmSync } from "node:fs"
 import { writePrivateFile } from "../platform/privateFile.ts"
+import { listenFailure } from "../platform/listen.ts"
 import { dirname, join } from "node:path"
 import type { Worker } from "node:worker_threads"
 import * as Effect from "effect/Effect"
@@ -18,6 +19,7 @@ import type * as Scope from "effect/Scope"
 import { layerDynamo } from "./dynamodb.ts"
 import { dynaliteWorker } from "./dynaliteWorker.ts"
 import { type Storage, StorageError } from "./Storage.ts"
+import type { StartupError } from "../platform/startup.ts"
 import { layerTableKeeper } from "./tableKeeper.ts"
 import type { StorageOptions } from "./tables.ts"
 
@@ -46,7 +48,7 @@ const startThread = (dataDir: string, listen: DynaliteListen) =>
   Effect.callback<{ readonly worker: Worker; readonly port: number }, StorageError>((resume) => {
     const worker = dynaliteWorker()
     worker.postMessage({ open: dataDir, host: listen.host, listenPort: listen.port })
-    const failed = (error: EmbeddedDataError | Error) => {
+    const failed = (error: EmbeddedDataError | Error | StartupError) => {
       void worker.terminate()
       resume(Effect.fail(new StorageError({ operation: "startDynalite", cause: error })))
     }
@@ -59,7 +61,7 @@ const startThread = (dataDir: string, listen: DynaliteListen) =>
           message.error.code === "LEVEL_LOCKED"
             ? new EmbeddedDataError(`the embedded data under ${dataDir} is in use by another process`, true)
             : message.error.code === "EADDRINUSE"
-            ? new Error(`port ${listen.port} on ${listen.host} is in use`)
+            ? listenFailure("storage_port", listen.host, listen.port, message.error)
             : new EmbeddedDataError(`cannot open the embedded data under ${dataDir}: ${message.error.message}`, false)
         )
       }

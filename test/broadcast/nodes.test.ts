@@ -16,6 +16,7 @@ import { boundPort, EndpointServer } from "../../src/endpoint/server.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { startDynalite } from "../../src/storage/embedded.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
@@ -35,7 +36,7 @@ describe("broadcasts across nodes", () => {
       const storage = Layer.effectDiscard(createActiveTables).pipe(
         Layer.provideMerge(layerDynamo({ endpoint, region: "local", routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
       )
-      const shared = Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerMemory, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }))
+      const shared = Layer.mergeAll(EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerMemory, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }).pipe(Layer.provideMerge(RouterAuth.layerTest)))
       const connectionNode = ConnectionNode.layer({ ...nodeOptions, autoPingIntervalMs: 300 }, (port) => `http://127.0.0.1:${port}`).pipe(
         Layer.provide(Layer.unwrap(Effect.map(storageSource, (source) => Broadcasts.layerPolling(source, 100, "storage")))),
         Layer.provideMerge(storage),

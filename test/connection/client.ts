@@ -5,6 +5,9 @@ import { connectionNodeOptions } from "../../src/bin/app.ts"
 import { makeSettings } from "../../src/config/index.ts"
 import type { ConnectionNodeOptions } from "../../src/connection/node.ts"
 import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
+import * as Redacted from "effect/Redacted"
+import { TEST_CRYPTO_KEY } from "../../src/crypto/endpoint.ts"
+import { makeRouterAuth, ROUTER_AUTH_HEADER } from "../../src/crypto/routerAuth.ts"
 
 /** A connection node on free ports with short timers, for tests over real sockets. */
 export const nodeOptions: Omit<ConnectionNodeOptions, "routerUrl"> = {
@@ -112,3 +115,17 @@ export const httpRequest = (
     req.on("error", reject)
     req.end(body)
   })
+
+/** Signatures of the test deployment (the test crypto key), as its endpoint nodes make them. */
+export const testRouterAuth = makeRouterAuth({ keys: Redacted.make([TEST_CRYPTO_KEY]), acceptUnsigned: false })
+
+/** The `Autopush-Router-Auth` header of a router API request, signed now. */
+export const routerSignature = (method: string, path: string, body?: string, connectedAt?: string): Record<string, string> => ({
+  [ROUTER_AUTH_HEADER]: testRouterAuth.sign(Date.now(), method, path, connectedAt, body)
+})
+
+/** `httpRequest` to a router API route, signed as a node of the test deployment signs it. */
+export const routerRequest = (method: string, url: string, body?: string, headers: Record<string, string> = {}) => {
+  const { pathname, search } = new URL(url)
+  return httpRequest(method, url, body, { ...headers, ...routerSignature(method, pathname + search, body, headers["autopush-connected-at"]) })
+}

@@ -11,6 +11,7 @@ import { isBroadcastId, isBroadcastVersion, MAX_BROADCASTS } from "../../src/bro
 import { ConnectionNode, type ConnectionNodeOptions } from "../../src/connection/node.ts"
 import { NodeRegistry } from "../../src/connection/registry.ts"
 import { decodeVapidPublicKey, EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { isCanonicalChannelId, parseChannelId, parseUaid } from "../../src/domain/ids.ts"
 import { decodeTransportNotification, parseConnectedAt } from "../../src/domain/router-wire.ts"
 import { decodeClientFrame } from "../../src/protocol/messages.ts"
@@ -40,7 +41,7 @@ const nodeWith = (overrides: Partial<Omit<ConnectionNodeOptions, "routerUrl">>) 
       EndpointCrypto.layerTest,
       EventLog.layer(),
       Metrics.layerNoop,
-      NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })
+      NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }).pipe(Layer.provideMerge(RouterAuth.layerTest))
     ))
   )
 

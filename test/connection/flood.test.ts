@@ -17,9 +17,10 @@ import { METRICS } from "../../src/observability/catalog.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables, Storage, type StorageService } from "../../src/storage/Storage.ts"
-import { httpRequest, nodeOptions, openClient, routerDelivery, type TestClient } from "./client.ts"
+import { nodeOptions, openClient, routerDelivery, type TestClient, routerRequest } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 /** A flood lasts this long, or this many frames (tens of thousands either way). */
@@ -42,7 +43,7 @@ const nodeWith = (overrides: Partial<Omit<ConnectionNodeOptions, "routerUrl">>, 
       EndpointCrypto.layerTest,
       EventLog.layer(),
       Metrics.layer({}),
-      NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })
+      NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }).pipe(Layer.provideMerge(RouterAuth.layerTest))
     ))
   )
 
@@ -247,7 +248,7 @@ const floodWhileDelivering = (payload: string) =>
       const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
       const body = routerDelivery(CHID, version)
       const started = performance.now()
-      const put = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))
+      const put = yield* Effect.promise(() => routerRequest("PUT", `${router}/push/${uaid}`, body))
       assert.strictEqual(put.status, 200)
       const got = yield* Effect.promise(() => victim.next((f) => f["messageType"] === "notification", 5_000))
       latencies.push(performance.now() - started)

@@ -14,10 +14,15 @@ import { encodeTransportNotification } from "../../src/domain/router-wire.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
-import { httpRequest, nodeOptions, openClient } from "./client.ts"
+import { httpRequest, nodeOptions, openClient, routerRequest, routerSignature } from "./client.ts"
 import { closeOf, frame, frames, rawHttp as raw, rawWebSocket } from "./raw.ts"
+
+/** A router API request's signature header as a raw header line (over an empty body: the body is not the point here). */
+const signatureLine = (method: string, path: string): string =>
+  Object.entries(routerSignature(method, path)).map(([name, value]) => `${name}: ${value}\r\n`).join("")
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 
@@ -26,7 +31,7 @@ const nodeWith = (overrides: Partial<Omit<ConnectionNodeOptions, "routerUrl">>) 
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
       Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
     )),
-    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
+    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }).pipe(Layer.provideMerge(RouterAuth.layerTest))))
   )
 
 const urls = Effect.map(ConnectionNode, (node) => ({
@@ -65,7 +70,7 @@ describe("connection node: the router port refuses hostile requests, and stays u
       const uaid = "0123456789abcdef0123456789abcdef"
       for (const body of [Buffer.alloc(2 * 1024 * 1024, "x"), Buffer.from("[".repeat(120_000))]) {
         const reply = yield* Effect.promise(() =>
-          raw(routerPort, `PUT /push/${uaid} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`, body)
+          raw(routerPort, `PUT /push/${uaid} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${signatureLine("PUT", `/push/${uaid}`)}Content-Length: ${body.length}\r\n\r\n`, body)
         )
         assert.match(reply.text, /^HTTP\/1\.1 413 /)
         assert.include(reply.text, JSON.stringify(errorJson(413, 104, "Payload Too Large", "The request body must be at most 65536 bytes")))
@@ -77,7 +82,7 @@ describe("connection node: the router port refuses hostile requests, and stays u
     Effect.gen(function*() {
       const { router } = yield* urls
       for (const body of ["[".repeat(60_000), "{", "{\"channelID\":1}", "null"]) {
-        const reply = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/0123456789abcdef0123456789abcdef`, body))
+        const reply = yield* Effect.promise(() => routerRequest("PUT", `${router}/push/0123456789abcdef0123456789abcdef`, body))
         assert.strictEqual(reply.status, 400)
         assert.strictEqual(JSON.parse(reply.body).message, "The body is not a notification")
       }
@@ -120,7 +125,7 @@ describe("connection node: the router port refuses hostile requests, and stays u
       const { routerPort } = yield* urls
       const started = Date.now()
       const reply = yield* Effect.promise(() =>
-        raw(routerPort, "PUT /push/0123456789abcdef0123456789abcdef HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", "{\"chann")
+        raw(routerPort, `PUT /push/0123456789abcdef0123456789abcdef HTTP/1.1\r\nHost: x\r\n${signatureLine("PUT", "/push/0123456789abcdef0123456789abcdef")}Content-Length: 100\r\n\r\n`, "{\"chann")
       )
       assert.match(reply.text, /^HTTP\/1\.1 408 /)
       assert.include(reply.text, "\"errno\":null")
@@ -198,7 +203,7 @@ describe("connection node: WebSocket limits", () => {
           data: "A".repeat(60_000),
           headers: { encoding: "aes128gcm" }
         })
-        status = (yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))).status
+        status = (yield* Effect.promise(() => routerRequest("PUT", `${router}/push/${uaid}`, body))).status
         if (status === 200) versions.push(version)
       }
       // The close frame waits behind what the client never read: reading again, it gets there.

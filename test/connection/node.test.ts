@@ -13,12 +13,13 @@ import { ConnectionNode } from "../../src/connection/node.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { CONNECTED_AT_HEADER, encodeTransportNotification } from "../../src/domain/router-wire.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { layerEmbedded } from "../../src/storage/embedded.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
-import { httpRequest, nodeOptions, openClient, routerDelivery } from "./client.ts"
+import { httpRequest, nodeOptions, openClient, routerDelivery, routerRequest } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 
@@ -40,7 +41,7 @@ const storageOptions = { routerTable: "router", messageTablePrefix: "message", n
 const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
   ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(Layer.provideMerge(storage))),
-    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
+    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }).pipe(Layer.provideMerge(RouterAuth.layerTest))))
   )
 
 const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
@@ -63,7 +64,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
         const { client, uaid } = yield* subscribe(ws)
         const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
         const body = routerDelivery(CHID, version)
-        const put = yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))
+        const put = yield* Effect.promise(() => routerRequest("PUT", `${router}/push/${uaid}`, body))
         assert.strictEqual(put.status, 200)
         const notification = yield* Effect.promise(() => client.next())
         assert.deepStrictEqual(notification, {
@@ -94,7 +95,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
           Effect.gen(function*() {
             const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
             const body = encodeTransportNotification({ channelId: CHID, version, ttl: 60, timestamp: Math.floor(Date.now() / 1000) })
-            return (yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body, headers))).status
+            return (yield* Effect.promise(() => routerRequest("PUT", `${router}/push/${uaid}`, body, headers))).status
           })
         const received = () => Effect.promise(() => client.next((f) => f["messageType"] === "notification"))
         assert.strictEqual(yield* put({ [CONNECTED_AT_HEADER]: String(connectedAt) }), 200)
@@ -120,7 +121,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
         const { client, uaid } = yield* subscribe(ws)
         const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
         const body = encodeTransportNotification({ channelId: CHID, version, ttl: 600, timestamp: Math.floor(Date.now() / 1000) })
-        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))).status, 200)
+        assert.strictEqual((yield* Effect.promise(() => routerRequest("PUT", `${router}/push/${uaid}`, body))).status, 200)
         yield* Effect.promise(() => client.next())
         yield* Effect.promise(() => client.close())
         // The session saves the unacked message on its way out.
@@ -130,8 +131,8 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
           user = yield* storage.getUser(uaid)
         }
         assert.isUndefined(user?.nodeId)
-        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/push/${uaid}`, body))).status, 404)
-        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/notif/${uaid}`))).status, 404)
+        assert.strictEqual((yield* Effect.promise(() => routerRequest("PUT", `${router}/push/${uaid}`, body))).status, 404)
+        assert.strictEqual((yield* Effect.promise(() => routerRequest("PUT", `${router}/notif/${uaid}`))).status, 404)
         const again = yield* Effect.promise(() => openClient(ws))
         again.send({ messageType: "hello", uaid })
         yield* Effect.promise(() => again.next())
@@ -139,7 +140,7 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
         assert.strictEqual(redelivered["version"], version)
         assert.isUndefined(redelivered["data"])
         // A poke makes a connected client read storage again.
-        assert.strictEqual((yield* Effect.promise(() => httpRequest("PUT", `${router}/notif/${uaid}`))).status, 200)
+        assert.strictEqual((yield* Effect.promise(() => routerRequest("PUT", `${router}/notif/${uaid}`))).status, 200)
         yield* Effect.promise(() => again.close())
       }))
 
@@ -149,9 +150,9 @@ const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
         const storage = yield* Storage
         const { client, uaid } = yield* subscribe(ws)
         const user = yield* storage.getUser(uaid)
-        const wrong = yield* Effect.promise(() => httpRequest("DELETE", `${router}/notif/${uaid}/${user!.connectedAt + 1}`))
+        const wrong = yield* Effect.promise(() => routerRequest("DELETE", `${router}/notif/${uaid}/${user!.connectedAt + 1}`))
         assert.strictEqual(wrong.status, 404)
-        const right = yield* Effect.promise(() => httpRequest("DELETE", `${router}/notif/${uaid}/${user!.connectedAt}`))
+        const right = yield* Effect.promise(() => routerRequest("DELETE", `${router}/notif/${uaid}/${user!.connectedAt}`))
         assert.strictEqual(right.status, 200)
         assert.strictEqual((yield* Effect.promise(() => client.closed)).code, 1011)
       }))

@@ -18,10 +18,11 @@ import { METRICS } from "../../src/observability/catalog.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
 import { allClosed, type Held, holdSockets, lifetimes, openTcpSockets, sleep, timedRequest } from "../endpoint/silent-sockets.ts"
-import { nodeOptions } from "./client.ts"
+import { nodeOptions, routerSignature } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 /** The connections are all held at once: each must outlast the opening of them all. */
@@ -40,7 +41,7 @@ const nodeWith = (overrides: Partial<Omit<ConnectionNodeOptions, "routerUrl">>) 
     Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(
       Layer.provideMerge(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))
     )),
-    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerMemory, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 })))
+    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerMemory, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }).pipe(Layer.provideMerge(RouterAuth.layerTest))))
   )
 
 const limits = (maxPerAddress: number): Partial<Omit<ConnectionNodeOptions, "routerUrl">> => ({
@@ -93,7 +94,10 @@ const pushes = async (routerPort: number, victim: Victim, stop: Promise<unknown>
     const version = `v${i}`
     const body = encodeTransportNotification({ channelId: CHID, version, ttl: 60, timestamp: Math.floor(Date.now() / 1000) })
     const start = performance.now()
-    const put = await timedRequest(routerPort, "PUT", `/push/${victim.uaid}`, body, { "content-type": "application/json" })
+    const put = await timedRequest(routerPort, "PUT", `/push/${victim.uaid}`, body, {
+      "content-type": "application/json",
+      ...routerSignature("PUT", `/push/${victim.uaid}`, body)
+    })
     assert.strictEqual(put.status, 200, put.text)
     const frame = await victim.next()
     times.push(performance.now() - start)

@@ -54,12 +54,18 @@ describe("first run of npm start", () => {
     rmSync(cwd, { recursive: true, force: true })
   })
 
-  it("says it is ready in one line, with the WebSocket, the Web Push API and the console URLs", () => {
+  it("says it is ready in one line, with the WebSocket, the Web Push API and the console URLs, and every port it listens on", async () => {
     const ready = lines.filter((l) => l.Fields.msg.startsWith("ready:"))
     expect(ready).toHaveLength(1)
-    expect(ready[0]!.Fields.msg).toBe(
-      `ready: WebSocket ws://127.0.0.1:${ports.ws}/ · Web Push API http://127.0.0.1:${ports.endpoint}/wpush/… · web console http://127.0.0.1:${ports.endpoint}/ (public)`
-    )
+    const line = ready[0]!.Fields.msg
+    expect(line.startsWith(
+      `ready: WebSocket ws://127.0.0.1:${ports.ws}/ · Web Push API http://127.0.0.1:${ports.endpoint}/wpush/… · web console http://127.0.0.1:${ports.endpoint}/ (public) · listening: ` +
+        `WebSocket on 127.0.0.1:${ports.ws}, Web Push API on 127.0.0.1:${ports.endpoint}, router on 127.0.0.1:${ports.router} (private), embedded storage on 127.0.0.1:`
+    ), line).toBe(true)
+    // The store's port, chosen at start, is the one it listens on.
+    const store = /embedded storage on 127\.0\.0\.1:(\d+) \(private\)$/.exec(line)?.[1]
+    expect(store, line).toBeDefined()
+    expect((await fetch(`http://127.0.0.1:${store}/`, { method: "POST" })).status).toBeGreaterThanOrEqual(400)
   })
 
   it("logs the ini files it read and only the settings that differ from the defaults", () => {

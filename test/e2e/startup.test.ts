@@ -97,7 +97,8 @@ describe("start-up failures: one line naming the option, exit 1, no stack", () =
       "--port", String(await freePort()),
       "--router-port", String(await freePort()),
       "--storage-endpoint", `http://127.0.0.1:${await freePort()}`,
-      "--crypto-key", generateFernetKey()
+      "--crypto-key", generateFernetKey(),
+      "--endpoint-url", "http://127.0.0.1:8082"
     ])
     expectOneLine(result, /^autoconnect: cannot start: DynamoDB at http:\/\/127\.0\.0\.1:\d+ cannot be used \(option storage_endpoint\)/)
   }, 60_000)
@@ -116,9 +117,24 @@ describe("start-up failures: one line naming the option, exit 1, no stack", () =
     const taken = await holdPort()
     const [router] = await freePorts(1)
     expectOneLine(
-      await run("autoconnect.ts", ["--port", String(taken), "--router-port", String(router), "--crypto-key", generateFernetKey(), "--embedded-storage", "--bind-host", "127.0.0.1"]),
+      await run("autoconnect.ts", ["--port", String(taken), "--router-port", String(router), "--crypto-key", generateFernetKey(), "--embedded-storage", "--bind-host", "127.0.0.1", "--endpoint-url", "http://127.0.0.1:8082"]),
       new RegExp(`^autoconnect: cannot start: port ${taken} is in use \\(option port\\)`)
     )
+  }, 60_000)
+
+  it("a connection node on its own without the endpoint nodes' URL (it would hand out localhost endpoints)", async () => {
+    const [port, router] = await freePorts(2)
+    const args = ["--port", String(port), "--router-port", String(router), "--crypto-key", generateFernetKey(), "--storage-endpoint", `http://127.0.0.1:${await freePort()}`]
+    expectOneLine(await run("autoconnect.ts", args), /^autoconnect: cannot start: no endpoint_url: .*Set endpoint_url to the URL app servers reach the endpoint nodes at/)
+    // Given (as a URL, or as a host name): it gets past that check (and stops at the next: no storage there).
+    for (const given of [["--endpoint-url", "https://push.example.com"], ["--endpoint-hostname", "push.example.com"]]) {
+      expectOneLine(await run("autoconnect.ts", [...args, ...given]), /^autoconnect: cannot start: DynamoDB at .* \(option storage_endpoint\)/)
+    }
+  }, 60_000)
+
+  it("the embedded store's port (storage_port) in use", async () => {
+    const taken = await holdPort()
+    expectOneLine(await run("autopush.ts", [...(await ports()), "--storage-port", String(taken)]), new RegExp(`^autopush: cannot start: port ${taken} is in use \\(option storage_port\\)`))
   }, 60_000)
 
   it("a crypto key that is not one", async () => {

@@ -7,7 +7,9 @@ import * as http from "node:http"
 import * as net from "node:net"
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Exit, Layer } from "effect"
-import { TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
+import * as Redacted from "effect/Redacted"
+import { TEST_CRYPTO_KEY, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
+import { makeRouterAuth, ROUTER_AUTH_HEADER, type RouterAuthRefusal, RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { hyphenate } from "../../src/domain/ids.ts"
 import type { Notification } from "../../src/domain/notification.ts"
 import { decodeTransportNotification } from "../../src/domain/router-wire.ts"
@@ -21,7 +23,12 @@ interface Seen {
   readonly url: string
   readonly headers: http.IncomingHttpHeaders
   readonly body: string
+  /** The signature check a connection node makes: undefined when it accepts the request. */
+  readonly refusal: RouterAuthRefusal | undefined
 }
+
+/** What a connection node of the test deployment checks signatures with. */
+const auth = makeRouterAuth({ keys: Redacted.make([TEST_CRYPTO_KEY]), acceptUnsigned: false })
 
 /** A local router port: `answer` decides the status (undefined = never answer). */
 const localNode = (answer: (seen: Seen) => number | undefined = () => 200) =>
@@ -33,7 +40,11 @@ const localNode = (answer: (seen: Seen) => number | undefined = () => 200) =>
         const chunks: Array<Buffer> = []
         req.on("data", (c: Buffer) => chunks.push(c))
         req.on("end", () => {
-          const entry = { method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: Buffer.concat(chunks).toString() }
+          const bytes = Buffer.concat(chunks)
+          const header = req.headers[ROUTER_AUTH_HEADER] as string | undefined
+          const connectedAt = req.headers["autopush-connected-at"] as string | undefined
+          const refusal = auth.verify(Date.now(), header, req.method ?? "", req.url ?? "", connectedAt, bytes)
+          const entry = { method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: bytes.toString(), refusal }
           seen.push(entry)
           const status = answer(entry)
           if (status !== undefined) res.writeHead(status).end()
@@ -53,9 +64,12 @@ const localNode = (answer: (seen: Seen) => number | undefined = () => 200) =>
       })
   )
 
+const sign = (method: string, path: string, connectedAt: string | undefined, body: string | undefined) =>
+  auth.sign(Date.now(), method, path, connectedAt, body)
+
 const client = (connectTimeoutMs = 500, requestTimeoutMs = 300) =>
   Effect.acquireRelease(
-    Effect.sync(() => makeHttpNodeClient({ connectTimeoutMs, requestTimeoutMs })),
+    Effect.sync(() => makeHttpNodeClient({ connectTimeoutMs, requestTimeoutMs, sign })),
     (c) => Effect.sync(c.close)
   )
 
@@ -137,6 +151,36 @@ describe("NodeClient over node:http", () => {
       ])
       const refused = yield* Effect.exit(nodes.push("not a url", UAID, NOTIFICATION))
       assert.strictEqual(transportError(refused).reason, "error")
+      // Signed over the path as sent: the prefix and the query are covered.
+      assert.deepStrictEqual(node.seen.map((s) => s.refusal), [undefined, undefined, undefined])
+    }))
+
+  it.live("every request is signed, over its method, path, Autopush-Connected-At and body, with the deployment's key", () =>
+    Effect.gen(function*() {
+      const node = yield* localNode(() => 200)
+      const nodes = yield* client()
+      yield* nodes.push(node.url, UAID, NOTIFICATION, 1_700_000_000_123)
+      yield* nodes.notify(node.url, UAID)
+      yield* nodes.disconnect(node.url, UAID, 1_700_000_000_123)
+      assert.deepStrictEqual(node.seen.map((s) => s.refusal), [undefined, undefined, undefined])
+      assert.match(node.seen[0]?.headers[ROUTER_AUTH_HEADER] as string, /^t=\d+,v1=[A-Za-z0-9_-]{43}$/)
+      // The same signature does not hold for another method, path, session or body, nor under another key.
+      const [first] = node.seen
+      const header = first?.headers[ROUTER_AUTH_HEADER] as string
+      const body = Buffer.from(first?.body ?? "")
+      const now = Date.now()
+      assert.isUndefined(auth.verify(now, header, "PUT", first?.url ?? "", "1700000000123", body))
+      assert.strictEqual(auth.verify(now, header, "DELETE", first?.url ?? "", "1700000000123", body), "bad_signature")
+      assert.strictEqual(auth.verify(now, header, "PUT", `/push/${hyphenate(UAID).replace("a", "b")}`, "1700000000123", body), "bad_signature")
+      assert.strictEqual(auth.verify(now, header, "PUT", first?.url ?? "", "1700000000124", body), "bad_signature")
+      assert.strictEqual(auth.verify(now, header, "PUT", first?.url ?? "", "1700000000123", Buffer.concat([body, Buffer.from(" ")])), "bad_signature")
+      const other = makeRouterAuth({ keys: Redacted.make(["CkiBNLrHHFiXrt1nm-XGsLqqYd6c9dqgk9WJbVW2kLQ="]), acceptUnsigned: false })
+      assert.strictEqual(other.verify(now, header, "PUT", first?.url ?? "", "1700000000123", body), "bad_signature")
+      // Out of the ±60 s window either way; a rotated-in key still verifies what the old first key signed.
+      assert.strictEqual(auth.verify(now + 61_000, header, "PUT", first?.url ?? "", "1700000000123", body), "stale")
+      assert.strictEqual(auth.verify(now - 61_000, header, "PUT", first?.url ?? "", "1700000000123", body), "stale")
+      const rotated = makeRouterAuth({ keys: Redacted.make(["CkiBNLrHHFiXrt1nm-XGsLqqYd6c9dqgk9WJbVW2kLQ=", TEST_CRYPTO_KEY]), acceptUnsigned: false })
+      assert.isUndefined(rotated.verify(now, header, "PUT", first?.url ?? "", "1700000000123", body))
     }))
 
   it.live("disconnect is DELETE /notif/{uaid}/{connected_at}; the current span travels as traceparent", () =>
@@ -194,7 +238,7 @@ describe("NodeClient over node:http", () => {
         }
       }
       const nodes = yield* Effect.acquireRelease(
-        Effect.sync(() => makeHttpNodeClient({ connectTimeoutMs: 150, requestTimeoutMs: 3000, httpAgent: new Unreachable() })),
+        Effect.sync(() => makeHttpNodeClient({ connectTimeoutMs: 150, requestTimeoutMs: 3000, httpAgent: new Unreachable(), sign })),
         (c) => Effect.sync(c.close)
       )
       const started = Date.now()
@@ -215,7 +259,8 @@ describe("NodeClient over node:http", () => {
 
 describe("EndpointServer.layer: the endpoint with the real NodeClient", () => {
   const live = EndpointServer.layer({ ...options, connectionTimeoutMs: 200, requestTimeoutMs: 300 }).pipe(
-    Layer.provideMerge(Shared)
+    Layer.provideMerge(Shared),
+    Layer.provideMerge(RouterAuth.layerTest)
   )
   layer(live, { excludeTestServices: true })((it) => {
     it.effect("direct delivery to a local node", () =>
@@ -227,6 +272,7 @@ describe("EndpointServer.layer: the endpoint with the real NodeClient", () => {
         const id = String(reply.headers["location"]).slice(`${TEST_ENDPOINT_URL}/m/`.length)
         assert.strictEqual(node.seen.length, 1)
         assert.strictEqual(node.seen[0]?.url, `/push/${hyphenate(sub.uaid)}`)
+        assert.isUndefined(node.seen[0]?.refusal, "signed with the deployment's key")
         const body = JSON.parse(node.seen[0]?.body ?? "")
         assert.deepStrictEqual(body, {
           channelID: sub.channelId,

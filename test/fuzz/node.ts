@@ -5,12 +5,13 @@
  * outcomes per port, and the normal flow a fuzz run must leave working.
  */
 import { randomUUID } from "node:crypto"
-import { Arbitrary, Duration, Effect, Layer, Logger, Schema } from "effect"
+import { Arbitrary, Duration, Effect, Layer, Logger, Redacted, Schema } from "effect"
 import type { HttpServer } from "effect/http"
 import { allInOneLayer, withServices } from "../../src/bin/app.ts"
 import { makeSettings } from "../../src/config/index.ts"
 import { ConnectionNode } from "../../src/connection/node.ts"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
+import { makeRouterAuth, type RouterAuthService } from "../../src/crypto/routerAuth.ts"
 import { boundPort } from "../../src/endpoint/server.ts"
 import { MetricsListener } from "../../src/observability/metricsListener.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
@@ -64,6 +65,8 @@ export interface FuzzNode {
   readonly metricsPort: number
   /** The public base URL endpoints are made with (VAPID `aud` must be its origin). */
   readonly endpointUrl: string
+  /** The deployment's router port signatures (requests from its endpoint nodes are signed so). */
+  readonly routerAuth: RouterAuthService
   /** Error log records the node wrote (each a defect, a failed request, or the operators' log check). */
   readonly errorLogs: Array<string>
 }
@@ -114,6 +117,8 @@ export const startNode = Effect.gen(function*() {
   const node = yield* ConnectionNode.pipe(Effect.provideContext(services))
   const endpointPort = yield* (boundPort as Effect.Effect<number, never, HttpServer.HttpServer>).pipe(Effect.provideContext(services))
   const metrics = yield* MetricsListener.pipe(Effect.provideContext(services))
+  // What the node's own endpoint signs with: the same crypto key.
+  const routerAuth = makeRouterAuth({ keys: Redacted.make(settings.cryptoKey), acceptUnsigned: false })
   yield* Effect.gen(function*() {
     const storage = yield* Storage
     const currentMonth = yield* storage.currentMessageTable
@@ -125,6 +130,7 @@ export const startNode = Effect.gen(function*() {
     endpointPort,
     metricsPort: metrics.port,
     endpointUrl: ENDPOINT_URL,
+    routerAuth,
     errorLogs
   } satisfies FuzzNode
 })

@@ -14,6 +14,7 @@ import { boundPort, EndpointServer } from "../../src/endpoint/server.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
 import { nodeOptions, openClient, type TestClient } from "../connection/client.ts"
@@ -26,10 +27,10 @@ const storage = Layer.effectDiscard(createActiveTables).pipe(
 /** Both nodes, joined over HTTP as separate processes would be, on storage, keys and observability they share. */
 const Nodes = Layer.mergeAll(
   ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(
-    Layer.provide(Layer.mergeAll(Broadcasts.layerStatic(), NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 1_000 })))
+    Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 1_000 })))
   ),
   EndpointServer.layer(options)
-).pipe(Layer.provideMerge(Layer.mergeAll(storage, EndpointCrypto.layerTest, EventLog.layerMemory, Metrics.layerMemory)))
+).pipe(Layer.provideMerge(Layer.mergeAll(storage, EndpointCrypto.layerTest, RouterAuth.layerTest, EventLog.layerMemory, Metrics.layerMemory)))
 
 const CHANNEL = "5c0b6a4e-8a43-4a0e-9f1e-2f7f3c6c1d10"
 

@@ -14,6 +14,7 @@ import { EndpointServer, boundPort } from "../../src/endpoint/server.ts"
 import { observabilityLayer } from "../../src/observability/observability.ts"
 import { tracingLayer } from "../../src/observability/tracing.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
+import { RouterAuth } from "../../src/crypto/routerAuth.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
 import { connectionNodeOptions } from "../../src/bin/app.ts"
@@ -81,11 +82,11 @@ describe("OTLP traces", () => {
       const connection = ConnectionNode.layer(
         { ...connectionNodeOptions(makeSettings()), port: 0, routerPort: 0, bindHost: "127.0.0.1" },
         (port) => `http://127.0.0.1:${port}`
-      ).pipe(Layer.provide(Layer.mergeAll(Broadcasts.layerStatic(), NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 1_000 }))))
+      ).pipe(Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 1_000 }))))
       // Separate nodes in one process: the endpoint reaches the connection node over HTTP.
       const nodes = Layer.mergeAll(connection, EndpointServer.layer({ ...endpointOptions, port: 0, bindHost: "127.0.0.1" }))
       const app = nodes.pipe(
-        Layer.provideMerge(Layer.mergeAll(storage, EndpointCrypto.layer({ keys: Redacted.make([TEST_CRYPTO_KEY]), endpointUrl: "http://127.0.0.1" }))),
+        Layer.provideMerge(Layer.mergeAll(storage, RouterAuth.layerTest, EndpointCrypto.layer({ keys: Redacted.make([TEST_CRYPTO_KEY]), endpointUrl: "http://127.0.0.1" }))),
         Layer.provideMerge(observabilityLayer({ role: "autopush" }))
       )
       const traced = tracingLayer({ otlpEndpoint: otlp.url, serviceName: "autopush", serviceVersion: "test", exportIntervalMs: 50 })

@@ -5,12 +5,13 @@
  * all-in-one process.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Redacted } from "effect"
 import { TestClock } from "effect/testing"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
-import { handleRouterRequest, type HealthSource } from "../../src/connection/http.ts"
-import { EndpointCrypto, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
+import { handleRouterRequest, type HealthSource, type RouterGuard } from "../../src/connection/http.ts"
+import { makeRouterAuth } from "../../src/crypto/routerAuth.ts"
+import { EndpointCrypto, TEST_CRYPTO_KEY, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
 import { MORE_INFO } from "../../src/domain/errors.ts"
 import type { DomainEvent } from "../../src/domain/events.ts"
 import { EndpointServer } from "../../src/endpoint/server.ts"
@@ -129,12 +130,13 @@ const AllInOne = EndpointServer.layerServer(options).pipe(
 )
 
 const health: HealthSource = { storageStatus: () => Promise.resolve({ ok: true }), logError: () => {} }
+const guard: RouterGuard = { auth: makeRouterAuth({ keys: Redacted.make([TEST_CRYPTO_KEY]), acceptUnsigned: false }), now: Date.now, noted: () => {} }
 
 /** The router port's handler on a real server (port 0) for the scope. */
 const routerPort = (registry: NodeRegistryService, observability: RouterObservability) =>
   Effect.acquireRelease(
     Effect.callback<Server>((resume) => {
-      const server = createServer(handleRouterRequest(registry, health, observability))
+      const server = createServer(handleRouterRequest(registry, health, guard, observability))
       server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
     }),
     (server) => Effect.callback<void>((resume) => void server.close(() => resume(Effect.void)))
@@ -237,7 +239,7 @@ describe("GET /__trace__/{message_id}", () => {
       const registry = makeNodeRegistry()
       const port = yield* Effect.acquireRelease(
         Effect.callback<Server>((resume) => {
-          const server = createServer(handleRouterRequest(registry, health))
+          const server = createServer(handleRouterRequest(registry, health, guard))
           server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
         }),
         (server) => Effect.callback<void>((resume) => void server.close(() => resume(Effect.void)))
