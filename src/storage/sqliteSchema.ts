@@ -1,0 +1,225 @@
+/**
+ * The SQLite store's file, tables and rows (`node:sqlite`, built into Node): the same tables as on
+ * DynamoDB (`model.ts`), one SQLite table each, columns named as the DynamoDB attributes.
+ *
+ * - `{router}`: one row per user (its router record), `uaid` the key; `last_connect` indexed for
+ *   the stale-user sweep.
+ * - `{router}_broadcasts`: the broadcast set shared by every node, one row per broadcast id.
+ * - `{router}_receipts`: push receipts, keyed by (`subscription`, `message`): a subscription's own
+ *   row (`message` = `" "`, its `expiry`) and one status row per message sent with it.
+ * - `{prefix}_{YYYY}_{MM}` (or `{prefix}` without rotation): a month's message table, keyed by
+ *   (`uaid`, `chidmessageid`), the sort keys of `model.ts`: a user's channel rows (`00:{chid}`,
+ *   no expiry) and its messages (`01:` topic, `02:` timestamp), each message with its `expiry`
+ *   (seconds) — indexed, for the sweep that deletes expired rows.
+ *
+ * The file is opened in WAL mode with `synchronous=NORMAL`: readers never wait for the writer,
+ * several processes on one host share it safely (each opens its own connection), a commit is one
+ * append to the WAL (a power cut may lose the last commits, never corrupt the file), and a writer
+ * waits up to `busy_timeout` for another process's write to finish. Writes that are more than one
+ * statement run in `BEGIN IMMEDIATE` transactions (`immediate`), so a conditional write is atomic
+ * across processes as on DynamoDB.
+ */
+import type * as Effect from "effect/Effect"
+import { mkdirSync } from "node:fs"
+import { dirname } from "node:path"
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
+import { type Notification, URGENCIES } from "../domain/notification.ts"
+import { StorageTimeout } from "./dynamoRequests.ts"
+import { expiryOf, messageSortKey, parseSortKey } from "./model.ts"
+import { StorageError } from "./Storage.ts"
+import { isMessageTable, receiptTableName, type StorageOptions } from "./tables.ts"
+
+/** The broadcast set's table: `{router}_broadcasts`. */
+export const broadcastTableName = (options: StorageOptions): string => `${options.routerTable}_broadcasts`
+
+/** A table name as an SQL identifier (double-quoted: any name is safe). */
+export const ident = (name: string): string => `"${name.replaceAll("\"", "\"\"")}"`
+
+export const routerTableSql = (table: string): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
+    uaid TEXT PRIMARY KEY,
+    connected_at INTEGER NOT NULL,
+    router_type TEXT,
+    router_data TEXT,
+    node_id TEXT,
+    last_connect INTEGER,
+    current_month TEXT,
+    record_version INTEGER,
+    urgency TEXT
+  )`,
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_last_connect`)} ON ${ident(table)} (last_connect) WHERE last_connect IS NOT NULL`
+]
+
+export const broadcastTableSql = (table: string): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (id TEXT PRIMARY KEY, version TEXT NOT NULL)`
+]
+
+export const receiptTableSql = (table: string): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
+    subscription TEXT NOT NULL,
+    message TEXT NOT NULL,
+    expiry INTEGER,
+    accepted_at INTEGER,
+    deadline INTEGER,
+    stored_at INTEGER,
+    delivered_at INTEGER,
+    outcome TEXT,
+    outcome_at INTEGER,
+    code INTEGER,
+    PRIMARY KEY (subscription, message)
+  )`,
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
+]
+
+export const messageTableSql = (table: string): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
+    uaid TEXT NOT NULL,
+    chidmessageid TEXT NOT NULL,
+    updateid TEXT,
+    ttl INTEGER,
+    timestamp INTEGER,
+    expiry INTEGER,
+    sortkey_timestamp INTEGER,
+    urgency TEXT,
+    receipt TEXT,
+    data TEXT,
+    headers TEXT,
+    PRIMARY KEY (uaid, chidmessageid)
+  )`,
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
+]
+
+/** The tables of the store that are not message tables: router, broadcasts, receipts. */
+export const fixedTablesSql = (options: StorageOptions): ReadonlyArray<string> => [
+  ...routerTableSql(options.routerTable),
+  ...broadcastTableSql(broadcastTableName(options)),
+  ...receiptTableSql(receiptTableName(options))
+]
+
+// ── the connection ───────────────────────────────────────────────────────────────────────────────
+
+export interface SqliteConnection {
+  readonly db: DatabaseSync
+  /** A statement, prepared once per connection (a missing table makes preparing it fail). */
+  readonly statement: (sql: string) => StatementSync
+  /** Run `body` in a `BEGIN IMMEDIATE` transaction (the write lock taken first), committed unless it throws. */
+  readonly immediate: <A>(body: () => A) => A
+  readonly close: () => void
+}
+
+/**
+ * Open (creating it and its directory when missing) the database at `path`. `busyTimeoutMs` is how
+ * long a write waits for another process's write to finish before it fails (`storage_timeout`).
+ */
+export const openSqlite = (path: string, busyTimeoutMs: number): SqliteConnection => {
+  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true })
+  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  db.exec("PRAGMA journal_mode = WAL")
+  db.exec("PRAGMA synchronous = NORMAL")
+  const statements = new Map<string, StatementSync>()
+  const statement = (sql: string) => {
+    let prepared = statements.get(sql)
+    if (prepared === undefined) {
+      prepared = db.prepare(sql)
+      statements.set(sql, prepared)
+    }
+    return prepared
+  }
+  const immediate = <A>(body: () => A): A => {
+    db.exec("BEGIN IMMEDIATE")
+    try {
+      const result = body()
+      db.exec("COMMIT")
+      return result
+    } catch (error) {
+      if (db.isTransaction) db.exec("ROLLBACK")
+      throw error
+    }
+  }
+  return { db, statement, immediate, close: () => db.close() }
+}
+
+/** Run one operation's statements; a failure is a `StorageError` naming the operation. */
+export type RunSql = <A>(operation: string, body: () => A) => Effect.Effect<A, StorageError>
+
+/** Delete every row a user has in one message table (none when the table is missing or not ours). */
+export const deleteUserRows = (connection: SqliteConnection, options: StorageOptions, uaid: string, table: string | null | undefined) => {
+  if (table === null || table === undefined || !isMessageTable(options, table)) return
+  try {
+    connection.statement(`DELETE FROM ${ident(table)} WHERE uaid = ?`).run(uaid)
+  } catch (error) {
+    if (!isMissingTable(error)) throw error
+  }
+}
+
+const isMissingTable = (cause: unknown): boolean => cause instanceof Error && cause.message.startsWith("no such table")
+
+/**
+ * An SQLite failure as a `StorageError`: a missing table's cause is named
+ * `ResourceNotFoundException` (as DynamoDB's), a write that waited `busy_timeout` for the lock in
+ * vain is a `StorageTimeout`.
+ */
+export const sqliteError = (operation: string, cause: unknown, busyTimeoutMs: number): StorageError => {
+  const message = cause instanceof Error ? cause.message : String(cause)
+  const code = (cause as { readonly errcode?: unknown } | undefined)?.errcode
+  if (isMissingTable(cause)) {
+    return new StorageError({ operation, cause: Object.assign(new Error(message), { name: "ResourceNotFoundException" }) })
+  }
+  // SQLITE_BUSY (5) and SQLITE_LOCKED (6), extended codes included.
+  if (typeof code === "number" && ((code & 0xff) === 5 || (code & 0xff) === 6)) {
+    return new StorageError({ operation, cause: new StorageTimeout(busyTimeoutMs) })
+  }
+  return new StorageError({ operation, cause })
+}
+
+// ── message rows ─────────────────────────────────────────────────────────────────────────────────
+
+export const MESSAGE_COLUMNS = "uaid, chidmessageid, updateid, ttl, timestamp, expiry, sortkey_timestamp, urgency, receipt, data, headers"
+
+/** A message's row values, in `MESSAGE_COLUMNS` order (`sortkey_timestamp` only for topic messages: a timestamp message's is in its key). */
+export const messageValues = (uaid: string, n: Notification): Array<SQLInputValue> => [
+  uaid,
+  messageSortKey(n),
+  n.version,
+  n.ttl,
+  n.timestamp,
+  expiryOf(n),
+  n.topic !== undefined ? n.sortkeyTimestamp ?? null : null,
+  n.urgency ?? null,
+  n.receipt ?? null,
+  n.data ?? null,
+  n.headers !== undefined ? JSON.stringify(n.headers) : null
+]
+
+export interface MessageRow {
+  readonly chidmessageid: string
+  readonly updateid: string | null
+  readonly ttl: number | null
+  readonly timestamp: number | null
+  readonly expiry: number | null
+  readonly sortkey_timestamp: number | null
+  readonly urgency: string | null
+  readonly receipt: string | null
+  readonly data: string | null
+  readonly headers: string | null
+}
+
+/** A message as it reads back (as `dynamoRows.ts` reads an item); undefined for rows that are not messages. */
+export const messageFromRow = (row: MessageRow): Notification | undefined => {
+  const key = parseSortKey(row.chidmessageid)
+  if (key === undefined || row.updateid === null) return undefined
+  const urgency = URGENCIES.find((u) => u === row.urgency)
+  return {
+    channelId: key.channelId,
+    version: row.updateid,
+    ttl: row.ttl ?? 0,
+    timestamp: row.timestamp ?? 0,
+    ...(key.topic !== undefined
+      ? { topic: key.topic, ...(row.sortkey_timestamp !== null ? { sortkeyTimestamp: row.sortkey_timestamp } : {}) }
+      : { sortkeyTimestamp: key.sortkeyTimestamp }),
+    ...(urgency !== undefined ? { urgency } : {}),
+    ...(row.receipt !== null ? { receipt: row.receipt } : {}),
+    ...(row.data !== null ? { data: row.data } : {}),
+    ...(row.headers !== null ? { headers: JSON.parse(row.headers) as Record<string, string> } : {})
+  }
+}
