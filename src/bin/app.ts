@@ -1,6 +1,6 @@
 /**
- * What every entrypoint shares: read the configuration, pick storage (embedded dynalite unless a
- * DynamoDB endpoint is configured), make sure the secrets exist, and build the node layers from the
+ * What every entrypoint shares: read the configuration, pick storage (the embedded SQLite database
+ * unless a DynamoDB endpoint is configured), make sure the secrets exist, and build the node layers from the
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
@@ -35,15 +35,19 @@ import { announceEmbedded, EmbeddedDataError, layerEmbedded, startDynalite } fro
 import { superviseWorkers, WorkerStartError } from "../workers/supervisor.ts"
 import { tellSupervisor, WORKER, workerCountOf, workerPorts } from "../workers/worker.ts"
 import { stopTeardown } from "../platform/teardown.ts"
-import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
 import {
   embeddedDataDir,
   embeddedSecretsFile,
+  embeddedSqliteFile,
+  MIGRATE_EMBEDDED,
   readEmbeddedSecrets,
   type SecretsFileError,
+  storageDescription,
   storageOptionsOf,
+  usesEmbeddedSqlite,
   writeEmbeddedSecrets
 } from "../tools/storage.ts"
+import { layerSqlite } from "../storage/sqlite.ts"
 import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
@@ -62,14 +66,17 @@ const socketLimitsOf = (settings: Settings) => ({
 })
 
 /**
- * Storage from settings: embedded dynalite under `data_dir`, or the configured DynamoDB endpoint; a
- * worker uses the embedded store its supervisor runs.
+ * Storage from settings: the embedded SQLite database under `data_dir` (every process of the host
+ * opens the file itself: workers, separate nodes), the dynalite data an earlier version left there
+ * (a worker uses the dynalite its supervisor runs), or the configured DynamoDB endpoint.
  */
 const storageLayer = (settings: Settings): Layer.Layer<Storage, StorageError> => {
   const options = storageOptionsOf(settings)
   const shared = WORKER?.storageEndpoint
-  if (settings.storageEndpoint === undefined && shared === undefined) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
-  dropPrestartedDynalite()
+  if (settings.storageEndpoint === undefined && shared === undefined) {
+    if (!usesEmbeddedSqlite(settings)) return layerEmbedded({ ...options, dataDir: embeddedDataDir(settings) })
+    return layerTableKeeper.pipe(Layer.provideMerge(layerSqlite({ ...options, path: embeddedSqliteFile(settings) })))
+  }
   return layerTableKeeper.pipe(
     Layer.provideMerge(layerDynamo({
       ...options,
@@ -89,7 +96,7 @@ const startupFailure = (settings: Settings, error: unknown): string | undefined 
       return `${error.cause.message} (option data_dir${error.cause.inUse ? ": stop the other process, or give this one another data_dir" : ""})`
     }
     return settings.storageEndpoint === undefined
-      ? `the embedded storage under ${embeddedDataDir(settings)} did not start (option data_dir): ${causeText(error.cause)}`
+      ? `the embedded storage (${storageDescription(settings)}) did not start (option data_dir): ${causeText(error.cause)}`
       : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${causeText(error.cause)}`
   }
   if (error instanceof HttpServerError.ServeError) return listenFailure("endpoint_port", settings.bindHost, settings.endpointPort, error.cause).message
@@ -124,7 +131,8 @@ const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
       // A node on its own with a store of its own cannot work with its peers: say so instead.
       return yield* new StartupError({
         message: "no storage_endpoint: the connection and endpoint nodes must share one store. Run `npm run storage -- --host <private address>` " +
-          "(or use DynamoDB) and set storage_endpoint=http://<its host>:8000 on every node; or set embedded_storage=true for a store of this node alone"
+          "(or use DynamoDB) and set storage_endpoint=http://<its host>:8000 on every node; or, for nodes on one host, set embedded_storage=true " +
+          "and the same data_dir on each (they share its SQLite database)"
       })
     }
     yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
@@ -381,10 +389,15 @@ export const runRole = <A, E>(
           config_files: files.length > 0 ? files : "none found (defaults, environment and flags)",
           settings_changed: changedSettings(settings)
         }))
-        if (settings.storageEndpoint === undefined) {
-          yield* Effect.logInfo("embedded storage (dynalite); keys of this node are kept beside it").pipe(
-            Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
+        if (usesEmbeddedSqlite(settings)) {
+          yield* Effect.logInfo("embedded storage (SQLite); keys of this node are kept beside it").pipe(
+            Effect.annotateLogs({ data: embeddedSqliteFile(settings), secrets: embeddedSecretsFile(settings) })
           )
+        } else if (settings.storageEndpoint === undefined) {
+          yield* Effect.logWarning(
+            `embedded storage (dynalite): ${embeddedDataDir(settings)} holds the data of an earlier version, and keeps running on it. ` +
+              `To move it to SQLite (the default, faster): ${MIGRATE_EMBEDDED}`
+          ).pipe(Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) }))
         }
         yield* Effect.forkChild(stopWhenPackageManagerIsGone(role))
       }
@@ -410,16 +423,17 @@ export const runRole = <A, E>(
 }
 
 /**
- * A node as `workers` processes: this one runs the embedded store for them (when storage is
- * embedded) and supervises them until SIGINT/SIGTERM, which stops them all.
+ * A node as `workers` processes, supervised until SIGINT/SIGTERM, which stops them all. Each opens
+ * the embedded SQLite database itself; dynalite data of an earlier version is served to them by a
+ * dynalite this process runs.
  */
 const superviseNode = (role: Role, settings: Settings, workers: number) =>
   Effect.scoped(Effect.gen(function*() {
     let storageEndpoint: string | undefined
-    if (settings.storageEndpoint === undefined) {
+    if (settings.storageEndpoint === undefined && !usesEmbeddedSqlite(settings)) {
       storageEndpoint = yield* startDynalite(embeddedDataDir(settings))
       yield* announceEmbedded(embeddedDataDir(settings), storageEndpoint)
-    } else dropPrestartedDynalite()
+    }
     yield* superviseWorkers({ role, settings, count: workers, argv: process.argv.slice(2), storageEndpoint })
     yield* Effect.logInfo(readyLine(role, settings, workers))
     return yield* Effect.never

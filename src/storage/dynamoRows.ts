@@ -81,7 +81,7 @@ export const messageToItem = (uaid: string, n: Notification): Item => ({
   ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
 })
 
-const messageFromItem = (item: Item): Notification | undefined => {
+export const messageFromItem = (item: Item): Notification | undefined => {
   const key = parseSortKey(item.chidmessageid?.S ?? "")
   const version = item.updateid?.S
   if (key === undefined || version === undefined) return undefined

@@ -20,7 +20,6 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import type { SQLInputValue } from "node:sqlite"
 import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { STORAGE_TIMEOUT_MS } from "./dynamoRequests.ts"
@@ -30,7 +29,6 @@ import {
   channelSortKey,
   isVisible,
   nextFreeMs,
-  plainData,
   type SaveOutcome,
   sortKeyMsOf,
   sortKeyOf,
@@ -38,8 +36,7 @@ import {
   timestampLowerBound,
   TOPIC_END,
   TOPIC_PREFIX,
-  userFields,
-  userFromFields
+  userFields
 } from "./model.ts"
 import { makeSqliteMaintenance, sweepEvery } from "./sqliteMaintenance.ts"
 import { makeSqliteReceipts } from "./sqliteReceipts.ts"
@@ -53,7 +50,11 @@ import {
   deleteUserRows,
   openSqlite,
   type RunSql,
-  sqliteError
+  sqliteError,
+  USER_COLUMNS,
+  userFromRow,
+  userRow,
+  userValue
 } from "./sqliteSchema.ts"
 import { Storage, type StorageError, type UserPatch } from "./Storage.ts"
 import { type StorageOptions, tablesByClock } from "./tables.ts"
@@ -64,20 +65,6 @@ export interface SqliteOptions extends StorageOptions {
   /** How long a write may wait for another process's (ms; default `STORAGE_TIMEOUT_MS`). */
   readonly timeoutMs?: number | undefined
 }
-
-const userValue = (field: string, value: unknown): SQLInputValue =>
-  value === undefined ? null : field === "routerData" ? JSON.stringify(plainData(value as Record<string, unknown>)) : value as SQLInputValue
-
-const userFromRow = (row: Record<string, SQLInputValue>): UserRecord => {
-  const fields: Record<string, unknown> = {}
-  for (const [field, column] of userFields) {
-    const value = row[column]
-    if (value !== null && value !== undefined) fields[field] = field === "routerData" ? JSON.parse(String(value)) : value
-  }
-  return userFromFields(String(row["uaid"]), fields)
-}
-
-const USER_COLUMNS = userFields.map(([, column]) => column)
 
 export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, StorageError> =>
   Layer.effect(
@@ -104,7 +91,6 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
           return row === undefined ? undefined : userFromRow(row)
         })
 
-      const userRow = (user: UserRecord): Array<SQLInputValue> => [user.uaid, ...userFields.map(([field]) => userValue(field, user[field]))]
       const placeholders = Array.from({ length: USER_COLUMNS.length + 1 }, () => "?").join(", ")
 
       /** The whole record, unless one with a newer-or-equal `connected_at` is there. */

@@ -25,7 +25,8 @@ import { dirname } from "node:path"
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
 import { type Notification, URGENCIES } from "../domain/notification.ts"
 import { StorageTimeout } from "./dynamoRequests.ts"
-import { expiryOf, messageSortKey, parseSortKey } from "./model.ts"
+import type { UserRecord } from "../domain/user.ts"
+import { expiryOf, messageSortKey, parseSortKey, plainData, userFields, userFromFields } from "./model.ts"
 import { StorageError } from "./Storage.ts"
 import { isMessageTable, receiptTableName, type StorageOptions } from "./tables.ts"
 
@@ -171,6 +172,25 @@ export const sqliteError = (operation: string, cause: unknown, busyTimeoutMs: nu
   }
   return new StorageError({ operation, cause })
 }
+
+// ── router rows: one column per field of the record ───────────────────────────────────────────
+
+export const userValue = (field: string, value: unknown): SQLInputValue =>
+  value === undefined ? null : field === "routerData" ? JSON.stringify(plainData(value as Record<string, unknown>)) : value as SQLInputValue
+
+export const userFromRow = (row: Record<string, SQLInputValue>): UserRecord => {
+  const fields: Record<string, unknown> = {}
+  for (const [field, column] of userFields) {
+    const value = row[column]
+    if (value !== null && value !== undefined) fields[field] = field === "routerData" ? JSON.parse(String(value)) : value
+  }
+  return userFromFields(String(row["uaid"]), fields)
+}
+
+export const USER_COLUMNS = userFields.map(([, column]) => column)
+
+/** A record's row values: `uaid`, then `USER_COLUMNS` (absent fields NULL). */
+export const userRow = (user: UserRecord): Array<SQLInputValue> => [user.uaid, ...userFields.map(([field]) => userValue(field, user[field]))]
 
 // ── message rows ─────────────────────────────────────────────────────────────────────────────────
 
