@@ -1,6 +1,6 @@
 /**
  * The real entrypoints as child processes, for end-to-end tests: the all-in-one `autopush` on
- * embedded storage, or `autoconnect` + `autoendpoint` sharing a dynalite server. Every process of a
+ * embedded storage (its SQLite database), or `autoconnect` + `autoendpoint` sharing a dynalite server. Every process of a
  * deployment (the storage server's too) can be given the same extra environment, e.g. a faked clock.
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -10,9 +10,20 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
-import { runningEmbeddedEndpoint } from "../../src/storage/embedded.ts"
+import type { Layer } from "effect"
+import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerSqlite } from "../../src/storage/sqlite.ts"
+import type { Storage, StorageError } from "../../src/storage/Storage.ts"
 
 const root = new URL("../../", import.meta.url).pathname
+
+/** The storage a deployment's nodes use, opened by the test (the default tables). */
+export const storageOf = (deployment: Deployment, timeoutMs?: number): Layer.Layer<Storage, StorageError> => {
+  const tables = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false, timeoutMs }
+  if (deployment.storageFile !== undefined) return layerSqlite({ ...tables, path: deployment.storageFile })
+  if (deployment.storageEndpoint === undefined) throw new Error("a deployment has a storage file or a storage endpoint")
+  return layerDynamo({ ...tables, endpoint: deployment.storageEndpoint(), region: "local" })
+}
 
 export interface Deployment {
   readonly wsUrl: string
@@ -27,8 +38,10 @@ export interface Deployment {
   readonly storageOutage?: (downMs: number) => Promise<void>
   /** Separate processes only: stop the storage process (SIGSTOP: connections are accepted, never answered), until `resume`. */
   readonly storageFreeze?: () => { readonly resume: () => void }
-  /** The DynamoDB endpoint the nodes use (the all-in-one's embedded one while it runs). */
-  readonly storageEndpoint: () => string
+  /** Separate processes only: the DynamoDB endpoint of the storage server the nodes share. */
+  readonly storageEndpoint?: () => string
+  /** The all-in-one only: its embedded SQLite database (the test may open it beside the process). */
+  readonly storageFile?: string
   /** The process holding the connection node. */
   readonly pid: () => number | undefined
   /** Stops every process and removes the working directory (embedded data, dynalite's files). */
@@ -173,11 +186,7 @@ const startAllInOneOnce = async (extra: ReadonlyArray<string>, env: NodeJS.Proce
       await between?.()
       await up()
     },
-    storageEndpoint: () => {
-      const endpoint = runningEmbeddedEndpoint(join(cwd, "data", "dynalite"))
-      if (endpoint === undefined) throw new Error("the all-in-one's embedded storage is not running")
-      return endpoint
-    },
+    storageFile: join(cwd, "data", "autopush.sqlite"),
     pid: () => child.pid,
     stop: async () => {
       await stopChild(child)
