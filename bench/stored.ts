@@ -3,11 +3,13 @@
  * the other, each server in its own process and the clients in this one.
  *
  * - ours: the real all-in-one process on its embedded storage (the SQLite database; with
- *   --data-dir a data directory of your choice, e.g. one holding an earlier version's dynalite data). A client registers and goes
- *   away; N messages are pushed to it through the public API (stored);
- * - bare: `stored-servers.ts`, plain `node:http` + `ws` on embedded dynalite (not yet SQLite: ours and bare are on different stores; on a
- *   worker thread, the same tables): the user's router record is written directly, and the N
- *   messages are POSTed to it, each one PutItem;
+ *   --data-dir a data directory of your choice, e.g. one holding an earlier version's dynalite
+ *   data). A client registers and goes away; N messages are pushed to it through the public API
+ *   (stored);
+ * - bare: `stored-servers.ts`, plain `node:http` + `ws` on embedded dynalite on a worker thread
+ *   (not SQLite: unless ours runs on dynalite data, the two are on different stores), the same
+ *   tables: the user's router record is written directly, and the N messages are POSTed to it,
+ *   each one PutItem;
  *
  * then the client connects again and acks each message as it comes, as Firefox does. Printed: one
  * table of the store rate and the drain rate from hello to the last ack, each with the server's CPU
