@@ -277,6 +277,60 @@ const startSeparateOnce = async (
   }
 }
 
+/** `autoconnect` and `autoendpoint` as separate processes of one host, sharing the SQLite database under one `data_dir`. */
+const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> => {
+  const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
+  const [ws, router, endpointPort, metricsPort] = (await freePorts(4)) as [number, number, number, number]
+  const ports = { ws, router, endpoint: endpointPort }
+  const output: Array<string> = []
+  const shared = [
+    ...sharedFlags(ports),
+    "--embedded-storage",
+    "--data-dir", join(cwd, "data"),
+    "--crypto-key", generateFernetKey(),
+    "--auth-keys", "e2e-auth-key"
+  ]
+  let connection: ChildProcess
+  let endpoint: ChildProcess
+  const upConnection = async () => {
+    connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports)], output, cwd, env)
+    await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
+  }
+  const up = async () => {
+    await upConnection()
+    endpoint = start("src/bin/autoendpoint.ts", [...shared, "--metrics-port", String(metricsPort)], output, cwd, env)
+    await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
+  }
+  const stopBoth = () => Promise.all([connection, endpoint].filter((c) => c !== undefined).map(stopChild))
+  await up().catch(async (error: unknown) => {
+    await stopBoth()
+    rmSync(cwd, { recursive: true, force: true })
+    throw error
+  })
+  return {
+    ...urlsOf(ports),
+    output,
+    restart: async () => {
+      await stopBoth()
+      await up()
+    },
+    restartConnection: async (between) => {
+      await stopChild(connection)
+      await between?.()
+      await upConnection()
+    },
+    storageFile: join(cwd, "data", "autopush.sqlite"),
+    pid: () => connection.pid,
+    stop: async () => {
+      await stopBoth()
+      rmSync(cwd, { recursive: true, force: true })
+    }
+  }
+}
+
+/** `autoconnect` and `autoendpoint` as separate processes on one host, on the embedded SQLite database they share. */
+export const startOnOneHost = (options: StartOptions = {}): Promise<Deployment> => withFreshPorts(() => startOnOneHostOnce(envOf(options)))
+
 /** Until something accepts TCP connections on `port`. */
 const waitForPort = async (port: number, timeoutMs = 10_000): Promise<void> => {
   const deadline = Date.now() + timeoutMs
