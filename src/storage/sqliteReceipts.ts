@@ -57,7 +57,7 @@ const updateColumns = (update: StatusUpdate): ReadonlyArray<readonly [string, SQ
 ]
 
 export const makeSqliteReceipts = (
-  { statement }: SqliteConnection,
+  { statement, immediate }: SqliteConnection,
   run: RunSql,
   atNow: <A>(operation: string, body: (now: number) => A) => Effect.Effect<A, StorageError>,
   options: StorageOptions
@@ -113,8 +113,11 @@ export const makeSqliteReceipts = (
 
   const deleteMessageStatuses = (subscription: string, messageIds: ReadonlyArray<string>) =>
     run("deleteMessageStatuses", () => {
+      if (messageIds.length === 0) return
       const remove = statement(`DELETE FROM ${table} WHERE subscription = ? AND message = ?`)
-      for (const id of messageIds) remove.run(subscription, id)
+      immediate(() => {
+        for (const id of messageIds) remove.run(subscription, id)
+      })
     })
 
   return {
