@@ -48,9 +48,7 @@ import {
   type MessageRow,
   messageValues,
   deleteUserRows,
-  openSqlite,
-  type RunSql,
-  sqliteError,
+  scopedSqlite,
   USER_COLUMNS,
   userFromRow,
   userRow,
@@ -71,13 +69,8 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
     Storage,
     Effect.gen(function*() {
       const timeoutMs = options.timeoutMs ?? STORAGE_TIMEOUT_MS
-      const connection = yield* Effect.acquireRelease(
-        Effect.try({ try: () => openSqlite(options.path, timeoutMs), catch: (cause) => sqliteError("open", cause, timeoutMs) }),
-        (c) => Effect.sync(() => c.close())
-      )
+      const { connection, run } = yield* scopedSqlite(options.path, timeoutMs)
       const { statement, immediate } = connection
-      const run: RunSql = (operation, body) =>
-        Effect.try({ try: body, catch: (cause) => sqliteError(operation, cause, timeoutMs) })
       /** An operation that judges expiry: `now` is the caller's Clock (ms). */
       const atNow = <A>(operation: string, body: (now: number) => A) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => run(operation, () => body(now)))

@@ -24,8 +24,7 @@ import {
   messageFromRow,
   type MessageRow,
   messageValues,
-  openSqlite,
-  sqliteError,
+  scopedSqlite,
   USER_COLUMNS,
   userFromRow,
   userRow
@@ -39,14 +38,8 @@ export const layerSqliteTables = (options: SqliteOptions): Layer.Layer<DynamoTab
   Layer.effect(
     DynamoTables,
     Effect.gen(function*() {
-      const timeoutMs = options.timeoutMs ?? STORAGE_TIMEOUT_MS
-      const connection = yield* Effect.acquireRelease(
-        Effect.try({ try: () => openSqlite(options.path, timeoutMs), catch: (cause) => sqliteError("open", cause, timeoutMs) }),
-        (c) => Effect.sync(() => c.close())
-      )
+      const { connection, run } = yield* scopedSqlite(options.path, options.timeoutMs ?? STORAGE_TIMEOUT_MS)
       const { statement, immediate } = connection
-      const run = <A>(operation: string, body: () => A) =>
-        Effect.try({ try: body, catch: (cause) => sqliteError(operation, cause, timeoutMs) })
       const isRouter = (table: string) => table === options.routerTable
 
       const itemOf = (table: string, row: Record<string, unknown>): Item | undefined => {

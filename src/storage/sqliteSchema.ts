@@ -19,7 +19,8 @@
  * statement run in `BEGIN IMMEDIATE` transactions (`immediate`), so a conditional write is atomic
  * across processes as on DynamoDB.
  */
-import type * as Effect from "effect/Effect"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
 import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
@@ -112,7 +113,7 @@ export interface SqliteConnection {
  * Open (creating it and its directory when missing) the database at `path`. `busyTimeoutMs` is how
  * long a write waits for another process's write to finish before it fails (`storage_timeout`).
  */
-export const openSqlite = (path: string, busyTimeoutMs: number): SqliteConnection => {
+const openSqlite = (path: string, busyTimeoutMs: number): SqliteConnection => {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true })
   const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
   db.exec("PRAGMA journal_mode = WAL")
@@ -143,6 +144,19 @@ export const openSqlite = (path: string, busyTimeoutMs: number): SqliteConnectio
 /** Run one operation's statements; a failure is a `StorageError` naming the operation. */
 export type RunSql = <A>(operation: string, body: () => A) => Effect.Effect<A, StorageError>
 
+/** The database at `path` (`openSqlite`) for as long as the scope, and how operations run on it. */
+export const scopedSqlite = (
+  path: string,
+  busyTimeoutMs: number
+): Effect.Effect<{ readonly connection: SqliteConnection; readonly run: RunSql }, StorageError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.try({ try: () => openSqlite(path, busyTimeoutMs), catch: (cause) => sqliteError("open", cause, busyTimeoutMs) }),
+    (connection) => Effect.sync(() => connection.close())
+  ).pipe(Effect.map((connection) => ({
+    connection,
+    run: (operation, body) => Effect.try({ try: body, catch: (cause) => sqliteError(operation, cause, busyTimeoutMs) })
+  })))
+
 /** Delete every row a user has in one message table (none when the table is missing or not ours). */
 export const deleteUserRows = (connection: SqliteConnection, options: StorageOptions, uaid: string, table: string | null | undefined) => {
   if (table === null || table === undefined || !isMessageTable(options, table)) return
@@ -160,7 +174,7 @@ const isMissingTable = (cause: unknown): boolean => cause instanceof Error && ca
  * `ResourceNotFoundException` (as DynamoDB's), a write that waited `busy_timeout` for the lock in
  * vain is a `StorageTimeout`.
  */
-export const sqliteError = (operation: string, cause: unknown, busyTimeoutMs: number): StorageError => {
+const sqliteError = (operation: string, cause: unknown, busyTimeoutMs: number): StorageError => {
   const message = cause instanceof Error ? cause.message : String(cause)
   const code = (cause as { readonly errcode?: unknown } | undefined)?.errcode
   if (isMissingTable(cause)) {

@@ -11,7 +11,7 @@ import { afterAll } from "vitest"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
 import { makeSqliteMaintenance } from "../../src/storage/sqliteMaintenance.ts"
-import { openSqlite, sqliteError } from "../../src/storage/sqliteSchema.ts"
+import { scopedSqlite } from "../../src/storage/sqliteSchema.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { storageContract } from "./contract.ts"
 
@@ -121,21 +121,16 @@ describe("SQLite store", () => {
         { channelId: chid, version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 }
       ])
       yield* s.createReceiptSubscription("rs", t0 + 60)
-      const connection = openSqlite(options.path, 1000)
-      try {
-        const run = <A>(operation: string, body: () => A) => Effect.try({ try: body, catch: (e) => sqliteError(operation, e, 1000) })
-        const { sweepExpired } = makeSqliteMaintenance(connection, run, options)
-        const rows = () => Number(connection.db.prepare(`SELECT COUNT(*) AS n FROM "${table}"`).get()?.["n"])
-        assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
-        assert.strictEqual(rows(), 3)
-        assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 2, "the short message and the receipt subscription")
-        assert.strictEqual(rows(), 2, "the channel row (no expiry) and the long message stay")
-        yield* TestClock.setTime(T0 + 60_000 + 86_400_000)
-        assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["long"])
-        assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), table))], [chid])
-      } finally {
-        connection.close()
-      }
+      const { connection, run } = yield* scopedSqlite(options.path, 1000)
+      const { sweepExpired } = makeSqliteMaintenance(connection, run, options)
+      const rows = () => Number(connection.db.prepare(`SELECT COUNT(*) AS n FROM "${table}"`).get()?.["n"])
+      assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
+      assert.strictEqual(rows(), 3)
+      assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 2, "the short message and the receipt subscription")
+      assert.strictEqual(rows(), 2, "the channel row (no expiry) and the long message stay")
+      yield* TestClock.setTime(T0 + 60_000 + 86_400_000)
+      assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["long"])
+      assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), table))], [chid])
     }).pipe(Effect.scoped))
 
   it.effect("a file that is not a database is a clear StorageError at start", () =>
