@@ -1,5 +1,5 @@
 /**
- * `node bench/sqlite-calls.ts`: what a `node:sqlite` call costs where the embedded store runs it —
+ * `npm run bench:sqlite`: what a `node:sqlite` call costs where the embedded store runs it —
  * synchronously on the main thread, or on a worker thread owning the database and answering
  * requests over a MessagePort. The same two operations both ways, on a WAL file with
  * `synchronous=NORMAL` (as the store opens it):
@@ -9,7 +9,7 @@
  *
  * Printed per operation: µs per call one at a time (latency), calls/s with 50 in flight on the
  * worker (throughput), and the main thread's CPU per call (what the event loop pays). Options:
- * --calls/BENCH_CALLS (5000).
+ * --calls=N/BENCH_CALLS (5000).
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"

@@ -5,7 +5,7 @@
  * expired rows `sqliteMaintenance.ts`.
  *
  * Every operation is a few synchronous statements on this thread. Measured with
- * `node bench/sqlite-calls.ts` (2-core VM, WAL, synchronous=NORMAL, 3 KB rows): on the main thread
+ * `npm run bench:sqlite` (2-core VM, WAL, synchronous=NORMAL, 3 KB rows): on the main thread
  * an insert takes ~48 µs and a 10-row read ~31 µs of CPU; through a worker thread owning the
  * database the same calls take ~106 / ~89 µs one at a time, ~56 µs each with 50 in flight, and
  * ~75 µs of CPU across both threads — the message passing costs more than the statement. So the
