@@ -1,6 +1,6 @@
 /**
  * The SQLite store's tables themselves: create (idempotent, in one transaction), check, list and
- * drop message tables, drop users whose `last_connect` month is stale, and the sweep that deletes
+ * drop message tables (the file shrinks by what a dropped table held), drop users whose `last_connect` month is stale, and the sweep that deletes
  * expired rows.
  *
  * Reads leave expired rows out whatever their age; the sweep only reclaims their space. It runs
@@ -70,7 +70,10 @@ export const makeSqliteMaintenance = (connection: SqliteConnection, run: RunSql,
 
   const dropMessageTable = (table: string) =>
     isMessageTable(options, table)
-      ? run("dropMessageTable", () => db.exec(`DROP TABLE IF EXISTS ${ident(table)}`))
+      ? run("dropMessageTable", () => {
+        db.exec(`DROP TABLE IF EXISTS ${ident(table)}`)
+        db.exec("PRAGMA incremental_vacuum")
+      })
       : Effect.fail(new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` }))
 
   /**

@@ -116,6 +116,9 @@ export interface SqliteConnection {
 const openSqlite = (path: string, busyTimeoutMs: number): SqliteConnection => {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true })
   const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  // On a new file only (before its first table): pages freed by dropping a month's table can be
+  // given back to the file system (`PRAGMA incremental_vacuum`, after each drop).
+  db.exec("PRAGMA auto_vacuum = INCREMENTAL")
   db.exec("PRAGMA journal_mode = WAL")
   db.exec("PRAGMA synchronous = NORMAL")
   const statements = new Map<string, StatementSync>()

@@ -133,6 +133,21 @@ describe("SQLite store", () => {
       assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), table))], [chid])
     }).pipe(Effect.scoped))
 
+  it.effect("dropping a month's table gives its space back to the file system", () =>
+    Effect.gen(function*() {
+      const options = { ...fresh(join(dir, "shrink.sqlite")), noTableRotation: false }
+      const s = yield* openStore(options)
+      const old = `${options.messageTablePrefix}_2020_01`
+      yield* s.createTables([old])
+      const data = "x".repeat(3000)
+      yield* s.saveMessages(uaid(1), old, Array.from({ length: 1000 }, (_, i) => ({ channelId: chid, version: `v${i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: i, data })))
+      const { connection } = yield* scopedSqlite(options.path, 1000)
+      const pages = () => Number(connection.db.prepare("PRAGMA page_count").get()?.["page_count"])
+      const before = pages()
+      yield* s.dropMessageTable(old)
+      assert.isBelow(pages(), before - 500, `pages: ${before} before the drop, ${pages()} after`)
+    }).pipe(Effect.scoped))
+
   it.effect("a file that is not a database is a clear StorageError at start", () =>
     Effect.gen(function*() {
       const path = join(dir, "not-a-database.sqlite")
