@@ -51,8 +51,8 @@ export const embeddedStoreOf = (settings: Settings): "sqlite" | "dynalite" =>
   existsSync(join(embeddedDataDir(settings), "CURRENT")) && !existsSync(embeddedSqliteFile(settings)) ? "dynalite" : "sqlite"
 
 /** How an operator moves dynalite data of an earlier version to SQLite (README, Operations). */
-export const MIGRATE_EMBEDDED = "stop the server; `npm run maintenance -- export --file data.jsonl`; move the dynalite directory aside " +
-  "(`mv data/dynalite data/dynalite.old`); `npm run maintenance -- import --file data.jsonl`; start again"
+export const MIGRATE_EMBEDDED = "stop the server; `npm run maintenance -- export --out data.jsonl`; move the dynalite directory aside " +
+  "(`mv data/dynalite data/dynalite.old`); `npm run maintenance -- import --in data.jsonl`; start again (README: Operations, Embedded storage)"
 
 /** Whether storage is the embedded SQLite database (no storage_endpoint, no dynalite data of an earlier version). */
 export const usesEmbeddedSqlite = (settings: Settings): boolean =>
