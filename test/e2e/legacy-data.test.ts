@@ -48,7 +48,7 @@ describe("dynalite data of an earlier version", () => {
     try {
       const output = deployment.output.join("\n")
       expect(output.match(/holds the data of an earlier version, and keeps running on it/g), output).toHaveLength(1)
-      expect(output).toContain("npm run maintenance -- export")
+      expect(output).toContain("`npm run maintenance -- export --out data.jsonl`; move the dynalite directory aside")
       expect(existsSync(join(dataDir, "autopush.sqlite"))).toBe(false)
       const client = await openClient(deployment.wsUrl)
       client.send({ messageType: "hello", uaid, use_webpush: true })
