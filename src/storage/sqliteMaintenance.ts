@@ -1,7 +1,7 @@
 /**
  * The SQLite store's tables themselves: create (idempotent, in one transaction), check, list and
- * drop message tables (the file shrinks by what a dropped table held), drop users whose `last_connect` month is stale, and the sweep that deletes
- * expired rows.
+ * drop message tables (the file shrinks by what a dropped table held), drop users whose
+ * `last_connect` month is stale, and the sweep that deletes expired rows.
  *
  * Reads leave expired rows out whatever their age; the sweep only reclaims their space. It runs
  * every `SWEEP_INTERVAL` on the live clock, as DynamoDB's TTL deletes by real time, and deletes
