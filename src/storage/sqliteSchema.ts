@@ -1,6 +1,9 @@
 /**
  * The SQLite store's file, tables and rows (`node:sqlite`, built into Node): the same tables as on
- * DynamoDB (`model.ts`), one SQLite table each, columns named as the DynamoDB attributes.
+ * DynamoDB (`model.ts`), one SQLite table each, columns named as the DynamoDB attributes — one table
+ * per month too, so that rotation works as on DynamoDB (a month's table made ahead of its month,
+ * listed, dropped at once when old) — and the broadcast set, an item of the router table there, in
+ * a table of its own.
  *
  * - `{router}`: one row per user (its router record), `uaid` the key; `last_connect` indexed for
  *   the stale-user sweep.
