@@ -8,14 +8,23 @@
  * - read: 10 message rows of one user by key range.
  *
  * Printed per operation: µs per call one at a time (latency), calls/s with 50 in flight on the
- * worker (throughput), and the main thread's CPU per call (what the event loop pays). Options:
- * --calls=N/BENCH_CALLS (5000).
+ * worker (throughput), and the main thread's CPU per call (what the event loop pays). Then
+ * contention: 1, 2 and 4 processes storing messages into one file at once through the store
+ * (`layerSqlite` saveMessage, 3 KB each), as the workers of a node do — the calls/s of all
+ * together, each call's time (p50, p99, max) and the longest the event loop of a process was held
+ * (a call that finds another process writing is tried again later, the loop free meanwhile).
+ * Options: --calls=N/BENCH_CALLS (5000).
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
+import { fork } from "node:child_process"
+import { monitorEventLoopDelay } from "node:perf_hooks"
 import { MessageChannel, Worker } from "node:worker_threads"
+import { Context, Effect, Layer } from "effect"
+import { layerSqlite } from "../src/storage/sqlite.ts"
+import { Storage } from "../src/storage/Storage.ts"
 
 const CALLS = Number(process.argv.find((a) => a.startsWith("--calls="))?.slice(8) ?? process.env["BENCH_CALLS"] ?? "5000")
 
@@ -61,6 +70,44 @@ const cpuUs = () => {
 }
 
 const fmt = (n: number) => n.toLocaleString("en-US", { maximumFractionDigits: 1 })
+
+/** A contending process: CALLS messages stored into the file at `path`, each timed; its call times (µs) and the event loop's longest delay (µs) to the parent. */
+const contend = async (path: string) => {
+  const offset = Number(process.env["BENCH_OFFSET"])
+  const delay = monitorEventLoopDelay({ resolution: 1 })
+  const times: Array<number> = []
+  const data = "x".repeat(3000)
+  await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+    const context = yield* Layer.build(layerSqlite({ path, routerTable: "router", messageTablePrefix: "message", noTableRotation: true }))
+    const storage = Context.get(context, Storage)
+    yield* storage.createTables(["message"])
+    delay.enable()
+    for (let i = 0; i < CALLS; i++) {
+      const t0 = performance.now()
+      yield* storage.saveMessage(`u${i % 100}`, "message", { channelId: "c", version: `v${offset + i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: offset + i, data })
+      times.push((performance.now() - t0) * 1000)
+    }
+    delay.disable()
+  })))
+  process.send?.({ times, maxDelayUs: delay.max / 1000 }, () => process.exit(0))
+}
+
+const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0
+
+/** `n` processes storing into one file at once: [calls/s of all, p50, p99, max µs per call, longest event loop delay µs]. */
+const contention = async (path: string, n: number) => {
+  const t0 = performance.now()
+  const all = await Promise.all(Array.from({ length: n }, (_, k) =>
+    new Promise<{ times: Array<number>; maxDelayUs: number }>((resolve, reject) => {
+      const child = fork(process.argv[1] as string, [`--calls=${CALLS}`], { env: { ...process.env, BENCH_CONTEND: path, BENCH_OFFSET: String((k + 10) * CALLS) } })
+      child.once("message", (result) => resolve(result as { times: Array<number>; maxDelayUs: number }))
+      child.once("error", reject)
+    })))
+  const seconds = (performance.now() - t0) / 1000
+  const sorted = all.flatMap((r) => r.times).sort((a, b) => a - b)
+  const maxDelay = Math.max(...all.map((r) => r.maxDelayUs))
+  return [fmt((n * CALLS) / seconds), fmt(percentile(sorted, 0.5)), fmt(percentile(sorted, 0.99)), fmt(sorted.at(-1) ?? 0), fmt(maxDelay)]
+}
 
 const main = async () => {
   const dir = mkdtempSync(join(tmpdir(), "autopush-sqlite-bench-"))
@@ -112,9 +159,14 @@ const main = async () => {
     console.log(`node:sqlite, ${CALLS} calls each, WAL + synchronous=NORMAL, 3 KB rows`)
     console.log(["operation", "µs/call", "calls/s", "CPU µs/call"].join(" | "))
     for (const row of rows) console.log(row.join(" | "))
+    console.log(`\nmessages stored into one file by several processes at once, through the store (${CALLS} each; process start-up included in calls/s)`)
+    console.log(["processes", "calls/s, all", "p50 µs", "p99 µs", "max µs", "longest event loop delay µs"].join(" | "))
+    for (const n of [1, 2, 4]) console.log([String(n), ...(await contention(join(dir, `contended-${n}.sqlite`), n))].join(" | "))
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
 }
 
-await main()
+const contended = process.env["BENCH_CONTEND"]
+if (contended !== undefined) await contend(contended)
+else await main()

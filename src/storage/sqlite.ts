@@ -9,9 +9,10 @@
  * an insert takes ~48 µs and a 10-row read ~31 µs of CPU; through a worker thread owning the
  * database the same calls take ~106 / ~89 µs one at a time, ~56 µs each with 50 in flight, and
  * ~75 µs of CPU across both threads — the message passing costs more than the statement. So the
- * store runs where the caller runs; what can block is a write waiting for another process's write
- * (at most `busy_timeout` = `storage_timeout`, then a `StorageError` whose cause is a
- * `StorageTimeout`), and writes hold the lock for a few statements only.
+ * store runs where the caller runs. A write that finds another process writing does not wait on
+ * the thread: it is tried again after a pause, the event loop free meanwhile, until
+ * `storage_timeout` (then a `StorageError` whose cause is a `StorageTimeout`: `scopedSqlite`);
+ * writes hold the lock for a few statements only.
  *
  * Conditional writes are single statements with their condition in the WHERE clause, or
  * `BEGIN IMMEDIATE` transactions (`immediate`): atomic across processes. Expiry is judged by the
@@ -60,7 +61,7 @@ import { type StorageOptions, tablesByClock } from "./tables.ts"
 export interface SqliteOptions extends StorageOptions {
   /** The database file (`:memory:` for one connection's private database). */
   readonly path: string
-  /** How long a write may wait for another process's (ms; default `STORAGE_TIMEOUT_MS`). */
+  /** How long an operation may be retried while another process writes (ms; default `STORAGE_TIMEOUT_MS`). */
   readonly timeoutMs?: number | undefined
 }
 

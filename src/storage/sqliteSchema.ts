@@ -17,18 +17,23 @@
  *
  * The file is opened in WAL mode with `synchronous=NORMAL`: readers never wait for the writer,
  * several processes on one host share it safely (each opens its own connection), a commit is one
- * append to the WAL (a power cut may lose the last commits, never corrupt the file), and a writer
- * waits up to `busy_timeout` for another process's write to finish. Writes that are more than one
- * statement run in `BEGIN IMMEDIATE` transactions (`immediate`), so a conditional write is atomic
- * across processes as on DynamoDB.
+ * append to the WAL (a power cut may lose the last commits, never corrupt the file). Writes that
+ * are more than one statement run in `BEGIN IMMEDIATE` transactions (`immediate`), so a conditional
+ * write is atomic across processes as on DynamoDB.
+ *
+ * A statement that finds another process writing does not wait on this thread (SQLite's busy
+ * handler sleeps in the thread, which here runs the event loop): `busy_timeout` is 0, the
+ * operation fails with SQLITE_BUSY before it has changed anything, and `scopedSqlite` runs it
+ * again after 1, 2, 4, 8, 16, 16, … ms, the event loop free meanwhile, until `storage_timeout`.
  */
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
 import { type Notification, URGENCIES } from "../domain/notification.ts"
-import { StorageTimeout } from "./dynamoRequests.ts"
+import { liveClock, StorageTimeout } from "./dynamoRequests.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { expiryOf, messageSortKey, parseSortKey, plainData, userFields, userFromFields } from "./model.ts"
 import { StorageError } from "./Storage.ts"
@@ -113,17 +118,18 @@ export interface SqliteConnection {
 }
 
 /**
- * Open (creating it and its directory when missing) the database at `path`. `busyTimeoutMs` is how
- * long a write waits for another process's write to finish before it fails (`storage_timeout`).
+ * Open (creating it and its directory when missing) the database at `path`; opening may wait up to
+ * `openTimeoutMs` for another process's write.
  */
-const openSqlite = (path: string, busyTimeoutMs: number): SqliteConnection => {
+const openSqlite = (path: string, openTimeoutMs: number): SqliteConnection => {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true })
-  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  const db = new DatabaseSync(path, { timeout: openTimeoutMs })
   // On a new file only (before its first table): pages freed by dropping a month's table can be
   // given back to the file system (`PRAGMA incremental_vacuum`, after each drop).
   db.exec("PRAGMA auto_vacuum = INCREMENTAL")
   db.exec("PRAGMA journal_mode = WAL")
   db.exec("PRAGMA synchronous = NORMAL")
+  db.exec("PRAGMA busy_timeout = 0")
   const statements = new Map<string, StatementSync>()
   const statement = (sql: string) => {
     let prepared = statements.get(sql)
@@ -150,18 +156,38 @@ const openSqlite = (path: string, busyTimeoutMs: number): SqliteConnection => {
 /** Run one operation's statements; a failure is a `StorageError` naming the operation. */
 export type RunSql = <A>(operation: string, body: () => A) => Effect.Effect<A, StorageError>
 
-/** The database at `path` (`openSqlite`) for as long as the scope, and how operations run on it. */
+/** The longest pause between two attempts of an operation that found the database locked (ms). */
+const BUSY_PAUSE_MAX_MS = 16
+
+/**
+ * The database at `path` (`openSqlite`) for as long as the scope, and how operations run on it:
+ * one that finds another process writing runs again after a pause (1, 2, 4 … ms, at most
+ * `BUSY_PAUSE_MAX_MS`, on the live clock), until it has tried for `timeoutMs`; then it fails with
+ * a `StorageTimeout`.
+ */
 export const scopedSqlite = (
   path: string,
-  busyTimeoutMs: number
+  timeoutMs: number
 ): Effect.Effect<{ readonly connection: SqliteConnection; readonly run: RunSql }, StorageError, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.try({ try: () => openSqlite(path, busyTimeoutMs), catch: (cause) => sqliteError("open", cause, busyTimeoutMs) }),
+    Effect.try({ try: () => openSqlite(path, timeoutMs), catch: (cause) => sqliteError("open", cause, timeoutMs) }),
     (connection) => Effect.sync(() => connection.close())
-  ).pipe(Effect.map((connection) => ({
-    connection,
-    run: (operation, body) => Effect.try({ try: body, catch: (cause) => sqliteError(operation, cause, busyTimeoutMs) })
-  })))
+  ).pipe(Effect.map((connection) => {
+    const attempt = <A>(operation: string, body: () => A, deadline: number, pauseMs: number): Effect.Effect<A, StorageError> =>
+      Effect.suspend(() => {
+        try {
+          return Effect.succeed(body())
+        } catch (cause) {
+          if (!isBusy(cause) || Date.now() >= deadline) return Effect.fail(sqliteError(operation, cause, timeoutMs))
+          return Effect.sleep(pauseMs).pipe(
+            Effect.provideService(Clock.Clock, liveClock),
+            Effect.andThen(attempt(operation, body, deadline, Math.min(pauseMs * 2, BUSY_PAUSE_MAX_MS)))
+          )
+        }
+      })
+    const run: RunSql = (operation, body) => Effect.suspend(() => attempt(operation, body, Date.now() + timeoutMs, 1))
+    return { connection, run }
+  }))
 
 /** Delete every row a user has in one message table (none when the table is missing or not ours). */
 export const deleteUserRows = (connection: SqliteConnection, options: StorageOptions, uaid: string, table: string | null | undefined) => {
@@ -175,22 +201,23 @@ export const deleteUserRows = (connection: SqliteConnection, options: StorageOpt
 
 const isMissingTable = (cause: unknown): boolean => cause instanceof Error && cause.message.startsWith("no such table")
 
+/** SQLITE_BUSY (5) or SQLITE_LOCKED (6), extended codes included: another connection holds the lock. */
+const isBusy = (cause: unknown): boolean => {
+  const code = (cause as { readonly errcode?: unknown } | undefined)?.errcode
+  return typeof code === "number" && ((code & 0xff) === 5 || (code & 0xff) === 6)
+}
+
 /**
  * An SQLite failure as a `StorageError`: a missing table's cause is named
- * `ResourceNotFoundException` (as DynamoDB's), a write that waited `busy_timeout` for the lock in
- * vain is a `StorageTimeout`.
+ * `ResourceNotFoundException` (as DynamoDB's), the lock still held by another process after
+ * `timeoutMs` of attempts is a `StorageTimeout`.
  */
-const sqliteError = (operation: string, cause: unknown, busyTimeoutMs: number): StorageError => {
-  const message = cause instanceof Error ? cause.message : String(cause)
-  const code = (cause as { readonly errcode?: unknown } | undefined)?.errcode
+const sqliteError = (operation: string, cause: unknown, timeoutMs: number): StorageError => {
   if (isMissingTable(cause)) {
+    const message = cause instanceof Error ? cause.message : String(cause)
     return new StorageError({ operation, cause: Object.assign(new Error(message), { name: "ResourceNotFoundException" }) })
   }
-  // SQLITE_BUSY (5) and SQLITE_LOCKED (6), extended codes included.
-  if (typeof code === "number" && ((code & 0xff) === 5 || (code & 0xff) === 6)) {
-    return new StorageError({ operation, cause: new StorageTimeout(busyTimeoutMs) })
-  }
-  return new StorageError({ operation, cause })
+  return new StorageError({ operation, cause: isBusy(cause) ? new StorageTimeout(timeoutMs) : cause })
 }
 
 // ── router rows: one column per field of the record ───────────────────────────────────────────

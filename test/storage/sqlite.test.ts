@@ -83,7 +83,7 @@ describe("SQLite store", () => {
       }
     }).pipe(Effect.scoped), 60_000)
 
-  it.live("a write waits for another process's lock at most storage_timeout, then fails with a StorageTimeout; reads go on", () =>
+  it.live("a write waits for another process's lock at most storage_timeout, the event loop free, then fails with a StorageTimeout; reads go on", () =>
     Effect.gen(function*() {
       const options = fresh(join(dir, "locked.sqlite"), 300)
       const s = yield* openStore(options)
@@ -93,12 +93,16 @@ describe("SQLite store", () => {
       other.exec("BEGIN IMMEDIATE") // another process's write lock, held
       try {
         const started = Date.now()
+        let ticks = 0
+        const ticking = setInterval(() => ticks++, 10)
         const error = yield* Effect.flip(s.registerUser({ uaid: uaid(2), routerType: "webpush", routerData: {}, connectedAt: T0 }))
+        clearInterval(ticking)
         const waited = Date.now() - started
         assert.strictEqual(error.operation, "registerUser")
         assert.instanceOf(error.cause, StorageTimeout)
         assert.isAtLeast(waited, 250)
         assert.isBelow(waited, 5_000)
+        assert.isAtLeast(ticks, 5, "timers ran while the write waited: it did not hold the thread")
         assert.strictEqual((yield* s.getUser(uaid(1)))?.connectedAt, T0, "readers do not wait for the writer (WAL)")
       } finally {
         other.exec("ROLLBACK")
