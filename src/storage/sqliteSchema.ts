@@ -25,6 +25,7 @@
  * handler sleeps in the thread, which here runs the event loop): `busy_timeout` is 0, the
  * operation fails with SQLITE_BUSY before it has changed anything, and `scopedSqlite` runs it
  * again after 1, 2, 4, 8, 16, 16, … ms, the event loop free meanwhile, until `storage_timeout`.
+ * Checkpoints, which wait for the disk, run on a thread of their own (`sqliteCheckpointThread.ts`).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -32,6 +33,7 @@ import type * as Scope from "effect/Scope"
 import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
+import { Worker } from "node:worker_threads"
 import { type Notification, URGENCIES } from "../domain/notification.ts"
 import { liveClock, StorageTimeout } from "./dynamoRequests.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -130,6 +132,10 @@ const openSqlite = (path: string, openTimeoutMs: number): SqliteConnection => {
   db.exec("PRAGMA journal_mode = WAL")
   db.exec("PRAGMA synchronous = NORMAL")
   db.exec("PRAGMA busy_timeout = 0")
+  // Checkpoints run on a thread of their own (`sqliteCheckpointThread.ts`), not in the statement
+  // that commits; a log past 64 MiB is cut back after one.
+  db.exec("PRAGMA wal_autocheckpoint = 0")
+  db.exec("PRAGMA journal_size_limit = 67108864")
   const statements = new Map<string, StatementSync>()
   const statement = (sql: string) => {
     let prepared = statements.get(sql)
@@ -172,7 +178,7 @@ export const scopedSqlite = (
   Effect.acquireRelease(
     Effect.try({ try: () => openSqlite(path, timeoutMs), catch: (cause) => sqliteError("open", cause, timeoutMs) }),
     (connection) => Effect.sync(() => connection.close())
-  ).pipe(Effect.map((connection) => {
+  ).pipe(Effect.tap((connection) => path === ":memory:" ? Effect.void : checkpointThread(path, connection)), Effect.map((connection) => {
     const attempt = <A>(operation: string, body: () => A, deadline: number, pauseMs: number): Effect.Effect<A, StorageError> =>
       Effect.suspend(() => {
         try {
@@ -200,6 +206,31 @@ export const deleteUserRows = (connection: SqliteConnection, options: StorageOpt
 }
 
 const isMissingTable = (cause: unknown): boolean => cause instanceof Error && cause.message.startsWith("no such table")
+
+/**
+ * The checkpoint thread of the database at `path`, for as long as the scope (a last checkpoint as
+ * it ends). Should the thread fail, the connection checkpoints as SQLite does by default.
+ */
+const checkpointThread = (path: string, connection: SqliteConnection): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const worker = new Worker(new URL("./sqliteCheckpointThread.ts", import.meta.url), { workerData: path })
+      worker.unref()
+      worker.on("error", () => {
+        if (connection.db.isOpen) connection.db.exec("PRAGMA wal_autocheckpoint = 1000")
+      })
+      return worker
+    }),
+    (worker) =>
+      Effect.callback<void>((resume) => {
+        const timer = setTimeout(() => void worker.terminate(), 5_000)
+        worker.once("exit", () => {
+          clearTimeout(timer)
+          resume(Effect.void)
+        })
+        worker.postMessage("close")
+      })
+  ).pipe(Effect.asVoid)
 
 /** SQLITE_BUSY (5) or SQLITE_LOCKED (6), extended codes included: another connection holds the lock. */
 const isBusy = (cause: unknown): boolean => {

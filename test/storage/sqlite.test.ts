@@ -1,6 +1,6 @@
 /** The contract against the SQLite store, every layer of this file on one database file (each its own connection). */
 import { spawn } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
@@ -151,6 +151,26 @@ describe("SQLite store", () => {
       yield* s.dropMessageTable(old)
       assert.isBelow(pages(), before - 500, `pages: ${before} before the drop, ${pages()} after`)
     }).pipe(Effect.scoped))
+
+  it.live("commits reach the database file through the checkpoint thread, not the committing statement", () =>
+    Effect.gen(function*() {
+      const options = fresh(join(dir, "checkpoint.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const data = "x".repeat(3000)
+      const size = () => statSync(options.path).size
+      const before = size()
+      for (let i = 0; i < 20; i++) {
+        yield* s.saveMessages(uaid(i), options.messageTablePrefix, Array.from({ length: 50 }, (_, m) => ({ channelId: chid, version: `v${m}`, ttl: 60, timestamp: 1, sortkeyTimestamp: m, data })))
+      }
+      assert.isBelow(size(), before + 1_000_000, "no checkpoint in the committing statements: the commits are in the log")
+      let waited = 0
+      while (size() < before + 2_000_000 && waited < 10_000) {
+        yield* Effect.sleep("100 millis")
+        waited += 100
+      }
+      assert.isAtLeast(size(), before + 2_000_000, `the database file grew within ${waited} ms: ${before} → ${size()} bytes`)
+    }).pipe(Effect.scoped), 30_000)
 
   it.effect("a file that is not a database is a clear StorageError at start", () =>
     Effect.gen(function*() {
