@@ -1,4 +1,9 @@
-/** The contract against the SQLite store, every layer of this file on one database file (each its own connection). */
+/**
+ * The SQLite store: the storage contract (every layer of it on one database file, each its own
+ * connection), then what is its own — several processes on one file, a lock held by another
+ * process, the sweep of expired rows, space given back, checkpoints off the event loop, a file
+ * that is not a database.
+ */
 import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
