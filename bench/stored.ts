@@ -2,11 +2,14 @@
  * `npm run bench:stored`: stored delivery, ours against a bare baseline in the same run, one after
  * the other, each server in its own process and the clients in this one.
  *
- * - ours: the real all-in-one process on embedded dynalite (on disk). A client registers and goes
- *   away; N messages are pushed to it through the public API (stored);
- * - bare: `stored-servers.ts`, plain `node:http` + `ws` on the same storage (embedded dynalite on a
- *   worker thread, the same tables): the user's router record is written directly, and the N
- *   messages are POSTed to it, each one PutItem;
+ * - ours: the real all-in-one process on its embedded storage (the SQLite database; with
+ *   --data-dir a data directory of your choice, e.g. one holding an earlier version's dynalite
+ *   data). A client registers and goes away; N messages are pushed to it through the public API
+ *   (stored);
+ * - bare: `stored-servers.ts`, plain `node:http` + `ws` on embedded dynalite on a worker thread
+ *   (not SQLite: unless ours runs on dynalite data, the two are on different stores), the same
+ *   tables: the user's router record is written directly, and the N messages are POSTed to it,
+ *   each one PutItem;
  *
  * then the client connects again and acks each message as it comes, as Firefox does. Printed: one
  * table of the store rate and the drain rate from hello to the last ack, each with the server's CPU
@@ -15,7 +18,7 @@
  * thread, its LevelDB I/O threads, V8's helpers), which shows what bounds the store rate.
  *
  * Options (flag or environment): --messages/BENCH_MESSAGES (10000), --bytes/BENCH_BYTES (256),
- * --only/BENCH_ONLY (ours or bare; both by default).
+ * --only/BENCH_ONLY (ours or bare; both by default), --data-dir/BENCH_DATA_DIR (ours: data_dir; a fresh one by default).
  */
 import { randomBytes, randomUUID } from "node:crypto"
 import { openClient } from "../test/connection/client.ts"
@@ -24,6 +27,7 @@ import { ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
 const MESSAGES = Number(option("messages", "BENCH_MESSAGES", "10000"))
 const BYTES = Number(option("bytes", "BENCH_BYTES", "256"))
+const DATA_DIR = option("data-dir", "BENCH_DATA_DIR", "")
 const TARGET = 2000
 
 interface Server {
@@ -35,7 +39,7 @@ interface Server {
 }
 
 const ours = async (): Promise<Server> => {
-  const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2)])
+  const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2), ...(DATA_DIR === "" ? [] : ["--data-dir", DATA_DIR])])
   return {
     pid,
     wsUrl: deployment.wsUrl,
@@ -114,7 +118,7 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
 const rows = await measurePipelines({ ours, bare }, run)
 
 printComparison(
-  `stored delivery: ${MESSAGES} messages of ${BYTES} bytes stored for one offline client, then drained (each acked); embedded dynalite` +
+  `stored delivery: ${MESSAGES} messages of ${BYTES} bytes stored for one offline client, then drained (each acked); ours on its embedded storage, bare on embedded dynalite` +
     "\n  (server CPU µs per message, user + system; dynalite: its storage thread's part of it; bare stores with one PutItem" +
     " per message, drains with a Query and a BatchWriteItem per 25)",
   [

@@ -1,6 +1,6 @@
 /**
- * What every entrypoint shares: read the configuration, pick storage (embedded dynalite unless a
- * DynamoDB endpoint is configured), make sure the secrets exist, and build the node layers from the
+ * What every entrypoint shares: read the configuration, pick storage (the embedded SQLite database
+ * unless a DynamoDB endpoint is configured), make sure the secrets exist, and build the node layers from the
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
@@ -38,15 +38,19 @@ import { superviseWorkers, WorkerStartError } from "../workers/supervisor.ts"
 import { tellSupervisor, WORKER, workerCountOf, workerPorts } from "../workers/worker.ts"
 import { stopWhenSupervisorIsGone } from "../workers/supervisorGone.ts"
 import { stopTeardown } from "../platform/teardown.ts"
-import { dropPrestartedDynalite } from "../storage/dynaliteWorker.ts"
 import {
   embeddedDataDir,
   embeddedSecretsFile,
+  embeddedSqliteFile,
+  MIGRATE_EMBEDDED,
   readEmbeddedSecrets,
   type SecretsFileError,
+  storageDescription,
   storageOptionsOf,
+  usesEmbeddedSqlite,
   writeEmbeddedSecrets
 } from "../tools/storage.ts"
+import { layerSqlite } from "../storage/sqlite.ts"
 import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
@@ -65,13 +69,17 @@ const socketLimitsOf = (settings: Settings) => ({
 })
 
 /**
- * Storage from settings: the embedded store this process runs (`embedded`, its endpoint), the one a
- * worker's supervisor runs, or the configured DynamoDB endpoint; its tables kept present.
+ * Storage from settings: the dynalite store this process runs for an earlier version's data
+ * (`embedded`, its endpoint) or the one a worker's supervisor runs for it, else the embedded SQLite
+ * database under `data_dir` (every process of the host opens the file itself: workers, separate
+ * nodes), or the configured DynamoDB endpoint; its tables kept present.
  */
 const storageLayer = (settings: Settings, embedded: string | undefined): Layer.Layer<Storage, StorageError> => {
   const options = storageOptionsOf(settings)
   const local = embedded ?? WORKER?.storageEndpoint
-  if (embedded === undefined) dropPrestartedDynalite()
+  if (settings.storageEndpoint === undefined && local === undefined) {
+    return layerTableKeeper.pipe(Layer.provideMerge(layerSqlite({ ...options, path: embeddedSqliteFile(settings) })))
+  }
   return layerTableKeeper.pipe(
     Layer.provideMerge(layerDynamo({
       ...options,
@@ -79,6 +87,9 @@ const storageLayer = (settings: Settings, embedded: string | undefined): Layer.L
     }))
   )
 }
+
+/** Whether this process serves an earlier version's dynalite data under `data_dir` (not yet migrated to SQLite). */
+const runsDynalite = (settings: Settings): boolean => settings.storageEndpoint === undefined && !usesEmbeddedSqlite(settings)
 
 /**
  * The embedded store (dynalite) under `data_dir`, on 127.0.0.1 and `storage_port`, for the scope,
@@ -106,7 +117,7 @@ const startupFailure = (settings: Settings, error: unknown): string | undefined 
       return `${error.cause.message} (option data_dir${error.cause.inUse ? ": stop the other process, or give this one another data_dir" : ""})`
     }
     return settings.storageEndpoint === undefined
-      ? `the embedded storage under ${embeddedDataDir(settings)} did not start (option data_dir): ${causeText(error.cause)}`
+      ? `the embedded storage (${storageDescription(settings)}) did not start (option data_dir): ${causeText(error.cause)}`
       : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${causeText(error.cause)}`
   }
   if (error instanceof HttpServerError.ServeError) return listenFailure("endpoint_port", settings.bindHost, settings.endpointPort, error.cause).message
@@ -141,7 +152,8 @@ const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
       // A node on its own with a store of its own cannot work with its peers: say so instead.
       return yield* new StartupError({
         message: "no storage_endpoint: the connection and endpoint nodes must share one store. Run `npm run storage -- --host <private address>` " +
-          "(or use DynamoDB) and set storage_endpoint=http://<its host>:8000 on every node; or set embedded_storage=true for a store of this node alone"
+          "(or use DynamoDB) and set storage_endpoint=http://<its host>:8000 on every node; or, for nodes on one host, set embedded_storage=true " +
+          "and the same data_dir on each (they share its SQLite database)"
       })
     }
     yield* requireSecrets(settings, role === "autoconnect" ? ["crypto_key"] : ["crypto_key", "auth_keys"])
@@ -206,6 +218,10 @@ export const listeningPorts = (role: Role, settings: Settings, workers: number, 
   ]
 }
 
+/** Whether a node opens the embedded SQLite database (the all-in-one, or a node allowed `embedded_storage`) rather than a dynalite `store` or DynamoDB. */
+const opensSqlite = (role: Role, settings: Settings, store: string | undefined): boolean =>
+  store === undefined && settings.storageEndpoint === undefined && (role === "autopush" || settings.embeddedStorage) && usesEmbeddedSqlite(settings)
+
 /** `router on 127.0.0.1:8081 (private)`; a private port bound to an address that is not private says so. */
 const listeningText = (listening: Listening): string => {
   const host = listening.host.includes(":") && !listening.host.startsWith("[") ? `[${listening.host}]` : listening.host
@@ -229,6 +245,7 @@ export const readyLine = (role: Role, settings: Settings, options: { readonly wo
     ...(role === "autoconnect" ? [] : [consoleReadyPart(settings, endpoint)]),
     ...(role === "autoendpoint" && settings.console ? [consoleWebsocketPart(settings)] : []),
     ...(workers === 1 ? [] : [`${workers} workers`]),
+    ...(opensSqlite(role, settings, options.store) ? [`storage ${embeddedSqliteFile(settings)} (SQLite, no port)`] : []),
     `listening: ${listeningPorts(role, settings, workers, options.store).map(listeningText).join(", ")}`
   ]
   return `ready: ${parts.join(" · ")}`
@@ -452,7 +469,7 @@ export const runRole = <A, E>(
       : workers > 1
       ? superviseNode(role, settings, workers)
       : Effect.scoped(Effect.gen(function*() {
-        const store = settings.storageEndpoint === undefined ? yield* startEmbeddedStore(settings) : undefined
+        const store = runsDynalite(settings) ? yield* startEmbeddedStore(settings) : undefined
         return yield* Layer.launch(Layer.tap(
           withServices(role, settings, storageLayer(settings, store))(nodes(settings)),
           () => Effect.logInfo(readyLine(role, settings, { store }))
@@ -465,10 +482,15 @@ export const runRole = <A, E>(
           config_files: files.length > 0 ? files : "none found (defaults, environment and flags)",
           settings_changed: changedSettings(settings)
         }))
-        if (settings.storageEndpoint === undefined) {
-          yield* Effect.logInfo("embedded storage (dynalite); keys of this node are kept beside it").pipe(
-            Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) })
+        if (usesEmbeddedSqlite(settings)) {
+          yield* Effect.logInfo("embedded storage (SQLite); keys of this node are kept beside it").pipe(
+            Effect.annotateLogs({ data: embeddedSqliteFile(settings), secrets: embeddedSecretsFile(settings) })
           )
+        } else if (settings.storageEndpoint === undefined) {
+          yield* Effect.logWarning(
+            `embedded storage (dynalite): ${embeddedDataDir(settings)} holds the data of an earlier version, and keeps running on it. ` +
+              `To move it to SQLite (the default, faster): ${MIGRATE_EMBEDDED}`
+          ).pipe(Effect.annotateLogs({ data: embeddedDataDir(settings), secrets: embeddedSecretsFile(settings) }))
         }
         yield* Effect.forkChild(stopWhenPackageManagerIsGone(role))
       }
@@ -494,14 +516,14 @@ export const runRole = <A, E>(
 }
 
 /**
- * A node as `workers` processes: this one runs the embedded store for them (when storage is
- * embedded) and supervises them until SIGINT/SIGTERM, which stops them all.
+ * A node as `workers` processes, supervised until SIGINT/SIGTERM, which stops them all. Each opens
+ * the embedded SQLite database itself; dynalite data of an earlier version is served to them by a
+ * dynalite this process runs.
  */
 const superviseNode = (role: Role, settings: Settings, workers: number) =>
   Effect.scoped(Effect.gen(function*() {
     let storageEndpoint: string | undefined
-    if (settings.storageEndpoint === undefined) storageEndpoint = yield* startEmbeddedStore(settings)
-    else dropPrestartedDynalite()
+    if (runsDynalite(settings)) storageEndpoint = yield* startEmbeddedStore(settings)
     yield* superviseWorkers({ role, settings, count: workers, argv: process.argv.slice(2), storageEndpoint })
     yield* Effect.logInfo(readyLine(role, settings, { workers, store: storageEndpoint }))
     return yield* Effect.never

@@ -284,13 +284,13 @@ export const options = {
   no_table_rotation: opt("shared", boolean, false, "Use one message table instead of monthly tables"),
   storage_endpoint: opt("shared", url, undefined, "DynamoDB endpoint URL (AWS, DynamoDB Local, ScyllaDB Alternator)", {
     env: ["AWS_ENDPOINT_URL_DYNAMODB"],
-    defaultText: "unset (embedded dynalite under data_dir)"
+    defaultText: "unset (the embedded SQLite database under data_dir)"
   }),
-  embedded_storage: opt("shared", boolean, false, "Let autoconnect or autoendpoint run on a private embedded store when storage_endpoint is unset (no other node can see its data); without it such a node refuses to start. The all-in-one autopush always may"),
+  embedded_storage: opt("shared", boolean, false, "Let autoconnect or autoendpoint run on the embedded SQLite database under data_dir when storage_endpoint is unset: shared by the nodes of this host with the same data_dir, seen by no other host; without it such a node refuses to start. The all-in-one autopush always may"),
   storage_timeout: opt("shared", seconds, s(5), "Deadline of one storage operation (retries included): past it the operation fails — a push is answered 503 with Retry-After, a hello is closed (HandshakeTimeout once hello_timeout has passed), a session's drain retries later"),
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
-  data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory)"),
-  storage_port: opt("shared", integer(0, 65_535), 0, "Port of the embedded storage (dynalite, on 127.0.0.1 only) when storage_endpoint is unset: 0 takes a free port at each start. The ready line names it; the operators' tools find it by themselves"),
+  data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory): its SQLite database autopush.sqlite (with its -wal and -shm files), or the dynalite/ directory of an earlier version, which keeps being used until it is migrated; and the generated keys, secrets.json"),
+  storage_port: opt("shared", integer(0, 65_535), 0, "Port of the embedded dynalite store (on 127.0.0.1 only) that serves an earlier version's data under data_dir until it is migrated (the default SQLite database opens no port): 0 takes a free port at each start. The ready line names it; the operators' tools find it by themselves"),
   endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs", { env: ["AUTOEND__SCHEME"] }),
   endpoint_hostname: opt("shared", host, "localhost", "Host name in the public endpoint URLs", { env: ["AUTOEND__HOST"] }),
   endpoint_port: opt("shared", port, 8082, "Port of the endpoint node: where it listens and the port in endpoint URLs", { env: ["AUTOEND__PORT"] }),
@@ -317,7 +317,7 @@ export const options = {
   client_request_timeout: opt("shared", seconds, s(10), "Time a client has to send an HTTP request's headers, and between two parts of its body (408 otherwise); a connection that sends nothing (or only part of a TLS handshake or an HTTP/2 preface) is closed after it"),
   client_idle_timeout: opt("shared", seconds, s(75), "Kept-alive HTTP/1.1 connections and HTTP/2 sessions (GOAWAY) with no request for this long are closed, on every port; longer than the 60 s of common load balancers and proxies, so that they close an idle connection first"),
   max_connections_per_address: opt("shared", integer(0), 1_000, "Connections one client address (an IPv6 /64) may hold open on a public port (endpoint, WebSocket); beyond, the connection is answered 503 and closed (over TLS: closed). 0 turns it off; the loopback and trusted_proxies are not counted"),
-  workers: opt("shared", workerCount, 1, "Processes of this node, sharing its public ports (SO_REUSEPORT, Linux); auto = one per core this process may use. Each worker has its own private port: router_port (an endpoint node: metrics_port) and the next ports up, skipping the node's public ports; with embedded storage, the first process runs the store for all. 1 = one process"),
+  workers: opt("shared", workerCount, 1, "Processes of this node, sharing its public ports (SO_REUSEPORT, Linux); auto = one per core this process may use. Each worker has its own private port: router_port (an endpoint node: metrics_port) and the next ports up, skipping the node's public ports; with embedded storage, every process opens the SQLite database under data_dir. 1 = one process"),
   event_log: opt("shared", text, undefined, "Where domain events are written: - for stdout, or a file path", {
     defaultText: "unset (not written)"
   }),

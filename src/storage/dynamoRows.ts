@@ -6,7 +6,7 @@ import type { AttributeValue } from "@aws-sdk/client-dynamodb"
 import * as Predicate from "effect/Predicate"
 import { type Notification, URGENCIES } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { expiryOf, isVisible, messageSortKey, parseSortKey, plainData } from "./model.ts"
+import { expiryOf, isVisible, messageSortKey, parseSortKey, plainData, userFields, userFromFields } from "./model.ts"
 import type { UserPatch } from "./Storage.ts"
 
 export type Item = Record<string, AttributeValue>
@@ -45,19 +45,6 @@ export const num = (value: AttributeValue | undefined): number | undefined =>
 
 // ── router records ───────────────────────────────────────────────────────────────────────────────
 
-const USER_ATTRIBUTES = {
-  connectedAt: "connected_at",
-  routerType: "router_type",
-  routerData: "router_data",
-  nodeId: "node_id",
-  lastConnect: "last_connect",
-  currentMonth: "current_month",
-  recordVersion: "record_version",
-  urgency: "urgency"
-} as const satisfies Record<keyof UserPatch, string>
-
-export const userFields = Object.entries(USER_ATTRIBUTES) as ReadonlyArray<[keyof UserPatch, string]>
-
 export const userValue = (field: keyof UserPatch, value: unknown): AttributeValue =>
   marshal(field === "routerData" ? plainData(value as Record<string, unknown>) : value)
 
@@ -70,14 +57,12 @@ export const userToItem = (user: UserRecord): Item => {
 }
 
 export const userFromItem = (item: Item): UserRecord => {
-  const fields: Record<string, unknown> = { uaid: item.uaid?.S, routerType: "webpush", routerData: {}, connectedAt: 0 }
+  const fields: Record<string, unknown> = {}
   for (const [field, attribute] of userFields) {
     const value = item[attribute]
     if (value !== undefined) fields[field] = unmarshal(value)
   }
-  // A minimum urgency this service did not write is no minimum.
-  if (!URGENCIES.some((u) => u === fields["urgency"])) delete fields["urgency"]
-  return fields as unknown as UserRecord
+  return userFromFields(item.uaid?.S, fields)
 }
 
 // ── message rows ─────────────────────────────────────────────────────────────────────────────────
@@ -96,7 +81,7 @@ export const messageToItem = (uaid: string, n: Notification): Item => ({
   ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
 })
 
-const messageFromItem = (item: Item): Notification | undefined => {
+export const messageFromItem = (item: Item): Notification | undefined => {
   const key = parseSortKey(item.chidmessageid?.S ?? "")
   const version = item.updateid?.S
   if (key === undefined || version === undefined) return undefined

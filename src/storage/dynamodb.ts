@@ -18,7 +18,7 @@ import { scopedDynamoClient } from "./dynamoClient.ts"
 import { makeMaintenance } from "./dynamoMaintenance.ts"
 import { makeReceipts } from "./dynamoReceipts.ts"
 import { isNamed, makeRequests, STORAGE_TIMEOUT_MS, withOperationDeadlines } from "./dynamoRequests.ts"
-import { type Item, messageKey, messageToItem, N, S, userFields, userFromItem, userToItem, userValue, visibleMessages } from "./dynamoRows.ts"
+import { type Item, messageKey, messageToItem, N, S, userFromItem, userToItem, userValue, visibleMessages } from "./dynamoRows.ts"
 import {
   nextFreeMs,
   type SaveOutcome,
@@ -32,7 +32,8 @@ import {
   sortKeyOf,
   TIMESTAMP_END,
   timestampLowerBound,
-  TOPIC_PREFIX
+  TOPIC_PREFIX,
+  userFields
 } from "./model.ts"
 import { Storage, StorageError, type UserPatch } from "./Storage.ts"
 import { type StorageOptions, tablesByClock } from "./tables.ts"

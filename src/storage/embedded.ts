@@ -1,6 +1,8 @@
 /**
- * The embedded default: dynalite (the DynamoDB API on LevelDB) on a thread of this process
- * (`dynaliteThread.ts`), on 127.0.0.1 and a free port, its data under a directory. The service talks
+ * Embedded dynalite: the DynamoDB API on LevelDB on a thread of this process (`dynaliteThread.ts`),
+ * on 127.0.0.1 and a free port, its data under a directory — what `npm run storage` serves, and
+ * what the all-in-one runs on dynalite data an earlier version left in `data_dir` (new data goes
+ * to SQLite: `sqlite.ts`). The service talks
  * to it through the same DynamoDB layer as to AWS. LevelDB appends every write to its log before
  * answering, so the data survives a restart and a `kill -9` of the process (not a power cut: writes
  * are not fsynced). The thread dies with the process: nothing is left holding the data.

@@ -15,7 +15,7 @@
  * stay readable); the padding only keeps string order equal to numeric order for small test times.
  * Negative or ≥ 10^13 values are outside the model.
  */
-import { type MessageKey, messageKeyOf, type Notification, sortkeyMs } from "../domain/notification.ts"
+import { type MessageKey, messageKeyOf, type Notification, sortkeyMs, URGENCIES } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 
 export const META_SORT_KEY = " "
@@ -125,4 +125,29 @@ export const storedUser = (user: UserRecord): UserRecord => {
     if (value !== undefined) out[key] = key === "routerData" ? plainData(user.routerData) : value
   }
   return out as unknown as UserRecord
+}
+
+/**
+ * The router record's fields and the names they are stored under (DynamoDB attributes, SQLite
+ * columns); `uaid` is the key.
+ */
+const USER_ATTRIBUTES = {
+  connectedAt: "connected_at",
+  routerType: "router_type",
+  routerData: "router_data",
+  nodeId: "node_id",
+  lastConnect: "last_connect",
+  currentMonth: "current_month",
+  recordVersion: "record_version",
+  urgency: "urgency"
+} as const satisfies Record<keyof Omit<UserRecord, "uaid">, string>
+
+export const userFields = Object.entries(USER_ATTRIBUTES) as ReadonlyArray<[keyof Omit<UserRecord, "uaid">, string]>
+
+/** A router record from its stored fields (those absent left out, defaults for the required ones). */
+export const userFromFields = (uaid: string | undefined, stored: Readonly<Record<string, unknown>>): UserRecord => {
+  const fields: Record<string, unknown> = { uaid, routerType: "webpush", routerData: {}, connectedAt: 0, ...stored }
+  // A minimum urgency this service did not write is no minimum.
+  if (!URGENCIES.some((u) => u === fields["urgency"])) delete fields["urgency"]
+  return fields as unknown as UserRecord
 }

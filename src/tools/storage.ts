@@ -1,10 +1,11 @@
 /**
- * Storage for the tools: the configured DynamoDB endpoint, or the embedded dynalite data under
- * `data_dir` when none is configured. Unlike the nodes' `storageLayer` (bin/app.ts), nothing is
+ * Storage for the tools: the configured DynamoDB endpoint, or the embedded data under `data_dir`
+ * when none is configured: its SQLite database (opened beside the running nodes: SQLite lets
+ * several processes share the file), or dynalite data an earlier version wrote. Unlike the nodes' `storageLayer` (bin/app.ts), nothing is
  * created on the way in: a read-only diagnostic or a dry run must not create tables on a shared
  * cluster (nor need the IAM permission to).
  *
- * Embedded data belongs to one process at a time (LevelDB holds a lock on it): while the all-in-one
+ * Embedded dynalite data belongs to one process at a time (LevelDB holds a lock on it): while the all-in-one
  * runs, a tool talks to that process's embedded server (it announces its endpoint beside the data);
  * otherwise the tool starts its own on the data.
  */
@@ -20,6 +21,8 @@ import type { Settings } from "../config/index.ts"
 import { type DynamoOptions, layerDynamo } from "../storage/dynamodb.ts"
 import { type DynamoTables, layerDynamoTables } from "../storage/dynamoExport.ts"
 import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/embedded.ts"
+import { layerSqlite, type SqliteOptions } from "../storage/sqlite.ts"
+import { layerSqliteTables } from "../storage/sqliteExport.ts"
 import type { Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
@@ -32,8 +35,28 @@ export const storageOptionsOf = (settings: Settings): StorageOptions & { readonl
   timeoutMs: Duration.toMillis(settings.storageTimeout)
 })
 
-/** Where the all-in-one keeps its dynalite data: `data_dir/dynalite`. */
+/** Where earlier versions of the all-in-one kept their dynalite data: `data_dir/dynalite`. */
 export const embeddedDataDir = (settings: Settings): string => join(settings.dataDir, "dynalite")
+
+/** Where the embedded store keeps its SQLite database: `data_dir/autopush.sqlite` (and its `-wal` and `-shm` files). */
+export const embeddedSqliteFile = (settings: Settings): string => join(settings.dataDir, "autopush.sqlite")
+
+/**
+ * Which embedded store `data_dir` holds: SQLite (the default, and what a new directory gets), or
+ * dynalite data an earlier version wrote (`data_dir/dynalite` with LevelDB's `CURRENT` file) and no
+ * SQLite database beside it, which keeps running as it is until it is migrated
+ * (`MIGRATE_EMBEDDED`): never a new, empty store in its place.
+ */
+export const embeddedStoreOf = (settings: Settings): "sqlite" | "dynalite" =>
+  existsSync(join(embeddedDataDir(settings), "CURRENT")) && !existsSync(embeddedSqliteFile(settings)) ? "dynalite" : "sqlite"
+
+/** How an operator moves dynalite data of an earlier version to SQLite (README, Operations). */
+export const MIGRATE_EMBEDDED = "stop the server; `npm run maintenance -- export --out data.jsonl`; move the dynalite directory aside " +
+  "(`mv data/dynalite data/dynalite.old`); `npm run maintenance -- import --in data.jsonl`; start again (README: Operations, Embedded storage)"
+
+/** Whether storage is the embedded SQLite database (no storage_endpoint, no dynalite data of an earlier version). */
+export const usesEmbeddedSqlite = (settings: Settings): boolean =>
+  settings.storageEndpoint === undefined && embeddedStoreOf(settings) === "sqlite"
 
 /** Where the all-in-one keeps the secrets it generated: `data_dir/secrets.json`. */
 export const embeddedSecretsFile = (settings: Settings): string => join(settings.dataDir, "secrets.json")
@@ -102,6 +125,8 @@ export const writeEmbeddedSecrets = (path: string, secrets: EmbeddedSecrets): Ef
 export const storageDescription = (settings: Settings): string =>
   settings.storageEndpoint !== undefined
     ? `DynamoDB at ${settings.storageEndpoint}`
+    : usesEmbeddedSqlite(settings)
+    ? `embedded SQLite database ${embeddedSqliteFile(settings)}`
     : `embedded data under ${embeddedDataDir(settings)}`
 
 /**
@@ -143,16 +168,33 @@ const toolStorageOptions = (
   })
 }
 
+/** The embedded SQLite database, which must exist unless `mayCreate` (as `toolStorageOptions`). */
+const toolSqliteOptions = (settings: Settings, mayCreate: boolean): Effect.Effect<SqliteOptions, ToolFailure> => {
+  const path = embeddedSqliteFile(settings)
+  return !mayCreate && !existsSync(path)
+    ? Effect.fail(
+      new ToolFailure({
+        message: `no storage: no storage_endpoint is configured (--storage-endpoint, AWS_ENDPOINT_URL_DYNAMODB, ` +
+          `AUTOPUSH__STORAGE_ENDPOINT or an ini file) and there is no embedded database ${path} (data_dir is ${settings.dataDir})`
+      })
+    )
+    : Effect.succeed({ ...storageOptionsOf(settings), path })
+}
+
 /** The Storage a tool uses. */
 export const toolStorageLayer = (
   settings: Settings,
   mayCreate = false
 ): Layer.Layer<Storage, StorageError | ToolFailure> =>
-  Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), layerDynamo))
+  usesEmbeddedSqlite(settings)
+    ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), layerSqlite))
+    : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), layerDynamo))
 
 /** The Storage a tool uses, and whole-table reads and writes on the same store (export, import). */
 export const toolTablesLayer = (
   settings: Settings,
   mayCreate: boolean
 ): Layer.Layer<Storage | DynamoTables, StorageError | ToolFailure> =>
-  Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), (options) => Layer.merge(layerDynamo(options), layerDynamoTables(options))))
+  usesEmbeddedSqlite(settings)
+    ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), (options) => Layer.merge(layerSqlite(options), layerSqliteTables(options))))
+    : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), (options) => Layer.merge(layerDynamo(options), layerDynamoTables(options))))

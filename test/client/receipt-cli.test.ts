@@ -84,7 +84,7 @@ describe("push send --receipt", () => {
     const listener = await away()
     const sending = push(["send", "--subscription", listener.subscriptionText, "--ttl", "300", "--receipt", "--receipt-wait", "30"])
     await new Promise((resolve) => setTimeout(resolve, 2_000))
-    assert.isAtLeast(await expireReceiptSubscriptions(deployment.storageEndpoint()), 1)
+    assert.isAtLeast(await expireReceiptSubscriptions(deployment), 1)
     const sent = await sending
     assert.strictEqual(sent.code, 1, sent.stdout + sent.stderr)
     assert.match(sent.stderr, /push: the receipt subscription http:\S+ is gone \(404, errno 118\): it expired, so no receipt will come/)

@@ -3,6 +3,7 @@
  * or is off (never the token itself), and every port the node listens on with its bind address —
  * "private" only for a loopback or private address.
  */
+import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { listeningPorts, readyLine } from "../../src/bin/app.ts"
@@ -16,7 +17,7 @@ describe("ready line", () => {
       const line = (argv: ReadonlyArray<string>) => Effect.map(box.load("autopush", { argv }), (s) => readyLine("autopush", s))
       assert.isTrue(
         (yield* line([])).startsWith(
-          "ready: WebSocket ws://localhost:8080/ · Web Push API http://localhost:8082/wpush/… · web console http://localhost:8082/ (public) · listening: "
+          "ready: WebSocket ws://localhost:8080/ · Web Push API http://localhost:8082/wpush/… · web console http://localhost:8082/ (public) · storage "
         )
       )
       const guarded = yield* line(["--console-token", "s3cret-console"])
@@ -39,7 +40,7 @@ describe("ready line", () => {
       assert.isTrue((yield* line(["--endpoint-scheme", "https", "--websocket-url", "wss://push.example.com/"])).startsWith("ready: WebSocket wss://push.example.com/ · "))
     }))
 
-  it.effect("the all-in-one names every port: public ones, its router port on the loopback, and the embedded store's", () =>
+  it.effect("the all-in-one names every port: public ones, its router port on the loopback, and the embedded store's (a dynalite port for an earlier version's data, the SQLite file otherwise)", () =>
     Effect.gen(function*() {
       const settings = yield* sandbox().load("autopush")
       assert.include(
@@ -51,8 +52,14 @@ describe("ready line", () => {
         readyLine("autopush", settings, { workers: 3, store: "http://127.0.0.1:8000" }),
         "· 3 workers · listening: WebSocket on 0.0.0.0:8080, Web Push API on 0.0.0.0:8082, router on 127.0.0.1:8081, 8083, 8084 (private), embedded storage on 127.0.0.1:8000 (private)"
       )
+      // The default embedded store is a file: named, with no port.
+      assert.include(
+        readyLine("autopush", settings),
+        `· storage ${join(settings.dataDir, "autopush.sqlite")} (SQLite, no port) · listening: WebSocket on 0.0.0.0:8080, Web Push API on 0.0.0.0:8082, router on 127.0.0.1:8081 (private)`
+      )
       // On DynamoDB there is no store of its own to name.
-      assert.notInclude(readyLine("autopush", settings), "storage")
+      const onDynamo = yield* sandbox().load("autopush", { argv: ["--storage-endpoint", "http://127.0.0.1:8000"] })
+      assert.notInclude(readyLine("autopush", onDynamo), "storage")
     }))
 
   it.effect("a node on its own: a private port bound to every interface is not called private; private_bind_host makes it so", () =>

@@ -3,13 +3,24 @@
  * as its idle time running out would (a subscription that is listened to is renewed, so a test
  * cannot wait for that).
  */
+import { DatabaseSync } from "node:sqlite"
 import { Effect, Stream } from "effect"
 import { layerDynamoTables, DynamoTables } from "../../src/storage/dynamoExport.ts"
 import { N } from "../../src/storage/dynamoRows.ts"
 import { META_SORT_KEY } from "../../src/storage/model.ts"
+import type { Deployment } from "./servers.ts"
 
-export const expireReceiptSubscriptions = (storageEndpoint: string, routerTable = "router"): Promise<number> =>
-  Effect.runPromise(
+export const expireReceiptSubscriptions = (deployment: Deployment, routerTable = "router"): Promise<number> => {
+  if (deployment.storageFile !== undefined) {
+    const db = new DatabaseSync(deployment.storageFile, { timeout: 5_000 })
+    try {
+      return Promise.resolve(Number(db.prepare(`UPDATE "${routerTable}_receipts" SET expiry = 1 WHERE message = ?`).run(META_SORT_KEY).changes))
+    } finally {
+      db.close()
+    }
+  }
+  const storageEndpoint = deployment.storageEndpoint?.() ?? ""
+  return Effect.runPromise(
     DynamoTables.use((tables) =>
       Effect.gen(function*() {
         const table = `${routerTable}_receipts`
@@ -19,3 +30,4 @@ export const expireReceiptSubscriptions = (storageEndpoint: string, routerTable 
       })
     ).pipe(Effect.provide(layerDynamoTables({ routerTable, messageTablePrefix: "message", noTableRotation: false, endpoint: storageEndpoint, region: "local" })))
   )
+}

@@ -7,10 +7,9 @@
  */
 import { Effect } from "effect"
 import { assert, describe, it } from "vitest"
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import type { TestClient } from "../connection/client.ts"
-import { type Deployment, deliveredAs, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
+import { type Deployment, deliveredAs, deploymentFor, startAllInOne, startSeparate, storageOf } from "./servers.ts"
 import { ack, helloAs, register, withServerOutput } from "./userAgent.ts"
 
 const MSG_LIMIT = 20
@@ -31,7 +30,7 @@ const dataOf = (frame: Record<string, unknown>) => Buffer.from(frame["data"] as 
 const nodeIdOf = (deployment: Deployment, uaid: string) =>
   Effect.runPromise(
     Storage.use((storage) => storage.getUser(uaid)).pipe(
-      Effect.provide(layerDynamo({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false, endpoint: deployment.storageEndpoint(), region: "local" }))
+      Effect.provide(storageOf(deployment))
     )
   ).then((user) => user?.nodeId)
 

@@ -1,6 +1,6 @@
 /**
  * The real entrypoints as child processes, for end-to-end tests: the all-in-one `autopush` on
- * embedded storage, or `autoconnect` + `autoendpoint` sharing a dynalite server. Every process of a
+ * embedded storage (its SQLite database), or `autoconnect` + `autoendpoint` sharing a dynalite server. Every process of a
  * deployment (the storage server's too) can be given the same extra environment, e.g. a faked clock.
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -10,9 +10,20 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
-import { runningEmbeddedEndpoint } from "../../src/storage/embedded.ts"
+import type { Layer } from "effect"
+import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerSqlite } from "../../src/storage/sqlite.ts"
+import type { Storage, StorageError } from "../../src/storage/Storage.ts"
 
 const root = new URL("../../", import.meta.url).pathname
+
+/** The storage a deployment's nodes use, opened by the test (the default tables). */
+export const storageOf = (deployment: Deployment, timeoutMs?: number): Layer.Layer<Storage, StorageError> => {
+  const tables = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false, timeoutMs }
+  if (deployment.storageFile !== undefined) return layerSqlite({ ...tables, path: deployment.storageFile })
+  if (deployment.storageEndpoint === undefined) throw new Error("a deployment has a storage file or a storage endpoint")
+  return layerDynamo({ ...tables, endpoint: deployment.storageEndpoint(), region: "local" })
+}
 
 export interface Deployment {
   readonly wsUrl: string
@@ -27,8 +38,10 @@ export interface Deployment {
   readonly storageOutage?: (downMs: number) => Promise<void>
   /** Separate processes only: stop the storage process (SIGSTOP: connections are accepted, never answered), until `resume`. */
   readonly storageFreeze?: () => { readonly resume: () => void }
-  /** The DynamoDB endpoint the nodes use (the all-in-one's embedded one while it runs). */
-  readonly storageEndpoint: () => string
+  /** Separate processes only: the DynamoDB endpoint of the storage server the nodes share. */
+  readonly storageEndpoint?: () => string
+  /** The all-in-one only: its embedded SQLite database (the test may open it beside the process). */
+  readonly storageFile?: string
   /** The process holding the connection node. */
   readonly pid: () => number | undefined
   /** Stops every process and removes the working directory (embedded data, dynalite's files). */
@@ -173,11 +186,7 @@ const startAllInOneOnce = async (extra: ReadonlyArray<string>, env: NodeJS.Proce
       await between?.()
       await up()
     },
-    storageEndpoint: () => {
-      const endpoint = runningEmbeddedEndpoint(join(cwd, "data", "dynalite"))
-      if (endpoint === undefined) throw new Error("the all-in-one's embedded storage is not running")
-      return endpoint
-    },
+    storageFile: join(cwd, "data", "autopush.sqlite"),
     pid: () => child.pid,
     stop: async () => {
       await stopChild(child)
@@ -267,6 +276,60 @@ const startSeparateOnce = async (
     }
   }
 }
+
+/** `autoconnect` and `autoendpoint` as separate processes of one host, sharing the SQLite database under one `data_dir`. */
+const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> => {
+  const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
+  const [ws, router, endpointPort, metricsPort] = (await freePorts(4)) as [number, number, number, number]
+  const ports = { ws, router, endpoint: endpointPort }
+  const output: Array<string> = []
+  const shared = [
+    ...sharedFlags(ports),
+    "--embedded-storage",
+    "--data-dir", join(cwd, "data"),
+    "--crypto-key", generateFernetKey(),
+    "--auth-keys", "e2e-auth-key"
+  ]
+  let connection: ChildProcess
+  let endpoint: ChildProcess
+  const upConnection = async () => {
+    connection = start("src/bin/autoconnect.ts", [...shared, ...connectionFlags(ports)], output, cwd, env)
+    await waitFor(`http://127.0.0.1:${ports.router}/__lbheartbeat__`, output)
+  }
+  const up = async () => {
+    await upConnection()
+    endpoint = start("src/bin/autoendpoint.ts", [...shared, "--metrics-port", String(metricsPort)], output, cwd, env)
+    await waitFor(`http://127.0.0.1:${ports.endpoint}/__lbheartbeat__`, output)
+  }
+  const stopBoth = () => Promise.all([connection, endpoint].filter((c) => c !== undefined).map(stopChild))
+  await up().catch(async (error: unknown) => {
+    await stopBoth()
+    rmSync(cwd, { recursive: true, force: true })
+    throw error
+  })
+  return {
+    ...urlsOf(ports),
+    output,
+    restart: async () => {
+      await stopBoth()
+      await up()
+    },
+    restartConnection: async (between) => {
+      await stopChild(connection)
+      await between?.()
+      await upConnection()
+    },
+    storageFile: join(cwd, "data", "autopush.sqlite"),
+    pid: () => connection.pid,
+    stop: async () => {
+      await stopBoth()
+      rmSync(cwd, { recursive: true, force: true })
+    }
+  }
+}
+
+/** `autoconnect` and `autoendpoint` as separate processes on one host, on the embedded SQLite database they share. */
+export const startOnOneHost = (options: StartOptions = {}): Promise<Deployment> => withFreshPorts(() => startOnOneHostOnce(envOf(options)))
 
 /** Until something accepts TCP connections on `port`. */
 const waitForPort = async (port: number, timeoutMs = 10_000): Promise<void> => {

@@ -8,9 +8,11 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { createServer, type Server } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { Effect, Exit, Scope } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
-import { freePort, freePorts, startAllInOne } from "./servers.ts"
+import { startDynalite } from "../../src/storage/embedded.ts"
+import { freePort, freePorts } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 
@@ -66,15 +68,20 @@ describe("start-up failures: one line naming the option, exit 1, no stack", () =
   }, 120_000)
 
   it("embedded data in use by another process, or not usable", async () => {
-    const running = await startAllInOne()
+    // Dynalite data of an earlier version, held by another process (LevelDB's lock).
+    const legacy = mkdtempSync(join(tmpdir(), "autopush-startup-"))
+    const scope = Effect.runSync(Scope.make())
+    await Effect.runPromise(Scope.provide(startDynalite(join(legacy, "data", "dynalite")), scope))
     try {
-      const dataDir = running.output.join("\n").match(/"data":"([^"]+)\/dynalite"/)?.[1]
-      expect(dataDir, running.output.join("\n")).toBeDefined()
-      expectOneLine(await run("autopush.ts", [...(await ports()), "--data-dir", dataDir as string]), /in use by another process \(option data_dir: stop the other process/)
+      expectOneLine(await run("autopush.ts", await ports(), legacy), /in use by another process \(option data_dir: stop the other process/)
     } finally {
-      await running.stop()
+      await Effect.runPromise(Scope.close(scope, Exit.void))
     }
+    // A SQLite database that is not one.
     const cwd = mkdtempSync(join(tmpdir(), "autopush-startup-"))
+    mkdirSync(join(cwd, "data"))
+    writeFileSync(join(cwd, "data", "autopush.sqlite"), "not a database ".repeat(100))
+    expectOneLine(await run("autopush.ts", await ports(), cwd), /^autopush: cannot start: the embedded storage \(embedded SQLite database .*autopush\.sqlite\) did not start \(option data_dir\): .*not a database/)
     writeFileSync(join(cwd, "a-file"), "")
     expectOneLine(await run("autopush.ts", [...(await ports()), "--data-dir", "a-file/data"], cwd), /\(option data_dir\)/)
   }, 120_000)

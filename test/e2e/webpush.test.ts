@@ -2,7 +2,8 @@
  * End to end over real sockets and real processes: a `ws` client speaks the push protocol to the
  * connection node, the `web-push` library sends to the endpoint node, the client decrypts with its
  * subscription keys and acks. Runs against the all-in-one process (embedded storage) and against
- * separate connection and endpoint processes sharing a dynalite server.
+ * separate connection and endpoint processes sharing a dynalite server, and separate processes of
+ * one host sharing its SQLite database.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -10,7 +11,7 @@ import ece from "http_ece"
 import { createECDH, randomBytes } from "node:crypto"
 import webpush, { type PushSubscription } from "web-push"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
+import { type Deployment, deploymentFor, startAllInOne, startOnOneHost, startSeparate } from "./servers.ts"
 import { ack } from "./userAgent.ts"
 
 interface Subscriber {
@@ -208,3 +209,4 @@ const scenarios = (name: string, start: () => Promise<Deployment>) =>
 
 scenarios("end to end: all-in-one process on embedded storage", startAllInOne)
 scenarios("end to end: separate connection and endpoint processes on one dynalite", startSeparate)
+scenarios("end to end: separate connection and endpoint processes of one host, sharing its SQLite database", () => startOnOneHost())

@@ -306,7 +306,7 @@ describe("web console", () => {
       await page.goto(`${short.endpointUrl}/`)
       await page.waitForSelector('body[data-state="subscribed"]', { timeout: 15_000 })
       await page.waitForFunction(`document.querySelector("#receipts-status").textContent.startsWith("Each push asks for a receipt")`, { timeout: 15_000 })
-      assert.isAtLeast(await expireReceiptSubscriptions(short.storageEndpoint()), 1)
+      assert.isAtLeast(await expireReceiptSubscriptions(short), 1)
       await page.waitForFunction(`document.querySelector("#receipts-status").textContent.startsWith("The receipt subscription is gone")`, { timeout: 15_000 })
       await page.waitForFunction(`document.querySelector("#receipts-status").textContent.startsWith("Each push asks for a receipt")`, { timeout: 15_000 })
       await page.click("#send-button")

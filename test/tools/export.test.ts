@@ -4,11 +4,12 @@
  * under other table names, then read back through the Storage service; bad files, a store that
  * holds users already, and the secrets.
  */
-import { existsSync, lstatSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs"
+import { existsSync, lstatSync, readdirSync, readFileSync, renameSync, statSync, symlinkSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { lastConnectValue, type UserRecord } from "../../src/domain/user.ts"
+import { layerSqlite } from "../../src/storage/sqlite.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { writeAtomically } from "../../src/tools/exportImport.ts"
@@ -34,7 +35,7 @@ const chid = (n: number) => `00000000-0000-4000-8000-0000000000${String(n).padSt
 const seconds = Math.floor(now / 1000)
 
 /** Two users in last month's table and one in this month's, with channels, topic and timestamp messages; two broadcasts. */
-const seed = (tables: Tables) => {
+const seed = (tables: Tables, endpoint = source.endpoint) => {
   const old = monthTableName(tables.messageTablePrefix, lastMonth)
   const current = monthTableName(tables.messageTablePrefix, now)
   const users: ReadonlyArray<UserRecord> = [
@@ -42,7 +43,7 @@ const seed = (tables: Tables) => {
     { uaid: uaid(2), routerType: "fcm", routerData: { token: "t-2", app_id: "app" }, connectedAt: lastMonth + 1, lastConnect: lastConnectValue(lastMonth, 5), currentMonth: old, recordVersion: 1 },
     { uaid: uaid(3), routerType: "webpush", routerData: {}, connectedAt: now, nodeId: "http://node-1:8081", lastConnect: lastConnectValue(now, 0), currentMonth: current, recordVersion: 1, urgency: "high" }
   ]
-  return withStorage(source.endpoint, tables, Effect.gen(function*() {
+  return withStorage(endpoint, tables, Effect.gen(function*() {
     const storage = yield* Storage
     yield* storage.createTables([old, current])
     for (const [i, user] of users.entries()) {
@@ -61,8 +62,9 @@ const seed = (tables: Tables) => {
 }
 
 /** What the Storage service reads of the store: users, and each user's channels and messages in its current table. */
-const snapshot = (endpoint: string, tables: Tables) =>
-  withStorage(endpoint, tables, Effect.gen(function*() {
+const snapshot = (endpoint: string, tables: Tables) => withStorage(endpoint, tables, read)
+
+const read = Effect.gen(function*() {
     const storage = yield* Storage
     const users = yield* Effect.forEach([1, 2, 3], (n) =>
       Effect.gen(function*() {
@@ -76,7 +78,7 @@ const snapshot = (endpoint: string, tables: Tables) =>
         }
       }))
     return { users, broadcasts: Object.fromEntries(yield* storage.getBroadcasts) }
-  }))
+  })
 
 /** The source's snapshot as the target must read it: its tables renamed. */
 const renamed = (snap: Awaited<ReturnType<typeof snapshot>>, from: Tables, to: Tables) => ({
@@ -218,6 +220,32 @@ describe("maintenance export → import", () => {
   })
 })
 
+describe("dynalite data of an earlier version", () => {
+  it("moves to SQLite as the README says: export, move the dynalite directory aside, import; the same users, channels, messages and broadcasts", async () => {
+    const dir = scratch("legacy")
+    const tables: Tables = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }
+    const legacy = await startServer(join(dir, "data", "dynalite"))
+    let before: Awaited<ReturnType<typeof snapshot>>
+    try {
+      await seed(tables, legacy.endpoint)
+      before = await snapshot(legacy.endpoint, tables)
+    } finally {
+      await legacy.close()
+    }
+    const file = join(dir, "data.jsonl")
+    const exported = await runTool("maintenance", ["export", "--out", file], { cwd: dir })
+    expect(exported.code, exported.stderr).toBe(0)
+    expect(exported.stdout).toContain(`storage: embedded data under ${join(dir, "data", "dynalite")}`)
+    renameSync(join(dir, "data", "dynalite"), join(dir, "data", "dynalite.old"))
+    const imported = await runTool("maintenance", ["import", "--in", file], { cwd: dir })
+    expect(imported.code, imported.stderr).toBe(0)
+    expect(imported.stdout).toContain(`storage: embedded SQLite database ${join(dir, "data", "autopush.sqlite")}`)
+    const after = await Effect.runPromise(read.pipe(Effect.provide(layerSqlite({ ...tables, path: join(dir, "data", "autopush.sqlite") }))))
+    expect(after.users.map((u) => [u.channels.length, u.topic.length, u.timestamp.length])).toEqual([[2, 1, 3], [2, 1, 3], [2, 1, 3]])
+    expect(after).toEqual(before)
+  })
+})
+
 describe("maintenance export --secrets → import --secrets-out", () => {
   it("carries the keys of the embedded all-in-one into a new secrets.json, never over an existing one", async () => {
     const laptop = scratch("laptop")
@@ -229,7 +257,7 @@ describe("maintenance export --secrets → import --secrets-out", () => {
     const file = join(laptop, "with-secrets.jsonl")
     const exported = await runTool("maintenance", ["export", "--out", file, "--secrets"], { cwd: laptop })
     expect(exported.code, exported.stderr).toBe(0)
-    expect(exported.stdout).toContain(`storage: embedded data under ${join(laptop, "data", "dynalite")}`)
+    expect(exported.stdout).toContain(`storage: embedded SQLite database ${join(laptop, "data", "autopush.sqlite")}`)
     expect(exported.stdout).toContain(`WARNING: ${file} holds the secrets of the server`)
     expect(statSync(file).mode & 0o777).toBe(0o600)
     expect(fileLines(file)[0]?.["secrets"]).toEqual(secrets)

@@ -289,7 +289,7 @@ describe("maintenance: embedded data", () => {
     expect(run.stderr).toContain("no storage: no storage_endpoint is configured")
     const create = await runTool("maintenance", ["create-tables"], { cwd })
     expect(create.code, create.stderr).toBe(0)
-    expect(create.stdout).toContain(`storage: embedded data under ${join(cwd, "data", "dynalite")}`)
+    expect(create.stdout).toContain(`storage: embedded SQLite database ${join(cwd, "data", "autopush.sqlite")}`)
     expect(create.stdout).toContain("router table router: created")
   })
 

@@ -1,0 +1,188 @@
+/**
+ * The SQLite store: the storage contract (every layer of it on one database file, each its own
+ * connection), then what is its own — several processes on one file, a lock held by another
+ * process, the sweep of expired rows, space given back, checkpoints off the event loop, a file
+ * that is not a database.
+ */
+import { spawn } from "node:child_process"
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { DatabaseSync } from "node:sqlite"
+import { assert, describe, it } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
+import { TestClock } from "effect/testing"
+import { afterAll } from "vitest"
+import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
+import { layerSqlite } from "../../src/storage/sqlite.ts"
+import { makeSqliteMaintenance } from "../../src/storage/sqliteMaintenance.ts"
+import { scopedSqlite } from "../../src/storage/sqliteSchema.ts"
+import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
+import { storageContract } from "./contract.ts"
+
+const dir = mkdtempSync(join(tmpdir(), "autopush-sqlite-"))
+afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+storageContract("sqlite", (options) => layerSqlite({ ...options, path: join(dir, "autopush.sqlite") }))
+
+const uaid = (n: number) => n.toString(16).padStart(32, "0")
+const chid = "00000000-0000-4000-8000-000000000001"
+const T0 = Date.UTC(2034, 4, 15, 12)
+let tables = 0
+const fresh = (path: string, timeoutMs?: number) => {
+  const name = `s${tables++}`
+  return { path, routerTable: `${name}_router`, messageTablePrefix: `${name}_message`, noTableRotation: true, timeoutMs }
+}
+
+/** A store on that file for the rest of the scope. */
+const openStore = (options: ReturnType<typeof fresh>) => Effect.map(Layer.build(layerSqlite(options)), (context) => Context.get(context, Storage))
+
+interface WriterResults {
+  readonly startedAt: number
+  readonly finishedAt: number
+  readonly registered: Array<boolean>
+  readonly saved: Array<string>
+  readonly added: Array<boolean>
+}
+
+/** Start the writer fixture; once it is loaded, `go` starts its writes and resolves with what it printed. */
+const startWriter = (args: ReadonlyArray<string>) =>
+  new Promise<{ readonly go: () => Promise<WriterResults> }>((ready, reject) => {
+    const proc = spawn(process.execPath, [join(import.meta.dirname, "fixtures", "sqlite-writer.ts"), ...args], { stdio: ["pipe", "pipe", "pipe"] })
+    let out = ""
+    let err = ""
+    const done = new Promise<WriterResults>((resolve, fail) =>
+      proc.on("exit", (code) => (code === 0 ? resolve(JSON.parse(out.slice(out.indexOf("\n") + 1))) : fail(new Error(`writer exited ${code}: ${err}`)))))
+    proc.stdout.on("data", (chunk: Buffer) => {
+      out += chunk.toString()
+      if (out === "ready\n") ready({ go: () => (proc.stdin.write("go\n"), done) })
+    })
+    proc.stderr.on("data", (chunk: Buffer) => (err += chunk.toString()))
+    proc.on("error", reject)
+    done.catch(reject)
+  })
+
+describe("SQLite store", () => {
+  it.live("two processes writing one file: each conditional write is won by exactly one", () =>
+    Effect.gen(function*() {
+      const options = fresh(join(dir, "shared.sqlite"))
+      yield* createActiveTables.pipe(Effect.provide(layerSqlite(options)))
+      const count = 300
+      const args = (writer: string) => [options.path, options.routerTable, options.messageTablePrefix, writer, String(count)]
+      const writers = yield* Effect.promise(() => Promise.all([startWriter(args("1")), startWriter(args("2"))]))
+      const [a, b] = (yield* Effect.promise(() => Promise.all(writers.map((w) => w.go())))) as [WriterResults, WriterResults]
+      assert.isTrue(a.startedAt < b.finishedAt && b.startedAt < a.finishedAt, "the two writers ran at the same time")
+      for (let i = 0; i < count; i++) {
+        assert.strictEqual(Number(a.registered[i]) + Number(b.registered[i]), 1, `register of user ${i}`)
+        assert.deepStrictEqual([a.saved[i], b.saved[i]].sort(), ["stored", "taken"], `message of user ${i}`)
+        assert.strictEqual(Number(a.added[i]) + Number(b.added[i]), 1, `channel of user ${i}`)
+      }
+      const s = yield* openStore(options)
+      // What is stored is what the winners were told.
+      for (const i of [0, count - 1]) {
+        const user = yield* s.getUser(uaid(i))
+        assert.strictEqual(user?.routerData["writer"], a.registered[i] ? "1" : "2")
+        const page = yield* s.fetchTimestampMessages(uaid(i), options.messageTablePrefix, undefined, 10)
+        assert.deepStrictEqual(page.messages.map((m) => m.version), [`${a.saved[i] === "stored" ? "1" : "2"}-${i}`])
+        assert.strictEqual((yield* s.getChannels(uaid(i), options.messageTablePrefix)).size, 1)
+      }
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("a write waits for another process's lock at most storage_timeout, the event loop free, then fails with a StorageTimeout; reads go on", () =>
+    Effect.gen(function*() {
+      const options = fresh(join(dir, "locked.sqlite"), 300)
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      yield* s.registerUser({ uaid: uaid(1), routerType: "webpush", routerData: {}, connectedAt: T0 })
+      const other = new DatabaseSync(options.path)
+      other.exec("BEGIN IMMEDIATE") // another process's write lock, held
+      try {
+        const started = Date.now()
+        let ticks = 0
+        const ticking = setInterval(() => ticks++, 10)
+        const error = yield* Effect.flip(s.registerUser({ uaid: uaid(2), routerType: "webpush", routerData: {}, connectedAt: T0 }))
+        clearInterval(ticking)
+        const waited = Date.now() - started
+        assert.strictEqual(error.operation, "registerUser")
+        assert.instanceOf(error.cause, StorageTimeout)
+        assert.isAtLeast(waited, 250)
+        assert.isBelow(waited, 5_000)
+        assert.isAtLeast(ticks, 5, "timers ran while the write waited: it did not hold the thread")
+        assert.strictEqual((yield* s.getUser(uaid(1)))?.connectedAt, T0, "readers do not wait for the writer (WAL)")
+      } finally {
+        other.exec("ROLLBACK")
+        other.close()
+      }
+      assert.isTrue(yield* s.registerUser({ uaid: uaid(2), routerType: "webpush", routerData: {}, connectedAt: T0 }))
+    }).pipe(Effect.scoped), 30_000)
+
+  it.effect("the sweep deletes rows a day past their expiry, and only those; reads never showed them", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const options = fresh(join(dir, "sweep.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const table = options.messageTablePrefix
+      const t0 = T0 / 1000
+      yield* s.addChannel(uaid(1), table, chid)
+      yield* s.saveMessages(uaid(1), table, [
+        { channelId: chid, version: "short", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 },
+        { channelId: chid, version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 }
+      ])
+      yield* s.createReceiptSubscription("rs", t0 + 60)
+      const { connection, run } = yield* scopedSqlite(options.path, 1000)
+      const { sweepExpired } = makeSqliteMaintenance(connection, run, options)
+      const rows = () => Number(connection.db.prepare(`SELECT COUNT(*) AS n FROM "${table}"`).get()?.["n"])
+      assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
+      assert.strictEqual(rows(), 3)
+      assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 2, "the short message and the receipt subscription")
+      assert.strictEqual(rows(), 2, "the channel row (no expiry) and the long message stay")
+      yield* TestClock.setTime(T0 + 60_000 + 86_400_000)
+      assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["long"])
+      assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), table))], [chid])
+    }).pipe(Effect.scoped))
+
+  it.effect("dropping a month's table gives its space back to the file system", () =>
+    Effect.gen(function*() {
+      const options = { ...fresh(join(dir, "shrink.sqlite")), noTableRotation: false }
+      const s = yield* openStore(options)
+      const old = `${options.messageTablePrefix}_2020_01`
+      yield* s.createTables([old])
+      const data = "x".repeat(3000)
+      yield* s.saveMessages(uaid(1), old, Array.from({ length: 1000 }, (_, i) => ({ channelId: chid, version: `v${i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: i, data })))
+      const { connection } = yield* scopedSqlite(options.path, 1000)
+      const pages = () => Number(connection.db.prepare("PRAGMA page_count").get()?.["page_count"])
+      const before = pages()
+      yield* s.dropMessageTable(old)
+      assert.isBelow(pages(), before - 500, `pages: ${before} before the drop, ${pages()} after`)
+    }).pipe(Effect.scoped))
+
+  it.live("commits reach the database file through the checkpoint thread, not the committing statement", () =>
+    Effect.gen(function*() {
+      const options = fresh(join(dir, "checkpoint.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const data = "x".repeat(3000)
+      const size = () => statSync(options.path).size
+      const before = size()
+      for (let i = 0; i < 20; i++) {
+        yield* s.saveMessages(uaid(i), options.messageTablePrefix, Array.from({ length: 50 }, (_, m) => ({ channelId: chid, version: `v${m}`, ttl: 60, timestamp: 1, sortkeyTimestamp: m, data })))
+      }
+      assert.isBelow(size(), before + 1_000_000, "no checkpoint in the committing statements: the commits are in the log")
+      let waited = 0
+      while (size() < before + 2_000_000 && waited < 10_000) {
+        yield* Effect.sleep("100 millis")
+        waited += 100
+      }
+      assert.isAtLeast(size(), before + 2_000_000, `the database file grew within ${waited} ms: ${before} → ${size()} bytes`)
+    }).pipe(Effect.scoped), 30_000)
+
+  it.effect("a file that is not a database is a clear StorageError at start", () =>
+    Effect.gen(function*() {
+      const path = join(dir, "not-a-database.sqlite")
+      writeFileSync(path, "this is not SQLite ".repeat(100))
+      const error = yield* Effect.flip(Effect.scoped(Layer.build(layerSqlite(fresh(path)))))
+      assert.strictEqual(error.operation, "open")
+      assert.match(String((error.cause as Error).message), /not a database/)
+    }))
+})
