@@ -46,8 +46,9 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
 })
 
 /**
- * What to save of an ended session: unacked direct messages, unexpired, re-stamped so they sort after
- * what is stored and do not collide; a topic message only if it is still the newest of its topic;
+ * What to save of an ended session: unacked direct messages, unexpired, at the key their id names
+ * (never re-stamped: `DELETE` of the push's `Location` must find the row, and a retried save must
+ * land on the row it wrote before); a topic message only if it is still the newest of its topic;
  * and unacked stored rows the session read from a table the user has since left (last month's, read
  * after the move: no later hello reads it), which follow the user. Acked rows not deleted yet go
  * first — those acked since the last delete, and those of a delete that failed and waits for its
@@ -72,8 +73,7 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
       continue
     }
     if (isExpired(n, nowSec)) continue
-    if (n.topic === undefined) messages.push({ ...n, sortkeyTimestamp: out.now + messages.length })
-    else if (newest) messages.push(n)
+    if (n.topic === undefined || newest) messages.push(n)
   }
   const pending = s.retry?.command._tag === "DeleteMessages" ? s.retry.command.messages : NOTHING
   const acked = replaced.length === 0 && pending.length === 0 ? ackedRows : [...pending, ...ackedRows, ...replaced]

@@ -358,14 +358,16 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       })
 
       /**
-       * A timestamp message only goes to a free sort key; a topic message replaces an older one (rows
-       * of older versions carry no ms: their `timestamp` seconds are compared).
+       * A timestamp message only goes to a free sort key or over its own row (a save retried after an
+       * answer was lost lands where it wrote); a topic message replaces an older one (rows of older
+       * versions carry no ms: their `timestamp` seconds are compared).
        */
       const putMessage = (operation: string, uaid: string, table: string, message: Notification): Effect.Effect<SaveOutcome, StorageError> => {
         const condition = message.topic === undefined
           ? {
-            ConditionExpression: "attribute_not_exists(#chidmessageid)",
-            ExpressionAttributeNames: { "#chidmessageid": "chidmessageid" }
+            ConditionExpression: "attribute_not_exists(#chidmessageid) OR #updateid = :updateid",
+            ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#updateid": "updateid" },
+            ExpressionAttributeValues: { ":updateid": S(message.version) }
           }
           : {
             ConditionExpression:
