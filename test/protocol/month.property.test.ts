@@ -849,6 +849,27 @@ describe("messages across month boundaries, storage failing", () => {
         yield* scene.finish(false)
       })))
 
+  it.effect("a client leaving with many unacked messages, its save applied but answered with a timeout twice: retried from the start, each message stored once", () =>
+    example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
+      Effect.gen(function*() {
+        const c = scene.live()!
+        const pushed: Array<string> = []
+        for (let i = 0; i < 60; i++) pushed.push((yield* scene.push({ channel: (i % 2) as 0 | 1, ttl: 3600 })).version!)
+        assert.strictEqual(scene.unacked(c).length, 60, "delivered directly, none acked")
+        scene.world.faultsOn = true
+        scene.world.failNext.set("saveMessages", ["lost", "lost"])
+        yield* scene.disconnect
+        yield* scene.advance(10_000)
+        assert.deepStrictEqual(scene.world.failed, ["saveMessages:lost", "saveMessages:lost"])
+        scene.world.faultsOn = false
+        const rows = (yield* scene.raw.fetchMessages(scene.uaid, (yield* scene.raw.getUser(scene.uaid).pipe(Effect.orDie))!.currentMonth!, 1000).pipe(Effect.orDie)).messages
+        assert.deepStrictEqual(rows.map((n) => n.version).sort(), [...pushed].sort(), "each message stored once, at its id's key")
+        const again = yield* scene.resume
+        yield* scene.ackAll(again!)
+        assert.deepStrictEqual([...again!.acked].sort(), [...pushed].sort())
+        yield* scene.finish(false)
+      })))
+
   it.effect("a message acked while deleting acked rows fails, the retry pending when the socket closes, is not delivered again", () =>
     example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
       Effect.gen(function*() {
