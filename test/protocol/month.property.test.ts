@@ -110,6 +110,7 @@ const tally = {
   interruptedPushesAfterAStore: 0,
   cancels204: 0,
   cancels404: 0,
+  nodeDeaths: 0,
   pushes503: 0
 }
 afterAll(() => {
@@ -137,6 +138,8 @@ interface World {
   readonly failed: Array<string>
   /** The operations that reached storage so far, in order. */
   readonly applied: Array<string>
+  /** The node dies right after the next of these operations is applied: whoever called it waits forever (then forgotten). */
+  dieAfter: { readonly operations: ReadonlySet<string>; readonly died: Deferred.Deferred<string> } | undefined
 }
 
 const newWorld = (latency: () => number): World => ({
@@ -148,7 +151,8 @@ const newWorld = (latency: () => number): World => ({
   interruptAt: undefined,
   interleave: undefined,
   failed: [],
-  applied: []
+  applied: [],
+  dieAfter: undefined
 })
 
 const failsNow = (world: World, operation: string, now: number): FaultKind | undefined => {
@@ -206,6 +210,12 @@ const worldParts = (world: World) =>
             }
             const result = yield* operation
             world.applied.push(name)
+            const dies = world.dieAfter
+            if (dies !== undefined && dies.operations.has(name)) {
+              world.dieAfter = undefined
+              yield* Deferred.succeed(dies.died, name)
+              return yield* Effect.never
+            }
             yield* TestClock.adjust(ms - before)
             if (fault === "lost") {
               world.failed.push(`${name}:lost`)
@@ -312,8 +322,10 @@ const makeScene = (world: World, receiptsOn: boolean) =>
     const drive = (c: Client, effect: Effect.Effect<void>) =>
       Effect.andThen(effect, Effect.flatMap(clock, (at) => Effect.sync(() => observe(c, at))))
 
+    /** Sessions of a node that died: they never run again. */
+    const dead = new Set<Client>()
     const live = () => sessions.find((c) => isLive(c.machine.phase))
-    const open = () => sessions.filter((c) => !c.machine.isClosed)
+    const open = () => sessions.filter((c) => !c.machine.isClosed && !dead.has(c))
 
     /** When the session retries a failed storage call next (ms). */
     const retryAt = (c: Client): number => {
@@ -422,6 +434,29 @@ const makeScene = (world: World, receiptsOn: boolean) =>
       yield* drive(c, c.feed({ _tag: "SocketClosed" }))
       yield* settle
     })
+    /**
+     * The live session's client leaves and its node dies right after the first of `operations` its
+     * close sequence applies (nothing of the node runs after that): what storage holds then is all
+     * that is left. The name of the operation it died after.
+     */
+    const dieClosing = (operations: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        const c = live()
+        if (c === undefined) return undefined
+        const died = yield* Deferred.make<string>()
+        world.dieAfter = { operations: new Set(operations), died }
+        const closing = yield* Effect.forkChild(c.feed({ _tag: "SocketClosed" }), { startImmediately: true })
+        const after = yield* Effect.raceFirst(Deferred.await(died), Effect.as(Fiber.await(closing), undefined))
+        world.dieAfter = undefined
+        yield* Fiber.interrupt(closing)
+        if (after !== undefined) {
+          dead.add(c)
+          tally.nodeDeaths++
+        }
+        yield* note(`session ${sessions.indexOf(c)} closes; its node dies after ${after ?? "nothing"}`)
+        return after
+      })
+
     /** A new connection resuming the uaid (when no session is live). */
     const resume = Effect.gen(function*() {
       if (live() !== undefined) return undefined
@@ -618,10 +653,14 @@ const makeScene = (world: World, receiptsOn: boolean) =>
             assert.isBelow(Math.floor(e.time / 1000), p.expiresAt, `${describe(p)}: delivered at ${stamp(e.time)}, after it expired${context()}`)
           }
         }
-        // Liveness: every accepted message with a TTL was acked by the end.
+        // Liveness: every accepted message with a TTL was acked by the end — except one that only a
+        // node that died held: delivered to its session directly (never read from storage), not acked.
         const received = new Set(wire.flatMap((w) => (w.kind === "received" ? [w.version] : [])))
+        const deadSessions = new Set([...dead].map((c) => sessions.indexOf(c)))
+        const fromStorage = new Set(harness.events.flatMap((e) => (e.type === "notification.delivered.1" && e.data.source !== "direct" ? [e.data.version] : [])))
+        const heldByTheDead = new Set(wire.flatMap((w) => (w.kind === "received" && deadSessions.has(w.session) && !fromStorage.has(w.version) ? [w.version] : [])))
         for (const p of accepted.values()) {
-          if (p.spec.ttl === 0 || dropped || ackedSoFar.has(p.version!) || p.cancelTried === true) continue
+          if (p.spec.ttl === 0 || dropped || ackedSoFar.has(p.version!) || p.cancelTried === true || heldByTheDead.has(p.version!)) continue
           if (finalSec >= p.expiresAt) continue
           const topic = p.spec.topic === undefined || p.spec.topic === "" ? undefined : `${p.channelId}:${p.spec.topic}`
           const replaced = topic !== undefined && pushes.some((q) =>
@@ -634,7 +673,9 @@ const makeScene = (world: World, receiptsOn: boolean) =>
         // Nothing stranded: after the full drain no table holds an unexpired message of a push that
         // was answered 201/202 or not at all (a sender that left). One answered 503 may be left where
         // a write whose answer was lost put it (no promise was made; it expires).
-        if (dropped) return
+        // A node that died between saving a message into the new table and taking it out of the old
+        // one leaves a copy there (duplicated, never lost): not checked after a death.
+        if (dropped || dead.size > 0) return
         for (const table of yield* raw.listMessageTables.pipe(Effect.orDie)) {
           const left = (yield* raw.fetchMessages(uaid, table, 100).pipe(Effect.orDie)).messages.flatMap((n) => {
             const p = pushes.find((q) => n.data === bodyOf(q.index).toString("base64url"))
@@ -660,6 +701,7 @@ const makeScene = (world: World, receiptsOn: boolean) =>
       midnight,
       push,
       cancel,
+      dieClosing,
       resume,
       disconnect,
       ack,
@@ -698,6 +740,7 @@ const Action = Schema.Union([
     kind: Schema.Literals(["refused", "lost"])
   }),
   Schema.Struct({ op: Schema.Literal("cancel"), back: Schema.Literals([0, 1, 2]) }),
+  Schema.Struct({ op: Schema.Literal("die"), after: Schema.Literals(["deleteMessages", "getUser", "saveMessages", "deleteMessage", "clearNodeId"]) }),
   Schema.Struct({ op: Schema.Literal("outage"), ms: Schema.Literals([200, 2_000, 20_000]) })
 ])
 
@@ -767,6 +810,9 @@ const runScenario = (run: typeof Run.Type, steps: ReadonlyArray<Step>, latencies
         }
         case "cancel":
           yield* scene.cancel(action.back)
+          break
+        case "die":
+          yield* scene.dieClosing([action.after])
           break
         case "outage": {
           const ms = Math.min(action.ms, outageLeft)
@@ -940,6 +986,28 @@ describe("messages across month boundaries, storage failing", () => {
         const again = yield* scene.resume
         assert.deepStrictEqual(again!.of("notification").map((f) => f["version"]), [stored.version], "an accepted message delivered but not acked was lost")
         yield* scene.finish(false)
+      })))
+
+  it.effect("a message read from last month's table after the move, not acked: its node dying between the two steps of its move leaves it in a table, delivered", () =>
+    example(Date.UTC(2026, 0, 31, 23, 59, 50), (scene) =>
+      Effect.gen(function*() {
+        yield* scene.disconnect
+        yield* scene.advance(Date.UTC(2026, 1, 1, 0, 0, 2) - (yield* Clock.currentTimeMillis))
+        // As above: stored in January's table as the client moves, read from there after the move.
+        scene.world.faultsOn = true
+        scene.world.failNext.set("getChannels", ["refused"])
+        const stored = yield* scene.push({ channel: 0, ttl: 3600, race: "resume" })
+        yield* scene.advance(2_000)
+        const c = scene.live()!
+        assert.deepStrictEqual(scene.unacked(c), [stored.version])
+        // The client leaves; its node dies after the first write of the move (saved into February's
+        // table, or taken out of January's, whichever comes first).
+        const diedAfter = yield* scene.dieClosing(["saveMessages", "deleteMessage"])
+        assert.isDefined(diedAfter)
+        yield* scene.advance(2_000)
+        const again = yield* scene.resume
+        yield* scene.ackAll(again!)
+        assert.deepStrictEqual(again!.acked, [stored.version], "an accepted message delivered but not acked was lost when its node died")
       })))
 
   it.effect("the newest message of a topic, delivered directly while an older one waits in storage, is not lost to the older one", () =>
