@@ -45,6 +45,9 @@ export interface DynamoOptions extends StorageOptions {
   readonly timeoutMs?: number | undefined
 }
 
+/** Channels whose rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
+const SAVE_CONCURRENCY = 16
+
 // ── the layer ────────────────────────────────────────────────────────────────────────────────────
 
 export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
@@ -383,15 +386,32 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
 
       const saveMessage = (uaid: string, table: string, message: Notification) => putMessage("saveMessage", uaid, table, message)
 
+      /** One message at its key, or the next ms free or holding its own row; undefined when a newer message of its topic superseded it. */
+      const place = Effect.fnUntraced(function*(uaid: string, table: string, message: Notification) {
+        let placed = message
+        let outcome = yield* putMessage("saveMessages", uaid, table, placed)
+        while (outcome === "taken") outcome = yield* putMessage("saveMessages", uaid, table, placed = nextFreeMs(placed))
+        return outcome === "stored" ? placed : undefined
+      })
+
+      /**
+       * One conditional write per row: the channels' rows are written `SAVE_CONCURRENCY` channels at
+       * a time (thousands of rows within one `storage_timeout`), each channel's in order (only rows
+       * of one channel can share a key, so where each lands does not depend on timing).
+       */
       const saveMessages = Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
-        const saved: Array<Notification> = []
-        for (const message of messages) {
-          let placed = message
-          let outcome = yield* putMessage("saveMessages", uaid, table, placed)
-          while (outcome === "taken") outcome = yield* putMessage("saveMessages", uaid, table, placed = nextFreeMs(placed))
-          if (outcome === "stored") saved.push(placed)
-        }
-        return saved
+        const byChannel = new Map<string, Array<number>>()
+        messages.forEach((message, i) => {
+          const indexes = byChannel.get(message.channelId)
+          if (indexes === undefined) byChannel.set(message.channelId, [i])
+          else indexes.push(i)
+        })
+        const placed: Array<Notification | undefined> = []
+        yield* Effect.forEach(byChannel.values(), (indexes) =>
+          Effect.forEach(indexes, (i) => Effect.map(place(uaid, table, messages[i] as Notification), (n) => {
+            placed[i] = n
+          }), { discard: true }), { concurrency: SAVE_CONCURRENCY, discard: true })
+        return placed.filter((n): n is Notification => n !== undefined)
       })
 
       const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {

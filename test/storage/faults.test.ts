@@ -224,6 +224,20 @@ describe("DynamoDB layer under faults", () => {
         assert.isAtMost(count("PutItem"), 2)
       }), 400))
 
+    it.live("saveMessages: the rows of many channels are written side by side, within one deadline that writing them one by one would outlive", () =>
+      withStorage(Effect.gen(function*() {
+        const s = yield* Storage
+        const table = yield* s.currentMessageTable
+        slowMs = 150
+        slowly("PutItem")
+        const channel = (c: number) => `00000000-0000-4000-8000-0000000000${String(c).padStart(2, "0")}`
+        // 12 channels, two rows each: one by one, 24 writes of 150 ms; side by side, two rounds.
+        const messages = Array.from({ length: 24 }, (_, n) => ({ ...message(n), channelId: channel(n % 12) }))
+        const saved = yield* s.saveMessages(uaid, table, messages)
+        assert.deepStrictEqual(saved.map((m) => m.version), messages.map((m) => m.version), "in the order given")
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid, table, undefined, 100)).messages.length, 24)
+      }), 1_500))
+
     it.live("dropUser: the record, the query of its rows and their deletion together fail at about one deadline", () =>
       withStorage(Effect.gen(function*() {
         const s = yield* Storage
