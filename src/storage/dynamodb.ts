@@ -28,6 +28,7 @@ import {
   BROADCAST_ATTRIBUTE_PREFIX,
   BROADCASTS_KEY,
   META_SORT_KEY,
+  messageSortKey,
   sortKeyMsOf,
   sortKeyOf,
   TIMESTAMP_END,
@@ -45,7 +46,7 @@ export interface DynamoOptions extends StorageOptions {
   readonly timeoutMs?: number | undefined
 }
 
-/** Channels whose rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
+/** Rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
 const SAVE_CONCURRENCY = 16
 
 // ── the layer ────────────────────────────────────────────────────────────────────────────────────
@@ -395,19 +396,20 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       })
 
       /**
-       * One conditional write per row: the channels' rows are written `SAVE_CONCURRENCY` channels at
-       * a time (thousands of rows within one `storage_timeout`), each channel's in order (only rows
-       * of one channel can share a key, so where each lands does not depend on timing).
+       * One conditional write per row, `SAVE_CONCURRENCY` at a time (thousands of rows within one
+       * `storage_timeout`); rows that share a key in order, the first given keeping it (a row moved
+       * to a later ms may still meet a row of another key there: the write's condition decides).
        */
       const saveMessages = Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
-        const byChannel = new Map<string, Array<number>>()
+        const byKey = new Map<string, Array<number>>()
         messages.forEach((message, i) => {
-          const indexes = byChannel.get(message.channelId)
-          if (indexes === undefined) byChannel.set(message.channelId, [i])
+          const key = messageSortKey(message)
+          const indexes = byKey.get(key)
+          if (indexes === undefined) byKey.set(key, [i])
           else indexes.push(i)
         })
         const placed: Array<Notification | undefined> = []
-        yield* Effect.forEach(byChannel.values(), (indexes) =>
+        yield* Effect.forEach(byKey.values(), (indexes) =>
           Effect.forEach(indexes, (i) => Effect.map(place(uaid, table, messages[i] as Notification), (n) => {
             placed[i] = n
           }), { discard: true }), { concurrency: SAVE_CONCURRENCY, discard: true })

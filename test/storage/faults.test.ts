@@ -208,14 +208,17 @@ describe("DynamoDB layer under faults", () => {
       sortkeyTimestamp: Date.now() + n
     })
 
-    it.live("saveMessages: four writes, each answered just under the deadline, fail at about one deadline", () =>
+    it.live("saveMessages: four writes one after another, each answered just under the deadline, fail at about one deadline", () =>
       withStorage(Effect.gen(function*() {
         const s = yield* Storage
         const table = yield* s.currentMessageTable
         slowMs = 250
         slowly("PutItem")
         const started = Date.now()
-        const error = yield* Effect.flip(s.saveMessages(uaid, table, [1, 2, 3, 4].map(message)))
+        // Four messages of one channel and ms: written in turn (each taking the next ms free).
+        const at = Date.now()
+        const sameKey = [1, 2, 3, 4].map((n) => ({ ...message(n), sortkeyTimestamp: at }))
+        const error = yield* Effect.flip(s.saveMessages(uaid, table, sameKey))
         const took = Date.now() - started
         assert.strictEqual(error.operation, "saveMessages")
         assert.instanceOf(error.cause, StorageTimeout)
@@ -224,15 +227,16 @@ describe("DynamoDB layer under faults", () => {
         assert.isAtMost(count("PutItem"), 2)
       }), 400))
 
-    it.live("saveMessages: the rows of many channels are written side by side, within one deadline that writing them one by one would outlive", () =>
+    it.live("saveMessages: rows are written side by side, within one deadline that writing them one by one would outlive", () =>
       withStorage(Effect.gen(function*() {
         const s = yield* Storage
         const table = yield* s.currentMessageTable
         slowMs = 150
         slowly("PutItem")
         const channel = (c: number) => `00000000-0000-4000-8000-0000000000${String(c).padStart(2, "0")}`
-        // 12 channels, two rows each: one by one, 24 writes of 150 ms; side by side, two rounds.
-        const messages = Array.from({ length: 24 }, (_, n) => ({ ...message(n), channelId: channel(n % 12) }))
+        // Two channels, 12 rows each (one channel's rows at 12 ms apart, as a client's unacked ones):
+        // one by one, 24 writes of 150 ms; side by side, two rounds.
+        const messages = Array.from({ length: 24 }, (_, n) => ({ ...message(n), channelId: channel(n % 2) }))
         const saved = yield* s.saveMessages(uaid, table, messages)
         assert.deepStrictEqual(saved.map((m) => m.version), messages.map((m) => m.version), "in the order given")
         assert.strictEqual((yield* s.fetchTimestampMessages(uaid, table, undefined, 100)).messages.length, 24)
