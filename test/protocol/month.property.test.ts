@@ -214,7 +214,9 @@ const worldParts = (world: World) =>
             if (dies !== undefined && dies.operations.has(name)) {
               world.dieAfter = undefined
               yield* Deferred.succeed(dies.died, name)
-              return yield* Effect.never
+              // Nothing of the node runs any more (interruptible even in a step that is not: the test
+              // interrupts it to stand for the process's end).
+              return yield* Effect.interruptible(Effect.never)
             }
             yield* TestClock.adjust(ms - before)
             if (fault === "lost") {
@@ -259,6 +261,8 @@ interface Pushed {
    * it may still be delivered, as an answer 503 (or none) allows.
    */
   readonly maybeStored: boolean
+  /** Answered 503, or would have been had its sender not left: no promise was made. */
+  readonly failed: boolean
   /** Its cancel was answered 204 when the client had seen this much of the wire: nothing of it may come after. */
   cancelledAt?: number | undefined
   /** A cancel of it was answered 204 or 503 (which may have removed it). */
@@ -493,6 +497,7 @@ const makeScene = (world: World, receiptsOn: boolean) =>
         const at = yield* clock
         const failedBefore = world.failed.length
         const appliedBefore = world.applied.length
+        const eventsBefore = harness.events.length
         const reached = yield* Deferred.make<void>()
         world.interruptAt = spec.interruptAt === undefined || spec.interruptAt === 0 ? undefined : { left: spec.interruptAt, reached }
         const sending = yield* Effect.forkChild(Effect.result(webpush.send(request, segment, token)), { startImmediately: true })
@@ -516,7 +521,10 @@ const makeScene = (world: World, receiptsOn: boolean) =>
         const faults = world.failed.slice(failedBefore)
         const maybeStored = version === undefined && (status === 0 || faults.some((f) => f.endsWith(":lost")) || status === 503 &&
           (faults.includes("deleteMessage") || (spec.topic !== undefined && spec.topic !== "")))
-        const pushed: Pushed = { index, spec, channelId, status, version, maybeStored, at, expiresAt: Math.floor(at / 1000) + spec.ttl }
+        // A sender that left gets no answer; the push still ran to its end, and failed if its routing did.
+        const failed = status === 503 ||
+          status === 0 && harness.events.slice(eventsBefore).some((e) => e.type === "notification.routed.1" && e.data.outcome === "failed")
+        const pushed: Pushed = { index, spec, channelId, status, version, maybeStored, failed, at, expiresAt: Math.floor(at / 1000) + spec.ttl }
         pushes.push(pushed)
         trace.push({ at, text: () => `push #${index} ${JSON.stringify(spec)} → ${status}` })
         yield* settle
@@ -671,15 +679,15 @@ const makeScene = (world: World, receiptsOn: boolean) =>
           assert.fail(`${describe(p)} ${received.has(p.version!) ? "was delivered but never acked, and never came again" : "was never delivered"}${context()}`)
         }
         // Nothing stranded: after the full drain no table holds an unexpired message of a push that
-        // was answered 201/202 or not at all (a sender that left). One answered 503 may be left where
-        // a write whose answer was lost put it (no promise was made; it expires).
+        // was answered 201/202, or not at all (a sender that left) unless it failed. One that failed
+        // (503) may be left where a write of it went (no promise was made; it expires).
         // A node that died between saving a message into the new table and taking it out of the old
         // one leaves a copy there (duplicated, never lost): not checked after a death.
         if (dropped || dead.size > 0) return
         for (const table of yield* raw.listMessageTables.pipe(Effect.orDie)) {
           const left = (yield* raw.fetchMessages(uaid, table, 100).pipe(Effect.orDie)).messages.flatMap((n) => {
             const p = pushes.find((q) => n.data === bodyOf(q.index).toString("base64url"))
-            return p === undefined || p.status === 503 ? [] : [`push #${p.index} (answered ${p.status})`]
+            return p === undefined || p.failed ? [] : [`push #${p.index} (answered ${p.status})`]
           })
           assert.deepStrictEqual(left, [], `stored in ${table} after the full drain${context()}`)
         }
