@@ -155,8 +155,9 @@ const written = (res: ServerResponse, status: number, headers: Headers, body: st
     const closed = () => resume(Effect.succeed(false))
     res.once("close", closed)
     res.writeHead(status, body === "" ? headers : { ...headers, "content-length": String(Buffer.byteLength(body)) })
-    res.end(body, () => {
+    // Called on `finish`, or with an error when the stream was destroyed first.
+    res.end(body, (error?: Error | null) => {
       res.off("close", closed)
-      resume(Effect.succeed(true))
+      resume(Effect.succeed(error == null))
     })
   })
