@@ -44,6 +44,8 @@ export class InvalidUrgency extends Data.TaggedError("InvalidUrgency")<{}> {}
 export class InvalidRouterToken extends Data.TaggedError("InvalidRouterToken")<{}> {}
 /** 400/null: `DELETE /m/{id}` with an id that does not decrypt to a message key. */
 export class InvalidMessageId extends Data.TaggedError("InvalidMessageId")<{}> {}
+/** 404/null: `DELETE /m/{id}` of a message no table holds under that id (delivered, expired, cancelled, replaced, or held by its client's connection). */
+export class MessageNotStored extends Data.TaggedError("MessageNotStored")<{}> {}
 /** 400/null: a request body that is not the JSON the route expects. */
 export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{ readonly message: string }> {}
 /** 400/null: a request the HTTP parser could not read (request line, headers, framing), or a broken WebSocket handshake. */
@@ -121,6 +123,7 @@ export type ApiError =
   | UnknownBridgeTarget
   | InvalidUrgency
   | InvalidMessageId
+  | MessageNotStored
   | InvalidRequestBody
   | MalformedRequest
   | StorageUnavailable
@@ -189,6 +192,7 @@ const table: ErrorTable = {
   UnknownBridgeTarget: { status: 400, errno: 106, message: own },
   InvalidUrgency: { status: 400, errno: 115, message: fixed("Urgency must be one of very-low, low, normal, high") },
   InvalidMessageId: { status: 400, errno: null, message: fixed("Invalid message ID") },
+  MessageNotStored: { status: 404, errno: null, message: fixed("No stored message has this ID") },
   InvalidRequestBody: { status: 400, errno: null, message: own },
   MalformedRequest: { status: 400, errno: null, message: own },
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },

@@ -129,7 +129,7 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
    * An accepted push delivered, stored or bridged, timed by `clock`: the id of the message as it
    * went (a later ms, stored, is a new id).
    */
-  const deliver = Effect.fnUntraced(function*(clock: Clock.Clock, accepted: AcceptedPush): Effect.fn.Return<string, ApiError | StorageError> {
+  const deliverOnce = Effect.fnUntraced(function*(clock: Clock.Clock, accepted: AcceptedPush): Effect.fn.Return<string, ApiError | StorageError> {
     const { uaid, target, notification } = accepted
     const channelId = notification.channelId
     // A cached record of a connected client is good for a direct delivery (its node checks it), one
@@ -166,5 +166,11 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
     return routed.notification.version
   })
 
-  return deliver
+  /**
+   * Once delivery starts it runs to its end: a sender that leaves mid-push (its fiber interrupted)
+   * must not cut the store from the re-read that moves the message to the user's month, nor a
+   * follow-move between its delete and its save. Every step is bounded (storage operations by
+   * `storage_timeout`, the node by its request timeout), so the region is too.
+   */
+  return (clock: Clock.Clock, accepted: AcceptedPush) => Effect.uninterruptible(deliverOnce(clock, accepted))
 })

@@ -2,7 +2,8 @@
  * A collector of a receipt subscription (`GET /receipts/{id}`) once admitted: receipts as HTTP/2
  * server pushes (RFC 8030 §6.2), as server-sent events, or as one JSON document once there are
  * some (or the wait is over), reading storage once a second while it waits, until its hold ends.
- * A receipt handed out is removed once it was written to the client: a collection consumes the
+ * A receipt handed out is removed only once it was written to the client (at least once: a client
+ * that drops mid-answer gets it again from its next collection): a collection consumes the
  * subscription, it changes no message's status (so it is no event of the fold).
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
@@ -71,10 +72,13 @@ export const makeCollector = (parts: CollectorParts) => {
         all = next
       }
       const receipts = all.slice(0, RECEIPTS_PER_ANSWER)
-      // Removed before they are answered: a sender that asks again at once must not get them twice.
-      yield* handed(id, receipts)
       const body = JSON.stringify({ receipts: receipts.map(document) })
-      return yield* written(res, 200, { ...headers, "content-type": "application/json", "cache-control": "no-store" }, body)
+      // Removed once the whole answer went out (and then whatever follows: the removal is not cut by
+      // the client closing its socket). A client that dropped mid-answer keeps them for its next
+      // collection; one that asks again before the removal may get them twice (at least once).
+      if (yield* written(res, 200, { ...headers, "content-type": "application/json", "cache-control": "no-store" }, body)) {
+        yield* Effect.uninterruptible(handed(id, receipts))
+      }
     })
 
   /** Receipts as they come, held open until the client leaves, the subscription expires, the hold is over or the server stops. */
@@ -145,9 +149,15 @@ const pushed = (res: ServerResponse, receipt: MessageStatus, document: Collector
     })
   })
 
-/** Write a whole answer; done once it is handed to the connection. */
+/** Write a whole answer: true once all of it is handed to the connection, false when the connection closed first. */
 const written = (res: ServerResponse, status: number, headers: Headers, body: string) =>
-  Effect.callback<void>((resume) => {
+  Effect.callback<boolean>((resume) => {
+    const closed = () => resume(Effect.succeed(false))
+    res.once("close", closed)
     res.writeHead(status, body === "" ? headers : { ...headers, "content-length": String(Buffer.byteLength(body)) })
-    res.end(body, () => resume(Effect.void))
+    // Called on `finish`, or with an error when the stream was destroyed first.
+    res.end(body, (error?: Error | null) => {
+      res.off("close", closed)
+      resume(Effect.succeed(error == null))
+    })
   })

@@ -14,12 +14,13 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Headers from "effect/http/Headers"
 import * as HttpTraceContext from "effect/http/HttpTraceContext"
-import { EndpointCrypto } from "../crypto/endpoint.ts"
-import { type ApiError, InvalidMessageId } from "../domain/errors.ts"
+import { EndpointCrypto, type MessageIdData } from "../crypto/endpoint.ts"
+import { type ApiError, InvalidMessageId, MessageNotStored } from "../domain/errors.ts"
 import { domainEvent, receiptOf } from "../domain/events.ts"
+import { messageKeyOf } from "../domain/notification.ts"
 import { Metrics } from "../observability/Metrics.ts"
 import { messageSpans } from "../observability/tracing.ts"
-import { Storage, type StorageError, storageUnavailable } from "../storage/Storage.ts"
+import { Storage, type StorageError, type StorageService, storageUnavailable } from "../storage/Storage.ts"
 import { makeAcceptPush, type MadePush } from "./acceptPush.ts"
 import { makeDeliverPush } from "./deliverPush.ts"
 import { endpointBase, type EndpointOptions } from "./options.ts"
@@ -44,6 +45,53 @@ export type WebPush = Effect.Success<ReturnType<typeof makeWebPushHandlers>>
 /** In process there is no error edge: a storage failure is answered here, as the edge answers it. */
 const answeredInProcess = <A>(effect: Effect.Effect<A, ApiError | StorageError>): Effect.Effect<A, ApiError> =>
   Effect.catchTag(effect, "StorageError", storageUnavailable)
+
+/**
+ * Cancel by identity: remove the row that holds the message `messageId` names; true when one was
+ * removed. A message id names one message wherever it is stored, because every writer keeps a row at
+ * the key its id encodes: the endpoint stores a message at its id's key (a taken ms is stored under
+ * a new id), a session's close saves an unacked message back at its id's key (never re-stamped), a
+ * save never writes over another message (`saveMessages`: only a free key or the message's own
+ * row), and a month move keeps the key. So the row at that key holds this message or another one
+ * (a newer message of its topic, a message of another id at that ms, whose save then put this one
+ * at a later ms: `removeFrom`): every delete is conditional on the version, so it removes this
+ * message or nothing — never another message.
+ *
+ * A message is looked for in each table the user's rows may be in (the user's month first, then the
+ * other active months: a connection may still be moving it from last month's table, and a move
+ * whose row was removed here is not saved on, see `TakeMessage`). Nothing removed means no table
+ * holds it under this id: delivered (acked, or held unacked by a connection, which stores it again
+ * at this same key when it closes: cancellable then), expired, replaced or cancelled already. That
+ * is answered 404 and recorded nowhere, so that `204` and a `deleted` receipt mean only that the
+ * message was removed and is never delivered after it.
+ */
+export const removeStoredMessage = Effect.fnUntraced(function*(storage: StorageService, data: MessageIdData, messageId: string) {
+  const month = (yield* storage.getUser(data.uaid))?.currentMonth
+  if (month === undefined) return false
+  const others = (yield* storage.activeMessageTables).filter((table) => table !== month)
+  for (const table of [month, ...others]) {
+    if (yield* removeFrom(storage, table, data, messageId).pipe(Effect.catchTag("StorageError", (error) =>
+      // Only the user's own month must answer: another active table may not be made yet.
+      table === month ? Effect.fail(error) : Effect.succeed(false)))) return true
+  }
+  return false
+})
+
+/** Rows read after a timestamp id's ms to find it saved at a later one (a bound on what a cancel reads). */
+const CANCEL_SCAN_ROWS = 100
+
+/**
+ * The message removed from one table: at its id's key; else, for a timestamp message, at a later ms
+ * (a save that found another message of its channel at that ms, from another endpoint node, put it
+ * at the next ms free, keeping its id), found by its version in the rows from that ms on.
+ */
+const removeFrom = Effect.fnUntraced(function*(storage: StorageService, table: string, data: MessageIdData, messageId: string) {
+  if (yield* storage.deleteMessage(data.uaid, table, data, messageId)) return true
+  if (data.kind !== "timestamp") return false
+  const page = yield* storage.fetchTimestampMessages(data.uaid, table, data.sortkeyTimestamp, CANCEL_SCAN_ROWS)
+  const moved = page.messages.find((n) => n.version === messageId)
+  return moved !== undefined && (yield* storage.deleteMessage(data.uaid, table, messageKeyOf(moved), messageId))
+})
 
 export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions, receipts: Receipts, limits: RateLimits) {
   const storage = yield* Storage
@@ -85,16 +133,11 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       )
       : acceptAndDeliver(request, versionSegment, token, made)
 
-  /** DELETE /m/{message_id}: the message taken back, if it is still stored. */
+  /** DELETE /m/{message_id}: the message taken back if a table still holds it (204), else 404 and nothing recorded. */
   const cancel = Effect.fnUntraced(function*(messageId: string): Effect.fn.Return<EmptyAnswer, ApiError | StorageError> {
     const data = yield* crypto.parseMessageId(messageId).pipe(Effect.mapError(() => new InvalidMessageId()))
-    const month = (yield* storage.getUser(data.uaid))?.currentMonth
-    if (month !== undefined) yield* storage.deleteMessage(data.uaid, month, data)
-    // A message with a receipt gets its `deleted` outcome even when it was no longer stored (the
-    // fold keeps the first outcome): its event is recorded then too.
-    if (month !== undefined || data.receipt !== undefined) {
-      yield* receipts.deleted(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId, ...receiptOf(data) }))
-    }
+    if (!(yield* removeStoredMessage(storage, data, messageId))) return yield* new MessageNotStored()
+    yield* receipts.deleted(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId, ...receiptOf(data) }))
     return { status: 204, headers: {} }
   })
 

@@ -2,8 +2,11 @@
  * The end of a connection, and what storage failures mean on the way: a socket that closes (or a
  * close we decide) leaves the node; a live session then saves what the client did not ack
  * (`Closing`, a storage call a stage: delete acked rows, read the record, save into the table it
- * names, leave the record, read it again to follow a month move or poke the node the user moved
- * to), and ends (`Closed`). Storage failures: a hello closes; a register or unregister is answered
+ * names — then take the rows it moved out of the table they were in —, leave the record, read it
+ * again to follow a month move or poke the node the user moved to), and ends (`Closed`). Where a
+ * message moves between tables it is saved first and taken after: a node that dies between the two
+ * steps leaves it in both (delivered once more at worst: the client de-duplicates by version), never
+ * in neither. Storage failures: a hello closes; a register or unregister is answered
  * 500; reads, deletes, month moves and the steps of the end are retried with backoff.
  */
 import type { CloseKind } from "./close.ts"
@@ -46,8 +49,9 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
 })
 
 /**
- * What to save of an ended session: unacked direct messages, unexpired, re-stamped so they sort after
- * what is stored and do not collide; a topic message only if it is still the newest of its topic;
+ * What to save of an ended session: unacked direct messages, unexpired, at the key their id names
+ * (never re-stamped: `DELETE` of the push's `Location` must find the row, and a retried save must
+ * land on the row it wrote before); a topic message only if it is still the newest of its topic;
  * and unacked stored rows the session read from a table the user has since left (last month's, read
  * after the move: no later hello reads it), which follow the user. Acked rows not deleted yet go
  * first — those acked since the last delete, and those of a delete that failed and waits for its
@@ -72,71 +76,68 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
       continue
     }
     if (isExpired(n, nowSec)) continue
-    if (n.topic === undefined) messages.push({ ...n, sortkeyTimestamp: out.now + messages.length })
-    else if (newest) messages.push(n)
+    if (n.topic === undefined || newest) messages.push(n)
   }
   const pending = s.retry?.command._tag === "DeleteMessages" ? s.retry.command.messages : NOTHING
   const acked = replaced.length === 0 && pending.length === 0 ? ackedRows : [...pending, ...ackedRows, ...replaced]
-  if (acked.length === 0) return takeStrays(phase, messages, strays, out)
+  if (acked.length === 0) return saveUnacked(phase, messages, strays, out)
   out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: acked, attempt: 0 })
   return { ...phase, stage: { _tag: "DeletingAcked", messages, strays } }
 }
 
-/** Strays are taken out of the table they were read from, one by one (each with `MessageTaken`); then the save. */
-const takeStrays = (phase: Closing, messages: ReadonlyArray<Notification>, left: ReadonlyArray<StoredUnacked>, out: Out): Phase => {
-  const [next] = left
-  if (next === undefined) return saveUnacked(phase, messages, out)
-  out.run({ _tag: "TakeMessage", uaid: phase.session.uaid, row: next, attempt: 0 })
-  return { ...phase, stage: { _tag: "TakingStrays", messages, left } }
-}
-
-/** What was saved is taken out of the table the user left, one by one; then what was still there is saved where it lives. */
-const takeMoved = (phase: Closing, stage: Extract<ClosingStage, { _tag: "TakingMoved" }>, out: Out): Phase => {
-  const [next] = stage.left
-  if (next !== undefined) {
-    out.run({ _tag: "TakeMessage", uaid: phase.session.uaid, row: next, attempt: 0 })
-    return { ...phase, stage }
-  }
-  if (stage.taken.length === 0) return finish(phase, stage.after, stage.saved, out)
-  out.run({ _tag: "SaveMessages", uaid: phase.session.uaid, table: stage.to, messages: stage.taken, attempt: 0 })
-  return { ...phase, stage: { _tag: "Following", after: stage.after, saved: stage.saved } }
-}
-
-/** Unacked messages go to the table the router record names (read now: the user may have moved); nothing to save: this node just leaves the record. */
-const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, out: Out): Phase => {
+/**
+ * Unacked messages (strays among them) go to the table the router record names (read now: the user
+ * may have moved); nothing to save: this node just leaves the record.
+ */
+const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, strays: ReadonlyArray<StoredUnacked>, out: Out): Phase => {
   const s = phase.session
-  if (messages.length === 0) {
+  const all = strays.length === 0 ? messages : [...messages, ...strays.map((row) => row.notification)]
+  if (all.length === 0) {
     out.run({ _tag: "ClearNodeId", uaid: s.uaid, connectedAt: s.connectedAt, attempt: 0 })
     return { ...phase, stage: { _tag: "Clearing", table: undefined, saved: NOTHING } }
   }
   out.run({ _tag: "ReadUser", uaid: s.uaid, attempt: 0 })
-  return { ...phase, stage: { _tag: "ReadingBefore", messages } }
+  return { ...phase, stage: { _tag: "ReadingBefore", messages: all, strays } }
 }
 
-/** Acked rows deleted: the strays are taken next, then the save. */
+/** Acked rows deleted: the save next. */
 export const closingRowsDeleted = (phase: Closing, _input: unknown, out: Out): Phase => {
   const { stage } = phase
   if (stage._tag !== "DeletingAcked") throw new Error(`MessagesDeleted at stage ${stage._tag}`)
-  return takeStrays(phase, stage.messages, stage.strays, out)
+  return saveUnacked(phase, stage.messages, stage.strays, out)
 }
 
-/** A row taken (or found gone) out of the table it was in: a stray joins what is saved; a moved message what follows the user. */
+/**
+ * Rows saved into a table are taken out of the one they were in (saved first, taken after: a cut
+ * between the two leaves a message in both tables, delivered from the new one, never in neither);
+ * then the copies of rows that were gone (acked, replaced or cancelled meanwhile) are taken back.
+ */
+const take = (phase: Closing, stage: Extract<ClosingStage, { _tag: "Taking" }>, out: Out): Phase => {
+  const uaid = phase.session.uaid
+  const [next] = stage.left
+  if (next !== undefined) {
+    out.run({ _tag: "TakeMessage", uaid, row: next, attempt: 0 })
+    return { ...phase, stage }
+  }
+  const [copy] = stage.undo
+  if (copy !== undefined) {
+    out.run({ _tag: "TakeMessage", uaid, row: { _tag: "Stored", notification: copy, table: stage.table }, attempt: 0 })
+    return { ...phase, stage }
+  }
+  if (stage.then._tag === "Finish") return finish(phase, stage.then.after, stage.saved, out)
+  out.run({ _tag: "ClearNodeId", uaid, connectedAt: phase.session.connectedAt, attempt: 0 })
+  return { ...phase, stage: { _tag: "Clearing", table: stage.table, saved: stage.saved } }
+}
+
+/** A row taken (or found gone) out of its old table: gone, its copy is taken back; or a copy taken back. */
 export const closingMessageTaken = (phase: Closing, { taken }: { readonly taken: boolean }, out: Out): Phase => {
   const { stage } = phase
-  switch (stage._tag) {
-    case "TakingStrays": {
-      const [row, ...left] = stage.left
-      const messages = taken && row !== undefined ? [...stage.messages, row.notification] : stage.messages
-      return takeStrays(phase, messages, left, out)
-    }
-    case "TakingMoved": {
-      const [row, ...left] = stage.left
-      const moved = taken && row !== undefined ? [...stage.taken, row.notification] : stage.taken
-      return takeMoved(phase, { ...stage, left, taken: moved }, out)
-    }
-    default:
-      throw new Error(`MessageTaken at stage ${stage._tag}`)
-  }
+  if (stage._tag !== "Taking") throw new Error(`MessageTaken at stage ${stage._tag}`)
+  const [row, ...left] = stage.left
+  if (row === undefined) return take(phase, { ...stage, undo: stage.undo.slice(1) }, out)
+  const copy = taken ? undefined : stage.saved.find((n) => n.version === row.notification.version)
+  if (copy === undefined) return take(phase, { ...stage, left }, out)
+  return take(phase, { ...stage, left, saved: stage.saved.filter((n) => n !== copy), undo: [...stage.undo, copy] }, out)
 }
 
 /** The record before the save (gone: the user was dropped, nothing to keep), or after it (moved?). */
@@ -147,29 +148,31 @@ export const closingUserRead = (phase: Closing, { user }: { readonly user: UserR
       if (user === undefined) return ended(phase, NOTHING, out)
       const table = user.currentMonth ?? session.table
       out.run({ _tag: "SaveMessages", uaid: session.uaid, table, messages: stage.messages, attempt: 0 })
-      return { ...phase, stage: { _tag: "Saving", table } }
+      // A stray read from the table the user is in again needs no taking: it was saved where it was.
+      return { ...phase, stage: { _tag: "Saving", table, strays: stage.strays.filter((row) => row.table !== table) } }
     }
     case "ReadingAfter": {
       const moved = tableMovedTo(stage.table, user)
       if (user === undefined || moved === undefined) return finish(phase, user, stage.saved, out)
       // The user moved to a new month while we saved (its session may have read the old table already).
-      const left = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.table }))
-      return takeMoved(phase, { _tag: "TakingMoved", to: moved, after: user, saved: stage.saved, left, taken: NOTHING }, out)
+      out.run({ _tag: "SaveMessages", uaid: session.uaid, table: moved, messages: stage.saved, attempt: 0 })
+      return { ...phase, stage: { _tag: "Following", from: stage.table, to: moved, after: user, saved: stage.saved } }
     }
     default:
       throw new Error(`UserRead at stage ${stage._tag}`)
   }
 }
 
-/** Saved: this node leaves the record next; or, saved into the user's new month, the end. */
+/** Saved: the strays (or, following a move, the rows in the old table) are taken out of where they were. */
 export const closingMessagesSaved = (phase: Closing, { saved }: { readonly saved: ReadonlyArray<Notification> }, out: Out): Phase => {
-  const { stage, session } = phase
+  const { stage } = phase
   switch (stage._tag) {
     case "Saving":
-      out.run({ _tag: "ClearNodeId", uaid: session.uaid, connectedAt: session.connectedAt, attempt: 0 })
-      return { ...phase, stage: { _tag: "Clearing", table: stage.table, saved } }
-    case "Following":
-      return finish(phase, stage.after, stage.saved, out)
+      return take(phase, { _tag: "Taking", table: stage.table, then: { _tag: "Clear" }, saved, left: stage.strays, undo: NOTHING }, out)
+    case "Following": {
+      const left = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.from }))
+      return take(phase, { _tag: "Taking", table: stage.to, then: { _tag: "Finish", after: stage.after }, saved, left, undo: NOTHING }, out)
+    }
     default:
       throw new Error(`MessagesSaved at stage ${stage._tag}`)
   }

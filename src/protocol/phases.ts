@@ -350,33 +350,32 @@ export type ClosingStage =
   /** Deliveries still in the mailbox are kept, until it is drained. */
   | { readonly _tag: "Collecting" }
   /**
-   * Acked rows not deleted yet are deleted; then `strays` (stored rows sent from a table the user
-   * has left: last month's, read after the move) are taken, and `messages` (unacked) saved.
+   * Acked rows not deleted yet are deleted; then `messages` (unacked) and `strays` (stored rows sent
+   * from a table the user has left: last month's, read after the move) are saved.
    */
   | { readonly _tag: "DeletingAcked"; readonly messages: ReadonlyArray<Notification>; readonly strays: ReadonlyArray<StoredUnacked> }
-  /** The strays are taken out of the old table one by one (`left[0]` now); those still there join `messages`. */
-  | { readonly _tag: "TakingStrays"; readonly messages: ReadonlyArray<Notification>; readonly left: ReadonlyArray<StoredUnacked> }
-  /** The router record is read: its table is where `messages` go. */
-  | { readonly _tag: "ReadingBefore"; readonly messages: ReadonlyArray<Notification> }
-  | { readonly _tag: "Saving"; readonly table: string }
+  /** The router record is read: its table is where `messages` (strays among them) go. */
+  | { readonly _tag: "ReadingBefore"; readonly messages: ReadonlyArray<Notification>; readonly strays: ReadonlyArray<StoredUnacked> }
+  | { readonly _tag: "Saving"; readonly table: string; readonly strays: ReadonlyArray<StoredUnacked> }
   /** This node leaves the record; `table` undefined: nothing was saved. */
   | { readonly _tag: "Clearing"; readonly table: string | undefined; readonly saved: ReadonlyArray<Notification> }
   /** The record is read again: did the user move to a new month, or connect to another node, meanwhile? */
   | { readonly _tag: "ReadingAfter"; readonly table: string; readonly saved: ReadonlyArray<Notification> }
+  /** The user moved to table `to` meanwhile: what was saved into `from` is saved into `to`… */
+  | { readonly _tag: "Following"; readonly from: string; readonly to: string; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
   /**
-   * The user moved to table `to` meanwhile: what was saved is taken out of the old table one by one
-   * (`left[0]` now; a row no longer there was read and acked there, or replaced)…
+   * …rows saved into `table` (strays, or what follows a move: `then` says which) are taken out of the
+   * table they were in, one by one (`left[0]` now). The copy of one no longer there (read and acked
+   * there, replaced, cancelled) is taken back out of `table` afterwards (`undo`, one by one).
    */
   | {
-    readonly _tag: "TakingMoved"
-    readonly to: string
-    readonly after: UserRecord
+    readonly _tag: "Taking"
+    readonly table: string
+    readonly then: { readonly _tag: "Clear" } | { readonly _tag: "Finish"; readonly after: UserRecord }
     readonly saved: ReadonlyArray<Notification>
     readonly left: ReadonlyArray<StoredUnacked>
-    readonly taken: ReadonlyArray<Notification>
+    readonly undo: ReadonlyArray<Notification>
   }
-  /** …and what was taken is saved into the user's new table. */
-  | { readonly _tag: "Following"; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
 
 export interface Closed {
   readonly _tag: "Closed"

@@ -275,12 +275,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
         const transition = this.ports.protocol.step(this.phase, current, now, this.ports.broadcasts())
         const logs = this.apply(current, transition)
         const command = transition.command
-        const rest = command === undefined ? next : this.execute(command, now).pipe(
-          Effect.flatMap((result) => {
-            this.ahead().unshift(result)
-            return next
-          })
-        )
+        const rest = command === undefined ? next : Effect.andThen(this.carriedOut(command, now), next)
         return logs === undefined ? rest : Effect.andThen(logs, rest)
       })
     })
@@ -383,6 +378,18 @@ export class SessionRunner implements Consumer<MailboxInput> {
   }
 
   // ── commands ──────────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * A command run and its result queued as the next input. A step of the close sequence runs to its
+   * end and its result is kept even when the fiber is interrupted meanwhile (the node's shutdown):
+   * `finish` then goes on from that result, where an interrupt between a write and its result
+   * would leave the sequence waiting for a result that never comes. Bounded: each storage
+   * operation by `storage_timeout`.
+   */
+  private carriedOut(command: Command, now: number): Effect.Effect<void> {
+    const queued = Effect.map(this.execute(command, now), (result) => void this.ahead().unshift(result))
+    return this.phase._tag === "Closing" ? Effect.uninterruptible(queued) : queued
+  }
 
   /** Run a command; storage failures become `CommandFailed` (the machine decides what follows). */
   private execute(command: Command, now: number): Effect.Effect<CommandResult> {

@@ -97,15 +97,18 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
         })
 
       /**
-       * Step 4, the user moved to table `to` since `stored` went into `from`: taken out of `from`
-       * (only if still there: a session may have read and acked it there meanwhile, or a newer
-       * message of its topic replaced it), then saved into `to`. A save that fails leaves it in
-       * neither: the push is answered 503, as for a store that failed.
+       * Step 4, the user moved to table `to` since `stored` went into `from`: saved into `to` (at the
+       * same key, under the same id), then taken out of `from` — only if still there: a session may
+       * have read and acked it there meanwhile, or a newer message of its topic replaced it, and then
+       * the copy in `to` is taken back. Save first: a cut between the two steps (the process dies; an
+       * interrupt cannot cut it, delivery being uninterruptible) leaves it in both tables, delivered
+       * from `to`, never in neither. A failure answers the push 503, as for a store that failed.
        */
       const followMove = Effect.fnUntraced(function*(uaid: string, from: string, to: string, stored: Notification) {
-        if (!(yield* storage.deleteMessage(uaid, from, messageKeyOf(stored), stored.version))) return stored
         const [saved] = yield* storage.saveMessages(uaid, to, [stored])
-        return saved ?? stored
+        if (yield* storage.deleteMessage(uaid, from, messageKeyOf(stored), stored.version)) return saved ?? stored
+        if (saved !== undefined) yield* storage.deleteMessage(uaid, to, messageKeyOf(saved), saved.version)
+        return stored
       })
 
       /**

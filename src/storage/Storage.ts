@@ -120,13 +120,18 @@ export interface StorageService {
   /**
    * Store a message. A topic message replaces the channel's message of that topic unless that one was
    * accepted later (`superseded`). A timestamp message never replaces another: `taken` when its sort
-   * key (channel and ms) holds one — the caller takes the next ms, with a message id of its own.
+   * key (channel and ms) holds another message (another version) — the caller takes the next ms,
+   * with a message id of its own. Its own row (same version) is written over: saving a message twice
+   * stores it once.
    */
   readonly saveMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<SaveOutcome, StorageError>
   /**
-   * Store messages whose ids are already out (unacked at a disconnect, a month move): a timestamp
-   * message whose sort key is taken goes to the next free ms (its id stays); a topic message a newer
-   * one superseded is left out. The messages as stored.
+   * Store messages whose ids are already out (unacked at a disconnect, a month move), each at the key
+   * its id names. Idempotent: a message whose row is there already (same version) is written over, so
+   * a save retried from the start after a lost answer stores each message once. A timestamp message
+   * whose sort key holds another message goes to the next ms free or holding its own row (its id
+   * stays: two ids of one channel and ms, from two endpoint nodes); a topic message a newer one
+   * superseded is left out. The messages as stored.
    */
   readonly saveMessages: (
     uaid: string,

@@ -28,6 +28,7 @@ import {
   BROADCAST_ATTRIBUTE_PREFIX,
   BROADCASTS_KEY,
   META_SORT_KEY,
+  messageSortKey,
   sortKeyMsOf,
   sortKeyOf,
   TIMESTAMP_END,
@@ -45,6 +46,9 @@ export interface DynamoOptions extends StorageOptions {
   /** Deadline of one operation, retries included (ms; default `STORAGE_TIMEOUT_MS`). */
   readonly timeoutMs?: number | undefined
 }
+
+/** Rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
+const SAVE_CONCURRENCY = 16
 
 // ── the layer ────────────────────────────────────────────────────────────────────────────────────
 
@@ -359,14 +363,16 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
       })
 
       /**
-       * A timestamp message only goes to a free sort key; a topic message replaces an older one (rows
-       * of older versions carry no ms: their `timestamp` seconds are compared).
+       * A timestamp message only goes to a free sort key or over its own row (a save retried after an
+       * answer was lost lands where it wrote); a topic message replaces an older one (rows of older
+       * versions carry no ms: their `timestamp` seconds are compared).
        */
       const putMessage = (operation: string, uaid: string, table: string, message: Notification): Effect.Effect<SaveOutcome, StorageError> => {
         const condition = message.topic === undefined
           ? {
-            ConditionExpression: "attribute_not_exists(#chidmessageid)",
-            ExpressionAttributeNames: { "#chidmessageid": "chidmessageid" }
+            ConditionExpression: "attribute_not_exists(#chidmessageid) OR #updateid = :updateid",
+            ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#updateid": "updateid" },
+            ExpressionAttributeValues: { ":updateid": S(message.version) }
           }
           : {
             ConditionExpression:
@@ -382,15 +388,33 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
 
       const saveMessage = (uaid: string, table: string, message: Notification) => putMessage("saveMessage", uaid, table, message)
 
+      /** One message at its key, or the next ms free or holding its own row; undefined when a newer message of its topic superseded it. */
+      const place = Effect.fnUntraced(function*(uaid: string, table: string, message: Notification) {
+        let placed = message
+        let outcome = yield* putMessage("saveMessages", uaid, table, placed)
+        while (outcome === "taken") outcome = yield* putMessage("saveMessages", uaid, table, placed = nextFreeMs(placed))
+        return outcome === "stored" ? placed : undefined
+      })
+
+      /**
+       * One conditional write per row, `SAVE_CONCURRENCY` at a time (thousands of rows within one
+       * `storage_timeout`); rows that share a key in order, the first given keeping it (a row moved
+       * to a later ms may still meet a row of another key there: the write's condition decides).
+       */
       const saveMessages = Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
-        const saved: Array<Notification> = []
-        for (const message of messages) {
-          let placed = message
-          let outcome = yield* putMessage("saveMessages", uaid, table, placed)
-          while (outcome === "taken") outcome = yield* putMessage("saveMessages", uaid, table, placed = nextFreeMs(placed))
-          if (outcome === "stored") saved.push(placed)
-        }
-        return saved
+        const byKey = new Map<string, Array<number>>()
+        messages.forEach((message, i) => {
+          const key = messageSortKey(message)
+          const indexes = byKey.get(key)
+          if (indexes === undefined) byKey.set(key, [i])
+          else indexes.push(i)
+        })
+        const placed: Array<Notification | undefined> = []
+        yield* Effect.forEach(byKey.values(), (indexes) =>
+          Effect.forEach(indexes, (i) => Effect.map(place(uaid, table, messages[i] as Notification), (n) => {
+            placed[i] = n
+          }), { discard: true }), { concurrency: SAVE_CONCURRENCY, discard: true })
+        return placed.filter((n): n is Notification => n !== undefined)
       })
 
       const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {

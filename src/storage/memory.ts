@@ -182,13 +182,14 @@ export const layerMemory = (options: StorageOptions): Layer.Layer<Storage> =>
       return new Set(t.get(uaid)?.chids ?? []) as ReadonlySet<string>
     })
 
-    /** Topic messages replace an older one; a timestamp message is not written over another. */
+    /** Topic messages replace an older one; a timestamp message is written over nothing but its own row. */
     const put = (rows: UserRows, message: Notification): SaveOutcome => {
       const key = messageSortKey(message)
       const existing = rows.messages.get(key)
       if (existing !== undefined) {
-        if (message.topic === undefined) return "taken"
-        if (sortkeyMs(existing) > sortkeyMs(message)) return "superseded"
+        if (message.topic === undefined) {
+          if (existing.version !== message.version) return "taken"
+        } else if (sortkeyMs(existing) > sortkeyMs(message)) return "superseded"
       }
       rows.messages.set(key, storedNotification(message))
       return "stored"

@@ -191,21 +191,26 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
 
       const valuesList = MESSAGE_COLUMNS.split(", ").map(() => "?").join(", ")
 
+      const updateAll = MESSAGE_COLUMNS.split(", ").slice(2).map((c) => `${c} = excluded.${c}`).join(", ")
+
       /**
-       * One message: a timestamp message only into a free sort key; a topic message replaces the
-       * row unless that one was accepted later (its sort ms, or its `timestamp` seconds for rows
-       * without one).
+       * One message: a timestamp message into a free sort key or over its own row (the same
+       * `updateid`: a save retried after a lost answer stores it once), never over another
+       * message; a topic message replaces the row unless that one was accepted later (its sort
+       * ms, or its `timestamp` seconds for rows without one).
        */
       const putMessage = (uaid: string, table: string, message: Notification): SaveOutcome => {
         const t = ident(table)
         if (message.topic === undefined) {
-          const written = statement(`INSERT INTO ${t} (${MESSAGE_COLUMNS}) VALUES (${valuesList}) ON CONFLICT DO NOTHING`)
-            .run(...messageValues(uaid, message)).changes > 0
+          const written = statement(
+            `INSERT INTO ${t} (${MESSAGE_COLUMNS}) VALUES (${valuesList})
+             ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${updateAll} WHERE updateid = excluded.updateid`
+          ).run(...messageValues(uaid, message)).changes > 0
           return written ? "stored" : "taken"
         }
         const written = statement(
           `INSERT INTO ${t} (${MESSAGE_COLUMNS}) VALUES (${valuesList})
-           ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${MESSAGE_COLUMNS.split(", ").slice(2).map((c) => `${c} = excluded.${c}`).join(", ")}
+           ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${updateAll}
            WHERE coalesce(sortkey_timestamp, timestamp * 1000) <= ?`
         ).run(...messageValues(uaid, message), sortkeyMs(message)).changes > 0
         return written ? "stored" : "superseded"

@@ -5,12 +5,16 @@
  * message went leaves the answer 202; what the endpoint decided (stored, expired, deleted) is folded
  * from the events it records into the row before it answers.
  */
-import { assert, describe, layer } from "@effect/vitest"
+import { assert, describe, it, layer } from "@effect/vitest"
+import { EventEmitter } from "node:events"
 import * as http from "node:http"
 import * as http2 from "node:http2"
 import { Context, Effect, Layer } from "effect"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import type { ReceiptOptions } from "../../src/endpoint/options.ts"
+import { makeCollector } from "../../src/endpoint/receiptCollector.ts"
+import type { StatusDocument } from "../../src/endpoint/receiptStatus.ts"
+import type { MessageStatus } from "../../src/domain/receipt.ts"
 import { boundPort, EndpointServer } from "../../src/endpoint/server.ts"
 import { METRICS } from "../../src/observability/catalog.ts"
 import { EventLogMemory } from "../../src/observability/EventLog.ts"
@@ -320,4 +324,41 @@ describe("held collectors of receipt subscriptions", () => {
         console.log(`black hole: 300 collectors → 4 held (ended 503 after ${endedMs} ms), 296 refused; pushes of another sender meanwhile: p50 ${p50.toFixed(1)} ms, max ${max.toFixed(1)} ms (first three: ${latencies.slice(0, 3).map((l) => l.toFixed(0)).join(", ")} ms)`)
       }))
   })
+})
+
+describe("a JSON collection: receipts removed only once the answer went out", () => {
+  /** A response whose connection closes mid-answer (`drops`), or takes the whole answer. */
+  const response = (drops: boolean) => {
+    const res = new EventEmitter() as EventEmitter & { writeHead: () => void; end: (body: string, done: () => void) => void }
+    const written: Array<string> = []
+    res.writeHead = () => {}
+    res.end = (body, done) => {
+      written.push(body)
+      if (drops) res.emit("close")
+      else {
+        done()
+        res.emit("close")
+      }
+    }
+    return { res: res as unknown as http.ServerResponse, written }
+  }
+  const receipt: MessageStatus = { messageId: "m1", acceptedAt: 1, deadline: 2, outcome: "acknowledged", outcomeAt: 2, code: 100 }
+
+  for (const drops of [true, false]) {
+    it.effect(drops ? "a client that drops mid-answer: kept for its next collection" : "a whole answer: removed after it", () =>
+      Effect.gen(function*() {
+        const handed: Array<string> = []
+        const { held } = makeCollector({
+          read: () => Effect.succeed([receipt]),
+          handed: (_id, receipts) => Effect.sync(() => void handed.push(...receipts.map((r) => r.messageId))),
+          document: (status) => ({ message: status.messageId }) as unknown as StatusDocument,
+          messagePath: "/m/",
+          endedAtMaxHold: () => {}
+        })
+        const { res, written } = response(drops)
+        yield* held("rs", "json", res, {}, 0)
+        assert.strictEqual(written.length, 1)
+        assert.deepStrictEqual(handed, drops ? [] : ["m1"])
+      }))
+  }
 })

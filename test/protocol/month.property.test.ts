@@ -9,9 +9,12 @@
  * registry, the endpoint's own `WebPushRouter` delivering into that registry), and the endpoint's
  * real push handler (`makeWebPushHandlers`: validation, the router cache — on, records reused for
  * 60 s — push receipts, then the router) over one in-memory storage. Every storage operation takes
- * TestClock time, and fails (`StorageError`, before it reaches storage) when a generated fault says
- * so: the next n calls of an operation, or every call during an outage — for the sessions and the
- * endpoint alike. The clock starts on the last day of a month shortly before midnight and crosses
+ * TestClock time, and fails (`StorageError`) when a generated fault says so: the next n calls of an
+ * operation, or every call during an outage — for the sessions and the endpoint alike. A fault is
+ * `refused` (the operation never reached storage) or `lost` (it was applied — a write written, a
+ * read read — and its answer lost: the error comes after, as a timeout does). A push may be
+ * interrupted (its sender leaves) at any of its storage boundaries, and a message may be cancelled
+ * (`DELETE` of its `Location`) at any point. The clock starts on the last day of a month shortly before midnight and crosses
  * one or more month boundaries at generated points. The test plays the node's ticker: sessions get
  * a `Tick` when their deadline (a retry, the keepalive) is due, and answer pings with pongs.
  *
@@ -19,7 +22,9 @@
  * the endpoint writes the message to storage — after the endpoint has read the router record.
  *
  * What must hold, as the client sees it (frames it received, acks it sent):
- * - nothing is delivered that the endpoint did not accept (201/202 with its message id);
+ * - nothing is delivered that the endpoint did not accept (201/202 with its message id), except the
+ *   message of a push answered 503 or not at all whose write may have been applied;
+ * - nothing is delivered after its cancel was answered 204;
  * - a message the client acked is never delivered again: not to the session that got the ack, and
  *   not to any other once that session has ended (while it is still ending, its delete of the
  *   acked row may be failing and waiting for a retry, and a new connection of the client reads the
@@ -27,13 +32,16 @@
  * - nothing is delivered after its TTL ran out;
  * - after the run (storage healthy, the clock moved on a little, the client resumes and acks
  *   everything, then once more), every accepted message with a TTL was acked by the client —
- *   unless it expired, a later accepted message of its topic replaced it, or its user was dropped.
+ *   unless it expired, a later accepted message of its topic replaced it, it was cancelled, or its
+ *   user was dropped; and no table holds a message of the user any more (none stranded in a month
+ *   no drain reads).
  * Unacked deliveries may come again on a later connection (at least once): exactly once means
  * acked once, and never delivered after the ack.
  */
 import type { IncomingMessage } from "node:http"
 import { assert, describe, it } from "@effect/vitest"
-import { Arbitrary, Clock, Effect, Layer, Schema } from "effect"
+import { Arbitrary, Clock, Deferred, Effect, Exit, Fiber, Layer, Schema } from "effect"
+import { afterAll } from "vitest"
 import { TestClock } from "effect/testing"
 import { Bridges } from "../../src/bridges/Bridges.ts"
 import { EndpointCrypto, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
@@ -89,6 +97,26 @@ const FAULTY_OPERATIONS = [
   "updateMessageStatus"
 ] as const
 
+/** How a fault fails an operation: before it reaches storage, or after it was applied (its answer lost). */
+type FaultKind = "refused" | "lost"
+
+/** What the runs generated, over the whole property (printed at the end, for the record). */
+const tally = {
+  runs: 0,
+  refused: 0,
+  lost: 0,
+  outageRefusals: 0,
+  interruptedPushes: 0,
+  interruptedPushesAfterAStore: 0,
+  cancels204: 0,
+  cancels404: 0,
+  nodeDeaths: 0,
+  pushes503: 0
+}
+afterAll(() => {
+  console.log(`month property, fault kinds generated: ${JSON.stringify(tally)}`)
+})
+
 /** Operations that never fail: they cannot (their type says so), or only the test itself calls them. */
 const NEVER_FAIL: ReadonlySet<string> = new Set(["currentMessageTable", "activeMessageTables", "createTables"])
 
@@ -100,12 +128,18 @@ interface World {
   faultsOn: boolean
   /** Every operation fails until this time (ms). */
   outageUntil: number
-  /** Per operation (or "*"), how many of its next calls fail. */
-  readonly failNext: Map<string, number>
+  /** Per operation (or "*"), how its next calls fail, in order. */
+  readonly failNext: Map<string, Array<FaultKind>>
+  /** The push in flight is interrupted when it reaches this many more storage operations (then forgotten). */
+  interruptAt: { left: number; readonly reached: Deferred.Deferred<void> } | undefined
   /** Run just before the endpoint's next `saveMessage` reaches storage (then forgotten). */
   interleave: Effect.Effect<void> | undefined
-  /** The operations made to fail so far, in order. */
+  /** The operations made to fail so far, in order (a lost one as `name:lost`). */
   readonly failed: Array<string>
+  /** The operations that reached storage so far, in order. */
+  readonly applied: Array<string>
+  /** The node dies right after the next of these operations is applied: whoever called it waits forever (then forgotten). */
+  dieAfter: { readonly operations: ReadonlySet<string>; readonly died: Deferred.Deferred<string> } | undefined
 }
 
 const newWorld = (latency: () => number): World => ({
@@ -114,28 +148,36 @@ const newWorld = (latency: () => number): World => ({
   faultsOn: false,
   outageUntil: 0,
   failNext: new Map(),
+  interruptAt: undefined,
   interleave: undefined,
-  failed: []
+  failed: [],
+  applied: [],
+  dieAfter: undefined
 })
 
-const failsNow = (world: World, operation: string, now: number): boolean => {
-  if (!world.faultsOn || NEVER_FAIL.has(operation)) return false
-  if (now < world.outageUntil) return true
+const failsNow = (world: World, operation: string, now: number): FaultKind | undefined => {
+  if (!world.faultsOn || NEVER_FAIL.has(operation)) return undefined
+  if (now < world.outageUntil) {
+    tally.outageRefusals++
+    return "refused"
+  }
   for (const key of [operation, "*"]) {
-    const left = world.failNext.get(key) ?? 0
-    if (left > 0) {
-      if (left === 1) world.failNext.delete(key)
-      else world.failNext.set(key, left - 1)
-      return true
+    const [kind, ...left] = world.failNext.get(key) ?? []
+    if (kind !== undefined) {
+      if (left.length === 0) world.failNext.delete(key)
+      else world.failNext.set(key, left)
+      tally[kind]++
+      return kind
     }
   }
-  return false
+  return undefined
 }
 
 /**
  * In-memory storage whose every operation takes `world.latency()` ms of TestClock time (half before
- * it reaches storage, half after) and fails, without reaching storage, when `world` says so; the
- * test crypto key; the in-memory event log.
+ * it reaches storage, half after) and fails when `world` says so: refused without reaching storage,
+ * or lost after it was applied; a push to be interrupted is let go at its boundary (the test
+ * interrupts it there); the test crypto key; the in-memory event log.
  */
 const worldParts = (world: World) =>
   Layer.mergeAll(
@@ -145,6 +187,13 @@ const worldParts = (world: World) =>
         world.raw = inner
         return mapStorageOperations(inner, (name) => <A, E>(operation: Effect.Effect<A, E>): Effect.Effect<A, E> =>
           Effect.gen(function*() {
+            const interrupt = world.interruptAt
+            if (interrupt !== undefined && !NEVER_FAIL.has(name) && --interrupt.left === 0) {
+              world.interruptAt = undefined
+              yield* Deferred.succeed(interrupt.reached, undefined)
+              // The sender's interrupt arrives here, at the boundary, if the push can be interrupted now.
+              for (let i = 0; i < 5; i++) yield* Effect.yieldNow
+            }
             const ms = world.latency()
             const before = Math.floor(ms / 2)
             yield* TestClock.adjust(before)
@@ -153,13 +202,27 @@ const worldParts = (world: World) =>
               world.interleave = undefined
               yield* action
             }
-            if (failsNow(world, name, yield* Clock.currentTimeMillis)) {
+            const fault = failsNow(world, name, yield* Clock.currentTimeMillis)
+            if (fault === "refused") {
               world.failed.push(name)
               yield* TestClock.adjust(ms - before)
               return yield* Effect.fail(new StorageError({ operation: name, cause: "injected fault" }) as E)
             }
             const result = yield* operation
+            world.applied.push(name)
+            const dies = world.dieAfter
+            if (dies !== undefined && dies.operations.has(name)) {
+              world.dieAfter = undefined
+              yield* Deferred.succeed(dies.died, name)
+              // Nothing of the node runs any more (interruptible even in a step that is not: the test
+              // interrupts it to stand for the process's end).
+              return yield* Effect.interruptible(Effect.never)
+            }
             yield* TestClock.adjust(ms - before)
+            if (fault === "lost") {
+              world.failed.push(`${name}:lost`)
+              return yield* Effect.fail(new StorageError({ operation: name, cause: "injected fault: applied, answer lost" }) as E)
+            }
             return result
           }))
       })
@@ -181,6 +244,8 @@ interface PushSpec {
   readonly direct?: boolean | undefined
   /** What the client does between the endpoint's read of the router record and its store. */
   readonly race?: "none" | "resume" | "ackAll" | "disconnect" | undefined
+  /** The sender leaves when the push reaches its n-th storage operation (0: it waits for the answer). */
+  readonly interruptAt?: number | undefined
 }
 
 interface Pushed {
@@ -188,13 +253,20 @@ interface Pushed {
   readonly spec: PushSpec
   readonly channelId: string
   readonly status: number
-  /** The accepted message's id (from `Location`); undefined when refused. */
+  /** The accepted message's id (from `Location`); undefined when refused or never answered (status 0). */
   readonly version: string | undefined
   /**
    * Refused after its message was stored, and taking it back failed too (a `deleteMessage` failed
-   * while it was handled): it may still be delivered, as the answer 503 allows.
+   * while it was handled), or a write of it was applied with its answer lost, or its sender left:
+   * it may still be delivered, as an answer 503 (or none) allows.
    */
   readonly maybeStored: boolean
+  /** Answered 503, or would have been had its sender not left: no promise was made. */
+  readonly failed: boolean
+  /** Its cancel was answered 204 when the client had seen this much of the wire: nothing of it may come after. */
+  cancelledAt?: number | undefined
+  /** A cancel of it was answered 204 or 503 (which may have removed it). */
+  cancelTried?: boolean | undefined
   readonly at: number
   /** Seconds: the message is expired from then on. */
   readonly expiresAt: number
@@ -210,6 +282,9 @@ type Wire =
     readonly unended: ReadonlySet<number>
   }
   | { readonly kind: "acked"; readonly session: number; readonly version: string }
+
+/** A push's body: its index (so that a stored row tells which push it is, id or not). */
+const bodyOf = (index: number): Buffer => Buffer.from(`push ${index}`)
 
 const fakeRequest = { headers: {}, socket: { remoteAddress: "127.0.0.1" } } as unknown as IncomingMessage
 
@@ -251,8 +326,10 @@ const makeScene = (world: World, receiptsOn: boolean) =>
     const drive = (c: Client, effect: Effect.Effect<void>) =>
       Effect.andThen(effect, Effect.flatMap(clock, (at) => Effect.sync(() => observe(c, at))))
 
+    /** Sessions of a node that died: they never run again. */
+    const dead = new Set<Client>()
     const live = () => sessions.find((c) => isLive(c.machine.phase))
-    const open = () => sessions.filter((c) => !c.machine.isClosed)
+    const open = () => sessions.filter((c) => !c.machine.isClosed && !dead.has(c))
 
     /** When the session retries a failed storage call next (ms). */
     const retryAt = (c: Client): number => {
@@ -361,6 +438,29 @@ const makeScene = (world: World, receiptsOn: boolean) =>
       yield* drive(c, c.feed({ _tag: "SocketClosed" }))
       yield* settle
     })
+    /**
+     * The live session's client leaves and its node dies right after the first of `operations` its
+     * close sequence applies (nothing of the node runs after that): what storage holds then is all
+     * that is left. The name of the operation it died after.
+     */
+    const dieClosing = (operations: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        const c = live()
+        if (c === undefined) return undefined
+        const died = yield* Deferred.make<string>()
+        world.dieAfter = { operations: new Set(operations), died }
+        const closing = yield* Effect.forkChild(c.feed({ _tag: "SocketClosed" }), { startImmediately: true })
+        const after = yield* Effect.raceFirst(Deferred.await(died), Effect.as(Fiber.await(closing), undefined))
+        world.dieAfter = undefined
+        yield* Fiber.interrupt(closing)
+        if (after !== undefined) {
+          dead.add(c)
+          tally.nodeDeaths++
+        }
+        yield* note(`session ${sessions.indexOf(c)} closes; its node dies after ${after ?? "nothing"}`)
+        return after
+      })
+
     /** A new connection resuming the uaid (when no session is live). */
     const resume = Effect.gen(function*() {
       if (live() !== undefined) return undefined
@@ -382,7 +482,9 @@ const makeScene = (world: World, receiptsOn: boolean) =>
         if (spec.topic !== undefined && spec.topic !== "") headers["topic"] = spec.topic
         if (spec.urgency !== undefined && spec.urgency !== "") headers["urgency"] = spec.urgency
         if (spec.receipt === true && receiptUrl !== undefined) headers["push-receipt"] = receiptUrl
-        const request: PushRequest = { headers, body: Effect.succeed(Buffer.alloc(0)), peer: "127.0.0.1" }
+        // The body names the push: a stored row, whatever its id, is known by it.
+        headers["content-encoding"] = "aes128gcm"
+        const request: PushRequest = { headers, body: Effect.succeed(bodyOf(index)), peer: "127.0.0.1" }
         const c = live()
         world.interleave = spec.race === "resume" && c === undefined
           ? Effect.asVoid(Effect.flatMap(resume, (r) => (r === undefined ? Effect.void : ackAll(r))))
@@ -394,21 +496,60 @@ const makeScene = (world: World, receiptsOn: boolean) =>
         harness.node.takesDirect = spec.direct !== false
         const at = yield* clock
         const failedBefore = world.failed.length
-        const answer = yield* Effect.result(webpush.send(request, segment, token))
+        const appliedBefore = world.applied.length
+        const eventsBefore = harness.events.length
+        const reached = yield* Deferred.make<void>()
+        world.interruptAt = spec.interruptAt === undefined || spec.interruptAt === 0 ? undefined : { left: spec.interruptAt, reached }
+        const sending = yield* Effect.forkChild(Effect.result(webpush.send(request, segment, token)), { startImmediately: true })
+        const ended = yield* Effect.raceFirst(Effect.as(Deferred.await(reached), false), Effect.as(Fiber.await(sending), true))
+        const exit = ended ? yield* Fiber.await(sending) : yield* Fiber.interrupt(sending).pipe(Effect.andThen(Fiber.await(sending)))
+        world.interruptAt = undefined
         world.interleave = undefined
         harness.node.takesDirect = true
-        const status = answer._tag === "Success" ? answer.success.status : toErrorResponse(answer.failure).status
-        const location = answer._tag === "Success" ? answer.success.headers["location"] : undefined
+        const answer = Exit.isSuccess(exit) ? exit.value : undefined
+        if (answer === undefined) {
+          tally.interruptedPushes++
+          if (world.applied.slice(appliedBefore).includes("saveMessage")) tally.interruptedPushesAfterAStore++
+        }
+        const status = answer === undefined ? 0 : answer._tag === "Success" ? answer.success.status : toErrorResponse(answer.failure).status
+        if (status === 503) tally.pushes503++
+        const location = answer?._tag === "Success" ? answer.success.headers["location"] : undefined
         const version = location === undefined ? undefined : location.slice(location.indexOf("/m/") + 3)
         // A 503 after the store: the message was taken back, unless that failed — or it is a topic
-        // message, which is left in place (taking it back would lose the topic's previous message too).
-        const maybeStored = version === undefined && status === 503 &&
-          (world.failed.slice(failedBefore).includes("deleteMessage") || (spec.topic !== undefined && spec.topic !== ""))
-        const pushed: Pushed = { index, spec, channelId, status, version, maybeStored, at, expiresAt: Math.floor(at / 1000) + spec.ttl }
+        // message, which is left in place (taking it back would lose the topic's previous message too);
+        // a write whose answer was lost may have stored it; so may a push whose sender left.
+        const faults = world.failed.slice(failedBefore)
+        const maybeStored = version === undefined && (status === 0 || faults.some((f) => f.endsWith(":lost")) || status === 503 &&
+          (faults.includes("deleteMessage") || (spec.topic !== undefined && spec.topic !== "")))
+        // A sender that left gets no answer; the push still ran to its end, and failed if its routing did.
+        const failed = status === 503 ||
+          status === 0 && harness.events.slice(eventsBefore).some((e) => e.type === "notification.routed.1" && e.data.outcome === "failed")
+        const pushed: Pushed = { index, spec, channelId, status, version, maybeStored, failed, at, expiresAt: Math.floor(at / 1000) + spec.ttl }
         pushes.push(pushed)
         trace.push({ at, text: () => `push #${index} ${JSON.stringify(spec)} → ${status}` })
         yield* settle
         return pushed
+      })
+
+    /** `DELETE` of the `Location` of the accepted push `back` places before the last accepted one. */
+    const cancel = (back: number) =>
+      Effect.gen(function*() {
+        const accepted = pushes.filter((p) => p.version !== undefined)
+        const p = accepted[accepted.length - 1 - back]
+        if (p === undefined) return
+        const status = yield* webpush.cancel(p.version as string).pipe(
+          Effect.map((answer) => answer.status),
+          Effect.catchTag("StorageError", () => Effect.succeed(503)),
+          Effect.catch((error) => Effect.succeed(toErrorResponse(error).status))
+        )
+        if (status === 204) {
+          p.cancelledAt = wire.length
+          tally.cancels204++
+        } else if (status === 404) tally.cancels404++
+        // A cancel refused with a lost delete may have removed it: the message is not owed any more.
+        if (status !== 404) p.cancelTried = true
+        trace.push({ at: yield* clock, text: () => `cancel of #${p.index} → ${status}` })
+        yield* settle
       })
 
     /** To `offsetMs` from the next midnight that starts a month (the one after, if that is past). */
@@ -485,7 +626,7 @@ const makeScene = (world: World, receiptsOn: boolean) =>
         // the acked row failing and being retried (no other session can know of that ack yet). Once
         // that session has ended, the message never comes again.
         const ackedSoFar = new Map<string, Set<number>>()
-        for (const w of wire) {
+        for (const [at, w] of wire.entries()) {
           if (w.kind === "acked") {
             const ackers = ackedSoFar.get(w.version) ?? new Set()
             ackedSoFar.set(w.version, ackers.add(w.session))
@@ -502,6 +643,10 @@ const makeScene = (world: World, receiptsOn: boolean) =>
               }, ${key.kind === "topic" ? `topic ${key.topic}` : `sort key ${stamp(key.sortkeyTimestamp)}`}); refused: ${refused.join("; ")}${context()}`
             )
           }
+          assert.isFalse(
+            p.cancelledAt !== undefined && at >= p.cancelledAt,
+            `${describe(p)}: its cancel was answered 204, then it was delivered to session ${w.session}${context()}`
+          )
           const ackers = [...(ackedSoFar.get(w.version) ?? [])]
           assert.isFalse(
             ackers.length > 0 && (ackers.includes(w.session) || !ackers.some((a) => w.unended.has(a))),
@@ -516,10 +661,14 @@ const makeScene = (world: World, receiptsOn: boolean) =>
             assert.isBelow(Math.floor(e.time / 1000), p.expiresAt, `${describe(p)}: delivered at ${stamp(e.time)}, after it expired${context()}`)
           }
         }
-        // Liveness: every accepted message with a TTL was acked by the end.
+        // Liveness: every accepted message with a TTL was acked by the end — except one that only a
+        // node that died held: delivered to its session directly (never read from storage), not acked.
         const received = new Set(wire.flatMap((w) => (w.kind === "received" ? [w.version] : [])))
+        const deadSessions = new Set([...dead].map((c) => sessions.indexOf(c)))
+        const fromStorage = new Set(harness.events.flatMap((e) => (e.type === "notification.delivered.1" && e.data.source !== "direct" ? [e.data.version] : [])))
+        const heldByTheDead = new Set(wire.flatMap((w) => (w.kind === "received" && deadSessions.has(w.session) && !fromStorage.has(w.version) ? [w.version] : [])))
         for (const p of accepted.values()) {
-          if (p.spec.ttl === 0 || dropped || ackedSoFar.has(p.version!)) continue
+          if (p.spec.ttl === 0 || dropped || ackedSoFar.has(p.version!) || p.cancelTried === true || heldByTheDead.has(p.version!)) continue
           if (finalSec >= p.expiresAt) continue
           const topic = p.spec.topic === undefined || p.spec.topic === "" ? undefined : `${p.channelId}:${p.spec.topic}`
           const replaced = topic !== undefined && pushes.some((q) =>
@@ -528,6 +677,19 @@ const makeScene = (world: World, receiptsOn: boolean) =>
           )
           if (replaced) continue
           assert.fail(`${describe(p)} ${received.has(p.version!) ? "was delivered but never acked, and never came again" : "was never delivered"}${context()}`)
+        }
+        // Nothing stranded: after the full drain no table holds an unexpired message of a push that
+        // was answered 201/202, or not at all (a sender that left) unless it failed. One that failed
+        // (503) may be left where a write of it went (no promise was made; it expires).
+        // A node that died between saving a message into the new table and taking it out of the old
+        // one leaves a copy there (duplicated, never lost): not checked after a death.
+        if (dropped || dead.size > 0) return
+        for (const table of yield* raw.listMessageTables.pipe(Effect.orDie)) {
+          const left = (yield* raw.fetchMessages(uaid, table, 100).pipe(Effect.orDie)).messages.flatMap((n) => {
+            const p = pushes.find((q) => n.data === bodyOf(q.index).toString("base64url"))
+            return p === undefined || p.failed ? [] : [`push #${p.index} (answered ${p.status})`]
+          })
+          assert.deepStrictEqual(left, [], `stored in ${table} after the full drain${context()}`)
         }
       })
 
@@ -546,6 +708,8 @@ const makeScene = (world: World, receiptsOn: boolean) =>
       advance,
       midnight,
       push,
+      cancel,
+      dieClosing,
       resume,
       disconnect,
       ack,
@@ -566,7 +730,8 @@ const Push = Schema.Struct({
   urgency: Schema.Literals(["", "high", "low"]),
   receipt: Schema.Boolean,
   direct: Schema.Boolean,
-  race: Schema.Literals(["none", "resume", "ackAll", "disconnect"])
+  race: Schema.Literals(["none", "resume", "ackAll", "disconnect"]),
+  interruptAt: Schema.Literals([0, 0, 0, 1, 2, 3, 4, 5, 6, 8])
 })
 
 const Action = Schema.Union([
@@ -576,7 +741,14 @@ const Action = Schema.Union([
   Schema.Struct({ op: Schema.Literal("poke") }),
   Schema.Struct({ op: Schema.Literal("wait"), ms: Schema.Literals([1, 40, 300, 2_000, 61_000, 3_600_000]) }),
   Schema.Struct({ op: Schema.Literal("midnight"), offsetMs: Schema.Literals([-3_000, -20, 0, 20, 2_000, 45_000]) }),
-  Schema.Struct({ op: Schema.Literal("fault"), operation: Schema.Literals(FAULTY_OPERATIONS), count: Schema.Literals([1, 2, 3]) }),
+  Schema.Struct({
+    op: Schema.Literal("fault"),
+    operation: Schema.Literals(FAULTY_OPERATIONS),
+    count: Schema.Literals([1, 2, 3]),
+    kind: Schema.Literals(["refused", "lost"])
+  }),
+  Schema.Struct({ op: Schema.Literal("cancel"), back: Schema.Literals([0, 1, 2]) }),
+  Schema.Struct({ op: Schema.Literal("die"), after: Schema.Literals(["deleteMessages", "getUser", "saveMessages", "deleteMessage", "clearNodeId"]) }),
   Schema.Struct({ op: Schema.Literal("outage"), ms: Schema.Literals([200, 2_000, 20_000]) })
 ])
 
@@ -605,6 +777,7 @@ const runScenario = (run: typeof Run.Type, steps: ReadonlyArray<Step>, latencies
   const world = newWorld(cycle(latencies))
   const gap = cycle(gaps)
   return Effect.gen(function*() {
+    tally.runs++
     yield* TestClock.setTime(Date.UTC(2026, run.month + 1, 1) - run.beforeMidnightMs)
     const scene = yield* makeScene(world, run.receipts)
     world.faultsOn = true
@@ -639,10 +812,16 @@ const runScenario = (run: typeof Run.Type, steps: ReadonlyArray<Step>, latencies
           const count = Math.min(action.count, faultsLeft)
           faultsLeft -= count
           if (count === 0) break
-          world.failNext.set(action.operation, (world.failNext.get(action.operation) ?? 0) + count)
-          yield* scene.note(`the next ${count} ${action.operation} fail`)
+          world.failNext.set(action.operation, [...(world.failNext.get(action.operation) ?? []), ...Array.from({ length: count }, () => action.kind)])
+          yield* scene.note(`the next ${count} ${action.operation} fail (${action.kind})`)
           break
         }
+        case "cancel":
+          yield* scene.cancel(action.back)
+          break
+        case "die":
+          yield* scene.dieClosing([action.after])
+          break
         case "outage": {
           const ms = Math.min(action.ms, outageLeft)
           if (ms === 0) break
@@ -724,6 +903,27 @@ describe("messages across month boundaries, storage failing", () => {
         yield* scene.finish(false)
       })))
 
+  it.effect("a client leaving with many unacked messages, its save applied but answered with a timeout twice: retried from the start, each message stored once", () =>
+    example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
+      Effect.gen(function*() {
+        const c = scene.live()!
+        const pushed: Array<string> = []
+        for (let i = 0; i < 60; i++) pushed.push((yield* scene.push({ channel: (i % 2) as 0 | 1, ttl: 3600 })).version!)
+        assert.strictEqual(scene.unacked(c).length, 60, "delivered directly, none acked")
+        scene.world.faultsOn = true
+        scene.world.failNext.set("saveMessages", ["lost", "lost"])
+        yield* scene.disconnect
+        yield* scene.advance(10_000)
+        assert.deepStrictEqual(scene.world.failed, ["saveMessages:lost", "saveMessages:lost"])
+        scene.world.faultsOn = false
+        const rows = (yield* scene.raw.fetchMessages(scene.uaid, (yield* scene.raw.getUser(scene.uaid).pipe(Effect.orDie))!.currentMonth!, 1000).pipe(Effect.orDie)).messages
+        assert.deepStrictEqual(rows.map((n) => n.version).sort(), [...pushed].sort(), "each message stored once, at its id's key")
+        const again = yield* scene.resume
+        yield* scene.ackAll(again!)
+        assert.deepStrictEqual([...again!.acked].sort(), [...pushed].sort())
+        yield* scene.finish(false)
+      })))
+
   it.effect("a message acked while deleting acked rows fails, the retry pending when the socket closes, is not delivered again", () =>
     example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
       Effect.gen(function*() {
@@ -735,7 +935,7 @@ describe("messages across month boundaries, storage failing", () => {
         assert.deepStrictEqual(scene.unacked(c!), [stored.version])
         // The client acks it; deleting its row fails (retried with backoff); the socket closes before the retry.
         scene.world.faultsOn = true
-        scene.world.failNext.set("deleteMessages", 1)
+        scene.world.failNext.set("deleteMessages", ["refused"])
         yield* scene.ack(c!, [stored.version!])
         const phase = c!.machine.phase
         assert.strictEqual(isLive(phase) ? phase.session.retry?.command._tag : undefined, "DeleteMessages", "the delete is to be retried")
@@ -757,7 +957,7 @@ describe("messages across month boundaries, storage failing", () => {
         yield* scene.advance(Date.UTC(2026, 1, 1, 0, 0, 5) - (yield* Clock.currentTimeMillis))
         // The socket closes: the message is saved into January's table, then leaving the record fails (retried).
         scene.world.faultsOn = true
-        scene.world.failNext.set("clearNodeId", 1)
+        scene.world.failNext.set("clearNodeId", ["refused"])
         yield* scene.disconnect
         // The client is back at once: it gets the saved copy from January's table, acks it, and moves to February's.
         const c = yield* scene.resume
@@ -779,7 +979,7 @@ describe("messages across month boundaries, storage failing", () => {
         // The endpoint reads the record (January, offline); before it stores, the client resumes and
         // starts moving, and reading the channel set fails once: the move waits for its retry.
         scene.world.faultsOn = true
-        scene.world.failNext.set("getChannels", 1)
+        scene.world.failNext.set("getChannels", ["refused"])
         const stored = yield* scene.push({ channel: 0, ttl: 3600, race: "resume" })
         assert.strictEqual(stored.status, 201)
         const c = scene.live()
@@ -794,6 +994,28 @@ describe("messages across month boundaries, storage failing", () => {
         const again = yield* scene.resume
         assert.deepStrictEqual(again!.of("notification").map((f) => f["version"]), [stored.version], "an accepted message delivered but not acked was lost")
         yield* scene.finish(false)
+      })))
+
+  it.effect("a message read from last month's table after the move, not acked: its node dying between the two steps of its move leaves it in a table, delivered", () =>
+    example(Date.UTC(2026, 0, 31, 23, 59, 50), (scene) =>
+      Effect.gen(function*() {
+        yield* scene.disconnect
+        yield* scene.advance(Date.UTC(2026, 1, 1, 0, 0, 2) - (yield* Clock.currentTimeMillis))
+        // As above: stored in January's table as the client moves, read from there after the move.
+        scene.world.faultsOn = true
+        scene.world.failNext.set("getChannels", ["refused"])
+        const stored = yield* scene.push({ channel: 0, ttl: 3600, race: "resume" })
+        yield* scene.advance(2_000)
+        const c = scene.live()!
+        assert.deepStrictEqual(scene.unacked(c), [stored.version])
+        // The client leaves; its node dies after the first write of the move (saved into February's
+        // table, or taken out of January's, whichever comes first).
+        const diedAfter = yield* scene.dieClosing(["saveMessages", "deleteMessage"])
+        assert.isDefined(diedAfter)
+        yield* scene.advance(2_000)
+        const again = yield* scene.resume
+        yield* scene.ackAll(again!)
+        assert.deepStrictEqual(again!.acked, [stored.version], "an accepted message delivered but not acked was lost when its node died")
       })))
 
   it.effect("the newest message of a topic, delivered directly while an older one waits in storage, is not lost to the older one", () =>
@@ -831,7 +1053,7 @@ describe("messages across month boundaries, storage failing", () => {
         // the read of the record after the store fails.
         yield* scene.advance(Date.UTC(2026, 1, 1, 0, 0, 5) - (yield* Clock.currentTimeMillis))
         scene.world.faultsOn = true
-        scene.world.failNext.set("getUser", 1)
+        scene.world.failNext.set("getUser", ["refused"])
         const second = yield* scene.push({ channel: 1, ttl: 3600 })
         scene.world.faultsOn = false
         const c = yield* scene.resume

@@ -14,20 +14,24 @@
  * - nothing is delivered after its ack, nor after it expired;
  * - every accepted message ends acked, expired, replaced by a newer one of its topic, or dropped
  *   (TTL 0 with nobody connected) — none is lost; a replaced topic message never comes back;
- * - per channel, messages come in push order (direct ones, and those the endpoint stored);
+ * - per channel, messages come in push order (direct ones, and stored ones: by the endpoint, or
+ *   saved unacked at a disconnect);
  * - a session's summary agrees with what crossed its socket: registers answered 200, and acks of
  *   messages it was sent;
  * - at most one live session per uaid;
  * - every invalid frame has a defined outcome (a close with a code of the table).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Arbitrary, Clock, Effect, Schema } from "effect"
+import { Arbitrary, Clock, Deferred, Effect, Fiber, Layer, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import type { DomainEvent } from "../../src/domain/events.ts"
 import { textFrame } from "../../src/protocol/inputs.ts"
 import { type ClientMessage, decodeClientFrame, isFrameError } from "../../src/protocol/messages.ts"
 import { closeFrame, type CloseKind } from "../../src/protocol/close.ts"
-import { Storage } from "../../src/storage/Storage.ts"
+import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
+import { EventLog } from "../../src/observability/EventLog.ts"
+import { layerMemory } from "../../src/storage/memory.ts"
+import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { type Client, makeHarness, pump, pushMessage, TestParts, testParts } from "./harness.ts"
 
 const START = Date.UTC(2026, 10, 27, 12, 0, 0)
@@ -293,8 +297,9 @@ const runScenario = (commands: ReadonlyArray<Command>, gap: () => number) =>
           const indexes = r.events.flatMap((e) => {
             if (e.type !== "notification.delivered.1" || e.data.source !== source || e.data.channelId !== channelId) return []
             const p = byVersion.get(e.data.version)!
-            // Only what the endpoint stored keeps its push-time sort key (saved-at-disconnect ones are re-stamped).
-            return source === "stored" && (p.direct || p.topicKey !== undefined) ? [] : [p.index]
+            // Timestamp messages keep their push-time sort key wherever they are stored (the key their
+            // id names: saved at a disconnect too); topic rows sort by topic.
+            return source === "stored" && p.topicKey !== undefined ? [] : [p.index]
           })
           assert.deepStrictEqual(indexes, [...indexes].sort((a, b) => a - b), `${source} messages out of order on a channel`)
         }
@@ -395,4 +400,54 @@ describe("session properties", () => {
       }).pipe(Effect.provide(TestParts)),
     { arbitrary: { runs: 100 } }
   )
+})
+
+describe("the close sequence, interrupted (the node stops)", () => {
+  /** Storage whose `saveMessages` waits until `gate` is opened. */
+  const gate = { open: undefined as Deferred.Deferred<void> | undefined, reached: undefined as Deferred.Deferred<void> | undefined }
+  const GatedParts = Layer.mergeAll(
+    Layer.effect(
+      Storage,
+      Effect.map(Storage, (inner) =>
+        mapStorageOperations(inner, (name) => (operation) =>
+          name !== "saveMessages" || gate.open === undefined ? operation : Effect.gen(function*() {
+            yield* Deferred.succeed(gate.reached!, undefined)
+            yield* Deferred.await(gate.open!)
+            return yield* operation
+          })))
+    ).pipe(Layer.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))),
+    EndpointCrypto.layerTest,
+    EventLog.layerMemory
+  )
+
+  it.effect("a save in flight when the session's fiber is interrupted completes, and `finish` goes on from its result", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(START)
+      const harness = yield* makeHarness()
+      const client = yield* harness.connect()
+      yield* client.frame({ messageType: "hello", use_webpush: true })
+      yield* client.frame({ messageType: "register", channelID: CHANNELS[0] })
+      const uaid = client.of("hello")[0]!["uaid"] as string
+      const { notification, direct } = yield* pushMessage(harness, uaid, CHANNELS[0])
+      assert.isTrue(direct)
+      yield* pump(client)
+      gate.open = yield* Deferred.make<void>()
+      gate.reached = yield* Deferred.make<void>()
+      // The client leaves; the node stops while the save of its unacked message is in flight.
+      const closing = yield* Effect.forkChild(client.feed({ _tag: "SocketClosed" }), { startImmediately: true })
+      yield* Deferred.await(gate.reached)
+      const interrupted = yield* Effect.forkChild(Fiber.interrupt(closing), { startImmediately: true })
+      yield* Deferred.succeed(gate.open, undefined)
+      yield* Fiber.join(interrupted)
+      gate.open = undefined
+      // What the node does with a session whose fiber ended before it closed (a few attempts, a second apart).
+      const finishing = yield* Effect.forkChild(client.machine.finish(), { startImmediately: true })
+      yield* TestClock.adjust(10_000)
+      yield* Fiber.join(finishing)
+      assert.isTrue(client.machine.isClosed)
+      assert.deepInclude(harness.events.find((e) => e.type === "notification.stored.1")?.data ?? {}, { version: notification.version, reason: "disconnect" })
+      const again = yield* harness.connect()
+      yield* again.frame({ messageType: "hello", uaid, use_webpush: true })
+      assert.deepStrictEqual(again.of("notification").map((f) => f["version"]), [notification.version])
+    }).pipe(Effect.provide(GatedParts)))
 })

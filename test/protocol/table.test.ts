@@ -886,7 +886,7 @@ describe("step: Closing", () => {
     check: (t) => assert.isTrue(sessionOf(t).unacked.has("d1"))
   })
   const stageOf = (t: Transition) => (t.phase as PhaseOf<"Closing">).stage
-  row("mailbox drained: unacked direct messages are to be saved (re-stamped after what is stored): the record is read first", closing({
+  row("mailbox drained: unacked direct messages are to be saved at the key their id names (never re-stamped): the record is read first", closing({
     unacked: new Map([["d1", direct(sent)], ["s1", stored(message({ version: "s1" }))]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
@@ -894,7 +894,7 @@ describe("step: Closing", () => {
     check: (t) => {
       const stage = stageOf(t)
       assert.strictEqual(stage._tag, "ReadingBefore")
-      if (stage._tag === "ReadingBefore") assert.deepStrictEqual(stage.messages.map((m) => [m.version, m.sortkeyTimestamp]), [["d1", NOW]])
+      if (stage._tag === "ReadingBefore") assert.deepStrictEqual(stage.messages.map((m) => [m.version, m.sortkeyTimestamp]), [["d1", sent.sortkeyTimestamp]])
     }
   })
   row("a topic message is saved only if it is still its topic's newest: nothing to save, the node leaves the record", closing({
@@ -931,15 +931,15 @@ describe("step: Closing", () => {
     phase: "Closed",
     events: ["session.ended.1"]
   })
-  row("the record is gone (the user was dropped): nothing to keep, the end", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent] }), {
+  row("the record is gone (the user was dropped): nothing to keep, the end", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent], strays: [] }), {
     _tag: "UserRead",
     user: undefined
   }, { phase: "Closed", events: ["session.ended.1"] })
-  row("the record names the table: the messages are saved there", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent] }), {
+  row("the record names the table: the messages are saved there", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent], strays: [] }), {
     _tag: "UserRead",
     user: user({ currentMonth: LAST_MONTH })
   }, { phase: "Closing", command: { _tag: "SaveMessages", table: LAST_MONTH } })
-  row("saved: this node leaves the record (the session's connected_at)", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH }), {
+  row("saved: this node leaves the record (the session's connected_at)", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH, strays: [] }), {
     _tag: "MessagesSaved",
     saved: [sent]
   }, { phase: "Closing", command: { _tag: "ClearNodeId", connectedAt: NOW - 1_000 } })
@@ -963,11 +963,23 @@ describe("step: Closing", () => {
     signals: ["NotifyPeer"],
     events: ["notification.stored.1", "session.ended.1"]
   })
-  row("the user moved to a new month meanwhile: what was saved is taken out of the old month, one by one", closing({}, NOW - 10, {
+  row("the user moved to a new month meanwhile: what was saved is saved into the new month first", closing({}, NOW - 10, {
     _tag: "ReadingAfter",
     table: LAST_MONTH,
     saved: [sent]
   }), { _tag: "UserRead", user: user({ currentMonth: THIS_MONTH }) }, {
+    phase: "Closing",
+    command: { _tag: "SaveMessages", table: THIS_MONTH },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveMessages" }>).messages.map((m) => m.version), ["d1"])
+  })
+  const after = user({ nodeId: undefined, currentMonth: THIS_MONTH })
+  row("saved into the new month: then taken out of the old one, one by one", closing({}, NOW - 10, {
+    _tag: "Following",
+    from: LAST_MONTH,
+    to: THIS_MONTH,
+    after,
+    saved: [sent]
+  }), { _tag: "MessagesSaved", saved: [sent] }, {
     phase: "Closing",
     command: { _tag: "TakeMessage" },
     check: (t) => {
@@ -975,47 +987,53 @@ describe("step: Closing", () => {
       assert.deepStrictEqual([command.row.table, command.row.notification.version], [LAST_MONTH, "d1"])
     }
   })
-  const takingMoved = (taken: ReadonlyArray<Notification>): ClosingStage => ({
-    _tag: "TakingMoved",
-    to: THIS_MONTH,
-    after: user({ nodeId: undefined, currentMonth: THIS_MONTH }),
+  const takingMoved: ClosingStage = {
+    _tag: "Taking",
+    table: THIS_MONTH,
+    then: { _tag: "Finish", after },
     saved: [sent],
     left: [stored(sent, LAST_MONTH)],
-    taken
+    undo: []
+  }
+  row("a moved message taken out of the old month: the end", closing({}, NOW - 10, takingMoved), { _tag: "MessageTaken", taken: true }, {
+    phase: "Closed",
+    events: ["notification.stored.1", "session.ended.1"]
   })
-  row("a moved message still in the old month: saved into the user's new month", closing({}, NOW - 10, takingMoved([])), { _tag: "MessageTaken", taken: true }, {
-    phase: "Closing",
-    command: { _tag: "SaveMessages", table: THIS_MONTH },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveMessages" }>).messages.map((m) => m.version), ["d1"])
-  })
-  row("a moved message gone from the old month (read and acked there meanwhile): not saved again, the end", closing({}, NOW - 10, takingMoved([])), {
+  row("a moved message gone from the old month (read and acked there meanwhile): its copy is taken back out of the new month", closing({}, NOW - 10, takingMoved), {
     _tag: "MessageTaken",
     taken: false
-  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"] })
-  row("saved in the new month: the end", closing({}, NOW - 10, { _tag: "Following", after: user({ nodeId: undefined }), saved: [sent] }), {
-    _tag: "MessagesSaved",
-    saved: [sent]
-  }, { phase: "Closed", events: ["notification.stored.1", "session.ended.1"] })
-  row("mailbox drained after a month move: an unacked row read from last month's table is taken out of it, then saved where the user lives", closing({
+  }, {
+    phase: "Closing",
+    command: { _tag: "TakeMessage" },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "TakeMessage" }>
+      assert.deepStrictEqual([command.row.table, command.row.notification.version], [THIS_MONTH, "d1"])
+    }
+  })
+  row("its copy taken back: the end, nothing stored", closing({}, NOW - 10, { ...takingMoved, saved: [], left: [], undo: [sent] }), {
+    _tag: "MessageTaken",
+    taken: true
+  }, { phase: "Closed", events: ["session.ended.1"] })
+  row("mailbox drained after a month move: an unacked row read from last month's table is saved where the user lives (the record is read first)", closing({
     unacked: new Map([["s1", stored(message({ version: "s1" }), LAST_MONTH)], ["s2", stored(message({ version: "s2" }))]])
   }), { _tag: "MailboxDrained" }, {
+    phase: "Closing",
+    command: { _tag: "ReadUser" },
+    check: (t) => {
+      const stage = stageOf(t)
+      assert.deepStrictEqual(stage._tag === "ReadingBefore" ? [stage.messages.map((m) => m.version), stage.strays.map((r) => r.table)] : [], [["s1"], [LAST_MONTH]])
+    }
+  })
+  row("saved with the strays: each stray is then taken out of the table it was read from", closing({}, NOW - 10, {
+    _tag: "Saving",
+    table: THIS_MONTH,
+    strays: [stored(message({ version: "s1" }), LAST_MONTH)]
+  }), { _tag: "MessagesSaved", saved: [sent, message({ version: "s1" })] }, {
     phase: "Closing",
     command: { _tag: "TakeMessage" },
     check: (t) => {
       const command = t.command as Extract<Command, { _tag: "TakeMessage" }>
       assert.deepStrictEqual([command.row.table, command.row.notification.version], [LAST_MONTH, "s1"])
-    }
-  })
-  row("a stray taken: saved with the rest (the record is read first)", closing({}, NOW - 10, {
-    _tag: "TakingStrays",
-    messages: [sent],
-    left: [stored(message({ version: "s1" }), LAST_MONTH)]
-  }), { _tag: "MessageTaken", taken: true }, {
-    phase: "Closing",
-    command: { _tag: "ReadUser" },
-    check: (t) => {
-      const stage = stageOf(t)
-      assert.deepStrictEqual(stage._tag === "ReadingBefore" ? stage.messages.map((m) => m.version) : [], ["d1", "s1"])
     }
   })
   row("mailbox drained: acked rows whose delete failed and waits for its retry are deleted too", closing({
@@ -1030,11 +1048,11 @@ describe("step: Closing", () => {
     check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["p1", "s0"])
   })
   const save: Command = { _tag: "SaveMessages", uaid: UAID, table: THIS_MONTH, messages: [sent], attempt: 0 }
-  row("a step of the end failed: retried later", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH }), { _tag: "CommandFailed", command: save }, {
+  row("a step of the end failed: retried later", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH, strays: [] }), { _tag: "CommandFailed", command: save }, {
     phase: "Closing",
     check: (t) => assert.strictEqual(deadline(t.phase), NOW + OPTIONS.storageRetryMs)
   })
-  row("failing for save_retry: given up, the session ends", closing({}, NOW - OPTIONS.saveRetryForMs, { _tag: "Saving", table: THIS_MONTH }), {
+  row("failing for save_retry: given up, the session ends", closing({}, NOW - OPTIONS.saveRetryForMs, { _tag: "Saving", table: THIS_MONTH, strays: [] }), {
     _tag: "CommandFailed",
     command: save
   }, {

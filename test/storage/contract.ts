@@ -508,6 +508,37 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).map((m) => m.version), ["t2"])
       }))
 
+    test("saving a message again writes over its own row: a save retried from the start stores each message once", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const other = message({ channelId: chid(1), version: "other-id-same-ms", sortkeyTimestamp: T0 })
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, other), "stored")
+        const unacked = [
+          message({ channelId: chid(1), version: "a", sortkeyTimestamp: T0 }),
+          message({ channelId: chid(1), version: "b", sortkeyTimestamp: T0 + 5 }),
+          message({ channelId: chid(2), version: "c", topic: "t", sortkeyTimestamp: T0 })
+        ]
+        const first = yield* s.saveMessages(uaid(1), table, unacked)
+        for (let retry = 0; retry < 3; retry++) assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, unacked), first)
+        assert.deepStrictEqual(first.map((m) => [m.version, m.sortkeyTimestamp]), [["a", T0 + 1], ["b", T0 + 5], ["c", T0]])
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, unacked[1]!), "stored", "its own row is no other message's key")
+        const page = yield* s.fetchMessages(uaid(1), table, 10)
+        assert.deepStrictEqual(page.messages.map((m) => m.version), ["c", "other-id-same-ms", "a", "b"])
+      }))
+
+    test("a delete by version removes that message or nothing", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const stored = message({ channelId: chid(1), version: "stored", sortkeyTimestamp: T0 })
+        yield* s.saveMessage(uaid(1), table, stored)
+        assert.isFalse(yield* s.deleteMessage(uaid(1), table, messageKeyOf(stored), "another-id-of-this-key"))
+        assert.isFalse(yield* s.deleteMessage(uaid(1), table, { kind: "timestamp", channelId: chid(1), sortkeyTimestamp: T0 + 1 }, "stored"))
+        assert.deepStrictEqual((yield* s.fetchMessages(uaid(1), table, 10)).messages.map((m) => m.version), ["stored"])
+        assert.isTrue(yield* s.deleteMessage(uaid(1), table, messageKeyOf(stored), "stored"))
+        assert.isFalse(yield* s.deleteMessage(uaid(1), table, messageKeyOf(stored), "stored"))
+        assert.deepStrictEqual((yield* s.fetchMessages(uaid(1), table, 10)).messages, [])
+      }))
+
     test("expired messages are invisible on every read (expiry <= now)", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable

@@ -1,7 +1,8 @@
 /**
  * The DynamoDB layer against a server that misbehaves: a proxy in front of dynalite answers some
  * requests itself with throttling errors or "nothing processed" batch results, closes the connection
- * under a request, or never answers.
+ * under a request, or never answers — before the request reaches the store, or after it was applied
+ * there (`applied`: DynamoDB's usual failure, a write written and its answer lost).
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer, request, type IncomingMessage, type Server } from "node:http"
@@ -16,7 +17,8 @@ import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { startDynalite } from "../../src/storage/embedded.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
-type Fault = "throttle" | "unprocessed" | "hang" | "drop" | "slow"
+/** `pass`: this request is forwarded as usual (a later one of the list is faulted). */
+type Fault = "pass" | "throttle" | "unprocessed" | "hang" | "drop" | "slow" | "applied"
 
 const dataDir = mkdtempSync(join(tmpdir(), "autopush-faults-"))
 const scope = Effect.runSync(Scope.make())
@@ -64,6 +66,8 @@ beforeAll(async () => {
     const forward = request(
       { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: req.headers },
       (up) => {
+        // Applied upstream; the answer never comes back.
+        if (fault === "applied") return void up.resume().on("end", () => res.on("close", () => abandoned++))
         res.writeHead(up.statusCode ?? 500, up.headers)
         up.pipe(res)
       }
@@ -103,6 +107,32 @@ const withStorage = <A, E>(effect: Effect.Effect<A, E, Storage>, timeoutMs?: num
 const count = (operation: string) => seen.filter((o) => o === operation).length
 
 describe("DynamoDB layer under faults", () => {
+  it.live("a save whose writes are applied and answered with a timeout, retried from the start: each message stored once", () =>
+    withStorage(Effect.gen(function*() {
+      const s = yield* Storage
+      const table = yield* s.currentMessageTable
+      const uaid = "00000000000000000000000000000001"
+      const channelId = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
+      const at = Date.UTC(2034, 4, 15, 12)
+      const messages = Array.from({ length: 6 }, (_, i) => ({
+        channelId,
+        version: `m${i}`,
+        ttl: 3600,
+        timestamp: Math.floor(at / 1000),
+        sortkeyTimestamp: at + (i >> 1) // two messages (two ids) at each ms
+      }))
+      // The third write is applied, its answer lost: the operation times out, as a whole.
+      faults.set("PutItem", ["pass", "pass", "applied"])
+      const first = yield* Effect.flip(s.saveMessages(uaid, table, messages))
+      assert.instanceOf(first.cause, StorageTimeout)
+      faults.set("PutItem", ["applied"])
+      assert.instanceOf((yield* Effect.flip(s.saveMessages(uaid, table, messages))).cause, StorageTimeout)
+      const saved = yield* s.saveMessages(uaid, table, messages)
+      const page = yield* s.fetchTimestampMessages(uaid, table, undefined, 100)
+      assert.deepStrictEqual(page.messages.map((m) => m.version).sort(), messages.map((m) => m.version))
+      assert.deepStrictEqual(saved.map((m) => m.version), messages.map((m) => m.version))
+    }), 500))
+
   it.effect("throttled requests are retried a few times, then succeed", () =>
     withStorage(Effect.gen(function*() {
       const s = yield* Storage
@@ -178,14 +208,17 @@ describe("DynamoDB layer under faults", () => {
       sortkeyTimestamp: Date.now() + n
     })
 
-    it.live("saveMessages: four writes, each answered just under the deadline, fail at about one deadline", () =>
+    it.live("saveMessages: four writes one after another, each answered just under the deadline, fail at about one deadline", () =>
       withStorage(Effect.gen(function*() {
         const s = yield* Storage
         const table = yield* s.currentMessageTable
         slowMs = 250
         slowly("PutItem")
         const started = Date.now()
-        const error = yield* Effect.flip(s.saveMessages(uaid, table, [1, 2, 3, 4].map(message)))
+        // Four messages of one channel and ms: written in turn (each taking the next ms free).
+        const at = Date.now()
+        const sameKey = [1, 2, 3, 4].map((n) => ({ ...message(n), sortkeyTimestamp: at }))
+        const error = yield* Effect.flip(s.saveMessages(uaid, table, sameKey))
         const took = Date.now() - started
         assert.strictEqual(error.operation, "saveMessages")
         assert.instanceOf(error.cause, StorageTimeout)
@@ -193,6 +226,21 @@ describe("DynamoDB layer under faults", () => {
         assert.isBelow(took, 700, `took ${took} ms`)
         assert.isAtMost(count("PutItem"), 2)
       }), 400))
+
+    it.live("saveMessages: rows are written side by side, within one deadline that writing them one by one would outlive", () =>
+      withStorage(Effect.gen(function*() {
+        const s = yield* Storage
+        const table = yield* s.currentMessageTable
+        slowMs = 150
+        slowly("PutItem")
+        const channel = (c: number) => `00000000-0000-4000-8000-0000000000${String(c).padStart(2, "0")}`
+        // Two channels, 12 rows each (one channel's rows at 12 ms apart, as a client's unacked ones):
+        // one by one, 24 writes of 150 ms; side by side, two rounds.
+        const messages = Array.from({ length: 24 }, (_, n) => ({ ...message(n), channelId: channel(n % 2) }))
+        const saved = yield* s.saveMessages(uaid, table, messages)
+        assert.deepStrictEqual(saved.map((m) => m.version), messages.map((m) => m.version), "in the order given")
+        assert.strictEqual((yield* s.fetchTimestampMessages(uaid, table, undefined, 100)).messages.length, 24)
+      }), 1_500))
 
     it.live("dropUser: the record, the query of its rows and their deletion together fail at about one deadline", () =>
       withStorage(Effect.gen(function*() {
