@@ -97,7 +97,7 @@ const runsDynalite = (settings: Settings): boolean => settings.storageEndpoint =
  */
 const startEmbeddedStore = (settings: Settings) =>
   Effect.gen(function*() {
-    const endpoint = yield* startDynalite(embeddedDataDir(settings), { host: EMBEDDED_STORE_HOST, port: settings.storagePort })
+    const endpoint = yield* startDynalite(embeddedDataDir(settings), { host: EMBEDDED_STORE_HOST, port: settings.storagePort, option: "storage_port" })
     yield* announceEmbedded(embeddedDataDir(settings), endpoint)
     return endpoint
   })

@@ -44,6 +44,8 @@ type ThreadMessage =
 interface DynaliteListen {
   readonly host: string
   readonly port: number
+  /** The option that sets `port`, named when the port is in use. */
+  readonly option: string
 }
 
 const startThread = (dataDir: string, listen: DynaliteListen) =>
@@ -63,7 +65,7 @@ const startThread = (dataDir: string, listen: DynaliteListen) =>
           message.error.code === "LEVEL_LOCKED"
             ? new EmbeddedDataError(`the embedded data under ${dataDir} is in use by another process`, true)
             : message.error.code === "EADDRINUSE"
-            ? listenFailure("storage_port", listen.host, listen.port, message.error)
+            ? listenFailure(listen.option, listen.host, listen.port, message.error)
             : new EmbeddedDataError(`cannot open the embedded data under ${dataDir}: ${message.error.message}`, false)
         )
       }
@@ -92,7 +94,7 @@ const stopThread = (worker: Worker) =>
  */
 export const startDynalite = (
   dataDir: string,
-  listen: DynaliteListen = { host: "127.0.0.1", port: 0 }
+  listen: DynaliteListen = { host: "127.0.0.1", port: 0, option: "storage_port" }
 ): Effect.Effect<string, StorageError, Scope.Scope> =>
   Effect.acquireRelease(startThread(dataDir, listen), ({ worker }) => stopThread(worker)).pipe(
     Effect.map(({ port }) => `http://${localHostOf(listen.host)}:${port}`)

@@ -44,7 +44,7 @@ export const storageServer = (argv: ReadonlyArray<string>): Effect.Effect<void, 
     const dataDir = embeddedDataDir(settings)
     yield* Effect.scoped(
       Effect.gen(function*() {
-        const endpoint = yield* startDynalite(dataDir, { host, port }).pipe(
+        const endpoint = yield* startDynalite(dataDir, { host, port, option: "--port" }).pipe(
           Effect.catchTag("StorageError", (error) =>
             Effect.fail(
               new ToolFailure({

@@ -139,9 +139,14 @@ describe("start-up failures: one line naming the option, exit 1, no stack", () =
     }
   }, 60_000)
 
-  it("the embedded store's port (storage_port) in use", async () => {
+  it("the embedded dynalite store's port (storage_port: data of an earlier version) in use", async () => {
+    // Dynalite data of an earlier version, which the all-in-one serves on storage_port.
+    const legacy = mkdtempSync(join(tmpdir(), "autopush-startup-"))
+    const scope = Effect.runSync(Scope.make())
+    await Effect.runPromise(Scope.provide(startDynalite(join(legacy, "data", "dynalite")), scope))
+    await Effect.runPromise(Scope.close(scope, Exit.void))
     const taken = await holdPort()
-    expectOneLine(await run("autopush.ts", [...(await ports()), "--storage-port", String(taken)]), new RegExp(`^autopush: cannot start: port ${taken} is in use \\(option storage_port\\)`))
+    expectOneLine(await run("autopush.ts", [...(await ports()), "--storage-port", String(taken)], legacy), new RegExp(`^autopush: cannot start: port ${taken} is in use \\(option storage_port\\)`))
   }, 60_000)
 
   it("a crypto key that is not one", async () => {

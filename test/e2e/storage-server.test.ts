@@ -91,7 +91,7 @@ describe("npm run storage", () => {
     try {
       const inUse = await runScript("storage.ts", ["--port", String(other), "--data-dir", dataDir])
       expect(inUse.code).toBe(1)
-      expect(inUse.stderr.trim()).toBe(`storage: cannot serve ${join(dataDir, "dynalite")} on 127.0.0.1:${other}: port ${other} on 127.0.0.1 is in use`)
+      expect(inUse.stderr.trim()).toBe(`storage: cannot serve ${join(dataDir, "dynalite")} on 127.0.0.1:${other}: port ${other} is in use (option --port): stop what listens on 127.0.0.1:${other}, or choose another port`)
     } finally {
       holder.close()
     }
