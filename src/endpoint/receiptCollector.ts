@@ -58,7 +58,32 @@ interface CollectorParts {
 type Headers = Readonly<Record<string, string>>
 
 export const makeCollector = (parts: CollectorParts) => {
-  const { read, handed, document } = parts
+  const { handed, document } = parts
+
+  /**
+   * Receipts this node has answered with (or is answering with) whose removal has not finished,
+   * by subscription: left out of its reads, so a sender that asks again at once does not get them
+   * twice from this node. (A sender whose next request reaches another node in that moment may:
+   * collection is at least once.)
+   */
+  const removing = new Map<string, Set<string>>()
+  const mark = (id: string, receipts: ReadonlyArray<MessageStatus>) => {
+    const ids = removing.get(id) ?? new Set<string>()
+    for (const receipt of receipts) ids.add(receipt.messageId)
+    removing.set(id, ids)
+  }
+  const unmark = (id: string, receipts: ReadonlyArray<MessageStatus>) =>
+    Effect.sync(() => {
+      const ids = removing.get(id)
+      if (ids === undefined) return
+      for (const receipt of receipts) ids.delete(receipt.messageId)
+      if (ids.size === 0) removing.delete(id)
+    })
+  const read = (id: string) =>
+    Effect.map(parts.read(id), (all) => {
+      const ids = removing.get(id)
+      return all === undefined || ids === undefined ? all : all.filter((receipt) => !ids.has(receipt.messageId))
+    })
   const left = (until: number) => Effect.map(Clock.currentTimeMillis, (now) => Math.max(0, until - now))
 
   /** One JSON answer: the receipts there are, or, once some come (or the wait is over), those. */
@@ -75,10 +100,13 @@ export const makeCollector = (parts: CollectorParts) => {
       const body = JSON.stringify({ receipts: receipts.map(document) })
       // Removed once the whole answer went out (and then whatever follows: the removal is not cut by
       // the client closing its socket). A client that dropped mid-answer keeps them for its next
-      // collection; one that asks again before the removal may get them twice (at least once).
-      if (yield* written(res, 200, { ...headers, "content-type": "application/json", "cache-control": "no-store" }, body)) {
-        yield* Effect.uninterruptible(handed(id, receipts))
-      }
+      // collection; meanwhile they are left out of this node's reads (`removing`).
+      mark(id, receipts)
+      yield* Effect.uninterruptibleMask((restore) =>
+        restore(written(res, 200, { ...headers, "content-type": "application/json", "cache-control": "no-store" }, body)).pipe(
+          Effect.flatMap((sent) => (sent && receipts.length > 0 ? handed(id, receipts) : Effect.void)),
+          Effect.ensuring(unmark(id, receipts))
+        ))
     })
 
   /** Receipts as they come, held open until the client leaves, the subscription expires, the hold is over or the server stops. */

@@ -9,7 +9,7 @@ import { assert, describe, it, layer } from "@effect/vitest"
 import { EventEmitter } from "node:events"
 import * as http from "node:http"
 import * as http2 from "node:http2"
-import { Context, Effect, Layer } from "effect"
+import { Context, Deferred, Effect, Fiber, Layer } from "effect"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import type { ReceiptOptions } from "../../src/endpoint/options.ts"
 import { makeCollector } from "../../src/endpoint/receiptCollector.ts"
@@ -361,4 +361,29 @@ describe("a JSON collection: receipts removed only once the answer went out", ()
         assert.deepStrictEqual(handed, drops ? [] : ["m1"])
       }))
   }
+
+  it.effect("a sender that asks again while the removal is under way does not get them twice from this node", () =>
+    Effect.gen(function*() {
+      const removed = yield* Deferred.make<void>()
+      let removals = 0
+      const { held } = makeCollector({
+        // Storage still holds the receipt until the first removal is let through.
+        read: () => Effect.map(Deferred.isDone(removed), (done) => (done ? [] : [receipt])),
+        handed: () => (removals++ === 0 ? Deferred.await(removed) : Effect.void),
+        document: (status) => ({ message: status.messageId }) as unknown as StatusDocument,
+        messagePath: "/m/",
+        endedAtMaxHold: () => {}
+      })
+      const first = response(false)
+      const removing = yield* Effect.forkChild(held("rs", "json", first.res, {}, 0))
+      yield* Effect.yieldNow
+      assert.strictEqual(first.written.length, 1)
+      assert.include(first.written[0], "m1")
+      const again = response(false)
+      yield* held("rs", "json", again.res, {}, 0)
+      yield* Deferred.succeed(removed, undefined)
+      yield* Fiber.join(removing)
+      assert.deepStrictEqual(again.written.map((body) => JSON.parse(body)), [{ receipts: [] }])
+      assert.strictEqual(removals, 1)
+    }))
 })
