@@ -118,6 +118,68 @@ export const storedNotification = (n: Notification): Notification => {
   return n.sortkeyTimestamp === undefined ? { ...base, topic: n.topic } : { ...base, topic: n.topic, sortkeyTimestamp: n.sortkeyTimestamp }
 }
 
+/**
+ * A message row's fields, by the name every backend stores them under (DynamoDB attributes, SQLite
+ * columns); undefined: absent. `sortkey_timestamp` only for a topic message (a timestamp message's
+ * ms is in its key); `topic` is in the key too, and kept as an attribute where the store has no
+ * fixed columns.
+ */
+export interface MessageFields {
+  readonly chidmessageid: string
+  readonly updateid: string
+  readonly ttl: number
+  readonly timestamp: number
+  readonly expiry: number
+  readonly topic: string | undefined
+  readonly sortkey_timestamp: number | undefined
+  readonly urgency: string | undefined
+  readonly receipt: string | undefined
+  readonly data: string | undefined
+  readonly headers: Readonly<Record<string, string>> | undefined
+}
+
+/** The row fields a message is stored as. */
+export const messageFields = (n: Notification): MessageFields => ({
+  chidmessageid: messageSortKey(n),
+  updateid: n.version,
+  ttl: n.ttl,
+  timestamp: n.timestamp,
+  expiry: expiryOf(n),
+  topic: n.topic,
+  sortkey_timestamp: n.topic !== undefined ? n.sortkeyTimestamp : undefined,
+  urgency: n.urgency,
+  receipt: n.receipt,
+  data: n.data,
+  headers: n.headers
+})
+
+/** A row's fields as a backend read them: any may be missing (rows that are not messages, rows of older versions). */
+export type StoredMessageFields = { readonly [K in keyof MessageFields]?: MessageFields[K] | undefined }
+
+/**
+ * A message as it reads back from its row: channel, topic and ms from the sort key (a timestamp
+ * message always has a `sortkeyTimestamp`; a topic message the one it was stored with, if any), an
+ * urgency this service did not write left out; undefined for a row that is not a message.
+ */
+export const messageFromFields = (row: StoredMessageFields): Notification | undefined => {
+  const key = parseSortKey(row.chidmessageid ?? "")
+  if (key === undefined || row.updateid === undefined) return undefined
+  const urgency = URGENCIES.find((u) => u === row.urgency)
+  return {
+    channelId: key.channelId,
+    version: row.updateid,
+    ttl: row.ttl ?? 0,
+    timestamp: row.timestamp ?? 0,
+    ...(key.topic !== undefined
+      ? { topic: key.topic, ...(row.sortkey_timestamp !== undefined ? { sortkeyTimestamp: row.sortkey_timestamp } : {}) }
+      : { sortkeyTimestamp: key.sortkeyTimestamp }),
+    ...(urgency !== undefined ? { urgency } : {}),
+    ...(row.receipt !== undefined ? { receipt: row.receipt } : {}),
+    ...(row.data !== undefined ? { data: row.data } : {}),
+    ...(row.headers !== undefined ? { headers: row.headers } : {})
+  }
+}
+
 /** A router record as it reads back: fields that are `undefined` are absent. */
 export const storedUser = (user: UserRecord): UserRecord => {
   const out: Record<string, unknown> = {}
