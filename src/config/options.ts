@@ -1,7 +1,7 @@
 /**
  * Every configuration option, in one table. The table drives parsing (ini files, environment,
  * flags), `--help`, the sample ini files in `config/` and the README table; nothing else lists
- * options. Names follow the seed (`port`, `router_port`, `crypto_key`, …); `Settings` exposes them
+ * options. Names are Mozilla autopush's (`port`, `router_port`, `crypto_key`, …); `Settings` exposes them
  * in camelCase.
  *
  * Each option has a scope: `shared` options may be set in any ini file and under any environment
@@ -27,7 +27,7 @@ export const roleScopes: Readonly<Record<Role, ReadonlyArray<Scope>>> = {
   autoendpoint: ["shared", "endpoint"]
 }
 
-/** The ini file of each scope (seed names). */
+/** The ini file of each scope (named as Mozilla autopush's). */
 export const iniFile: Readonly<Record<Scope, string>> = {
   shared: "autopush_shared.ini",
   connection: "autopush_connection.ini",
@@ -232,7 +232,7 @@ export interface OptionDef<A = unknown, D = unknown> {
   readonly description: string
   /** Never printed: redacted in logs, not echoed in error messages. */
   readonly secret: boolean
-  /** Extra environment names (autopush-rs spellings, the seed's docker `CRYPTO_KEY`, AWS names). */
+  /** Extra environment names (autopush-rs spellings, the `CRYPTO_KEY` of autopush's Docker images, AWS names). */
   readonly env: ReadonlyArray<string>
 }
 

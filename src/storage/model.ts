@@ -3,15 +3,15 @@
  * sort keys, key ranges, what a stored item reads back as, and when it is visible.
  *
  * Sort keys:
- * - `" "` — the per-user meta row (`channel_count`; the seed's `chids` string
- *   set is still read and removed from, never written);
+ * - `" "` — the per-user meta row (`channel_count`; the `chids` string set that held a user's
+ *   channels before channel rows existed is still read and removed from, never written);
  * - `00:{chid}` — one row per registered channel (a register costs the same at the 1st and the
  *   10,000th channel, and no item grows towards DynamoDB's 400 KB item limit);
  * - `01:{chid}:{topic}` — topic messages (one per channel and topic, a new one replaces it);
  * - `02:{ms}:{chid}` — timestamp messages, `ms` = `sortkeyTimestamp ?? timestamp * 1000`.
  *
  * `ms` is written as 13 digits, zero-padded. Every instant from 2001-09-09 to 2286-11-20 already has
- * 13 digits, so for real data this is exactly the seed's unpadded key (tables written by autopush
+ * 13 digits, so for real data this is exactly autopush's unpadded key (tables written by autopush
  * stay readable); the padding only keeps string order equal to numeric order for small test times.
  * Negative or ≥ 10^13 values are outside the model.
  */
@@ -51,7 +51,7 @@ export const messageSortKey = (n: Notification): string => sortKeyOf(messageKeyO
 
 /**
  * Exclusive lower bound of a timestamp page: every key of a later ms is greater, every key of
- * `after` itself is smaller (`z` sorts after any hex digit or `-`), as PY's `02:{ts}:z`.
+ * `after` itself is smaller (`z` sorts after any hex digit or `-`), as autopush's `02:{ts}:z`.
  */
 export const timestampLowerBound = (after: number | undefined): string =>
   after === undefined ? TIMESTAMP_PREFIX : `${TIMESTAMP_PREFIX}${formatMs(after)}:z`
