@@ -44,7 +44,9 @@
  *
  * Options (flag or environment): --seconds/BENCH_SECONDS (10), --sockets/BENCH_SOCKETS (2000),
  * --collectors/BENCH_COLLECTORS (300), --settle/BENCH_SETTLE (4: seconds from the abuse's end to the
- * "after" figures), --only/BENCH_ONLY (comma-separated case names).
+ * "after" figures), --only/BENCH_ONLY (comma-separated case names). AUTOPUSH_SERVER_ROOT=<checkout>
+ * runs that checkout's all-in-one instead of this one's (the same cases against an earlier commit,
+ * e.g. a `git worktree` of it, to compare the two in one session).
  */
 import { fork } from "node:child_process"
 import { once } from "node:events"

@@ -89,22 +89,25 @@ export const start = async (extra: ReadonlyArray<string>): Promise<{ readonly de
   return { deployment, pid: deployment.pid() as number }
 }
 
-/** The bare server of `bench:stored` and `bench:storm` (`stored-servers.ts`), in its own process. */
+/**
+ * The bare server of `bench:stored` and `bench:storm`, in its own process: `stored-servers.ts` (on
+ * embedded dynalite), or `stored-sqlite-server.ts` (on SQLite, `bench:stored`).
+ */
 export interface BareServer {
   readonly pid: number
   readonly wsUrl: string
   /** `{httpUrl}/push/{uaid}/{chid}` stores a message. */
   readonly httpUrl: string
-  /** Its embedded dynalite, for seeding storage directly. */
+  /** Its embedded dynalite, for seeding storage directly (the dynalite server's only). */
   readonly dynamoUrl: string
   readonly stop: () => Promise<void>
 }
 
-export const startBare = async (): Promise<BareServer> => {
+export const startBare = async (script = "./stored-servers.ts"): Promise<BareServer> => {
   const dataDir = mkdtempSync(join(tmpdir(), "autopush-bench-bare-"))
-  const child = fork(new URL("./stored-servers.ts", import.meta.url).pathname, [dataDir], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
+  const child = fork(new URL(script, import.meta.url).pathname, [dataDir], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
   const [ports] = await Promise.race([
-    once(child, "message") as Promise<[{ ws: number; http: number; dynamo: number }]>,
+    once(child, "message") as Promise<[{ ws: number; http: number; dynamo?: number }]>,
     once(child, "exit").then(([code]) => Promise.reject(new Error(`the bare server exited (${code})`)))
   ])
   return {

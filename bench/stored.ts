@@ -6,28 +6,35 @@
  *   --data-dir a data directory of your choice, e.g. one holding an earlier version's dynalite
  *   data). A client registers and goes away; N messages are pushed to it through the public API
  *   (stored);
- * - bare: `stored-servers.ts`, plain `node:http` + `ws` on embedded dynalite on a worker thread
- *   (not SQLite: unless ours runs on dynalite data, the two are on different stores), the same
- *   tables: the user's router record is written directly, and the N messages are POSTed to it,
- *   each one PutItem;
+ * - bare: plain `node:http` + `ws` on the same store as ours by default: `stored-sqlite-server.ts`,
+ *   one `node:sqlite` file in WAL mode as ours, one INSERT per message; with `--bare dynalite`,
+ *   `stored-servers.ts` on embedded dynalite on a worker thread (for ours on dynalite data), one
+ *   PutItem per message. The user's router record is written directly, and the N messages are
+ *   POSTed to it;
  *
  * then the client connects again and acks each message as it comes, as Firefox does. Printed: one
  * table of the store rate and the drain rate from hello to the last ack, each with the server's CPU
- * per message (user + system from /proc, storage thread included), ours / bare, and the target
- * (ours drains ≥ 2,000 msg/s); then the store phase's CPU per message by thread (main, dynalite's
- * thread, its LevelDB I/O threads, V8's helpers), which shows what bounds the store rate.
+ * per message (user + system from /proc, worker threads included: dynalite's, or SQLite's
+ * checkpoints), ours / bare, and the storage operations per stored message (ours: its storage
+ * operations, from the `storage.time` counts of its /metrics; bare: the statements or requests it
+ * made), and the target (ours drains ≥ 2,000 msg/s); then the store phase's CPU per message by
+ * thread (main, the storage thread, I/O threads, V8's helpers), which shows what bounds the store rate.
  *
  * Options (flag or environment): --messages/BENCH_MESSAGES (10000), --bytes/BENCH_BYTES (256),
- * --only/BENCH_ONLY (ours or bare; both by default), --data-dir/BENCH_DATA_DIR (ours: data_dir; a fresh one by default).
+ * --only/BENCH_ONLY (ours or bare; both by default), --data-dir/BENCH_DATA_DIR (ours: data_dir; a fresh one by default),
+ * --bare/BENCH_BARE (sqlite, the default, or dynalite).
  */
 import { randomBytes, randomUUID } from "node:crypto"
 import { openClient } from "../test/connection/client.ts"
 import { cpuMeter, fmt, hello, measurePipelines, option, printComparison, push, register, start, startBare, threadMeter } from "./harness.ts"
+import { scrape } from "./storm-node.ts"
 import { ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
 const MESSAGES = Number(option("messages", "BENCH_MESSAGES", "10000"))
 const BYTES = Number(option("bytes", "BENCH_BYTES", "256"))
 const DATA_DIR = option("data-dir", "BENCH_DATA_DIR", "")
+const BARE_STORE = option("bare", "BENCH_BARE", "sqlite")
+if (BARE_STORE !== "sqlite" && BARE_STORE !== "dynalite") throw new Error(`--bare: sqlite or dynalite, not ${BARE_STORE}`)
 const TARGET = 2000
 
 interface Server {
@@ -35,8 +42,13 @@ interface Server {
   readonly wsUrl: string
   /** A user with one channel, offline: its uaid and its push endpoint. */
   readonly subscribe: () => Promise<{ readonly uaid: string; readonly endpoint: string }>
+  /** Storage operations made so far (a running count). */
+  readonly storageOperations: () => Promise<number>
   readonly stop: () => Promise<void>
 }
+
+/** A JSON object's numbers, summed. */
+const total = (counts: Readonly<Record<string, number>>): number => Object.values(counts).reduce((sum, n) => sum + n, 0)
 
 const ours = async (): Promise<Server> => {
   const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2), ...(DATA_DIR === "" ? [] : ["--data-dir", DATA_DIR])])
@@ -50,11 +62,37 @@ const ours = async (): Promise<Server> => {
       await first.close()
       return { uaid, endpoint }
     },
+    storageOperations: async () => {
+      let operations = 0
+      for (const [key, value] of await scrape(`${deployment.routerUrl}/metrics`)) {
+        if (key.startsWith("storage_time_milliseconds_count{")) operations += value
+      }
+      return operations
+    },
     stop: deployment.stop
   }
 }
 
-const bare = async (): Promise<Server> => {
+const bareOnSqlite = async (): Promise<Server> => {
+  const server = await startBare("./stored-sqlite-server.ts")
+  return {
+    pid: server.pid,
+    wsUrl: server.wsUrl,
+    subscribe: async () => {
+      const uaid = randomUUID().replaceAll("-", "")
+      const res = await fetch(`${server.httpUrl}/user/${uaid}`, { method: "PUT" })
+      if (res.status !== 204) throw new Error(`the bare server answered ${res.status} to the user's record`)
+      return { uaid, endpoint: `${server.httpUrl}/push/${uaid}/${randomUUID()}` }
+    },
+    storageOperations: async () => total(await (await fetch(`${server.httpUrl}/statements`)).json() as Record<string, number>),
+    stop: server.stop
+  }
+}
+
+/** The dynalite bare server counts no requests: one PutItem per push, by construction. */
+let dynaliteRequests = 0
+
+const bareOnDynalite = async (): Promise<Server> => {
   const server = await startBare()
   return {
     pid: server.pid,
@@ -66,6 +104,7 @@ const bare = async (): Promise<Server> => {
       storage.destroy()
       return { uaid, endpoint: `${server.httpUrl}/push/${uaid}/${randomUUID()}` }
     },
+    storageOperations: () => Promise.resolve(dynaliteRequests),
     stop: server.stop
   }
 }
@@ -75,7 +114,7 @@ const storeThreads = new Map<string, Record<string, number>>()
 
 /**
  * Store N messages, then drain them: [store msg/s, store CPU µs/msg, of which the storage thread's,
- * drain msg/s, drain CPU µs/msg, of which the storage thread's].
+ * storage operations per stored message, drain msg/s, drain CPU µs/msg, of which the storage thread's].
  */
 const run = async (name: string, server: Server): Promise<Array<number>> => {
   const { uaid, endpoint } = await server.subscribe()
@@ -84,6 +123,7 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
   let sent = 0
   let cpu = cpuMeter(server.pid)
   const threads = threadMeter(server.pid)
+  const operationsBefore = await server.storageOperations()
   let began = performance.now()
   await Promise.all(Array.from({ length: 32 }, async () => {
     while (sent < MESSAGES) {
@@ -96,6 +136,8 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
   const storeCpu = cpu(MESSAGES)
   storeThreads.set(name, threads(MESSAGES))
   const stored = statuses.get(201) ?? 0
+  dynaliteRequests += stored
+  const operationsPerPush = (await server.storageOperations() - operationsBefore) / Math.max(1, stored)
 
   const client = await openClient(server.wsUrl)
   cpu = cpuMeter(server.pid)
@@ -112,28 +154,30 @@ const run = async (name: string, server: Server): Promise<Array<number>> => {
   const quiet = await client.quiet(1_000, (m) => m["messageType"] === "notification")
   await client.close()
   console.log(`  ${name}: push answers ${JSON.stringify(Object.fromEntries(statuses))}; drained and acked ${delivered}; nothing more after: ${quiet}`)
-  return [MESSAGES / storeSeconds, ...storeCpu, delivered / drainSeconds, ...drainCpu]
+  return [MESSAGES / storeSeconds, ...storeCpu, operationsPerPush, delivered / drainSeconds, ...drainCpu]
 }
 
-const rows = await measurePipelines({ ours, bare }, run)
+const rows = await measurePipelines({ ours, bare: BARE_STORE === "sqlite" ? bareOnSqlite : bareOnDynalite }, run)
+const bareStore = BARE_STORE === "sqlite" ? "SQLite (node:sqlite, WAL), one INSERT per message" : "embedded dynalite, one PutItem per message"
 
 printComparison(
-  `stored delivery: ${MESSAGES} messages of ${BYTES} bytes stored for one offline client, then drained (each acked); ours on its embedded storage, bare on embedded dynalite` +
-    "\n  (server CPU µs per message, user + system; dynalite: its storage thread's part of it; bare stores with one PutItem" +
-    " per message, drains with a Query and a BatchWriteItem per 25)",
+  `stored delivery: ${MESSAGES} messages of ${BYTES} bytes stored for one offline client, then drained (each acked); ours on its embedded storage, bare on ${bareStore}` +
+    "\n  (server CPU µs per message, user + system; thread µs: its worker threads' part of it (dynalite; SQLite's checkpoints); storage ops: per stored message;" +
+    " bare drains with a read and a delete per 25)",
   [
     { header: "store msg/s", digits: 0, ratio: true },
     { header: "CPU µs", digits: 0, ratio: true },
-    { header: "dynalite µs", digits: 0, ratio: true },
+    { header: "thread µs", digits: 0, ratio: false },
+    { header: "storage ops", digits: 2, ratio: true },
     { header: "drain msg/s", digits: 0, ratio: true },
     { header: "CPU µs", digits: 0, ratio: true },
-    { header: "dynalite µs", digits: 0, ratio: true }
+    { header: "thread µs", digits: 0, ratio: false }
   ],
   rows,
   `ours drains ≥ ${TARGET} msg/s`,
-  (ours) => `${(ours[3] as number) >= TARGET ? "met" : "NOT met"} (${fmt(ours[3] as number, 0)} msg/s)`
+  (ours) => `${(ours[4] as number) >= TARGET ? "met" : "NOT met"} (${fmt(ours[4] as number, 0)} msg/s)`
 )
-console.log("  storing, server CPU µs per message by thread (main; storage thread: dynalite; I/O threads: its LevelDB; V8 helpers: GC, compiler):")
+console.log("  storing, server CPU µs per message by thread (main; storage thread: dynalite, or SQLite's checkpoints; I/O threads: libuv's pool; V8 helpers: GC, compiler):")
 for (const [name, groups] of storeThreads) {
   console.log(`    ${name.padEnd(5)} ${Object.entries(groups).filter(([, us]) => us > 0).map(([group, us]) => `${group} ${fmt(us, 0)}`).join(", ")}`)
 }

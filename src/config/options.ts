@@ -1,7 +1,7 @@
 /**
  * Every configuration option, in one table. The table drives parsing (ini files, environment,
  * flags), `--help`, the sample ini files in `config/` and the README table; nothing else lists
- * options. Names follow the seed (`port`, `router_port`, `crypto_key`, …); `Settings` exposes them
+ * options. Names are Mozilla autopush's (`port`, `router_port`, `crypto_key`, …); `Settings` exposes them
  * in camelCase.
  *
  * Each option has a scope: `shared` options may be set in any ini file and under any environment
@@ -27,7 +27,7 @@ export const roleScopes: Readonly<Record<Role, ReadonlyArray<Scope>>> = {
   autoendpoint: ["shared", "endpoint"]
 }
 
-/** The ini file of each scope (seed names). */
+/** The ini file of each scope (named as Mozilla autopush's). */
 export const iniFile: Readonly<Record<Scope, string>> = {
   shared: "autopush_shared.ini",
   connection: "autopush_connection.ini",
@@ -232,7 +232,7 @@ export interface OptionDef<A = unknown, D = unknown> {
   readonly description: string
   /** Never printed: redacted in logs, not echoed in error messages. */
   readonly secret: boolean
-  /** Extra environment names (autopush-rs spellings, the seed's docker `CRYPTO_KEY`, AWS names). */
+  /** Extra environment names (autopush-rs spellings, the `CRYPTO_KEY` of autopush's Docker images, AWS names). */
   readonly env: ReadonlyArray<string>
 }
 
@@ -373,7 +373,7 @@ export const options = {
   }),
   max_in_flight_requests: opt("endpoint", integer(1), 2_048, "HTTP requests an endpoint node handles at once; beyond, 503 with Retry-After"),
   broadcast_admin_tokens: opt("endpoint", list(), [], "Bearer tokens of the broadcast admin API (/v1/broadcasts); none: the API answers 404", { secret: true }),
-  router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a connected client, and the channels it read for it, for direct deliveries without reading storage (0 turns it off); the node takes a message only for the session and channels it still has, otherwise storage is read again"),
+  router_cache_ttl: opt("endpoint", seconds, s(60), "How long an endpoint node reuses the router record of a client, and the channels it read for it, without reading storage (0 turns it off): a connected client's for direct deliveries (the node takes a message only for the session and channels it still has, otherwise storage is read again); an offline client's for storing its messages (a push then costs the store and the read of the record that follows every store, which finds a user dropped or a client that came back)"),
   endpoint_tls_cert: opt("endpoint", text, undefined, "Certificate chain (PEM, or the path of a PEM file) of the endpoint port: with endpoint_tls_key, the port speaks HTTPS, HTTP/2 chosen by ALPN (without them: plain HTTP/1.1, and HTTP/2 with prior knowledge)", {
     defaultText: "unset (plain HTTP; TLS by a proxy in front)"
   }),
@@ -386,7 +386,7 @@ export const options = {
   receipt_max_collectors_per_subscription: opt("endpoint", integer(1), 4, "GETs of one receipt subscription held open at once on a node; beyond, 429/116 with Retry-After"),
   receipt_max_collectors_per_address: opt("endpoint", integer(1), 32, "GETs of receipt subscriptions one client address holds open at once on a node (addressed as for rate_limit_per_address); beyond, 429/116 with Retry-After"),
   receipt_max_collectors: opt("endpoint", integer(1), 1024, "GETs of receipt subscriptions held open at once on a node, all senders together (they do not count toward max_in_flight_requests); beyond, 503/201 with Retry-After"),
-  router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of connected clients an endpoint node keeps at most"),
+  router_cache_entries: opt("endpoint", integer(1), 100_000, "Router records of clients (connected or offline) an endpoint node keeps at most"),
   matrix_gateway_ttl: opt("endpoint", seconds, s(86_400), "TTL of the messages the Matrix push gateway (POST /_matrix/push/v1/notify) makes for a subscription: how long one waits for a device that is offline (capped to max_notification_ttl)"),
   bridge_stub: opt("endpoint", boolean, false, "Enable the stub bridge (router type stub, app id success or error, token success): for tests and demos of the registration API"),
   fcm_credentials: opt("endpoint", text, undefined, "FCM (HTTP v1) apps as JSON: {\"<app_id>\": {\"project_id\": \"…\", \"credential\": \"<service-account JSON, or the path of its file>\"}}", {

@@ -14,7 +14,7 @@ export interface UserRecord {
   readonly connectedAt: number
   /** Router URL of the connection node holding the client, when connected. */
   readonly nodeId?: string | undefined
-  /** `YYYYMMHH` + 4-digit random spread (seed), the `last_connect` index key. */
+  /** `YYYYMMHH` + 4-digit random spread, the `last_connect` index key. */
   readonly lastConnect?: number | undefined
   /** Name of the message table this user's channels and messages live in. */
   readonly currentMonth?: string | undefined
@@ -26,7 +26,7 @@ export interface UserRecord {
 
 export const USER_RECORD_VERSION = 1
 
-/** The seed's `last_connect` value: YYYYMMHH followed by a random 0000-0010 to spread hot keys. */
+/** A `last_connect` value as autopush writes it: YYYYMMHH followed by a random 0000-0010 to spread hot keys. */
 export const lastConnectValue = (nowMs: number, spread: number = randomInt(0, 11)): number => {
   const d = new Date(nowMs)
   const key = `${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, "0")}${String(d.getUTCHours()).padStart(2, "0")}${String(spread).padStart(4, "0")}`

@@ -14,6 +14,15 @@
  *   most, for the first push after the client's reconnection; and that first push goes through
  *   storage (stored, the node poked, drained) rather than directly.
  * Nothing is dropped on a cached record (a user, or a TTL 0 message).
+ *
+ * What a push to an offline client costs the store: the first (and the first after `ttlMs`) reads
+ * the record and the channel, stores, and reads the record again (four operations); every later one
+ * while the record is kept only stores and reads it again (two), whatever the backend; a channel not
+ * yet seen with the record costs one read more, once. The lifetime runs from the read that cached
+ * the record and is not renewed by the re-reads: a channel is only ever checked by a read, and a
+ * session whose `node_id` was cleared while it still ran (its node unreachable from here) could
+ * unregister a channel without changing `connected_at`, so a channel known here is trusted for
+ * `ttlMs` at most.
  */
 import { RecentMap } from "../platform/memo.ts"
 import type { UserRecord } from "../domain/user.ts"

@@ -54,7 +54,7 @@ export const makeSubscribers = Effect.fnUntraced(function*(options: EndpointOpti
     )
 
   /**
-   * #8: a WebPush user whose message table is still served (seed: stale `current_month` → dropped),
+   * #8: a WebPush user whose message table is still served (a stale `current_month`: the user is dropped),
    * or a bridged user of a bridge this node has (its channels moved to the current table if need be).
    */
   const destinationOf = Effect.fnUntraced(function*(user: UserRecord) {

@@ -154,7 +154,7 @@ export const channelRemoved = (phase: Live, { command }: Extract<CommandResult, 
 
 /**
  * While the user's month moves, register and unregister wait until it lives in this month's table
- * (the seed), at most `HELD_COMMANDS_MAX` of them; beyond, one is answered 503 at once (the socket
+ * (so that a channel is added to, or removed from, the set it will live in), at most `HELD_COMMANDS_MAX` of them; beyond, one is answered 503 at once (the socket
  * must go on being read: the move waits for the client's acks).
  */
 export const deferred = <P extends Migrating | Moving>(phase: P, message: Msg<"register" | "unregister">, out: Out): Phase => {

@@ -31,7 +31,7 @@ const resumable = (user: UserRecord | undefined): user is UserRecord => user !==
 
 /**
  * The claimed uaid's record: resume it (written back with this node, connected now), or a new uaid
- * (no record, a bridged one, or a stale month: the seed drops that user and starts over).
+ * (no record, a bridged one, or a stale month: that user is dropped and the client starts over).
  */
 export const userRead = (phase: Resuming, { user }: { readonly user: UserRecord | undefined }, out: Out): Phase => {
   if (!resumable(user)) return mint(phase, out)

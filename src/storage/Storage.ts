@@ -1,8 +1,10 @@
 /**
- * The Storage service: router records, per-month channel sets and messages (the seed's DynamoDB
- * layout: `model.ts`). Three layers implement it, SQLite (`sqlite.ts`: the embedded default),
- * DynamoDB (`dynamodb.ts`: AWS, DynamoDB Local, Alternator, and the dynalite of `embedded.ts`) and
- * in-memory (`memory.ts`), and all pass the one contract suite in `test/storage/`.
+ * The Storage service: router records, per-month channel sets and messages, in autopush's DynamoDB
+ * layout (`model.ts`): a router table of one row per user, keyed by uaid, holding its router record;
+ * a message table per month, keyed by uaid and sort key, holding each user's channel rows and
+ * messages; a receipt table of push receipts. Three layers implement it, SQLite (`sqlite.ts`: the
+ * embedded default), DynamoDB (`dynamodb.ts`: AWS, DynamoDB Local, Alternator, and the dynalite of
+ * `embedded.ts`) and in-memory (`memory.ts`), and all pass the one contract suite in `test/storage/`.
  *
  * Message tables are named explicitly by every message operation: the router record says which
  * table a user lives in (`currentMonth`), and the connection node decides when a user moves on.

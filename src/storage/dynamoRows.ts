@@ -1,12 +1,13 @@
 /**
- * The DynamoDB items of the seed's tables and the service's values: attribute values, router
- * records, message rows (what is written, and what a row reads back as).
+ * The DynamoDB items of the router and message tables (`model.ts`: the fields every backend stores)
+ * and the service's values: attribute values, router records, message rows (what is written, and
+ * what a row reads back as).
  */
 import type { AttributeValue } from "@aws-sdk/client-dynamodb"
 import * as Predicate from "effect/Predicate"
-import { type Notification, URGENCIES } from "../domain/notification.ts"
+import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { expiryOf, isVisible, messageSortKey, parseSortKey, plainData, userFields, userFromFields } from "./model.ts"
+import { isVisible, messageFields, messageFromFields, plainData, userFields, userFromFields } from "./model.ts"
 import type { UserPatch } from "./Storage.ts"
 
 export type Item = Record<string, AttributeValue>
@@ -67,42 +68,26 @@ export const userFromItem = (item: Item): UserRecord => {
 
 // ── message rows ─────────────────────────────────────────────────────────────────────────────────
 
-export const messageToItem = (uaid: string, n: Notification): Item => ({
-  uaid: S(uaid),
-  chidmessageid: S(messageSortKey(n)),
-  updateid: S(n.version),
-  ttl: N(n.ttl),
-  timestamp: N(n.timestamp),
-  expiry: N(expiryOf(n)),
-  ...(n.topic !== undefined ? { topic: S(n.topic), ...(n.sortkeyTimestamp !== undefined ? { sortkey_timestamp: N(n.sortkeyTimestamp) } : {}) } : {}),
-  ...(n.urgency !== undefined ? { urgency: S(n.urgency) } : {}),
-  ...(n.receipt !== undefined ? { receipt: S(n.receipt) } : {}),
-  ...(n.data !== undefined ? { data: S(n.data) } : {}),
-  ...(n.headers !== undefined ? { headers: marshal(n.headers) } : {})
-})
-
-export const messageFromItem = (item: Item): Notification | undefined => {
-  const key = parseSortKey(item.chidmessageid?.S ?? "")
-  const version = item.updateid?.S
-  if (key === undefined || version === undefined) return undefined
-  const data = item.data?.S
-  const headers = item.headers?.M
-  const urgency = URGENCIES.find((u) => u === item.urgency?.S)
-  const receipt = item.receipt?.S
-  return {
-    channelId: key.channelId,
-    version,
-    ttl: num(item.ttl) ?? 0,
-    timestamp: num(item.timestamp) ?? 0,
-    ...(key.topic !== undefined
-      ? { topic: key.topic, ...(item.sortkey_timestamp?.N !== undefined ? { sortkeyTimestamp: Number(item.sortkey_timestamp.N) } : {}) }
-      : { sortkeyTimestamp: key.sortkeyTimestamp }),
-    ...(urgency !== undefined ? { urgency } : {}),
-    ...(receipt !== undefined ? { receipt } : {}),
-    ...(data !== undefined ? { data } : {}),
-    ...(headers !== undefined ? { headers: unmarshal({ M: headers }) as Record<string, string> } : {})
+export const messageToItem = (uaid: string, n: Notification): Item => {
+  const item: Item = { uaid: S(uaid) }
+  for (const [name, value] of Object.entries(messageFields(n))) {
+    if (value !== undefined) item[name] = marshal(value)
   }
+  return item
 }
+
+export const messageFromItem = (item: Item): Notification | undefined =>
+  messageFromFields({
+    chidmessageid: item.chidmessageid?.S,
+    updateid: item.updateid?.S,
+    ttl: num(item.ttl),
+    timestamp: num(item.timestamp),
+    sortkey_timestamp: num(item.sortkey_timestamp),
+    urgency: item.urgency?.S,
+    receipt: item.receipt?.S,
+    data: item.data?.S,
+    headers: item.headers?.M === undefined ? undefined : unmarshal({ M: item.headers.M }) as Record<string, string>
+  })
 
 const rowVisible = (item: Item, nowMs: number): boolean =>
   isVisible(num(item.expiry) ?? (num(item.timestamp) ?? 0) + (num(item.ttl) ?? 0), nowMs)

@@ -3,15 +3,15 @@
  * sort keys, key ranges, what a stored item reads back as, and when it is visible.
  *
  * Sort keys:
- * - `" "` — the per-user meta row (`channel_count`; the seed's `chids` string
- *   set is still read and removed from, never written);
+ * - `" "` — the per-user meta row (`channel_count`; the `chids` string set that held a user's
+ *   channels before channel rows existed is still read and removed from, never written);
  * - `00:{chid}` — one row per registered channel (a register costs the same at the 1st and the
  *   10,000th channel, and no item grows towards DynamoDB's 400 KB item limit);
  * - `01:{chid}:{topic}` — topic messages (one per channel and topic, a new one replaces it);
  * - `02:{ms}:{chid}` — timestamp messages, `ms` = `sortkeyTimestamp ?? timestamp * 1000`.
  *
  * `ms` is written as 13 digits, zero-padded. Every instant from 2001-09-09 to 2286-11-20 already has
- * 13 digits, so for real data this is exactly the seed's unpadded key (tables written by autopush
+ * 13 digits, so for real data this is exactly autopush's unpadded key (tables written by autopush
  * stay readable); the padding only keeps string order equal to numeric order for small test times.
  * Negative or ≥ 10^13 values are outside the model.
  */
@@ -51,7 +51,7 @@ export const messageSortKey = (n: Notification): string => sortKeyOf(messageKeyO
 
 /**
  * Exclusive lower bound of a timestamp page: every key of a later ms is greater, every key of
- * `after` itself is smaller (`z` sorts after any hex digit or `-`), as PY's `02:{ts}:z`.
+ * `after` itself is smaller (`z` sorts after any hex digit or `-`), as autopush's `02:{ts}:z`.
  */
 export const timestampLowerBound = (after: number | undefined): string =>
   after === undefined ? TIMESTAMP_PREFIX : `${TIMESTAMP_PREFIX}${formatMs(after)}:z`
@@ -116,6 +116,68 @@ export const storedNotification = (n: Notification): Notification => {
   }
   if (n.topic === undefined) return { ...base, sortkeyTimestamp: sortkeyMs(n) }
   return n.sortkeyTimestamp === undefined ? { ...base, topic: n.topic } : { ...base, topic: n.topic, sortkeyTimestamp: n.sortkeyTimestamp }
+}
+
+/**
+ * A message row's fields, by the name every backend stores them under (DynamoDB attributes, SQLite
+ * columns); undefined: absent. `sortkey_timestamp` only for a topic message (a timestamp message's
+ * ms is in its key); `topic` is in the key too, and kept as an attribute where the store has no
+ * fixed columns.
+ */
+export interface MessageFields {
+  readonly chidmessageid: string
+  readonly updateid: string
+  readonly ttl: number
+  readonly timestamp: number
+  readonly expiry: number
+  readonly topic: string | undefined
+  readonly sortkey_timestamp: number | undefined
+  readonly urgency: string | undefined
+  readonly receipt: string | undefined
+  readonly data: string | undefined
+  readonly headers: Readonly<Record<string, string>> | undefined
+}
+
+/** The row fields a message is stored as. */
+export const messageFields = (n: Notification): MessageFields => ({
+  chidmessageid: messageSortKey(n),
+  updateid: n.version,
+  ttl: n.ttl,
+  timestamp: n.timestamp,
+  expiry: expiryOf(n),
+  topic: n.topic,
+  sortkey_timestamp: n.topic !== undefined ? n.sortkeyTimestamp : undefined,
+  urgency: n.urgency,
+  receipt: n.receipt,
+  data: n.data,
+  headers: n.headers
+})
+
+/** A row's fields as a backend read them: any may be missing (rows that are not messages, rows of older versions). */
+export type StoredMessageFields = { readonly [K in keyof MessageFields]?: MessageFields[K] | undefined }
+
+/**
+ * A message as it reads back from its row: channel, topic and ms from the sort key (a timestamp
+ * message always has a `sortkeyTimestamp`; a topic message the one it was stored with, if any), an
+ * urgency this service did not write left out; undefined for a row that is not a message.
+ */
+export const messageFromFields = (row: StoredMessageFields): Notification | undefined => {
+  const key = parseSortKey(row.chidmessageid ?? "")
+  if (key === undefined || row.updateid === undefined) return undefined
+  const urgency = URGENCIES.find((u) => u === row.urgency)
+  return {
+    channelId: key.channelId,
+    version: row.updateid,
+    ttl: row.ttl ?? 0,
+    timestamp: row.timestamp ?? 0,
+    ...(key.topic !== undefined
+      ? { topic: key.topic, ...(row.sortkey_timestamp !== undefined ? { sortkeyTimestamp: row.sortkey_timestamp } : {}) }
+      : { sortkeyTimestamp: key.sortkeyTimestamp }),
+    ...(urgency !== undefined ? { urgency } : {}),
+    ...(row.receipt !== undefined ? { receipt: row.receipt } : {}),
+    ...(row.data !== undefined ? { data: row.data } : {}),
+    ...(row.headers !== undefined ? { headers: row.headers } : {})
+  }
 }
 
 /** A router record as it reads back: fields that are `undefined` are absent. */

@@ -34,10 +34,10 @@ import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
 import { Worker } from "node:worker_threads"
-import { type Notification, URGENCIES } from "../domain/notification.ts"
+import type { Notification } from "../domain/notification.ts"
 import { liveClock, StorageTimeout } from "./dynamoRequests.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { expiryOf, messageSortKey, parseSortKey, plainData, userFields, userFromFields } from "./model.ts"
+import { messageFields, messageFromFields, plainData, userFields, userFromFields } from "./model.ts"
 import { StorageError } from "./Storage.ts"
 import { isMessageTable, receiptTableName, type StorageOptions } from "./tables.ts"
 
@@ -274,20 +274,23 @@ export const userRow = (user: UserRecord): Array<SQLInputValue> => [user.uaid, .
 
 export const MESSAGE_COLUMNS = "uaid, chidmessageid, updateid, ttl, timestamp, expiry, sortkey_timestamp, urgency, receipt, data, headers"
 
-/** A message's row values, in `MESSAGE_COLUMNS` order (`sortkey_timestamp` only for topic messages: a timestamp message's is in its key). */
-export const messageValues = (uaid: string, n: Notification): Array<SQLInputValue> => [
-  uaid,
-  messageSortKey(n),
-  n.version,
-  n.ttl,
-  n.timestamp,
-  expiryOf(n),
-  n.topic !== undefined ? n.sortkeyTimestamp ?? null : null,
-  n.urgency ?? null,
-  n.receipt ?? null,
-  n.data ?? null,
-  n.headers !== undefined ? JSON.stringify(n.headers) : null
-]
+/** A message's row values, in `MESSAGE_COLUMNS` order (absent fields NULL). */
+export const messageValues = (uaid: string, n: Notification): Array<SQLInputValue> => {
+  const f = messageFields(n)
+  return [
+    uaid,
+    f.chidmessageid,
+    f.updateid,
+    f.ttl,
+    f.timestamp,
+    f.expiry,
+    f.sortkey_timestamp ?? null,
+    f.urgency ?? null,
+    f.receipt ?? null,
+    f.data ?? null,
+    f.headers !== undefined ? JSON.stringify(f.headers) : null
+  ]
+}
 
 export interface MessageRow {
   readonly chidmessageid: string
@@ -302,22 +305,16 @@ export interface MessageRow {
   readonly headers: string | null
 }
 
-/** A message as it reads back (as `dynamoRows.ts` reads an item); undefined for rows that are not messages. */
-export const messageFromRow = (row: MessageRow): Notification | undefined => {
-  const key = parseSortKey(row.chidmessageid)
-  if (key === undefined || row.updateid === null) return undefined
-  const urgency = URGENCIES.find((u) => u === row.urgency)
-  return {
-    channelId: key.channelId,
-    version: row.updateid,
-    ttl: row.ttl ?? 0,
-    timestamp: row.timestamp ?? 0,
-    ...(key.topic !== undefined
-      ? { topic: key.topic, ...(row.sortkey_timestamp !== null ? { sortkeyTimestamp: row.sortkey_timestamp } : {}) }
-      : { sortkeyTimestamp: key.sortkeyTimestamp }),
-    ...(urgency !== undefined ? { urgency } : {}),
-    ...(row.receipt !== null ? { receipt: row.receipt } : {}),
-    ...(row.data !== null ? { data: row.data } : {}),
-    ...(row.headers !== null ? { headers: JSON.parse(row.headers) as Record<string, string> } : {})
-  }
-}
+/** A message as it reads back (`messageFromFields`); undefined for rows that are not messages. */
+export const messageFromRow = (row: MessageRow): Notification | undefined =>
+  messageFromFields({
+    chidmessageid: row.chidmessageid,
+    updateid: row.updateid ?? undefined,
+    ttl: row.ttl ?? undefined,
+    timestamp: row.timestamp ?? undefined,
+    sortkey_timestamp: row.sortkey_timestamp ?? undefined,
+    urgency: row.urgency ?? undefined,
+    receipt: row.receipt ?? undefined,
+    data: row.data ?? undefined,
+    headers: row.headers !== null ? JSON.parse(row.headers) as Record<string, string> : undefined
+  })

@@ -1,5 +1,5 @@
 /**
- * Table naming and the month arithmetic of the seed's table rotation (pure functions; all dates
+ * Table naming and the month arithmetic of message-table rotation (pure functions; all dates
  * are UTC).
  *
  * - With rotation, message tables are `{prefix}_{YYYY}_{MM}`; the *current* table is this month's;
@@ -8,15 +8,15 @@
  *   next too: every node keeps the active tables present, so the tables a month turn makes active
  *   exist the day before it.
  * - With `noTableRotation`, there is exactly one message table and it is named exactly `{prefix}`.
- *   (PY picked "the lexically latest table with the prefix"; a fixed name is deterministic, needs
- *   no listing at start-up, and an operator migrating a PY single-table deployment sets the prefix
- *   to that table's full name.)
+ *   (Mozilla's first autopush picked "the lexically latest table with the prefix"; a fixed name is
+ *   deterministic, needs no listing at start-up, and an operator migrating such a single-table
+ *   deployment sets the prefix to that table's full name.)
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 
 export interface StorageOptions {
-  /** Name of the router table (seed default `router`). */
+  /** Name of the router table (default `router`): one row per user, keyed by uaid, holding its router record. */
   readonly routerTable: string
   /** Message tables are `{prefix}_{YYYY}_{MM}`, or exactly `{prefix}` without rotation. */
   readonly messageTablePrefix: string
@@ -81,7 +81,7 @@ export const staleMonths = (nowMs: number, monthsAgo: number, lookbackMonths: nu
   })
 }
 
-/** Highest random spread `lastConnectValue` uses (seed: 0-10). */
+/** Highest random spread `lastConnectValue` uses (0-10, as autopush writes it). */
 const LAST_CONNECT_SPREAD_MAX = 10
 
 /** Every `last_connect` index key of a `YYYYMM` month: hours 00-23 × spread 0000-0010. */

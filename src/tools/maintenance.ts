@@ -202,7 +202,7 @@ const dropUsers: Command = {
     "Without --yes, only says which months it would sweep."
   ],
   flags: [
-    ["--months N", "at least 1 (the seed dropped clients unseen for 30-60 days: 2)"],
+    ["--months N", "at least 1 (2, as Mozilla's autopush: clients unseen for 30-60 days)"],
     ["--lookback M", `further months to sweep before those N (default ${DEFAULT_LOOKBACK})`],
     ["--yes", "really drop (default: dry run)"]
   ],

@@ -15,7 +15,11 @@ import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
 import type { Storage, StorageError } from "../../src/storage/Storage.ts"
 
-const root = new URL("../../", import.meta.url).pathname
+/**
+ * The checkout whose servers are started: this one, or the one `AUTOPUSH_SERVER_ROOT` names (a
+ * benchmark runs an earlier commit's servers beside this one's, to compare them in one run).
+ */
+const root = process.env["AUTOPUSH_SERVER_ROOT"] ?? new URL("../../", import.meta.url).pathname
 
 /** The storage a deployment's nodes use, opened by the test (the default tables). */
 export const storageOf = (deployment: Deployment, timeoutMs?: number): Layer.Layer<Storage, StorageError> => {

@@ -1,0 +1,173 @@
+/**
+ * A user's messages on the DynamoDB API, in each month's message table (keyed by `uaid` and
+ * `chidmessageid`): topic messages at `01:{chid}:{topic}`, timestamp messages at
+ * `02:{ms}:{chid}`, each with its `expiry` (`model.ts`). Saves are conditional writes, reads
+ * Queries of one user's key range (expired rows left out by the caller's Clock), deletes single or
+ * batched; and every row a user has in a table deleted at once (`deleteUserRows`).
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
+import type { DynamoClient } from "./dynamoClient.ts"
+import { type DynamoRequests, isNamed } from "./dynamoRequests.ts"
+import { type Item, messageKey, messageToItem, N, S, visibleMessages } from "./dynamoRows.ts"
+import {
+  messageSortKey,
+  nextFreeMs,
+  type SaveOutcome,
+  sortKeyMsOf,
+  sortKeyOf,
+  TIMESTAMP_END,
+  timestampLowerBound,
+  TOPIC_PREFIX
+} from "./model.ts"
+import type { StorageError } from "./Storage.ts"
+
+/** Rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
+const SAVE_CONCURRENCY = 16
+
+export const makeMessages = (client: DynamoClient, { call, conditional, query, queryAll, batchWrite }: DynamoRequests) => {
+  /** Delete every row (meta row included) a user has in one message table; a missing table has none. */
+  const deleteUserRows = Effect.fnUntraced(function*(operation: string, uaid: string, table: string) {
+    const keys = yield* queryAll(operation, {
+      TableName: table,
+      KeyConditionExpression: "#uaid = :uaid",
+      ProjectionExpression: "#uaid, #chidmessageid",
+      ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+      ExpressionAttributeValues: { ":uaid": S(uaid) },
+      ConsistentRead: true
+    }).pipe(Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed([])))
+    yield* batchWrite(operation, table, keys.map((Key) => ({ DeleteRequest: { Key } })))
+  })
+
+  /**
+   * A timestamp message only goes to a free sort key or over its own row (a save retried after an
+   * answer was lost lands where it wrote); a topic message replaces an older one (rows of older
+   * versions carry no ms: their `timestamp` seconds are compared).
+   */
+  const putMessage = (operation: string, uaid: string, table: string, message: Notification): Effect.Effect<SaveOutcome, StorageError> => {
+    const condition = message.topic === undefined
+      ? {
+        ConditionExpression: "attribute_not_exists(#chidmessageid) OR #updateid = :updateid",
+        ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#updateid": "updateid" },
+        ExpressionAttributeValues: { ":updateid": S(message.version) }
+      }
+      : {
+        ConditionExpression:
+          "attribute_not_exists(#chidmessageid) OR #sortkey <= :ms OR (attribute_not_exists(#sortkey) AND #timestamp <= :seconds)",
+        ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#sortkey": "sortkey_timestamp", "#timestamp": "timestamp" },
+        ExpressionAttributeValues: { ":ms": N(sortkeyMs(message)), ":seconds": N(Math.floor(sortkeyMs(message) / 1000)) }
+      }
+    return conditional(call(operation, (o) =>
+      client.send("PutItem", { TableName: table, Item: messageToItem(uaid, message), ...condition }, o))).pipe(
+        Effect.map((written): SaveOutcome => written ? "stored" : message.topic === undefined ? "taken" : "superseded")
+      )
+  }
+
+  const saveMessage = (uaid: string, table: string, message: Notification) => putMessage("saveMessage", uaid, table, message)
+
+  /** One message at its key, or the next ms free or holding its own row; undefined when a newer message of its topic superseded it. */
+  const place = Effect.fnUntraced(function*(uaid: string, table: string, message: Notification) {
+    let placed = message
+    let outcome = yield* putMessage("saveMessages", uaid, table, placed)
+    while (outcome === "taken") outcome = yield* putMessage("saveMessages", uaid, table, placed = nextFreeMs(placed))
+    return outcome === "stored" ? placed : undefined
+  })
+
+  /**
+   * One conditional write per row, `SAVE_CONCURRENCY` at a time (thousands of rows within one
+   * `storage_timeout`); rows that share a key in order, the first given keeping it (a row moved
+   * to a later ms may still meet a row of another key there: the write's condition decides).
+   */
+  const saveMessages = Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
+    const byKey = new Map<string, Array<number>>()
+    messages.forEach((message, i) => {
+      const key = messageSortKey(message)
+      const indexes = byKey.get(key)
+      if (indexes === undefined) byKey.set(key, [i])
+      else indexes.push(i)
+    })
+    const placed: Array<Notification | undefined> = []
+    yield* Effect.forEach(byKey.values(), (indexes) =>
+      Effect.forEach(indexes, (i) => Effect.map(place(uaid, table, messages[i] as Notification), (n) => {
+        placed[i] = n
+      }), { discard: true }), { concurrency: SAVE_CONCURRENCY, discard: true })
+    return placed.filter((n): n is Notification => n !== undefined)
+  })
+
+  const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {
+    const now = yield* Clock.currentTimeMillis
+    const messages: Array<Notification> = []
+    let start: Item | undefined
+    do {
+      const page = yield* query("fetchTopicMessages", {
+        TableName: table,
+        KeyConditionExpression: "#uaid = :uaid AND begins_with(#chidmessageid, :prefix)",
+        ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+        ExpressionAttributeValues: { ":uaid": S(uaid), ":prefix": S(TOPIC_PREFIX) },
+        ConsistentRead: true,
+        Limit: limit,
+        ExclusiveStartKey: start
+      })
+      messages.push(...visibleMessages(page.Items ?? [], now))
+      start = page.LastEvaluatedKey
+    } while (start !== undefined && messages.length < limit)
+    return messages.slice(0, limit)
+  })
+
+  /** One page of message rows from `lo` (never a row's own key) to the last timestamp row, `limit` rows at most. */
+  const messagePage = Effect.fnUntraced(function*(operation: string, uaid: string, table: string, lo: string, limit: number) {
+    const now = yield* Clock.currentTimeMillis
+    const page = yield* query(operation, {
+      TableName: table,
+      KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
+      ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+      ExpressionAttributeValues: { ":uaid": S(uaid), ":lo": S(lo), ":hi": S(TIMESTAMP_END) },
+      ConsistentRead: true,
+      Limit: limit
+    })
+    const items = page.Items ?? []
+    const last = items.at(-1)?.chidmessageid?.S
+    return {
+      messages: visibleMessages(items, now),
+      lastSortKey: last === undefined ? undefined : sortKeyMsOf(last),
+      more: page.LastEvaluatedKey !== undefined
+    }
+  })
+
+  const fetchMessages = (uaid: string, table: string, limit: number) => messagePage("fetchMessages", uaid, table, TOPIC_PREFIX, limit)
+
+  const fetchTimestampMessages = (uaid: string, table: string, after: number | undefined, limit: number) =>
+    messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
+
+  const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
+    batchWrite("deleteMessages", table, keys.map((key) => ({ DeleteRequest: { Key: messageKey(uaid, sortKeyOf(key)) } })))
+
+  const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
+    conditional(call("deleteMessage", (o) =>
+      client.send(
+        "DeleteItem", {
+          TableName: table,
+          Key: messageKey(uaid, sortKeyOf(key)),
+          ...(version !== undefined
+            ? {
+              ConditionExpression: "#updateid = :updateid",
+              ExpressionAttributeNames: { "#updateid": "updateid" },
+              ExpressionAttributeValues: { ":updateid": S(version) }
+            }
+            : {})
+        },
+        o
+      )))
+
+  return {
+    deleteUserRows,
+    saveMessage,
+    saveMessages,
+    fetchTopicMessages,
+    fetchMessages,
+    fetchTimestampMessages,
+    deleteMessage,
+    deleteMessages
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * A user's messages in an in-memory message table (`memoryRows.ts`), at the sort keys of
+ * `model.ts`, with the DynamoDB layer's conditions: a topic message replaces an older one of its
+ * topic, a timestamp message is written over nothing but its own row. Expired rows are left out of
+ * reads by the caller's Clock.
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
+import { type MemoryStore, messageTable, range, rowsOf, type UserRows } from "./memoryRows.ts"
+import {
+  expiryOf,
+  isVisible,
+  messageSortKey,
+  nextFreeMs,
+  type SaveOutcome,
+  sortKeyMsOf,
+  sortKeyOf,
+  storedNotification,
+  TIMESTAMP_END,
+  timestampLowerBound,
+  TOPIC_END,
+  TOPIC_PREFIX
+} from "./model.ts"
+
+export const makeMemoryMessages = (store: MemoryStore) => {
+  /** Topic messages replace an older one; a timestamp message is written over nothing but its own row. */
+  const put = (rows: UserRows, message: Notification): SaveOutcome => {
+    const key = messageSortKey(message)
+    const existing = rows.messages.get(key)
+    if (existing !== undefined) {
+      if (message.topic === undefined) {
+        if (existing.version !== message.version) return "taken"
+      } else if (sortkeyMs(existing) > sortkeyMs(message)) return "superseded"
+    }
+    rows.messages.set(key, storedNotification(message))
+    return "stored"
+  }
+
+  const saveMessage = Effect.fnUntraced(function*(uaid: string, table: string, message: Notification) {
+    const t = yield* messageTable(store, "saveMessage", table)
+    return put(rowsOf(t, uaid), message)
+  })
+
+  const saveMessages = Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
+    const t = yield* messageTable(store, "saveMessages", table)
+    const rows = rowsOf(t, uaid)
+    const saved: Array<Notification> = []
+    for (const message of messages) {
+      let placed = message
+      let outcome = put(rows, placed)
+      while (outcome === "taken") outcome = put(rows, placed = nextFreeMs(placed))
+      if (outcome === "stored") saved.push(placed)
+    }
+    return saved
+  })
+
+  const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {
+    const t = yield* messageTable(store, "fetchTopicMessages", table)
+    const now = yield* Clock.currentTimeMillis
+    return range(t, uaid, TOPIC_PREFIX, TOPIC_END)
+      .map(([, message]) => message)
+      .filter((message) => isVisible(expiryOf(message), now))
+      .slice(0, limit)
+  })
+
+  /** One page of message rows after `lo` up to the last timestamp row, `limit` rows at most. */
+  const messagePage = Effect.fnUntraced(function*(operation: string, uaid: string, table: string, lo: string, limit: number) {
+    const t = yield* messageTable(store, operation, table)
+    const now = yield* Clock.currentTimeMillis
+    const page = range(t, uaid, lo, TIMESTAMP_END).slice(0, limit)
+    const last = page.at(-1)
+    return {
+      messages: page.map(([, message]) => message).filter((message) => isVisible(expiryOf(message), now)),
+      lastSortKey: last === undefined ? undefined : sortKeyMsOf(last[0]),
+      more: page.length === limit
+    }
+  })
+
+  const fetchMessages = (uaid: string, table: string, limit: number) => messagePage("fetchMessages", uaid, table, TOPIC_PREFIX, limit)
+
+  const fetchTimestampMessages = (uaid: string, table: string, after: number | undefined, limit: number) =>
+    messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
+
+  const deleteMessages = Effect.fnUntraced(function*(uaid: string, table: string, keys: ReadonlyArray<MessageKey>) {
+    const rows = (yield* messageTable(store, "deleteMessages", table)).get(uaid)
+    for (const key of keys) rows?.messages.delete(sortKeyOf(key))
+  })
+
+  const deleteMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version?: string) {
+    const t = yield* messageTable(store, "deleteMessage", table)
+    const rows = t.get(uaid)
+    const sortKey = sortKeyOf(key)
+    if (version !== undefined && rows?.messages.get(sortKey)?.version !== version) return false
+    rows?.messages.delete(sortKey)
+    return true
+  })
+
+  return { saveMessage, saveMessages, fetchTopicMessages, fetchMessages, fetchTimestampMessages, deleteMessage, deleteMessages }
+}
