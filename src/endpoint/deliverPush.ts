@@ -169,8 +169,9 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
   /**
    * Once delivery starts it runs to its end: a sender that leaves mid-push (its fiber interrupted)
    * must not cut the store from the re-read that moves the message to the user's month, nor a
-   * follow-move between its delete and its save. Every step is bounded (storage operations by
-   * `storage_timeout`, the node by its request timeout), so the region is too.
+   * follow-move between its save into the new table and its removal from the old. Every step is
+   * bounded (storage operations by `storage_timeout`, the node by its request timeout), so the
+   * region is too.
    */
   return (clock: Clock.Clock, accepted: AcceptedPush) => Effect.uninterruptible(deliverOnce(clock, accepted))
 })
