@@ -10,39 +10,15 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import { type MessageStatus, RECEIPT_OUTCOMES, type ReceiptOutcome, type StatusUpdate } from "../domain/receipt.ts"
+import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
 import type { DynamoClient } from "./dynamoClient.ts"
 import type { DynamoRequests } from "./dynamoRequests.ts"
 import { type Item, N, num, S } from "./dynamoRows.ts"
-import { isVisible, META_SORT_KEY } from "./model.ts"
+import { isVisible, META_SORT_KEY, RECEIPT_TIME_FIELDS, statusFromFields } from "./model.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
 
-/** Status fields and their attributes. */
-const FIELDS = {
-  acceptedAt: "accepted_at",
-  deadline: "deadline",
-  storedAt: "stored_at",
-  deliveredAt: "delivered_at"
-} as const
-
-const OUTCOMES: ReadonlySet<string> = new Set(RECEIPT_OUTCOMES)
-
-const statusFromItem = (item: Item): MessageStatus => {
-  const outcome = item.outcome?.S
-  const status: Record<string, unknown> = { messageId: item.message?.S ?? "" }
-  for (const [field, attribute] of Object.entries(FIELDS)) {
-    const value = num(item[attribute])
-    if (value !== undefined) status[field] = value
-  }
-  if (outcome !== undefined && OUTCOMES.has(outcome)) {
-    status.outcome = outcome as ReceiptOutcome
-    const at = num(item.outcome_at)
-    if (at !== undefined) status.outcomeAt = at
-    const code = num(item.code)
-    if (code !== undefined) status.code = code
-  }
-  return status as unknown as MessageStatus
-}
+const statusFromItem = (item: Item): MessageStatus =>
+  statusFromFields(item.message?.S ?? "", (attribute) => num(item[attribute]), item.outcome?.S)
 
 const key = (subscription: string, message: string): Item => ({ subscription: S(subscription), message: S(message) })
 
@@ -79,8 +55,8 @@ export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll
       values[":expiry"] = N(update.expiry)
       sets.push("#expiry = :expiry")
     }
-    for (const [field, attribute] of Object.entries(FIELDS)) {
-      const value = update[field as keyof typeof FIELDS]
+    for (const [field, attribute] of Object.entries(RECEIPT_TIME_FIELDS)) {
+      const value = update[field as keyof typeof RECEIPT_TIME_FIELDS]
       if (value === undefined) continue
       names[`#${attribute}`] = attribute
       values[`:${attribute}`] = N(value)

@@ -8,45 +8,28 @@
  */
 import type * as Effect from "effect/Effect"
 import type { SQLInputValue } from "node:sqlite"
-import { type MessageStatus, RECEIPT_OUTCOMES, type ReceiptOutcome, type StatusUpdate } from "../domain/receipt.ts"
-import { isVisible, META_SORT_KEY } from "./model.ts"
+import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
+import { isVisible, META_SORT_KEY, RECEIPT_TIME_FIELDS, statusFromFields } from "./model.ts"
 import { ident, type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
 import type { StorageError } from "./Storage.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
 
-/** Status fields and their columns. */
-const FIELDS = {
-  acceptedAt: "accepted_at",
-  deadline: "deadline",
-  storedAt: "stored_at",
-  deliveredAt: "delivered_at"
-} as const
-
-const OUTCOMES: ReadonlySet<string> = new Set(RECEIPT_OUTCOMES)
-
 type Row = Record<string, SQLInputValue>
 
-const statusFromRow = (row: Row): MessageStatus => {
-  const status: Record<string, unknown> = { messageId: String(row["message"]) }
-  for (const [field, column] of Object.entries(FIELDS)) {
-    if (row[column] !== null) status[field] = row[column]
-  }
-  const outcome = row["outcome"]
-  if (typeof outcome === "string" && OUTCOMES.has(outcome)) {
-    status.outcome = outcome as ReceiptOutcome
-    if (row["outcome_at"] !== null) status.outcomeAt = row["outcome_at"]
-    if (row["code"] !== null) status.code = row["code"]
-  }
-  return status as unknown as MessageStatus
-}
+const statusFromRow = (row: Row): MessageStatus =>
+  statusFromFields(
+    String(row["message"]),
+    (column) => (row[column] === null || row[column] === undefined ? undefined : Number(row[column])),
+    typeof row["outcome"] === "string" ? row["outcome"] : undefined
+  )
 
 const expiryOf = (row: Row): number | undefined => (row["expiry"] === null ? undefined : Number(row["expiry"]))
 
 /** The columns an update sets, and their values. */
 const updateColumns = (update: StatusUpdate): ReadonlyArray<readonly [string, SQLInputValue]> => [
   ...(update.expiry !== undefined ? [["expiry", update.expiry] as const] : []),
-  ...Object.entries(FIELDS).flatMap(([field, column]) => {
-    const value = update[field as keyof typeof FIELDS]
+  ...Object.entries(RECEIPT_TIME_FIELDS).flatMap(([field, column]) => {
+    const value = update[field as keyof typeof RECEIPT_TIME_FIELDS]
     return value === undefined ? [] : [[column, value] as const]
   }),
   ...(update.outcome === undefined ? [] : [
