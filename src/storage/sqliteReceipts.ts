@@ -7,54 +7,12 @@
  * comes after the row was removed (its receipt collected) cannot make it again.
  */
 import type * as Effect from "effect/Effect"
-import type { SQLInputValue } from "node:sqlite"
-import { type MessageStatus, RECEIPT_OUTCOMES, type ReceiptOutcome, type StatusUpdate } from "../domain/receipt.ts"
+import type { StatusUpdate } from "../domain/receipt.ts"
 import { isVisible, META_SORT_KEY } from "./model.ts"
-import { ident, type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
+import { type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
+import { ident, receiptExpiryOf, statusFromRow, updateColumns } from "./sqlTables.ts"
 import type { StorageError } from "./Storage.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
-
-/** Status fields and their columns. */
-const FIELDS = {
-  acceptedAt: "accepted_at",
-  deadline: "deadline",
-  storedAt: "stored_at",
-  deliveredAt: "delivered_at"
-} as const
-
-const OUTCOMES: ReadonlySet<string> = new Set(RECEIPT_OUTCOMES)
-
-type Row = Record<string, SQLInputValue>
-
-const statusFromRow = (row: Row): MessageStatus => {
-  const status: Record<string, unknown> = { messageId: String(row["message"]) }
-  for (const [field, column] of Object.entries(FIELDS)) {
-    if (row[column] !== null) status[field] = row[column]
-  }
-  const outcome = row["outcome"]
-  if (typeof outcome === "string" && OUTCOMES.has(outcome)) {
-    status.outcome = outcome as ReceiptOutcome
-    if (row["outcome_at"] !== null) status.outcomeAt = row["outcome_at"]
-    if (row["code"] !== null) status.code = row["code"]
-  }
-  return status as unknown as MessageStatus
-}
-
-const expiryOf = (row: Row): number | undefined => (row["expiry"] === null ? undefined : Number(row["expiry"]))
-
-/** The columns an update sets, and their values. */
-const updateColumns = (update: StatusUpdate): ReadonlyArray<readonly [string, SQLInputValue]> => [
-  ...(update.expiry !== undefined ? [["expiry", update.expiry] as const] : []),
-  ...Object.entries(FIELDS).flatMap(([field, column]) => {
-    const value = update[field as keyof typeof FIELDS]
-    return value === undefined ? [] : [[column, value] as const]
-  }),
-  ...(update.outcome === undefined ? [] : [
-    ["outcome", update.outcome.outcome] as const,
-    ["outcome_at", update.outcome.at] as const,
-    ...(update.outcome.code !== undefined ? [["code", update.outcome.code] as const] : [])
-  ])
-]
 
 export const makeSqliteReceipts = (
   { statement, immediate }: SqliteConnection,
@@ -99,15 +57,15 @@ export const makeSqliteReceipts = (
   const getMessageStatus = (subscription: string, messageId: string) =>
     atNow("getMessageStatus", (now) => {
       const row = statement(`SELECT * FROM ${table} WHERE subscription = ? AND message = ?`).get(subscription, messageId)
-      return row === undefined || !isVisible(expiryOf(row), now) ? undefined : statusFromRow(row)
+      return row === undefined || !isVisible(receiptExpiryOf(row), now) ? undefined : statusFromRow(row)
     })
 
   const readReceiptSubscription = (id: string) =>
     atNow("readReceiptSubscription", (now) => {
       const rows = statement(`SELECT * FROM ${table} WHERE subscription = ?`).all(id)
-      const expiry = expiryOf(rows.find((row) => row["message"] === META_SORT_KEY) ?? { expiry: null })
+      const expiry = receiptExpiryOf(rows.find((row) => row["message"] === META_SORT_KEY) ?? { expiry: null })
       if (expiry === undefined || !isVisible(expiry, now)) return undefined
-      const statuses = rows.filter((row) => row["message"] !== META_SORT_KEY && isVisible(expiryOf(row), now)).map(statusFromRow)
+      const statuses = rows.filter((row) => row["message"] !== META_SORT_KEY && isVisible(receiptExpiryOf(row), now)).map(statusFromRow)
       return { expiry, statuses }
     })
 
