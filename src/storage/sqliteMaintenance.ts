@@ -28,11 +28,11 @@ import {
 } from "./tables.ts"
 
 /** Users dropped per transaction by a stale-user sweep. */
-const STALE_BATCH = 25
+export const STALE_BATCH = 25
 /** Expired rows deleted per transaction by the sweep. */
-const SWEEP_BATCH = 500
+export const SWEEP_BATCH = 500
 /** How long past its expiry a row is kept before the sweep deletes it (seconds). */
-const SWEEP_GRACE_SECONDS = 86_400
+export const SWEEP_GRACE_SECONDS = 86_400
 export const SWEEP_INTERVAL = Duration.minutes(10)
 
 export const makeSqliteMaintenance = (connection: SqliteConnection, run: RunSql, options: StorageOptions) => {
