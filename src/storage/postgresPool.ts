@@ -15,7 +15,7 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import pg from "pg"
 import { StorageTimeout } from "./dynamoRequests.ts"
-import { StorageError } from "./Storage.ts"
+import { causeText, StorageError } from "./Storage.ts"
 
 /** One statement on the operation's connection: its rows and how many rows it changed. */
 export type Query = (sql: string, values?: ReadonlyArray<unknown>) => Promise<{ readonly rows: ReadonlyArray<Record<string, unknown>>; readonly rowCount: number }>
@@ -143,3 +143,19 @@ export const scopedPostgres = (
 
 /** `$from, $from+1, …`: `count` placeholders. */
 export const placeholders = (count: number, from = 1): string => Array.from({ length: count }, (_, i) => `$${from + i}`).join(", ")
+
+/** What an operator reads of a failure to reach PostgreSQL at start: what is wrong, then the cause. */
+const CONNECT_HINTS: ReadonlyArray<readonly [(code: string) => boolean, string]> = [
+  [(code) => code === "28P01" || code === "28000", "the server refused the user name or password"],
+  [(code) => code === "3D000", "no such database"],
+  [(code) => code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "EHOSTUNREACH", "the server cannot be reached"]
+]
+
+/** A start-up failure of the PostgreSQL store as one line (a hint by SQLSTATE or system error code, then the cause). */
+export const postgresFailure = (error: StorageError): string => {
+  const code = (error.cause as { readonly code?: unknown } | undefined)?.code
+  const hint = typeof code === "string" ? CONNECT_HINTS.find(([matches]) => matches(code))?.[1] : undefined
+  const state = sqlState(error.cause)
+  const cause = state !== undefined && error.cause instanceof Error ? `${error.cause.message} (SQLSTATE ${state})` : causeText(error.cause)
+  return hint === undefined ? cause : `${hint}: ${cause}`
+}

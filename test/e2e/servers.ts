@@ -277,16 +277,27 @@ const startSeparateOnce = async (
   }
 }
 
-/** `autoconnect` and `autoendpoint` as separate processes of one host, sharing the SQLite database under one `data_dir`. */
-const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> => {
+/** Where separate nodes of one host store: their flags, and what the deployment says of it. */
+interface SharedStore {
+  readonly flags: (cwd: string) => ReadonlyArray<string>
+  readonly storageFile?: (cwd: string) => string
+  readonly storageOutage?: (downMs: number) => Promise<void>
+}
+
+const SQLITE_ON_ONE_HOST: SharedStore = {
+  flags: (cwd) => ["--embedded-storage", "--data-dir", join(cwd, "data")],
+  storageFile: (cwd) => join(cwd, "data", "autopush.sqlite")
+}
+
+/** `autoconnect` and `autoendpoint` as separate processes of one host, sharing a store: the SQLite database under one `data_dir`, or PostgreSQL. */
+const startOnOneHostOnce = async (env: NodeJS.ProcessEnv, store: SharedStore = SQLITE_ON_ONE_HOST): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const [ws, router, endpointPort, metricsPort] = (await freePorts(4)) as [number, number, number, number]
   const ports = { ws, router, endpoint: endpointPort }
   const output: Array<string> = []
   const shared = [
     ...sharedFlags(ports),
-    "--embedded-storage",
-    "--data-dir", join(cwd, "data"),
+    ...store.flags(cwd),
     "--crypto-key", generateFernetKey(),
     "--auth-keys", "e2e-auth-key"
   ]
@@ -319,7 +330,8 @@ const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> =
       await between?.()
       await upConnection()
     },
-    storageFile: join(cwd, "data", "autopush.sqlite"),
+    ...(store.storageFile === undefined ? {} : { storageFile: store.storageFile(cwd) }),
+    ...(store.storageOutage === undefined ? {} : { storageOutage: store.storageOutage }),
     pid: () => connection.pid,
     stop: async () => {
       await stopBoth()
@@ -330,6 +342,26 @@ const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> =
 
 /** `autoconnect` and `autoendpoint` as separate processes on one host, on the embedded SQLite database they share. */
 export const startOnOneHost = (options: StartOptions = {}): Promise<Deployment> => withFreshPorts(() => startOnOneHostOnce(envOf(options)))
+
+let postgresDeployments = 0
+
+/**
+ * `autoconnect` and `autoendpoint` as separate processes sharing PostgreSQL at `dsn` (`--db-dsn`),
+ * on tables of their own (`tables`: their router table and message table prefix); `outage` stops
+ * that server for a while and starts it again.
+ */
+export const startOnPostgres = (
+  dsn: string,
+  options: StartOptions & { readonly outage?: (downMs: number) => Promise<void> } = {}
+): Promise<Deployment & { readonly tables: { readonly routerTable: string; readonly messageTablePrefix: string } }> => {
+  const name = `e2e${Date.now().toString(36)}${process.pid.toString(36)}${(postgresDeployments++).toString(36)}`
+  const tables = { routerTable: `${name}_router`, messageTablePrefix: `${name}_message` }
+  const store: SharedStore = {
+    flags: () => ["--db-dsn", dsn, "--router-tablename", tables.routerTable, "--message-tablename", tables.messageTablePrefix],
+    ...(options.outage === undefined ? {} : { storageOutage: options.outage })
+  }
+  return withFreshPorts(() => startOnOneHostOnce(envOf(options), store)).then((deployment) => ({ ...deployment, tables }))
+}
 
 /** Until something accepts TCP connections on `port`. */
 const waitForPort = async (port: number, timeoutMs = 10_000): Promise<void> => {
