@@ -103,11 +103,18 @@ if ("missing" in server) {
 
     it("the server stopped under load and started again: 503 or 201 meanwhile, every 201 delivered exactly once", async () => {
       const cluster = await privatePostgres()
+      let helloMeanwhile: { readonly code: number; readonly reason: string } | undefined
       try {
-        const deployment = await startOnPostgres(cluster.dsn, {
+        const deployment: Deployment = await startOnPostgres(cluster.dsn, {
           outage: async (downMs) => {
             cluster.stop()
-            await new Promise((r) => setTimeout(r, downMs))
+            const until = Date.now() + downMs
+            // A client saying hello meanwhile: its socket closed cleanly, no uaid handed out.
+            const ws = await openClient(deployment.wsUrl)
+            ws.send({ messageType: "hello", use_webpush: true, uaid: offline[0]!.uaid })
+            helloMeanwhile = await ws.closed
+            expect(ws.received.filter((f) => f["messageType"] === "hello" && f["status"] === 200)).toEqual([])
+            await new Promise((r) => setTimeout(r, Math.max(0, until - Date.now())))
             cluster.start()
           }
         })
@@ -142,6 +149,7 @@ if ("missing" in server) {
         stop = true
         await load
         const seen = Object.fromEntries(statuses)
+        expect(helloMeanwhile, "a hello while the server was down").toEqual({ code: 1011, reason: "StorageError" })
         expect(before, JSON.stringify(seen)).toBeGreaterThan(0)
         expect(during, `no 503 while the server was down: ${JSON.stringify(seen)}`).toBeGreaterThan(0)
         expect((statuses.get(201) ?? 0) - before, `no recovery: ${JSON.stringify(seen)}`).toBeGreaterThan(0)
