@@ -1,6 +1,6 @@
 /**
  * The real entrypoints as child processes, for end-to-end tests: the all-in-one `autopush` on
- * embedded storage (its SQLite database), or `autoconnect` + `autoendpoint` sharing a dynalite server. Every process of a
+ * embedded storage (its SQLite database), or `autoconnect` + `autoendpoint` sharing a dynalite server, the SQLite database of one host or PostgreSQL. Every process of a
  * deployment (the storage server's too) can be given the same extra environment, e.g. a faked clock.
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -12,6 +12,8 @@ import { afterAll, beforeAll } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
 import type { Layer } from "effect"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import pg from "pg"
+import { layerPostgres } from "../../src/storage/postgres.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
 import type { Storage, StorageError } from "../../src/storage/Storage.ts"
 
@@ -21,6 +23,7 @@ const root = new URL("../../", import.meta.url).pathname
 export const storageOf = (deployment: Deployment, timeoutMs?: number): Layer.Layer<Storage, StorageError> => {
   const tables = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false, timeoutMs }
   if (deployment.storageFile !== undefined) return layerSqlite({ ...tables, path: deployment.storageFile })
+  if (deployment.storageDsn !== undefined) return layerPostgres({ ...tables, dsn: deployment.storageDsn })
   if (deployment.storageEndpoint === undefined) throw new Error("a deployment has a storage file or a storage endpoint")
   return layerDynamo({ ...tables, endpoint: deployment.storageEndpoint(), region: "local" })
 }
@@ -42,6 +45,8 @@ export interface Deployment {
   readonly storageEndpoint?: () => string
   /** The all-in-one only: its embedded SQLite database (the test may open it beside the process). */
   readonly storageFile?: string
+  /** Nodes on PostgreSQL: the URL they store at. */
+  readonly storageDsn?: string
   /** The process holding the connection node. */
   readonly pid: () => number | undefined
   /** Stops every process and removes the working directory (embedded data, dynalite's files). */
@@ -281,6 +286,7 @@ const startSeparateOnce = async (
 interface SharedStore {
   readonly flags: (cwd: string) => ReadonlyArray<string>
   readonly storageFile?: (cwd: string) => string
+  readonly storageDsn?: string
   readonly storageOutage?: (downMs: number) => Promise<void>
 }
 
@@ -332,6 +338,7 @@ const startOnOneHostOnce = async (env: NodeJS.ProcessEnv, store: SharedStore = S
     },
     ...(store.storageFile === undefined ? {} : { storageFile: store.storageFile(cwd) }),
     ...(store.storageOutage === undefined ? {} : { storageOutage: store.storageOutage }),
+    ...(store.storageDsn === undefined ? {} : { storageDsn: store.storageDsn }),
     pid: () => connection.pid,
     stop: async () => {
       await stopBoth()
@@ -345,22 +352,44 @@ export const startOnOneHost = (options: StartOptions = {}): Promise<Deployment> 
 
 let postgresDeployments = 0
 
+/** One statement on the PostgreSQL at `dsn`, on a connection of its own. */
+const postgresStatement = async (dsn: string, sql: string): Promise<void> => {
+  const client = new pg.Client({ connectionString: dsn })
+  await client.connect()
+  try {
+    await client.query(sql)
+  } finally {
+    await client.end()
+  }
+}
+
 /**
  * `autoconnect` and `autoendpoint` as separate processes sharing PostgreSQL at `dsn` (`--db-dsn`),
- * on tables of their own (`tables`: their router table and message table prefix); `outage` stops
- * that server for a while and starts it again.
+ * in a schema of their own (the default table names, nothing shared with other deployments; the
+ * schema is dropped when the deployment stops); `outage` stops that server for a while and starts
+ * it again.
  */
-export const startOnPostgres = (
+export const startOnPostgres = async (
   dsn: string,
   options: StartOptions & { readonly outage?: (downMs: number) => Promise<void> } = {}
-): Promise<Deployment & { readonly tables: { readonly routerTable: string; readonly messageTablePrefix: string } }> => {
-  const name = `e2e${Date.now().toString(36)}${process.pid.toString(36)}${(postgresDeployments++).toString(36)}`
-  const tables = { routerTable: `${name}_router`, messageTablePrefix: `${name}_message` }
+): Promise<Deployment> => {
+  const schema = `e2e_${Date.now().toString(36)}${process.pid.toString(36)}${(postgresDeployments++).toString(36)}`
+  await postgresStatement(dsn, `CREATE SCHEMA ${schema}`)
+  const url = new URL(dsn)
+  url.searchParams.set("options", `-c search_path=${schema}`)
   const store: SharedStore = {
-    flags: () => ["--db-dsn", dsn, "--router-tablename", tables.routerTable, "--message-tablename", tables.messageTablePrefix],
+    flags: () => ["--db-dsn", url.href],
+    storageDsn: url.href,
     ...(options.outage === undefined ? {} : { storageOutage: options.outage })
   }
-  return withFreshPorts(() => startOnOneHostOnce(envOf(options), store)).then((deployment) => ({ ...deployment, tables }))
+  const deployment = await withFreshPorts(() => startOnOneHostOnce(envOf(options), store))
+  return {
+    ...deployment,
+    stop: async () => {
+      await deployment.stop()
+      await postgresStatement(dsn, `DROP SCHEMA ${schema} CASCADE`).catch(() => {})
+    }
+  }
 }
 
 /** Until something accepts TCP connections on `port`. */
