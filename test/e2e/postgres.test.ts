@@ -1,7 +1,8 @@
 /**
  * Separate nodes on PostgreSQL (`--db-dsn`), as real processes: `autoconnect` and `autoendpoint`
  * sharing one server — a push routed from the endpoint node to the connection node, a push stored
- * for a client that is away and drained when it comes back; the server stopped under load and
+ * for a client that is away and drained when it comes back; two of each node, every endpoint node
+ * reaching clients on every connection node; the server stopped under load and
  * started again (pushes answered 503 or 201 meanwhile, every 201 delivered exactly once, the nodes
  * back by themselves); and start-up failures in one line naming db_dsn (a bad URL, a wrong
  * password, a server that is not there).
@@ -73,7 +74,7 @@ if ("missing" in server) {
   const dsn = server.dsn
   const deployments: Array<Deployment> = []
   afterAll(async () => {
-    for (const d of deployments) await d.stop()
+    for (const d of deployments.reverse()) await d.stop()
   })
 
   describe("separate nodes on PostgreSQL", () => {
@@ -99,6 +100,31 @@ if ("missing" in server) {
       expect([...back.received]).toEqual([[messageIdOf(stored), 1]])
       await online.ws.close()
       await back.ws.close()
+    }, 90_000)
+
+    it("two connection nodes and two endpoint nodes on one server: a push through either endpoint node reaches a client on either connection node", async () => {
+      const first = await startOnPostgres(dsn)
+      deployments.push(first)
+      const second = await startOnPostgres(dsn, { joining: first })
+      deployments.push(second)
+      const through = (endpoint: string, node: Deployment) => {
+        const url = new URL(endpoint)
+        url.port = new URL(node.endpointUrl).port
+        return url.href
+      }
+      const onFirst = await subscribe(first)
+      const onSecond = await subscribe(second)
+      let expected = 0
+      for (const [client, node] of [[onFirst, second], [onSecond, first], [onFirst, first], [onSecond, second]] as const) {
+        const res = await fetch(through(client.endpoint, node), { method: "POST", headers: { ttl: "600" } })
+        expect(res.status, await res.text()).toBe(201)
+        expected++
+        await until(() => onFirst.received.size + onSecond.received.size === expected, 10_000)
+        expect(client.received.get(messageIdOf(res)), `push ${expected}`).toBe(1)
+      }
+      expect([onFirst.received.size, onSecond.received.size]).toEqual([2, 2])
+      await onFirst.ws.close()
+      await onSecond.ws.close()
     }, 90_000)
 
     it("the server stopped under load and started again: 503 or 201 meanwhile, every 201 delivered exactly once", async () => {

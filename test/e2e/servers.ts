@@ -288,6 +288,8 @@ interface SharedStore {
   readonly storageFile?: (cwd: string) => string
   readonly storageDsn?: string
   readonly storageOutage?: (downMs: number) => Promise<void>
+  /** The nodes' crypto key (a new one unless given: nodes of another deployment on the same store share it). */
+  readonly cryptoKey?: string
 }
 
 const SQLITE_ON_ONE_HOST: SharedStore = {
@@ -304,7 +306,7 @@ const startOnOneHostOnce = async (env: NodeJS.ProcessEnv, store: SharedStore = S
   const shared = [
     ...sharedFlags(ports),
     ...store.flags(cwd),
-    "--crypto-key", generateFernetKey(),
+    "--crypto-key", store.cryptoKey ?? generateFernetKey(),
     "--auth-keys", "e2e-auth-key"
   ]
   let connection: ChildProcess
@@ -371,23 +373,32 @@ const postgresStatement = async (dsn: string, sql: string): Promise<void> => {
  */
 export const startOnPostgres = async (
   dsn: string,
-  options: StartOptions & { readonly outage?: (downMs: number) => Promise<void> } = {}
-): Promise<Deployment> => {
+  options: StartOptions & {
+    readonly outage?: (downMs: number) => Promise<void>
+    /** Nodes joining another deployment's: its store (schema included) and crypto key, which it keeps (and drops). */
+    readonly joining?: { readonly storageDsn: string; readonly cryptoKey: string }
+  } = {}
+): Promise<Deployment & { readonly storageDsn: string; readonly cryptoKey: string }> => {
   const schema = `e2e_${Date.now().toString(36)}${process.pid.toString(36)}${(postgresDeployments++).toString(36)}`
-  await postgresStatement(dsn, `CREATE SCHEMA ${schema}`)
   const url = new URL(dsn)
   url.searchParams.set("options", `-c search_path=${schema}`)
+  if (options.joining === undefined) await postgresStatement(dsn, `CREATE SCHEMA ${schema}`)
+  const storageDsn = options.joining?.storageDsn ?? url.href
+  const cryptoKey = options.joining?.cryptoKey ?? generateFernetKey()
   const store: SharedStore = {
-    flags: () => ["--db-dsn", url.href],
-    storageDsn: url.href,
+    flags: () => ["--db-dsn", storageDsn],
+    storageDsn,
+    cryptoKey,
     ...(options.outage === undefined ? {} : { storageOutage: options.outage })
   }
   const deployment = await withFreshPorts(() => startOnOneHostOnce(envOf(options), store))
   return {
     ...deployment,
+    storageDsn,
+    cryptoKey,
     stop: async () => {
       await deployment.stop()
-      await postgresStatement(dsn, `DROP SCHEMA ${schema} CASCADE`).catch(() => {})
+      if (options.joining === undefined) await postgresStatement(dsn, `DROP SCHEMA ${schema} CASCADE`).catch(() => {})
     }
   }
 }
