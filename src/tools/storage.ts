@@ -16,15 +16,16 @@ import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
 import type * as Scope from "effect/Scope"
 import type { Settings } from "../config/index.ts"
 import { type DynamoOptions, layerDynamo } from "../storage/dynamodb.ts"
-import { type DynamoTables, layerDynamoTables } from "../storage/dynamoExport.ts"
+import { DynamoTables, layerDynamoTables } from "../storage/dynamoExport.ts"
 import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/embedded.ts"
 import { layerPostgres, type PostgresOptions } from "../storage/postgres.ts"
 import { layerSqlite, type SqliteOptions } from "../storage/sqlite.ts"
 import { layerSqliteTables } from "../storage/sqliteExport.ts"
-import type { Storage, StorageError } from "../storage/Storage.ts"
+import { type Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
 import { writePrivateFile } from "../platform/privateFile.ts"
@@ -211,18 +212,31 @@ export const toolStorageLayer = (
     ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), layerSqlite))
     : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), layerDynamo))
 
+/**
+ * Whole-table reads and writes are the embedded database's and DynamoDB's: on PostgreSQL, export and
+ * import say to use its own tools (every other command works).
+ */
+const postgresHasNoTableCopies = Layer.succeed(DynamoTables, {
+  scan: () => Stream.fail(noTableCopies("export")),
+  countUsers: () => Effect.fail(noTableCopies("import")),
+  putItems: () => Effect.fail(noTableCopies("import"))
+})
+
+const noTableCopies = (operation: string) =>
+  new StorageError({
+    operation,
+    cause: new Error(
+      "export and import move the embedded database and DynamoDB tables; PostgreSQL's own tools back up and copy its data (pg_dump, pg_restore)"
+    )
+  })
+
 /** The Storage a tool uses, and whole-table reads and writes on the same store (export, import). */
 export const toolTablesLayer = (
   settings: Settings,
   mayCreate: boolean
 ): Layer.Layer<Storage | DynamoTables, StorageError | ToolFailure> =>
   settings.dbDsn !== undefined
-    ? Layer.unwrap(Effect.fail(
-      new ToolFailure({
-        message: "export and import move the embedded database and DynamoDB tables; PostgreSQL's own tools back up and copy its data " +
-          "(pg_dump, pg_restore)"
-      })
-    ))
+    ? Layer.merge(layerPostgres(postgresOptionsOf(settings, settings.dbDsn)), postgresHasNoTableCopies)
     : usesEmbeddedSqlite(settings)
     ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), (options) => Layer.merge(layerSqlite(options), layerSqliteTables(options))))
     : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), (options) => Layer.merge(layerDynamo(options), layerDynamoTables(options))))
