@@ -4,7 +4,7 @@
  * for a client that is away and drained when it comes back; two of each node, every endpoint node
  * reaching clients on every connection node; the server stopped under load and
  * started again (pushes answered 503 or 201 meanwhile, every 201 delivered exactly once, the nodes
- * back by themselves); and start-up failures in one line naming db_dsn (a bad URL, a wrong
+ * back by themselves); the maintenance tools on it; and start-up failures in one line naming db_dsn (a bad URL, a wrong
  * password, a server that is not there).
  *
  * The server: as `test/storage/postgres.test.ts` finds it (`postgresServer.ts`: the DSN CI sets,
@@ -14,6 +14,7 @@ import { spawn } from "node:child_process"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import pg from "pg"
 import { afterAll, describe, expect, it } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
 import { openClient, type TestClient } from "../connection/client.ts"
@@ -193,6 +194,53 @@ if ("missing" in server) {
         cluster.remove()
       }
     }, 150_000)
+  })
+
+  describe("the maintenance tools on PostgreSQL (db_dsn in the environment)", () => {
+    it("create-tables, list-tables, drop-tables; export refused, naming PostgreSQL's own tools", async () => {
+      const schema = `tools_${Date.now().toString(36)}${process.pid.toString(36)}`
+      const admin = new pg.Client({ connectionString: dsn })
+      await admin.connect()
+      await admin.query(`CREATE SCHEMA ${schema}`)
+      try {
+        const url = new URL(dsn)
+        url.searchParams.set("options", `-c search_path=${schema}`)
+        const tool = (args: ReadonlyArray<string>) =>
+          new Promise<{ readonly code: number | null; readonly out: string }>((resolve) => {
+            const child = spawn(process.execPath, [join(root, "src/bin/maintenance.ts"), ...args], {
+              cwd: mkdtempSync(join(tmpdir(), "autopush-pg-tools-")),
+              env: { ...process.env, AUTOPUSH__DB_DSN: url.href },
+              stdio: ["ignore", "pipe", "pipe"]
+            })
+            let out = ""
+            child.stdout.on("data", (c: Buffer) => (out += c.toString()))
+            child.stderr.on("data", (c: Buffer) => (out += c.toString()))
+            child.on("exit", (code) => resolve({ code, out }))
+          })
+        const created = await tool(["create-tables"])
+        expect(created.code, created.out).toBe(0)
+        expect(created.out).toContain("PostgreSQL at ")
+        expect(created.out).not.toContain("autopush:autopush@")
+        const { rows } = await admin.query("SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename", [schema])
+        const tables = rows.map((row) => String(row["tablename"]))
+        expect(tables).toEqual(expect.arrayContaining(["router", "router_broadcasts", "router_receipts"]))
+        const months = tables.filter((t) => /^message_\d{4}_\d{2}$/.test(t))
+        expect(months.length).toBeGreaterThanOrEqual(3)
+        const listed = await tool(["list-tables"])
+        expect(listed.code, listed.out).toBe(0)
+        for (const month of months) expect(listed.out).toContain(month)
+        await admin.query(`CREATE TABLE ${schema}.message_2020_01 (LIKE ${schema}.${months[0]} INCLUDING ALL)`)
+        const dropped = await tool(["drop-tables", "--older-than", "3", "--yes"])
+        expect(dropped.code, dropped.out).toBe(0)
+        expect((await admin.query("SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = 'message_2020_01'", [schema])).rows).toEqual([])
+        const exported = await tool(["export", "--out", join(mkdtempSync(join(tmpdir(), "autopush-pg-tools-")), "x.jsonl")])
+        expect(exported.code).not.toBe(0)
+        expect(exported.out).toContain("pg_dump")
+      } finally {
+        await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+        await admin.end()
+      }
+    }, 90_000)
   })
 
   describe("start-up failures on PostgreSQL: one line naming db_dsn, exit 1", () => {
