@@ -2,10 +2,10 @@
  * Separate nodes on PostgreSQL (`--db-dsn`), as real processes: `autoconnect` and `autoendpoint`
  * sharing one server — a push routed from the endpoint node to the connection node, a push stored
  * for a client that is away and drained when it comes back; two of each node, every endpoint node
- * reaching clients on every connection node; the server stopped under load and
- * started again (pushes answered 503 or 201 meanwhile, every 201 delivered exactly once, the nodes
- * back by themselves); the maintenance tools on it; and start-up failures in one line naming db_dsn (a bad URL, a wrong
- * password, a server that is not there).
+ * reaching clients on every connection node; the server stopped under load and started again
+ * (pushes answered 503 or 201 meanwhile, every 201 delivered exactly once, the nodes back by
+ * themselves); the maintenance tools on it; and start-up failures in one line naming db_dsn (a
+ * bad URL, a wrong password, a server that is not there).
  *
  * The server: as `test/storage/postgres.test.ts` finds it (`postgresServer.ts`: the DSN CI sets,
  * or a throwaway cluster where PostgreSQL is installed); the outage test runs a cluster of its own.
