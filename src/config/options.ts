@@ -299,7 +299,7 @@ export const options = {
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
   data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory): its SQLite database autopush.sqlite (with its -wal and -shm files), or the dynalite/ directory of an earlier version, which keeps being used until it is migrated; and the generated keys, secrets.json"),
   storage_port: opt("shared", integer(0, 65_535), 0, "Port of the embedded dynalite store (on 127.0.0.1 only) that serves an earlier version's data under data_dir until it is migrated (the default SQLite database opens no port): 0 takes a free port at each start. The ready line names it; the operators' tools find it by themselves"),
-  db_dsn: opt("shared", postgresUrl, undefined, "PostgreSQL to store in (postgres://user:password@host:port/database, libpq's URL form with its parameters such as sslmode=require): the store every node of a fleet without AWS shares. Set, it is used instead of storage_endpoint and the embedded database", {
+  db_dsn: opt("shared", postgresUrl, undefined, "PostgreSQL to store in (postgres://user:password@host:port/database, libpq's URL form with its parameters, such as sslmode=verify-full for TLS): the store every node of a fleet without AWS shares. Set, it is used instead of storage_endpoint and the embedded database", {
     secret: true,
     env: ["AUTOCONNECT__DB_DSN", "AUTOEND__DB_DSN"],
     defaultText: "unset"
