@@ -3,9 +3,9 @@
  * an operation runs on it. An operation takes a connection from the pool, runs its statements
  * and gives it back; a connection that failed (the server went away) is closed instead, and the
  * pool opens a new one for a later operation — so nodes carry on by themselves once the server
- * is back. Waiting for a connection (the pool full, or connecting) is bounded by
- * `storage_timeout`, and so is every statement (`statement_timeout`, on the server); the
- * operation as a whole has the same deadline (`withOperationDeadlines`).
+ * is back. An operation as a whole, waiting for a connection included, has the deadline
+ * `storage_timeout` (`withOperationDeadlines`: past it, a `StorageTimeout`), and so has every
+ * statement on the server (`statement_timeout`).
  *
  * Errors are told apart by their SQLSTATE code only (never the message text): a missing table
  * (42P01) is a `StorageError` whose cause is named `ResourceNotFoundException`, as on the other
@@ -31,6 +31,8 @@ export interface PostgresConnection {
 
 /** Default connections per process. */
 export const POSTGRES_POOL_SIZE = 10
+/** How much longer than an operation's deadline a wait for a connection or an answer may take on the client (ms). */
+const CLIENT_MARGIN_MS = 500
 /** How long a connection may stay idle in the pool before it is closed (ms). */
 const IDLE_MS = 30_000
 
@@ -88,9 +90,17 @@ export const scopedPostgres = (
         const pool = new pg.Pool({
           connectionString: dsn,
           max: options.poolSize,
-          connectionTimeoutMillis: timeoutMs,
+          // A little past the operation's deadline, which comes first and fails the operation with a
+          // StorageTimeout; this bounds a wait for a connection outside an operation (the check at
+          // start, the sweep) and ends a connection attempt that never completes.
+          connectionTimeoutMillis: timeoutMs + CLIENT_MARGIN_MS,
           idleTimeoutMillis: IDLE_MS,
           statement_timeout: timeoutMs,
+          // A statement the server never answers (it stopped answering, the network dropped the
+          // connection silently) fails on the client too, and its connection is closed
+          // (`connectionIsSound`): the bound of the operations without a deadline (creating
+          // tables, the sweep).
+          query_timeout: timeoutMs + CLIENT_MARGIN_MS,
           application_name: "autopush",
           types: { getTypeParser: typeParser }
         })
@@ -98,7 +108,12 @@ export const scopedPostgres = (
         pool.on("error", ignore)
         return pool
       }),
-      (pool) => Effect.promise(() => pool.end().catch(ignore))
+      // Closing waits for the connections in use to come back, for as long as a statement may
+      // take: a server that stopped answering does not hold the process's stop.
+      (pool) =>
+        Effect.promise(() =>
+          Promise.race([pool.end().catch(ignore), new Promise<void>((resolve) => setTimeout(resolve, timeoutMs).unref())])
+        )
     )
 
     const withConnection = async <A>(body: (query: Query) => Promise<A>): Promise<A> => {

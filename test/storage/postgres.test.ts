@@ -1,18 +1,21 @@
 /**
  * The PostgreSQL store against a real server: the storage contract (every layer of it a pool of
  * its own on one database), then what is its own — two pools racing for the channel limit, the
- * sweep of expired rows, a server stopped and started again (operations fail within
- * storage_timeout while it is down; the pool reconnects by itself), and the start-up check (a
- * wrong password, a server that is not there).
+ * sweep of expired rows, byte-ordered sort keys, a server stopped and started again (operations
+ * fail within storage_timeout while it is down; the pool reconnects by itself), a server that
+ * stops answering (each operation fails at storage_timeout with a StorageTimeout), and the
+ * start-up check (a wrong password, a server that is not there).
  *
  * The server: `AUTOPUSH_TEST_POSTGRES_DSN` (CI sets it), else a throwaway cluster started through
  * `.ci/postgres.sh` where PostgreSQL's binaries are installed (`postgresServer.ts`). Under CI=true
  * without the variable, and where there is no PostgreSQL at all, the file fails, saying what it
  * needs: the lane never disappears silently.
  */
+import { type AddressInfo, connect, createServer, type Socket } from "node:net"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
+import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { layerPostgres } from "../../src/storage/postgres.ts"
 import { makePostgresMaintenance } from "../../src/storage/postgresMaintenance.ts"
 import { scopedPostgres, sqlState } from "../../src/storage/postgresPool.ts"
@@ -21,6 +24,39 @@ import { storageContract } from "./contract.ts"
 import { privatePostgres, testPostgres } from "./postgresServer.ts"
 
 const server = testPostgres()
+
+/** A TCP proxy to `target`'s host and port that can stop forwarding (a server that accepts and never answers) and start again. */
+const freezableProxy = async (target: URL) => {
+  let frozen = false
+  const held: Array<() => void> = []
+  const sockets = new Set<Socket>()
+  const proxy = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname)
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on("error", () => socket.destroy())
+      socket.on("close", () => sockets.delete(socket))
+    }
+    const forward = (from: Socket, to: Socket) =>
+      from.on("data", (chunk: Buffer) => (frozen ? held.push(() => to.write(chunk)) : to.write(chunk)))
+    forward(client, upstream)
+    forward(upstream, client)
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve))
+  return {
+    port: (proxy.address() as AddressInfo).port,
+    freeze: () => void (frozen = true),
+    thaw: () => {
+      frozen = false
+      for (const send of held.splice(0)) send()
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy()
+        proxy.close(() => resolve())
+      })
+  }
+}
 
 if ("missing" in server) {
   describe("PostgreSQL store", () => {
@@ -117,6 +153,29 @@ if ("missing" in server) {
         assert.strictEqual((yield* s.getUser(uaid(1)))?.connectedAt, T0, "the pool connected again by itself")
         assert.isTrue(yield* s.registerUser({ uaid: uaid(2), routerType: "webpush", routerData: {}, connectedAt: T0 }))
       }).pipe(Effect.scoped), 120_000)
+
+    it.live("a server that stops answering: each operation fails at storage_timeout with a StorageTimeout; answering again, the store goes on", () =>
+      Effect.gen(function*() {
+        const proxy = yield* Effect.acquireRelease(Effect.promise(() => freezableProxy(new URL(dsn))), (p) => Effect.promise(() => p.close()))
+        const through = new URL(dsn)
+        through.host = `127.0.0.1:${proxy.port}`
+        const options = fresh({ dsn: through.href, timeoutMs: 1_000, poolSize: 2 })
+        const s = yield* openStore(options)
+        yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+        yield* s.registerUser({ uaid: uaid(1), routerType: "webpush", routerData: {}, connectedAt: T0 })
+        proxy.freeze()
+        const started = Date.now()
+        const errors = yield* Effect.forEach([1, 2, 3], () => Effect.flip(s.getUser(uaid(1))), { concurrency: "unbounded" })
+        const waited = Date.now() - started
+        for (const error of errors) {
+          assert.strictEqual(error.operation, "getUser")
+          assert.instanceOf(error.cause, StorageTimeout)
+        }
+        assert.isAtLeast(waited, 900)
+        assert.isBelow(waited, 5_000, "within storage_timeout (1 s), with a margin")
+        proxy.thaw()
+        assert.strictEqual((yield* s.getUser(uaid(1)))?.connectedAt, T0)
+      }).pipe(Effect.scoped), 60_000)
 
     it.effect("a wrong password fails at start, with PostgreSQL's code", () =>
       Effect.gen(function*() {
