@@ -1,8 +1,9 @@
 /**
  * The Storage service: router records, per-month channel sets and messages (the seed's DynamoDB
- * layout: `model.ts`). Three layers implement it, SQLite (`sqlite.ts`: the embedded default),
- * DynamoDB (`dynamodb.ts`: AWS, DynamoDB Local, Alternator, and the dynalite of `embedded.ts`) and
- * in-memory (`memory.ts`), and all pass the one contract suite in `test/storage/`.
+ * layout: `model.ts`). Four layers implement it, SQLite (`sqlite.ts`: the embedded default),
+ * PostgreSQL (`postgres.ts`: fleets without AWS), DynamoDB (`dynamodb.ts`: AWS, DynamoDB Local,
+ * Alternator, and the dynalite of `embedded.ts`) and in-memory (`memory.ts`), and all pass the one
+ * contract suite in `test/storage/`.
  *
  * Message tables are named explicitly by every message operation: the router record says which
  * table a user lives in (`currentMonth`), and the connection node decides when a user moves on.
