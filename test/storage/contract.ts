@@ -1,5 +1,5 @@
 /**
- * The one contract every Storage layer passes (in-memory, dynalite, DynamoDB Local). Each test gets
+ * The one contract every Storage layer passes (in-memory, SQLite, PostgreSQL, dynalite, DynamoDB Local). Each test gets
  * a fresh layer on fresh table names, and a TestClock (which starts at 0: tests that care about
  * months set it first).
  */
