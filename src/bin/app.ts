@@ -43,10 +43,10 @@ import {
   embeddedSecretsFile,
   embeddedSqliteFile,
   MIGRATE_EMBEDDED,
+  postgresOptionsOf,
   readEmbeddedSecrets,
   type SecretsFileError,
   storageDescription,
-  postgresOptionsOf,
   storageOptionsOf,
   usesEmbeddedSqlite,
   usesStoreServer,
@@ -73,8 +73,8 @@ const socketLimitsOf = (settings: Settings) => ({
 })
 
 /**
- * Storage from settings: PostgreSQL (`db_dsn`), the dynalite store this process runs for an earlier version's data
- * (`embedded`, its endpoint) or the one a worker's supervisor runs for it, else the embedded SQLite
+ * Storage from settings: PostgreSQL (`db_dsn`), the dynalite store this process runs for an
+ * earlier version's data (`embedded`, its endpoint) or the one a worker's supervisor runs for it, else the embedded SQLite
  * database under `data_dir` (every process of the host opens the file itself: workers, separate
  * nodes), or the configured DynamoDB endpoint; its tables kept present.
  */
