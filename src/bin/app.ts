@@ -43,13 +43,17 @@ import {
   embeddedSecretsFile,
   embeddedSqliteFile,
   MIGRATE_EMBEDDED,
+  postgresOptionsOf,
   readEmbeddedSecrets,
   type SecretsFileError,
   storageDescription,
   storageOptionsOf,
   usesEmbeddedSqlite,
+  usesStoreServer,
   writeEmbeddedSecrets
 } from "../tools/storage.ts"
+import { layerPostgres } from "../storage/postgres.ts"
+import { postgresFailure } from "../storage/postgresPool.ts"
 import { layerSqlite } from "../storage/sqlite.ts"
 import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
@@ -69,12 +73,13 @@ const socketLimitsOf = (settings: Settings) => ({
 })
 
 /**
- * Storage from settings: the dynalite store this process runs for an earlier version's data
- * (`embedded`, its endpoint) or the one a worker's supervisor runs for it, else the embedded SQLite
+ * Storage from settings: PostgreSQL (`db_dsn`), the dynalite store this process runs for an
+ * earlier version's data (`embedded`, its endpoint) or the one a worker's supervisor runs for it, else the embedded SQLite
  * database under `data_dir` (every process of the host opens the file itself: workers, separate
  * nodes), or the configured DynamoDB endpoint; its tables kept present.
  */
 const storageLayer = (settings: Settings, embedded: string | undefined): Layer.Layer<Storage, StorageError> => {
+  if (settings.dbDsn !== undefined) return layerTableKeeper.pipe(Layer.provideMerge(layerPostgres(postgresOptionsOf(settings, settings.dbDsn))))
   const options = storageOptionsOf(settings)
   const local = embedded ?? WORKER?.storageEndpoint
   if (settings.storageEndpoint === undefined && local === undefined) {
@@ -89,7 +94,7 @@ const storageLayer = (settings: Settings, embedded: string | undefined): Layer.L
 }
 
 /** Whether this process serves an earlier version's dynalite data under `data_dir` (not yet migrated to SQLite). */
-const runsDynalite = (settings: Settings): boolean => settings.storageEndpoint === undefined && !usesEmbeddedSqlite(settings)
+const runsDynalite = (settings: Settings): boolean => !usesStoreServer(settings) && !usesEmbeddedSqlite(settings)
 
 /**
  * The embedded store (dynalite) under `data_dir`, on 127.0.0.1 and `storage_port`, for the scope,
@@ -116,6 +121,7 @@ const startupFailure = (settings: Settings, error: unknown): string | undefined 
     if (error.cause instanceof EmbeddedDataError) {
       return `${error.cause.message} (option data_dir${error.cause.inUse ? ": stop the other process, or give this one another data_dir" : ""})`
     }
+    if (settings.dbDsn !== undefined) return `${storageDescription(settings)} cannot be used (option db_dsn): ${postgresFailure(error)}`
     return settings.storageEndpoint === undefined
       ? `the embedded storage (${storageDescription(settings)}) did not start (option data_dir): ${causeText(error.cause)}`
       : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${causeText(error.cause)}`
@@ -147,12 +153,15 @@ const embeddedSecrets = (settings: Settings) =>
 const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const { settings, files, given } = yield* loadSettingsAndFiles({ role, argv, env: process.env, cwd: process.cwd(), home: homedir() })
-    if (role === "autopush" && settings.storageEndpoint === undefined) return { settings: yield* embeddedSecrets(settings), files }
-    if (settings.storageEndpoint === undefined && !settings.embeddedStorage) {
+    if (settings.dbDsn !== undefined && settings.storageEndpoint !== undefined) {
+      return yield* new StartupError({ message: "db_dsn and storage_endpoint are both set: a node stores in PostgreSQL or in DynamoDB, set one (option db_dsn)" })
+    }
+    if (role === "autopush" && !usesStoreServer(settings)) return { settings: yield* embeddedSecrets(settings), files }
+    if (!usesStoreServer(settings) && !settings.embeddedStorage) {
       // A node on its own with a store of its own cannot work with its peers: say so instead.
       return yield* new StartupError({
         message: "no storage_endpoint: the connection and endpoint nodes must share one store. Run `npm run storage -- --host <private address>` " +
-          "(or use DynamoDB) and set storage_endpoint=http://<its host>:8000 on every node; or, for nodes on one host, set embedded_storage=true " +
+          "(or use DynamoDB) and set storage_endpoint=http://<its host>:8000 on every node, or PostgreSQL: db_dsn=postgres://<user>:<password>@<host>/<database> on every node; or, for nodes on one host, set embedded_storage=true " +
           "and the same data_dir on each (they share its SQLite database)"
       })
     }
@@ -486,7 +495,7 @@ export const runRole = <A, E>(
           yield* Effect.logInfo("embedded storage (SQLite); keys of this node are kept beside it").pipe(
             Effect.annotateLogs({ data: embeddedSqliteFile(settings), secrets: embeddedSecretsFile(settings) })
           )
-        } else if (settings.storageEndpoint === undefined) {
+        } else if (!usesStoreServer(settings)) {
           yield* Effect.logWarning(
             `embedded storage (dynalite): ${embeddedDataDir(settings)} holds the data of an earlier version, and keeps running on it. ` +
               `To move it to SQLite (the default, faster): ${MIGRATE_EMBEDDED}`

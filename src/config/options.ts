@@ -158,6 +158,14 @@ export const url: Kind<string> = kind(
   )
 )
 
+/** A PostgreSQL connection URL, libpq's form: `postgres://user:password@host:port/database?sslmode=…`. */
+const postgresUrl: Kind<string> = kind(
+  "url",
+  "a postgres:// URL",
+  "URL",
+  Schema.String.check(Schema.makeFilter((s: string) => URL.canParse(s) && /^postgres(ql)?:$/.test(new URL(s).protocol) && new URL(s).hostname !== ""))
+)
+
 /** An absolute ws(s) URL, as browsers and push clients connect to it. */
 const websocketUrl: Kind<string> = kind(
   "url",
@@ -291,6 +299,12 @@ export const options = {
   aws_region: opt("shared", text, "us-east-1", "AWS region of the DynamoDB endpoint", { env: ["AWS_REGION"] }),
   data_dir: opt("shared", text, "./data", "Directory of the embedded storage (relative to the working directory): its SQLite database autopush.sqlite (with its -wal and -shm files), or the dynalite/ directory of an earlier version, which keeps being used until it is migrated; and the generated keys, secrets.json"),
   storage_port: opt("shared", integer(0, 65_535), 0, "Port of the embedded dynalite store (on 127.0.0.1 only) that serves an earlier version's data under data_dir until it is migrated (the default SQLite database opens no port): 0 takes a free port at each start. The ready line names it; the operators' tools find it by themselves"),
+  db_dsn: opt("shared", postgresUrl, undefined, "PostgreSQL to store in (postgres://user:password@host:port/database, libpq's URL form with its parameters, such as sslmode=verify-full for TLS): the store every node of a fleet without AWS shares. Set, it is used instead of storage_endpoint and the embedded database", {
+    secret: true,
+    env: ["AUTOCONNECT__DB_DSN", "AUTOEND__DB_DSN"],
+    defaultText: "unset"
+  }),
+  db_pool_size: opt("shared", integer(1, 1_000), 10, "Connections to PostgreSQL (db_dsn) a process keeps at most: operations beyond them wait for one, within storage_timeout. Each worker has its own pool: the server must allow nodes × workers × db_pool_size connections (max_connections)"),
   endpoint_scheme: opt("shared", oneOf(["http", "https"]), "http", "Scheme of the public endpoint URLs", { env: ["AUTOEND__SCHEME"] }),
   endpoint_hostname: opt("shared", host, "localhost", "Host name in the public endpoint URLs", { env: ["AUTOEND__HOST"] }),
   endpoint_port: opt("shared", port, 8082, "Port of the endpoint node: where it listens and the port in endpoint URLs", { env: ["AUTOEND__PORT"] }),
@@ -438,7 +452,7 @@ export const optionsOf = (scopes: ReadonlyArray<Scope>): ReadonlyArray<OptionNam
 
 export const secretOptionNames = optionNames.filter((name) => options[name].secret)
 /** The secret options; a test keeps this in step with the table's `secret` marks. */
-export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_admin_tokens" | "console_token" | "fcm_credentials" | "apns_channels" | "adm_credentials" | "endpoint_tls_key"
+export type SecretOption = RequiredSecret | "megaphone_api_token" | "broadcast_admin_tokens" | "console_token" | "fcm_credentials" | "apns_channels" | "adm_credentials" | "endpoint_tls_key" | "db_dsn"
 /** The secrets a node may require at start. */
 export type RequiredSecret = "crypto_key" | "auth_keys"
 

@@ -41,6 +41,7 @@ import {
 } from "./model.ts"
 import { makeSqliteMaintenance, sweepEvery } from "./sqliteMaintenance.ts"
 import { makeSqliteReceipts } from "./sqliteReceipts.ts"
+import { deleteUserRows, scopedSqlite } from "./sqliteSchema.ts"
 import {
   broadcastTableName,
   ident,
@@ -48,13 +49,11 @@ import {
   messageFromRow,
   type MessageRow,
   messageValues,
-  deleteUserRows,
-  scopedSqlite,
   USER_COLUMNS,
   userFromRow,
   userRow,
   userValue
-} from "./sqliteSchema.ts"
+} from "./sqlTables.ts"
 import { Storage, type StorageError, type UserPatch } from "./Storage.ts"
 import { type StorageOptions, tablesByClock } from "./tables.ts"
 

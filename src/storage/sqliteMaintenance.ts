@@ -14,15 +14,8 @@ import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import { liveClock } from "./dynamoRequests.ts"
-import {
-  deleteUserRows,
-  fixedTablesSql,
-  ident,
-  messageTableSql,
-  type RunSql,
-  type SqliteConnection,
-  broadcastTableName
-} from "./sqliteSchema.ts"
+import { deleteUserRows, type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
+import { broadcastTableName, fixedTablesSql, ident, messageTableSql } from "./sqlTables.ts"
 import { StorageError, type TableStatus } from "./Storage.ts"
 import {
   activeTableNames,
@@ -35,11 +28,11 @@ import {
 } from "./tables.ts"
 
 /** Users dropped per transaction by a stale-user sweep. */
-const STALE_BATCH = 25
+export const STALE_BATCH = 25
 /** Expired rows deleted per transaction by the sweep. */
-const SWEEP_BATCH = 500
+export const SWEEP_BATCH = 500
 /** How long past its expiry a row is kept before the sweep deletes it (seconds). */
-const SWEEP_GRACE_SECONDS = 86_400
+export const SWEEP_GRACE_SECONDS = 86_400
 export const SWEEP_INTERVAL = Duration.minutes(10)
 
 export const makeSqliteMaintenance = (connection: SqliteConnection, run: RunSql, options: StorageOptions) => {
@@ -52,7 +45,7 @@ export const makeSqliteMaintenance = (connection: SqliteConnection, run: RunSql,
   const createTables = (messageTables: ReadonlyArray<string>) =>
     run("createTables", () =>
       immediate(() => {
-        for (const sql of [...fixedTablesSql(options), ...messageTables.flatMap(messageTableSql)]) db.exec(sql)
+        for (const sql of [...fixedTablesSql(options), ...messageTables.flatMap((table) => messageTableSql(table))]) db.exec(sql)
       }))
 
   const checkTables = Effect.flatMap(Clock.currentTimeMillis, (now) =>

@@ -7,37 +7,12 @@
  * comes after the row was removed (its receipt collected) cannot make it again.
  */
 import type * as Effect from "effect/Effect"
-import type { SQLInputValue } from "node:sqlite"
-import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
-import { isVisible, META_SORT_KEY, RECEIPT_TIME_FIELDS, statusFromFields } from "./model.ts"
-import { ident, type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
+import type { StatusUpdate } from "../domain/receipt.ts"
+import { isVisible, META_SORT_KEY } from "./model.ts"
+import { type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
+import { ident, receiptExpiryOf, statusFromRow, updateColumns } from "./sqlTables.ts"
 import type { StorageError } from "./Storage.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
-
-type Row = Record<string, SQLInputValue>
-
-const statusFromRow = (row: Row): MessageStatus =>
-  statusFromFields(
-    String(row["message"]),
-    (column) => (row[column] === null || row[column] === undefined ? undefined : Number(row[column])),
-    typeof row["outcome"] === "string" ? row["outcome"] : undefined
-  )
-
-const expiryOf = (row: Row): number | undefined => (row["expiry"] === null ? undefined : Number(row["expiry"]))
-
-/** The columns an update sets, and their values. */
-const updateColumns = (update: StatusUpdate): ReadonlyArray<readonly [string, SQLInputValue]> => [
-  ...(update.expiry !== undefined ? [["expiry", update.expiry] as const] : []),
-  ...Object.entries(RECEIPT_TIME_FIELDS).flatMap(([field, column]) => {
-    const value = update[field as keyof typeof RECEIPT_TIME_FIELDS]
-    return value === undefined ? [] : [[column, value] as const]
-  }),
-  ...(update.outcome === undefined ? [] : [
-    ["outcome", update.outcome.outcome] as const,
-    ["outcome_at", update.outcome.at] as const,
-    ...(update.outcome.code !== undefined ? [["code", update.outcome.code] as const] : [])
-  ])
-]
 
 export const makeSqliteReceipts = (
   { statement, immediate }: SqliteConnection,
@@ -82,15 +57,15 @@ export const makeSqliteReceipts = (
   const getMessageStatus = (subscription: string, messageId: string) =>
     atNow("getMessageStatus", (now) => {
       const row = statement(`SELECT * FROM ${table} WHERE subscription = ? AND message = ?`).get(subscription, messageId)
-      return row === undefined || !isVisible(expiryOf(row), now) ? undefined : statusFromRow(row)
+      return row === undefined || !isVisible(receiptExpiryOf(row), now) ? undefined : statusFromRow(row)
     })
 
   const readReceiptSubscription = (id: string) =>
     atNow("readReceiptSubscription", (now) => {
       const rows = statement(`SELECT * FROM ${table} WHERE subscription = ?`).all(id)
-      const expiry = expiryOf(rows.find((row) => row["message"] === META_SORT_KEY) ?? { expiry: null })
+      const expiry = receiptExpiryOf(rows.find((row) => row["message"] === META_SORT_KEY) ?? { expiry: null })
       if (expiry === undefined || !isVisible(expiry, now)) return undefined
-      const statuses = rows.filter((row) => row["message"] !== META_SORT_KEY && isVisible(expiryOf(row), now)).map(statusFromRow)
+      const statuses = rows.filter((row) => row["message"] !== META_SORT_KEY && isVisible(receiptExpiryOf(row), now)).map(statusFromRow)
       return { expiry, statuses }
     })
 

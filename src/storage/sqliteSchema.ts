@@ -1,19 +1,6 @@
 /**
- * The SQLite store's file, tables and rows (`node:sqlite`, built into Node): the same tables as on
- * DynamoDB (`model.ts`), one SQLite table each, columns named as the DynamoDB attributes — one table
- * per month too, so that rotation works as on DynamoDB (a month's table made ahead of its month,
- * listed, dropped at once when old) — and the broadcast set, an item of the router table there, in
- * a table of its own.
- *
- * - `{router}`: one row per user (its router record), `uaid` the key; `last_connect` indexed for
- *   the stale-user sweep.
- * - `{router}_broadcasts`: the broadcast set shared by every node, one row per broadcast id.
- * - `{router}_receipts`: push receipts, keyed by (`subscription`, `message`): a subscription's own
- *   row (`message` = `" "`, its `expiry`) and one status row per message sent with it.
- * - `{prefix}_{YYYY}_{MM}` (or `{prefix}` without rotation): a month's message table, keyed by
- *   (`uaid`, `chidmessageid`), the sort keys of `model.ts`: a user's channel rows (`00:{chid}`,
- *   no expiry) and its messages (`01:` topic, `02:` timestamp), each message with its `expiry`
- *   (seconds) — indexed, for the sweep that deletes expired rows.
+ * The SQLite store's file and connection (`node:sqlite`, built into Node); its tables and rows are
+ * those of every SQL store (`sqlTables.ts`).
  *
  * The file is opened in WAL mode with `synchronous=NORMAL`: readers never wait for the writer,
  * several processes on one host share it safely (each opens its own connection), a commit is one
@@ -32,81 +19,12 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
-import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
+import { DatabaseSync, type StatementSync } from "node:sqlite"
 import { Worker } from "node:worker_threads"
-import type { Notification } from "../domain/notification.ts"
 import { liveClock, StorageTimeout } from "./dynamoRequests.ts"
-import type { UserRecord } from "../domain/user.ts"
-import { messageFields, messageFromFields, plainData, userFields, userFromFields } from "./model.ts"
 import { StorageError } from "./Storage.ts"
-import { isMessageTable, receiptTableName, type StorageOptions } from "./tables.ts"
-
-/** The broadcast set's table: `{router}_broadcasts`. */
-export const broadcastTableName = (options: StorageOptions): string => `${options.routerTable}_broadcasts`
-
-/** A table name as an SQL identifier (double-quoted: any name is safe). */
-export const ident = (name: string): string => `"${name.replaceAll("\"", "\"\"")}"`
-
-export const routerTableSql = (table: string): ReadonlyArray<string> => [
-  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
-    uaid TEXT PRIMARY KEY,
-    connected_at INTEGER NOT NULL,
-    router_type TEXT,
-    router_data TEXT,
-    node_id TEXT,
-    last_connect INTEGER,
-    current_month TEXT,
-    record_version INTEGER,
-    urgency TEXT
-  )`,
-  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_last_connect`)} ON ${ident(table)} (last_connect) WHERE last_connect IS NOT NULL`
-]
-
-export const broadcastTableSql = (table: string): ReadonlyArray<string> => [
-  `CREATE TABLE IF NOT EXISTS ${ident(table)} (id TEXT PRIMARY KEY, version TEXT NOT NULL)`
-]
-
-export const receiptTableSql = (table: string): ReadonlyArray<string> => [
-  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
-    subscription TEXT NOT NULL,
-    message TEXT NOT NULL,
-    expiry INTEGER,
-    accepted_at INTEGER,
-    deadline INTEGER,
-    stored_at INTEGER,
-    delivered_at INTEGER,
-    outcome TEXT,
-    outcome_at INTEGER,
-    code INTEGER,
-    PRIMARY KEY (subscription, message)
-  )`,
-  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
-]
-
-export const messageTableSql = (table: string): ReadonlyArray<string> => [
-  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
-    uaid TEXT NOT NULL,
-    chidmessageid TEXT NOT NULL,
-    updateid TEXT,
-    ttl INTEGER,
-    timestamp INTEGER,
-    expiry INTEGER,
-    sortkey_timestamp INTEGER,
-    urgency TEXT,
-    receipt TEXT,
-    data TEXT,
-    headers TEXT,
-    PRIMARY KEY (uaid, chidmessageid)
-  )`,
-  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
-]
-
-/** The tables of the store that are not message tables: router, broadcasts, receipts. */
-export const fixedTablesSql = (options: StorageOptions): ReadonlyArray<string> => [
-  ...routerTableSql(options.routerTable),
-  ...broadcastTableSql(broadcastTableName(options)),
-  ...receiptTableSql(receiptTableName(options))
-]
+import { ident } from "./sqlTables.ts"
+import { isMessageTable, type StorageOptions } from "./tables.ts"
 
 // ── the connection ───────────────────────────────────────────────────────────────────────────────
 
@@ -250,71 +168,3 @@ const sqliteError = (operation: string, cause: unknown, timeoutMs: number): Stor
   }
   return new StorageError({ operation, cause: isBusy(cause) ? new StorageTimeout(timeoutMs) : cause })
 }
-
-// ── router rows: one column per field of the record ───────────────────────────────────────────
-
-export const userValue = (field: string, value: unknown): SQLInputValue =>
-  value === undefined ? null : field === "routerData" ? JSON.stringify(plainData(value as Record<string, unknown>)) : value as SQLInputValue
-
-export const userFromRow = (row: Record<string, SQLInputValue>): UserRecord => {
-  const fields: Record<string, unknown> = {}
-  for (const [field, column] of userFields) {
-    const value = row[column]
-    if (value !== null && value !== undefined) fields[field] = field === "routerData" ? JSON.parse(String(value)) : value
-  }
-  return userFromFields(String(row["uaid"]), fields)
-}
-
-export const USER_COLUMNS = userFields.map(([, column]) => column)
-
-/** A record's row values: `uaid`, then `USER_COLUMNS` (absent fields NULL). */
-export const userRow = (user: UserRecord): Array<SQLInputValue> => [user.uaid, ...userFields.map(([field]) => userValue(field, user[field]))]
-
-// ── message rows ─────────────────────────────────────────────────────────────────────────────────
-
-export const MESSAGE_COLUMNS = "uaid, chidmessageid, updateid, ttl, timestamp, expiry, sortkey_timestamp, urgency, receipt, data, headers"
-
-/** A message's row values, in `MESSAGE_COLUMNS` order (absent fields NULL). */
-export const messageValues = (uaid: string, n: Notification): Array<SQLInputValue> => {
-  const f = messageFields(n)
-  return [
-    uaid,
-    f.chidmessageid,
-    f.updateid,
-    f.ttl,
-    f.timestamp,
-    f.expiry,
-    f.sortkey_timestamp ?? null,
-    f.urgency ?? null,
-    f.receipt ?? null,
-    f.data ?? null,
-    f.headers !== undefined ? JSON.stringify(f.headers) : null
-  ]
-}
-
-export interface MessageRow {
-  readonly chidmessageid: string
-  readonly updateid: string | null
-  readonly ttl: number | null
-  readonly timestamp: number | null
-  readonly expiry: number | null
-  readonly sortkey_timestamp: number | null
-  readonly urgency: string | null
-  readonly receipt: string | null
-  readonly data: string | null
-  readonly headers: string | null
-}
-
-/** A message as it reads back (`messageFromFields`); undefined for rows that are not messages. */
-export const messageFromRow = (row: MessageRow): Notification | undefined =>
-  messageFromFields({
-    chidmessageid: row.chidmessageid,
-    updateid: row.updateid ?? undefined,
-    ttl: row.ttl ?? undefined,
-    timestamp: row.timestamp ?? undefined,
-    sortkey_timestamp: row.sortkey_timestamp ?? undefined,
-    urgency: row.urgency ?? undefined,
-    receipt: row.receipt ?? undefined,
-    data: row.data ?? undefined,
-    headers: row.headers !== null ? JSON.parse(row.headers) as Record<string, string> : undefined
-  })

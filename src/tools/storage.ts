@@ -1,5 +1,5 @@
 /**
- * Storage for the tools: the configured DynamoDB endpoint, or the embedded data under `data_dir`
+ * Storage for the tools: the configured PostgreSQL (`db_dsn`) or DynamoDB endpoint, or the embedded data under `data_dir`
  * when none is configured: its SQLite database (opened beside the running nodes: SQLite lets
  * several processes share the file), or dynalite data an earlier version wrote. Unlike the nodes' `storageLayer` (bin/app.ts), nothing is
  * created on the way in: a read-only diagnostic or a dry run must not create tables on a shared
@@ -16,14 +16,16 @@ import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
 import type * as Scope from "effect/Scope"
 import type { Settings } from "../config/index.ts"
 import { type DynamoOptions, layerDynamo } from "../storage/dynamodb.ts"
-import { type DynamoTables, layerDynamoTables } from "../storage/dynamoExport.ts"
+import { DynamoTables, layerDynamoTables } from "../storage/dynamoExport.ts"
 import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/embedded.ts"
+import { layerPostgres, type PostgresOptions } from "../storage/postgres.ts"
 import { layerSqlite, type SqliteOptions } from "../storage/sqlite.ts"
 import { layerSqliteTables } from "../storage/sqliteExport.ts"
-import type { Storage, StorageError } from "../storage/Storage.ts"
+import { type Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
 import { writePrivateFile } from "../platform/privateFile.ts"
@@ -34,6 +36,22 @@ export const storageOptionsOf = (settings: Settings): StorageOptions & { readonl
   noTableRotation: settings.noTableRotation,
   timeoutMs: Duration.toMillis(settings.storageTimeout)
 })
+
+/** PostgreSQL at `dsn` (`db_dsn`), with the pool `db_pool_size` bounds. */
+export const postgresOptionsOf = (settings: Settings, dsn: string): PostgresOptions => ({
+  ...storageOptionsOf(settings),
+  dsn,
+  poolSize: settings.dbPoolSize
+})
+
+/** Where a PostgreSQL URL points, without its user and password: `host:port/database`. */
+export const postgresWhere = (dsn: string): string => {
+  const url = new URL(dsn)
+  return `${url.host}${url.pathname === "/" ? "" : url.pathname}`
+}
+
+/** Whether storage is shared by nodes on other hosts: DynamoDB (`storage_endpoint`) or PostgreSQL (`db_dsn`), not the embedded data. */
+export const usesStoreServer = (settings: Settings): boolean => settings.storageEndpoint !== undefined || settings.dbDsn !== undefined
 
 /** Where earlier versions of the all-in-one kept their dynalite data: `data_dir/dynalite`. */
 export const embeddedDataDir = (settings: Settings): string => join(settings.dataDir, "dynalite")
@@ -56,7 +74,7 @@ export const MIGRATE_EMBEDDED = "stop the server; `npm run maintenance -- export
 
 /** Whether storage is the embedded SQLite database (no storage_endpoint, no dynalite data of an earlier version). */
 export const usesEmbeddedSqlite = (settings: Settings): boolean =>
-  settings.storageEndpoint === undefined && embeddedStoreOf(settings) === "sqlite"
+  !usesStoreServer(settings) && embeddedStoreOf(settings) === "sqlite"
 
 /** Where the all-in-one keeps the secrets it generated: `data_dir/secrets.json`. */
 export const embeddedSecretsFile = (settings: Settings): string => join(settings.dataDir, "secrets.json")
@@ -123,7 +141,9 @@ export const writeEmbeddedSecrets = (path: string, secrets: EmbeddedSecrets): Ef
 
 /** Human description of the storage a tool talks to, for its output. */
 export const storageDescription = (settings: Settings): string =>
-  settings.storageEndpoint !== undefined
+  settings.dbDsn !== undefined
+    ? `PostgreSQL at ${postgresWhere(settings.dbDsn)}`
+    : settings.storageEndpoint !== undefined
     ? `DynamoDB at ${settings.storageEndpoint}`
     : usesEmbeddedSqlite(settings)
     ? `embedded SQLite database ${embeddedSqliteFile(settings)}`
@@ -186,15 +206,37 @@ export const toolStorageLayer = (
   settings: Settings,
   mayCreate = false
 ): Layer.Layer<Storage, StorageError | ToolFailure> =>
-  usesEmbeddedSqlite(settings)
+  settings.dbDsn !== undefined
+    ? layerPostgres(postgresOptionsOf(settings, settings.dbDsn))
+    : usesEmbeddedSqlite(settings)
     ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), layerSqlite))
     : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), layerDynamo))
+
+/**
+ * Whole-table reads and writes are the embedded database's and DynamoDB's: on PostgreSQL, export and
+ * import say to use its own tools (every other command works).
+ */
+const postgresHasNoTableCopies = Layer.succeed(DynamoTables, {
+  scan: () => Stream.fail(noTableCopies("export")),
+  countUsers: () => Effect.fail(noTableCopies("import")),
+  putItems: () => Effect.fail(noTableCopies("import"))
+})
+
+const noTableCopies = (operation: string) =>
+  new StorageError({
+    operation,
+    cause: new Error(
+      "export and import move the embedded database and DynamoDB tables; PostgreSQL's own tools back up and copy its data (pg_dump, pg_restore)"
+    )
+  })
 
 /** The Storage a tool uses, and whole-table reads and writes on the same store (export, import). */
 export const toolTablesLayer = (
   settings: Settings,
   mayCreate: boolean
 ): Layer.Layer<Storage | DynamoTables, StorageError | ToolFailure> =>
-  usesEmbeddedSqlite(settings)
+  settings.dbDsn !== undefined
+    ? Layer.merge(layerPostgres(postgresOptionsOf(settings, settings.dbDsn)), postgresHasNoTableCopies)
+    : usesEmbeddedSqlite(settings)
     ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), (options) => Layer.merge(layerSqlite(options), layerSqliteTables(options))))
     : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), (options) => Layer.merge(layerDynamo(options), layerDynamoTables(options))))

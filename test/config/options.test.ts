@@ -81,7 +81,7 @@ describe("kinds", () => {
 
 describe("the table", () => {
   it("the SecretOption type lists exactly the secret options", () => {
-    const secrets: ReadonlyArray<SecretOption> = ["crypto_key", "auth_keys", "megaphone_api_token", "broadcast_admin_tokens", "console_token", "fcm_credentials", "apns_channels", "adm_credentials", "endpoint_tls_key"]
+    const secrets: ReadonlyArray<SecretOption> = ["crypto_key", "auth_keys", "megaphone_api_token", "broadcast_admin_tokens", "console_token", "fcm_credentials", "apns_channels", "adm_credentials", "endpoint_tls_key", "db_dsn"]
     assert.deepStrictEqual([...secretOptionNames].sort(), [...secrets].sort())
   })
 

@@ -1,6 +1,6 @@
 /**
  * The real entrypoints as child processes, for end-to-end tests: the all-in-one `autopush` on
- * embedded storage (its SQLite database), or `autoconnect` + `autoendpoint` sharing a dynalite server. Every process of a
+ * embedded storage (its SQLite database), or `autoconnect` + `autoendpoint` sharing a dynalite server, the SQLite database of one host or PostgreSQL. Every process of a
  * deployment (the storage server's too) can be given the same extra environment, e.g. a faked clock.
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -12,6 +12,8 @@ import { afterAll, beforeAll } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
 import type { Layer } from "effect"
 import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import pg from "pg"
+import { layerPostgres } from "../../src/storage/postgres.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
 import type { Storage, StorageError } from "../../src/storage/Storage.ts"
 
@@ -25,6 +27,7 @@ const root = process.env["AUTOPUSH_SERVER_ROOT"] ?? new URL("../../", import.met
 export const storageOf = (deployment: Deployment, timeoutMs?: number): Layer.Layer<Storage, StorageError> => {
   const tables = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false, timeoutMs }
   if (deployment.storageFile !== undefined) return layerSqlite({ ...tables, path: deployment.storageFile })
+  if (deployment.storageDsn !== undefined) return layerPostgres({ ...tables, dsn: deployment.storageDsn })
   if (deployment.storageEndpoint === undefined) throw new Error("a deployment has a storage file or a storage endpoint")
   return layerDynamo({ ...tables, endpoint: deployment.storageEndpoint(), region: "local" })
 }
@@ -46,6 +49,8 @@ export interface Deployment {
   readonly storageEndpoint?: () => string
   /** The all-in-one only: its embedded SQLite database (the test may open it beside the process). */
   readonly storageFile?: string
+  /** Nodes on PostgreSQL: the URL they store at. */
+  readonly storageDsn?: string
   /** The process holding the connection node. */
   readonly pid: () => number | undefined
   /** Stops every process and removes the working directory (embedded data, dynalite's files). */
@@ -281,17 +286,31 @@ const startSeparateOnce = async (
   }
 }
 
-/** `autoconnect` and `autoendpoint` as separate processes of one host, sharing the SQLite database under one `data_dir`. */
-const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> => {
+/** Where separate nodes of one host store: their flags, and what the deployment says of it. */
+interface SharedStore {
+  readonly flags: (cwd: string) => ReadonlyArray<string>
+  readonly storageFile?: (cwd: string) => string
+  readonly storageDsn?: string
+  readonly storageOutage?: (downMs: number) => Promise<void>
+  /** The nodes' crypto key (a new one unless given: nodes of another deployment on the same store share it). */
+  readonly cryptoKey?: string
+}
+
+const SQLITE_ON_ONE_HOST: SharedStore = {
+  flags: (cwd) => ["--embedded-storage", "--data-dir", join(cwd, "data")],
+  storageFile: (cwd) => join(cwd, "data", "autopush.sqlite")
+}
+
+/** `autoconnect` and `autoendpoint` as separate processes of one host, sharing a store: the SQLite database under one `data_dir`, or PostgreSQL. */
+const startOnOneHostOnce = async (env: NodeJS.ProcessEnv, store: SharedStore = SQLITE_ON_ONE_HOST): Promise<Deployment> => {
   const cwd = mkdtempSync(join(tmpdir(), "autopush-e2e-"))
   const [ws, router, endpointPort, metricsPort] = (await freePorts(4)) as [number, number, number, number]
   const ports = { ws, router, endpoint: endpointPort }
   const output: Array<string> = []
   const shared = [
     ...sharedFlags(ports),
-    "--embedded-storage",
-    "--data-dir", join(cwd, "data"),
-    "--crypto-key", generateFernetKey(),
+    ...store.flags(cwd),
+    "--crypto-key", store.cryptoKey ?? generateFernetKey(),
     "--auth-keys", "e2e-auth-key"
   ]
   let connection: ChildProcess
@@ -323,7 +342,9 @@ const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> =
       await between?.()
       await upConnection()
     },
-    storageFile: join(cwd, "data", "autopush.sqlite"),
+    ...(store.storageFile === undefined ? {} : { storageFile: store.storageFile(cwd) }),
+    ...(store.storageOutage === undefined ? {} : { storageOutage: store.storageOutage }),
+    ...(store.storageDsn === undefined ? {} : { storageDsn: store.storageDsn }),
     pid: () => connection.pid,
     stop: async () => {
       await stopBoth()
@@ -334,6 +355,57 @@ const startOnOneHostOnce = async (env: NodeJS.ProcessEnv): Promise<Deployment> =
 
 /** `autoconnect` and `autoendpoint` as separate processes on one host, on the embedded SQLite database they share. */
 export const startOnOneHost = (options: StartOptions = {}): Promise<Deployment> => withFreshPorts(() => startOnOneHostOnce(envOf(options)))
+
+let postgresDeployments = 0
+
+/** One statement on the PostgreSQL at `dsn`, on a connection of its own. */
+const postgresStatement = async (dsn: string, sql: string): Promise<void> => {
+  const client = new pg.Client({ connectionString: dsn })
+  await client.connect()
+  try {
+    await client.query(sql)
+  } finally {
+    await client.end()
+  }
+}
+
+/**
+ * `autoconnect` and `autoendpoint` as separate processes sharing PostgreSQL at `dsn` (`--db-dsn`),
+ * in a schema of their own (the default table names, nothing shared with other deployments; the
+ * schema is dropped when the deployment stops); `outage` stops that server for a while and starts
+ * it again.
+ */
+export const startOnPostgres = async (
+  dsn: string,
+  options: StartOptions & {
+    readonly outage?: (downMs: number) => Promise<void>
+    /** Nodes joining another deployment's: its store (schema included) and crypto key, which it keeps (and drops). */
+    readonly joining?: { readonly storageDsn: string; readonly cryptoKey: string }
+  } = {}
+): Promise<Deployment & { readonly storageDsn: string; readonly cryptoKey: string }> => {
+  const schema = `e2e_${Date.now().toString(36)}${process.pid.toString(36)}${(postgresDeployments++).toString(36)}`
+  const url = new URL(dsn)
+  url.searchParams.set("options", `-c search_path=${schema}`)
+  if (options.joining === undefined) await postgresStatement(dsn, `CREATE SCHEMA ${schema}`)
+  const storageDsn = options.joining?.storageDsn ?? url.href
+  const cryptoKey = options.joining?.cryptoKey ?? generateFernetKey()
+  const store: SharedStore = {
+    flags: () => ["--db-dsn", storageDsn],
+    storageDsn,
+    cryptoKey,
+    ...(options.outage === undefined ? {} : { storageOutage: options.outage })
+  }
+  const deployment = await withFreshPorts(() => startOnOneHostOnce(envOf(options), store))
+  return {
+    ...deployment,
+    storageDsn,
+    cryptoKey,
+    stop: async () => {
+      await deployment.stop()
+      if (options.joining === undefined) await postgresStatement(dsn, `DROP SCHEMA ${schema} CASCADE`).catch(() => {})
+    }
+  }
+}
 
 /** Until something accepts TCP connections on `port`. */
 const waitForPort = async (port: number, timeoutMs = 10_000): Promise<void> => {

@@ -1,7 +1,8 @@
 /**
  * The month turns while clients come and go, on real processes and real storage: the all-in-one
- * `autopush` (embedded storage) and separate `autoconnect` + `autoendpoint` nodes sharing a storage
- * server (`npm run storage`). Every process of a deployment runs on one faked wall clock
+ * `autopush` (embedded storage), and separate `autoconnect` + `autoendpoint` nodes sharing a storage
+ * server (`npm run storage`) or PostgreSQL (`db_dsn`: the server the PostgreSQL tests use,
+ * `test/storage/postgresServer.ts`; its own clock is not moved: nothing of ours reads it). Every process of a deployment runs on one faked wall clock
  * (libfaketime, `fakeClock.ts`), as the machines of a cluster share one clock through NTP; the
  * monotonic clock, which timers run on, stays real.
  *
@@ -33,7 +34,8 @@ import { afterAll, beforeAll, describe, it } from "vitest"
 import type { UserRecord } from "../../src/domain/user.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { type Deployment, deliveredAs, startAllInOne, startSeparate, type StartOptions, storageOf } from "../e2e/servers.ts"
+import { type Deployment, deliveredAs, startAllInOne, startOnPostgres, startSeparate, type StartOptions, storageOf } from "../e2e/servers.ts"
+import { testPostgres } from "../storage/postgresServer.ts"
 import { ack } from "../e2e/userAgent.ts"
 import { clockOf, type FakeClock, makeFakeClock } from "./fakeClock.ts"
 
@@ -403,3 +405,7 @@ const scenario = (name: string, start: (options: StartOptions) => Promise<Deploy
 
 scenario("month turn: all-in-one (embedded storage)", (options) => startAllInOne([], options))
 scenario("month turn: separate autoconnect + autoendpoint on `npm run storage`", (options) => startSeparate([], [], options))
+scenario("month turn: separate autoconnect + autoendpoint on PostgreSQL", (options) => {
+  const server = testPostgres()
+  return "missing" in server ? Promise.reject(new Error(server.missing)) : startOnPostgres(server.dsn, options)
+})

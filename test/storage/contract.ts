@@ -1,7 +1,7 @@
 /**
- * The one contract every Storage layer passes (in-memory, dynalite, DynamoDB Local). Each test gets
- * a fresh layer on fresh table names, and a TestClock (which starts at 0: tests that care about
- * months set it first).
+ * The one contract every Storage layer passes (in-memory, SQLite, PostgreSQL, dynalite, DynamoDB
+ * Local). Each test gets a fresh layer on fresh table names, and a TestClock (which starts at 0:
+ * tests that care about months set it first).
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Layer, Random } from "effect"

@@ -1,8 +1,8 @@
 /**
  * docker-compose.yml and the Dockerfile, checked without Docker (it does not run here): the three
- * services, images and build, published and private ports, the shared CRYPTO_KEY, storage on the
- * DynamoDB Local service, every AUTO*__ variable a known option, and the settings each node would
- * actually load from its environment after compose's interpolation.
+ * services, images and build, published and private ports, the shared CRYPTO_KEY, an auth key of
+ * its own, storage on the PostgreSQL service, every AUTO*__ variable a known option, and the
+ * settings each node would actually load from its environment after compose's interpolation.
  */
 import { existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -24,7 +24,8 @@ interface Service {
   readonly environment?: Readonly<Record<string, string>>
   readonly ports?: ReadonlyArray<string>
   readonly expose?: ReadonlyArray<string>
-  readonly depends_on?: ReadonlyArray<string>
+  readonly depends_on?: Readonly<Record<string, { readonly condition: string }>>
+  readonly healthcheck?: { readonly test: ReadonlyArray<string> }
   readonly volumes?: ReadonlyArray<string>
 }
 
@@ -90,26 +91,21 @@ const settingsOf = (role: Role, env: Record<string, string>, argv: ReadonlyArray
 }
 
 describe("docker-compose.yml", () => {
-  it("has a connection node, an endpoint node and Amazon DynamoDB Local", () => {
-    expect(Object.keys(services).sort()).toEqual(["autoconnect", "autoendpoint", "dynamodb"])
-    expect(services["dynamodb"]?.image).toMatch(/^amazon\/dynamodb-local:\d+\.\d+\.\d+$/)
-    const dynamoCommand = services["dynamodb"]?.command
-    expect(dynamoCommand).toEqual(expect.arrayContaining(["-jar", "DynamoDBLocal.jar", "-sharedDb"]))
+  it("has a connection node, an endpoint node and PostgreSQL (the official image), started once it answers", () => {
+    expect(Object.keys(services).sort()).toEqual(["autoconnect", "autoendpoint", "postgres"])
+    expect(services["postgres"]?.image).toMatch(/^postgres:\d+$/)
+    expect(services["postgres"]?.healthcheck?.test).toEqual(expect.arrayContaining(["pg_isready"]))
     for (const [name, node] of Object.entries(nodes)) {
       const context = typeof node.build === "string" ? node.build : node.build?.context
       expect(context, name).toBe(".")
-      expect(node.depends_on, name).toContain("dynamodb")
+      expect(node.depends_on?.["postgres"]?.condition, name).toBe("service_healthy")
     }
   })
 
-  it("keeps DynamoDB Local's data on a named volume (docker compose down keeps the subscriptions)", () => {
-    const command = services["dynamodb"]?.command as ReadonlyArray<string>
-    expect(command).not.toContain("-inMemory")
-    const dbPath = command[command.indexOf("-dbPath") + 1]
-    expect(command).toContain("-dbPath")
-    const mounts = (services["dynamodb"]?.volumes ?? []).map((spec) => spec.split(":"))
-    const volume = mounts.find(([, target]) => target === dbPath)?.[0]
-    expect(volume, `a volume mounted at ${dbPath}`).toBeDefined()
+  it("keeps PostgreSQL's data on a named volume (docker compose down keeps the subscriptions)", () => {
+    const mounts = (services["postgres"]?.volumes ?? []).map((spec) => spec.split(":"))
+    const volume = mounts.find(([, target]) => target === "/var/lib/postgresql/data")?.[0]
+    expect(volume, "a volume mounted at /var/lib/postgresql/data").toBeDefined()
     expect(Object.keys(compose.volumes ?? {})).toContain(volume)
   })
 
@@ -126,8 +122,8 @@ describe("docker-compose.yml", () => {
     for (const service of Object.values(services)) {
       for (const spec of service.ports ?? []) expect(portMapping(spec).container).not.toBe("8081")
     }
-    // DynamoDB Local, for the tools, on the loopback only.
-    expect(services["dynamodb"]?.ports?.map(portMapping)).toEqual([{ container: "8000", host: "8000", ip: "127.0.0.1" }])
+    // PostgreSQL, for the tools, on the loopback only.
+    expect(services["postgres"]?.ports?.map(portMapping)).toEqual([{ container: "5432", host: "5432", ip: "127.0.0.1" }])
   })
 
   it("shares one CRYPTO_KEY from the environment, and refuses to start without it", () => {
@@ -146,21 +142,37 @@ describe("docker-compose.yml", () => {
     }
   })
 
-  it("gives each node settings that load: storage on DynamoDB Local, same key and endpoint URL, ports as published", async () => {
+  it("gives the endpoint node an auth key of its own, and refuses to start without it (never the crypto key)", () => {
+    expect(nodes.autoendpoint.environment?.["AUTOEND__AUTH_KEYS"]).toMatch(/^\$\{AUTH_KEYS:\?[^}]+\}$/)
+    expect(() => environmentOf(nodes.autoendpoint, { CRYPTO_KEY: generateFernetKey(), POSTGRES_PASSWORD: "p" })).toThrow(/required variable AUTH_KEYS is missing/)
+  })
+
+  it("gives each node settings that load: storage on the PostgreSQL service, same key and endpoint URL, ports as published", async () => {
     const key = generateFernetKey()
-    const dynamoPort = portMapping(services["dynamodb"]?.ports?.[0] ?? "").container
-    const connection = await settingsOf("autoconnect", environmentOf(nodes.autoconnect, { CRYPTO_KEY: key }))
-    const endpoint = await settingsOf("autoendpoint", environmentOf(nodes.autoendpoint, { CRYPTO_KEY: key }))
+    const authKey = generateFernetKey()
+    const password = generateFernetKey()
+    const env = { CRYPTO_KEY: key, AUTH_KEYS: authKey, POSTGRES_PASSWORD: password }
+    expect(() => environmentOf(nodes.autoconnect, { CRYPTO_KEY: key })).toThrow(/required variable POSTGRES_PASSWORD is missing/)
+    expect(environmentOf(services["postgres"]!, env)["POSTGRES_PASSWORD"]).toBe(password)
+    const connection = await settingsOf("autoconnect", environmentOf(nodes.autoconnect, env))
+    const endpoint = await settingsOf("autoendpoint", environmentOf(nodes.autoendpoint, env))
+    const postgres = environmentOf(services["postgres"]!, env)
     for (const settings of [connection, endpoint]) {
-      expect(settings.storageEndpoint).toBe(`http://dynamodb:${dynamoPort}`)
+      const dsn = new URL(settings.dbDsn ?? "")
+      expect(dsn.protocol).toBe("postgres:")
+      expect(dsn.host).toBe("postgres:5432")
+      expect(decodeURIComponent(dsn.username)).toBe(postgres["POSTGRES_USER"])
+      expect(decodeURIComponent(dsn.password)).toBe(password)
+      expect(dsn.pathname).toBe(`/${postgres["POSTGRES_DB"]}`)
+      expect(settings.storageEndpoint).toBeUndefined()
       expect(settings.cryptoKey).toEqual([key])
       expect(settings.endpointUrl).toBe("http://localhost:8082")
     }
     expect(connection.port).toBe(8080)
     expect(connection.routerUrl).toBe("http://autoconnect:8081")
     expect(endpoint.endpointPort).toBe(8082)
-    expect(endpoint.authKeys).toEqual([key])
-    const own = await settingsOf("autoendpoint", environmentOf(nodes.autoendpoint, { CRYPTO_KEY: key, AUTH_KEYS: "[a,b]", ENDPOINT_HOSTNAME: "push.example.com" }))
+    expect(endpoint.authKeys).toEqual([authKey])
+    const own = await settingsOf("autoendpoint", environmentOf(nodes.autoendpoint, { ...env, AUTH_KEYS: "[a,b]", ENDPOINT_HOSTNAME: "push.example.com" }))
     expect(own.authKeys).toEqual(["a", "b"])
     expect(own.endpointUrl).toBe("http://push.example.com:8082")
   })

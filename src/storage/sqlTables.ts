@@ -1,0 +1,212 @@
+/**
+ * The tables of the SQL stores (SQLite: `sqliteSchema.ts`, PostgreSQL: `postgresSchema.ts`) and
+ * their rows: the same tables as on DynamoDB (`model.ts`), one SQL table each, columns named as
+ * the DynamoDB attributes — one table per month too, so that rotation works as on DynamoDB (a
+ * month's table made ahead of its month, listed, dropped at once when old) — and the broadcast
+ * set, an item of the router table there, in a table of its own.
+ *
+ * - `{router}`: one row per user (its router record), `uaid` the key; `last_connect` indexed for
+ *   the stale-user sweep.
+ * - `{router}_broadcasts`: the broadcast set shared by every node, one row per broadcast id.
+ * - `{router}_receipts`: push receipts, keyed by (`subscription`, `message`): a subscription's own
+ *   row (`message` = `" "`, its `expiry`) and one status row per message sent with it.
+ * - `{prefix}_{YYYY}_{MM}` (or `{prefix}` without rotation): a month's message table, keyed by
+ *   (`uaid`, `chidmessageid`), the sort keys of `model.ts`: a user's channel rows (`00:{chid}`,
+ *   no expiry) and its messages (`01:` topic, `02:` timestamp), each message with its `expiry`
+ *   (seconds) — indexed, for the sweep that deletes expired rows.
+ *
+ * The two dialects differ in two words (`SqlDialect`): integers (ms since 1970 need 64 bits:
+ * SQLite's INTEGER is, PostgreSQL's is BIGINT) and key columns, which must compare byte by byte
+ * as DynamoDB's sort keys do (SQLite's TEXT does; PostgreSQL's compares by the database's locale
+ * unless `COLLATE "C"`).
+ */
+import type { Notification } from "../domain/notification.ts"
+import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
+import type { UserRecord } from "../domain/user.ts"
+import {
+  type MessageFields,
+  messageFields,
+  messageFromFields,
+  plainData,
+  RECEIPT_TIME_FIELDS,
+  statusFromFields,
+  userFields,
+  userFromFields
+} from "./model.ts"
+import { receiptTableName, type StorageOptions } from "./tables.ts"
+
+/** A value bound to a statement or read from a row (both stores). */
+export type SqlValue = null | number | string
+
+/** The column types that differ between the SQL stores. */
+export interface SqlDialect {
+  /** 64-bit integers. */
+  readonly integer: string
+  /** Key text, compared byte by byte. */
+  readonly key: string
+}
+
+export const SQLITE: SqlDialect = { integer: "INTEGER", key: "TEXT" }
+export const POSTGRES: SqlDialect = { integer: "BIGINT", key: "TEXT COLLATE \"C\"" }
+
+/** The broadcast set's table: `{router}_broadcasts`. */
+export const broadcastTableName = (options: StorageOptions): string => `${options.routerTable}_broadcasts`
+
+/** A table name as an SQL identifier (double-quoted: any name is safe). */
+export const ident = (name: string): string => `"${name.replaceAll("\"", "\"\"")}"`
+
+export const routerTableSql = (table: string, d: SqlDialect = SQLITE): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
+    uaid ${d.key} PRIMARY KEY,
+    connected_at ${d.integer} NOT NULL,
+    router_type TEXT,
+    router_data TEXT,
+    node_id TEXT,
+    last_connect ${d.integer},
+    current_month TEXT,
+    record_version ${d.integer},
+    urgency TEXT
+  )`,
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_last_connect`)} ON ${ident(table)} (last_connect) WHERE last_connect IS NOT NULL`
+]
+
+export const broadcastTableSql = (table: string, d: SqlDialect = SQLITE): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (id ${d.key} PRIMARY KEY, version TEXT NOT NULL)`
+]
+
+export const receiptTableSql = (table: string, d: SqlDialect = SQLITE): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
+    subscription ${d.key} NOT NULL,
+    message ${d.key} NOT NULL,
+    expiry ${d.integer},
+    accepted_at ${d.integer},
+    deadline ${d.integer},
+    stored_at ${d.integer},
+    delivered_at ${d.integer},
+    outcome TEXT,
+    outcome_at ${d.integer},
+    code ${d.integer},
+    PRIMARY KEY (subscription, message)
+  )`,
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
+]
+
+export const messageTableSql = (table: string, d: SqlDialect = SQLITE): ReadonlyArray<string> => [
+  `CREATE TABLE IF NOT EXISTS ${ident(table)} (
+    uaid ${d.key} NOT NULL,
+    chidmessageid ${d.key} NOT NULL,
+    updateid TEXT,
+    ttl ${d.integer},
+    timestamp ${d.integer},
+    expiry ${d.integer},
+    sortkey_timestamp ${d.integer},
+    urgency TEXT,
+    receipt TEXT,
+    data TEXT,
+    headers TEXT,
+    PRIMARY KEY (uaid, chidmessageid)
+  )`,
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
+]
+
+/** The tables of the store that are not message tables: router, broadcasts, receipts. */
+export const fixedTablesSql = (options: StorageOptions, d: SqlDialect = SQLITE): ReadonlyArray<string> => [
+  ...routerTableSql(options.routerTable, d),
+  ...broadcastTableSql(broadcastTableName(options), d),
+  ...receiptTableSql(receiptTableName(options), d)
+]
+
+// ── router rows: one column per field of the record ───────────────────────────────────────────
+
+export const userValue = (field: string, value: unknown): SqlValue =>
+  value === undefined ? null : field === "routerData" ? JSON.stringify(plainData(value as Record<string, unknown>)) : value as SqlValue
+
+export const userFromRow = (row: Readonly<Record<string, unknown>>): UserRecord => {
+  const fields: Record<string, unknown> = {}
+  for (const [field, column] of userFields) {
+    const value = row[column]
+    if (value !== null && value !== undefined) fields[field] = field === "routerData" ? JSON.parse(String(value)) : value
+  }
+  return userFromFields(String(row["uaid"]), fields)
+}
+
+export const USER_COLUMNS = userFields.map(([, column]) => column)
+
+/** A record's row values: `uaid`, then `USER_COLUMNS` (absent fields NULL). */
+export const userRow = (user: UserRecord): Array<SqlValue> => [user.uaid, ...userFields.map(([field]) => userValue(field, user[field]))]
+
+// ── message rows ─────────────────────────────────────────────────────────────────────────────────
+
+export const MESSAGE_COLUMNS = "uaid, chidmessageid, updateid, ttl, timestamp, expiry, sortkey_timestamp, urgency, receipt, data, headers"
+
+/** A message's row values, in `MESSAGE_COLUMNS` order (absent fields NULL). */
+export const messageValues = (uaid: string, n: Notification): Array<SqlValue> => {
+  const f = messageFields(n)
+  return [
+    uaid,
+    f.chidmessageid,
+    f.updateid,
+    f.ttl,
+    f.timestamp,
+    f.expiry,
+    f.sortkey_timestamp ?? null,
+    f.urgency ?? null,
+    f.receipt ?? null,
+    f.data ?? null,
+    f.headers !== undefined ? JSON.stringify(f.headers) : null
+  ]
+}
+
+export interface MessageRow {
+  readonly chidmessageid: string
+  readonly updateid: string | null
+  readonly ttl: number | null
+  readonly timestamp: number | null
+  readonly expiry: number | null
+  readonly sortkey_timestamp: number | null
+  readonly urgency: string | null
+  readonly receipt: string | null
+  readonly data: string | null
+  readonly headers: string | null
+}
+
+/** A message as it reads back (`messageFromFields`); undefined for rows that are not messages. */
+export const messageFromRow = (row: MessageRow): Notification | undefined =>
+  messageFromFields({
+    chidmessageid: row.chidmessageid,
+    updateid: row.updateid ?? undefined,
+    ttl: row.ttl ?? undefined,
+    timestamp: row.timestamp ?? undefined,
+    sortkey_timestamp: row.sortkey_timestamp ?? undefined,
+    urgency: (row.urgency ?? undefined) as MessageFields["urgency"],
+    receipt: row.receipt ?? undefined,
+    data: row.data ?? undefined,
+    headers: row.headers !== null ? JSON.parse(row.headers) as Record<string, string> : undefined
+  })
+
+// ── receipt rows: one column per status field ─────────────────────────────────────────────────
+
+type Row = Readonly<Record<string, unknown>>
+
+export const statusFromRow = (row: Row): MessageStatus =>
+  statusFromFields(
+    String(row["message"]),
+    (column) => (row[column] === null || row[column] === undefined ? undefined : Number(row[column])),
+    typeof row["outcome"] === "string" ? row["outcome"] : undefined
+  )
+
+export const receiptExpiryOf = (row: Row): number | undefined => (row["expiry"] === null || row["expiry"] === undefined ? undefined : Number(row["expiry"]))
+
+/** The columns an update sets, and their values. */
+export const updateColumns = (update: StatusUpdate): ReadonlyArray<readonly [string, SqlValue]> => [
+  ...(update.expiry !== undefined ? [["expiry", update.expiry] as const] : []),
+  ...Object.entries(RECEIPT_TIME_FIELDS).flatMap(([field, column]) => {
+    const value = update[field as keyof typeof RECEIPT_TIME_FIELDS]
+    return value === undefined ? [] : [[column, value] as const]
+  }),
+  ...(update.outcome === undefined ? [] : [
+    ["outcome", update.outcome.outcome] as const,
+    ["outcome_at", update.outcome.at] as const,
+    ...(update.outcome.code !== undefined ? [["code", update.outcome.code] as const] : [])
+  ])
+]
