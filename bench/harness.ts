@@ -91,7 +91,8 @@ export const start = async (extra: ReadonlyArray<string>): Promise<{ readonly de
 
 /**
  * The bare server of `bench:stored` and `bench:storm`, in its own process: `stored-servers.ts` (on
- * embedded dynalite), or `stored-sqlite-server.ts` (on SQLite, `bench:stored`).
+ * embedded dynalite), `stored-sqlite-server.ts` (on SQLite, `bench:stored`) or
+ * `stored-postgres-server.ts` (on PostgreSQL, `bench:stored`).
  */
 export interface BareServer {
   readonly pid: number
@@ -103,9 +104,10 @@ export interface BareServer {
   readonly stop: () => Promise<void>
 }
 
-export const startBare = async (script = "./stored-servers.ts"): Promise<BareServer> => {
-  const dataDir = mkdtempSync(join(tmpdir(), "autopush-bench-bare-"))
-  const child = fork(new URL(script, import.meta.url).pathname, [dataDir], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
+/** `argument`: the server's one argument, a fresh data directory (removed at `stop`) unless given (a DSN). */
+export const startBare = async (script = "./stored-servers.ts", argument?: string): Promise<BareServer> => {
+  const dataDir = argument === undefined ? mkdtempSync(join(tmpdir(), "autopush-bench-bare-")) : undefined
+  const child = fork(new URL(script, import.meta.url).pathname, [argument ?? dataDir as string], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
   const [ports] = await Promise.race([
     once(child, "message") as Promise<[{ ws: number; http: number; dynamo?: number }]>,
     once(child, "exit").then(([code]) => Promise.reject(new Error(`the bare server exited (${code})`)))
@@ -120,7 +122,7 @@ export const startBare = async (script = "./stored-servers.ts"): Promise<BareSer
         child.kill("SIGTERM")
         await once(child, "exit")
       }
-      rmSync(dataDir, { recursive: true, force: true })
+      if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true })
     }
   }
 }

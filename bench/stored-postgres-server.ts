@@ -11,6 +11,9 @@
  *   as a notification frame. Once a page is acked its rows are deleted (one DELETE) and, if the
  *   page was full, the next one is read.
  *
+ * Not measured: `PUT /user/{uaid}` writes a user's router record (the bench's offline client), and
+ * `GET /statements` answers how many statements the routes above ran, by kind.
+ *
  * Posts `{ ready: true, ws, http }` (ports on 127.0.0.1) over IPC once listening.
  */
 import { createServer, type Server } from "node:http"
@@ -31,6 +34,8 @@ for (const sql of [...fixedTablesSql(options, POSTGRES), ...messageTableSql(MESS
 
 const fail = (error: unknown) => console.error("bare server:", error)
 
+const statements = { insert: 0, claim: 0, page: 0, delete: 0 }
+
 let lastMs = 0
 /** A ms of its own per message (the service moves a message whose key is taken to the next ms). */
 const nextMs = () => (lastMs = Math.max(Date.now(), lastMs + 1))
@@ -40,7 +45,16 @@ const http = createServer((req, res) => {
   const chunks: Array<Buffer> = []
   req.on("data", (chunk: Buffer) => chunks.push(chunk))
   req.on("end", () => {
-    const answer = (status: number) => res.writeHead(status, { "content-length": 0 }).end()
+    const answer = (status: number, body = "") => res.writeHead(status, { "content-length": Buffer.byteLength(body) }).end(body)
+    if (req.method === "GET" && route === "statements") return answer(200, JSON.stringify(statements))
+    if (req.method === "PUT" && route === "user" && uaid !== undefined) {
+      pool.query(`INSERT INTO ${ROUTER_TABLE} (uaid, connected_at, router_type, router_data) VALUES ($1, $2, 'webpush', '{}')`, [uaid, Date.now()])
+        .then(() => answer(204), (error: unknown) => {
+          fail(error)
+          answer(503)
+        })
+      return
+    }
     if (route !== "push" || uaid === undefined || chid === undefined) return answer(404)
     const ms = nextMs()
     const sortKey = `02:${String(ms).padStart(13, "0")}:${chid}`
@@ -49,7 +63,10 @@ const http = createServer((req, res) => {
     pool.query(
       `INSERT INTO ${MESSAGE_TABLE} (uaid, chidmessageid, updateid, ttl, timestamp, expiry, data, headers) VALUES ($1, $2, $2, $3, $4, $5, $6, $7)`,
       [uaid, sortKey, ttl, seconds, seconds + ttl, Buffer.concat(chunks).toString("base64url"), JSON.stringify({ encoding: String(req.headers["content-encoding"] ?? "aes128gcm") })]
-    ).then(() => answer(201), (error: unknown) => {
+    ).then(() => {
+      statements.insert++
+      answer(201)
+    }, (error: unknown) => {
       fail(error)
       answer(503)
     })
@@ -67,6 +84,7 @@ const session = (ws: WebSocket, routerUrl: string): void => {
       `SELECT chidmessageid, updateid, data, headers FROM ${MESSAGE_TABLE} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < '02;' ORDER BY chidmessageid LIMIT ${PAGE}`,
       [uaid, after]
     )
+    statements.page++
     more = rows.length === PAGE
     keys = rows.map((row) => String(row["chidmessageid"]))
     for (const row of rows) {
@@ -84,6 +102,7 @@ const session = (ws: WebSocket, routerUrl: string): void => {
 
   const hello = async () => {
     const { rowCount } = await pool.query(`UPDATE ${ROUTER_TABLE} SET node_id = $1, connected_at = $2 WHERE uaid = $3`, [routerUrl, Date.now(), uaid])
+    statements.claim++
     if (rowCount === 0) return ws.close()
     ws.send(JSON.stringify({ messageType: "hello", uaid, status: 200, use_webpush: true, broadcasts: {} }))
     await readPage("02:")
@@ -93,6 +112,7 @@ const session = (ws: WebSocket, routerUrl: string): void => {
     const rows = keys
     keys = []
     await pool.query(`DELETE FROM ${MESSAGE_TABLE} WHERE uaid = $1 AND chidmessageid = ANY($2::text[])`, [uaid, rows])
+    statements.delete++
     if (more) await readPage(rows.at(-1) as string)
   }
 

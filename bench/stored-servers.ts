@@ -13,6 +13,8 @@
  *   page is acked its rows are deleted (DeleteItem for one, BatchWriteItem else) and, if the page
  *   was full, the next one is read.
  *
+ * Not measured: `GET /statements` answers how many storage requests the routes above made, by operation.
+ *
  * Posts `{ ready: true, ws, http, dynamo }` (ports on 127.0.0.1) over IPC once listening.
  *
  * `node stored-servers.ts --shared DYNAMO_URL WS_PORT HTTP_PORT I N` (`bench:scaling`): process I of
@@ -22,7 +24,7 @@
 import { createServer, type Server } from "node:http"
 import { WebSocketServer } from "ws"
 import { dynaliteWorker } from "../src/storage/dynaliteWorker.ts"
-import { bareSession, createTables, MESSAGE_TABLE, messageItem, storageClient } from "./stored-tables.ts"
+import { bareSession, createTables, MESSAGE_TABLE, messageItem, type Send, storageClient } from "./stored-tables.ts"
 
 const HOST = "127.0.0.1"
 process.on("SIGTERM", () => process.exit(0))
@@ -46,8 +48,14 @@ const embeddedStorage = async (dataDir: string): Promise<number> => {
 }
 
 const dynamoPort = shared === undefined ? await embeddedStorage(process.argv[2] as string) : Number(new URL(shared.dynamoUrl).port)
-const { send } = await storageClient(shared?.dynamoUrl ?? `http://${HOST}:${dynamoPort}`)
-if (shared === undefined) await createTables(send)
+const storage = await storageClient(shared?.dynamoUrl ?? `http://${HOST}:${dynamoPort}`)
+if (shared === undefined) await createTables(storage.send)
+
+const statements: Record<string, number> = {}
+const send: Send = (operation, input) => {
+  statements[operation] = (statements[operation] ?? 0) + 1
+  return storage.send(operation, input)
+}
 
 const fail = (error: unknown) => console.error("bare server:", error)
 
@@ -67,7 +75,8 @@ const http = createServer((req, res) => {
   const chunks: Array<Buffer> = []
   req.on("data", (chunk: Buffer) => chunks.push(chunk))
   req.on("end", () => {
-    const answer = (status: number) => res.writeHead(status, { "content-length": 0 }).end()
+    const answer = (status: number, body = "") => res.writeHead(status, { "content-length": Buffer.byteLength(body) }).end(body)
+    if (req.method === "GET" && route === "statements") return answer(200, JSON.stringify(statements))
     if (route !== "push" || uaid === undefined || chid === undefined) return answer(404)
     const data = Buffer.concat(chunks).toString("base64url")
     const item = messageItem(uaid, chid, nextMs(), data, String(req.headers["content-encoding"] ?? "aes128gcm"), Number(req.headers["ttl"] ?? 0))

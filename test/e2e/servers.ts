@@ -356,7 +356,7 @@ const startOnOneHostOnce = async (env: NodeJS.ProcessEnv, store: SharedStore = S
 /** `autoconnect` and `autoendpoint` as separate processes on one host, on the embedded SQLite database they share. */
 export const startOnOneHost = (options: StartOptions = {}): Promise<Deployment> => withFreshPorts(() => startOnOneHostOnce(envOf(options)))
 
-let postgresDeployments = 0
+let postgresSchemas = 0
 
 /** One statement on the PostgreSQL at `dsn`, on a connection of its own. */
 const postgresStatement = async (dsn: string, sql: string): Promise<void> => {
@@ -367,6 +367,15 @@ const postgresStatement = async (dsn: string, sql: string): Promise<void> => {
   } finally {
     await client.end()
   }
+}
+
+/** A new schema on the PostgreSQL at `dsn`, named `prefix` and a unique suffix: a DSN into it, and how to drop it. */
+export const postgresSchema = async (dsn: string, prefix: string): Promise<{ readonly dsn: string; readonly drop: () => Promise<void> }> => {
+  const schema = `${prefix}_${Date.now().toString(36)}${process.pid.toString(36)}${(postgresSchemas++).toString(36)}`
+  await postgresStatement(dsn, `CREATE SCHEMA ${schema}`)
+  const url = new URL(dsn)
+  url.searchParams.set("options", `-c search_path=${schema}`)
+  return { dsn: url.href, drop: () => postgresStatement(dsn, `DROP SCHEMA ${schema} CASCADE`).catch(() => {}) }
 }
 
 /**
@@ -383,11 +392,8 @@ export const startOnPostgres = async (
     readonly joining?: { readonly storageDsn: string; readonly cryptoKey: string }
   } = {}
 ): Promise<Deployment & { readonly storageDsn: string; readonly cryptoKey: string }> => {
-  const schema = `e2e_${Date.now().toString(36)}${process.pid.toString(36)}${(postgresDeployments++).toString(36)}`
-  const url = new URL(dsn)
-  url.searchParams.set("options", `-c search_path=${schema}`)
-  if (options.joining === undefined) await postgresStatement(dsn, `CREATE SCHEMA ${schema}`)
-  const storageDsn = options.joining?.storageDsn ?? url.href
+  const schema = options.joining === undefined ? await postgresSchema(dsn, "e2e") : undefined
+  const storageDsn = options.joining?.storageDsn ?? schema?.dsn as string
   const cryptoKey = options.joining?.cryptoKey ?? generateFernetKey()
   const store: SharedStore = {
     flags: () => ["--db-dsn", storageDsn],
@@ -402,7 +408,7 @@ export const startOnPostgres = async (
     cryptoKey,
     stop: async () => {
       await deployment.stop()
-      if (options.joining === undefined) await postgresStatement(dsn, `DROP SCHEMA ${schema} CASCADE`).catch(() => {})
+      await schema?.drop()
     }
   }
 }
