@@ -47,23 +47,27 @@ const answeredInProcess = <A>(effect: Effect.Effect<A, ApiError | StorageError>)
   Effect.catchTag(effect, "StorageError", storageUnavailable)
 
 /**
- * Cancel by identity: remove the row that holds the message `messageId` names; true when one was
- * removed. A message id names one message wherever it is stored, because every writer keeps a row at
+ * Cancel by identity: the row that holds the message `messageId` names becomes its tombstone
+ * (`cancelMessage`); true when one did. A tombstone rather than a delete, because a save of this
+ * message may still come after the cancel — a session's close sequence retrying a save whose first
+ * try was applied but whose answer was lost — and it finds the tombstone and writes nothing, where
+ * it would fill a free key again; the tombstone goes when the message would have expired. A message id names one message wherever it is stored, because every writer keeps a row at
  * the key its id encodes: the endpoint stores a message at its id's key (a taken ms is stored under
  * a new id), a session's close saves an unacked message back at its id's key (never re-stamped), a
  * save never writes over another message (`saveMessages`: only a free key or the message's own
  * row), and a month move keeps the key. So the row at that key holds this message or another one
  * (a newer message of its topic, a message of another id at that ms, whose save then put this one
- * at a later ms: `removeFrom`): every delete is conditional on the version, so it removes this
+ * at a later ms: `removeFrom`): every cancel is conditional on the version, so it cancels this
  * message or nothing — never another message.
  *
  * A message is looked for in each table the user's rows may be in (the user's month first, then the
  * other active months: a connection may still be moving it from last month's table, and a move
  * whose row was removed here is not saved on, see `TakeMessage`). Nothing removed means no table
  * holds it under this id: delivered (acked, or held unacked by a connection, which stores it again
- * at this same key when it closes: cancellable then), expired, replaced or cancelled already. That
- * is answered 404 and recorded nowhere, so that `204` and a `deleted` receipt mean only that the
- * message was removed and is never delivered after it.
+ * at this same key when it closes: cancellable then), expired, replaced or cancelled already (its
+ * tombstone is not cancelled twice). That is answered 404 and recorded nowhere, so that `204` and a
+ * `deleted` receipt mean only that this cancel took the message back, once, and that it is never
+ * delivered after it.
  */
 export const removeStoredMessage = Effect.fnUntraced(function*(storage: StorageService, data: MessageIdData, messageId: string) {
   const month = (yield* storage.getUser(data.uaid))?.currentMonth
@@ -81,16 +85,16 @@ export const removeStoredMessage = Effect.fnUntraced(function*(storage: StorageS
 const CANCEL_SCAN_ROWS = 100
 
 /**
- * The message removed from one table: at its id's key; else, for a timestamp message, at a later ms
+ * The message cancelled in one table: at its id's key; else, for a timestamp message, at a later ms
  * (a save that found another message of its channel at that ms, from another endpoint node, put it
  * at the next ms free, keeping its id), found by its version in the rows from that ms on.
  */
 const removeFrom = Effect.fnUntraced(function*(storage: StorageService, table: string, data: MessageIdData, messageId: string) {
-  if (yield* storage.deleteMessage(data.uaid, table, data, messageId)) return true
+  if (yield* storage.cancelMessage(data.uaid, table, data, messageId)) return true
   if (data.kind !== "timestamp") return false
   const page = yield* storage.fetchTimestampMessages(data.uaid, table, data.sortkeyTimestamp, CANCEL_SCAN_ROWS)
   const moved = page.messages.find((n) => n.version === messageId)
-  return moved !== undefined && (yield* storage.deleteMessage(data.uaid, table, messageKeyOf(moved), messageId))
+  return moved !== undefined && (yield* storage.cancelMessage(data.uaid, table, messageKeyOf(moved), messageId))
 })
 
 export const makeWebPushHandlers = Effect.fnUntraced(function*(options: EndpointOptions, receipts: Receipts, limits: RateLimits) {
@@ -133,7 +137,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
       )
       : acceptAndDeliver(request, versionSegment, token, made)
 
-  /** DELETE /m/{message_id}: the message taken back if a table still holds it (204), else 404 and nothing recorded. */
+  /** DELETE /m/{message_id}: the message cancelled if a table still holds it (204), else 404 and nothing recorded. */
   const cancel = Effect.fnUntraced(function*(messageId: string): Effect.fn.Return<EmptyAnswer, ApiError | StorageError> {
     const data = yield* crypto.parseMessageId(messageId).pipe(Effect.mapError(() => new InvalidMessageId()))
     if (!(yield* removeStoredMessage(storage, data, messageId))) return yield* new MessageNotStored()

@@ -9,7 +9,8 @@
  *
  * Message tables are named explicitly by every message operation: the router record says which
  * table a user lives in (`currentMonth`), and the connection node decides when a user moves on.
- * Every read filters expired items against the Effect `Clock` (TTL deletion is lazy or absent).
+ * Every read filters expired items against the Effect `Clock` (TTL deletion is lazy or absent), and
+ * leaves out the tombstones cancelled messages leave (`cancelMessage`, `model.ts`).
  *
  * Tables must exist before use (`createTables`; every node keeps them present: `tableKeeper.ts`); an
  * operation on a missing table fails with a `StorageError` (cause named `ResourceNotFoundException`).
@@ -125,7 +126,7 @@ export interface StorageService {
    * accepted later (`superseded`). A timestamp message never replaces another: `taken` when its sort
    * key (channel and ms) holds another message (another version) — the caller takes the next ms,
    * with a message id of its own. Its own row (same version) is written over: saving a message twice
-   * stores it once.
+   * stores it once. Its own tombstone is not: `cancelled`, nothing written (it was cancelled).
    */
   readonly saveMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<SaveOutcome, StorageError>
   /**
@@ -134,7 +135,8 @@ export interface StorageService {
    * a save retried from the start after a lost answer stores each message once. A timestamp message
    * whose sort key holds another message goes to the next ms free or holding its own row (its id
    * stays: two ids of one channel and ms, from two endpoint nodes); a topic message a newer one
-   * superseded is left out. The messages as stored.
+   * superseded is left out, and so is a message whose key (or later ms) holds its own tombstone: it
+   * was cancelled since an earlier save of it, which a retried save must not undo. The messages as stored.
    */
   readonly saveMessages: (
     uaid: string,
@@ -162,7 +164,9 @@ export interface StorageService {
   /**
    * Delete one message; deleting a missing row is not an error.
    * With `version`, only if the row still holds that message (an ack must not delete the newer
-   * message that replaced a topic meanwhile), and true when it did; without, always true.
+   * message that replaced a topic meanwhile), and true when it did; a tombstone of that version is
+   * left in place, false (the message was cancelled: nobody takes it). Without, always true (a
+   * tombstone goes too).
    */
   readonly deleteMessage: (
     uaid: string,
@@ -170,7 +174,14 @@ export interface StorageService {
     key: MessageKey,
     version?: string
   ) => Effect.Effect<boolean, StorageError>
-  /** Delete these messages, unconditionally, in batches; missing rows are not an error. */
+  /**
+   * Cancel a message: the row at `key`, if it holds the message of `version` (not its tombstone
+   * already), becomes its tombstone — same key, version and expiry, no data or headers — which no read
+   * returns, no save of that version writes over, and which goes when the message would have
+   * expired. True when it did (the message is never delivered from this table after it).
+   */
+  readonly cancelMessage: (uaid: string, table: string, key: MessageKey, version: string) => Effect.Effect<boolean, StorageError>
+  /** Delete these messages (tombstones too), unconditionally, in batches; missing rows are not an error. */
   readonly deleteMessages: (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) => Effect.Effect<void, StorageError>
 
   // ── push receipts (the `{router_table}_receipts` table; expiries in seconds, as message TTLs) ─

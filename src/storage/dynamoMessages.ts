@@ -2,8 +2,9 @@
  * A user's messages on the DynamoDB API, in each month's message table (keyed by `uaid` and
  * `chidmessageid`): topic messages at `01:{chid}:{topic}`, timestamp messages at
  * `02:{ms}:{chid}`, each with its `expiry` (`model.ts`). Saves are conditional writes, reads
- * Queries of one user's key range (expired rows left out by the caller's Clock), deletes single or
- * batched; and every row a user has in a table deleted at once (`deleteUserRows`).
+ * Queries of one user's key range (expired rows left out by the caller's Clock, tombstones left
+ * out), deletes single or batched, a cancel an UpdateItem that makes the row its tombstone; and every
+ * row a user has in a table deleted at once (`deleteUserRows`).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -12,6 +13,7 @@ import type { DynamoClient } from "./dynamoClient.ts"
 import { type DynamoRequests, isNamed } from "./dynamoRequests.ts"
 import { type Item, messageKey, messageToItem, N, S, visibleMessages } from "./dynamoRows.ts"
 import {
+  CANCELLED,
   messageSortKey,
   nextFreeMs,
   type SaveOutcome,
@@ -40,29 +42,60 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
     yield* batchWrite(operation, table, keys.map((Key) => ({ DeleteRequest: { Key } })))
   })
 
+  /** Whether the row at the message's key is its own tombstone (why a save's condition failed). */
+  const ownTombstone = (operation: string, uaid: string, table: string, message: Notification) =>
+    call(operation, (o) =>
+      client.send(
+        "GetItem", {
+          TableName: table,
+          Key: messageKey(uaid, messageSortKey(message)),
+          ProjectionExpression: "#updateid, #cancelled",
+          ExpressionAttributeNames: { "#updateid": "updateid", "#cancelled": CANCELLED },
+          ConsistentRead: true
+        },
+        o
+      )).pipe(Effect.map((result) => result.Item?.[CANCELLED] !== undefined && result.Item.updateid?.S === message.version))
+
   /**
    * A timestamp message only goes to a free sort key or over its own row (a save retried after an
    * answer was lost lands where it wrote); a topic message replaces an older one (rows of older
-   * versions carry no ms: their `timestamp` seconds are compared).
+   * versions carry no ms: their `timestamp` seconds are compared); nothing goes over the message's
+   * own tombstone (a condition that failed is told apart by one read of the row).
    */
-  const putMessage = (operation: string, uaid: string, table: string, message: Notification): Effect.Effect<SaveOutcome, StorageError> => {
+  const putMessage = Effect.fnUntraced(function*(
+    operation: string,
+    uaid: string,
+    table: string,
+    message: Notification
+  ): Effect.fn.Return<SaveOutcome, StorageError> {
     const condition = message.topic === undefined
       ? {
-        ConditionExpression: "attribute_not_exists(#chidmessageid) OR #updateid = :updateid",
-        ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#updateid": "updateid" },
+        ConditionExpression: "attribute_not_exists(#chidmessageid) OR (#updateid = :updateid AND attribute_not_exists(#cancelled))",
+        ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#updateid": "updateid", "#cancelled": CANCELLED },
         ExpressionAttributeValues: { ":updateid": S(message.version) }
       }
       : {
-        ConditionExpression:
-          "attribute_not_exists(#chidmessageid) OR #sortkey <= :ms OR (attribute_not_exists(#sortkey) AND #timestamp <= :seconds)",
-        ExpressionAttributeNames: { "#chidmessageid": "chidmessageid", "#sortkey": "sortkey_timestamp", "#timestamp": "timestamp" },
-        ExpressionAttributeValues: { ":ms": N(sortkeyMs(message)), ":seconds": N(Math.floor(sortkeyMs(message) / 1000)) }
+        ConditionExpression: "(attribute_not_exists(#chidmessageid) OR #sortkey <= :ms OR (attribute_not_exists(#sortkey) AND #timestamp <= :seconds))" +
+          " AND NOT (#updateid = :updateid AND attribute_exists(#cancelled))",
+        ExpressionAttributeNames: {
+          "#chidmessageid": "chidmessageid",
+          "#sortkey": "sortkey_timestamp",
+          "#timestamp": "timestamp",
+          "#updateid": "updateid",
+          "#cancelled": CANCELLED
+        },
+        ExpressionAttributeValues: {
+          ":ms": N(sortkeyMs(message)),
+          ":seconds": N(Math.floor(sortkeyMs(message) / 1000)),
+          ":updateid": S(message.version)
+        }
       }
-    return conditional(call(operation, (o) =>
-      client.send("PutItem", { TableName: table, Item: messageToItem(uaid, message), ...condition }, o))).pipe(
-        Effect.map((written): SaveOutcome => written ? "stored" : message.topic === undefined ? "taken" : "superseded")
-      )
-  }
+    const written = yield* conditional(call(operation, (o) =>
+      client.send("PutItem", { TableName: table, Item: messageToItem(uaid, message), ...condition }, o)))
+    if (written) return "stored"
+    if (yield* ownTombstone(operation, uaid, table, message)) return "cancelled"
+    return message.topic === undefined ? "taken" : "superseded"
+  })
 
   const saveMessage = (uaid: string, table: string, message: Notification) => putMessage("saveMessage", uaid, table, message)
 
@@ -151,8 +184,8 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
           Key: messageKey(uaid, sortKeyOf(key)),
           ...(version !== undefined
             ? {
-              ConditionExpression: "#updateid = :updateid",
-              ExpressionAttributeNames: { "#updateid": "updateid" },
+              ConditionExpression: "#updateid = :updateid AND attribute_not_exists(#cancelled)",
+              ExpressionAttributeNames: { "#updateid": "updateid", "#cancelled": CANCELLED },
               ExpressionAttributeValues: { ":updateid": S(version) }
             }
             : {})
@@ -160,7 +193,23 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
         o
       )))
 
+  /** The row becomes its tombstone: data and headers removed, the flag set, key, version and expiry kept. */
+  const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
+    conditional(call("cancelMessage", (o) =>
+      client.send(
+        "UpdateItem", {
+          TableName: table,
+          Key: messageKey(uaid, sortKeyOf(key)),
+          UpdateExpression: "SET #cancelled = :one REMOVE #data, #headers",
+          ConditionExpression: "#updateid = :updateid AND attribute_not_exists(#cancelled)",
+          ExpressionAttributeNames: { "#updateid": "updateid", "#cancelled": CANCELLED, "#data": "data", "#headers": "headers" },
+          ExpressionAttributeValues: { ":updateid": S(version), ":one": N(1) }
+        },
+        o
+      )))
+
   return {
+    cancelMessage,
     deleteUserRows,
     saveMessage,
     saveMessages,

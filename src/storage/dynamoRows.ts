@@ -7,7 +7,7 @@ import type { AttributeValue } from "@aws-sdk/client-dynamodb"
 import * as Predicate from "effect/Predicate"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { isVisible, messageFields, messageFromFields, plainData, userFields, userFromFields } from "./model.ts"
+import { CANCELLED, isVisible, messageFields, messageFromFields, plainData, userFields, userFromFields } from "./model.ts"
 import type { UserPatch } from "./Storage.ts"
 
 export type Item = Record<string, AttributeValue>
@@ -86,7 +86,8 @@ export const messageFromItem = (item: Item): Notification | undefined =>
     urgency: item.urgency?.S,
     receipt: item.receipt?.S,
     data: item.data?.S,
-    headers: item.headers?.M === undefined ? undefined : unmarshal({ M: item.headers.M }) as Record<string, string>
+    headers: item.headers?.M === undefined ? undefined : unmarshal({ M: item.headers.M }) as Record<string, string>,
+    cancelled: num(item[CANCELLED])
   })
 
 const rowVisible = (item: Item, nowMs: number): boolean =>

@@ -1,13 +1,13 @@
 /**
  * A user's messages in an in-memory message table (`memoryRows.ts`), at the sort keys of
  * `model.ts`, with the DynamoDB layer's conditions: a topic message replaces an older one of its
- * topic, a timestamp message is written over nothing but its own row. Expired rows are left out of
- * reads by the caller's Clock.
+ * topic, a timestamp message is written over nothing but its own row, no message over its own
+ * tombstone. Expired rows and tombstones are left out of reads (expiry by the caller's Clock).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
-import { type MemoryStore, messageTable, range, rowsOf, type UserRows } from "./memoryRows.ts"
+import { type MemoryStore, type MessageRow, messageTable, range, rowsOf, type UserRows } from "./memoryRows.ts"
 import {
   expiryOf,
   isVisible,
@@ -23,12 +23,19 @@ import {
   TOPIC_PREFIX
 } from "./model.ts"
 
+/** What a read returns: unexpired messages, no tombstones. */
+const readable = (row: MessageRow, now: number): boolean => row.cancelled !== true && isVisible(expiryOf(row), now)
+
 export const makeMemoryMessages = (store: MemoryStore) => {
-  /** Topic messages replace an older one; a timestamp message is written over nothing but its own row. */
+  /**
+   * Topic messages replace an older one; a timestamp message is written over nothing but its own
+   * row; nothing is written over a message's own tombstone.
+   */
   const put = (rows: UserRows, message: Notification): SaveOutcome => {
     const key = messageSortKey(message)
     const existing = rows.messages.get(key)
     if (existing !== undefined) {
+      if (existing.cancelled === true && existing.version === message.version) return "cancelled"
       if (message.topic === undefined) {
         if (existing.version !== message.version) return "taken"
       } else if (sortkeyMs(existing) > sortkeyMs(message)) return "superseded"
@@ -60,7 +67,7 @@ export const makeMemoryMessages = (store: MemoryStore) => {
     const now = yield* Clock.currentTimeMillis
     return range(t, uaid, TOPIC_PREFIX, TOPIC_END)
       .map(([, message]) => message)
-      .filter((message) => isVisible(expiryOf(message), now))
+      .filter((message) => readable(message, now))
       .slice(0, limit)
   })
 
@@ -71,7 +78,7 @@ export const makeMemoryMessages = (store: MemoryStore) => {
     const page = range(t, uaid, lo, TIMESTAMP_END).slice(0, limit)
     const last = page.at(-1)
     return {
-      messages: page.map(([, message]) => message).filter((message) => isVisible(expiryOf(message), now)),
+      messages: page.map(([, message]) => message).filter((message) => readable(message, now)),
       lastSortKey: last === undefined ? undefined : sortKeyMsOf(last[0]),
       more: page.length === limit
     }
@@ -91,10 +98,30 @@ export const makeMemoryMessages = (store: MemoryStore) => {
     const t = yield* messageTable(store, "deleteMessage", table)
     const rows = t.get(uaid)
     const sortKey = sortKeyOf(key)
-    if (version !== undefined && rows?.messages.get(sortKey)?.version !== version) return false
+    const row = rows?.messages.get(sortKey)
+    if (version !== undefined && (row?.version !== version || row.cancelled === true)) return false
     rows?.messages.delete(sortKey)
     return true
   })
 
-  return { saveMessage, saveMessages, fetchTopicMessages, fetchMessages, fetchTimestampMessages, deleteMessage, deleteMessages }
+  const cancelMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version: string) {
+    const rows = (yield* messageTable(store, "cancelMessage", table)).get(uaid)
+    const sortKey = sortKeyOf(key)
+    const row = rows?.messages.get(sortKey)
+    if (rows === undefined || row === undefined || row.version !== version || row.cancelled === true) return false
+    const { data: _data, headers: _headers, ...kept } = row
+    rows.messages.set(sortKey, { ...kept, cancelled: true })
+    return true
+  })
+
+  return {
+    saveMessage,
+    saveMessages,
+    fetchTopicMessages,
+    fetchMessages,
+    fetchTimestampMessages,
+    deleteMessage,
+    deleteMessages,
+    cancelMessage
+  }
 }

@@ -13,10 +13,13 @@ import type { UserRecord } from "../domain/user.ts"
 import { StorageError } from "./Storage.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
 
+/** A message row: the message, or, `cancelled`, its tombstone (`model.ts`). */
+export type MessageRow = Notification & { readonly cancelled?: true }
+
 /** Per user and message table: its channel set (the meta row's) and its message rows by sort key. */
 export interface UserRows {
   chids?: ReadonlySet<string>
-  readonly messages: Map<string, Notification>
+  readonly messages: Map<string, MessageRow>
 }
 
 export type MessageTable = Map<string, UserRows>

@@ -14,6 +14,12 @@
  * 13 digits, so for real data this is exactly autopush's unpadded key (tables written by autopush
  * stay readable); the padding only keeps string order equal to numeric order for small test times.
  * Negative or ≥ 10^13 values are outside the model.
+ *
+ * A cancelled message leaves a tombstone (`cancelled` set, `CANCELLED`): its row at the same key
+ * with the same `updateid` and `expiry`, its data and headers removed. A save of that version finds
+ * it and writes nothing (a save retried after its answer was lost, or a session's close saving a
+ * message it held, must not bring a cancelled message back), no read returns it, and it goes when
+ * the message would have expired, as any expired row.
  */
 import { type MessageKey, messageKeyOf, type Notification, sortkeyMs, URGENCIES } from "../domain/notification.ts"
 import { type MessageStatus, RECEIPT_OUTCOMES, type ReceiptOutcome } from "../domain/receipt.ts"
@@ -78,9 +84,13 @@ export const sortKeyMsOf = (key: string): number | undefined => parseSortKey(key
 /**
  * What saving a message did: stored; `taken` — a timestamp message's sort key holds another message
  * (nothing written: it belongs at a later ms); `superseded` — a topic already holds a newer message
- * (nothing written: the newer one replaced it).
+ * (nothing written: the newer one replaced it); `cancelled` — the key holds this message's own
+ * tombstone (nothing written: it was stored before and cancelled since; it goes nowhere else).
  */
-export type SaveOutcome = "stored" | "taken" | "superseded"
+export type SaveOutcome = "stored" | "taken" | "superseded" | "cancelled"
+
+/** The attribute (column) that marks a message row as a tombstone: 1 (absent or NULL on a live message). */
+export const CANCELLED = "cancelled"
 
 /** A timestamp message moved to the next ms, its sort key being taken (its id stays). */
 export const nextFreeMs = (n: Notification): Notification => ({ ...n, sortkeyTimestamp: sortkeyMs(n) + 1 })
@@ -137,6 +147,8 @@ export interface MessageFields {
   readonly receipt: string | undefined
   readonly data: string | undefined
   readonly headers: Readonly<Record<string, string>> | undefined
+  /** Set on a tombstone only (`CANCELLED`). */
+  readonly cancelled: number | undefined
 }
 
 /** The row fields a message is stored as. */
@@ -151,7 +163,8 @@ export const messageFields = (n: Notification): MessageFields => ({
   urgency: n.urgency,
   receipt: n.receipt,
   data: n.data,
-  headers: n.headers
+  headers: n.headers,
+  cancelled: undefined
 })
 
 /** A row's fields as a backend read them: any may be missing (rows that are not messages, rows of older versions). */
@@ -160,11 +173,12 @@ export type StoredMessageFields = { readonly [K in keyof MessageFields]?: Messag
 /**
  * A message as it reads back from its row: channel, topic and ms from the sort key (a timestamp
  * message always has a `sortkeyTimestamp`; a topic message the one it was stored with, if any), an
- * urgency this service did not write left out; undefined for a row that is not a message.
+ * urgency this service did not write left out; undefined for a row that is not a message, and
+ * for a tombstone (no read returns a cancelled message).
  */
 export const messageFromFields = (row: StoredMessageFields): Notification | undefined => {
   const key = parseSortKey(row.chidmessageid ?? "")
-  if (key === undefined || row.updateid === undefined) return undefined
+  if (key === undefined || row.updateid === undefined || row.cancelled !== undefined) return undefined
   const urgency = URGENCIES.find((u) => u === row.urgency)
   return {
     channelId: key.channelId,

@@ -23,6 +23,7 @@ import {
   CHANNEL_PREFIX,
   channelSortKey,
   isVisible,
+  messageSortKey,
   nextFreeMs,
   type SaveOutcome,
   sortKeyMsOf,
@@ -208,20 +209,24 @@ export const layerPostgres = (options: PostgresOptions): Layer.Layer<Storage, St
        * One message: a timestamp message into a free sort key or over its own row (the same
        * `updateid`: a save retried after a lost answer stores it once), never over another
        * message; a topic message replaces the row unless that one was accepted later (its sort
-       * ms, or its `timestamp` seconds for rows without one).
+       * ms, or its `timestamp` seconds for rows without one); none over its own tombstone.
        */
       const putMessage = async (query: Query, uaid: string, table: string, message: Notification): Promise<SaveOutcome> => {
         const insert = `INSERT INTO ${ident(table)} AS m (${MESSAGE_COLUMNS}) VALUES (${placeholders(columns.length)})
           ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${updateAll}`
-        if (message.topic === undefined) {
-          const written = (await query(`${insert} WHERE m.updateid = excluded.updateid`, messageValues(uaid, message))).rowCount > 0
-          return written ? "stored" : "taken"
-        }
-        const written = (await query(
-          `${insert} WHERE coalesce(m.sortkey_timestamp, m.timestamp * 1000) <= $${columns.length + 1}`,
-          [...messageValues(uaid, message), sortkeyMs(message)]
-        )).rowCount > 0
-        return written ? "stored" : "superseded"
+        const written = message.topic === undefined
+          ? (await query(`${insert} WHERE m.updateid = excluded.updateid AND m.cancelled IS NULL`, messageValues(uaid, message))).rowCount > 0
+          : (await query(
+            `${insert} WHERE coalesce(m.sortkey_timestamp, m.timestamp * 1000) <= $${columns.length + 1}
+             AND (m.cancelled IS NULL OR m.updateid IS DISTINCT FROM excluded.updateid)`,
+            [...messageValues(uaid, message), sortkeyMs(message)]
+          )).rowCount > 0
+        if (written) return "stored"
+        const tombstone = await query(
+          `SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NOT NULL`,
+          [uaid, messageSortKey(message), message.version]
+        )
+        return tombstone.rows.length > 0 ? "cancelled" : message.topic === undefined ? "taken" : "superseded"
       }
 
       const saveMessage = (uaid: string, table: string, message: Notification) =>
@@ -246,7 +251,7 @@ export const layerPostgres = (options: PostgresOptions): Layer.Layer<Storage, St
         atNow("fetchTopicMessages", async (query, now) =>
           (await query(
             `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3
-             AND (expiry IS NULL OR expiry > $4) ORDER BY chidmessageid LIMIT $5`,
+             AND (expiry IS NULL OR expiry > $4) AND cancelled IS NULL ORDER BY chidmessageid LIMIT $5`,
             [uaid, TOPIC_PREFIX, TOPIC_END, Math.floor(now / 1000), limit]
           )).rows.flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? []))
 
@@ -276,9 +281,19 @@ export const layerPostgres = (options: PostgresOptions): Layer.Layer<Storage, St
             await query(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, [uaid, sortKeyOf(key)])
             return true
           }
-          return (await query(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3`, [uaid, sortKeyOf(key), version]))
-            .rowCount > 0
+          return (await query(
+            `DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`,
+            [uaid, sortKeyOf(key), version]
+          )).rowCount > 0
         })
+
+      const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
+        run("cancelMessage", async (query) =>
+          (await query(
+            `UPDATE ${ident(table)} SET cancelled = 1, data = NULL, headers = NULL
+             WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`,
+            [uaid, sortKeyOf(key), version]
+          )).rowCount > 0)
 
       const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
         run("deleteMessages", async (query) => {
@@ -313,6 +328,7 @@ export const layerPostgres = (options: PostgresOptions): Layer.Layer<Storage, St
           fetchTimestampMessages,
           deleteMessage,
           deleteMessages,
+          cancelMessage,
           ...makePostgresReceipts(connection, atNow, options),
           createTables: maintenance.createTables,
           checkTables: maintenance.checkTables,

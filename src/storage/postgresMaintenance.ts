@@ -10,7 +10,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type PostgresConnection, type Query, sqlState, UNDEFINED_TABLE } from "./postgresPool.ts"
 import { STALE_BATCH, SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sqliteMaintenance.ts"
-import { broadcastTableName, fixedTablesSql, ident, messageTableSql, POSTGRES } from "./sqlTables.ts"
+import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql, POSTGRES } from "./sqlTables.ts"
 import { StorageError, type TableStatus } from "./Storage.ts"
 import {
   activeTableNames,
@@ -46,6 +46,8 @@ export const makePostgresMaintenance = ({ run, transaction }: PostgresConnection
       transaction(query, async () => {
         await query("SELECT pg_advisory_xact_lock($1)", [CREATE_TABLES_LOCK.toString()])
         for (const sql of [...fixedTablesSql(options, POSTGRES), ...messageTables.flatMap((table) => messageTableSql(table, POSTGRES))]) await query(sql)
+        // Message tables made before tombstones existed get their column.
+        for (const table of messageTables) await query(cancelledColumnSql(table, POSTGRES))
       }))
 
   const checkTables = Effect.flatMap(Clock.currentTimeMillis, (now) =>

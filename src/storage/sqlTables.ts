@@ -13,7 +13,8 @@
  * - `{prefix}_{YYYY}_{MM}` (or `{prefix}` without rotation): a month's message table, keyed by
  *   (`uaid`, `chidmessageid`), the sort keys of `model.ts`: a user's channel rows (`00:{chid}`,
  *   no expiry) and its messages (`01:` topic, `02:` timestamp), each message with its `expiry`
- *   (seconds) — indexed, for the sweep that deletes expired rows.
+ *   (seconds) — indexed, for the sweep that deletes expired rows — and `cancelled` 1 on a
+ *   cancelled message's tombstone (a column added to tables made before it: `cancelledColumnSql`).
  *
  * The two dialects differ in two words (`SqlDialect`): integers (ms since 1970 need 64 bits:
  * SQLite's INTEGER is, PostgreSQL's is BIGINT) and key columns, which must compare byte by byte
@@ -24,6 +25,7 @@ import type { Notification } from "../domain/notification.ts"
 import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
+  CANCELLED,
   type MessageFields,
   messageFields,
   messageFromFields,
@@ -104,10 +106,18 @@ export const messageTableSql = (table: string, d: SqlDialect = SQLITE): Readonly
     receipt TEXT,
     data TEXT,
     headers TEXT,
+    cancelled ${d.integer},
     PRIMARY KEY (uaid, chidmessageid)
   )`,
   `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
 ]
+
+/**
+ * The tombstone column, for a message table made without it: PostgreSQL adds it only if missing;
+ * SQLite cannot say so, the caller checks first.
+ */
+export const cancelledColumnSql = (table: string, d: SqlDialect = SQLITE): string =>
+  `ALTER TABLE ${ident(table)} ADD COLUMN ${d === POSTGRES ? "IF NOT EXISTS " : ""}${CANCELLED} ${d.integer}`
 
 /** The tables of the store that are not message tables: router, broadcasts, receipts. */
 export const fixedTablesSql = (options: StorageOptions, d: SqlDialect = SQLITE): ReadonlyArray<string> => [
@@ -137,7 +147,8 @@ export const userRow = (user: UserRecord): Array<SqlValue> => [user.uaid, ...use
 
 // ── message rows ─────────────────────────────────────────────────────────────────────────────────
 
-export const MESSAGE_COLUMNS = "uaid, chidmessageid, updateid, ttl, timestamp, expiry, sortkey_timestamp, urgency, receipt, data, headers"
+/** Every column of a message row; a save writes `cancelled` NULL (a message, not its tombstone). */
+export const MESSAGE_COLUMNS = "uaid, chidmessageid, updateid, ttl, timestamp, expiry, sortkey_timestamp, urgency, receipt, data, headers, cancelled"
 
 /** A message's row values, in `MESSAGE_COLUMNS` order (absent fields NULL). */
 export const messageValues = (uaid: string, n: Notification): Array<SqlValue> => {
@@ -153,7 +164,8 @@ export const messageValues = (uaid: string, n: Notification): Array<SqlValue> =>
     f.urgency ?? null,
     f.receipt ?? null,
     f.data ?? null,
-    f.headers !== undefined ? JSON.stringify(f.headers) : null
+    f.headers !== undefined ? JSON.stringify(f.headers) : null,
+    f.cancelled ?? null
   ]
 }
 
@@ -168,9 +180,10 @@ export interface MessageRow {
   readonly receipt: string | null
   readonly data: string | null
   readonly headers: string | null
+  readonly cancelled: number | null
 }
 
-/** A message as it reads back (`messageFromFields`); undefined for rows that are not messages. */
+/** A message as it reads back (`messageFromFields`); undefined for rows that are not messages, and tombstones. */
 export const messageFromRow = (row: MessageRow): Notification | undefined =>
   messageFromFields({
     chidmessageid: row.chidmessageid,
@@ -181,7 +194,8 @@ export const messageFromRow = (row: MessageRow): Notification | undefined =>
     urgency: (row.urgency ?? undefined) as MessageFields["urgency"],
     receipt: row.receipt ?? undefined,
     data: row.data ?? undefined,
-    headers: row.headers !== null ? JSON.parse(row.headers) as Record<string, string> : undefined
+    headers: row.headers !== null ? JSON.parse(row.headers) as Record<string, string> : undefined,
+    cancelled: row.cancelled ?? undefined
   })
 
 // ── receipt rows: one column per status field ─────────────────────────────────────────────────

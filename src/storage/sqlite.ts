@@ -29,6 +29,7 @@ import {
   CHANNEL_PREFIX,
   channelSortKey,
   isVisible,
+  messageSortKey,
   nextFreeMs,
   type SaveOutcome,
   sortKeyMsOf,
@@ -196,23 +197,24 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
        * One message: a timestamp message into a free sort key or over its own row (the same
        * `updateid`: a save retried after a lost answer stores it once), never over another
        * message; a topic message replaces the row unless that one was accepted later (its sort
-       * ms, or its `timestamp` seconds for rows without one).
+       * ms, or its `timestamp` seconds for rows without one); none over its own tombstone.
        */
       const putMessage = (uaid: string, table: string, message: Notification): SaveOutcome => {
         const t = ident(table)
-        if (message.topic === undefined) {
-          const written = statement(
+        const written = message.topic === undefined
+          ? statement(
             `INSERT INTO ${t} (${MESSAGE_COLUMNS}) VALUES (${valuesList})
-             ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${updateAll} WHERE updateid = excluded.updateid`
+             ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${updateAll} WHERE updateid = excluded.updateid AND cancelled IS NULL`
           ).run(...messageValues(uaid, message)).changes > 0
-          return written ? "stored" : "taken"
-        }
-        const written = statement(
-          `INSERT INTO ${t} (${MESSAGE_COLUMNS}) VALUES (${valuesList})
-           ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${updateAll}
-           WHERE coalesce(sortkey_timestamp, timestamp * 1000) <= ?`
-        ).run(...messageValues(uaid, message), sortkeyMs(message)).changes > 0
-        return written ? "stored" : "superseded"
+          : statement(
+            `INSERT INTO ${t} (${MESSAGE_COLUMNS}) VALUES (${valuesList})
+             ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${updateAll}
+             WHERE coalesce(sortkey_timestamp, timestamp * 1000) <= ? AND (cancelled IS NULL OR updateid IS NOT excluded.updateid)`
+          ).run(...messageValues(uaid, message), sortkeyMs(message)).changes > 0
+        if (written) return "stored"
+        const tombstone = statement(`SELECT 1 FROM ${t} WHERE uaid = ? AND chidmessageid = ? AND updateid = ? AND cancelled IS NOT NULL`)
+          .get(uaid, messageSortKey(message), message.version)
+        return tombstone !== undefined ? "cancelled" : message.topic === undefined ? "taken" : "superseded"
       }
 
       const saveMessage = (uaid: string, table: string, message: Notification) =>
@@ -235,7 +237,7 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
         atNow("fetchTopicMessages", (now) =>
           statement(
             `SELECT * FROM ${ident(table)} WHERE uaid = ? AND chidmessageid > ? AND chidmessageid < ?
-             AND (expiry IS NULL OR expiry > ?) ORDER BY chidmessageid LIMIT ?`
+             AND (expiry IS NULL OR expiry > ?) AND cancelled IS NULL ORDER BY chidmessageid LIMIT ?`
           ).all(uaid, TOPIC_PREFIX, TOPIC_END, Math.floor(now / 1000), limit)
             .flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? []))
 
@@ -262,8 +264,15 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
         run("deleteMessage", () =>
           version === undefined
             ? (statement(`DELETE FROM ${ident(table)} WHERE uaid = ? AND chidmessageid = ?`).run(uaid, sortKeyOf(key)), true)
-            : statement(`DELETE FROM ${ident(table)} WHERE uaid = ? AND chidmessageid = ? AND updateid = ?`)
+            : statement(`DELETE FROM ${ident(table)} WHERE uaid = ? AND chidmessageid = ? AND updateid = ? AND cancelled IS NULL`)
               .run(uaid, sortKeyOf(key), version).changes > 0)
+
+      const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
+        run("cancelMessage", () =>
+          statement(
+            `UPDATE ${ident(table)} SET cancelled = 1, data = NULL, headers = NULL
+             WHERE uaid = ? AND chidmessageid = ? AND updateid = ? AND cancelled IS NULL`
+          ).run(uaid, sortKeyOf(key), version).changes > 0)
 
       const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
         run("deleteMessages", () => {
@@ -300,6 +309,7 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
         fetchTimestampMessages,
         deleteMessage,
         deleteMessages,
+        cancelMessage,
         ...makeSqliteReceipts(connection, run, atNow, options),
         createTables: maintenance.createTables,
         checkTables: maintenance.checkTables,

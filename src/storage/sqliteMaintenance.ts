@@ -15,7 +15,8 @@ import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import { liveClock } from "./dynamoRequests.ts"
 import { deleteUserRows, type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
-import { broadcastTableName, fixedTablesSql, ident, messageTableSql } from "./sqlTables.ts"
+import { CANCELLED } from "./model.ts"
+import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql } from "./sqlTables.ts"
 import { StorageError, type TableStatus } from "./Storage.ts"
 import {
   activeTableNames,
@@ -46,6 +47,11 @@ export const makeSqliteMaintenance = (connection: SqliteConnection, run: RunSql,
     run("createTables", () =>
       immediate(() => {
         for (const sql of [...fixedTablesSql(options), ...messageTables.flatMap((table) => messageTableSql(table))]) db.exec(sql)
+        // Message tables made before tombstones existed get their column.
+        for (const table of messageTables) {
+          const columns = db.prepare(`PRAGMA table_info(${ident(table)})`).all()
+          if (!columns.some((column) => column["name"] === CANCELLED)) db.exec(cancelledColumnSql(table))
+        }
       }))
 
   const checkTables = Effect.flatMap(Clock.currentTimeMillis, (now) =>

@@ -75,7 +75,7 @@ describe("DELETE /m/{message_id}", () => {
         const sub = yield* subscribe()
         const posted = yield* push(sub)
         const reply = yield* withStorageFaults(
-          ["deleteMessage"],
+          ["cancelMessage"],
           request({ method: "DELETE", path: pathOf(posted.headers["location"]) })
         )
         assert.strictEqual(reply.status, 503)

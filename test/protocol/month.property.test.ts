@@ -924,6 +924,29 @@ describe("messages across month boundaries, storage failing", () => {
         yield* scene.finish(false)
       })))
 
+  it.effect("a message cancelled while its client's close sequence retries a save that was applied, its answer lost, is not delivered", () =>
+    example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
+      Effect.gen(function*() {
+        const c = scene.live()!
+        const pushed = yield* scene.push({ channel: 0, ttl: 3600 })
+        assert.deepStrictEqual(scene.unacked(c), [pushed.version], "delivered directly, not acked")
+        // The close sequence saves it: applied, the answer lost; the save is retried after a backoff.
+        scene.world.faultsOn = true
+        scene.world.failNext.set("saveMessages", ["lost"])
+        yield* scene.disconnect
+        assert.deepStrictEqual(scene.world.failed, ["saveMessages:lost"])
+        scene.world.faultsOn = false
+        // Meanwhile its sender cancels it: the row the first save wrote is found, 204.
+        yield* scene.cancel(0)
+        assert.isDefined(pushed.cancelledAt, "the cancel was answered 204")
+        // The retried save must not bring it back.
+        yield* scene.advance(10_000)
+        const again = yield* scene.resume
+        yield* scene.ackAll(again!)
+        assert.deepStrictEqual(again!.acked, [], "a message whose cancel was answered 204 was delivered")
+        yield* scene.finish(false)
+      })))
+
   it.effect("a message acked while deleting acked rows fails, the retry pending when the socket closes, is not delivered again", () =>
     example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
       Effect.gen(function*() {

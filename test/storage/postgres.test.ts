@@ -107,19 +107,46 @@ if ("missing" in server) {
         yield* s.addChannel(uaid(1), table, chid(1))
         yield* s.saveMessages(uaid(1), table, [
           { channelId: chid(1), version: "short", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 },
-          { channelId: chid(1), version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 }
+          { channelId: chid(1), version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 },
+          { channelId: chid(1), version: "cancelled", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 + 2 }
         ])
+        // A cancelled message's tombstone goes with the message's expiry.
+        assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid(1), sortkeyTimestamp: T0 + 2 }, "cancelled"))
         yield* s.createReceiptSubscription("rs", t0 + 60)
         const connection = yield* scopedPostgres(dsn, { poolSize: 1, timeoutMs: 5_000 })
         const { sweepExpired } = makePostgresMaintenance(connection, options)
         const rows = connection.run("count", async (query) => Number((await query(`SELECT COUNT(*) AS n FROM "${table}"`)).rows[0]?.["n"]))
         assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
-        assert.strictEqual(yield* rows, 3)
-        assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 2, "the short message and the receipt subscription")
+        assert.strictEqual(yield* rows, 4)
+        assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 3, "the short message, the tombstone and the receipt subscription")
         assert.strictEqual(yield* rows, 2, "the channel row (no expiry) and the long message stay")
         yield* TestClock.setTime(T0 + 60_000 + 86_400_000)
         assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["long"])
         assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), table))], [chid(1)])
+      }).pipe(Effect.scoped))
+
+    it.effect("a message table made before tombstones existed gets their column when the tables are made, its rows kept", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(T0)
+        const options = fresh()
+        const table = options.messageTablePrefix
+        const t0 = T0 / 1000
+        const connection = yield* scopedPostgres(dsn, { poolSize: 1, timeoutMs: 5_000 })
+        yield* connection.run("old table", async (query) => {
+          await query(`CREATE TABLE "${table}" (uaid TEXT COLLATE "C" NOT NULL, chidmessageid TEXT COLLATE "C" NOT NULL, updateid TEXT, ttl BIGINT, timestamp BIGINT, expiry BIGINT, sortkey_timestamp BIGINT, urgency TEXT, receipt TEXT, data TEXT, headers TEXT, PRIMARY KEY (uaid, chidmessageid))`)
+          await query(
+            `INSERT INTO "${table}" (uaid, chidmessageid, updateid, ttl, timestamp, expiry) VALUES ($1, $2, $3, $4, $5, $6)`,
+            [uaid(1), `02:${T0}:${chid(1)}`, "old", 3600, t0, t0 + 3600]
+          )
+        })
+        const s = yield* openStore(options)
+        yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+        yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+        const old = { channelId: chid(1), version: "old", ttl: 3600, timestamp: t0, sortkeyTimestamp: T0 }
+        assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [old])
+        assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid(1), sortkeyTimestamp: T0 }, "old"))
+        assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [old]), [])
+        assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [])
       }).pipe(Effect.scoped))
 
     it.effect("sort keys compare byte by byte, whatever the database's locale", () =>

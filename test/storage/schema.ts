@@ -105,6 +105,17 @@ export const schemaSuite = (name: string, endpoint: () => string, options: { rea
           data: { S: "AAEC" },
           headers: { M: { encoding: { S: "aes128gcm" } } }
         })
+        // A cancel leaves a tombstone: key, version and `expiry` (the TTL attribute) kept, data and headers gone.
+        assert.isTrue(yield* s.cancelMessage(uaid, table, { kind: "timestamp", channelId: chid, sortkeyTimestamp: now }, "gAAAA-version"))
+        assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: `02:${now}:${chid}` } }), {
+          uaid: { S: uaid },
+          chidmessageid: { S: `02:${now}:${chid}` },
+          updateid: { S: "gAAAA-version" },
+          ttl: { N: "60" },
+          timestamp: { N: String(now / 1000) },
+          expiry: { N: String(now / 1000 + 60) },
+          cancelled: { N: "1" }
+        })
         assert.deepStrictEqual(yield* get(table, { uaid: { S: uaid }, chidmessageid: { S: `01:${chid}:news` } }), {
           uaid: { S: uaid },
           chidmessageid: { S: `01:${chid}:news` },

@@ -127,19 +127,42 @@ describe("SQLite store", () => {
       yield* s.addChannel(uaid(1), table, chid)
       yield* s.saveMessages(uaid(1), table, [
         { channelId: chid, version: "short", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 },
-        { channelId: chid, version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 }
+        { channelId: chid, version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 },
+        { channelId: chid, version: "cancelled", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 + 2 }
       ])
+      // A cancelled message's tombstone goes with the message's expiry.
+      assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 + 2 }, "cancelled"))
       yield* s.createReceiptSubscription("rs", t0 + 60)
       const { connection, run } = yield* scopedSqlite(options.path, 1000)
       const { sweepExpired } = makeSqliteMaintenance(connection, run, options)
       const rows = () => Number(connection.db.prepare(`SELECT COUNT(*) AS n FROM "${table}"`).get()?.["n"])
       assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
-      assert.strictEqual(rows(), 3)
-      assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 2, "the short message and the receipt subscription")
+      assert.strictEqual(rows(), 4)
+      assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 3, "the short message, the tombstone and the receipt subscription")
       assert.strictEqual(rows(), 2, "the channel row (no expiry) and the long message stay")
       yield* TestClock.setTime(T0 + 60_000 + 86_400_000)
       assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["long"])
       assert.deepStrictEqual([...(yield* s.getChannels(uaid(1), table))], [chid])
+    }).pipe(Effect.scoped))
+
+  it.effect("a message table made before tombstones existed gets their column when the tables are made, its rows kept", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const options = fresh(join(dir, "tombstone-column.sqlite"))
+      const table = options.messageTablePrefix
+      const t0 = T0 / 1000
+      const { connection } = yield* scopedSqlite(options.path, 1000)
+      connection.db.exec(`CREATE TABLE "${table}" (uaid TEXT NOT NULL, chidmessageid TEXT NOT NULL, updateid TEXT, ttl INTEGER, timestamp INTEGER, expiry INTEGER, sortkey_timestamp INTEGER, urgency TEXT, receipt TEXT, data TEXT, headers TEXT, PRIMARY KEY (uaid, chidmessageid))`)
+      connection.db.prepare(`INSERT INTO "${table}" (uaid, chidmessageid, updateid, ttl, timestamp, expiry) VALUES (?, ?, ?, ?, ?, ?)`)
+        .run(uaid(1), `02:${T0}:${chid}`, "old", 3600, t0, t0 + 3600)
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const old = { channelId: chid, version: "old", ttl: 3600, timestamp: t0, sortkeyTimestamp: T0 }
+      assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [old])
+      assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 }, "old"))
+      assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [old]), [])
+      assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [])
     }).pipe(Effect.scoped))
 
   it.effect("dropping a month's table gives its space back to the file system", () =>
