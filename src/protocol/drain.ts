@@ -117,7 +117,7 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   const topicsLeft = command.rows === "first" && input.lastSortKey === undefined && input.more
   if (messages.length === 0) {
     const next: Drain = input.more && (input.lastSortKey !== undefined || command.rows === "first")
-      ? { ...drain, rows: "timestamp", after: input.lastSortKey } // a page of expired or held rows only: keep reading after it
+      ? { ...drain, rows: "timestamp", after: input.lastSortKey } // a page of rows held already or on hold (less urgent than the client wants, or expired on the way): keep reading after it
       : nextTable(drain)
     return advanceP({ ...phase, drain: next }, out)
   }

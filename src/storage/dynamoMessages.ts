@@ -148,23 +148,39 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
     return messages.slice(0, limit)
   })
 
-  /** One page of message rows from `lo` (never a row's own key) to the last timestamp row, `limit` rows at most. */
+  /**
+   * One page of message rows from `lo` (never a row's own key) to the last timestamp row: `limit`
+   * readable rows at most. Expired rows and tombstones are not counted — the Query's `Limit` counts
+   * every row, so it is asked again after the last row read until `limit` readable ones came or the
+   * rows ended: a page of them ending among topic rows would leave the topic rows after it unread.
+   */
   const messagePage = Effect.fnUntraced(function*(operation: string, uaid: string, table: string, lo: string, limit: number) {
     const now = yield* Clock.currentTimeMillis
-    const page = yield* query(operation, {
-      TableName: table,
-      KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
-      ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
-      ExpressionAttributeValues: { ":uaid": S(uaid), ":lo": S(lo), ":hi": S(TIMESTAMP_END) },
-      ConsistentRead: true,
-      Limit: limit
-    })
-    const items = page.Items ?? []
-    const last = items.at(-1)?.chidmessageid?.S
+    const messages: Array<Notification> = []
+    let last: string | undefined
+    let start: Item | undefined
+    do {
+      const page = yield* query(operation, {
+        TableName: table,
+        KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
+        ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+        ExpressionAttributeValues: { ":uaid": S(uaid), ":lo": S(lo), ":hi": S(TIMESTAMP_END) },
+        ConsistentRead: true,
+        Limit: limit - messages.length,
+        ExclusiveStartKey: start
+      })
+      for (const item of page.Items ?? []) {
+        const [message] = visibleMessages([item], now)
+        if (message === undefined) continue
+        messages.push(message)
+        last = item.chidmessageid?.S
+      }
+      start = page.LastEvaluatedKey
+    } while (start !== undefined && messages.length < limit)
     return {
-      messages: visibleMessages(items, now),
+      messages,
       lastSortKey: last === undefined ? undefined : sortKeyMsOf(last),
-      more: page.LastEvaluatedKey !== undefined
+      more: messages.length === limit
     }
   })
 

@@ -71,14 +71,18 @@ export const makeMemoryMessages = (store: MemoryStore) => {
       .slice(0, limit)
   })
 
-  /** One page of message rows after `lo` up to the last timestamp row, `limit` rows at most. */
+  /**
+   * One page of message rows after `lo` up to the last timestamp row: `limit` readable rows at most
+   * (expired rows and tombstones are not counted: a page of them ending among topic rows would
+   * leave the topic rows after it unread).
+   */
   const messagePage = Effect.fnUntraced(function*(operation: string, uaid: string, table: string, lo: string, limit: number) {
     const t = yield* messageTable(store, operation, table)
     const now = yield* Clock.currentTimeMillis
-    const page = range(t, uaid, lo, TIMESTAMP_END).slice(0, limit)
+    const page = range(t, uaid, lo, TIMESTAMP_END).filter(([, message]) => readable(message, now)).slice(0, limit)
     const last = page.at(-1)
     return {
-      messages: page.map(([, message]) => message).filter((message) => readable(message, now)),
+      messages: page.map(([, message]) => message),
       lastSortKey: last === undefined ? undefined : sortKeyMsOf(last[0]),
       more: page.length === limit
     }

@@ -22,7 +22,6 @@ import {
   CHANNEL_END,
   CHANNEL_PREFIX,
   channelSortKey,
-  isVisible,
   messageSortKey,
   nextFreeMs,
   type SaveOutcome,
@@ -256,15 +255,20 @@ export const layerPostgres = (options: PostgresOptions): Layer.Layer<Storage, St
           )).rows.flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? []))
 
       /** One page of message rows after `lo` up to the last timestamp row, `limit` rows at most (expired ones count). */
+      /**
+       * One page: `limit` readable rows (expired rows and tombstones are not counted: a page of
+       * them ending among topic rows would leave the topic rows after it unread).
+       */
       const messagePage = (operation: string, uaid: string, table: string, lo: string, limit: number) =>
         atNow(operation, async (query, now) => {
           const rows = (await query(
-            `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3 ORDER BY chidmessageid LIMIT $4`,
-            [uaid, lo, TIMESTAMP_END, limit]
+            `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3
+             AND (expiry IS NULL OR expiry > $4) AND cancelled IS NULL ORDER BY chidmessageid LIMIT $5`,
+            [uaid, lo, TIMESTAMP_END, Math.floor(now / 1000), limit]
           )).rows as unknown as ReadonlyArray<MessageRow>
           const last = rows.at(-1)
           return {
-            messages: rows.flatMap((row) => (isVisible(row.expiry ?? undefined, now) ? messageFromRow(row) ?? [] : [])),
+            messages: rows.flatMap((row) => messageFromRow(row) ?? []),
             lastSortKey: last === undefined ? undefined : sortKeyMsOf(last.chidmessageid),
             more: rows.length === limit
           }

@@ -28,7 +28,6 @@ import {
   CHANNEL_END,
   CHANNEL_PREFIX,
   channelSortKey,
-  isVisible,
   messageSortKey,
   nextFreeMs,
   type SaveOutcome,
@@ -242,14 +241,19 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
             .flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? []))
 
       /** One page of message rows after `lo` up to the last timestamp row, `limit` rows at most (expired ones count). */
+      /**
+       * One page: `limit` readable rows (expired rows and tombstones are not counted: a page of
+       * them ending among topic rows would leave the topic rows after it unread).
+       */
       const messagePage = (operation: string, uaid: string, table: string, lo: string, limit: number) =>
         atNow(operation, (now) => {
           const rows = statement(
-            `SELECT * FROM ${ident(table)} WHERE uaid = ? AND chidmessageid > ? AND chidmessageid < ? ORDER BY chidmessageid LIMIT ?`
-          ).all(uaid, lo, TIMESTAMP_END, limit) as unknown as ReadonlyArray<MessageRow>
+            `SELECT * FROM ${ident(table)} WHERE uaid = ? AND chidmessageid > ? AND chidmessageid < ?
+             AND (expiry IS NULL OR expiry > ?) AND cancelled IS NULL ORDER BY chidmessageid LIMIT ?`
+          ).all(uaid, lo, TIMESTAMP_END, Math.floor(now / 1000), limit) as unknown as ReadonlyArray<MessageRow>
           const last = rows.at(-1)
           return {
-            messages: rows.flatMap((row) => (isVisible(row.expiry ?? undefined, now) ? messageFromRow(row) ?? [] : [])),
+            messages: rows.flatMap((row) => messageFromRow(row) ?? []),
             lastSortKey: last === undefined ? undefined : sortKeyMsOf(last.chidmessageid),
             more: rows.length === limit
           }

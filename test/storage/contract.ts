@@ -466,12 +466,27 @@ export const storageContract = (name: string, make: MakeStorage) =>
         // A page that ends among the topic rows has read no timestamp row.
         const topics = yield* s.fetchMessages(uaid(1), table, 2)
         assert.deepStrictEqual([versions(topics), topics.lastSortKey, topics.more], [["topic-a", "topic-b"], undefined, true])
-        // Expired rows are read (the page and its position count them), never returned.
+        // Expired rows are neither returned nor counted: a page holds `limit` readable rows (`more`: it is full).
         yield* TestClock.setTime(T0 + 60_000)
         const first = yield* s.fetchMessages(uaid(1), table, 4)
-        assert.deepStrictEqual([versions(first), first.lastSortKey, first.more], [["topic-a", "topic-b", "earlier"], T0 + 15, true])
+        assert.deepStrictEqual([versions(first), first.lastSortKey, first.more], [["topic-a", "topic-b", "earlier", "later"], T0 + 20, true])
         const rest = yield* s.fetchTimestampMessages(uaid(1), table, first.lastSortKey, 4)
-        assert.deepStrictEqual([versions(rest), rest.lastSortKey, rest.more], [["later"], T0 + 20, false])
+        assert.deepStrictEqual([versions(rest), rest.lastSortKey, rest.more], [[], undefined, false])
+        const second = yield* s.fetchTimestampMessages(uaid(1), table, T0 + 10, 1)
+        assert.deepStrictEqual([versions(second), second.lastSortKey, second.more], [["later"], T0 + 20, true])
+      }))
+
+    test("fetchMessages: expired topic rows filling a page do not hide a topic message after them", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        // Topic rows sort by channel, then topic: three that expire first, the one that lives after them.
+        const expiring = ["a", "b", "c"].map((topic) => message({ channelId: chid(1), version: `expiring-${topic}`, topic, ttl: 60 }))
+        const living = message({ channelId: chid(2), version: "living", topic: "a", ttl: 3600 })
+        yield* s.saveMessages(uaid(1), table, [...expiring, living])
+        yield* TestClock.setTime(T0 + 60_000)
+        const page = yield* s.fetchMessages(uaid(1), table, 2)
+        assert.deepStrictEqual(page.messages.map((m) => m.version), ["living"])
+        assert.isFalse(page.more)
       }))
 
     test("saveMessages: more than one batch, the last message for a key wins", (s) =>
@@ -603,8 +618,8 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual(versions(yield* s.fetchTopicMessages(uaid(1), table, 1)), ["topic-kept"], "the limit counts messages, not tombstones")
         assert.deepStrictEqual(versions((yield* s.fetchMessages(uaid(1), table, 10)).messages), ["topic-kept", "ts-kept"])
         assert.deepStrictEqual(versions((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages), ["ts-kept"])
-        // A page of tombstones still moves the cursor on, as a page of expired rows does.
-        assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 2), { messages: [], lastSortKey: T0 + 2, more: true })
+        // A page counts messages, not tombstones (as it counts no expired rows).
+        assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 1), { messages: [storedNotification(messages[4]!)], lastSortKey: T0 + 3, more: true })
       }))
 
     test("a tombstone expires with its message", (s) =>
@@ -646,15 +661,15 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual(versions(yield* s.fetchTopicMessages(uaid(1), table, 1)), ["long-topic"])
         const page = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
         assert.deepStrictEqual(versions(page.messages), ["long"])
-        // a page of expired rows still moves the cursor on
+        // a page counts no expired rows: one of one holds the first that lives
         const first = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 1)
-        assert.deepStrictEqual(first, { messages: [], lastSortKey: T0 + 1, more: true })
+        assert.deepStrictEqual([versions(first.messages), first.lastSortKey, first.more], [["long"], T0 + 2, true])
 
         yield* TestClock.setTime(T0 + 3_600_000)
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [])
         assert.deepStrictEqual(yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10), {
           messages: [],
-          lastSortKey: T0 + 3,
+          lastSortKey: undefined,
           more: false
         })
       }))
