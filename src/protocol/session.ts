@@ -14,13 +14,13 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type DomainEvent } from "../domain/events.ts"
 import { newUaid } from "../domain/ids.ts"
-import { type MessageKey, messageKeyOf, type Notification, type Urgency, urgentEnough } from "../domain/notification.ts"
+import { messageKeyOf, type Notification, type Urgency, urgentEnough } from "../domain/notification.ts"
 import { lastConnectValue } from "../domain/user.ts"
 import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
-import { causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
+import { type AckedRow, causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, CommandResult, Input, MailboxInput, Signal, Transition } from "./inputs.ts"
 import { type Consumer, type InboxBound, Mailbox } from "./mailbox.ts"
@@ -465,24 +465,18 @@ export class SessionRunner implements Consumer<MailboxInput> {
   }
 
   /**
-   * Acked stored rows: topic rows one by one on their version (a newer message may have replaced
-   * one), timestamp rows in batches per table (never rewritten, so no condition is needed).
+   * Acked stored rows, per table: each becomes its tombstone if it still holds the acked version (a
+   * newer message may have replaced a topic's), so that a save of it retried by another session
+   * whose first answer was lost does not write it again.
    */
   private deleteRows(uaid: string, rows: ReadonlyArray<StoredUnacked>): Effect.Effect<void, StorageError> {
     const { storage } = this.ports
-    const batches = new Map<string, Array<MessageKey>>()
-    const topics: Array<StoredUnacked> = []
-    for (const row of rows) {
-      if (row.notification.topic !== undefined) topics.push(row)
-      else {
-        let keys = batches.get(row.table)
-        if (keys === undefined) batches.set(row.table, keys = [])
-        keys.push(messageKeyOf(row.notification))
-      }
+    const byTable = new Map<string, Array<AckedRow>>()
+    for (const { notification: n, table } of rows) {
+      let acked = byTable.get(table)
+      if (acked === undefined) byTable.set(table, acked = [])
+      acked.push({ key: messageKeyOf(n), version: n.version })
     }
-    return Effect.andThen(
-      Effect.forEach(topics, ({ notification: n, table }) => storage.deleteMessage(uaid, table, messageKeyOf(n), n.version), { discard: true }),
-      Effect.forEach(batches, ([table, keys]) => storage.deleteMessages(uaid, table, keys), { discard: true })
-    )
+    return Effect.forEach(byTable, ([table, acked]) => storage.ackMessages(uaid, table, acked), { discard: true })
   }
 }

@@ -10,7 +10,7 @@
  * Message tables are named explicitly by every message operation: the router record says which
  * table a user lives in (`currentMonth`), and the connection node decides when a user moves on.
  * Every read filters expired items against the Effect `Clock` (TTL deletion is lazy or absent), and
- * leaves out the tombstones cancelled messages leave (`cancelMessage`, `model.ts`).
+ * leaves out the tombstones cancelled and acked messages leave (`cancelMessage`, `ackMessages`, `model.ts`).
  *
  * Tables must exist before use (`createTables`; every node keeps them present: `tableKeeper.ts`); an
  * operation on a missing table fails with a `StorageError` (cause named `ResourceNotFoundException`).
@@ -58,6 +58,12 @@ interface MessagePage {
   readonly lastSortKey?: number | undefined
   /** Rows after this page may exist: it was full (false: there were none when it was read). */
   readonly more: boolean
+}
+
+/** A stored message a client acked: its row's key and the message's version. */
+export interface AckedRow {
+  readonly key: MessageKey
+  readonly version: string
 }
 
 /** Fields of a router record that `updateUser` may change. */
@@ -181,8 +187,13 @@ export interface StorageService {
    * expired. True when it did (the message is never delivered from this table after it).
    */
   readonly cancelMessage: (uaid: string, table: string, key: MessageKey, version: string) => Effect.Effect<boolean, StorageError>
-  /** Delete these messages (tombstones too), unconditionally, in batches; missing rows are not an error. */
-  readonly deleteMessages: (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) => Effect.Effect<void, StorageError>
+  /**
+   * Acked messages: each row that still holds the message of its `version` becomes its tombstone,
+   * as a cancel makes it (a save of that message retried after the ack, its first answer lost, then
+   * writes nothing: an acked message is not delivered again). A row holding another message, a
+   * tombstone already, or no row is left as it is.
+   */
+  readonly ackMessages: (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) => Effect.Effect<void, StorageError>
 
   // ── push receipts (the `{router_table}_receipts` table; expiries in seconds, as message TTLs) ─
   /** Create a receipt subscription that lives until `expiry`. */

@@ -3,7 +3,7 @@
  * `chidmessageid`): topic messages at `01:{chid}:{topic}`, timestamp messages at
  * `02:{ms}:{chid}`, each with its `expiry` (`model.ts`). Saves are conditional writes, reads
  * Queries of one user's key range (expired rows left out by the caller's Clock, tombstones left
- * out), deletes single or batched, a cancel an UpdateItem that makes the row its tombstone; and every
+ * out), deletes single, a cancel or an ack an UpdateItem that makes the row its tombstone; and every
  * row a user has in a table deleted at once (`deleteUserRows`).
  */
 import * as Clock from "effect/Clock"
@@ -23,7 +23,7 @@ import {
   timestampLowerBound,
   TOPIC_PREFIX
 } from "./model.ts"
-import type { StorageError } from "./Storage.ts"
+import type { AckedRow, StorageError } from "./Storage.ts"
 
 /** Rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
 const SAVE_CONCURRENCY = 16
@@ -189,9 +189,6 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
   const fetchTimestampMessages = (uaid: string, table: string, after: number | undefined, limit: number) =>
     messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
 
-  const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
-    batchWrite("deleteMessages", table, keys.map((key) => ({ DeleteRequest: { Key: messageKey(uaid, sortKeyOf(key)) } })))
-
   const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
     conditional(call("deleteMessage", (o) =>
       client.send(
@@ -210,8 +207,8 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
       )))
 
   /** The row becomes its tombstone: data and headers removed, the flag set, key, version and expiry kept. */
-  const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
-    conditional(call("cancelMessage", (o) =>
+  const bury = (operation: string, uaid: string, table: string, key: MessageKey, version: string) =>
+    conditional(call(operation, (o) =>
       client.send(
         "UpdateItem", {
           TableName: table,
@@ -224,6 +221,18 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
         o
       )))
 
+  const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) => bury("cancelMessage", uaid, table, key, version)
+
+  /**
+   * One conditional UpdateItem per row, `SAVE_CONCURRENCY` at a time: a batch write has no update,
+   * and a plain put could write over another message saved at that key since.
+   */
+  const ackMessages = (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
+    Effect.forEach(rows, ({ key, version }) => bury("ackMessages", uaid, table, key, version), {
+      concurrency: SAVE_CONCURRENCY,
+      discard: true
+    })
+
   return {
     cancelMessage,
     deleteUserRows,
@@ -233,6 +242,6 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
     fetchMessages,
     fetchTimestampMessages,
     deleteMessage,
-    deleteMessages
+    ackMessages
   }
 }

@@ -22,6 +22,7 @@ import {
   TOPIC_END,
   TOPIC_PREFIX
 } from "./model.ts"
+import type { AckedRow } from "./Storage.ts"
 
 /** What a read returns: unexpired messages, no tombstones. */
 const readable = (row: MessageRow, now: number): boolean => row.cancelled !== true && isVisible(expiryOf(row), now)
@@ -93,10 +94,6 @@ export const makeMemoryMessages = (store: MemoryStore) => {
   const fetchTimestampMessages = (uaid: string, table: string, after: number | undefined, limit: number) =>
     messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
 
-  const deleteMessages = Effect.fnUntraced(function*(uaid: string, table: string, keys: ReadonlyArray<MessageKey>) {
-    const rows = (yield* messageTable(store, "deleteMessages", table)).get(uaid)
-    for (const key of keys) rows?.messages.delete(sortKeyOf(key))
-  })
 
   const deleteMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version?: string) {
     const t = yield* messageTable(store, "deleteMessage", table)
@@ -108,14 +105,23 @@ export const makeMemoryMessages = (store: MemoryStore) => {
     return true
   })
 
-  const cancelMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version: string) {
-    const rows = (yield* messageTable(store, "cancelMessage", table)).get(uaid)
+  /** The row at `key`, if it holds the message of `version`, becomes its tombstone. */
+  const bury = (rows: UserRows | undefined, key: MessageKey, version: string): boolean => {
     const sortKey = sortKeyOf(key)
     const row = rows?.messages.get(sortKey)
     if (rows === undefined || row === undefined || row.version !== version || row.cancelled === true) return false
     const { data: _data, headers: _headers, ...kept } = row
     rows.messages.set(sortKey, { ...kept, cancelled: true })
     return true
+  }
+
+  const cancelMessage = Effect.fnUntraced(function*(uaid: string, table: string, key: MessageKey, version: string) {
+    return bury((yield* messageTable(store, "cancelMessage", table)).get(uaid), key, version)
+  })
+
+  const ackMessages = Effect.fnUntraced(function*(uaid: string, table: string, acked: ReadonlyArray<AckedRow>) {
+    const rows = (yield* messageTable(store, "ackMessages", table)).get(uaid)
+    for (const { key, version } of acked) bury(rows, key, version)
   })
 
   return {
@@ -125,7 +131,7 @@ export const makeMemoryMessages = (store: MemoryStore) => {
     fetchMessages,
     fetchTimestampMessages,
     deleteMessage,
-    deleteMessages,
+    ackMessages,
     cancelMessage
   }
 }

@@ -49,7 +49,7 @@ import {
   userRow,
   userValue
 } from "./sqlTables.ts"
-import { Storage, type StorageError, type UserPatch } from "./Storage.ts"
+import { type AckedRow, Storage, type StorageError, type UserPatch } from "./Storage.ts"
 import { type StorageOptions, tablesByClock } from "./tables.ts"
 
 export interface PostgresOptions extends StorageOptions {
@@ -299,10 +299,16 @@ export const layerPostgres = (options: PostgresOptions): Layer.Layer<Storage, St
             [uaid, sortKeyOf(key), version]
           )).rowCount > 0)
 
-      const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
-        run("deleteMessages", async (query) => {
-          if (keys.length === 0) return
-          await query(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = ANY($2::text[])`, [uaid, keys.map(sortKeyOf)])
+      /** One statement: each row still holding its acked version becomes its tombstone. */
+      const ackMessages = (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
+        run("ackMessages", async (query) => {
+          if (rows.length === 0) return
+          await query(
+            `UPDATE ${ident(table)} AS m SET cancelled = 1, data = NULL, headers = NULL
+             FROM unnest($2::text[], $3::text[]) AS acked(chidmessageid, updateid)
+             WHERE m.uaid = $1 AND m.chidmessageid = acked.chidmessageid AND m.updateid = acked.updateid AND m.cancelled IS NULL`,
+            [uaid, rows.map((row) => sortKeyOf(row.key)), rows.map((row) => row.version)]
+          )
         })
 
       const maintenance = makePostgresMaintenance(connection, options)
@@ -331,7 +337,7 @@ export const layerPostgres = (options: PostgresOptions): Layer.Layer<Storage, St
           fetchMessages,
           fetchTimestampMessages,
           deleteMessage,
-          deleteMessages,
+          ackMessages,
           cancelMessage,
           ...makePostgresReceipts(connection, atNow, options),
           createTables: maintenance.createTables,

@@ -54,7 +54,7 @@ import {
   userRow,
   userValue
 } from "./sqlTables.ts"
-import { Storage, type StorageError, type UserPatch } from "./Storage.ts"
+import { type AckedRow, Storage, type StorageError, type UserPatch } from "./Storage.ts"
 import { type StorageOptions, tablesByClock } from "./tables.ts"
 
 export interface SqliteOptions extends StorageOptions {
@@ -271,19 +271,22 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
             : statement(`DELETE FROM ${ident(table)} WHERE uaid = ? AND chidmessageid = ? AND updateid = ? AND cancelled IS NULL`)
               .run(uaid, sortKeyOf(key), version).changes > 0)
 
-      const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
-        run("cancelMessage", () =>
-          statement(
-            `UPDATE ${ident(table)} SET cancelled = 1, data = NULL, headers = NULL
-             WHERE uaid = ? AND chidmessageid = ? AND updateid = ? AND cancelled IS NULL`
-          ).run(uaid, sortKeyOf(key), version).changes > 0)
+      /** The row becomes its tombstone if it holds the message of `version` (key, version and expiry kept). */
+      const bury = (table: string) =>
+        statement(
+          `UPDATE ${ident(table)} SET cancelled = 1, data = NULL, headers = NULL
+           WHERE uaid = ? AND chidmessageid = ? AND updateid = ? AND cancelled IS NULL`
+        )
 
-      const deleteMessages = (uaid: string, table: string, keys: ReadonlyArray<MessageKey>) =>
-        run("deleteMessages", () => {
-          if (keys.length === 0) return
-          const remove = statement(`DELETE FROM ${ident(table)} WHERE uaid = ? AND chidmessageid = ?`)
+      const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
+        run("cancelMessage", () => bury(table).run(uaid, sortKeyOf(key), version).changes > 0)
+
+      const ackMessages = (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
+        run("ackMessages", () => {
+          if (rows.length === 0) return
+          const update = bury(table)
           immediate(() => {
-            for (const key of keys) remove.run(uaid, sortKeyOf(key))
+            for (const { key, version } of rows) update.run(uaid, sortKeyOf(key), version)
           })
         })
 
@@ -312,7 +315,7 @@ export const layerSqlite = (options: SqliteOptions): Layer.Layer<Storage, Storag
         fetchMessages,
         fetchTimestampMessages,
         deleteMessage,
-        deleteMessages,
+        ackMessages,
         cancelMessage,
         ...makeSqliteReceipts(connection, run, atNow, options),
         createTables: maintenance.createTables,

@@ -449,7 +449,7 @@ describe("routing with the router cache (router_cache_ttl)", () => {
         const sub = yield* subscribe({ currentMonth: lastMonth })
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
         // Its session drained last month's table and moved the user (channels, then the record).
-        yield* storage.deleteMessages(sub.uaid, lastMonth, (yield* messagesOf(sub)).map(messageKeyOf))
+        yield* storage.ackMessages(sub.uaid, lastMonth, (yield* messagesOf(sub)).map((n) => ({ key: messageKeyOf(n), version: n.version })))
         yield* storage.addChannels(sub.uaid, thisMonth, [sub.channelId])
         yield* cameBack(sub, { nodeId: node })
         yield* storage.updateUser(sub.uaid, { currentMonth: thisMonth })
@@ -467,7 +467,7 @@ describe("routing with the router cache (router_cache_ttl)", () => {
         const [lastMonth, thisMonth] = (yield* storage.activeMessageTables) as [string, string]
         const sub = yield* subscribe({ currentMonth: lastMonth })
         assert.strictEqual((yield* push(sub, headers, BODY)).status, 201)
-        yield* storage.deleteMessages(sub.uaid, lastMonth, (yield* messagesOf(sub)).map(messageKeyOf))
+        yield* storage.ackMessages(sub.uaid, lastMonth, (yield* messagesOf(sub)).map((n) => ({ key: messageKeyOf(n), version: n.version })))
         yield* storage.addChannels(sub.uaid, thisMonth, [sub.channelId])
         yield* cameBack(sub)
         yield* storage.updateUser(sub.uaid, { currentMonth: thisMonth })

@@ -422,7 +422,7 @@ describe("session: delivery", () => {
       yield* hello(again, uaid)
       yield* ackAll(again)
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["stored"])
-      assert.deepStrictEqual(calls, ["getUser", "resumeUser", "fetchMessages", "deleteMessages"])
+      assert.deepStrictEqual(calls, ["getUser", "resumeUser", "fetchMessages", "ackMessages"])
     }).pipe(Effect.provide(countedStorage(calls)))
   })
 
@@ -442,7 +442,7 @@ describe("session: delivery", () => {
       yield* hello(again, uaid)
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["topic", "first", "second"])
       yield* ackAll(again)
-      assert.deepStrictEqual(calls, ["getUser", "resumeUser", "fetchMessages", "deleteMessage", "deleteMessages"])
+      assert.deepStrictEqual(calls, ["getUser", "resumeUser", "fetchMessages", "ackMessages"])
       yield* again.feed({ _tag: "SocketClosed" })
 
       // More topic messages than a page: the first page holds topic rows only, read again once acked.
@@ -761,7 +761,7 @@ describe("session: storage faults and the command budget", () => {
       const last = yield* harness.connect()
       yield* hello(last, uaid)
       assert.deepStrictEqual(last.of("notification"), [], "an acked message came back after the shutdown")
-    }).pipe(Effect.provide(failingStorage("deleteMessages", failingDeletes)))
+    }).pipe(Effect.provide(failingStorage("ackMessages", failingDeletes)))
   })
 
   it.effect("a register that meets a missing message table is answered status 500 (the client may retry), and the log names the table and the cause", () => {

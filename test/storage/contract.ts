@@ -434,9 +434,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
         const left = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
         assert.deepStrictEqual(left.messages.map((m) => m.sortkeyTimestamp), [T0 + 10, T0 + 20, T0 + 30, T0 + 40, T0 + 1000])
 
-        // In batches: only the named rows (of this user), missing ones are fine.
+        // Acked in batches: only the named rows (of this user), missing ones are fine.
         yield* s.saveMessage(uaid(2), table, messages[1]!)
-        yield* s.deleteMessages(uaid(1), table, [messageKeyOf(messages[1]!), messageKeyOf(messages[2]!), messageKeyOf(messages[3]!)])
+        yield* s.ackMessages(uaid(1), table, [1, 2, 3].map((i) => ({ key: messageKeyOf(messages[i]!), version: messages[i]!.version })))
         const batched = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)
         const named = new Set([1, 2, 3].map((i) => messages[i]!.version))
         assert.deepStrictEqual(batched.messages.map((m) => m.version), left.messages.map((m) => m.version).filter((v) => !named.has(v)))
@@ -597,6 +597,32 @@ export const storageContract = (name: string, make: MakeStorage) =>
         const newer = message({ channelId: chid(2), version: "newer", topic: "t", sortkeyTimestamp: T0 + 1, data: "AAEC" })
         assert.strictEqual(yield* s.saveMessage(uaid(1), table, newer), "stored")
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [storedNotification(newer)])
+      }))
+
+    test("a save retried after its message was acked does not bring it back", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const unacked = [
+          message({ channelId: chid(1), version: "a", sortkeyTimestamp: T0 }),
+          message({ channelId: chid(2), version: "t-old", topic: "t", sortkeyTimestamp: T0 }),
+          message({ channelId: chid(3), version: "u", topic: "u", sortkeyTimestamp: T0 })
+        ]
+        // The first save was applied (its answer lost); another session read the rows and acked them.
+        const first = yield* s.saveMessages(uaid(1), table, unacked)
+        assert.strictEqual(first.length, 3)
+        // Meanwhile a newer message replaced topic "t": its ack by the old version leaves it in place.
+        const replacing = message({ channelId: chid(2), version: "t-new", topic: "t", sortkeyTimestamp: T0 + 1 })
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, replacing), "stored")
+        yield* s.ackMessages(uaid(1), table, first.map((m) => ({ key: messageKeyOf(m), version: m.version })))
+        assert.deepStrictEqual((yield* s.fetchMessages(uaid(1), table, 10)).messages.map((m) => m.version), ["t-new"])
+        // The retry finds the tombstones and writes nothing; acking again is harmless.
+        for (let retry = 0; retry < 2; retry++) assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, unacked), [])
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, unacked[0]!), "cancelled")
+        yield* s.ackMessages(uaid(1), table, first.map((m) => ({ key: messageKeyOf(m), version: m.version })))
+        assert.deepStrictEqual((yield* s.fetchMessages(uaid(1), table, 10)).messages.map((m) => m.version), ["t-new"])
+        // An acked message's tombstone goes with it: a cancel or a delete by version finds nothing to take.
+        assert.isFalse(yield* s.cancelMessage(uaid(1), table, messageKeyOf(first[0]!), "a"))
+        assert.isFalse(yield* s.deleteMessage(uaid(1), table, messageKeyOf(first[0]!), "a"))
       }))
 
     test("reads leave tombstones out", (s) =>
