@@ -91,7 +91,7 @@ const FAULTY_OPERATIONS = [
   "fetchMessages",
   "fetchTimestampMessages",
   "deleteMessage",
-  "deleteMessages",
+  "ackMessages",
   "touchReceiptSubscription",
   "openMessageStatus",
   "updateMessageStatus"
@@ -748,7 +748,7 @@ const Action = Schema.Union([
     kind: Schema.Literals(["refused", "lost"])
   }),
   Schema.Struct({ op: Schema.Literal("cancel"), back: Schema.Literals([0, 1, 2]) }),
-  Schema.Struct({ op: Schema.Literal("die"), after: Schema.Literals(["deleteMessages", "getUser", "saveMessages", "deleteMessage", "clearNodeId"]) }),
+  Schema.Struct({ op: Schema.Literal("die"), after: Schema.Literals(["ackMessages", "getUser", "saveMessages", "deleteMessage", "clearNodeId"]) }),
   Schema.Struct({ op: Schema.Literal("outage"), ms: Schema.Literals([200, 2_000, 20_000]) })
 ])
 
@@ -947,6 +947,31 @@ describe("messages across month boundaries, storage failing", () => {
         yield* scene.finish(false)
       })))
 
+  it.effect("a message acked from storage while its closing session retries a save whose answer was lost is not delivered again", () =>
+    example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
+      Effect.gen(function*() {
+        const c = scene.live()!
+        const pushed = yield* scene.push({ channel: 0, ttl: 3600 })
+        assert.deepStrictEqual(scene.unacked(c), [pushed.version], "delivered directly, not acked")
+        // The close sequence saves it: applied, the answer lost; the save is retried after a backoff.
+        scene.world.faultsOn = true
+        scene.world.failNext.set("saveMessages", ["lost"])
+        yield* scene.disconnect
+        assert.deepStrictEqual(scene.world.failed, ["saveMessages:lost"])
+        scene.world.faultsOn = false
+        // Meanwhile the client is back: it gets the saved row from storage and acks it.
+        const resumed = yield* scene.resume
+        yield* scene.ackAll(resumed!)
+        assert.deepStrictEqual(resumed!.acked, [pushed.version])
+        // The closing session's retried save must not bring it back.
+        yield* scene.advance(10_000)
+        yield* scene.disconnect
+        const again = yield* scene.resume
+        yield* scene.ackAll(again!)
+        assert.deepStrictEqual(again!.of("notification").map((f) => f["version"]), [], "a message the client acked was delivered again")
+        yield* scene.finish(false)
+      })))
+
   it.effect("a message acked while deleting acked rows fails, the retry pending when the socket closes, is not delivered again", () =>
     example(Date.UTC(2026, 2, 10, 12, 0, 0), (scene) =>
       Effect.gen(function*() {
@@ -958,7 +983,7 @@ describe("messages across month boundaries, storage failing", () => {
         assert.deepStrictEqual(scene.unacked(c!), [stored.version])
         // The client acks it; deleting its row fails (retried with backoff); the socket closes before the retry.
         scene.world.faultsOn = true
-        scene.world.failNext.set("deleteMessages", ["refused"])
+        scene.world.failNext.set("ackMessages", ["refused"])
         yield* scene.ack(c!, [stored.version!])
         const phase = c!.machine.phase
         assert.strictEqual(isLive(phase) ? phase.session.retry?.command._tag : undefined, "DeleteMessages", "the delete is to be retried")
