@@ -132,7 +132,7 @@ export interface StorageService {
    * accepted later (`superseded`). A timestamp message never replaces another: `taken` when its sort
    * key (channel and ms) holds another message (another version) — the caller takes the next ms,
    * with a message id of its own. Its own row (same version) is written over: saving a message twice
-   * stores it once. Its own tombstone is not: `cancelled`, nothing written (it was cancelled).
+   * stores it once. Its own tombstone is not: `cancelled`, nothing written (it was cancelled or acked).
    */
   readonly saveMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<SaveOutcome, StorageError>
   /**
@@ -169,9 +169,9 @@ export interface StorageService {
   ) => Effect.Effect<MessagePage, StorageError>
   /**
    * Delete one message; deleting a missing row is not an error.
-   * With `version`, only if the row still holds that message (an ack must not delete the newer
+   * With `version`, only if the row still holds that message (a move must not take the newer
    * message that replaced a topic meanwhile), and true when it did; a tombstone of that version is
-   * left in place, false (the message was cancelled: nobody takes it). Without, always true (a
+   * left in place, false (the message was cancelled or acked: nobody takes it). Without, always true (a
    * tombstone goes too).
    */
   readonly deleteMessage: (

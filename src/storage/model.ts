@@ -15,10 +15,10 @@
  * stay readable); the padding only keeps string order equal to numeric order for small test times.
  * Negative or ≥ 10^13 values are outside the model.
  *
- * A cancelled message leaves a tombstone (`cancelled` set, `CANCELLED`): its row at the same key
+ * A cancelled or acked message leaves a tombstone (`cancelled` set, `CANCELLED`: gone for good): its row at the same key
  * with the same `updateid` and `expiry`, its data and headers removed. A save of that version finds
  * it and writes nothing (a save retried after its answer was lost, or a session's close saving a
- * message it held, must not bring a cancelled message back), no read returns it, and it goes when
+ * message it held, must not bring a cancelled or acked message back), no read returns it, and it goes when
  * the message would have expired, as any expired row.
  */
 import { type MessageKey, messageKeyOf, type Notification, sortkeyMs, URGENCIES } from "../domain/notification.ts"
@@ -85,7 +85,7 @@ export const sortKeyMsOf = (key: string): number | undefined => parseSortKey(key
  * What saving a message did: stored; `taken` — a timestamp message's sort key holds another message
  * (nothing written: it belongs at a later ms); `superseded` — a topic already holds a newer message
  * (nothing written: the newer one replaced it); `cancelled` — the key holds this message's own
- * tombstone (nothing written: it was stored before and cancelled since; it goes nowhere else).
+ * tombstone (nothing written: it was stored before and cancelled or acked since; it goes nowhere else).
  */
 export type SaveOutcome = "stored" | "taken" | "superseded" | "cancelled"
 

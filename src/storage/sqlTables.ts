@@ -14,7 +14,7 @@
  *   (`uaid`, `chidmessageid`), the sort keys of `model.ts`: a user's channel rows (`00:{chid}`,
  *   no expiry) and its messages (`01:` topic, `02:` timestamp), each message with its `expiry`
  *   (seconds) — indexed, for the sweep that deletes expired rows — and `cancelled` 1 on a
- *   cancelled message's tombstone (a column added to tables made before it: `cancelledColumnSql`).
+ *   cancelled or acked message's tombstone (a column added to tables made before it: `cancelledColumnSql`).
  *
  * The two dialects differ in two words (`SqlDialect`): integers (ms since 1970 need 64 bits:
  * SQLite's INTEGER is, PostgreSQL's is BIGINT) and key columns, which must compare byte by byte
