@@ -1,6 +1,6 @@
 /**
- * What the DynamoDB layer writes, read back with the raw SDK: the seed's table and item layout
- * (autopush's) with one row per channel, and the seed's channel sets still read, so tables
+ * What the DynamoDB layer writes, read back with the raw SDK: autopush's table and item layout
+ * with one row per channel, and autopush's channel sets (one item per user) still read, so tables
  * written by autopush stay usable.
  */
 import { DescribeTableCommand, DescribeTimeToLiveCommand, DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb"
@@ -12,7 +12,7 @@ import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
 export const schemaSuite = (name: string, endpoint: () => string, options: { readonly ttl: boolean }) =>
   describe(`DynamoDB layout: ${name}`, () => {
-    it.effect("tables, index, TTL and items are the seed's", () => {
+    it.effect("tables, index, TTL and items are autopush's", () => {
       const prefix = `s${Date.now().toString(36)}`
       const storageOptions = { routerTable: `${prefix}_router`, messageTablePrefix: `${prefix}_message`, noTableRotation: false }
       const client = new DynamoDBClient({

@@ -97,7 +97,7 @@ describe("sort keys", () => {
   const n = (fields: Partial<Notification>): Notification =>
     ({ channelId: chid, version: "v", ttl: 60, timestamp: 1_700_000_000, ...fields }) as Notification
 
-  it("are the seed's: 01:{chid}:{topic}, 02:{ms}:{chid}", () => {
+  it("are autopush's: 01:{chid}:{topic}, 02:{ms}:{chid}", () => {
     assert.strictEqual(messageSortKey(n({ topic: "news" })), `01:${chid}:news`)
     assert.strictEqual(messageSortKey(n({ sortkeyTimestamp: 1_700_000_000_123 })), `02:1700000000123:${chid}`)
     assert.strictEqual(messageSortKey(n({})), `02:1700000000000:${chid}`)

@@ -115,7 +115,7 @@ describe("docker-compose.yml", () => {
     for (const node of Object.values(nodes)) expect(existsSync(join(root, String(node.command?.[1])))).toBe(true)
   })
 
-  it("publishes 8080 and 8082 as the seed; the router port 8081 stays on the compose network", () => {
+  it("publishes 8080 and 8082 as autopush does; the router port 8081 stays on the compose network", () => {
     expect(nodes.autoconnect.ports?.map(portMapping)).toEqual([{ container: "8080", host: "8080", ip: undefined }])
     expect(nodes.autoendpoint.ports?.map(portMapping)).toEqual([{ container: "8082", host: "8082", ip: undefined }])
     expect(nodes.autoconnect.expose).toEqual(["8081"])
