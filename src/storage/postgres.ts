@@ -36,7 +36,7 @@ import {
 import { deleteUserRows, makePostgresMaintenance } from "./postgresMaintenance.ts"
 import { placeholders, POSTGRES_POOL_SIZE, type Query, scopedPostgres } from "./postgresPool.ts"
 import { makePostgresReceipts } from "./postgresReceipts.ts"
-import { sweepEvery } from "./sqliteMaintenance.ts"
+import { sweepEvery } from "./sqlSweep.ts"
 import {
   broadcastTableName,
   ident,

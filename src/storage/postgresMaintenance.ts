@@ -9,7 +9,7 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type PostgresConnection, type Query, sqlState, UNDEFINED_TABLE } from "./postgresPool.ts"
-import { STALE_BATCH, SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sqliteMaintenance.ts"
+import { STALE_BATCH, SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sqlSweep.ts"
 import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql, POSTGRES } from "./sqlTables.ts"
 import { StorageError, type TableStatus } from "./Storage.ts"
 import {

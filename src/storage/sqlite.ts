@@ -39,7 +39,8 @@ import {
   TOPIC_PREFIX,
   userFields
 } from "./model.ts"
-import { makeSqliteMaintenance, sweepEvery } from "./sqliteMaintenance.ts"
+import { makeSqliteMaintenance } from "./sqliteMaintenance.ts"
+import { sweepEvery } from "./sqlSweep.ts"
 import { makeSqliteReceipts } from "./sqliteReceipts.ts"
 import { deleteUserRows, scopedSqlite } from "./sqliteSchema.ts"
 import {

@@ -4,19 +4,16 @@
  * `last_connect` month is stale, and the sweep that deletes expired rows.
  *
  * Reads leave expired rows out whatever their age; the sweep only reclaims their space. It runs
- * every `SWEEP_INTERVAL` on the live clock, as DynamoDB's TTL deletes by real time, and deletes
+ * every `SWEEP_INTERVAL` (`sqlSweep.ts`) on the live clock, as DynamoDB's TTL deletes by real time, and deletes
  * rows a day past their expiry (as DynamoDB's TTL, not at the second), in small batches, each its
  * own short transaction: another process's writes wait at most one batch.
  */
 import * as Clock from "effect/Clock"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Schedule from "effect/Schedule"
-import type * as Scope from "effect/Scope"
-import { liveClock } from "./dynamoRequests.ts"
 import { deleteUserRows, type RunSql, type SqliteConnection } from "./sqliteSchema.ts"
 import { CANCELLED } from "./model.ts"
 import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql } from "./sqlTables.ts"
+import { STALE_BATCH, SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sqlSweep.ts"
 import { StorageError, type TableStatus } from "./Storage.ts"
 import {
   activeTableNames,
@@ -27,14 +24,6 @@ import {
   type StorageOptions,
   staleMonths
 } from "./tables.ts"
-
-/** Users dropped per transaction by a stale-user sweep. */
-export const STALE_BATCH = 25
-/** Expired rows deleted per transaction by the sweep. */
-export const SWEEP_BATCH = 500
-/** How long past its expiry a row is kept before the sweep deletes it (seconds). */
-export const SWEEP_GRACE_SECONDS = 86_400
-export const SWEEP_INTERVAL = Duration.minutes(10)
 
 export const makeSqliteMaintenance = (connection: SqliteConnection, run: RunSql, options: StorageOptions) => {
   const { db, statement, immediate } = connection
@@ -130,14 +119,3 @@ export const makeSqliteMaintenance = (connection: SqliteConnection, run: RunSql,
 
   return { createTables, checkTables, listMessageTables, dropMessageTable, dropStaleUsers, sweepExpired }
 }
-
-/** Run `sweep` every `SWEEP_INTERVAL` of real time, for as long as the scope; a failed sweep is logged. */
-export const sweepEvery = (sweep: (nowMs: number) => Effect.Effect<number, StorageError>): Effect.Effect<void, never, Scope.Scope> =>
-  Effect.flatMap(Clock.currentTimeMillis, sweep).pipe(
-    Effect.catchTag("StorageError", (error) => Effect.logWarning("sweeping expired rows failed", error).pipe(Effect.as(0))),
-    Effect.repeat(Schedule.spaced(SWEEP_INTERVAL)),
-    Effect.delay(SWEEP_INTERVAL),
-    Effect.provideService(Clock.Clock, liveClock),
-    Effect.forkScoped,
-    Effect.asVoid
-  )
