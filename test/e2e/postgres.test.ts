@@ -2,9 +2,9 @@
  * Separate nodes on PostgreSQL (`--db-dsn`), as real processes: `autoconnect` and `autoendpoint`
  * sharing one server — a push routed from the endpoint node to the connection node, a push stored
  * for a client that is away and drained when it comes back; two of each node, every endpoint node
- * reaching clients on every connection node; the server stopped under load and started again
- * (pushes answered 503 or 201 meanwhile, every 201 delivered exactly once, the nodes back by
- * themselves); the maintenance tools on it; and start-up failures in one line naming db_dsn (a
+ * reaching clients on every connection node; the server stopped for 10 s under load and started
+ * again (pushes answered 503 or 201 meanwhile, every 201 delivered exactly once, hellos meanwhile
+ * closed and their clients resumed after, the nodes back by themselves); the maintenance tools on it; and start-up failures in one line naming db_dsn (a
  * bad URL, a wrong password, a server that is not there).
  *
  * The server: as `test/storage/postgres.test.ts` finds it (`postgresServer.ts`: the DSN CI sets,
@@ -128,19 +128,23 @@ if ("missing" in server) {
       await onSecond.ws.close()
     }, 90_000)
 
-    it("the server stopped under load and started again: 503 or 201 meanwhile, every 201 delivered exactly once", async () => {
+    it("the server stopped for 10 s under load and started again: every push answered 201 or 503, every 201 delivered exactly once, hellos meanwhile closed and resumed after", async () => {
       const cluster = await privatePostgres()
-      let helloMeanwhile: { readonly code: number; readonly reason: string } | undefined
+      /** How each hello said while the server was down ended. */
+      const hellosMeanwhile: Array<{ readonly code: number; readonly reason: string }> = []
       try {
         const deployment: Deployment = await startOnPostgres(cluster.dsn, {
           outage: async (downMs) => {
             cluster.stop()
             const until = Date.now() + downMs
-            // A client saying hello meanwhile: its socket closed cleanly, no uaid handed out.
-            const ws = await openClient(deployment.wsUrl)
-            ws.send({ messageType: "hello", use_webpush: true, uaid: offline[0]!.uaid })
-            helloMeanwhile = await ws.closed
-            expect(ws.received.filter((f) => f["messageType"] === "hello" && f["status"] === 200)).toEqual([])
+            // Clients saying hello meanwhile, one after another: each socket closed cleanly, no uaid handed out.
+            while (Date.now() < until - 1_000) {
+              const ws = await openClient(deployment.wsUrl)
+              ws.send({ messageType: "hello", use_webpush: true, uaid: offline[0]!.uaid })
+              hellosMeanwhile.push(await ws.closed)
+              expect(ws.received.filter((f) => f["messageType"] === "hello" && f["status"] === 200)).toEqual([])
+              await new Promise((r) => setTimeout(r, 1_000))
+            }
             await new Promise((r) => setTimeout(r, Math.max(0, until - Date.now())))
             cluster.start()
           }
@@ -153,8 +157,9 @@ if ("missing" in server) {
         const accepted = new Map<string, Array<string>>()
         const statuses = new Map<number, number>()
         let stop = false
-        const load = (async () => {
-          for (let i = 0; !stop; i++) {
+        // Four senders at once, each pushing as soon as it has its answer (and 10 ms more).
+        const load = Promise.all(Array.from({ length: 4 }, async (_, sender) => {
+          for (let i = sender; !stop; i += 4) {
             const client = everyone[i % everyone.length]!
             try {
               const res = await fetch(client.endpoint, { method: "POST", headers: { ttl: "600" }, signal: AbortSignal.timeout(10_000) })
@@ -162,33 +167,40 @@ if ("missing" in server) {
               if (res.status === 201) accepted.set(client.uaid, [...(accepted.get(client.uaid) ?? []), messageIdOf(res)])
               else await res.text()
             } catch {
+              // No answer (refused, reset, or none within 10 s): counted as status 0, which fails below.
               statuses.set(0, (statuses.get(0) ?? 0) + 1)
             }
             await new Promise((r) => setTimeout(r, 10))
           }
-        })()
+        }))
         await new Promise((r) => setTimeout(r, 1_000))
         const before = statuses.get(201) ?? 0
-        await deployment.storageOutage!(5_000)
+        await deployment.storageOutage!(10_000)
         const during = statuses.get(503) ?? 0
         // The pool reconnects on its next operation: pushes are stored and routed again.
         await new Promise((r) => setTimeout(r, 3_000))
         stop = true
         await load
         const seen = Object.fromEntries(statuses)
-        expect(helloMeanwhile, "a hello while the server was down").toEqual({ code: 1011, reason: "StorageError" })
+        expect(hellosMeanwhile.length, "hellos while the server was down").toBeGreaterThanOrEqual(3)
+        for (const closed of hellosMeanwhile) expect(closed, "a hello while the server was down").toEqual({ code: 1011, reason: "StorageError" })
         expect(before, JSON.stringify(seen)).toBeGreaterThan(0)
         expect(during, `no 503 while the server was down: ${JSON.stringify(seen)}`).toBeGreaterThan(0)
         expect((statuses.get(201) ?? 0) - before, `no recovery: ${JSON.stringify(seen)}`).toBeGreaterThan(0)
         expect(Object.keys(seen).map(Number).filter((s) => s !== 201 && s !== 503), JSON.stringify(seen)).toEqual([])
 
+        // The offline clients (the one whose hellos failed among them) resume their uaids once it is back.
         const back = await Promise.all(offline.map((c) => connect(deployment.wsUrl, c.uaid)))
+        expect(back.map((c) => c.uaid)).toEqual(offline.map((c) => c.uaid))
         const receivers = new Map([...clients, ...back].map((c) => [c.uaid, c]))
         const missing = () => [...accepted].flatMap(([uaid, ids]) => ids.filter((id) => !receivers.get(uaid)!.received.has(id)))
         await until(() => missing().length === 0, 20_000)
         expect(missing(), "accepted but never delivered").toEqual([])
         const twice = [...receivers.values()].flatMap((c) => [...c.received].filter(([, n]) => n > 1))
         expect(twice, "delivered more than once").toEqual([])
+        // What a client got was accepted: nothing answered 503 arrived after all.
+        const unasked = [...receivers].flatMap(([uaid, c]) => [...c.received.keys()].filter((id) => !(accepted.get(uaid) ?? []).includes(id)))
+        expect(unasked, "delivered without a 201").toEqual([])
         for (const c of receivers.values()) await c.ws.close()
       } finally {
         cluster.remove()

@@ -3,7 +3,9 @@
  * puppeteer-core) subscribes from a page on 127.0.0.1, the `web-push` library sends to the endpoint
  * it got, and the service worker reports what it received to the test's web server. Runs against
  * the all-in-one process on embedded storage, and the core scenarios against separate connection
- * and endpoint processes sharing a dynalite server.
+ * and endpoint processes sharing a dynalite server, and sharing PostgreSQL (`db_dsn`, a schema of
+ * their own on the server `test/storage/postgresServer.ts` finds: the DSN CI sets, or a throwaway
+ * cluster where PostgreSQL is installed; under CI=true a missing DSN fails).
  *
  * One Firefox (one profile, so one uaid) per deployment; every test subscribes on a scope of its own.
  * Scenarios about messages sent while Firefox is closed close it and start it again on the same
@@ -23,7 +25,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { Page } from "puppeteer-core"
 import webpush from "web-push"
-import { type Deployment, startAllInOne, startSeparate } from "../e2e/servers.ts"
+import { type Deployment, startAllInOne, startOnPostgres, startSeparate } from "../e2e/servers.ts"
+import { testPostgres } from "../storage/postgresServer.ts"
 import { type Firefox, type Frame, launchFirefox, pushFrames, transcript } from "./firefox.ts"
 import { type Report, type Site, startSite } from "./site.ts"
 
@@ -414,3 +417,15 @@ const withBroadcasts = async () => {
 
 suite("Firefox: all-in-one process on embedded storage", withBroadcasts, { full: true })
 suite("Firefox: separate connection and endpoint processes on dynalite", startSeparate, { full: false })
+
+const postgres = testPostgres()
+if ("missing" in postgres) {
+  describe("Firefox: separate connection and endpoint processes on PostgreSQL", () => {
+    it("needs a PostgreSQL server", () => {
+      assert.fail(postgres.missing)
+    })
+  })
+} else {
+  const dsn = postgres.dsn
+  suite("Firefox: separate connection and endpoint processes on PostgreSQL", () => startOnPostgres(dsn), { full: false })
+}
