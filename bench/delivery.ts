@@ -5,8 +5,19 @@
  * (a) the all-in-one process (connection + endpoint layers as `npm start` builds them, in-memory
  *     storage) against a bare single-process pipeline (`node:http` POST → Map → `ws` send);
  * (b) the real entrypoints `src/bin/autoconnect.ts` and `src/bin/autoendpoint.ts` as separate
- *     processes sharing one dynalite server (LevelDB on disk), against a bare two-process pipeline
- *     (POST → HTTP PUT → `ws` send). DynamoDB requests are counted at dynalite by `X-Amz-Target`.
+ *     processes sharing one store (--store): the SQLite database of one host (both nodes with
+ *     `--embedded-storage` and one `data_dir`, as separate nodes of one machine run), PostgreSQL
+ *     (`--db-dsn`, in a schema of its own, dropped after) or a dynalite server (LevelDB on disk);
+ *     against a bare two-process pipeline (POST → HTTP PUT → `ws` send). The bare pipeline stores
+ *     nothing: its clients are all connected, and autopush writes nothing either for a push to a
+ *     connected client delivered directly (it reads the user's router record, and the channel
+ *     when its endpoint has not seen it); so the bare pipeline is the same whatever the store.
+ *     Storage operations per push: DynamoDB requests counted at dynalite by `X-Amz-Target`; SQL
+ *     statements counted in the nodes by their first word (`delivery-statements.ts`, preloaded:
+ *     every `node:sqlite` statement and `pg` query). On PostgreSQL the server's CPU is read from
+ *     /proc for the backends of the nodes' connections (found by an `application_name` of the
+ *     bench's own in the DSN), shown beside the nodes' as the storage's; on SQLite it is in the
+ *     nodes' own CPU (the statements run in their main thread).
  *
  * Every server is its own process, measured over IPC (`delivery-probe.ts`, preloaded with `--import`
  * into the entrypoints); the K clients and the load generator share one other process
@@ -27,13 +38,14 @@
  * level), --levels/BENCH_LEVELS (1,10,50), --reps/BENCH_REPS (3), --scenarios/BENCH_SCENARIOS (a,b),
  * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s), --bytes/BENCH_BYTES
  * (body size, 256; at most the service's max_data_bytes, 4096), --resumed/BENCH_RESUMED (share of
- * the clients that resume a uaid, 0.5); BENCH_ROUTE=router (environment only) sends the pushes with
+ * the clients that resume a uaid, 0.5), --store/BENCH_STORE (b's store: sqlite, postgres or dynalite;
+ * sqlite), --db-dsn/BENCH_DB_DSN (postgres://…; AUTOPUSH_TEST_POSTGRES_DSN when unset); BENCH_ROUTE=router (environment only) sends the pushes with
  * a query string, so that they take the platform's HTTP router instead of the endpoint's plain fast
  * path.
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
-import { freePorts } from "../test/e2e/servers.ts"
+import { freePorts, postgresSchema } from "../test/e2e/servers.ts"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
@@ -43,6 +55,8 @@ import type { DirectShare, LevelResult } from "./delivery-clients.ts"
 import { directShareText, type Routes } from "./trace.ts"
 import type { ProfileSummary } from "./delivery-probe.ts"
 import { ask, next } from "./scaling-procs.ts"
+import pg from "pg"
+import { cpuMs } from "./harness.ts"
 
 // ── options ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -58,6 +72,10 @@ const SCENARIOS = option("scenarios", "BENCH_SCENARIOS", "a,b").split(",")
 const PROFILE = option("profile", "BENCH_PROFILE", "1") !== "0"
 const TIMEOUT_S = Number(option("timeout", "BENCH_TIMEOUT_S", "1800"))
 const RESUMED = Math.round(K * Number(option("resumed", "BENCH_RESUMED", "0.5")))
+const STORE = option("store", "BENCH_STORE", "sqlite")
+if (STORE !== "sqlite" && STORE !== "postgres" && STORE !== "dynalite") throw new Error(`--store: sqlite, postgres or dynalite, not ${STORE}`)
+const DB_DSN = option("db-dsn", "BENCH_DB_DSN", process.env["AUTOPUSH_TEST_POSTGRES_DSN"] ?? "")
+if (STORE === "postgres" && DB_DSN === "") throw new Error("--store postgres needs --db-dsn postgres://… (or AUTOPUSH_TEST_POSTGRES_DSN)")
 /** Messages per group and level whose delivery is looked up in the trace. */
 const SHARE_SAMPLE = 200
 const WARMUP = Math.min(COUNT, 1000)
@@ -68,6 +86,7 @@ process.env["BENCH_BYTES"] = option("bytes", "BENCH_BYTES", "256")
 const here = new URL(".", import.meta.url).pathname
 const root = new URL("../", import.meta.url).pathname
 const probe = pathToFileURL(join(here, "delivery-probe.ts")).href
+const statementCounter = pathToFileURL(join(here, "delivery-statements.ts")).href
 const work = mkdtempSync(join(tmpdir(), "autopush-bench-delivery-"))
 
 // ── processes ────────────────────────────────────────────────────────────────────────────────────
@@ -156,16 +175,29 @@ const ready = (proc: Proc, timeoutMs = 60_000) => next(proc, (m) => "ready" in m
 
 // ── pipelines ────────────────────────────────────────────────────────────────────────────────────
 
+/** A storage server's readings: a process of ours (its probe), or PostgreSQL's backends (/proc). */
+interface StorageMeter {
+  readonly name: string
+  /** A Node process (event loop and GC readings), or not. */
+  readonly node: boolean
+  readonly read: () => Promise<ProbeReading>
+}
+
+type Counts = Record<string, { n: number; ms: number }>
+
 interface Pipeline {
   readonly name: string
   /** The server processes; their CPU is the pipeline's server CPU. */
   readonly servers: ReadonlyArray<Proc>
-  /** Storage processes: CPU reported beside, not in, the server CPU. */
-  readonly storage: ReadonlyArray<Proc>
+  /** Storage: CPU reported beside, not in, the server CPU. */
+  readonly storage: ReadonlyArray<StorageMeter>
   readonly clients: Proc
-  readonly dynalite?: Proc | undefined
+  /** Storage operations by kind since the last call (which resets them), and what they are. */
+  readonly operations?: { readonly label: string; readonly take: () => Promise<Counts> } | undefined
   /** Every process of the pipeline, in stopping order. */
   readonly all: ReadonlyArray<Proc>
+  /** After its processes stopped: what else it made goes (a PostgreSQL schema). */
+  readonly cleanup?: () => Promise<void>
 }
 
 interface Measured {
@@ -175,8 +207,8 @@ interface Measured {
   readonly storageCpu: ReadonlyArray<number>
   /** Per server then storage process, during the level: event-loop delay and GC pauses (ms). */
   readonly health: ReadonlyArray<Omit<ProbeReading, "cpu">>
-  /** DynamoDB requests per notification by operation, with the mean service time (ms). */
-  readonly dynamo?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
+  /** Storage operations per notification by kind, with the mean service time (ms). */
+  readonly operations?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
   /** Autopush: how a sample of the level's messages reached resumed and new clients. */
   readonly share?: DirectShare | undefined
 }
@@ -228,20 +260,118 @@ const startBare = async (): Promise<Pipeline> => {
   return { name: "bare", servers: [server], storage: [], clients, all: [clients, server] }
 }
 
-const startSeparate = async (): Promise<Pipeline> => {
-  const [dynamo, ws, router, endpoint, metrics] = (await freePorts(5)) as [number, number, number, number, number]
-  const dynalite = spawnNode("dynalite", join(here, "delivery-dynalite.ts"), [String(dynamo), join(work, "dynalite")])
+/** The store of scenario (b)'s nodes: their flags, its meters and counts, and what to remove after. */
+interface SharedStore {
+  readonly flags: ReadonlyArray<string>
+  /** Preloaded into both nodes beside the probe. */
+  readonly preload: ReadonlyArray<string>
+  readonly storage: ReadonlyArray<StorageMeter>
+  /** Its process, if it is one of ours. */
+  readonly procs: ReadonlyArray<Proc>
+  /** Storage operations since the last call, given the node processes. */
+  readonly operations: { readonly label: string; readonly take: (nodes: ReadonlyArray<Proc>) => Promise<Counts> }
+  readonly cleanup?: () => Promise<void>
+}
+
+const sumCounts = (all: ReadonlyArray<Counts>): Counts => {
+  const sum: Counts = {}
+  for (const counts of all) {
+    for (const [kind, { n, ms }] of Object.entries(counts)) sum[kind] = { n: (sum[kind]?.n ?? 0) + n, ms: (sum[kind]?.ms ?? 0) + ms }
+  }
+  return sum
+}
+
+/** The statements the nodes ran since the last call (`delivery-statements.ts`), summed by kind. */
+const nodeStatements = async (nodes: ReadonlyArray<Proc>): Promise<Counts> =>
+  sumCounts((await Promise.all(nodes.map((p) => ask<{ counts: Counts }>(p, { probe: "statements" }, (m) => m["probe"] === "statements")))).map((a) => a.counts))
+
+const dynaliteStore = async (): Promise<SharedStore> => {
+  const [port] = (await freePorts(1)) as [number]
+  const dynalite = spawnNode("dynalite", join(here, "delivery-dynalite.ts"), [String(port), join(work, "dynalite")])
   await ready(dynalite)
+  return {
+    flags: ["--storage-endpoint", `http://127.0.0.1:${port}`],
+    preload: [],
+    storage: [{ name: dynalite.name, node: true, read: () => readProbe(dynalite) }],
+    procs: [dynalite],
+    operations: {
+      label: "DynamoDB requests",
+      take: async () => (await ask<{ counts: Counts }>(dynalite, { cmd: "counts" }, (m) => "counts" in m)).counts
+    }
+  }
+}
+
+/** Both nodes on the SQLite database of one `data_dir`, as separate nodes of one host share it. */
+const sqliteStore = (): SharedStore => ({
+  flags: ["--embedded-storage", "--data-dir", join(work, "data")],
+  preload: ["--import", statementCounter],
+  storage: [],
+  procs: [],
+  operations: { label: "SQLite statements", take: nodeStatements }
+})
+
+/**
+ * Both nodes on PostgreSQL at DB_DSN, in a schema of their own; their connections carry an
+ * `application_name` of this run's, by which their backends are found for the server's CPU.
+ */
+const postgresStore = async (): Promise<SharedStore> => {
+  const schema = await postgresSchema(DB_DSN, "bench_delivery")
+  const application = `bench_delivery_${process.pid}`
+  const url = new URL(schema.dsn)
+  url.searchParams.set("application_name", application)
+  const admin = new pg.Client({ connectionString: DB_DSN })
+  await admin.connect()
+  // CPU µs of the backends so far: a backend's CPU counts from the first reading that sees it
+  // until the last one (one that ends between two readings loses what it used since the earlier).
+  let total = 0
+  let last = new Map<number, number>()
+  const read = async (): Promise<ProbeReading> => {
+    const { rows } = await admin.query("SELECT pid FROM pg_stat_activity WHERE application_name = $1", [application])
+    const now = new Map<number, number>()
+    for (const row of rows) {
+      const pid = Number(row["pid"])
+      try {
+        now.set(pid, cpuMs(pid) * 1000)
+      } catch {
+        // ended meanwhile
+      }
+    }
+    // A backend first seen now started since the last reading: all its CPU is new.
+    for (const [pid, cpu] of now) total += cpu - (last.get(pid) ?? 0)
+    last = now
+    return { cpu: total, loopP99: 0, loopMax: 0, gcMs: 0, gcMax: 0 }
+  }
+  return {
+    flags: ["--db-dsn", url.href],
+    preload: ["--import", statementCounter],
+    storage: [{ name: "PostgreSQL backends", node: false, read }],
+    procs: [],
+    operations: { label: "PostgreSQL statements", take: nodeStatements },
+    cleanup: async () => {
+      await admin.end()
+      await schema.drop()
+    }
+  }
+}
+
+const sharedStore = (): Promise<SharedStore> =>
+  STORE === "postgres" ? postgresStore() : STORE === "dynalite" ? dynaliteStore() : Promise.resolve(sqliteStore())
+
+const STORE_NAMES = { sqlite: "the SQLite database of one host", postgres: "PostgreSQL", dynalite: "one dynalite (LevelDB)" } as const
+
+const startSeparate = async (): Promise<Pipeline> => {
+  const [ws, router, endpoint, metrics] = (await freePorts(4)) as [number, number, number, number]
+  const store = await sharedStore()
   // The flags of test/e2e/servers.ts, at the default log level (info).
   const shared = [
     "--endpoint-hostname", "127.0.0.1",
     "--endpoint-port", String(endpoint),
     "--bind-host", "127.0.0.1",
-    "--storage-endpoint", `http://127.0.0.1:${dynamo}`,
+    ...store.flags,
     "--crypto-key", generateFernetKey(),
     "--auth-keys", "bench-auth-key"
   ]
-  const preload = ["--import", probe]
+  const preload = ["--import", probe, ...store.preload]
   const startConnection = async () => {
     const proc = spawnNode("autoconnect", join(root, "src/bin/autoconnect.ts"), [
       ...shared,
@@ -255,18 +385,27 @@ const startSeparate = async (): Promise<Pipeline> => {
   let connection = await startConnection()
   const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), [...shared, "--metrics-port", String(metrics)], preload)
   await waitForHttp(endpointNode, `http://127.0.0.1:${endpoint}/__lbheartbeat__`)
+  // The storage operations of the clients' arrival, across the connection node's restart.
+  await store.operations.take([endpointNode, connection])
+  const arrival: Array<Counts> = []
   // The resumed clients come back after the connection node restarted (as after a deploy).
   const clients = await startAutopushClients("autopush (b)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${router}`, async () => {
+    arrival.push(await store.operations.take([connection]))
     await stopAll([connection])
     connection = await startConnection()
   })
+  const servers = [endpointNode, connection]
+  arrival.push(await store.operations.take(servers))
+  const perClient = Object.entries(sumCounts(arrival)).map(([kind, { n }]) => `${kind} ${f2(n / K)}`).join(", ")
+  console.log(`  ${store.operations.label} per client while the ${K} clients arrived (${RESUMED} registered, the connection node restarted, they resumed, ${K - RESUMED} new said hello and registered; the tables' creation included): ${perClient}`)
   return {
     name: "autopush",
-    servers: [endpointNode, connection],
-    storage: [dynalite],
+    servers,
+    storage: store.storage,
     clients,
-    dynalite,
-    all: [clients, endpointNode, connection, dynalite]
+    operations: { label: store.operations.label, take: () => store.operations.take(servers) },
+    all: [clients, ...servers, ...store.procs],
+    ...(store.cleanup === undefined ? {} : { cleanup: store.cleanup })
   }
 }
 
@@ -280,8 +419,6 @@ const startBareTwo = async (): Promise<Pipeline> => {
   return { name: "bare", servers: [front, back], storage: [], clients, all: [clients, front, back] }
 }
 
-type Counts = Record<string, { n: number; ms: number }>
-
 /**
  * One level: server CPU read just before and just after (acks included), figures from the clients;
  * then, when `traced`, how a sample of its messages was delivered, from autopush's trace.
@@ -289,19 +426,17 @@ type Counts = Record<string, { n: number; ms: number }>
 const runLevel = async (pipeline: Pipeline, c: number, count: number, traced = true): Promise<Measured> => {
   const timeoutMs = 60_000 + count * 20
   await ask(pipeline.clients, { cmd: "warm", c }, (m) => "warmed" in m, 60_000)
-  if (pipeline.dynalite !== undefined) await ask(pipeline.dynalite, { cmd: "counts" }, (m) => "counts" in m)
-  const watched = [...pipeline.servers, ...pipeline.storage]
-  const before = await Promise.all(watched.map(readProbe))
+  await pipeline.operations?.take()
+  const readAll = () => Promise.all([...pipeline.servers.map(readProbe), ...pipeline.storage.map((m) => m.read())])
+  const before = await readAll()
   const { level: result } = await ask<{ level: LevelResult }>(pipeline.clients, { cmd: "level", c, count, timeoutMs }, (m) => "level" in m, timeoutMs + 10_000)
   // Let the last acks land before reading the CPU.
   await sleep(100)
-  const after = await Promise.all(watched.map(readProbe))
+  const after = await readAll()
   const perNotification = after.map((a, i) => (a.cpu - (before[i] as ProbeReading).cpu) / count)
-  let dynamo: Measured["dynamo"]
-  if (pipeline.dynalite !== undefined) {
-    const { counts } = await ask<{ counts: Counts }>(pipeline.dynalite, { cmd: "counts" }, (m) => "counts" in m)
-    dynamo = Object.fromEntries(Object.entries(counts).map(([op, { n, ms }]) => [op, { perNotification: n / count, meanMs: ms / n }]))
-  }
+  const counts = await pipeline.operations?.take()
+  const operations: Measured["operations"] = counts === undefined ? undefined
+    : Object.fromEntries(Object.entries(counts).map(([op, { n, ms }]) => [op, { perNotification: n / count, meanMs: ms / n }]))
   // After the CPU reading: the trace lookups are not part of the level.
   const share = pipeline.name === "autopush" && traced
     ? (await ask<{ share: DirectShare }>(pipeline.clients, { cmd: "share", count: SHARE_SAMPLE }, (m) => "share" in m, 60_000)).share
@@ -314,7 +449,7 @@ const runLevel = async (pipeline: Pipeline, c: number, count: number, traced = t
     serverCpu: perNotification.slice(0, pipeline.servers.length),
     storageCpu: perNotification.slice(pipeline.servers.length),
     health: after.map(({ loopP99, loopMax, gcMs, gcMax }) => ({ loopP99, loopMax, gcMs, gcMax })),
-    dynamo,
+    operations,
     share
   }
 }
@@ -358,7 +493,7 @@ interface Row {
   readonly storageCpu: ReadonlyArray<number>
   readonly clientCpu: number
   readonly health: ReadonlyArray<Omit<ProbeReading, "cpu">>
-  readonly dynamo?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
+  readonly operations?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
   /** Summed over the reps. */
   readonly share?: DirectShare | undefined
   /** POST→client p50 / p99 of the messages to resumed and to new clients (medians over the reps). */
@@ -371,12 +506,12 @@ const summarise = (runs: ReadonlyArray<Measured>): Row => {
   const m = (f: (r: Measured) => number) => median(runs.map(f))
   const rates = runs.map((r) => r.result.received / (r.result.wallMs / 1000))
   const first = runs[0] as Measured
-  let dynamo: Row["dynamo"]
-  if (first.dynamo !== undefined) {
-    const ops = new Set(runs.flatMap((r) => Object.keys(r.dynamo ?? {})))
-    dynamo = Object.fromEntries(Array.from(ops, (op) => [op, {
-      perNotification: m((r) => r.dynamo?.[op]?.perNotification ?? 0),
-      meanMs: m((r) => r.dynamo?.[op]?.meanMs ?? 0)
+  let operations: Row["operations"]
+  if (first.operations !== undefined) {
+    const ops = new Set(runs.flatMap((r) => Object.keys(r.operations ?? {})))
+    operations = Object.fromEntries(Array.from(ops, (op) => [op, {
+      perNotification: m((r) => r.operations?.[op]?.perNotification ?? 0),
+      meanMs: m((r) => r.operations?.[op]?.meanMs ?? 0)
     }]))
   }
   return {
@@ -396,7 +531,7 @@ const summarise = (runs: ReadonlyArray<Measured>): Row => {
       gcMs: m((r) => r.health[i]?.gcMs ?? 0),
       gcMax: m((r) => r.health[i]?.gcMax ?? 0)
     })),
-    dynamo,
+    operations,
     groups: {
       resumed: [m((r) => r.result.byGroup.resumed.p50Client), m((r) => r.result.byGroup.resumed.p99Client)],
       fresh: [m((r) => r.result.byGroup.fresh.p50Client), m((r) => r.result.byGroup.fresh.p99Client)]
@@ -506,18 +641,24 @@ const printHealth = (pipelines: ReadonlyArray<Pipeline>, rows: Map<string, Map<n
   console.log("  server event loop during the levels: delay p99 / max, GC pauses total / longest (ms)")
   for (const p of pipelines) {
     const names = [...p.servers, ...p.storage].map((s) => s.name)
+    // Only Node processes have an event loop and GC (not PostgreSQL's backends).
+    const node = [...p.servers.map(() => true), ...p.storage.map((m) => m.node)]
     for (const c of LEVELS) {
       const r = rows.get(p.name)?.get(c)
       if (r === undefined) continue
-      const parts = r.health.map((h, i) => `${names[i]}: loop ${f1(h.loopP99)} / ${f1(h.loopMax)}, GC ${f1(h.gcMs)} / ${f1(h.gcMax)}`)
+      const parts = r.health.flatMap((h, i) => !node[i] ? [] : [`${names[i]}: loop ${f1(h.loopP99)} / ${f1(h.loopMax)}, GC ${f1(h.gcMs)} / ${f1(h.gcMax)}`])
       console.log(`    ${p.name.padEnd(9)}c=${String(c).padEnd(3)} ${parts.join("; ")}`)
     }
   }
 }
 
-/** Start the two pipelines, warm them up, run the levels `REPS` times alternating which goes first. */
+/**
+ * Warm the two pipelines up, run the levels `REPS` times alternating which goes first: the rows,
+ * and the warm-up level of each pipeline (its first pushes to each client).
+ */
 const runScenario = async (pipelines: ReadonlyArray<Pipeline>) => {
-  for (const p of pipelines) await runLevel(p, 10, WARMUP)
+  const warmup = new Map<string, Measured>()
+  for (const p of pipelines) warmup.set(p.name, await runLevel(p, 10, WARMUP, false))
   const runs = new Map<string, Map<number, Array<Measured>>>(pipelines.map((p) => [p.name, new Map(LEVELS.map((c) => [c, []]))]))
   for (let rep = 0; rep < REPS; rep++) {
     for (const c of LEVELS) {
@@ -530,8 +671,12 @@ const runScenario = async (pipelines: ReadonlyArray<Pipeline>) => {
       }
     }
   }
-  return new Map(Array.from(runs, ([name, byC]) => [name, new Map(Array.from(byC, ([c, list]) => [c, summarise(list)]))]))
+  const rows = new Map(Array.from(runs, ([name, byC]) => [name, new Map(Array.from(byC, ([c, list]) => [c, summarise(list)]))]))
+  return { rows, warmup }
 }
+
+/** Run at the end, whatever happened: what the pipelines made besides their processes. */
+const cleanups: Array<() => Promise<void>> = []
 
 const profileDir = PROFILE ? mkdtempSync(join(tmpdir(), "autopush-bench-profiles-")) : ""
 
@@ -545,7 +690,7 @@ const main = async () => {
     console.log("\n(a) starting: bare single-process pipeline, autopush all-in-one (in-memory storage)")
     const bare = await startBare()
     const ours = await startAllInOne()
-    const rows = await runScenario([bare, ours])
+    const { rows } = await runScenario([bare, ours])
     const profiles = PROFILE ? [...await profileLevel(bare, "a"), ...await profileLevel(ours, "a")] : []
     await stopAll([...ours.all, ...bare.all])
     printTable(`(a) all-in-one process, in-memory storage — vs bare node:http → Map → ws (one process)`, [bare, ours], rows)
@@ -556,26 +701,34 @@ const main = async () => {
   }
 
   if (SCENARIOS.includes("b")) {
-    console.log("\n(b) starting: bare two-process pipeline, dynalite + autoconnect + autoendpoint (real entrypoints)")
+    console.log(`\n(b) starting: bare two-process pipeline, autoconnect + autoendpoint (real entrypoints) on ${STORE_NAMES[STORE]}`)
     const bare = await startBareTwo()
     const ours = await startSeparate()
-    const rows = await runScenario([bare, ours])
+    if (ours.cleanup !== undefined) cleanups.push(ours.cleanup)
+    const { rows, warmup } = await runScenario([bare, ours])
     const profiles = PROFILE ? [...await profileLevel(bare, "b"), ...await profileLevel(ours, "b")] : []
     await stopAll([...ours.all, ...bare.all])
-    printTable(`(b) autoendpoint + autoconnect + one dynalite (LevelDB) — vs bare POST → HTTP PUT → ws (two processes)`, [bare, ours], rows)
+    printTable(`(b) autoendpoint + autoconnect on ${STORE_NAMES[STORE]} — vs bare POST → HTTP PUT → ws (two processes, no store)`, [bare, ours], rows)
     printRatios("(b) ratios", rows, { rate: 0.75, cpu: 1.8 })
     printShare(rows)
     printHealth([bare, ours], rows)
-    console.log("  where the time goes (autopush, per notification):")
+    console.log(`  where the time goes (autopush, per notification; ${ours.operations?.label}, with their mean time):`)
+    const opsText = (operations: NonNullable<Row["operations"]>) => {
+      const ops = Object.entries(operations).filter(([, v]) => v.perNotification > 0.001).sort((a, b) => b[1].perNotification - a[1].perNotification)
+      const total = ops.reduce((a, [, v]) => a + v.perNotification, 0)
+      return `${f2(total)}${ops.length === 0 ? "" : `: ${ops.map(([op, v]) => `${op} ${f2(v.perNotification)} (${f2(v.meanMs)} ms)`).join(", ")}`}`
+    }
+    const cpuText = (serverCpu: ReadonlyArray<number>, storageCpu: ReadonlyArray<number>) =>
+      `CPU µs: endpoint ${serverCpu[0]?.toFixed(0)}, connection ${serverCpu[1]?.toFixed(0)}` +
+      ours.storage.map((m, i) => `, ${m.name} ${storageCpu[i]?.toFixed(0)}`).join("")
+    const first = warmup.get("autopush")
+    if (first?.operations !== undefined) {
+      console.log(`    warm-up, c=10, ${WARMUP} pushes round-robin (the first to each of ${Math.min(WARMUP, K)} clients: the endpoint's router cache cold) ${opsText(first.operations)}; ${cpuText(first.serverCpu, first.storageCpu)}`)
+    }
     for (const c of LEVELS) {
       const r = rows.get("autopush")?.get(c)
-      if (r?.dynamo === undefined) continue
-      const ops = Object.entries(r.dynamo).filter(([, v]) => v.perNotification > 0.001).sort((a, b) => b[1].perNotification - a[1].perNotification)
-      const total = ops.reduce((a, [, v]) => a + v.perNotification, 0)
-      console.log(
-        `    c=${String(c).padEnd(3)} DynamoDB requests ${f2(total)}: ${ops.map(([op, v]) => `${op} ${f2(v.perNotification)} (${f2(v.meanMs)} ms at dynalite)`).join(", ")}; ` +
-          `CPU µs: endpoint ${r.serverCpu[0]?.toFixed(0)}, connection ${r.serverCpu[1]?.toFixed(0)}, dynalite ${r.storageCpu[0]?.toFixed(0)}`
-      )
+      if (r?.operations === undefined) continue
+      console.log(`    c=${String(c).padEnd(3)} ${opsText(r.operations)}; ${cpuText(r.serverCpu, r.storageCpu)}`)
     }
     printProfiles(profiles)
   }
@@ -589,4 +742,5 @@ try {
   process.exitCode = 1
 } finally {
   killAll()
+  for (const cleanup of cleanups) await cleanup().catch((error: unknown) => console.error("bench:delivery: cleaning up:", error))
 }
