@@ -38,10 +38,10 @@
  * level), --levels/BENCH_LEVELS (1,10,50), --reps/BENCH_REPS (3), --scenarios/BENCH_SCENARIOS (a,b),
  * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s), --bytes/BENCH_BYTES
  * (body size, 256; at most the service's max_data_bytes, 4096), --resumed/BENCH_RESUMED (share of
- * the clients that resume a uaid, 0.5), --store/BENCH_STORE (b's store: sqlite, postgres or dynalite;
- * sqlite), --db-dsn/BENCH_DB_DSN (postgres://…; AUTOPUSH_TEST_POSTGRES_DSN when unset); BENCH_ROUTE=router (environment only) sends the pushes with
- * a query string, so that they take the platform's HTTP router instead of the endpoint's plain fast
- * path.
+ * the clients that resume a uaid, 0.5), --store/BENCH_STORE (b's store: sqlite, postgres or
+ * dynalite; sqlite), --db-dsn/BENCH_DB_DSN (postgres://…; AUTOPUSH_TEST_POSTGRES_DSN when unset);
+ * BENCH_ROUTE=router (environment only) sends the pushes with a query string, so that they take the
+ * platform's HTTP router instead of the endpoint's plain fast path.
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -198,6 +198,8 @@ interface Pipeline {
   readonly all: ReadonlyArray<Proc>
   /** After its processes stopped: what else it made goes (a PostgreSQL schema). */
   readonly cleanup?: () => Promise<void>
+  /** A line on its store printed with the results. */
+  readonly summary?: () => string
 }
 
 interface Measured {
@@ -270,6 +272,8 @@ interface SharedStore {
   readonly procs: ReadonlyArray<Proc>
   /** Storage operations since the last call, given the node processes. */
   readonly operations: { readonly label: string; readonly take: (nodes: ReadonlyArray<Proc>) => Promise<Counts> }
+  /** A line on the store printed with the results. */
+  readonly summary?: () => string
   readonly cleanup?: () => Promise<void>
 }
 
@@ -325,8 +329,12 @@ const postgresStore = async (): Promise<SharedStore> => {
   // until the last one (one that ends between two readings loses what it used since the earlier).
   let total = 0
   let last = new Map<number, number>()
+  // The pools open a connection only when all theirs are busy and keep it 30 s idle: the count
+  // just after a level is about the most its operations held at once.
+  let most = 0
   const read = async (): Promise<ProbeReading> => {
     const { rows } = await admin.query("SELECT pid FROM pg_stat_activity WHERE application_name = $1", [application])
+    most = Math.max(most, rows.length)
     const now = new Map<number, number>()
     for (const row of rows) {
       const pid = Number(row["pid"])
@@ -347,6 +355,7 @@ const postgresStore = async (): Promise<SharedStore> => {
     storage: [{ name: "PostgreSQL backends", node: false, read }],
     procs: [],
     operations: { label: "PostgreSQL statements", take: nodeStatements },
+    summary: () => `PostgreSQL connections of both nodes, the most seen before or after a level: ${most} (each node's pool: up to db_pool_size, 10)`,
     cleanup: async () => {
       await admin.end()
       await schema.drop()
@@ -397,7 +406,7 @@ const startSeparate = async (): Promise<Pipeline> => {
   const servers = [endpointNode, connection]
   arrival.push(await store.operations.take(servers))
   const perClient = Object.entries(sumCounts(arrival)).map(([kind, { n }]) => `${kind} ${f2(n / K)}`).join(", ")
-  console.log(`  ${store.operations.label} per client while the ${K} clients arrived (${RESUMED} registered, the connection node restarted, they resumed, ${K - RESUMED} new said hello and registered; the tables' creation included): ${perClient}`)
+  console.log(`  ${store.operations.label} per client while the ${K} clients arrived (${RESUMED} registered, the connection node restarted, they resumed, ${K - RESUMED} new said hello and registered; the restarted node's start included): ${perClient}`)
   return {
     name: "autopush",
     servers,
@@ -405,6 +414,7 @@ const startSeparate = async (): Promise<Pipeline> => {
     clients,
     operations: { label: store.operations.label, take: () => store.operations.take(servers) },
     all: [clients, ...servers, ...store.procs],
+    ...(store.summary === undefined ? {} : { summary: store.summary }),
     ...(store.cleanup === undefined ? {} : { cleanup: store.cleanup })
   }
 }
@@ -730,6 +740,7 @@ const main = async () => {
       if (r?.operations === undefined) continue
       console.log(`    c=${String(c).padEnd(3)} ${opsText(r.operations)}; ${cpuText(r.serverCpu, r.storageCpu)}`)
     }
+    if (ours.summary !== undefined) console.log(`  ${ours.summary()}`)
     printProfiles(profiles)
   }
   if (PROFILE) console.log(`\nCPU profiles kept in ${profileDir}`)
