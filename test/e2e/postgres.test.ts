@@ -134,6 +134,10 @@ if ("missing" in server) {
       const hellosMeanwhile: Array<{ readonly code: number; readonly reason: string }> = []
       try {
         const deployment: Deployment = await startOnPostgres(cluster.dsn, {
+          // The load stores over a hundred messages for each offline client, past the default
+          // msg_limit (100), at which a user is dropped and its messages with it: this test is
+          // about the outage, not that limit.
+          env: { AUTOCONNECT__MSG_LIMIT: "10000" },
           outage: async (downMs) => {
             cluster.stop()
             const until = Date.now() + downMs
