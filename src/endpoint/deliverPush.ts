@@ -56,7 +56,8 @@ interface Recorders {
 
 /**
  * What became of a message, where it was decided (the one producer of `notification.routed.1`):
- * its outcome, and how long routing took since `startNanos` (by `clock`).
+ * its outcome, and how long routing took since `startNanos` (by `clock`'s monotonic time: one
+ * reading, where its wall time in ns takes two and BigInt arithmetic).
  */
 const recordRouted = (
   events: EventLog["Service"],
@@ -66,8 +67,8 @@ const recordRouted = (
   outcome: RouteOutcome,
   startNanos: bigint
 ): void => {
-  const nanos = clock.currentTimeNanosUnsafe()
-  events.record(domainEvent("notification.routed.1", uaid, Number(nanos / 1_000_000n), {
+  const nanos = clock.monotonicTimeNanosUnsafe()
+  events.record(domainEvent("notification.routed.1", uaid, clock.currentTimeMillisUnsafe(), {
     channelId: notification.channelId,
     version: notification.version,
     outcome,
@@ -135,7 +136,7 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
     // A cached record of a connected client is good for a direct delivery (its node checks it), one
     // of a client that was offline for storing (the re-read after the store checks it); anything
     // else is routed on a fresh one. TTL 0 is never dropped on a cached record.
-    const startNanos = clock.currentTimeNanosUnsafe()
+    const startNanos = clock.monotonicTimeNanosUnsafe()
     const storeCached = target.cached && target.user.nodeId === undefined && notification.ttl > 0
     const direct = target.cached && !storeCached ? yield* router.routeDirect(target.user, notification) : undefined
     const fresh = direct !== undefined || !target.cached || storeCached ? target : yield* subscribers.subscriberOf(uaid, channelId)

@@ -1,7 +1,8 @@
 /**
- * The WebSocket push protocol's frames, as autopush-rs and Firefox exchange them: client frames are decoded with
- * Schema at the edge into `ClientMessage`, or into a `FrameError` naming why the frame is invalid;
- * server frames are built by the `*Reply` functions in the key order autopush emits.
+ * The WebSocket push protocol's frames, as autopush-rs and Firefox exchange them: client frames are decoded
+ * at the edge into `ClientMessage` (with Schema, but the ack: see `decodeAck`), or into a `FrameError`
+ * naming why the frame is invalid; server frames are built by the `*Reply` functions in the key
+ * order autopush emits.
  */
 import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
@@ -19,26 +20,62 @@ const Hello = Schema.Struct({
 })
 const Register = Schema.Struct({ channelID: Schema.String, key: Schema.optionalKey(Schema.NullOr(Schema.String)) })
 const Unregister = Schema.Struct({ channelID: Schema.String, code: Code })
-const Ack = Schema.Struct({
-  updates: Schema.Array(Schema.Struct({ channelID: Schema.String, version: Schema.String, code: Code }))
-})
+
+/** One acked message of an ack frame. */
+interface AckUpdate {
+  readonly channelID: string
+  readonly version: string
+  readonly code?: number
+}
+
+const isObject = (value: unknown): value is Readonly<Record<string, unknown>> =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * The ack's body, `{ updates: [{ channelID, version, code? }] }`, checked by hand: a client sends one
+ * for every message it gets, so it is the one frame of the push path. Decoded as a Schema struct
+ * would decode it: the known keys kept (other keys dropped), anything else not an ack.
+ */
+const decodeAck = (value: Readonly<Record<string, unknown>>): { readonly updates: ReadonlyArray<AckUpdate> } | undefined => {
+  const updates = value["updates"]
+  if (!Array.isArray(updates)) return undefined
+  const decoded: Array<AckUpdate> = []
+  for (const update of updates as ReadonlyArray<unknown>) {
+    if (!isObject(update)) return undefined
+    const { channelID, version, code } = update
+    if (typeof channelID !== "string" || typeof version !== "string") return undefined
+    if (code === undefined) decoded.push({ channelID, version })
+    else if (typeof code === "number") decoded.push({ channelID, version, code })
+    else return undefined
+  }
+  return { updates: decoded }
+}
 const Nack = Schema.Struct({ version: Schema.String, code: Code })
 const BroadcastSubscribe = Schema.Struct({ broadcasts: Broadcasts })
 /** RFC 8030 §5.3: the lowest urgency the client wants now (checked by the session: a bad one is answered 400). */
 const Urgency = Schema.Struct({ min: Schema.String })
 
+/** A body decoded with `schema`: its value, or undefined when the frame does not fit. */
+const bySchema = <A>(schema: Schema.Codec<A, unknown>) => {
+  const decode = Schema.decodeUnknownExit(schema)
+  return (value: Readonly<Record<string, unknown>>): A | undefined => {
+    const decoded = decode(value)
+    return Exit.isSuccess(decoded) ? decoded.value : undefined
+  }
+}
+
 const bodies = {
-  hello: Schema.decodeUnknownExit(Hello),
-  register: Schema.decodeUnknownExit(Register),
-  unregister: Schema.decodeUnknownExit(Unregister),
-  ack: Schema.decodeUnknownExit(Ack),
-  nack: Schema.decodeUnknownExit(Nack),
-  broadcast_subscribe: Schema.decodeUnknownExit(BroadcastSubscribe),
-  urgency: Schema.decodeUnknownExit(Urgency)
+  hello: bySchema(Hello),
+  register: bySchema(Register),
+  unregister: bySchema(Unregister),
+  ack: decodeAck,
+  nack: bySchema(Nack),
+  broadcast_subscribe: bySchema(BroadcastSubscribe),
+  urgency: bySchema(Urgency)
 } as const
 
 type Bodies = typeof bodies
-type BodyOf<K extends keyof Bodies> = Bodies[K] extends (input: unknown) => Exit.Exit<infer A, unknown> ? A : never
+type BodyOf<K extends keyof Bodies> = Exclude<ReturnType<Bodies[K]>, undefined>
 
 export type ClientMessage =
   | { readonly messageType: "ping" }
@@ -64,10 +101,8 @@ export const decodeClientFrame = (text: string): ClientMessage | FrameError => {
   } catch {
     return frameError("not-json", "frame is not JSON")
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    return frameError("not-object", "frame is not a JSON object")
-  }
-  const type = (value as { messageType?: unknown }).messageType
+  if (!isObject(value)) return frameError("not-object", "frame is not a JSON object")
+  const type = value["messageType"]
   if (type === undefined) {
     return Object.keys(value).length === 0 ? PING : frameError("unknown-type", "missing messageType")
   }
@@ -75,9 +110,9 @@ export const decodeClientFrame = (text: string): ClientMessage | FrameError => {
   if (typeof type !== "string" || !Object.hasOwn(bodies, type)) {
     return frameError("unknown-type", `unknown messageType ${JSON.stringify(type).slice(0, 40)}`)
   }
-  const decoded: Exit.Exit<unknown, unknown> = bodies[type as keyof Bodies](value)
-  return Exit.isSuccess(decoded)
-    ? ({ ...(decoded.value as object), messageType: type } as ClientMessage)
+  const decoded: object | undefined = bodies[type as keyof Bodies](value)
+  return decoded !== undefined
+    ? ({ ...decoded, messageType: type } as ClientMessage)
     : frameError("bad-fields", `invalid ${type} message`)
 }
 

@@ -12,10 +12,16 @@ import { memoize } from "../platform/memo.ts"
 import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import { activeTableNames, currentTableName } from "../storage/tables.ts"
 
+export const NOTHING: ReadonlyArray<never> = []
+
+/**
+ * A step's output. Its lists are made on their first item: a step (a delivery, an ack) has one or
+ * two of them, and a list not made is the shared empty one.
+ */
 export class Out {
-  readonly frames: Array<string> = []
-  readonly events: Array<DomainEvent> = []
-  readonly signals: Array<Signal> = []
+  private frames: Array<string> | undefined = undefined
+  private events: Array<DomainEvent> | undefined = undefined
+  private signals: Array<Signal> | undefined = undefined
   command: Command | undefined = undefined
   close: CloseKind | undefined = undefined
   readonly now: number
@@ -30,11 +36,11 @@ export class Out {
   }
 
   frame(text: string): void {
-    this.frames.push(text)
+    ;(this.frames ??= []).push(text)
   }
 
   event<T extends DomainEventType>(type: T, uaid: string, data: EventData<T>): void {
-    this.events.push(domainEvent(type, uaid, this.now, data))
+    ;(this.events ??= []).push(domainEvent(type, uaid, this.now, data))
   }
 
   run(command: Command): void {
@@ -43,18 +49,24 @@ export class Out {
   }
 
   signal(signal: Signal): void {
-    this.signals.push(signal)
+    ;(this.signals ??= []).push(signal)
   }
 
   done(phase: Phase): Transition {
-    return { phase, frames: this.frames, events: this.events, signals: this.signals, command: this.command, close: this.close }
+    return {
+      phase,
+      frames: this.frames ?? NOTHING,
+      events: this.events ?? NOTHING,
+      signals: this.signals ?? NOTHING,
+      command: this.command,
+      close: this.close
+    }
   }
 }
 
 /** A handler of one (phase, input) cell of the table. */
 export type Handler<P extends Phase, I> = (phase: P, input: I, out: Out, admitted: boolean) => Phase
 
-export const NOTHING: ReadonlyArray<never> = []
 const isStored = (entry: Unacked): boolean => entry._tag === "Stored"
 /** Unacked messages by version (`counted`: the stored ones). */
 export const unackedOf = (entries: Iterable<readonly [string, Unacked]>): Ledger<Unacked> => Ledger.of(entries, isStored)

@@ -261,23 +261,32 @@ export class SessionRunner implements Consumer<MailboxInput> {
     })
   }
 
-  /** One input and everything it causes (command results, replays, the close sequence). */
+  /**
+   * One input and everything it causes (command results, replays, the close sequence). Steps that
+   * ask for no command and log nothing (a delivery, an ack: nearly all of them) follow one another
+   * in a plain loop, with no Effect of their own; the loop yields for a command or a log.
+   */
   feed(first: Input): Effect.Effect<void> {
     let input: Input | undefined = first
     const next = Effect.suspend(() => {
       input = this.nextAhead()
       return loop
     })
-    const loop: Effect.Effect<void> = Effect.suspend(() => {
-      if (input === undefined) return Effect.void
-      const current: Input = input
-      return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    const loop: Effect.Effect<void> = Clock.clockWith((clock) => {
+      while (input !== undefined) {
+        const current: Input = input
+        const now = clock.currentTimeMillisUnsafe()
         const transition = this.ports.protocol.step(this.phase, current, now, this.ports.broadcasts())
         const logs = this.apply(current, transition)
         const command = transition.command
+        if (command === undefined && logs === undefined) {
+          input = this.nextAhead()
+          continue
+        }
         const rest = command === undefined ? next : Effect.andThen(this.carriedOut(command, now), next)
         return logs === undefined ? rest : Effect.andThen(logs, rest)
-      })
+      }
+      return Effect.void
     })
     // The boundary: a bug (a throw in `step`, a defect in a command) ends this session, never the node.
     return loop.pipe(Effect.catchCause((cause) => this.defect(cause)))
