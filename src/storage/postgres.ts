@@ -57,7 +57,8 @@ export const postgresDriver = ({ run, transaction }: PostgresConnection): SqlDri
   return {
     dialect: POSTGRES,
     run: (operation, body, inTransaction) =>
-      run(operation, (query) => inTransaction === true ? transaction(query, () => interpret(query, body, true)) : interpret(query, body, false))
+      run(operation, (query) => inTransaction === true ? transaction(query, () => interpret(query, body, true)) : interpret(query, body, false)),
+    one: (operation, statement, answer) => run(operation, async (query) => answer(await execute(query, statement, false)))
   }
 }
 

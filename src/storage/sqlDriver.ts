@@ -39,7 +39,16 @@ export interface SqlDriver {
    * `StorageError` naming the operation.
    */
   readonly run: <A>(operation: string, body: () => Sql<A>, transaction?: boolean) => Effect.Effect<A, StorageError>
+  /** An operation of one statement, its answer read from the statement's result (`run` without a generator's cost). */
+  readonly one: <A>(operation: string, statement: Statement, answer: (result: Result) => A) => Effect.Effect<A, StorageError>
 }
+
+/** Whether a statement changed a row. */
+export const changed = (result: Result): boolean => result.changes > 0
+/** Whether a statement read a row. */
+export const found = (result: Result): boolean => result.rows.length > 0
+/** No answer: the statement is all. */
+export const nothing = (_: Result): void => {}
 
 /** `$from, $from+1, …`: `count` placeholders. */
 export const placeholders = (count: number, from = 1): string => Array.from({ length: count }, (_, i) => `$${from + i}`).join(", ")

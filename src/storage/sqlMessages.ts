@@ -21,16 +21,19 @@ import {
   TOPIC_PREFIX
 } from "./model.ts"
 import { jsonList } from "./sqlDialect.ts"
-import { fromExcluded, placeholders, sql, type Sql, type SqlDriver } from "./sqlDriver.ts"
+import { changed, fromExcluded, nothing, placeholders, sql, type Sql, type SqlDriver } from "./sqlDriver.ts"
 import { ident, MESSAGE_COLUMNS, messageFromRow, type MessageRow, messageValues } from "./sqlTables.ts"
 import type { AckedRow } from "./Storage.ts"
 
 const COLUMNS = MESSAGE_COLUMNS.split(", ")
+/** A message row's values, and the update of a row it replaces (every column but the key). */
+const VALUES = placeholders(COLUMNS.length)
+const UPDATE_ALL = fromExcluded(COLUMNS.slice(2))
 
 /** An operation that judges expiry: `now` is the caller's Clock (ms). */
 export const atNow = <A, E>(body: (now: number) => Effect.Effect<A, E>): Effect.Effect<A, E> => Effect.flatMap(Clock.currentTimeMillis, body)
 
-export const makeSqlMessages = ({ dialect, run }: SqlDriver) => {
+export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
   /**
    * One message: a timestamp message into a free sort key or over its own row (the same
    * `updateid`: a save retried after a lost answer stores it once), never over another
@@ -38,8 +41,8 @@ export const makeSqlMessages = ({ dialect, run }: SqlDriver) => {
    * ms, or its `timestamp` seconds for rows without one); none over its own tombstone.
    */
   function* putMessage(uaid: string, table: string, message: Notification): Sql<SaveOutcome> {
-    const insert = `INSERT INTO ${ident(table)} AS m (${MESSAGE_COLUMNS}) VALUES (${placeholders(COLUMNS.length)})
-      ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${fromExcluded(COLUMNS.slice(2))}`
+    const insert = `INSERT INTO ${ident(table)} AS m (${MESSAGE_COLUMNS}) VALUES (${VALUES})
+      ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${UPDATE_ALL}`
     const written = message.topic === undefined
       ? yield sql(`${insert} WHERE m.updateid = excluded.updateid AND m.cancelled IS NULL`, ...messageValues(uaid, message))
       : yield sql(
@@ -86,10 +89,11 @@ export const makeSqlMessages = ({ dialect, run }: SqlDriver) => {
 
   const fetchTopicMessages = (uaid: string, table: string, limit: number) =>
     atNow((now) =>
-      run("fetchTopicMessages", function*() {
-        const { rows } = yield readable(table, uaid, TOPIC_PREFIX, TOPIC_END, now, limit)
-        return rows.flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? [])
-      })
+      one(
+        "fetchTopicMessages",
+        readable(table, uaid, TOPIC_PREFIX, TOPIC_END, now, limit),
+        ({ rows }) => rows.flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? [])
+      )
     )
 
   /**
@@ -98,8 +102,8 @@ export const makeSqlMessages = ({ dialect, run }: SqlDriver) => {
    */
   const messagePage = (operation: string, uaid: string, table: string, lo: string, limit: number) =>
     atNow((now) =>
-      run(operation, function*() {
-        const rows = (yield readable(table, uaid, lo, TIMESTAMP_END, now, limit)).rows as unknown as ReadonlyArray<MessageRow>
+      one(operation, readable(table, uaid, lo, TIMESTAMP_END, now, limit), (result) => {
+        const rows = result.rows as unknown as ReadonlyArray<MessageRow>
         const last = rows.at(-1)
         return {
           messages: rows.flatMap((row) => messageFromRow(row) ?? []),
@@ -115,44 +119,37 @@ export const makeSqlMessages = ({ dialect, run }: SqlDriver) => {
     messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
 
   const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
-    run("deleteMessage", function*() {
-      if (version === undefined) {
-        yield sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKeyOf(key))
-        return true
-      }
-      return (yield sql(
-        `DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`,
-        uaid,
-        sortKeyOf(key),
-        version
-      )).changes > 0
-    })
+    version === undefined
+      ? one("deleteMessage", sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKeyOf(key)), () => true)
+      : one(
+        "deleteMessage",
+        sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
+        changed
+      )
 
   /** What a row becomes when it is buried: its tombstone (key, version and expiry kept). */
   const BURY = "SET cancelled = 1, data = NULL, headers = NULL"
 
   /** The row becomes its tombstone if it holds the message of `version`. */
   const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
-    run("cancelMessage", function*() {
-      return (yield sql(
-        `UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`,
-        uaid,
-        sortKeyOf(key),
-        version
-      )).changes > 0
-    })
+    one(
+      "cancelMessage",
+      sql(`UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
+      changed
+    )
 
   /** One statement: each row still holding its acked version becomes its tombstone. */
   const ackMessages = (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
-    run("ackMessages", function*() {
-      if (rows.length === 0) return
-      yield sql(
+    rows.length === 0 ? Effect.void : one(
+      "ackMessages",
+      sql(
         `UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND cancelled IS NULL
          AND (chidmessageid, updateid) IN (SELECT value->>0, value->>1 FROM ${dialect.tuples(2)})`,
         uaid,
         jsonList(rows.map((row) => [sortKeyOf(row.key), row.version]))
-      )
-    })
+      ),
+      nothing
+    )
 
   return {
     saveMessage,

@@ -7,85 +7,84 @@
  * write is an UPDATE of the row that is there, so a step that comes after the row was removed
  * (its receipt collected) cannot make it again.
  */
+import * as Effect from "effect/Effect"
 import type { StatusUpdate } from "../domain/receipt.ts"
 import { isVisible, META_SORT_KEY } from "./model.ts"
 import { jsonList } from "./sqlDialect.ts"
-import { assignments, fromExcluded, placeholders, sql, type SqlDriver } from "./sqlDriver.ts"
+import { assignments, changed, found, fromExcluded, nothing, placeholders, sql, type SqlDriver } from "./sqlDriver.ts"
 import { atNow } from "./sqlMessages.ts"
 import { ident, receiptExpiryOf, statusFromRow, updateColumns } from "./sqlTables.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
 
-export const makeSqlReceipts = ({ dialect, run }: SqlDriver, options: StorageOptions) => {
+export const makeSqlReceipts = ({ dialect, one }: SqlDriver, options: StorageOptions) => {
   const table = ident(receiptTableName(options))
 
   const createReceiptSubscription = (id: string, expiry: number) =>
-    run("createReceiptSubscription", function*() {
-      yield sql(
+    one(
+      "createReceiptSubscription",
+      sql(
         `INSERT INTO ${table} (subscription, message, expiry) VALUES ($1, $2, $3)
          ON CONFLICT (subscription, message) DO UPDATE SET expiry = excluded.expiry`,
         id,
         META_SORT_KEY,
         expiry
-      )
-    })
+      ),
+      nothing
+    )
 
   const touchReceiptSubscription = (id: string, expiry: number) =>
     atNow((now) =>
-      run("touchReceiptSubscription", function*() {
-        return (yield sql(
-          `UPDATE ${table} SET expiry = $1 WHERE subscription = $2 AND message = $3 AND expiry > $4`,
-          expiry,
-          id,
-          META_SORT_KEY,
-          Math.floor(now / 1000)
-        )).changes > 0
-      })
+      one(
+        "touchReceiptSubscription",
+        sql(`UPDATE ${table} SET expiry = $1 WHERE subscription = $2 AND message = $3 AND expiry > $4`, expiry, id, META_SORT_KEY, Math.floor(now / 1000)),
+        changed
+      )
     )
 
   /** A status write: `open` may make the row (an upsert); otherwise an UPDATE of the row that is there. */
-  const writeMessageStatus = (operation: string, open: boolean) => (subscription: string, messageId: string, update: StatusUpdate) =>
-    run(operation, function*() {
-      const columns = updateColumns(update)
-      const names = columns.map(([c]) => c)
-      const values = columns.map(([, value]) => value)
-      if (open) {
-        const onConflict = columns.length === 0
-          ? "DO NOTHING"
-          : `DO UPDATE SET ${fromExcluded(names)}${update.outcome !== undefined ? " WHERE r.outcome IS NULL" : ""}`
-        return (yield sql(
+  const writeMessageStatus = (operation: string, open: boolean) => (subscription: string, messageId: string, update: StatusUpdate) => {
+    const columns = updateColumns(update)
+    const names = columns.map(([c]) => c)
+    const values = columns.map(([, value]) => value)
+    if (open) {
+      const onConflict = columns.length === 0
+        ? "DO NOTHING"
+        : `DO UPDATE SET ${fromExcluded(names)}${update.outcome !== undefined ? " WHERE r.outcome IS NULL" : ""}`
+      return one(
+        operation,
+        sql(
           `INSERT INTO ${table} AS r (subscription, message${names.map((c) => `, ${c}`).join("")}) VALUES (${placeholders(names.length + 2)})
            ON CONFLICT (subscription, message) ${onConflict}`,
           subscription,
           messageId,
           ...values
-        )).changes > 0
-      }
-      if (columns.length === 0) return (yield sql(`SELECT 1 FROM ${table} WHERE subscription = $1 AND message = $2`, subscription, messageId)).rows.length > 0
-      const n = columns.length
-      return (yield sql(
-        `UPDATE ${table} SET ${assignments(names)} WHERE subscription = $${n + 1} AND message = $${n + 2}${
-          update.outcome !== undefined ? " AND outcome IS NULL" : ""
-        }`,
-        ...values,
-        subscription,
-        messageId
-      )).changes > 0
-    })
+        ),
+        changed
+      )
+    }
+    if (columns.length === 0) return one(operation, sql(`SELECT 1 FROM ${table} WHERE subscription = $1 AND message = $2`, subscription, messageId), found)
+    const n = columns.length
+    const unlessDecided = update.outcome !== undefined ? " AND outcome IS NULL" : ""
+    return one(
+      operation,
+      sql(`UPDATE ${table} SET ${assignments(names)} WHERE subscription = $${n + 1} AND message = $${n + 2}${unlessDecided}`, ...values, subscription, messageId),
+      changed
+    )
+  }
   const openMessageStatus = writeMessageStatus("openMessageStatus", true)
   const updateMessageStatus = writeMessageStatus("updateMessageStatus", false)
 
   const getMessageStatus = (subscription: string, messageId: string) =>
     atNow((now) =>
-      run("getMessageStatus", function*() {
-        const row = (yield sql(`SELECT * FROM ${table} WHERE subscription = $1 AND message = $2`, subscription, messageId)).rows[0]
+      one("getMessageStatus", sql(`SELECT * FROM ${table} WHERE subscription = $1 AND message = $2`, subscription, messageId), ({ rows }) => {
+        const row = rows[0]
         return row === undefined || !isVisible(receiptExpiryOf(row), now) ? undefined : statusFromRow(row)
       })
     )
 
   const readReceiptSubscription = (id: string) =>
     atNow((now) =>
-      run("readReceiptSubscription", function*() {
-        const { rows } = yield sql(`SELECT * FROM ${table} WHERE subscription = $1`, id)
+      one("readReceiptSubscription", sql(`SELECT * FROM ${table} WHERE subscription = $1`, id), ({ rows }) => {
         const expiry = receiptExpiryOf(rows.find((row) => row["message"] === META_SORT_KEY) ?? { expiry: null })
         if (expiry === undefined || !isVisible(expiry, now)) return undefined
         const statuses = rows.filter((row) => row["message"] !== META_SORT_KEY && isVisible(receiptExpiryOf(row), now)).map(statusFromRow)
@@ -94,14 +93,11 @@ export const makeSqlReceipts = ({ dialect, run }: SqlDriver, options: StorageOpt
     )
 
   const deleteMessageStatuses = (subscription: string, messageIds: ReadonlyArray<string>) =>
-    run("deleteMessageStatuses", function*() {
-      if (messageIds.length === 0) return
-      yield sql(
-        `DELETE FROM ${table} WHERE subscription = $1 AND message IN (SELECT value FROM ${dialect.scalars(2)})`,
-        subscription,
-        jsonList(messageIds)
-      )
-    })
+    messageIds.length === 0 ? Effect.void : one(
+      "deleteMessageStatuses",
+      sql(`DELETE FROM ${table} WHERE subscription = $1 AND message IN (SELECT value FROM ${dialect.scalars(2)})`, subscription, jsonList(messageIds)),
+      nothing
+    )
 
   return {
     createReceiptSubscription,

@@ -9,10 +9,11 @@
  * the per-user limit — is a transaction holding the user's lock (`SqlDialect.lockUser`), so two
  * nodes adding channels at once cannot both pass the limit.
  */
+import * as Effect from "effect/Effect"
 import type { UserRecord } from "../domain/user.ts"
 import { CHANNEL_END, CHANNEL_PREFIX, channelSortKey, userFields } from "./model.ts"
 import { jsonList } from "./sqlDialect.ts"
-import { assignments, fromExcluded, placeholders, sql, type Sql, type SqlDriver } from "./sqlDriver.ts"
+import { assignments, changed, found, fromExcluded, nothing, placeholders, sql, type Sql, type SqlDriver } from "./sqlDriver.ts"
 import { broadcastTableName, ident, USER_COLUMNS, userFromRow, userRow, userValue } from "./sqlTables.ts"
 import type { UserPatch } from "./Storage.ts"
 import { isMessageTable, type StorageOptions } from "./tables.ts"
@@ -23,43 +24,37 @@ export function* deleteUserRows(options: StorageOptions, uaid: string, table: st
   yield { ...sql(`DELETE FROM ${ident(table)} WHERE uaid = $1`, uaid), ifTableExists: true }
 }
 
-export const makeSqlUsers = ({ dialect, run }: SqlDriver, options: StorageOptions) => {
+export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageOptions) => {
   const router = ident(options.routerTable)
   const broadcasts = ident(broadcastTableName(options))
 
   // ── router table ──────────────────────────────────────────────────────────────────────────────
 
   const getUser = (uaid: string) =>
-    run("getUser", function*() {
-      const { rows } = yield sql(`SELECT * FROM ${router} WHERE uaid = $1`, uaid)
-      return rows[0] === undefined ? undefined : userFromRow(rows[0])
-    })
+    one("getUser", sql(`SELECT * FROM ${router} WHERE uaid = $1`, uaid), ({ rows }) => rows[0] === undefined ? undefined : userFromRow(rows[0]))
 
   /** The whole record, unless one with a newer-or-equal `connected_at` is there. */
   const register = `INSERT INTO ${router} AS r (uaid, ${USER_COLUMNS.join(", ")}) VALUES (${placeholders(USER_COLUMNS.length + 1)})
     ON CONFLICT (uaid) DO UPDATE SET ${fromExcluded(USER_COLUMNS)} WHERE r.connected_at < excluded.connected_at`
-  const registerUser = (user: UserRecord) =>
-    run("registerUser", function*() {
-      return (yield sql(register, ...userRow(user))).changes > 0
-    })
+  const registerUser = (user: UserRecord) => one("registerUser", sql(register, ...userRow(user)), changed)
 
   const n = USER_COLUMNS.length
   const resume = `UPDATE ${router} SET ${assignments(USER_COLUMNS)} WHERE uaid = $${n + 1} AND connected_at < $${n + 2}`
-  const resumeUser = (user: UserRecord) =>
-    run("resumeUser", function*() {
-      return (yield sql(resume, ...userRow(user).slice(1), user.uaid, user.connectedAt)).changes > 0
-    })
+  const resumeUser = (user: UserRecord) => one("resumeUser", sql(resume, ...userRow(user).slice(1), user.uaid, user.connectedAt), changed)
 
-  const updateUser = (uaid: string, patch: UserPatch) =>
-    run("updateUser", function*() {
-      const changed = userFields.filter(([field]) => field in patch)
-      if (changed.length === 0) return (yield sql(`SELECT 1 FROM ${router} WHERE uaid = $1`, uaid)).rows.length > 0
-      return (yield sql(
-        `UPDATE ${router} SET ${assignments(changed.map(([, c]) => c))} WHERE uaid = $${changed.length + 1}`,
-        ...changed.map(([field]) => userValue(field, patch[field])),
+  const updateUser = (uaid: string, patch: UserPatch) => {
+    const fields = userFields.filter(([field]) => field in patch)
+    if (fields.length === 0) return one("updateUser", sql(`SELECT 1 FROM ${router} WHERE uaid = $1`, uaid), found)
+    return one(
+      "updateUser",
+      sql(
+        `UPDATE ${router} SET ${assignments(fields.map(([, c]) => c))} WHERE uaid = $${fields.length + 1}`,
+        ...fields.map(([field]) => userValue(field, patch[field])),
         uaid
-      )).changes > 0
-    })
+      ),
+      changed
+    )
+  }
 
   /** The record (with its condition), then the user's rows in its current table, in one transaction. */
   const dropUser = (uaid: string, drop?: { readonly ifConnectedAt?: number }) =>
@@ -75,25 +70,18 @@ export const makeSqlUsers = ({ dialect, run }: SqlDriver, options: StorageOption
     }, true)
 
   const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) =>
-    run("clearNodeId", function*() {
-      return (yield sql(`UPDATE ${router} SET node_id = NULL WHERE uaid = $1 AND node_id = $2 AND connected_at = $3`, uaid, nodeId, connectedAt))
-        .changes > 0
-    })
+    one("clearNodeId", sql(`UPDATE ${router} SET node_id = NULL WHERE uaid = $1 AND node_id = $2 AND connected_at = $3`, uaid, nodeId, connectedAt), changed)
 
   // ── broadcasts ────────────────────────────────────────────────────────────────────────────────
 
-  const getBroadcasts = run("getBroadcasts", function*() {
-    const { rows } = yield sql(`SELECT id, version FROM ${broadcasts}`)
-    return new Map(rows.map((row) => [String(row["id"]), String(row["version"])])) as ReadonlyMap<string, string>
-  })
+  const getBroadcasts = one(
+    "getBroadcasts",
+    sql(`SELECT id, version FROM ${broadcasts}`),
+    ({ rows }) => new Map(rows.map((row) => [String(row["id"]), String(row["version"])])) as ReadonlyMap<string, string>
+  )
   const putBroadcast = (id: string, version: string) =>
-    run("putBroadcast", function*() {
-      yield sql(`INSERT INTO ${broadcasts} (id, version) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, id, version)
-    })
-  const deleteBroadcast = (id: string) =>
-    run("deleteBroadcast", function*() {
-      return (yield sql(`DELETE FROM ${broadcasts} WHERE id = $1`, id)).changes > 0
-    })
+    one("putBroadcast", sql(`INSERT INTO ${broadcasts} (id, version) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, id, version), nothing)
+  const deleteBroadcast = (id: string) => one("deleteBroadcast", sql(`DELETE FROM ${broadcasts} WHERE id = $1`, id), changed)
 
   // ── channels: one row per channel, `00:{chid}` ────────────────────────────────────────────────
 
@@ -122,38 +110,33 @@ export const makeSqlUsers = ({ dialect, run }: SqlDriver, options: StorageOption
       return true
     }, maxChannels !== undefined)
 
-  const addChannels = (uaid: string, table: string, channelIds: Iterable<string>) =>
-    run("addChannels", function*() {
-      const keys = Array.from(new Set(channelIds), channelSortKey)
-      if (keys.length === 0) return
-      // `WHERE true`: SQLite's parser needs it between an INSERT's SELECT and its ON CONFLICT.
-      yield sql(
+  const addChannels = (uaid: string, table: string, channelIds: Iterable<string>) => {
+    const keys = Array.from(new Set(channelIds), channelSortKey)
+    if (keys.length === 0) return Effect.void
+    // `WHERE true`: SQLite's parser needs it between an INSERT's SELECT and its ON CONFLICT.
+    return one(
+      "addChannels",
+      sql(
         `INSERT INTO ${ident(table)} (uaid, chidmessageid) SELECT $1, value FROM ${dialect.scalars(2)} WHERE true ON CONFLICT DO NOTHING`,
         uaid,
         jsonList(keys)
-      )
-    })
+      ),
+      nothing
+    )
+  }
 
   const removeChannel = (uaid: string, table: string, channelId: string) =>
-    run("removeChannel", function*() {
-      return (yield sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, channelSortKey(channelId))).changes > 0
-    })
+    one("removeChannel", sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, channelSortKey(channelId)), changed)
 
   const getChannels = (uaid: string, table: string) =>
-    run("getChannels", function*() {
-      const { rows } = yield sql(
-        `SELECT chidmessageid FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid >= $2 AND chidmessageid < $3`,
-        uaid,
-        CHANNEL_PREFIX,
-        CHANNEL_END
-      )
-      return new Set(rows.map((row) => String(row["chidmessageid"]).slice(CHANNEL_PREFIX.length))) as ReadonlySet<string>
-    })
+    one(
+      "getChannels",
+      sql(`SELECT chidmessageid FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid >= $2 AND chidmessageid < $3`, uaid, CHANNEL_PREFIX, CHANNEL_END),
+      ({ rows }) => new Set(rows.map((row) => String(row["chidmessageid"]).slice(CHANNEL_PREFIX.length))) as ReadonlySet<string>
+    )
 
   const hasChannel = (uaid: string, table: string, channelId: string) =>
-    run("hasChannel", function*() {
-      return (yield sql(`SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, channelSortKey(channelId))).rows.length > 0
-    })
+    one("hasChannel", sql(`SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, channelSortKey(channelId)), found)
 
   return {
     getUser,

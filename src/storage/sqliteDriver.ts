@@ -163,7 +163,8 @@ const sqliteDriver = (connection: SqliteConnection, run: RunSql): SqlDriver => {
   return {
     dialect: SQLITE,
     run: (operation, body, transaction) =>
-      run(operation, transaction === true ? () => connection.immediate(() => interpret(body)) : () => interpret(body))
+      run(operation, transaction === true ? () => connection.immediate(() => interpret(body)) : () => interpret(body)),
+    one: (operation, statement, answer) => run(operation, () => answer(execute(statement)))
   }
 }
 
