@@ -21,6 +21,11 @@ export interface SqlDialect {
   readonly scalars: (n: number) => string
   /** The rows of the JSON array of arrays bound as `$n`: a `value` column, its items `value->>0`, `value->>1`, … */
   readonly tuples: (n: number) => string
+  /**
+   * `column` + this: the column is one of the JSON array of scalars bound as `$n` (of SQL `type`),
+   * in a form that looks each one up in the column's index.
+   */
+  readonly inList: (n: number, type?: string) => string
   /** A column naming each row of a table physically, for deleting a batch of rows chosen by a subquery. */
   readonly rowId: string
   /** The names of the tables of the store (column `name`). */
@@ -46,6 +51,7 @@ export const SQLITE: SqlDialect = {
   key: "TEXT",
   scalars: (n) => `json_each($${n})`,
   tuples: (n) => `json_each($${n})`,
+  inList: (n) => `IN (SELECT value FROM json_each($${n}))`,
   rowId: "rowid",
   tableNames: "SELECT name FROM sqlite_schema WHERE type = 'table'",
   columnNames: "SELECT name FROM pragma_table_info($1)",
@@ -63,6 +69,8 @@ export const POSTGRES: SqlDialect = {
   key: "TEXT COLLATE \"C\"",
   scalars: (n) => `json_array_elements_text($${n}::json) AS value`,
   tuples: (n) => `json_array_elements($${n}::json) AS value`,
+  // `= ANY` of an array the planner sees as a value, not `IN` a set it would hash the table against.
+  inList: (n, type = "TEXT") => `= ANY(ARRAY(SELECT CAST(value AS ${type}) FROM json_array_elements_text($${n}::json) AS value))`,
   rowId: "ctid",
   tableNames: "SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema()",
   columnNames: "SELECT column_name AS name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1",

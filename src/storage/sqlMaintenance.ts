@@ -85,7 +85,7 @@ export const makeSqlMaintenance = ({ dialect, run }: SqlDriver, options: Storage
     const keys = jsonList(staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys))
     const stale = yield* run("dropStaleUsers", function*() {
       return (yield sql(
-        `SELECT uaid, last_connect FROM ${router} WHERE last_connect IN (SELECT CAST(value AS ${dialect.integer}) FROM ${dialect.scalars(1)})`,
+        `SELECT uaid, last_connect FROM ${router} WHERE last_connect ${dialect.inList(1, dialect.integer)}`,
         keys
       )).rows
     })

@@ -138,14 +138,15 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
       changed
     )
 
-  /** One statement: each row still holding its acked version becomes its tombstone. */
+  /** One statement: each row still holding its acked version becomes its tombstone (the rows looked up by key, then matched by version). */
   const ackMessages = (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
     rows.length === 0 ? Effect.void : one(
       "ackMessages",
       sql(
-        `UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND cancelled IS NULL
-         AND (chidmessageid, updateid) IN (SELECT value->>0, value->>1 FROM ${dialect.tuples(2)})`,
+        `UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)} AND cancelled IS NULL
+         AND (chidmessageid, updateid) IN (SELECT value->>0, value->>1 FROM ${dialect.tuples(3)})`,
         uaid,
+        jsonList(rows.map((row) => sortKeyOf(row.key))),
         jsonList(rows.map((row) => [sortKeyOf(row.key), row.version]))
       ),
       nothing

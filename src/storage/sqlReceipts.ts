@@ -95,7 +95,7 @@ export const makeSqlReceipts = ({ dialect, one }: SqlDriver, options: StorageOpt
   const deleteMessageStatuses = (subscription: string, messageIds: ReadonlyArray<string>) =>
     messageIds.length === 0 ? Effect.void : one(
       "deleteMessageStatuses",
-      sql(`DELETE FROM ${table} WHERE subscription = $1 AND message IN (SELECT value FROM ${dialect.scalars(2)})`, subscription, jsonList(messageIds)),
+      sql(`DELETE FROM ${table} WHERE subscription = $1 AND message ${dialect.inList(2)}`, subscription, jsonList(messageIds)),
       nothing
     )
 
