@@ -10,11 +10,14 @@
 import * as Effect from "effect/Effect"
 import type { StatusUpdate } from "../domain/receipt.ts"
 import { isVisible, META_SORT_KEY } from "./model.ts"
+import { type ReceiptRowReader, statusUpdateFields, subscriptionFromRows } from "./receiptRows.ts"
 import { jsonList } from "./sqlDialect.ts"
-import { assignments, changed, found, fromExcluded, nothing, placeholders, sql, type SqlDriver } from "./sqlDriver.ts"
+import { assignments, changed, found, fromExcluded, nothing, placeholders, type Row, sql, type SqlDriver } from "./sqlDriver.ts"
 import { atNow } from "./sqlMessages.ts"
-import { ident, receiptExpiryOf, statusFromRow, updateColumns } from "./sqlTables.ts"
+import { ident, receiptExpiryOf, statusFromRow } from "./sqlTables.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
+
+const ROWS: ReceiptRowReader<Row> = { message: (row) => String(row["message"]), expiry: receiptExpiryOf, status: statusFromRow }
 
 export const makeSqlReceipts = ({ dialect, one }: SqlDriver, options: StorageOptions) => {
   const table = ident(receiptTableName(options))
@@ -43,7 +46,7 @@ export const makeSqlReceipts = ({ dialect, one }: SqlDriver, options: StorageOpt
 
   /** A status write: `open` may make the row (an upsert); otherwise an UPDATE of the row that is there. */
   const writeMessageStatus = (operation: string, open: boolean) => (subscription: string, messageId: string, update: StatusUpdate) => {
-    const columns = updateColumns(update)
+    const columns = statusUpdateFields(update)
     const names = columns.map(([c]) => c)
     const values = columns.map(([, value]) => value)
     if (open) {
@@ -84,12 +87,7 @@ export const makeSqlReceipts = ({ dialect, one }: SqlDriver, options: StorageOpt
 
   const readReceiptSubscription = (id: string) =>
     atNow((now) =>
-      one("readReceiptSubscription", sql(`SELECT * FROM ${table} WHERE subscription = $1`, id), ({ rows }) => {
-        const expiry = receiptExpiryOf(rows.find((row) => row["message"] === META_SORT_KEY) ?? { expiry: null })
-        if (expiry === undefined || !isVisible(expiry, now)) return undefined
-        const statuses = rows.filter((row) => row["message"] !== META_SORT_KEY && isVisible(receiptExpiryOf(row), now)).map(statusFromRow)
-        return { expiry, statuses }
-      })
+      one("readReceiptSubscription", sql(`SELECT * FROM ${table} WHERE subscription = $1`, id), ({ rows }) => subscriptionFromRows(rows, now, ROWS))
     )
 
   const deleteMessageStatuses = (subscription: string, messageIds: ReadonlyArray<string>) =>

@@ -19,7 +19,7 @@
  * are the dialect's (`sqlDialect.ts`).
  */
 import type { Notification } from "../domain/notification.ts"
-import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
+import type { MessageStatus } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
   CANCELLED,
@@ -27,11 +27,10 @@ import {
   messageFields,
   messageFromFields,
   plainData,
-  RECEIPT_TIME_FIELDS,
-  statusFromFields,
   userFields,
   userFromFields
 } from "./model.ts"
+import { statusFromFields } from "./receiptRows.ts"
 import { type SqlDialect, SQLITE } from "./sqlDialect.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
 
@@ -196,17 +195,3 @@ export const statusFromRow = (row: Row): MessageStatus =>
   )
 
 export const receiptExpiryOf = (row: Row): number | undefined => (row["expiry"] === null || row["expiry"] === undefined ? undefined : Number(row["expiry"]))
-
-/** The columns an update sets, and their values. */
-export const updateColumns = (update: StatusUpdate): ReadonlyArray<readonly [string, SqlValue]> => [
-  ...(update.expiry !== undefined ? [["expiry", update.expiry] as const] : []),
-  ...Object.entries(RECEIPT_TIME_FIELDS).flatMap(([field, column]) => {
-    const value = update[field as keyof typeof RECEIPT_TIME_FIELDS]
-    return value === undefined ? [] : [[column, value] as const]
-  }),
-  ...(update.outcome === undefined ? [] : [
-    ["outcome", update.outcome.outcome] as const,
-    ["outcome_at", update.outcome.at] as const,
-    ...(update.outcome.code !== undefined ? [["code", update.outcome.code] as const] : [])
-  ])
-]
