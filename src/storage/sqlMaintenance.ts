@@ -14,21 +14,14 @@ import * as Effect from "effect/Effect"
 import { CANCELLED } from "./model.ts"
 import { jsonList } from "./sqlDialect.ts"
 import { sql, type Sql, type SqlDriver } from "./sqlDriver.ts"
-import { STALE_BATCH, SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sqlSweep.ts"
+import { SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sqlSweep.ts"
 import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql } from "./sqlTables.ts"
 import { deleteUserRows } from "./sqlUsers.ts"
-import { StorageError, type TableStatus } from "./Storage.ts"
-import {
-  activeTableNames,
-  isMessageTable,
-  lastConnectKeys,
-  messageTablesOf,
-  receiptTableName,
-  type StorageOptions,
-  staleMonths
-} from "./tables.ts"
+import { dropInBatches, staleKeys } from "./staleUsers.ts"
+import { type StaleUserSweep, StorageError, tableFound } from "./Storage.ts"
+import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "./tables.ts"
 
-export const makeSqlMaintenance = ({ dialect, run }: SqlDriver, options: StorageOptions) => {
+export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: StorageOptions) => {
   const router = ident(options.routerTable)
 
   function* tableNames(): Sql<ReadonlySet<string>> {
@@ -51,11 +44,10 @@ export const makeSqlMaintenance = ({ dialect, run }: SqlDriver, options: Storage
   const checkTables = Effect.flatMap(Clock.currentTimeMillis, (now) =>
     run("checkTables", function*() {
       const names = yield* tableNames()
-      const status = (table: string, ok: boolean): TableStatus => (ok ? { table, ok } : { table, ok, cause: "table not found" })
       return [
-        status(options.routerTable, names.has(options.routerTable) && names.has(broadcastTableName(options))),
-        status(receiptTableName(options), names.has(receiptTableName(options))),
-        ...activeTableNames(options, now).map((table) => status(table, names.has(table)))
+        tableFound(options.routerTable, names.has(options.routerTable) && names.has(broadcastTableName(options))),
+        tableFound(receiptTableName(options), names.has(receiptTableName(options))),
+        ...activeTableNames(options, now).map((table) => tableFound(table, names.has(table)))
       ]
     }))
 
@@ -75,42 +67,30 @@ export const makeSqlMaintenance = ({ dialect, run }: SqlDriver, options: Storage
    * Drop users whose `last_connect` is one of the month range's index keys, a batch per
    * transaction; a user is dropped only if its `last_connect` is still the value read.
    */
-  const dropStaleUsers = Effect.fnUntraced(function*(args: {
-    readonly monthsAgo: number
-    readonly lookbackMonths: number
-    readonly onProgress?: (dropped: number) => Effect.Effect<void>
-    readonly dryRun?: boolean
-  }) {
-    const now = yield* Clock.currentTimeMillis
-    const keys = jsonList(staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys))
-    const stale = yield* run("dropStaleUsers", function*() {
-      return (yield sql(
-        `SELECT uaid, last_connect FROM ${router} WHERE last_connect ${dialect.inList(1, dialect.integer)}`,
-        keys
-      )).rows
-    })
-    if (args.dryRun === true) return stale.length
-    let dropped = 0
-    for (let i = 0; i < stale.length; i += STALE_BATCH) {
-      dropped += yield* run("dropStaleUsers", function*() {
-        let n = 0
-        for (const user of stale.slice(i, i + STALE_BATCH)) {
-          const uaid = String(user["uaid"])
-          const { rows } = yield sql(
-            `DELETE FROM ${router} WHERE uaid = $1 AND last_connect = $2 RETURNING current_month`,
-            uaid,
-            Number(user["last_connect"])
-          )
-          if (rows[0] === undefined) continue
-          yield* deleteUserRows(options, uaid, rows[0]["current_month"] as string | null)
-          n++
-        }
-        return n
-      }, true)
-      if (args.onProgress !== undefined) yield* args.onProgress(dropped)
-    }
-    return dropped
-  })
+  const dropStaleUsers = (sweep: StaleUserSweep) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      one(
+        "dropStaleUsers",
+        sql(`SELECT uaid, last_connect FROM ${router} WHERE last_connect ${dialect.inList(1, dialect.integer)}`, jsonList(staleKeys(now, sweep))),
+        ({ rows }) => rows
+      )).pipe(Effect.flatMap((stale) =>
+        dropInBatches(stale, sweep, (batch) =>
+          run("dropStaleUsers", function*() {
+            let n = 0
+            for (const user of batch) {
+              const uaid = String(user["uaid"])
+              const { rows } = yield sql(
+                `DELETE FROM ${router} WHERE uaid = $1 AND last_connect = $2 RETURNING current_month`,
+                uaid,
+                Number(user["last_connect"])
+              )
+              if (rows[0] === undefined) continue
+              yield* deleteUserRows(options, uaid, rows[0]["current_month"] as string | null)
+              n++
+            }
+            return n
+          }, true))
+      ))
 
   /** Delete rows expired a day or more before `nowMs` from the message tables and the receipts; how many. */
   const sweepExpired = (nowMs: number) =>
