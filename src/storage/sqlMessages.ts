@@ -61,20 +61,6 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
     return tombstone.rows.length > 0 ? "cancelled" : message.topic === undefined ? "taken" : "superseded"
   }
 
-  const saveMessage = (uaid: string, table: string, message: Notification) => run("saveMessage", () => putMessage(uaid, table, message))
-
-  const saveMessages = (uaid: string, table: string, messages: ReadonlyArray<Notification>) =>
-    run("saveMessages", function*() {
-      const saved: Array<Notification> = []
-      for (const message of messages) {
-        let placed = message
-        let outcome = yield* putMessage(uaid, table, placed)
-        while (outcome === "taken") outcome = yield* putMessage(uaid, table, placed = nextFreeMs(placed))
-        if (outcome === "stored") saved.push(placed)
-      }
-      return saved
-    }, messages.length > 0)
-
   /** Readable rows (not expired at `now`, not tombstones) after `lo` and before `hi`, `limit` at most. */
   const readable = (table: string, uaid: string, lo: string, hi: string, now: number, limit: number) =>
     sql(
@@ -85,15 +71,6 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
       hi,
       Math.floor(now / 1000),
       limit
-    )
-
-  const fetchTopicMessages = (uaid: string, table: string, limit: number) =>
-    atNow((now) =>
-      one(
-        "fetchTopicMessages",
-        readable(table, uaid, TOPIC_PREFIX, TOPIC_END, now, limit),
-        ({ rows }) => rows.flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? [])
-      )
     )
 
   /**
@@ -113,53 +90,60 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
       })
     )
 
-  const fetchMessages = (uaid: string, table: string, limit: number) => messagePage("fetchMessages", uaid, table, TOPIC_PREFIX, limit)
-
-  const fetchTimestampMessages = (uaid: string, table: string, after: number | undefined, limit: number) =>
-    messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit)
-
-  const deleteMessage = (uaid: string, table: string, key: MessageKey, version?: string) =>
-    version === undefined
-      ? one("deleteMessage", sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKeyOf(key)), () => true)
-      : one(
-        "deleteMessage",
-        sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
-        changed
-      )
-
   /** What a row becomes when it is buried: its tombstone (key, version and expiry kept). */
   const BURY = "SET cancelled = 1, data = NULL, headers = NULL"
 
-  /** The row becomes its tombstone if it holds the message of `version`. */
-  const cancelMessage = (uaid: string, table: string, key: MessageKey, version: string) =>
-    one(
-      "cancelMessage",
-      sql(`UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
-      changed
-    )
-
-  /** One statement: each row still holding its acked version becomes its tombstone (the rows looked up by key, then matched by version). */
-  const ackMessages = (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
-    rows.length === 0 ? Effect.void : one(
-      "ackMessages",
-      sql(
-        `UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)} AND cancelled IS NULL
-         AND (chidmessageid, updateid) IN (SELECT value->>0, value->>1 FROM ${dialect.tuples(3)})`,
-        uaid,
-        jsonList(rows.map((row) => sortKeyOf(row.key))),
-        jsonList(rows.map((row) => [sortKeyOf(row.key), row.version]))
-      ),
-      nothing
-    )
-
   return {
-    saveMessage,
-    saveMessages,
-    fetchTopicMessages,
-    fetchMessages,
-    fetchTimestampMessages,
-    deleteMessage,
-    ackMessages,
-    cancelMessage
+    saveMessage: (uaid: string, table: string, message: Notification) => run("saveMessage", () => putMessage(uaid, table, message)),
+    saveMessages: (uaid: string, table: string, messages: ReadonlyArray<Notification>) =>
+      run("saveMessages", function*() {
+        const saved: Array<Notification> = []
+        for (const message of messages) {
+          let placed = message
+          let outcome = yield* putMessage(uaid, table, placed)
+          while (outcome === "taken") outcome = yield* putMessage(uaid, table, placed = nextFreeMs(placed))
+          if (outcome === "stored") saved.push(placed)
+        }
+        return saved
+      }, messages.length > 0),
+    fetchTopicMessages: (uaid: string, table: string, limit: number) =>
+      atNow((now) =>
+        one(
+          "fetchTopicMessages",
+          readable(table, uaid, TOPIC_PREFIX, TOPIC_END, now, limit),
+          ({ rows }) => rows.flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? [])
+        )
+      ),
+    fetchMessages: (uaid: string, table: string, limit: number) => messagePage("fetchMessages", uaid, table, TOPIC_PREFIX, limit),
+    fetchTimestampMessages: (uaid: string, table: string, after: number | undefined, limit: number) =>
+      messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit),
+    deleteMessage: (uaid: string, table: string, key: MessageKey, version?: string) =>
+      version === undefined
+        ? one("deleteMessage", sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKeyOf(key)), () => true)
+        : one(
+          "deleteMessage",
+          sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
+          changed
+        ),
+    /** One statement: each row still holding its acked version becomes its tombstone (rows found by key, then version). */
+    ackMessages: (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
+      rows.length === 0 ? Effect.void : one(
+        "ackMessages",
+        sql(
+          `UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)} AND cancelled IS NULL
+           AND (chidmessageid, updateid) IN (SELECT value->>0, value->>1 FROM ${dialect.tuples(3)})`,
+          uaid,
+          jsonList(rows.map((row) => sortKeyOf(row.key))),
+          jsonList(rows.map((row) => [sortKeyOf(row.key), row.version]))
+        ),
+        nothing
+      ),
+    /** The row becomes its tombstone if it holds the message of `version`. */
+    cancelMessage: (uaid: string, table: string, key: MessageKey, version: string) =>
+      one(
+        "cancelMessage",
+        sql(`UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
+        changed
+      )
   }
 }

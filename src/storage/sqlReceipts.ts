@@ -22,28 +22,6 @@ const ROWS: ReceiptRowReader<Row> = { message: (row) => String(row["message"]), 
 export const makeSqlReceipts = ({ dialect, one }: SqlDriver, options: StorageOptions) => {
   const table = ident(receiptTableName(options))
 
-  const createReceiptSubscription = (id: string, expiry: number) =>
-    one(
-      "createReceiptSubscription",
-      sql(
-        `INSERT INTO ${table} (subscription, message, expiry) VALUES ($1, $2, $3)
-         ON CONFLICT (subscription, message) DO UPDATE SET expiry = excluded.expiry`,
-        id,
-        META_SORT_KEY,
-        expiry
-      ),
-      nothing
-    )
-
-  const touchReceiptSubscription = (id: string, expiry: number) =>
-    atNow((now) =>
-      one(
-        "touchReceiptSubscription",
-        sql(`UPDATE ${table} SET expiry = $1 WHERE subscription = $2 AND message = $3 AND expiry > $4`, expiry, id, META_SORT_KEY, Math.floor(now / 1000)),
-        changed
-      )
-    )
-
   /** A status write: `open` may make the row (an upsert); otherwise an UPDATE of the row that is there. */
   const writeMessageStatus = (operation: string, open: boolean) => (subscription: string, messageId: string, update: StatusUpdate) => {
     const columns = statusUpdateFields(update)
@@ -74,36 +52,51 @@ export const makeSqlReceipts = ({ dialect, one }: SqlDriver, options: StorageOpt
       changed
     )
   }
-  const openMessageStatus = writeMessageStatus("openMessageStatus", true)
-  const updateMessageStatus = writeMessageStatus("updateMessageStatus", false)
-
-  const getMessageStatus = (subscription: string, messageId: string) =>
-    atNow((now) =>
-      one("getMessageStatus", sql(`SELECT * FROM ${table} WHERE subscription = $1 AND message = $2`, subscription, messageId), ({ rows }) => {
-        const row = rows[0]
-        return row === undefined || !isVisible(receiptExpiryOf(row), now) ? undefined : statusFromRow(row)
-      })
-    )
-
-  const readReceiptSubscription = (id: string) =>
-    atNow((now) =>
-      one("readReceiptSubscription", sql(`SELECT * FROM ${table} WHERE subscription = $1`, id), ({ rows }) => subscriptionFromRows(rows, now, ROWS))
-    )
-
-  const deleteMessageStatuses = (subscription: string, messageIds: ReadonlyArray<string>) =>
-    messageIds.length === 0 ? Effect.void : one(
-      "deleteMessageStatuses",
-      sql(`DELETE FROM ${table} WHERE subscription = $1 AND message ${dialect.inList(2)}`, subscription, jsonList(messageIds)),
-      nothing
-    )
 
   return {
-    createReceiptSubscription,
-    touchReceiptSubscription,
-    openMessageStatus,
-    updateMessageStatus,
-    getMessageStatus,
-    readReceiptSubscription,
-    deleteMessageStatuses
+    createReceiptSubscription: (id: string, expiry: number) =>
+      one(
+        "createReceiptSubscription",
+        sql(
+          `INSERT INTO ${table} (subscription, message, expiry) VALUES ($1, $2, $3)
+           ON CONFLICT (subscription, message) DO UPDATE SET expiry = excluded.expiry`,
+          id,
+          META_SORT_KEY,
+          expiry
+        ),
+        nothing
+      ),
+
+    touchReceiptSubscription: (id: string, expiry: number) =>
+      atNow((now) =>
+        one(
+          "touchReceiptSubscription",
+          sql(`UPDATE ${table} SET expiry = $1 WHERE subscription = $2 AND message = $3 AND expiry > $4`, expiry, id, META_SORT_KEY, Math.floor(now / 1000)),
+          changed
+        )
+      ),
+
+    openMessageStatus: writeMessageStatus("openMessageStatus", true),
+    updateMessageStatus: writeMessageStatus("updateMessageStatus", false),
+
+    getMessageStatus: (subscription: string, messageId: string) =>
+      atNow((now) =>
+        one("getMessageStatus", sql(`SELECT * FROM ${table} WHERE subscription = $1 AND message = $2`, subscription, messageId), ({ rows }) => {
+          const row = rows[0]
+          return row === undefined || !isVisible(receiptExpiryOf(row), now) ? undefined : statusFromRow(row)
+        })
+      ),
+
+    readReceiptSubscription: (id: string) =>
+      atNow((now) =>
+        one("readReceiptSubscription", sql(`SELECT * FROM ${table} WHERE subscription = $1`, id), ({ rows }) => subscriptionFromRows(rows, now, ROWS))
+      ),
+
+    deleteMessageStatuses: (subscription: string, messageIds: ReadonlyArray<string>) =>
+      messageIds.length === 0 ? Effect.void : one(
+        "deleteMessageStatuses",
+        sql(`DELETE FROM ${table} WHERE subscription = $1 AND message ${dialect.inList(2)}`, subscription, jsonList(messageIds)),
+        nothing
+      )
   }
 }
