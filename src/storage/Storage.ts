@@ -75,6 +75,9 @@ export interface TableStatus {
   readonly cause?: string | undefined
 }
 
+/** A table's status by whether it is there. */
+export const tableFound = (table: string, found: boolean): TableStatus => (found ? { table, ok: true } : { table, ok: false, cause: "table not found" })
+
 export interface StorageService {
   // ── router table ─────────────────────────────────────────────────────────────────────────────
   readonly getUser: (uaid: string) => Effect.Effect<UserRecord | undefined, StorageError>
@@ -238,12 +241,17 @@ export interface StorageService {
    * whose `last_connect` changed meanwhile is kept. `onProgress` gets the running total after each
    * small batch. Returns how many were dropped; with `dryRun`, how many would be (nothing is dropped).
    */
-  readonly dropStaleUsers: (options: {
-    readonly monthsAgo: number
-    readonly lookbackMonths: number
-    readonly onProgress?: (dropped: number) => Effect.Effect<void>
-    readonly dryRun?: boolean
-  }) => Effect.Effect<number, StorageError>
+  readonly dropStaleUsers: (sweep: StaleUserSweep) => Effect.Effect<number, StorageError>
+}
+
+/** What a stale-user sweep drops (`dropStaleUsers`): months `monthsAgo` … `monthsAgo + lookbackMonths` ago. */
+export interface StaleUserSweep {
+  readonly monthsAgo: number
+  readonly lookbackMonths: number
+  /** The running total of users dropped, after each small batch. */
+  readonly onProgress?: (dropped: number) => Effect.Effect<void>
+  /** Count the users that would be dropped; drop none. */
+  readonly dryRun?: boolean
 }
 
 export class Storage extends Context.Service<Storage, StorageService>()("autopush/storage/Storage") {}

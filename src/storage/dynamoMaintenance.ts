@@ -9,16 +9,9 @@ import * as Effect from "effect/Effect"
 import type { DynamoClient } from "./dynamoClient.ts"
 import { type DynamoRequests, errorName, isNamed, liveClock } from "./dynamoRequests.ts"
 import { type Item, N, S } from "./dynamoRows.ts"
-import { StorageError, type TableStatus } from "./Storage.ts"
-import {
-  activeTableNames,
-  isMessageTable,
-  lastConnectKeys,
-  messageTablesOf,
-  receiptTableName,
-  type StorageOptions,
-  staleMonths
-} from "./tables.ts"
+import { staleKeys } from "./staleUsers.ts"
+import { type StaleUserSweep, StorageError, tableFound, type TableStatus } from "./Storage.ts"
+import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "./tables.ts"
 
 const ACCESS_INDEX = "AccessIndex"
 /** Index entries read at a time by a stale-user sweep: it must not eat the table's capacity. */
@@ -130,7 +123,7 @@ export const makeMaintenance = (
     return yield* Effect.forEach([router, receipts, ...active], (table) =>
       describe("checkTables", table).pipe(
         Effect.map((description): TableStatus => {
-          if (description === undefined) return { table, ok: false, cause: "table not found" }
+          if (description === undefined) return tableFound(table, false)
           const status = description.TableStatus ?? "UNKNOWN"
           return status === "ACTIVE" || status === "UPDATING" ? { table, ok: true } : { table, ok: false, cause: status }
         })
@@ -182,14 +175,8 @@ export const makeMaintenance = (
     return 1
   })
 
-  const dropStaleUsers = Effect.fn("Storage.dropStaleUsers")(function*(args: {
-    readonly monthsAgo: number
-    readonly lookbackMonths: number
-    readonly onProgress?: (dropped: number) => Effect.Effect<void>
-    readonly dryRun?: boolean
-  }) {
-    const now = yield* Clock.currentTimeMillis
-    const keys = staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys)
+  const dropStaleUsers = Effect.fn("Storage.dropStaleUsers")(function*(args: StaleUserSweep) {
+    const keys = staleKeys(yield* Clock.currentTimeMillis, args)
     let dropped = 0
     // Small pages of the index, a few keys at a time: a sweep must not eat the table's capacity.
     yield* Effect.forEach(keys, (key) =>

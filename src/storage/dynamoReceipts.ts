@@ -14,11 +14,14 @@ import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
 import type { DynamoClient } from "./dynamoClient.ts"
 import type { DynamoRequests } from "./dynamoRequests.ts"
 import { type Item, N, num, S } from "./dynamoRows.ts"
-import { isVisible, META_SORT_KEY, RECEIPT_TIME_FIELDS, statusFromFields } from "./model.ts"
+import { isVisible, META_SORT_KEY } from "./model.ts"
+import { type ReceiptRowReader, statusFromFields, statusUpdateFields, subscriptionFromRows } from "./receiptRows.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
 
 const statusFromItem = (item: Item): MessageStatus =>
   statusFromFields(item.message?.S ?? "", (attribute) => num(item[attribute]), item.outcome?.S)
+
+const ITEMS: ReceiptRowReader<Item> = { message: (item) => item.message?.S, expiry: (item) => num(item.expiry), status: statusFromItem }
 
 const key = (subscription: string, message: string): Item => ({ subscription: S(subscription), message: S(message) })
 
@@ -50,35 +53,17 @@ export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll
     const names: Record<string, string> = {}
     const values: Item = {}
     const sets: Array<string> = []
-    if (update.expiry !== undefined) {
-      names["#expiry"] = "expiry"
-      values[":expiry"] = N(update.expiry)
-      sets.push("#expiry = :expiry")
-    }
-    for (const [field, attribute] of Object.entries(RECEIPT_TIME_FIELDS)) {
-      const value = update[field as keyof typeof RECEIPT_TIME_FIELDS]
-      if (value === undefined) continue
+    for (const [attribute, value] of statusUpdateFields(update)) {
       names[`#${attribute}`] = attribute
-      values[`:${attribute}`] = N(value)
+      values[`:${attribute}`] = typeof value === "string" ? S(value) : N(value)
       sets.push(`#${attribute} = :${attribute}`)
-    }
-    const outcome = update.outcome
-    if (outcome !== undefined) {
-      Object.assign(names, { "#outcome": "outcome", "#outcome_at": "outcome_at" })
-      Object.assign(values, { ":outcome": S(outcome.outcome), ":outcome_at": N(outcome.at) })
-      sets.push("#outcome = :outcome", "#outcome_at = :outcome_at")
-      if (outcome.code !== undefined) {
-        names["#code"] = "code"
-        values[":code"] = N(outcome.code)
-        sets.push("#code = :code")
-      }
     }
     const conditions: Array<string> = []
     if (!open) {
       names["#subscription"] = "subscription"
       conditions.push("attribute_exists(#subscription)")
     }
-    if (outcome !== undefined) conditions.push("attribute_not_exists(#outcome)")
+    if (update.outcome !== undefined) conditions.push("attribute_not_exists(#outcome)")
     return conditional(call(operation, (o) =>
       client.send(
         "UpdateItem", {
@@ -111,12 +96,7 @@ export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll
       ExpressionAttributeValues: { ":subscription": S(id) },
       ConsistentRead: true
     })
-    const now = yield* Clock.currentTimeMillis
-    const meta = items.find((item) => item.message?.S === META_SORT_KEY)
-    const expiry = num(meta?.expiry)
-    if (expiry === undefined || !isVisible(expiry, now)) return undefined
-    const statuses = items.filter((item) => item.message?.S !== META_SORT_KEY && isVisible(num(item.expiry), now)).map(statusFromItem)
-    return { expiry, statuses }
+    return subscriptionFromRows(items, yield* Clock.currentTimeMillis, ITEMS)
   })
 
   const deleteMessageStatuses = (subscription: string, messageIds: ReadonlyArray<string>) =>

@@ -5,11 +5,9 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { deleteUserRows, type MemoryStore, routerTable } from "./memoryRows.ts"
-import { StorageError } from "./Storage.ts"
-import { activeTableNames, isMessageTable, lastConnectKeys, messageTablesOf, receiptTableName, staleMonths } from "./tables.ts"
-
-/** Users a stale-user sweep drops between two progress reports. */
-const STALE_BATCH = 25
+import { dropInBatches, staleKeys } from "./staleUsers.ts"
+import { type StaleUserSweep, StorageError, tableFound } from "./Storage.ts"
+import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName } from "./tables.ts"
 
 export const makeMemoryMaintenance = (store: MemoryStore) => {
   const { options, messageTables } = store
@@ -22,11 +20,10 @@ export const makeMemoryMaintenance = (store: MemoryStore) => {
 
   const checkTables = Effect.gen(function*() {
     const active = activeTableNames(options, yield* Clock.currentTimeMillis)
-    const status = (table: string, ok: boolean) => (ok ? { table, ok } : { table, ok, cause: "table not found" })
     return [
-      status(options.routerTable, store.router !== undefined),
-      status(receiptTableName(options), store.receipts !== undefined),
-      ...active.map((t) => status(t, messageTables.has(t)))
+      tableFound(options.routerTable, store.router !== undefined),
+      tableFound(receiptTableName(options), store.receipts !== undefined),
+      ...active.map((t) => tableFound(t, messageTables.has(t)))
     ]
   })
 
@@ -37,28 +34,20 @@ export const makeMemoryMaintenance = (store: MemoryStore) => {
     messageTables.delete(table)
   })
 
-  const dropStaleUsers = Effect.fnUntraced(function*(args: {
-    readonly monthsAgo: number
-    readonly lookbackMonths: number
-    readonly onProgress?: (dropped: number) => Effect.Effect<void>
-    readonly dryRun?: boolean
-  }) {
-    const users = yield* routerTable(store, "dropStaleUsers")
-    const now = yield* Clock.currentTimeMillis
-    const keys = new Set(staleMonths(now, args.monthsAgo, args.lookbackMonths).flatMap(lastConnectKeys))
-    const stale = Array.from(users.values()).filter((u) => u.lastConnect !== undefined && keys.has(u.lastConnect))
-    if (args.dryRun === true) return stale.length
-    let dropped = 0
-    for (let i = 0; i < stale.length; i += STALE_BATCH) {
-      for (const user of stale.slice(i, i + STALE_BATCH)) {
-        deleteUserRows(store, user.uaid, user.currentMonth)
-        users.delete(user.uaid)
-        dropped++
-      }
-      if (args.onProgress !== undefined) yield* args.onProgress(dropped)
-    }
-    return dropped
-  })
+  const dropStaleUsers = (sweep: StaleUserSweep) =>
+    Effect.gen(function*() {
+      const users = yield* routerTable(store, "dropStaleUsers")
+      const keys = new Set(staleKeys(yield* Clock.currentTimeMillis, sweep))
+      const stale = Array.from(users.values()).filter((u) => u.lastConnect !== undefined && keys.has(u.lastConnect))
+      return yield* dropInBatches(stale, sweep, (batch) =>
+        Effect.sync(() => {
+          for (const user of batch) {
+            deleteUserRows(store, user.uaid, user.currentMonth)
+            users.delete(user.uaid)
+          }
+          return batch.length
+        }))
+    })
 
   return {
     createTables,

@@ -22,7 +22,6 @@
  * the message would have expired, as any expired row.
  */
 import { type MessageKey, messageKeyOf, type Notification, sortkeyMs, URGENCIES } from "../domain/notification.ts"
-import { type MessageStatus, RECEIPT_OUTCOMES, type ReceiptOutcome } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
 
 export const META_SORT_KEY = " "
@@ -227,36 +226,4 @@ export const userFromFields = (uaid: string | undefined, stored: Readonly<Record
   // A minimum urgency this service did not write is no minimum.
   if (!URGENCIES.some((u) => u === fields["urgency"])) delete fields["urgency"]
   return fields as unknown as UserRecord
-}
-
-// ── receipt status rows ─────────────────────────────────────────────────────────────────────────
-
-/** A status row's times, by the `MessageStatus` field each one is kept for. */
-export const RECEIPT_TIME_FIELDS = {
-  acceptedAt: "accepted_at",
-  deadline: "deadline",
-  storedAt: "stored_at",
-  deliveredAt: "delivered_at"
-} as const
-
-const OUTCOMES: ReadonlySet<string> = new Set(RECEIPT_OUTCOMES)
-
-/**
- * A status row read back: its message id, its numbers by attribute name (`number`), and its
- * outcome, kept only when it is one this version knows (with its time and code).
- */
-export const statusFromFields = (messageId: string, number: (name: string) => number | undefined, outcome: string | undefined): MessageStatus => {
-  const status: Record<string, unknown> = { messageId }
-  for (const [field, name] of Object.entries(RECEIPT_TIME_FIELDS)) {
-    const value = number(name)
-    if (value !== undefined) status[field] = value
-  }
-  if (outcome !== undefined && OUTCOMES.has(outcome)) {
-    status.outcome = outcome as ReceiptOutcome
-    const at = number("outcome_at")
-    if (at !== undefined) status.outcomeAt = at
-    const code = number("code")
-    if (code !== undefined) status.code = code
-  }
-  return status as unknown as MessageStatus
 }

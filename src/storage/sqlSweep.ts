@@ -1,8 +1,8 @@
 /**
  * What both SQL stores (SQLite, PostgreSQL) do to rows nobody reads any more, and how often: the
  * sweep of expired rows (every `SWEEP_INTERVAL` of real time, as DynamoDB's TTL deletes by real
- * time; rows a day past their expiry, in batches of `SWEEP_BATCH`) and the stale-user drop's
- * batches. Each store's maintenance file writes its own statements.
+ * time; rows a day past their expiry, in batches of `SWEEP_BATCH`); the statements are
+ * `sqlMaintenance.ts`'s.
  */
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -12,8 +12,6 @@ import type * as Scope from "effect/Scope"
 import { liveClock } from "./dynamoRequests.ts"
 import type { StorageError } from "./Storage.ts"
 
-/** Users dropped per transaction by a stale-user sweep. */
-export const STALE_BATCH = 25
 /** Expired rows deleted per transaction by the sweep. */
 export const SWEEP_BATCH = 500
 /** How long past its expiry a row is kept before the sweep deletes it (seconds). */

@@ -1,7 +1,6 @@
 /**
- * The tables of the SQL stores (SQLite: `sqliteSchema.ts`, PostgreSQL: `postgresSchema.ts`) and
- * their rows: the same tables as on DynamoDB (`model.ts`), one SQL table each, columns named as
- * the DynamoDB attributes — one table per month too, so that rotation works as on DynamoDB (a
+ * The tables of the SQL stores (SQLite, PostgreSQL) and their rows: the same tables as on DynamoDB
+ * (`model.ts`), one SQL table each, columns named as the DynamoDB attributes — one table per month too, so that rotation works as on DynamoDB (a
  * month's table made ahead of its month, listed, dropped at once when old) — and the broadcast
  * set, an item of the router table there, in a table of its own.
  *
@@ -16,13 +15,11 @@
  *   (seconds) — indexed, for the sweep that deletes expired rows — and `cancelled` 1 on a
  *   cancelled or acked message's tombstone (a column added to tables made before it: `cancelledColumnSql`).
  *
- * The two dialects differ in two words (`SqlDialect`): integers (ms since 1970 need 64 bits:
- * SQLite's INTEGER is, PostgreSQL's is BIGINT) and key columns, which must compare byte by byte
- * as DynamoDB's sort keys do (SQLite's TEXT does; PostgreSQL's compares by the database's locale
- * unless `COLLATE "C"`).
+ * The column types that differ between the two (64-bit integers, key text compared byte by byte)
+ * are the dialect's (`sqlDialect.ts`).
  */
 import type { Notification } from "../domain/notification.ts"
-import type { MessageStatus, StatusUpdate } from "../domain/receipt.ts"
+import type { MessageStatus } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
 import {
   CANCELLED,
@@ -30,26 +27,17 @@ import {
   messageFields,
   messageFromFields,
   plainData,
-  RECEIPT_TIME_FIELDS,
-  statusFromFields,
   userFields,
   userFromFields
 } from "./model.ts"
+import { statusFromFields } from "./receiptRows.ts"
+import { type SqlDialect, SQLITE } from "./sqlDialect.ts"
 import { receiptTableName, type StorageOptions } from "./tables.ts"
+
+export { POSTGRES, type SqlDialect, SQLITE } from "./sqlDialect.ts"
 
 /** A value bound to a statement or read from a row (both stores). */
 export type SqlValue = null | number | string
-
-/** The column types that differ between the SQL stores. */
-export interface SqlDialect {
-  /** 64-bit integers. */
-  readonly integer: string
-  /** Key text, compared byte by byte. */
-  readonly key: string
-}
-
-export const SQLITE: SqlDialect = { integer: "INTEGER", key: "TEXT" }
-export const POSTGRES: SqlDialect = { integer: "BIGINT", key: "TEXT COLLATE \"C\"" }
 
 /** The broadcast set's table: `{router}_broadcasts`. */
 export const broadcastTableName = (options: StorageOptions): string => `${options.routerTable}_broadcasts`
@@ -112,12 +100,9 @@ export const messageTableSql = (table: string, d: SqlDialect = SQLITE): Readonly
   `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
 ]
 
-/**
- * The tombstone column, for a message table made without it: PostgreSQL adds it only if missing;
- * SQLite cannot say so, the caller checks first.
- */
+/** The tombstone column, for a message table made without it (the caller checks first). */
 export const cancelledColumnSql = (table: string, d: SqlDialect = SQLITE): string =>
-  `ALTER TABLE ${ident(table)} ADD COLUMN ${d === POSTGRES ? "IF NOT EXISTS " : ""}${CANCELLED} ${d.integer}`
+  `ALTER TABLE ${ident(table)} ADD COLUMN ${CANCELLED} ${d.integer}`
 
 /** The tables of the store that are not message tables: router, broadcasts, receipts. */
 export const fixedTablesSql = (options: StorageOptions, d: SqlDialect = SQLITE): ReadonlyArray<string> => [
@@ -210,17 +195,3 @@ export const statusFromRow = (row: Row): MessageStatus =>
   )
 
 export const receiptExpiryOf = (row: Row): number | undefined => (row["expiry"] === null || row["expiry"] === undefined ? undefined : Number(row["expiry"]))
-
-/** The columns an update sets, and their values. */
-export const updateColumns = (update: StatusUpdate): ReadonlyArray<readonly [string, SqlValue]> => [
-  ...(update.expiry !== undefined ? [["expiry", update.expiry] as const] : []),
-  ...Object.entries(RECEIPT_TIME_FIELDS).flatMap(([field, column]) => {
-    const value = update[field as keyof typeof RECEIPT_TIME_FIELDS]
-    return value === undefined ? [] : [[column, value] as const]
-  }),
-  ...(update.outcome === undefined ? [] : [
-    ["outcome", update.outcome.outcome] as const,
-    ["outcome_at", update.outcome.at] as const,
-    ...(update.outcome.code !== undefined ? [["code", update.outcome.code] as const] : [])
-  ])
-]

@@ -17,7 +17,7 @@ import { STORAGE_TIMEOUT_MS } from "./dynamoRequests.ts"
 import { type Item, messageFromItem, messageToItem, S, userFromItem, userToItem } from "./dynamoRows.ts"
 import { BROADCAST_ATTRIBUTE_PREFIX, BROADCASTS_KEY, CHANNEL_PREFIX, channelSortKey, META_SORT_KEY } from "./model.ts"
 import type { SqliteOptions } from "./sqlite.ts"
-import { scopedSqlite } from "./sqliteSchema.ts"
+import { scopedSqlite } from "./sqliteDriver.ts"
 import { broadcastTableName, ident, MESSAGE_COLUMNS, messageFromRow, type MessageRow, messageValues, USER_COLUMNS, userFromRow, userRow } from "./sqlTables.ts"
 import { type StorageError } from "./Storage.ts"
 

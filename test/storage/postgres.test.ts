@@ -16,9 +16,9 @@ import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
-import { layerPostgres } from "../../src/storage/postgres.ts"
-import { makePostgresMaintenance } from "../../src/storage/postgresMaintenance.ts"
+import { layerPostgres, postgresDriver } from "../../src/storage/postgres.ts"
 import { scopedPostgres, sqlState } from "../../src/storage/postgresPool.ts"
+import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { storageContract } from "./contract.ts"
 import { privatePostgres, testPostgres } from "./postgresServer.ts"
@@ -114,7 +114,7 @@ if ("missing" in server) {
         assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid(1), sortkeyTimestamp: T0 + 2 }, "cancelled"))
         yield* s.createReceiptSubscription("rs", t0 + 60)
         const connection = yield* scopedPostgres(dsn, { poolSize: 1, timeoutMs: 5_000 })
-        const { sweepExpired } = makePostgresMaintenance(connection, options)
+        const { sweepExpired } = makeSqlMaintenance(postgresDriver(connection), options)
         const rows = connection.run("count", async (query) => Number((await query(`SELECT COUNT(*) AS n FROM "${table}"`)).rows[0]?.["n"]))
         assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
         assert.strictEqual(yield* rows, 4)

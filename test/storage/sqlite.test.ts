@@ -15,8 +15,8 @@ import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
-import { makeSqliteMaintenance } from "../../src/storage/sqliteMaintenance.ts"
-import { scopedSqlite } from "../../src/storage/sqliteSchema.ts"
+import { scopedSqlite } from "../../src/storage/sqliteDriver.ts"
+import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { storageContract } from "./contract.ts"
 
@@ -133,8 +133,8 @@ describe("SQLite store", () => {
       // A cancelled message's tombstone goes with the message's expiry.
       assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 + 2 }, "cancelled"))
       yield* s.createReceiptSubscription("rs", t0 + 60)
-      const { connection, run } = yield* scopedSqlite(options.path, 1000)
-      const { sweepExpired } = makeSqliteMaintenance(connection, run, options)
+      const { connection, driver } = yield* scopedSqlite(options.path, 1000)
+      const { sweepExpired } = makeSqlMaintenance(driver, options)
       const rows = () => Number(connection.db.prepare(`SELECT COUNT(*) AS n FROM "${table}"`).get()?.["n"])
       assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
       assert.strictEqual(rows(), 4)
