@@ -70,7 +70,7 @@ const connectionRoutes = (): ReadonlyArray<Route> => {
 const websocketCommands = (): ReadonlyArray<Route> => {
   const source = read("src/protocol/messages.ts")
   const bodies = /const bodies = \{([\s\S]*?)\} as const/.exec(source)?.[1] ?? ""
-  const types = [...bodies.matchAll(/^\s*(\w+): Schema/gm)].map(([, name]) => name as string)
+  const types = [...bodies.matchAll(/^\s*(\w+): \w/gm)].map(([, name]) => name as string)
   if (/messageType: "ping"/.test(source)) types.push("ping")
   return types.map((type) => ({ port: "WebSocket", path: type, methods: [] }))
 }
