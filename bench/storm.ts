@@ -46,7 +46,7 @@ import { join } from "node:path"
 import WebSocket from "ws"
 import { Agent } from "node:http"
 import { cpuMeter, cpuMs, measurePipelines, option, printComparison, push, quantile, start, startBare, workerCpuMs } from "./harness.ts"
-import { connect, descendants, pool, resume, scrape, type Session, startNode, subscribe } from "./storm-node.ts"
+import { ask, connect, descendants, pool, resume, scrape, type Session, startNode, subscribe } from "./storm-node.ts"
 import { deliveredSource, directShareText, type Routes, routesOf } from "./trace.ts"
 import { MESSAGE_TABLE, messageItem, putAll, ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
@@ -206,22 +206,6 @@ interface WorkersServer {
   readonly storageCounts: () => Promise<Record<string, number>>
   readonly stop: () => Promise<void>
 }
-
-/** Sends `message` to a child and waits for its reply carrying `key` (or its `{ error }`). */
-const ask = <T>(child: ChildProcess, message: unknown, key: string): Promise<T> =>
-  new Promise((resolve, reject) => {
-    const onExit = (code: number | null) => reject(new Error(`a client process exited (${code})`))
-    const onMessage = (m: Record<string, unknown>) => {
-      if (!(key in m) && !("error" in m)) return
-      child.off("message", onMessage)
-      child.off("exit", onExit)
-      if ("error" in m) reject(new Error(String(m["error"])))
-      else resolve(m[key] as T)
-    }
-    child.on("message", onMessage)
-    child.once("exit", onExit)
-    child.send(message as Parameters<ChildProcess["send"]>[0])
-  })
 
 /** Client process k's clients: [first, count]. */
 const shareOf = (k: number, processes: number): readonly [number, number] => {
