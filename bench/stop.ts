@@ -19,7 +19,8 @@
  * node stops within `shutdown_timeout` (10 s by default), every unacked message saved.
  *
  * Options (flag or environment): --clients/BENCH_CLIENTS (10000), --workers/BENCH_WORKERS (1 up to
- * 15,000 clients, else one per 15,000: a process here may open 20,000 files):
+ * 15,000 clients, else one per 15,000: a process here may open 20,000 files), BENCH_NODE_FLAGS (more
+ * flags for the node, e.g. `--log-level info`: its last lines are printed after the stop):
  *
  *     npm run bench:stop -- --clients 100000 --workers 8
  */
@@ -32,6 +33,8 @@ import { ask, startNode } from "./storm-node.ts"
 const CLIENTS = Number(option("clients", "BENCH_CLIENTS", "10000"))
 const CLIENTS_PER_PROCESS = 15_000
 const WORKERS = Number(option("workers", "BENCH_WORKERS", String(CLIENTS <= CLIENTS_PER_PROCESS ? 1 : Math.ceil(CLIENTS / CLIENTS_PER_PROCESS))))
+/** More flags for the node (e.g. `--log-level info`, whose lines the run prints once the node has stopped). */
+const NODE_FLAGS = (process.env["BENCH_NODE_FLAGS"] ?? "").split(" ").filter((flag) => flag !== "")
 /** The node's default `shutdown_timeout`, the target. */
 const SHUTDOWN_TIMEOUT_S = 10
 /** Clients that come back after the restart to get their message. */
@@ -59,7 +62,8 @@ const shareOf = (k: number, processes: number): readonly [number, number] => {
 
 const processes = Math.ceil(CLIENTS / CLIENTS_PER_PROCESS)
 console.log(`bench:stop: ${CLIENTS} clients over ${processes} client process(es), a node of ${WORKERS} worker(s) on embedded SQLite`)
-const node = await startNode(WORKERS)
+// The node's cap is shared by its workers, and the kernel spreads connections over them unevenly.
+const node = await startNode(WORKERS, ["--max-connections", String(Math.ceil(CLIENTS * 1.5) + 1_000), ...NODE_FLAGS])
 const children: Array<ChildProcess> = Array.from({ length: processes }, () =>
   fork(new URL("./stop-clients.ts", import.meta.url).pathname, [], { stdio: ["ignore", "inherit", "inherit", "ipc"] }))
 try {
@@ -78,14 +82,19 @@ try {
   console.log(`  ${accepted} pushes accepted, ${messages.length} arrived, none acked (${((performance.now() - began) / 1000).toFixed(1)} s)`)
 
   began = performance.now()
+  const sigterm = Date.now()
   await node.terminate()
   const stopSeconds = (performance.now() - began) / 1000
   const closes = await Promise.all(children.map((child) => ask<{ codes: Record<string, number>; open: number }>(child, { cmd: "closed", timeoutMs: 5_000 }, "closed")))
   const codes: Record<string, number> = {}
   for (const c of closes) for (const [code, n] of Object.entries(c.codes)) codes[code] = (codes[code] ?? 0) + n
   console.log(`  SIGTERM: every process gone after ${stopSeconds.toFixed(2)} s; close codes ${Object.entries(codes).map(([code, n]) => `${code} × ${n}`).join(", ")}`)
-  const complete = node.output.filter((line) => line.includes("drained"))
-  if (complete.length > 0) console.log(`  the node said: ${complete.join(" | ")}`)
+  // Its own lines but the sessions' (one each), seconds after the SIGTERM.
+  const said = node.output.filter((line) => !line.startsWith("[autopush") && !line.includes('"msg":"Session"')).map((line) => {
+    const ns = /"Timestamp":(\d+)/.exec(line)?.[1]
+    return ns === undefined ? line : `+${(Number(ns) / 1e6 - sigterm).toFixed(0)} ms ${line}`
+  })
+  if (said.length > 0) console.log(`  the node said:\n    ${said.slice(-40).join("\n    ")}`)
 
   const saved = savedIn(node.dataDir, messages)
   console.log(`  saved (the database read directly): ${saved} of ${messages.length} unacked messages`)
