@@ -18,7 +18,7 @@
  * Options (flag or environment): --users/BENCH_USERS (10000,100000), BENCH_SETTLE_MS (2000).
  */
 import { spawnSync } from "node:child_process"
-import { mkdtempSync, rmSync, statSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
@@ -44,14 +44,21 @@ if (gc === undefined) {
 
 const uaidOf = (i: number) => i.toString(16).padStart(32, "0")
 const channelOf = (i: number, c: number) => `${i.toString(16).padStart(8, "0")}-0000-4000-8000-${c.toString(16).padStart(12, "0")}`
+/** The database's files: the file, its write-ahead log, its shared index. */
 const filesBytes = (path: string) =>
-  ["", "-wal", "-shm"].reduce((sum, suffix) => {
+  ["", "-wal", "-shm"].map((suffix) => {
     try {
-      return sum + statSync(path + suffix).size
+      return statSync(path + suffix).size
     } catch {
-      return sum
+      return 0
     }
-  }, 0)
+  })
+/** RSS split as the kernel counts it: anonymous memory, file pages mapped, shared memory (SQLite's -shm index is mapped shared). */
+const rssParts = () => {
+  const status = readFileSync("/proc/self/status", "utf8")
+  const kB = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024
+  return { anon: kB("RssAnon"), file: kB("RssFile"), shmem: kB("RssShmem") }
+}
 const kib = (bytes: number) => (bytes / 1024).toFixed(2)
 const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(1)
 
@@ -64,7 +71,7 @@ const settled = async () => {
   await new Promise((r) => setTimeout(r, SETTLE_MS))
   gc!()
   const { heapUsed, external } = process.memoryUsage()
-  return { rss: rssBytes(process.pid), heap: heapUsed + external }
+  return { rss: rssBytes(process.pid), heap: heapUsed + external, ...rssParts() }
 }
 
 try {
@@ -79,8 +86,8 @@ try {
     console.log(`bench:store-memory: the embedded SQLite store in this process (pid ${process.pid}), RSS ${mib(before.rss)} MiB once open, before any user`)
     console.log(`  SQLite's own memory: not exposed by node:sqlite; its page cache per connection is bounded by cache_size = ${cacheSize} (${cacheSize < 0 ? `${-cacheSize} KiB` : `${cacheSize} pages`})`)
     console.log("")
-    console.log("| users | RSS growth MiB | RSS per user | V8 heap + external per user | files on disk MiB | files per user | target ≤ 2 KiB per user at 100,000 |")
-    console.log("|---:|---:|---:|---:|---:|---:|---|")
+    console.log("| users | RSS growth MiB | RSS per user | of it anonymous / file / shared per user | V8 heap + external per user | database / log / index MiB | files per user | target ≤ 2 KiB per user at 100,000 |")
+    console.log("|---:|---:|---:|---|---:|---|---:|---|")
     let users = 0
     const now = Date.now()
     for (const step of STEPS) {
@@ -113,8 +120,12 @@ try {
       const now_ = yield* Effect.promise(settled)
       const growth = now_.rss - before.rss
       const files = filesBytes(path)
+      const total = files.reduce((a, b) => a + b, 0)
+      const parts = [now_.anon - before.anon, now_.file - before.file, now_.shmem - before.shmem].map((b) => kib(b / step)).join(" / ")
       const verdict = step === 100_000 ? (growth / step <= TARGET_BYTES ? "met" : "NOT met") : ""
-      console.log(`| ${step} | ${mib(growth)} | ${kib(growth / step)} KiB | ${kib((now_.heap - before.heap) / step)} KiB | ${mib(files)} | ${kib(files / step)} KiB | ${verdict} |`)
+      console.log(
+        `| ${step} | ${mib(growth)} | ${kib(growth / step)} KiB | ${parts} KiB | ${kib((now_.heap - before.heap) / step)} KiB | ${files.map(mib).join(" / ")} | ${kib(total / step)} KiB | ${verdict} |`
+      )
     }
   })))
 } finally {
