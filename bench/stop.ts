@@ -35,8 +35,8 @@ const CLIENTS_PER_PROCESS = 15_000
 const WORKERS = Number(option("workers", "BENCH_WORKERS", String(CLIENTS <= CLIENTS_PER_PROCESS ? 1 : Math.ceil(CLIENTS / CLIENTS_PER_PROCESS))))
 /** More flags for the node (e.g. `--log-level info`, whose lines the run prints once the node has stopped). */
 const NODE_FLAGS = (process.env["BENCH_NODE_FLAGS"] ?? "").split(" ").filter((flag) => flag !== "")
-/** The node's default `shutdown_timeout`, the target. */
-const SHUTDOWN_TIMEOUT_S = 10
+/** The node's `shutdown_timeout` (its default, 10 s, unless BENCH_NODE_FLAGS sets it): the target. */
+const SHUTDOWN_TIMEOUT_S = NODE_FLAGS.includes("--shutdown-timeout") ? Number(NODE_FLAGS[NODE_FLAGS.indexOf("--shutdown-timeout") + 1]) : 10
 /** Clients that come back after the restart to get their message. */
 const SAMPLE = 1_000
 

@@ -261,9 +261,9 @@ export const subscribe = (s: Session): Promise<{ readonly uaid: string; readonly
 export const resume = (s: Session, uaid: string, timeoutMs: number, onHello: () => void): Promise<void> =>
   new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("timeout")), timeoutMs)
-    s.ws.once("close", () => {
+    s.ws.once("close", (code, reason) => {
       clearTimeout(timer)
-      reject(new Error("closed"))
+      reject(new Error(`closed ${code} ${reason.toString()}`.trim()))
     })
     s.frames((m) => {
       if (m["messageType"] === "hello") onHello()

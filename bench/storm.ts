@@ -121,6 +121,8 @@ const bare = async (): Promise<Server> => {
 const storm = async (server: Server, { uaids, endpoints }: Awaited<ReturnType<Server["seed"]>>): Promise<Array<number>> => {
   const times: Array<number> = []
   let failed = 0
+  /** Why clients failed: the error's message, how many. */
+  const failures = new Map<string, number>()
   /** Each client's session once it had its message. */
   const resumed: Array<Session | undefined> = []
   const cpu = cpuMeter(server.pid)
@@ -139,11 +141,14 @@ const storm = async (server: Server, { uaids, endpoints }: Awaited<ReturnType<Se
       })
       times.push(performance.now() - t0)
       resumed[i] = s
-    } catch {
+    } catch (error) {
       failed++
+      const why = error instanceof Error ? error.message : String(error)
+      failures.set(why, (failures.get(why) ?? 0) + 1)
     }
   })
   const seconds = (performance.now() - began) / 1000
+  if (failed > 0) console.log(`  failed or timed out: ${[...failures].map(([why, n]) => `${why} × ${n}`).join(", ")}`)
   const perClient = cpu(CLIENTS)
   const figures = [
     seconds,
