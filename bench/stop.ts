@@ -22,7 +22,7 @@
  * 15,000 clients, else one per 15,000: a process here may open 20,000 files), BENCH_NODE_FLAGS (more
  * flags for the node, e.g. `--log-level info`: its last lines are printed after the stop):
  *
- *     npm run bench:stop -- --clients 100000 --workers 8
+ *     npm run bench:stop -- --clients 100000 --workers 7
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { join } from "node:path"
