@@ -16,20 +16,7 @@
  * Client i connects from the same source address as in the single-process storm (`connect`, storm-node.ts).
  */
 import { randomBytes } from "node:crypto"
-import { Agent, request } from "node:http"
-import { connect, pool, resume, type Session, subscribe } from "./storm-node.ts"
-
-const agent = new Agent({ keepAlive: true, maxSockets: 8 })
-const push = (endpoint: string, body: Buffer): Promise<string | undefined> =>
-  new Promise((resolve) => {
-    const req = request(endpoint, { method: "POST", agent, headers: { TTL: "600", "Content-Encoding": "aes128gcm", "Content-Length": body.length } }, (res) => {
-      res.resume()
-      const location = res.headers.location
-      res.on("end", () => resolve(res.statusCode === 201 ? location?.slice(location.lastIndexOf("/") + 1) : undefined))
-    })
-    req.on("error", () => resolve(undefined))
-    req.end(body)
-  })
+import { connect, pool, pushFromClients as push, resume, type Session, subscribe } from "./storm-node.ts"
 
 const seed = async (wsUrl: string, first: number, count: number, inflight: number) => {
   const users: Array<{ uaid: string; endpoint: string }> = []

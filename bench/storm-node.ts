@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto"
 import { type ChildProcess, spawn } from "node:child_process"
 import { once } from "node:events"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { Agent, request } from "node:http"
 import { createServer as createNetServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -94,6 +95,10 @@ export interface WorkersNode {
   /** The processes under it (the workers); [the process] when it has none. */
   readonly workerPids: () => Array<number>
   readonly output: Array<string>
+  /** Its data directory (the embedded store's `autopush.sqlite`). */
+  readonly dataDir: string
+  /** SIGTERM the process started and wait until it and its workers are gone (`restart` starts it again). */
+  readonly terminate: () => Promise<void>
   /** SIGTERM the process started, wait until it and its workers are gone, start it again on the same ports and data directory. */
   readonly restart: () => Promise<void>
   readonly stop: () => Promise<void>
@@ -182,6 +187,8 @@ export const startNode = async (workers: number, extra: ReadonlyArray<string> = 
       return under.length > 0 ? under : [pid()]
     },
     output,
+    dataDir: join(cwd, "data"),
+    terminate: down,
     restart: async () => {
       await down()
       await up()
@@ -254,9 +261,9 @@ export const subscribe = (s: Session): Promise<{ readonly uaid: string; readonly
 export const resume = (s: Session, uaid: string, timeoutMs: number, onHello: () => void): Promise<void> =>
   new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("timeout")), timeoutMs)
-    s.ws.once("close", () => {
+    s.ws.once("close", (code, reason) => {
       clearTimeout(timer)
-      reject(new Error("closed"))
+      reject(new Error(`closed ${code} ${reason.toString()}`.trim()))
     })
     s.frames((m) => {
       if (m["messageType"] === "hello") onHello()
@@ -267,6 +274,35 @@ export const resume = (s: Session, uaid: string, timeoutMs: number, onHello: () 
       }
     })
     s.ws.send(JSON.stringify({ messageType: "hello", uaid, use_webpush: true }))
+  })
+
+const pushAgent = new Agent({ keepAlive: true, maxSockets: 8 })
+/** A push of `body` (TTL 600) to `endpoint` from a client process: its message id when accepted (201). */
+export const pushFromClients = (endpoint: string, body: Buffer): Promise<string | undefined> =>
+  new Promise((resolve) => {
+    const req = request(endpoint, { method: "POST", agent: pushAgent, headers: { TTL: "600", "Content-Encoding": "aes128gcm", "Content-Length": body.length } }, (res) => {
+      res.resume()
+      const location = res.headers.location
+      res.on("end", () => resolve(res.statusCode === 201 ? location?.slice(location.lastIndexOf("/") + 1) : undefined))
+    })
+    req.on("error", () => resolve(undefined))
+    req.end(body)
+  })
+
+/** Sends `message` to a child and waits for its reply carrying `key` (or its `{ error }`). */
+export const ask = <T>(child: ChildProcess, message: unknown, key: string): Promise<T> =>
+  new Promise((resolve, reject) => {
+    const onExit = (code: number | null) => reject(new Error(`a client process exited (${code})`))
+    const onMessage = (m: Record<string, unknown>) => {
+      if (!(key in m) && !("error" in m)) return
+      child.off("message", onMessage)
+      child.off("exit", onExit)
+      if ("error" in m) reject(new Error(String(m["error"])))
+      else resolve(m[key] as T)
+    }
+    child.on("message", onMessage)
+    child.once("exit", onExit)
+    child.send(message as Parameters<ChildProcess["send"]>[0])
   })
 
 /** Run `task` for 0..n-1 with at most `limit` at once. */

@@ -2,17 +2,19 @@
  * `npm run bench:storm`: a reconnect storm, ours against a bare baseline in the same run, one after
  * the other, each server in its own process and the clients in this one.
  *
- * - ours: the real all-in-one process on embedded dynalite (on disk). N clients register and go
- *   away, and one message is pushed to each through the public API (stored);
- * - bare: `stored-servers.ts`, plain `node:http` + `ws` on the same storage (embedded dynalite on a
- *   worker thread, the same tables): N router records and one message row each are written into
- *   its storage directly;
+ * - ours: the real all-in-one process on its default embedded store, on disk (this checkout:
+ *   SQLite; with `AUTOPUSH_SERVER_ROOT=<checkout>`, that checkout's, e.g. an earlier release's
+ *   embedded dynalite). N clients register and go away, and one message is pushed to each through
+ *   the public API (stored);
+ * - bare: `stored-sqlite-server.ts`, plain `node:http` + `ws` on one `node:sqlite` file opened as
+ *   the service opens its own, the same router and message columns: N router records and one
+ *   message row each are written through its own routes;
  *
  * then all of them reconnect at once (at most --inflight handshakes in flight) and each waits for
  * its message and acks it. Printed: one table of the time until every client has its message,
  * hellos/s, per-client time from connecting to its message (p50/p99/max), how many failed or timed
- * out (30 s), and the server's CPU per client (user + system from /proc, storage thread included),
- * ours / bare, and the target (ours: all delivered, none timed out). Then, ours only: two more pushes
+ * out (30 s), and the server's CPU per client (user + system from /proc, every thread; of it, its
+ * worker threads': SQLite's checkpoint thread, or an earlier release's dynalite), ours / bare, and the target (ours: all delivered, none timed out). Then, ours only: two more pushes
  * to each of a sample of the resumed clients, still connected, and the share of each its trace says
  * was delivered directly (a resumed session must get pushes as a new one does, once the endpoint
  * has read that it is back).
@@ -28,8 +30,9 @@
  *
  * - ours: `bin/autopush.js --workers W` on embedded storage (the supervisor runs the store, the
  *   workers reach it over loopback HTTP); seeded through the public API as above;
- * - bare: `storm-servers.ts`, laid out the same way: a supervisor running the embedded dynalite on a
- *   worker thread, W plain `ws` processes sharing the port (SO_REUSEPORT) that do what the bare
+ * - bare: `storm-servers.ts`, laid out as a node of workers on a store server is: a supervisor
+ *   running an embedded dynalite on a worker thread (not SQLite: bare workers sharing one SQLite
+ *   file are not written yet, so this baseline is a store server's), W plain `ws` processes sharing the port (SO_REUSEPORT) that do what the bare
  *   server above does, over loopback HTTP; seeded directly;
  *
  * with the same figures (server CPU summed over every server process), the storage requests per
@@ -46,7 +49,7 @@ import { join } from "node:path"
 import WebSocket from "ws"
 import { Agent } from "node:http"
 import { cpuMeter, cpuMs, measurePipelines, option, printComparison, push, quantile, start, startBare, workerCpuMs } from "./harness.ts"
-import { connect, descendants, pool, resume, scrape, type Session, startNode, subscribe } from "./storm-node.ts"
+import { ask, connect, descendants, pool, resume, scrape, type Session, startNode, subscribe } from "./storm-node.ts"
 import { deliveredSource, directShareText, type Routes, routesOf } from "./trace.ts"
 import { MESSAGE_TABLE, messageItem, putAll, ROUTER_TABLE, storageClient, userItem } from "./stored-tables.ts"
 
@@ -93,17 +96,17 @@ const ours = async (): Promise<Server> => {
 }
 
 const bare = async (): Promise<Server> => {
-  const server = await startBare()
+  const server = await startBare("./stored-sqlite-server.ts")
   return {
     pid: server.pid,
     wsUrl: server.wsUrl,
     seed: async () => {
       const uaids = Array.from({ length: CLIENTS }, () => randomUUID().replaceAll("-", ""))
-      const now = Date.now()
-      const storage = await storageClient(server.dynamoUrl)
-      await putAll(storage.send, ROUTER_TABLE, uaids.map((uaid) => userItem(uaid, now)))
-      await putAll(storage.send, MESSAGE_TABLE, uaids.map((uaid) => messageItem(uaid, randomUUID(), now, randomBytes(128).toString("base64url"), "aes128gcm", 600)))
-      storage.destroy()
+      await pool(CLIENTS, 32, async (i) => {
+        const uaid = uaids[i] as string
+        await fetch(`${server.httpUrl}/user/${uaid}`, { method: "PUT" }).then((res) => res.arrayBuffer())
+        await push(`${server.httpUrl}/push/${uaid}/${randomUUID()}`, randomBytes(128))
+      })
       console.log(`  bare: ${CLIENTS} router records and message rows written`)
       return { uaids }
     },
@@ -118,6 +121,8 @@ const bare = async (): Promise<Server> => {
 const storm = async (server: Server, { uaids, endpoints }: Awaited<ReturnType<Server["seed"]>>): Promise<Array<number>> => {
   const times: Array<number> = []
   let failed = 0
+  /** Why clients failed: the error's message, how many. */
+  const failures = new Map<string, number>()
   /** Each client's session once it had its message. */
   const resumed: Array<Session | undefined> = []
   const cpu = cpuMeter(server.pid)
@@ -136,11 +141,14 @@ const storm = async (server: Server, { uaids, endpoints }: Awaited<ReturnType<Se
       })
       times.push(performance.now() - t0)
       resumed[i] = s
-    } catch {
+    } catch (error) {
       failed++
+      const why = error instanceof Error ? error.message : String(error)
+      failures.set(why, (failures.get(why) ?? 0) + 1)
     }
   })
   const seconds = (performance.now() - began) / 1000
+  if (failed > 0) console.log(`  failed or timed out: ${[...failures].map(([why, n]) => `${why} × ${n}`).join(", ")}`)
   const perClient = cpu(CLIENTS)
   const figures = [
     seconds,
@@ -206,22 +214,6 @@ interface WorkersServer {
   readonly storageCounts: () => Promise<Record<string, number>>
   readonly stop: () => Promise<void>
 }
-
-/** Sends `message` to a child and waits for its reply carrying `key` (or its `{ error }`). */
-const ask = <T>(child: ChildProcess, message: unknown, key: string): Promise<T> =>
-  new Promise((resolve, reject) => {
-    const onExit = (code: number | null) => reject(new Error(`a client process exited (${code})`))
-    const onMessage = (m: Record<string, unknown>) => {
-      if (!(key in m) && !("error" in m)) return
-      child.off("message", onMessage)
-      child.off("exit", onExit)
-      if ("error" in m) reject(new Error(String(m["error"])))
-      else resolve(m[key] as T)
-    }
-    child.on("message", onMessage)
-    child.once("exit", onExit)
-    child.send(message as Parameters<ChildProcess["send"]>[0])
-  })
 
 /** Client process k's clients: [first, count]. */
 const shareOf = (k: number, processes: number): readonly [number, number] => {
@@ -382,7 +374,7 @@ const STORM_COLUMNS = [
   { header: "max ms", digits: 0, ratio: true },
   { header: "failed or timed out", digits: 0, ratio: false },
   { header: "CPU µs", digits: 0, ratio: true },
-  { header: "dynalite µs", digits: 0, ratio: true }
+  { header: "threads µs", digits: 0, ratio: true }
 ]
 
 const mainWorkers = async (workers: number) => {
@@ -404,7 +396,7 @@ const mainWorkers = async (workers: number) => {
   printComparison(
     `reconnect storm: ${CLIENTS} clients with 1 stored message each reconnect at once, ${INFLIGHT} handshakes in flight (over ${processes} client processes); ` +
       `servers of ${workers} processes on embedded dynalite (in the supervisor, over loopback HTTP); latencies from connecting to the message` +
-      "\n  (server CPU µs per client, user + system, every server process; dynalite: its storage thread's part of it; storage requests per reconnect:" +
+      "\n  (server CPU µs per client, user + system, every server process; threads: their worker threads' part of it; storage requests per reconnect:" +
       " ours counted as storage operations by its workers, bare as DynamoDB requests: a GetItem, UpdateItem, Query and DeleteItem per client)",
     [...STORM_COLUMNS, { header: "storage req", digits: 2, ratio: true }],
     rows,
@@ -426,9 +418,10 @@ if (WORKERS !== "") {
   const rows = await measurePipelines({ ours, bare }, async (_, server) => storm(server, await server.seed()))
 
   printComparison(
-    `reconnect storm: ${CLIENTS} clients with 1 stored message each reconnect at once, ${INFLIGHT} handshakes in flight; embedded dynalite; latencies from connecting to the message` +
-      "\n  (server CPU µs per client, user + system; dynalite: its storage thread's part of it; bare makes a GetItem," +
-      " UpdateItem, Query and DeleteItem per client)",
+    `reconnect storm: ${CLIENTS} clients with 1 stored message each reconnect at once, ${INFLIGHT} handshakes in flight; ` +
+      `ours on its default embedded store${process.env["AUTOPUSH_SERVER_ROOT"] === undefined ? " (SQLite)" : ` (of ${process.env["AUTOPUSH_SERVER_ROOT"]})`}, bare on SQLite; latencies from connecting to the message` +
+      "\n  (server CPU µs per client, user + system; threads: its worker threads' part of it — SQLite's checkpoint thread, or dynalite's thread;" +
+      " bare runs a SELECT, UPDATE, SELECT and DELETE per client)",
     STORM_COLUMNS,
     rows,
     "ours: all delivered, none timed out",

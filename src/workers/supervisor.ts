@@ -10,7 +10,7 @@ import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import type { Role, Settings } from "../config/options.ts"
 import { builtRouterUrl } from "../config/load.ts"
 import { StartupError } from "../platform/startup.ts"
@@ -147,10 +147,13 @@ export const superviseWorkers = (options: SupervisorOptions): Effect.Effect<void
   Effect.gen(function*() {
     const refusal = workersRefusal(options.role, options.settings, options.count)
     if (refusal !== undefined) return yield* new StartupError({ message: refusal })
+    // The workers' own scope, closed in parallel: a scope's finalizers otherwise run one after the
+    // other, and each worker would be sent SIGTERM only once the previous one had drained and exited.
+    const workers = yield* Scope.fork(yield* Effect.scope, "parallel")
     const readies = yield* Effect.forEach(Array.from({ length: options.count }, (_, i) => i), (index) =>
       Effect.gen(function*() {
         const ready = yield* Deferred.make<void, WorkerStartError>()
-        yield* Effect.forkScoped(keepWorker(options, index, ready))
+        yield* Effect.forkIn(keepWorker(options, index, ready), workers)
         return ready
       }))
     yield* Effect.forEach(readies, (ready) => Deferred.await(ready), { concurrency: "unbounded", discard: true })

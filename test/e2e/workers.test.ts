@@ -6,6 +6,7 @@
  * held unacknowledged in its memory; SIGTERM stops them all.
  */
 import { readFileSync } from "node:fs"
+import { connect as connectTcp } from "node:net"
 import { assert, describe, it } from "vitest"
 import { openClient, type TestClient } from "../connection/client.ts"
 import { type Deployment, deploymentFor, startAllInOne, startSeparate } from "./servers.ts"
@@ -28,6 +29,58 @@ const alive = (pid: number): boolean => {
     return false
   }
 }
+
+/**
+ * A WebSocket client on a raw TCP socket that says hello and then never answers: not even a close
+ * frame (as a client whose network went away). When the server's close frame came, and when the
+ * server ended the connection (ms since the epoch).
+ */
+interface SilentClient {
+  readonly closeFrame: Promise<number>
+  readonly ended: Promise<number>
+  readonly destroy: () => void
+}
+
+const silentClient = (port: number): Promise<SilentClient> =>
+  new Promise((resolve, reject) => {
+    const socket = connectTcp(port, "127.0.0.1")
+    let buffer = Buffer.alloc(0)
+    let upgraded = false
+    let onCloseFrame = (_at: number) => {}
+    const closeFrame = new Promise<number>((done) => (onCloseFrame = done))
+    const ended = new Promise<number>((done) => socket.once("close", () => done(Date.now())))
+    socket.once("error", reject)
+    socket.on("data", (chunk: Buffer) => {
+      buffer = Buffer.concat([buffer, chunk])
+      if (!upgraded) {
+        const end = buffer.indexOf("\r\n\r\n")
+        if (end < 0) return
+        if (!buffer.subarray(0, end).toString().startsWith("HTTP/1.1 101")) return reject(new Error(buffer.toString()))
+        upgraded = true
+        buffer = buffer.subarray(end + 4)
+        // A masked text frame (mask 0: the payload as it is).
+        const hello = Buffer.from(JSON.stringify({ messageType: "hello", use_webpush: true }))
+        socket.write(Buffer.concat([Buffer.from([0x81, 0x80 | hello.length, 0, 0, 0, 0]), hello]))
+      }
+      // The server's frames (unmasked): a hello reply, pings, then its close frame.
+      for (;;) {
+        if (buffer.length < 2) return
+        const short = buffer[1]! & 0x7f
+        const header = short === 126 ? 4 : 2
+        if (buffer.length < header) return
+        const length = short === 126 ? buffer.readUInt16BE(2) : short
+        if (buffer.length < header + length) return
+        const opcode = buffer[0]! & 0x0f
+        if (opcode === 0x1) resolve({ closeFrame, ended, destroy: () => socket.destroy() })
+        if (opcode === 0x8) onCloseFrame(Date.now())
+        buffer = buffer.subarray(header + length)
+      }
+    })
+    socket.write(
+      "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+  })
 
 const routerPortOf = (deployment: Deployment): number => Number(new URL(deployment.routerUrl).port)
 
@@ -211,6 +264,35 @@ describe("workers = 2 (autoconnect and autoendpoint, each as two workers, on one
 })
 
 describe("workers: start and stop", () => {
+  it("SIGTERM to the supervisor drains every worker at once, not one after the other", async () => {
+    // Clients that never answer a close frame: each worker's drain lasts the close grace (3 s).
+    const deployment = await startAllInOne(["--workers", "2", "--close-grace", "3", "--shutdown-timeout", "10"])
+    const routerUrls = [0, 1].map((i) => `http://127.0.0.1:${routerPortOf(deployment) + i}`)
+    const clients: Array<SilentClient> = []
+    try {
+      await waitUntil(() => deployment.output.some((line) => line.includes("· 2 workers")), 30_000, "every worker ready")
+      // Until each worker holds some (the kernel picks the worker of each connection).
+      for (let i = 0; i < 40; i++) {
+        const connections = (await Promise.all(routerUrls.map(heartbeat))).map((w) => w?.connections ?? 0)
+        if (clients.length >= 4 && connections.every((n) => n > 0)) break
+        clients.push(await silentClient(Number(new URL(deployment.wsUrl).port)))
+      }
+      const connections = (await Promise.all(routerUrls.map(heartbeat))).map((w) => w?.connections ?? 0)
+      assert.isTrue(connections.every((n) => n > 0), `clients on both workers: ${connections.join(", ")}`)
+      process.kill(deployment.pid()!, "SIGTERM")
+      const closeFrames = await Promise.all(clients.map((c) => c.closeFrame))
+      const ends = await Promise.all(clients.map((c) => c.ended))
+      assert.isBelow(
+        Math.max(...closeFrames),
+        Math.min(...ends),
+        `every client has its close frame before the first connection ends (close frames after SIGTERM ${closeFrames.map((t) => t - Math.min(...closeFrames)).join(", ")} ms; ends ${ends.map((t) => t - Math.min(...closeFrames)).join(", ")} ms)`
+      )
+    } finally {
+      for (const client of clients) client.destroy()
+      await deployment.stop()
+    }
+  }, 90_000)
+
   it("SIGTERM to the supervisor stops every worker", async () => {
     const deployment = await startAllInOne(["--workers", "2", "--shutdown-timeout", "1"])
     const supervisor = deployment.pid()!
