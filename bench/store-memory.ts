@@ -12,6 +12,10 @@
  *
  * Printed per step: users, RSS growth since the store was open (before any user), per user, against
  * the target (≤ 2 KiB per user at 100,000 users); the V8 heap's growth; the files' bytes per user.
+ * Then the writes of the step: how long they took, how long one user's writes took (99th
+ * percentile, longest, how many over 10 ms: a write that finds the database locked, by a
+ * checkpoint that restarts the log, waits and runs again), and the largest the write-ahead log
+ * file was (read after each batch of 1,000 users).
  * SQLite's own memory: `node:sqlite` does not expose `sqlite3_memory_used`; its page cache is
  * bounded by `PRAGMA cache_size` (printed), whatever the number of users.
  *
@@ -26,7 +30,7 @@ import { Context, Effect, Layer } from "effect"
 import { layerSqlite } from "../src/storage/sqlite.ts"
 import { Storage } from "../src/storage/Storage.ts"
 import { layerTableKeeper } from "../src/storage/tableKeeper.ts"
-import { option } from "./harness.ts"
+import { option, quantile } from "./harness.ts"
 import { rssBytes } from "./storm-node.ts"
 
 const STEPS = option("users", "BENCH_USERS", "10000,100000").split(",").map(Number)
@@ -90,11 +94,16 @@ try {
     console.log("|---:|---:|---:|---|---:|---|---:|---|")
     let users = 0
     const now = Date.now()
+    const writes: Array<{ readonly step: number; readonly seconds: number; readonly userMs: Array<number>; readonly walMax: number }> = []
     for (const step of STEPS) {
+      const started = performance.now()
+      const userMs: Array<number> = []
+      let walMax = 0
       for (; users < step; users += BATCH) {
         const batch = Array.from({ length: Math.min(BATCH, step - users) }, (_, k) => users + k)
         yield* Effect.forEach(batch, (i) =>
           Effect.gen(function*() {
+            const userStarted = performance.now()
             const uaid = uaidOf(i)
             yield* storage.registerUser({ uaid, routerType: "webpush", routerData: {}, connectedAt: now, currentMonth: table, nodeId: "http://127.0.0.1:8081" })
             yield* storage.addChannels(uaid, table, [channelOf(i, 0), channelOf(i, 1)])
@@ -107,8 +116,11 @@ try {
               data: DATA,
               headers: { encoding: "aes128gcm" }
             })
+            userMs.push(performance.now() - userStarted)
           }), { discard: true })
+        walMax = Math.max(walMax, filesBytes(path)[1]!)
       }
+      writes.push({ step, seconds: (performance.now() - started) / 1000, userMs, walMax })
       // As a reconnect reads them.
       yield* Effect.forEach(Array.from({ length: step }, (_, i) => i), (i) =>
         Effect.gen(function*() {
@@ -126,6 +138,16 @@ try {
       console.log(
         `| ${step} | ${mib(growth)} | ${kib(growth / step)} KiB | ${parts} KiB | ${kib((now_.heap - before.heap) / step)} KiB | ${files.map(mib).join(" / ")} | ${kib(total / step)} KiB | ${verdict} |`
       )
+    }
+    console.log("")
+    console.log("| users written (since the previous step) | time to write | per 1,000 users | one user's writes: p99 / longest | over 10 ms | largest write-ahead log during the writes |")
+    console.log("|---:|---:|---:|---|---:|---:|")
+    let from = 0
+    for (const { step, seconds, userMs, walMax } of writes) {
+      console.log(
+        `| ${from}–${step} | ${seconds.toFixed(1)} s | ${(seconds * 1000 * 1000 / (step - from)).toFixed(0)} ms | ${quantile(userMs, 0.99).toFixed(2)} / ${userMs.reduce((a, b) => Math.max(a, b), 0).toFixed(1)} ms | ${userMs.filter((ms) => ms > 10).length} | ${mib(walMax)} MiB |`
+      )
+      from = step
     }
   })))
 } finally {
