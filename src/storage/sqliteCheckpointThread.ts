@@ -3,25 +3,112 @@
  * copies the commits in the write-ahead log into the database file and syncs it — the one step of
  * a write that waits for the disk (`synchronous=NORMAL` syncs nothing at a commit). Done by the
  * committing statement, as SQLite does by default, it would hold the event loop for as long as
- * the disk takes (milliseconds; more on a busy disk). A checkpoint never waits for another
+ * the disk takes (milliseconds; more on a busy disk). A passive checkpoint never waits for another
  * connection: one that finds the database busy (another process's checkpoint, a writer) is tried
- * at the next tick. The database is the `workerData` path; a `"close"` message ends the thread
+ * at the next tick.
+ *
+ * Copying the log does not shorten it: a writer starts the log over only when it finds every frame
+ * copied and no reader on the log, which under continuous writes never happens (each checkpoint
+ * ends behind the writes made while it ran), so the log would grow for as long as the writes go
+ * on (gigabytes in minutes). Once the log is past a bound, the passive checkpoint is followed by a
+ * restarting one (`wal_checkpoint(RESTART)`): it takes the write lock, copies what is left, and
+ * waits until no reader is on the log, so that the next writer starts the log over (and its
+ * `journal_size_limit` cuts the file back). Meanwhile writers find the database locked and run
+ * again after a pause; the wait for the lock and the readers is bounded (`RESTART_BUSY_MS`), after
+ * which the checkpoint gives up, holds nothing and is tried again later. The log's length is read
+ * every `pollMs` (`logFrames`), so a log that grows past the bound between two ticks is
+ * checkpointed then, not up to a second later (a busy store writes hundreds of MiB of log a second).
+ *
+ * `workerData` is the database's path, or `{ path, intervalMs?, walBoundBytes?, pollMs? }` (the
+ * tick, 1 s; the log's bound, 64 MiB, as the writers' `journal_size_limit`, which cuts the file
+ * back to it; how often the log's length is read, 100 ms). A `"close"` message ends the thread
  * after a last checkpoint.
  */
+import { closeSync, openSync, readSync } from "node:fs"
+import { endianness } from "node:os"
 import { DatabaseSync } from "node:sqlite"
 import { parentPort, workerData } from "node:worker_threads"
 
-const CHECKPOINT_INTERVAL_MS = 1_000
+interface Settings {
+  readonly path: string
+  readonly intervalMs?: number
+  readonly walBoundBytes?: number
+  readonly pollMs?: number
+}
+const settings: Settings = typeof workerData === "string" ? { path: workerData } : workerData as Settings
+const INTERVAL_MS = settings.intervalMs ?? 1_000
+const WAL_BOUND_BYTES = settings.walBoundBytes ?? 64 * 1024 * 1024
+const POLL_MS = Math.min(settings.pollMs ?? 100, INTERVAL_MS)
+/**
+ * How long a restarting checkpoint waits for the write lock and then for readers to leave the
+ * log: writers are held for at most about this plus the copy of what is left, and retry meanwhile.
+ */
+const RESTART_BUSY_MS = 50
 
-const db = new DatabaseSync(workerData as string, { timeout: 0 })
-const checkpoint = () => {
+/** The header of the log's file, then per frame a header and a page. */
+const WAL_HEADER_BYTES = 32
+const FRAME_HEADER_BYTES = 24
+
+// The busy timeout serves only the restarting checkpoint: a passive one never waits.
+const db = new DatabaseSync(settings.path, { timeout: RESTART_BUSY_MS })
+const passive = db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
+const restart = db.prepare("PRAGMA wal_checkpoint(RESTART)")
+const pageSize = Number(db.prepare("PRAGMA page_size").get()?.["page_size"] ?? 4096)
+
+/** `busy` 1 when the checkpoint could not do all it was asked; `log` the frames in the log (-1 when not reached). */
+interface CheckpointRow {
+  readonly busy: number
+  readonly log: number
+  readonly checkpointed: number
+}
+
+/** The frames past which the log is restarted. */
+const boundFrames = Math.floor((WAL_BOUND_BYTES - WAL_HEADER_BYTES) / (pageSize + FRAME_HEADER_BYTES))
+
+const header = Buffer.alloc(20)
+/**
+ * The frames in the log, as the writers last left them: `mxFrame` of the wal-index header at the
+ * start of the `-shm` file (bytes 16–19, in the machine's byte order; SQLite's documented WAL
+ * format), read without taking any lock — a hint of when to checkpoint, the checkpoint's own row
+ * deciding what to do. -1 when it cannot be read.
+ */
+const logFrames = (): number => {
   try {
-    db.exec("PRAGMA wal_checkpoint(PASSIVE)")
+    const fd = openSync(`${settings.path}-shm`, "r")
+    try {
+      if (readSync(fd, header, 0, 20, 0) < 20) return -1
+    } finally {
+      closeSync(fd)
+    }
+    return endianness() === "LE" ? header.readUInt32LE(16) : header.readUInt32BE(16)
   } catch {
-    // Busy, or the file went away meanwhile: the next tick tries again.
+    return -1
   }
 }
-const timer = setInterval(checkpoint, CHECKPOINT_INTERVAL_MS)
+
+/** The log's frames at the last restarting checkpoint that succeeded: until a writer starts the log over, restarting again does nothing. */
+let restartedLog = -1
+let checkpointedAt = 0
+
+const checkpoint = () => {
+  checkpointedAt = Date.now()
+  try {
+    const copied = passive.get() as unknown as CheckpointRow
+    if (copied.log > boundFrames && copied.log !== restartedLog) {
+      const restarted = restart.get() as unknown as CheckpointRow
+      if (restarted.busy === 0) restartedLog = restarted.log
+    }
+  } catch {
+    // The file went away meanwhile, or an I/O error: the next tick tries again.
+  }
+}
+
+const poll = () => {
+  const frames = logFrames()
+  if (Date.now() - checkpointedAt >= INTERVAL_MS || (frames > boundFrames && frames !== restartedLog)) checkpoint()
+}
+
+const timer = setInterval(poll, POLL_MS)
 parentPort?.on("message", (message) => {
   if (message !== "close") return
   clearInterval(timer)
