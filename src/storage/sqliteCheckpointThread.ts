@@ -88,15 +88,22 @@ const logFrames = (): number => {
 
 /** The log's frames at the last restarting checkpoint that succeeded: until a writer starts the log over, restarting again does nothing. */
 let restartedLog = -1
+/**
+ * Whether the last restarting checkpoint gave up (a reader, maybe another process's, stayed on the
+ * log): the next try waits for the tick, as it may hold the writers up to `RESTART_BUSY_MS` again.
+ */
+let restartGaveUp = false
 let checkpointedAt = 0
 
 const checkpoint = () => {
   checkpointedAt = Date.now()
+  restartGaveUp = false
   try {
     const copied = passive.get() as unknown as CheckpointRow
     if (copied.log > boundFrames && copied.log !== restartedLog) {
       const restarted = restart.get() as unknown as CheckpointRow
-      if (restarted.busy === 0) restartedLog = restarted.log
+      restartGaveUp = restarted.busy !== 0
+      if (!restartGaveUp) restartedLog = restarted.log
     }
   } catch {
     // The file went away meanwhile, or an I/O error: the next tick tries again.
@@ -104,8 +111,9 @@ const checkpoint = () => {
 }
 
 const poll = () => {
-  const frames = logFrames()
-  if (Date.now() - checkpointedAt >= INTERVAL_MS || (frames > boundFrames && frames !== restartedLog)) checkpoint()
+  if (Date.now() - checkpointedAt >= INTERVAL_MS) return checkpoint()
+  const frames = restartGaveUp ? -1 : logFrames()
+  if (frames > boundFrames && frames !== restartedLog) checkpoint()
 }
 
 const timer = setInterval(poll, POLL_MS)
