@@ -10,12 +10,12 @@
  * Copying the log does not shorten it: a writer starts the log over only when it finds every frame
  * copied and no reader on the log, which under continuous writes never happens (each checkpoint
  * ends behind the writes made while it ran), so the log would grow for as long as the writes go
- * on (gigabytes in minutes). Once the log is past a bound, the passive checkpoint is followed by a
+ * on (gigabytes within a minute). Once the log is past a bound, the passive checkpoint is followed by a
  * restarting one (`wal_checkpoint(RESTART)`): it takes the write lock, copies what is left, and
  * waits until no reader is on the log, so that the next writer starts the log over (and its
  * `journal_size_limit` cuts the file back). Meanwhile writers find the database locked and run
  * again after a pause; the wait for the lock and the readers is bounded (`RESTART_BUSY_MS`), after
- * which the checkpoint gives up, holds nothing and is tried again later. The log's length is read
+ * which the checkpoint gives up, holds nothing and is tried again at the next tick. The log's length is read
  * every `pollMs` (`logFrames`), so a log that grows past the bound between two ticks is
  * checkpointed then, not up to a second later (a busy store writes hundreds of MiB of log a second).
  *
