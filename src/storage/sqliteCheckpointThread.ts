@@ -9,15 +9,16 @@
  *
  * Copying the log does not shorten it: a writer starts the log over only when it finds every frame
  * copied and no reader on the log, which under continuous writes never happens (each checkpoint
- * ends behind the writes made while it ran), so the log would grow for as long as the writes go
- * on (gigabytes within a minute). Once the log is past a bound, the passive checkpoint is followed by a
- * restarting one (`wal_checkpoint(RESTART)`): it takes the write lock, copies what is left, and
+ * ends behind the writes made while it ran), so the log would grow for as long as the writes go on
+ * (gigabytes within a minute). Once the log is past a bound, the passive checkpoint is followed by
+ * a restarting one (`wal_checkpoint(RESTART)`): it takes the write lock, copies what is left, and
  * waits until no reader is on the log, so that the next writer starts the log over (and its
  * `journal_size_limit` cuts the file back). Meanwhile writers find the database locked and run
  * again after a pause; the wait for the lock and the readers is bounded (`RESTART_BUSY_MS`), after
- * which the checkpoint gives up, holds nothing and is tried again at the next tick. The log's length is read
- * every `pollMs` (`logFrames`), so a log that grows past the bound between two ticks is
- * checkpointed then, not up to a second later (a busy store writes hundreds of MiB of log a second).
+ * which the checkpoint gives up, holds nothing and is tried again at the next tick. The log's
+ * length is read every `pollMs` (`logFrames`), so a log that grows past the bound between two ticks
+ * is checkpointed then, not up to a second later (a busy store writes hundreds of MiB of log a
+ * second).
  *
  * `workerData` is the database's path, or `{ path, intervalMs?, walBoundBytes?, pollMs? }` (the
  * tick, 1 s; the log's bound, 64 MiB, as the writers' `journal_size_limit`, which cuts the file
@@ -41,7 +42,8 @@ const WAL_BOUND_BYTES = settings.walBoundBytes ?? 64 * 1024 * 1024
 const POLL_MS = Math.min(settings.pollMs ?? 100, INTERVAL_MS)
 /**
  * How long a restarting checkpoint waits for the write lock and then for readers to leave the
- * log: writers are held for at most about this plus the copy of what is left, and retry meanwhile.
+ * log: writers are held for about this at most, plus the copy of what is left and the disk's sync,
+ * and retry meanwhile.
  */
 const RESTART_BUSY_MS = 50
 
