@@ -15,7 +15,7 @@
  * waits until no reader is on the log, so that the next writer starts the log over (and its
  * `journal_size_limit` cuts the file back). Meanwhile writers find the database locked and run
  * again after a pause; the wait for the lock and the readers is bounded (`RESTART_BUSY_MS`), after
- * which the checkpoint gives up, holds nothing and is tried again at the next tick. The log's
+ * which the checkpoint gives up, lets the lock go, and is tried again at the next tick. The log's
  * length is read every `pollMs` (`logFrames`), so a log that grows past the bound between two ticks
  * is checkpointed then, not up to a second later (a busy store writes hundreds of MiB of log a
  * second).
