@@ -5,14 +5,15 @@
  *
  * The file is opened in WAL mode with `synchronous=NORMAL`: readers never wait for the writer,
  * several processes on one host share it safely (each opens its own connection), a commit is one
- * append to the WAL (a power cut may lose the last commits, never corrupt the file). Writes that
- * are more than one statement run in `BEGIN IMMEDIATE` transactions (`immediate`), so a conditional
- * write is atomic across processes as on DynamoDB.
+ * append to the WAL (a power cut may lose the last commits, never corrupt the file). Writes run
+ * in `BEGIN IMMEDIATE` transactions, those of one turn of the event loop in one (`groupCommit`),
+ * each in a savepoint of its own, so a conditional write is atomic across processes as on DynamoDB
+ * and the commit and the lock are paid once per batch, not per write.
  *
  * A statement that finds another process writing does not wait on this thread (SQLite's busy
  * handler sleeps in the thread, which here runs the event loop): `busy_timeout` is 0, the
- * operation fails with SQLITE_BUSY before it has changed anything, and `scopedSqlite` runs it
- * again after 1, 2, 4, 8, 16, 16, … ms, the event loop free meanwhile, until `storage_timeout`.
+ * operation (or the batch) fails with SQLITE_BUSY before it has changed anything, and runs again
+ * after 1, 2, 4, 8, 16, 16, … ms, the event loop free meanwhile, until `storage_timeout`.
  * Checkpoints, which wait for the disk, run on a thread of their own (`sqliteCheckpointThread.ts`).
  *
  * Every operation is a few synchronous statements on the caller's thread: measured with
