@@ -133,7 +133,7 @@ export const scopedSqlite = (
 
 /**
  * The most operations one batch runs before it commits: ~50 µs each, so the write lock (and the
- * event loop) is held ~13 ms at most; operations past it wait for the next turn of the event loop.
+ * event loop) is held ~13 ms at most; operations past it go in the next batch, on the next turn.
  */
 export const BATCH_MAX = 256
 
@@ -149,22 +149,26 @@ interface Pending {
 type Attempt = "committed" | "busy"
 
 /**
- * Group commit: the writes that arrive during one turn of the event loop run in one
- * `BEGIN IMMEDIATE … COMMIT` on the next turn (a commit, its WAL append and the lock's round, paid
- * once for all), each in a SAVEPOINT of its own: an operation that fails rolls back only its own
+ * Group commit: a write runs at once, alone, while the database is free (its own commit: nothing
+ * waits for a batch). One that finds another process holding the lock opens a batch: it and every
+ * write that comes while the batch is open (the caller's next ones wait, the others' join) run in
+ * one `BEGIN IMMEDIATE … COMMIT` when the lock is free — one round of the lock and one commit for
+ * all of them, where each would otherwise wait, retry and take the lock on its own. The batch is
+ * tried after 1, 2, 4 … ms (at most `BUSY_PAUSE_MAX_MS`); an operation still waiting at its own
+ * deadline (`timeoutMs` after it came) fails with a `StorageTimeout`; one whose fiber is
+ * interrupted before its batch runs is taken out of it; `BATCH_MAX` at most commit together, the
+ * rest on the next turn of the event loop.
+ *
+ * In a batch each operation runs in a SAVEPOINT of its own: one that fails rolls back only its own
  * statements and its failure goes to its caller alone; the others commit. They run one after the
  * other, in the order they came, so a conditional write sees the writes before it as it would one
  * at a time. Each caller is answered after the commit: a read it issues next sees its write.
- *
- * While another process holds the lock the whole batch is tried again after 1, 2, 4 … ms (at most
- * `BUSY_PAUSE_MAX_MS`), with the writes that came meanwhile; an operation still waiting at its own
- * deadline (`timeoutMs` after it came) fails with a `StorageTimeout`. An operation whose fiber is
- * interrupted before its batch runs is taken out of it.
  */
 const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
   const { db, statement } = connection
   let queue: Array<Pending> = []
-  let timer: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | undefined
+  /** The open batch's next attempt: after a busy pause, or on the next turn (more than `BATCH_MAX` waited). */
+  let next: ReturnType<typeof setImmediate> | ReturnType<typeof setTimeout> | undefined
   let pauseMs = 1
 
   const answer = (pending: Pending, exit: { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly cause: unknown }) =>
@@ -198,7 +202,7 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
           // fails, the others run again in a batch of their own.
           answer(pending, { ok: false, cause })
           queue = [...batch.slice(0, i), ...batch.slice(i + 1), ...queue]
-          schedule()
+          next ??= setImmediate(flush)
           return "committed"
         }
         statement("ROLLBACK TO operation").run()
@@ -219,12 +223,12 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
   }
 
   const flush = () => {
-    timer = undefined
+    next = undefined
     if (queue.length === 0) return
     const batch = queue.splice(0, BATCH_MAX)
     if (attempt(batch) === "committed") {
       pauseMs = 1
-      if (queue.length > 0) schedule()
+      if (queue.length > 0) next ??= setImmediate(flush)
       return
     }
     const now = Date.now()
@@ -234,33 +238,47 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
       return false
     })
     queue = [...waiting, ...queue]
-    if (queue.length > 0 && timer === undefined) timer = setTimeout(flush, pauseMs)
+    if (queue.length > 0) retryLater()
+  }
+
+  /** The batch's next attempt after a pause, each pause twice the last (at most `BUSY_PAUSE_MAX_MS`). */
+  const retryLater = () => {
+    next ??= setTimeout(flush, pauseMs)
     pauseMs = Math.min(pauseMs * 2, BUSY_PAUSE_MAX_MS)
   }
 
-  const schedule = () => {
-    if (timer === undefined) timer = setImmediate(flush)
-  }
-
-  /** Run `body` in the next batch; its answer once the batch has committed. */
-  const write = <A>(operation: string, body: () => A): Effect.Effect<A, StorageError> =>
-    Effect.callback<A, StorageError>((resume, _signal) => {
-      const pending: Pending = { operation, body, deadline: Date.now() + timeoutMs, resume: resume as Pending["resume"] }
-      queue.push(pending)
-      schedule()
-      return Effect.sync(() => {
-        const at = queue.indexOf(pending)
-        if (at >= 0) queue.splice(at, 1)
+  /**
+   * Run `body` (its statements; in a transaction of its own when `transaction` and alone): at once
+   * while no batch is open and the database is free, else in the open batch.
+   */
+  const write = <A>(operation: string, body: () => A, transaction: boolean): Effect.Effect<A, StorageError> =>
+    Effect.suspend(() => {
+      if (next === undefined && queue.length === 0) {
+        try {
+          return Effect.succeed(transaction ? connection.immediate(body) : body())
+        } catch (cause) {
+          if (!isBusy(cause)) return Effect.fail(sqliteError(operation, cause, timeoutMs))
+          pauseMs = 1
+        }
+      }
+      return Effect.callback<A, StorageError>((resume, _signal) => {
+        const pending: Pending = { operation, body, deadline: Date.now() + timeoutMs, resume: resume as Pending["resume"] }
+        queue.push(pending)
+        if (next === undefined) retryLater()
+        return Effect.sync(() => {
+          const at = queue.indexOf(pending)
+          if (at >= 0) queue.splice(at, 1)
+        })
       })
     })
 
   /** The writes still waiting run now (the connection is about to close). */
   const close = () => {
-    if (timer !== undefined) {
-      clearTimeout(timer as ReturnType<typeof setTimeout>)
-      clearImmediate(timer as ReturnType<typeof setImmediate>)
-      timer = undefined
+    if (next !== undefined) {
+      clearTimeout(next as ReturnType<typeof setTimeout>)
+      clearImmediate(next as ReturnType<typeof setImmediate>)
     }
+    next = undefined
     while (queue.length > 0 && db.isOpen) {
       const batch = queue.splice(0, BATCH_MAX)
       if (attempt(batch) === "busy") {
@@ -314,16 +332,16 @@ const sqliteDriver = (connection: SqliteConnection, run: RunSql, write: ReturnTy
   return {
     dialect: SQLITE,
     run: (operation, body, transaction) => {
-      if (transaction === true) return write(operation, () => interpret(body()))
+      if (transaction === true) return write(operation, () => interpret(body()), true)
       return Effect.suspend(() => {
         // The first statement says which way: the generator has run nothing against the database yet.
         const first = body().next()
         if (first.done === true) return Effect.succeed(first.value)
-        return reads(first.value) ? run(operation, () => interpret(body())) : write(operation, () => interpret(body()))
+        return reads(first.value) ? run(operation, () => interpret(body())) : write(operation, () => interpret(body()), false)
       })
     },
     one: (operation, statement, answer) =>
-      reads(statement) ? run(operation, () => answer(execute(statement))) : write(operation, () => answer(execute(statement)))
+      reads(statement) ? run(operation, () => answer(execute(statement))) : write(operation, () => answer(execute(statement)), false)
   }
 }
 
