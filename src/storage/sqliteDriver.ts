@@ -5,10 +5,10 @@
  *
  * The file is opened in WAL mode with `synchronous=NORMAL`: readers never wait for the writer,
  * several processes on one host share it safely (each opens its own connection), a commit is one
- * append to the WAL (a power cut may lose the last commits, never corrupt the file). Writes run
- * in `BEGIN IMMEDIATE` transactions, those of one turn of the event loop in one (`groupCommit`),
- * each in a savepoint of its own, so a conditional write is atomic across processes as on DynamoDB
- * and the commit and the lock are paid once per batch, not per write.
+ * append to the WAL (a power cut may lose the last commits, never corrupt the file). Writes that
+ * are more than one statement run in `BEGIN IMMEDIATE` transactions (`immediate`), so a conditional
+ * write is atomic across processes as on DynamoDB. Writes that find another process writing wait
+ * together and commit together, each in a savepoint of its own (`groupCommit`).
  *
  * A statement that finds another process writing does not wait on this thread (SQLite's busy
  * handler sleeps in the thread, which here runs the event loop): `busy_timeout` is 0, the
