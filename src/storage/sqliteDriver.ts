@@ -174,6 +174,9 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
   const answer = (pending: Pending, exit: { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly cause: unknown }) =>
     pending.resume(exit.ok ? Effect.succeed(exit.value) : Effect.fail(sqliteError(pending.operation, exit.cause, timeoutMs)))
 
+  /** Another process held the lock until the operation's deadline. */
+  const timedOut = (pending: Pending) => pending.resume(Effect.fail(new StorageError({ operation: pending.operation, cause: new StorageTimeout(timeoutMs) })))
+
   const rollback = () => {
     if (db.isTransaction) statement("ROLLBACK").run()
   }
@@ -234,7 +237,7 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
     const now = Date.now()
     const waiting = batch.filter((pending) => {
       if (now < pending.deadline) return true
-      answer(pending, { ok: false, cause: Object.assign(new Error("database is locked"), { errcode: 5 }) })
+      timedOut(pending)
       return false
     })
     queue = [...waiting, ...queue]
@@ -282,7 +285,7 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
     while (queue.length > 0 && db.isOpen) {
       const batch = queue.splice(0, BATCH_MAX)
       if (attempt(batch) === "busy") {
-        for (const pending of batch) answer(pending, { ok: false, cause: Object.assign(new Error("database is locked"), { errcode: 5 }) })
+        for (const pending of batch) timedOut(pending)
       }
     }
   }
