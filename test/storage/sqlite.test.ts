@@ -1,7 +1,7 @@
 /**
  * The SQLite store: the storage contract (every layer of it on one database file, each its own
  * connection), then what is its own — several processes on one file, a lock held by another
- * process, the sweep of expired rows, space given back, checkpoints off the event loop, a file
+ * process, writes from concurrent fibers (alone, and waiting together for a lock), the sweep of expired rows, space given back, checkpoints off the event loop, a file
  * that is not a database.
  */
 import { spawn } from "node:child_process"
