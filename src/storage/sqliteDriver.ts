@@ -7,12 +7,13 @@
  * several processes on one host share it safely (each opens its own connection), a commit is one
  * append to the WAL (a power cut may lose the last commits, never corrupt the file). Writes that
  * are more than one statement run in `BEGIN IMMEDIATE` transactions (`immediate`), so a conditional
- * write is atomic across processes as on DynamoDB.
+ * write is atomic across processes as on DynamoDB. Writes that find another process writing wait
+ * together and commit together, each in a savepoint of its own (`groupCommit`).
  *
  * A statement that finds another process writing does not wait on this thread (SQLite's busy
  * handler sleeps in the thread, which here runs the event loop): `busy_timeout` is 0, the
- * operation fails with SQLITE_BUSY before it has changed anything, and `scopedSqlite` runs it
- * again after 1, 2, 4, 8, 16, 16, … ms, the event loop free meanwhile, until `storage_timeout`.
+ * operation (or the batch) fails with SQLITE_BUSY before it has changed anything, and runs again
+ * after 1, 2, 4, 8, 16, 16, … ms, the event loop free meanwhile, until `storage_timeout`.
  * Checkpoints, which wait for the disk, run on a thread of their own (`sqliteCheckpointThread.ts`).
  *
  * Every operation is a few synchronous statements on the caller's thread: measured with
@@ -109,7 +110,7 @@ export const scopedSqlite = (
   Effect.acquireRelease(
     Effect.try({ try: () => openSqlite(path, timeoutMs), catch: (cause) => sqliteError("open", cause, timeoutMs) }),
     (connection) => Effect.sync(() => connection.close())
-  ).pipe(Effect.tap((connection) => path === ":memory:" ? Effect.void : checkpointThread(path, connection)), Effect.map((connection) => {
+  ).pipe(Effect.tap((connection) => path === ":memory:" ? Effect.void : checkpointThread(path, connection)), Effect.flatMap((connection) => {
     const attempt = <A>(operation: string, body: () => A, deadline: number, pauseMs: number): Effect.Effect<A, StorageError> =>
       Effect.suspend(() => {
         try {
@@ -123,29 +124,201 @@ export const scopedSqlite = (
         }
       })
     const run: RunSql = (operation, body) => Effect.suspend(() => attempt(operation, body, Date.now() + timeoutMs, 1))
-    return { connection, run, driver: sqliteDriver(connection, run) }
+    return Effect.acquireRelease(Effect.sync(() => groupCommit(connection, timeoutMs)), (group) => Effect.sync(group.close)).pipe(
+      Effect.map((group) => ({ connection, run, driver: sqliteDriver(connection, run, group.write) }))
+    )
   }))
+
+// ── group commit ─────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * The most operations one batch runs before it commits: ~50 µs each, so the write lock (and the
+ * event loop) is held ~13 ms at most; operations past it go in the next batch, on the next turn.
+ */
+export const BATCH_MAX = 256
+
+/** A write waiting for its batch: what it runs, until when it may wait for the lock, whom it answers. */
+interface Pending {
+  readonly operation: string
+  readonly body: () => unknown
+  readonly deadline: number
+  readonly resume: (effect: Effect.Effect<unknown, StorageError>) => void
+}
+
+/** What one attempt at a batch came to: committed (each operation answered), or the lock held elsewhere. */
+type Attempt = "committed" | "busy"
+
+/**
+ * Group commit: a write runs at once, alone, while the database is free (its own commit: nothing
+ * waits for a batch). One that finds another process holding the lock opens a batch: it and every
+ * write that comes while the batch is open (the caller's next ones wait, the others' join) run in
+ * one `BEGIN IMMEDIATE … COMMIT` when the lock is free — one round of the lock and one commit for
+ * all of them, where each would otherwise wait, retry and take the lock on its own. The batch is
+ * tried after 1, 2, 4 … ms (at most `BUSY_PAUSE_MAX_MS`); an operation still waiting at its own
+ * deadline (`timeoutMs` after it came) fails with a `StorageTimeout`; one whose fiber is
+ * interrupted before its batch runs is taken out of it; `BATCH_MAX` at most commit together, the
+ * rest on the next turn of the event loop.
+ *
+ * In a batch each operation runs in a SAVEPOINT of its own: one that fails rolls back only its own
+ * statements and its failure goes to its caller alone; the others commit. They run one after the
+ * other, in the order they came, so a conditional write sees the writes before it as it would one
+ * at a time. Each caller is answered after the commit: a read it issues next sees its write.
+ */
+const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
+  const { db, statement } = connection
+  let queue: Array<Pending> = []
+  /** The open batch's next attempt: after a busy pause, or on the next turn (more than `BATCH_MAX` waited). */
+  let next: ReturnType<typeof setImmediate> | ReturnType<typeof setTimeout> | undefined
+  let pauseMs = 1
+
+  const answer = (pending: Pending, exit: { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly cause: unknown }) =>
+    pending.resume(exit.ok ? Effect.succeed(exit.value) : Effect.fail(sqliteError(pending.operation, exit.cause, timeoutMs)))
+
+  /** Another process held the lock until the operation's deadline. */
+  const timedOut = (pending: Pending) => pending.resume(Effect.fail(new StorageError({ operation: pending.operation, cause: new StorageTimeout(timeoutMs) })))
+
+  const rollback = () => {
+    if (db.isTransaction) statement("ROLLBACK").run()
+  }
+
+  /** One attempt at `batch`: every operation answered, or none (the lock was held elsewhere). */
+  const attempt = (batch: ReadonlyArray<Pending>): Attempt => {
+    try {
+      statement("BEGIN IMMEDIATE").run()
+    } catch (cause) {
+      if (isBusy(cause)) return "busy"
+      for (const pending of batch) answer(pending, { ok: false, cause })
+      return "committed"
+    }
+    const exits: Array<{ readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly cause: unknown }> = []
+    for (let i = 0; i < batch.length; i++) {
+      const pending = batch[i]!
+      statement("SAVEPOINT operation").run()
+      try {
+        exits.push({ ok: true, value: pending.body() })
+        statement("RELEASE operation").run()
+      } catch (cause) {
+        if (isBusy(cause) || !db.isTransaction) {
+          rollback()
+          if (isBusy(cause)) return "busy"
+          // SQLite ended the transaction itself (a full disk, an I/O error): this operation
+          // fails, the others run again in a batch of their own.
+          answer(pending, { ok: false, cause })
+          queue = [...batch.slice(0, i), ...batch.slice(i + 1), ...queue]
+          next ??= setImmediate(flush)
+          return "committed"
+        }
+        statement("ROLLBACK TO operation").run()
+        statement("RELEASE operation").run()
+        exits.push({ ok: false, cause })
+      }
+    }
+    try {
+      statement("COMMIT").run()
+    } catch (cause) {
+      rollback()
+      if (isBusy(cause)) return "busy"
+      for (const pending of batch) answer(pending, { ok: false, cause })
+      return "committed"
+    }
+    for (let i = 0; i < batch.length; i++) answer(batch[i]!, exits[i]!)
+    return "committed"
+  }
+
+  const flush = () => {
+    next = undefined
+    if (queue.length === 0) return
+    const batch = queue.splice(0, BATCH_MAX)
+    if (attempt(batch) === "committed") {
+      pauseMs = 1
+      if (queue.length > 0) next ??= setImmediate(flush)
+      return
+    }
+    const now = Date.now()
+    const waiting = batch.filter((pending) => {
+      if (now < pending.deadline) return true
+      timedOut(pending)
+      return false
+    })
+    queue = [...waiting, ...queue]
+    if (queue.length > 0) retryLater()
+  }
+
+  /** The batch's next attempt after a pause, each pause twice the last (at most `BUSY_PAUSE_MAX_MS`). */
+  const retryLater = () => {
+    next ??= setTimeout(flush, pauseMs)
+    pauseMs = Math.min(pauseMs * 2, BUSY_PAUSE_MAX_MS)
+  }
+
+  /**
+   * Run `body` (its statements; in a transaction of its own when `transaction` and alone): at once
+   * while no batch is open and the database is free, else in the open batch.
+   */
+  const write = <A>(operation: string, body: () => A, transaction: boolean): Effect.Effect<A, StorageError> =>
+    Effect.suspend(() => {
+      if (next === undefined && queue.length === 0) {
+        try {
+          return Effect.succeed(transaction ? connection.immediate(body) : body())
+        } catch (cause) {
+          if (!isBusy(cause)) return Effect.fail(sqliteError(operation, cause, timeoutMs))
+          pauseMs = 1
+        }
+      }
+      return Effect.callback<A, StorageError>((resume, _signal) => {
+        const pending: Pending = { operation, body, deadline: Date.now() + timeoutMs, resume: resume as Pending["resume"] }
+        queue.push(pending)
+        if (next === undefined) retryLater()
+        return Effect.sync(() => {
+          const at = queue.indexOf(pending)
+          if (at >= 0) queue.splice(at, 1)
+        })
+      })
+    })
+
+  /** The writes still waiting run now (the connection is about to close). */
+  const close = () => {
+    if (next !== undefined) {
+      clearTimeout(next as ReturnType<typeof setTimeout>)
+      clearImmediate(next as ReturnType<typeof setImmediate>)
+    }
+    next = undefined
+    while (queue.length > 0 && db.isOpen) {
+      const batch = queue.splice(0, BATCH_MAX)
+      if (attempt(batch) === "busy") {
+        for (const pending of batch) timedOut(pending)
+      }
+    }
+  }
+
+  return { write, close }
+}
 
 // ── the driver ───────────────────────────────────────────────────────────────────────────────────
 
 const NOTHING: Result = { rows: [], changes: 0 }
 
+/** A statement that only reads (SQLite's reads here are all SELECTs). */
+const reads = (step: Statement): boolean => /^\s*SELECT\b/i.test(step.sql)
+
 /**
  * The SQL layer's operations on the connection, each statement run as it is yielded, synchronously:
- * no other operation's statement can come in between, and an operation that found the database
- * busy runs again from its start (`run`).
+ * no other operation's statement can come in between. An operation that writes (its first
+ * statement not a SELECT, or a transaction) goes to the group commit (`groupCommit`); one that
+ * starts with a read runs at once, each statement its own commit (`run`: run again from its start
+ * if it found the database busy) — the reads, which WAL lets through while another process
+ * writes, and the sweep, whose deletes commit batch by batch.
  */
-const sqliteDriver = (connection: SqliteConnection, run: RunSql): SqlDriver => {
+const sqliteDriver = (connection: SqliteConnection, run: RunSql, write: ReturnType<typeof groupCommit>["write"]): SqlDriver => {
   /**
    * Whether each statement is read to its end (a SELECT, a RETURNING clause; a PRAGMA, which may
    * take a step per page, as `incremental_vacuum` does) or run (one step, its changes counted).
    */
-  const reads = new Map<string, boolean>()
+  const returning = new Map<string, boolean>()
   const execute = (step: Statement): Result => {
     try {
       const prepared = connection.statement(step.sql)
-      let returnsRows = reads.get(step.sql)
-      if (returnsRows === undefined) reads.set(step.sql, returnsRows = prepared.columns().length > 0 || step.sql.startsWith("PRAGMA"))
+      let returnsRows = returning.get(step.sql)
+      if (returnsRows === undefined) returning.set(step.sql, returnsRows = prepared.columns().length > 0 || step.sql.startsWith("PRAGMA"))
       if (!returnsRows) return { rows: [], changes: Number(prepared.run(...step.values).changes) }
       const rows = prepared.all(...step.values)
       return { rows, changes: rows.length }
@@ -154,17 +327,24 @@ const sqliteDriver = (connection: SqliteConnection, run: RunSql): SqlDriver => {
       throw error
     }
   }
-  const interpret = <A>(body: () => Sql<A>): A => {
-    const steps = body()
+  const interpret = <A>(steps: Sql<A>): A => {
     let step = steps.next()
     while (step.done !== true) step = steps.next(execute(step.value))
     return step.value
   }
   return {
     dialect: SQLITE,
-    run: (operation, body, transaction) =>
-      run(operation, transaction === true ? () => connection.immediate(() => interpret(body)) : () => interpret(body)),
-    one: (operation, statement, answer) => run(operation, () => answer(execute(statement)))
+    run: (operation, body, transaction) => {
+      if (transaction === true) return write(operation, () => interpret(body()), true)
+      return Effect.suspend(() => {
+        // The first statement says which way: the generator has run nothing against the database yet.
+        const first = body().next()
+        if (first.done === true) return Effect.succeed(first.value)
+        return reads(first.value) ? run(operation, () => interpret(body())) : write(operation, () => interpret(body()), false)
+      })
+    },
+    one: (operation, statement, answer) =>
+      reads(statement) ? run(operation, () => answer(execute(statement))) : write(operation, () => answer(execute(statement)), false)
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * The SQLite store: the storage contract (every layer of it on one database file, each its own
  * connection), then what is its own — several processes on one file, a lock held by another
- * process, the sweep of expired rows, space given back, checkpoints off the event loop, a file
+ * process, writes from concurrent fibers (alone, and waiting together for a lock), the sweep of expired rows, space given back, checkpoints off the event loop, a file
  * that is not a database.
  */
 import { spawn } from "node:child_process"
@@ -10,14 +10,14 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Fiber, Layer } from "effect"
 import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
 import { scopedSqlite } from "../../src/storage/sqliteDriver.ts"
 import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
-import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
+import { createActiveTables, Storage, type StorageError, type StorageService } from "../../src/storage/Storage.ts"
 import { storageContract } from "./contract.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "autopush-sqlite-"))
@@ -36,6 +36,59 @@ const fresh = (path: string, timeoutMs?: number) => {
 
 /** A store on that file for the rest of the scope. */
 const openStore = (options: ReturnType<typeof fresh>) => Effect.map(Layer.build(layerSqlite(options)), (context) => Context.get(context, Storage))
+
+/**
+ * 200 writes on 7 users (each gets every kind of write), many of them conditional and refused (an older connectedAt, a version
+ * already taken, cancelled or not there, a full channel set, a node id no longer the user's) and
+ * some failing (a missing table; a save whose second message cannot be stored, after its first
+ * was), each to its outcome as text.
+ */
+const contendedWrites = (s: StorageService, table: string) =>
+  Array.from({ length: 200 }, (_, i) => {
+    // User by user, round by round, each user's writes in the same order.
+    const user = uaid(i % 7)
+    const kind = Math.floor(i / 7) % 8
+    const round = Math.floor(i / 56)
+    const key = { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 } as const
+    const message = (version: string, ttl: number | bigint = 600) => ({ channelId: chid, version, ttl: ttl as number, timestamp: T0 / 1000, sortkeyTimestamp: T0 })
+    const saved = ["v0", "v0", "v1", "v1"][round]!
+    const cancelled = ["v0", "v1", "v1", "v0"][round]!
+    const write: Effect.Effect<unknown, StorageError> = [
+      () => s.registerUser({ uaid: user, routerType: "webpush", routerData: { i }, connectedAt: T0 + ((i * 7) % 13), nodeId: `node-${i % 3}` }),
+      () => s.saveMessage(user, table, message(saved)),
+      () => s.cancelMessage(user, table, key, cancelled),
+      () => s.addChannel(user, table, `0000000${i % 5}-0000-4000-8000-000000000001`, 2),
+      () => s.clearNodeId(user, `node-${i % 3}`, T0 + ((i * 5) % 13)),
+      () => s.saveMessages(user, table, round % 2 === 1 ? [message(`w${i}`), message("too big", 1n << 70n)] : [message(`w${round}`)]),
+      () => s.deleteMessage(user, table, { ...key, sortkeyTimestamp: T0 + 1 }, `w${round === 3 ? 0 : round + 1}`),
+      () => round % 2 === 0 ? s.saveMessage(user, `${table}_missing`, message("nowhere")) : s.ackMessages(user, table, [{ key, version: "w0" }])
+    ][kind]!()
+    return write.pipe(Effect.match({ onFailure: (e) => `failed: ${e.operation}`, onSuccess: (value) => JSON.stringify(value) ?? "done" }))
+  })
+
+/** The outcomes hold refusals and failures as well as successes (the writes are contended). */
+const assertMixed = (outcomes: ReadonlyArray<string>) => {
+  for (const outcome of ["true", "false", "\"stored\"", "\"taken\"", "\"cancelled\"", "failed: saveMessage", "failed: saveMessages"]) {
+    assert.include(outcomes, outcome)
+  }
+}
+
+/** The rows written together are those written one at a time; of a save that failed, nothing. */
+const assertSameRows = (rows: ReturnType<typeof rowsOf>, alone: ReturnType<typeof rowsOf>) => {
+  assert.deepStrictEqual(rows, alone, "the same rows")
+  assert.isTrue(rows[1]!.some((row) => row["updateid"] === "w2"), "the saves that succeeded are there")
+  assert.isFalse(rows[1]!.some((row) => /^w\d\d/.test(String(row["updateid"]))), "a save that failed on its second message left nothing of its first")
+}
+
+/** Every row of the store's router and message tables in that file. */
+const rowsOf = (path: string, options: ReturnType<typeof fresh>) => {
+  const db = new DatabaseSync(path, { readOnly: true })
+  try {
+    return [options.routerTable, options.messageTablePrefix].map((table) => db.prepare(`SELECT * FROM "${table}" ORDER BY 1, 2`).all())
+  } finally {
+    db.close()
+  }
+}
 
 interface WriterResults {
   readonly startedAt: number
@@ -114,6 +167,50 @@ describe("SQLite store", () => {
         other.close()
       }
       assert.isTrue(yield* s.registerUser({ uaid: uaid(2), routerType: "webpush", routerData: {}, connectedAt: T0 }))
+    }).pipe(Effect.scoped), 30_000)
+
+  it.live("writes from concurrent fibers each get the outcome they get one at a time; a failed one undoes only its own statements", () =>
+    Effect.gen(function*() {
+      const one = fresh(join(dir, "one-at-a-time.sqlite"))
+      const alone = yield* openStore(one)
+      const together = yield* openStore({ ...one, path: join(dir, "together.sqlite") })
+      for (const s of [alone, together]) yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const sequential = yield* Effect.forEach(contendedWrites(alone, one.messageTablePrefix), (write) => write)
+      const concurrent = yield* Effect.forEach(contendedWrites(together, one.messageTablePrefix), (write) => write, { concurrency: "unbounded" })
+      assert.deepStrictEqual(concurrent, sequential)
+      assertMixed(sequential)
+      assertSameRows(rowsOf(join(dir, "together.sqlite"), one), rowsOf(one.path, one))
+    }).pipe(Effect.scoped), 30_000)
+
+  it.live("writes that find another process's lock wait in one batch, the event loop free, and commit together with the outcomes they get one at a time", () =>
+    Effect.gen(function*() {
+      const one = fresh(join(dir, "batch-alone.sqlite"), 10_000)
+      const alone = yield* openStore(one)
+      const locked = { ...one, path: join(dir, "batch-locked.sqlite") }
+      const s = yield* openStore(locked)
+      for (const store of [alone, s]) yield* createActiveTables.pipe(Effect.provideService(Storage, store))
+      const sequential = yield* Effect.forEach(contendedWrites(alone, one.messageTablePrefix), (write) => write)
+      const other = new DatabaseSync(locked.path)
+      other.exec("BEGIN IMMEDIATE") // another process's write lock, held
+      let released = false
+      const fiber = yield* Effect.forkChild(
+        Effect.forEach(contendedWrites(s, one.messageTablePrefix), (write) => write, { concurrency: "unbounded" }).pipe(
+          Effect.tap(() => Effect.sync(() => assert.isTrue(released, "no write answered while the lock was held")))
+        )
+      )
+      let ticks = 0
+      const ticking = setInterval(() => ticks++, 10)
+      yield* Effect.sleep("300 millis")
+      clearInterval(ticking)
+      assert.isAtLeast(ticks, 10, "timers ran while the batch waited")
+      assert.strictEqual(yield* s.getUser(uaid(0)), undefined, "reads go on, and nothing is written yet")
+      released = true
+      other.exec("ROLLBACK")
+      other.close()
+      const concurrent = yield* Fiber.join(fiber)
+      assert.deepStrictEqual(concurrent, sequential)
+      assertMixed(concurrent)
+      assertSameRows(rowsOf(locked.path, one), rowsOf(one.path, one))
     }).pipe(Effect.scoped), 30_000)
 
   it.effect("the sweep deletes rows a day past their expiry, and only those; reads never showed them", () =>
