@@ -248,7 +248,10 @@ export const subscribe = (s: Session): Promise<{ readonly uaid: string; readonly
         uaid = m["uaid"] as string
         s.ws.send(JSON.stringify({ messageType: "register", channelID }))
       }
-      if (m["messageType"] === "register") resolve({ uaid, endpoint: m["pushEndpoint"] as string })
+      if (m["messageType"] !== "register") return
+      // A refused register (a storage error, a limit) has no endpoint: say so rather than push to none.
+      if (m["status"] !== 200) reject(new Error(`register answered status ${String(m["status"])}`))
+      else resolve({ uaid, endpoint: m["pushEndpoint"] as string })
     })
     s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true }))
   })
