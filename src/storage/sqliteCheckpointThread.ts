@@ -15,8 +15,8 @@
  * waits until no reader is on the log, so that the next writer starts the log over (and its
  * `journal_size_limit` cuts the file back). Meanwhile writers find the database locked and run
  * again after a pause; the wait for the lock and the readers is bounded (`RESTART_BUSY_MS`), after
- * which the checkpoint gives up, lets the lock go, and is tried again at the next tick. The log's
- * length is read every `pollMs` (`logFrames`), so a log that grows past the bound between two ticks
+ * which the checkpoint gives up, lets the lock go, and is tried again at the next tick. The log
+ * file's size is read every `pollMs` (`logBytes`), so a log that grows past the bound between two ticks
  * is checkpointed then, not up to a second later (a busy store writes hundreds of MiB of log a
  * second).
  *
@@ -25,8 +25,7 @@
  * back to it; how often the log's length is read, 100 ms). A `"close"` message ends the thread
  * after a last checkpoint.
  */
-import { closeSync, openSync, readSync } from "node:fs"
-import { endianness } from "node:os"
+import { statSync } from "node:fs"
 import { DatabaseSync } from "node:sqlite"
 import { parentPort, workerData } from "node:worker_threads"
 
@@ -67,22 +66,18 @@ interface CheckpointRow {
 /** The frames past which the log is restarted. */
 const boundFrames = Math.floor((WAL_BOUND_BYTES - WAL_HEADER_BYTES) / (pageSize + FRAME_HEADER_BYTES))
 
-const header = Buffer.alloc(20)
 /**
- * The frames in the log, as the writers last left them: `mxFrame` of the wal-index header at the
- * start of the `-shm` file (bytes 16–19, in the machine's byte order; SQLite's documented WAL
- * format), read without taking any lock — a hint of when to checkpoint, the checkpoint's own row
- * deciding what to do. -1 when it cannot be read.
+ * The size of the log's file, -1 when it cannot be read: a hint of when to checkpoint, the
+ * checkpoint's own row deciding what to do. The log passes the bound only by growing its file past
+ * it (after a restart the writers write it again from its start, and `journal_size_limit` has cut
+ * the file back to the bound). Read with `stat`, never by opening the database's files: closing a
+ * descriptor of a file drops every POSIX lock this process holds on it, SQLite's among them, and
+ * another process would then take this one's shared memory for unused and truncate it under it
+ * (SIGBUS).
  */
-const logFrames = (): number => {
+const logBytes = (): number => {
   try {
-    const fd = openSync(`${settings.path}-shm`, "r")
-    try {
-      if (readSync(fd, header, 0, 20, 0) < 20) return -1
-    } finally {
-      closeSync(fd)
-    }
-    return endianness() === "LE" ? header.readUInt32LE(16) : header.readUInt32BE(16)
+    return statSync(`${settings.path}-wal`).size
   } catch {
     return -1
   }
@@ -90,6 +85,8 @@ const logFrames = (): number => {
 
 /** The log's frames at the last restarting checkpoint that succeeded: until a writer starts the log over, restarting again does nothing. */
 let restartedLog = -1
+/** The log file's size just after that checkpoint: unchanged, the log has not grown since. */
+let restartedBytes = -1
 /**
  * Whether the last restarting checkpoint gave up (a reader, maybe another process's, stayed on the
  * log): the next try waits for the tick, as it may hold the writers up to `RESTART_BUSY_MS` again.
@@ -105,7 +102,10 @@ const checkpoint = () => {
     if (copied.log > boundFrames && copied.log !== restartedLog) {
       const restarted = restart.get() as unknown as CheckpointRow
       restartGaveUp = restarted.busy !== 0
-      if (!restartGaveUp) restartedLog = restarted.log
+      if (!restartGaveUp) {
+        restartedLog = restarted.log
+        restartedBytes = logBytes()
+      }
     }
   } catch {
     // The file went away meanwhile, or an I/O error: the next tick tries again.
@@ -114,8 +114,8 @@ const checkpoint = () => {
 
 const poll = () => {
   if (Date.now() - checkpointedAt >= INTERVAL_MS) return checkpoint()
-  const frames = restartGaveUp ? -1 : logFrames()
-  if (frames > boundFrames && frames !== restartedLog) checkpoint()
+  const bytes = restartGaveUp ? -1 : logBytes()
+  if (bytes > WAL_BOUND_BYTES && bytes !== restartedBytes) checkpoint()
 }
 
 const timer = setInterval(poll, POLL_MS)
