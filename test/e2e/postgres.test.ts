@@ -18,11 +18,10 @@ import pg from "pg"
 import { afterAll, describe, expect, it } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
 import { openClient, type TestClient } from "../connection/client.ts"
-import { privatePostgres, testPostgres } from "../storage/postgresServer.ts"
+import { describePostgres, privatePostgres } from "../storage/postgresServer.ts"
 import { type Deployment, deliveredAs, freePorts, startOnPostgres } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname
-const server = testPostgres()
 
 interface Client {
   readonly ws: TestClient
@@ -65,14 +64,7 @@ const until = async (done: () => boolean, timeoutMs: number) => {
   while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50))
 }
 
-if ("missing" in server) {
-  describe("separate nodes on PostgreSQL", () => {
-    it("needs a PostgreSQL server", () => {
-      expect.fail(server.missing)
-    })
-  })
-} else {
-  const dsn = server.dsn
+describePostgres("separate nodes on PostgreSQL", (dsn) => {
   const deployments: Array<Deployment> = []
   afterAll(async () => {
     for (const d of deployments.reverse()) await d.stop()
@@ -303,4 +295,4 @@ if ("missing" in server) {
       oneLine(await withDsn(nowhere.href), /^autoconnect: cannot start: PostgreSQL at 127\.0\.0\.1:\d+\/\w+ cannot be used \(option db_dsn\): the server cannot be reached/)
     }, 90_000)
   })
-}
+})

@@ -26,7 +26,7 @@ import { join } from "node:path"
 import type { Page } from "puppeteer-core"
 import webpush from "web-push"
 import { type Deployment, startAllInOne, startOnPostgres, startSeparate } from "../e2e/servers.ts"
-import { testPostgres } from "../storage/postgresServer.ts"
+import { describePostgres } from "../storage/postgresServer.ts"
 import { type Firefox, type Frame, launchFirefox, pushFrames, transcript } from "./firefox.ts"
 import { type Report, type Site, startSite } from "./site.ts"
 
@@ -418,14 +418,6 @@ const withBroadcasts = async () => {
 suite("Firefox: all-in-one process on embedded storage", withBroadcasts, { full: true })
 suite("Firefox: separate connection and endpoint processes on dynalite", startSeparate, { full: false })
 
-const postgres = testPostgres()
-if ("missing" in postgres) {
-  describe("Firefox: separate connection and endpoint processes on PostgreSQL", () => {
-    it("needs a PostgreSQL server", () => {
-      assert.fail(postgres.missing)
-    })
-  })
-} else {
-  const dsn = postgres.dsn
+describePostgres("Firefox: separate connection and endpoint processes on PostgreSQL", (dsn) => {
   suite("Firefox: separate connection and endpoint processes on PostgreSQL", () => startOnPostgres(dsn), { full: false })
-}
+})

@@ -21,9 +21,8 @@ import { scopedPostgres, sqlState } from "../../src/storage/postgresPool.ts"
 import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { storageContract } from "./contract.ts"
-import { privatePostgres, testPostgres } from "./postgresServer.ts"
+import { describePostgres, privatePostgres } from "./postgresServer.ts"
 
-const server = testPostgres()
 
 /** A TCP proxy to `target`'s host and port that can stop forwarding (a server that accepts and never answers) and start again. */
 const freezableProxy = async (target: URL) => {
@@ -58,14 +57,7 @@ const freezableProxy = async (target: URL) => {
   }
 }
 
-if ("missing" in server) {
-  describe("PostgreSQL store", () => {
-    it("needs a PostgreSQL server", () => {
-      assert.fail(server.missing)
-    })
-  })
-} else {
-  const dsn = server.dsn
+describePostgres("PostgreSQL store", (dsn) => {
   storageContract("postgres", (options) => layerPostgres({ ...options, dsn }))
 
   const uaid = (n: number) => n.toString(16).padStart(32, "0")
@@ -221,4 +213,4 @@ if ("missing" in server) {
         assert.strictEqual(error.operation, "connect")
       }))
   })
-}
+})

@@ -9,6 +9,7 @@ import { execFileSync } from "node:child_process"
 import { existsSync, readdirSync } from "node:fs"
 import { createServer } from "node:net"
 import { join } from "node:path"
+import { assert, describe, it } from "vitest"
 
 const SCRIPT = join(import.meta.dirname, "..", "..", ".ci", "postgres.sh")
 
@@ -32,6 +33,21 @@ export const testPostgres = (): { readonly dsn: string } | { readonly missing: s
     return { missing: "these tests need PostgreSQL: set AUTOPUSH_TEST_POSTGRES_DSN=postgres://…, or install Debian's postgresql (.ci/postgres.sh starts a throwaway cluster)" }
   }
   return { dsn: script({}) }
+}
+
+/**
+ * The suite `name` with the shared test server's DSN; without one, the suite is one failing test
+ * saying what it needs (never skipped).
+ */
+export const describePostgres = (name: string, body: (dsn: string) => void): void => {
+  const server = testPostgres()
+  if ("missing" in server) {
+    describe(name, () => {
+      it("needs a PostgreSQL server", () => {
+        assert.fail(server.missing)
+      })
+    })
+  } else body(server.dsn)
 }
 
 /** A free TCP port on 127.0.0.1 (taken and given back). */
