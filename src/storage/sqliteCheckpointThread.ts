@@ -20,10 +20,10 @@
  * is checkpointed then, not up to a second later (a busy store writes hundreds of MiB of log a
  * second).
  *
- * `workerData` is the database's path, or `{ path, intervalMs?, walBoundBytes?, pollMs? }` (the
- * tick, 1 s; the log's bound, 64 MiB, as the writers' `journal_size_limit`, which cuts the file
- * back to it; how often the log's length is read, 100 ms). A `"close"` message ends the thread
- * after a last checkpoint.
+ * `workerData` is `{ path, walBoundBytes, intervalMs?, pollMs? }`: the database, the log's bound
+ * (the writers' `journal_size_limit`, which cuts the file back to it; given by whoever opens the
+ * database, so that the two agree), the tick (1 s) and how often the log file's size is read
+ * (100 ms). A `"close"` message ends the thread after a last checkpoint.
  */
 import { statSync } from "node:fs"
 import { DatabaseSync } from "node:sqlite"
@@ -32,12 +32,12 @@ import { parentPort, workerData } from "node:worker_threads"
 interface Settings {
   readonly path: string
   readonly intervalMs?: number
-  readonly walBoundBytes?: number
+  readonly walBoundBytes: number
   readonly pollMs?: number
 }
-const settings: Settings = typeof workerData === "string" ? { path: workerData } : workerData as Settings
+const settings = workerData as Settings
 const INTERVAL_MS = settings.intervalMs ?? 1_000
-const WAL_BOUND_BYTES = settings.walBoundBytes ?? 64 * 1024 * 1024
+const WAL_BOUND_BYTES = settings.walBoundBytes
 const POLL_MS = Math.min(settings.pollMs ?? 100, INTERVAL_MS)
 /**
  * How long a restarting checkpoint waits for the write lock and then for readers to leave the

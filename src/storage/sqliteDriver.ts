@@ -48,6 +48,12 @@ export interface SqliteConnection {
   readonly close: () => void
 }
 
+/**
+ * The write-ahead log's bound: the writers cut its file back to it (`journal_size_limit`) and the
+ * checkpoint thread restarts a log grown past it.
+ */
+const WAL_BOUND_BYTES = 64 * 1024 * 1024
+
 /** `$1` placeholders as SQLite's numbered `?1` (the same numbers; quoted identifiers left as they are). */
 const numbered = (sql: string): string => sql.replace(/"(?:[^"]|"")*"|\$(\d+)/g, (match, n: string | undefined) => n === undefined ? match : `?${n}`)
 
@@ -67,7 +73,7 @@ const openSqlite = (path: string, openTimeoutMs: number): SqliteConnection => {
   // Checkpoints run on a thread of their own (`sqliteCheckpointThread.ts`), not in the statement
   // that commits; a log past 64 MiB is cut back after one.
   db.exec("PRAGMA wal_autocheckpoint = 0")
-  db.exec("PRAGMA journal_size_limit = 67108864")
+  db.exec(`PRAGMA journal_size_limit = ${WAL_BOUND_BYTES}`)
   const statements = new Map<string, StatementSync>()
   const statement = (sql: string) => {
     let prepared = statements.get(sql)
@@ -357,7 +363,7 @@ const isMissingTable = (cause: unknown): boolean => cause instanceof Error && ca
 const checkpointThread = (path: string, connection: SqliteConnection): Effect.Effect<void, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const worker = new Worker(new URL("./sqliteCheckpointThread.ts", import.meta.url), { workerData: path })
+      const worker = new Worker(new URL("./sqliteCheckpointThread.ts", import.meta.url), { workerData: { path, walBoundBytes: WAL_BOUND_BYTES } })
       worker.unref()
       worker.on("error", () => {
         if (connection.db.isOpen) connection.db.exec("PRAGMA wal_autocheckpoint = 1000")
