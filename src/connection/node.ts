@@ -3,7 +3,6 @@
  * registry and the timer ticker, as one layer owning its servers and session fibers.
  */
 import * as Context from "effect/Context"
-import * as Semaphore from "effect/Semaphore"
 import * as Effect from "effect/Effect"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -51,6 +50,7 @@ import { cachedTableStatus } from "../storage/tableKeeper.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource, type RouterGuard } from "./http.ts"
 import { listen } from "../platform/listen.ts"
+import { Permits } from "../platform/permits.ts"
 import { PeerNodes } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import { SessionTicker } from "./ticker.ts"
@@ -282,8 +282,10 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
 export const SESSION_STORAGE_CONCURRENCY = 128
 
 export const sessionStorage = (storage: StorageService) =>
-  Effect.map(Semaphore.make(SESSION_STORAGE_CONCURRENCY), (inFlight) =>
-    mapStorageOperations(storage, () => inFlight.withPermits(1), { values: false }))
+  Effect.sync(() => {
+    const inFlight = new Permits(SESSION_STORAGE_CONCURRENCY)
+    return mapStorageOperations(storage, () => (operation) => inFlight.withPermit(operation), { values: false })
+  })
 
 /** What a session talks to, from the node's services: the one place the session's ports are assembled. */
 export const sessionPorts = (options: SessionOptions, logFrames: boolean) =>

@@ -28,11 +28,11 @@ import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import * as Semaphore from "effect/Semaphore"
 import { METRICS } from "../observability/catalog.ts"
 import { EventLog } from "../observability/EventLog.ts"
 import { type Counter, Metrics } from "../observability/Metrics.ts"
 import { Storage } from "../storage/Storage.ts"
+import { Permits } from "../platform/permits.ts"
 import { makeReceiptBook, RECEIPT_RETENTION_SECONDS, type ReceiptBook } from "./book.ts"
 import { receiptChangeOf, type ReceiptWrite } from "./fold.ts"
 
@@ -109,7 +109,7 @@ export const receiptRecording = (
       let queued = 0
       const unsample = metrics?.sampled(METRICS.receiptWritesQueued.name, {}, () => queued)
       if (unsample !== undefined) yield* Effect.addFinalizer(() => Effect.sync(unsample))
-      const permits = Semaphore.makeUnsafe(CONCURRENCY)
+      const permits = new Permits(CONCURRENCY)
       const writers = yield* FiberSet.make()
       const run = yield* FiberSet.runtime(writers)<never>()
       const runLog = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
@@ -123,7 +123,7 @@ export const receiptRecording = (
             lanes.delete(subscription)
             return Effect.void
           }
-          return Semaphore.withPermits(permits, 1)(write(next)).pipe(
+          return permits.withPermit(write(next)).pipe(
             Effect.ensuring(Effect.sync(() => {
               lane.shift()
               queued--
