@@ -45,7 +45,7 @@ import {
   type Transport
 } from "../protocol/session.ts"
 import { Broadcasts } from "../broadcast/Broadcasts.ts"
-import { mapStorageOperations, Storage, type StorageService } from "../storage/Storage.ts"
+import { causeText, mapStorageOperations, type NodeSession, Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { cachedTableStatus } from "../storage/tableKeeper.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource, type RouterGuard } from "./http.ts"
@@ -260,7 +260,15 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         const sessionsDone = Effect.andThen(Fiber.await(sessions), FiberSet.awaitEmpty(fibers))
         const interruptSessions = Effect.andThen(Fiber.interrupt(sessions), FiberSet.awaitEmpty(fibers))
         yield* Effect.addFinalizer(() =>
-          drain(publicServer, () => void Queue.endUnsafe(accepted), registry, sessionsDone, interruptSessions, options.shutdownTimeoutMs)
+          drain({
+            publicServer,
+            stopAccepting: () => void Queue.endUnsafe(accepted),
+            registry,
+            sessionsDone,
+            interruptSessions,
+            timeoutMs: options.shutdownTimeoutMs,
+            leaveRecords: (sessions) => storage.clearNodeIds(sessionOptions.routerUrl, sessions)
+          })
         )
         return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
       })
@@ -468,28 +476,52 @@ const onMessage = (socket: PushSocket, mailbox: Mailbox<MailboxInput>, data: Raw
 
 /**
  * Graceful drain: stop accepting connections, close every session with 1001 (Firefox reconnects,
- * elsewhere or here once restarted); each session saves its unacked direct messages and clears its
- * node id on the way out, and from the moment it closes the router port answers 404 for it, so
- * endpoints store instead. Waits for the sessions up to `timeoutMs`; the rest are interrupted, and
- * their cleanup still runs (`interruptSessions` waits for it).
+ * elsewhere or here once restarted); each session saves its unacked direct messages on the way out,
+ * and from the moment it closes the router port answers 404 for it, so endpoints store instead.
+ * Waits for the sessions up to `timeoutMs`; the rest are interrupted, and their cleanup still runs
+ * (`interruptSessions` waits for it). Then the node takes its id out of the records of the sessions
+ * it had, all at once (`leaveRecords`: a few transactions on SQL stores, where each session
+ * clearing its own would cost a commit each), so that endpoints store for them rather than try a
+ * node that is gone.
  */
 const drain = (
-  publicServer: Server,
-  stopAccepting: () => void,
-  registry: NodeRegistryService,
-  sessionsDone: Effect.Effect<void>,
-  interruptSessions: Effect.Effect<void>,
-  timeoutMs: number
+  { publicServer, stopAccepting, registry, sessionsDone, interruptSessions, timeoutMs, leaveRecords }: {
+    readonly publicServer: Server
+    readonly stopAccepting: () => void
+    readonly registry: NodeRegistryService
+    readonly sessionsDone: Effect.Effect<void>
+    readonly interruptSessions: Effect.Effect<void>
+    readonly timeoutMs: number
+    readonly leaveRecords: (sessions: ReadonlyArray<NodeSession>) => Effect.Effect<number, StorageError>
+  }
 ) =>
   Effect.gen(function*() {
     publicServer.close()
     stopAccepting()
     const sessions = registry.connections.size
-    for (const handle of registry.connections) handle.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
+    const identified: Array<NodeSession> = []
+    for (const handle of registry.connections) {
+      if (handle.uaid !== undefined) identified.push({ uaid: handle.uaid, connectedAt: handle.connectedAt })
+      handle.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
+    }
+    const began = yield* Clock.currentTimeMillis
     const done = yield* sessionsDone.pipe(Effect.timeoutOption(timeoutMs))
     if (done._tag === "None") yield* interruptSessions
+    // What is left of `timeoutMs`, and at least a second: records not left by then name a node that
+    // is gone, which endpoints find out for themselves (they store, and clear the node id).
+    const leftMs = Math.max(1_000, began + timeoutMs - (yield* Clock.currentTimeMillis))
+    const left = yield* leaveRecords(identified).pipe(
+      Effect.timeoutOrElse({ duration: leftMs, orElse: () => Effect.succeed(0) }),
+      Effect.catchTag("StorageError", (error) =>
+        Effect.as(
+          Effect.logWarning("could not leave the router records of this node's sessions").pipe(
+            Effect.annotateLogs({ sessions: identified.length, operation: error.operation, cause: causeText(error.cause) })
+          ),
+          0
+        ))
+    )
     yield* Effect.logInfo("connection node drained").pipe(
-      Effect.annotateLogs({ sessions, complete: done._tag === "Some", remaining: registry.connections.size })
+      Effect.annotateLogs({ sessions, complete: done._tag === "Some", remaining: registry.connections.size, records_left: left })
     )
   })
 

@@ -33,6 +33,7 @@ export const socketClosedLive = (phase: Live, _input: unknown, out: Out): Phase 
   _tag: "Closing",
   session: phase.session,
   reason: "client",
+  nodeStops: false,
   since: out.now,
   retry: undefined,
   stage: COLLECTING
@@ -92,10 +93,7 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
 const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, strays: ReadonlyArray<StoredUnacked>, out: Out): Phase => {
   const s = phase.session
   const all = strays.length === 0 ? messages : [...messages, ...strays.map((row) => row.notification)]
-  if (all.length === 0) {
-    out.run({ _tag: "ClearNodeId", uaid: s.uaid, connectedAt: s.connectedAt, attempt: 0 })
-    return { ...phase, stage: { _tag: "Clearing", table: undefined, saved: NOTHING } }
-  }
+  if (all.length === 0) return leave(phase, undefined, NOTHING, out)
   out.run({ _tag: "ReadUser", uaid: s.uaid, attempt: 0 })
   return { ...phase, stage: { _tag: "ReadingBefore", messages: all, strays } }
 }
@@ -125,8 +123,23 @@ const take = (phase: Closing, stage: Extract<ClosingStage, { _tag: "Taking" }>, 
     return { ...phase, stage }
   }
   if (stage.then._tag === "Finish") return finish(phase, stage.then.after, stage.saved, out)
-  out.run({ _tag: "ClearNodeId", uaid, connectedAt: phase.session.connectedAt, attempt: 0 })
-  return { ...phase, stage: { _tag: "Clearing", table: stage.table, saved: stage.saved } }
+  return leave(phase, stage.table, stage.saved, out)
+}
+
+/**
+ * This node leaves the record (unless the node is stopping: it leaves its sessions' records all at
+ * once); then, if something was saved into `table`, the record is read again.
+ */
+const leave = (phase: Closing, table: string | undefined, saved: ReadonlyArray<Notification>, out: Out): Phase => {
+  if (phase.nodeStops) return left(phase, table, saved, out)
+  out.run({ _tag: "ClearNodeId", uaid: phase.session.uaid, connectedAt: phase.session.connectedAt, attempt: 0 })
+  return { ...phase, stage: { _tag: "Clearing", table, saved } }
+}
+
+const left = (phase: Closing, table: string | undefined, saved: ReadonlyArray<Notification>, out: Out): Phase => {
+  if (table === undefined) return ended(phase, NOTHING, out)
+  out.run({ _tag: "ReadUser", uaid: phase.session.uaid, attempt: 0 })
+  return { ...phase, stage: { _tag: "ReadingAfter", table, saved } }
 }
 
 /** A row taken (or found gone) out of its old table: gone, its copy is taken back; or a copy taken back. */
@@ -180,11 +193,9 @@ export const closingMessagesSaved = (phase: Closing, { saved }: { readonly saved
 
 /** This node left the record: with nothing saved, the end; else the record is read again. */
 export const closingNodeCleared = (phase: Closing, _input: unknown, out: Out): Phase => {
-  const { stage, session } = phase
+  const { stage } = phase
   if (stage._tag !== "Clearing") throw new Error(`NodeCleared at stage ${stage._tag}`)
-  if (stage.table === undefined) return ended(phase, NOTHING, out)
-  out.run({ _tag: "ReadUser", uaid: session.uaid, attempt: 0 })
-  return { ...phase, stage: { _tag: "ReadingAfter", table: stage.table, saved: stage.saved } }
+  return left(phase, stage.table, stage.saved, out)
 }
 
 /** The end: the node the user reconnected to meanwhile (if any) is told to check storage for what was saved. */

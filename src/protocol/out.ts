@@ -158,7 +158,7 @@ export const closeLive = (phase: Live, kind: CloseKind, out: Out): Closing => {
   out.close = kind
   const { code, reason } = closeFrame(kind)
   out.event("session.closed.1", phase.session.uaid, { code, reason })
-  return { _tag: "Closing", session: phase.session, reason, since: out.now, retry: undefined, stage: COLLECTING }
+  return { _tag: "Closing", session: phase.session, reason, nodeStops: kind === "shutdown", since: out.now, retry: undefined, stage: COLLECTING }
 }
 
 /** Close a connection that has no session yet: nothing to save. */

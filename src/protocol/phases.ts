@@ -340,6 +340,11 @@ export interface Closing {
   readonly _tag: "Closing"
   readonly session: Session
   readonly reason: string
+  /**
+   * The node is stopping (the session was closed for it): the node takes its id out of the records
+   * of all its sessions at once when they have ended (`clearNodeIds`), so the session does not.
+   */
+  readonly nodeStops: boolean
   readonly since: number
   readonly retry: Retry | undefined
   readonly stage: ClosingStage

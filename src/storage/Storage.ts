@@ -48,6 +48,23 @@ export const causeText = (cause: unknown): string => {
 export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
   Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
+/** A session of a node, as its router record names it. */
+export interface NodeSession {
+  readonly uaid: string
+  readonly connectedAt: number
+}
+
+/** `clearNodeIds` as one `clearNodeId` per session, `concurrency` at once (stores without transactions). */
+export const clearNodeIdsEach = (
+  clearNodeId: StorageService["clearNodeId"],
+  concurrency: number
+): StorageService["clearNodeIds"] =>
+(nodeId, sessions) =>
+  Effect.map(
+    Effect.forEach(sessions, (session) => clearNodeId(session.uaid, nodeId, session.connectedAt), { concurrency }),
+    (cleared) => cleared.filter((one) => one).length
+  )
+
 /** One page of a user's message rows, in sort-key order. */
 interface MessagePage {
   readonly messages: ReadonlyArray<Notification>
@@ -99,6 +116,12 @@ export interface StorageService {
   readonly dropUser: (uaid: string, options?: { readonly ifConnectedAt?: number }) => Effect.Effect<boolean, StorageError>
   /** Remove `nodeId` only if both `nodeId` and `connectedAt` still match; true when cleared. */
   readonly clearNodeId: (uaid: string, nodeId: string, connectedAt: number) => Effect.Effect<boolean, StorageError>
+  /**
+   * `clearNodeId` for many sessions of one node at once (a node that stops leaves the records of
+   * all its sessions together: on SQL stores a few transactions, where one each would cost a
+   * commit each); how many records were cleared.
+   */
+  readonly clearNodeIds: (nodeId: string, sessions: ReadonlyArray<NodeSession>) => Effect.Effect<number, StorageError>
 
   // ── broadcasts (one item of the router table, shared by every node) ──────────────────────────
   /** The broadcast set: id → version. */

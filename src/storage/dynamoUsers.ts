@@ -11,8 +11,11 @@ import type { DynamoClient } from "./dynamoClient.ts"
 import { type DynamoRequests, isNamed } from "./dynamoRequests.ts"
 import { type Item, N, S, userFromItem, userToItem, userValue } from "./dynamoRows.ts"
 import { BROADCAST_ATTRIBUTE_PREFIX, BROADCASTS_KEY, userFields } from "./model.ts"
-import type { StorageError, UserPatch } from "./Storage.ts"
+import { clearNodeIdsEach, type StorageError, type UserPatch } from "./Storage.ts"
 import type { StorageOptions } from "./tables.ts"
+
+/** Records `clearNodeIds` clears at once: one request each (DynamoDB has no conditional batch write). */
+const CLEAR_CONCURRENCY = 64
 
 export const makeUsers = (
   client: DynamoClient,
@@ -158,5 +161,16 @@ export const makeUsers = (
         o
       )))
 
-  return { getUser, registerUser, resumeUser, updateUser, dropUser, clearNodeId, getBroadcasts, putBroadcast, deleteBroadcast }
+  return {
+    getUser,
+    registerUser,
+    resumeUser,
+    updateUser,
+    dropUser,
+    clearNodeId,
+    clearNodeIds: clearNodeIdsEach(clearNodeId, CLEAR_CONCURRENCY),
+    getBroadcasts,
+    putBroadcast,
+    deleteBroadcast
+  }
 }

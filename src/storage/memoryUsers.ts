@@ -7,7 +7,7 @@ import * as Effect from "effect/Effect"
 import type { UserRecord } from "../domain/user.ts"
 import { deleteUserRows, type MemoryStore, routerTable } from "./memoryRows.ts"
 import { storedUser } from "./model.ts"
-import type { UserPatch } from "./Storage.ts"
+import { clearNodeIdsEach, type UserPatch } from "./Storage.ts"
 
 export const makeMemoryUsers = (store: MemoryStore) => {
   const getUser = Effect.fnUntraced(function*(uaid: string) {
@@ -64,5 +64,16 @@ export const makeMemoryUsers = (store: MemoryStore) => {
     Effect.map(routerTable(store, "putBroadcast"), () => void broadcasts.set(id, version))
   const deleteBroadcast = (id: string) => Effect.map(routerTable(store, "deleteBroadcast"), () => broadcasts.delete(id))
 
-  return { getUser, registerUser, resumeUser, updateUser, dropUser, clearNodeId, getBroadcasts, putBroadcast, deleteBroadcast }
+  return {
+    getUser,
+    registerUser,
+    resumeUser,
+    updateUser,
+    dropUser,
+    clearNodeId,
+    clearNodeIds: clearNodeIdsEach(clearNodeId, 1),
+    getBroadcasts,
+    putBroadcast,
+    deleteBroadcast
+  }
 }

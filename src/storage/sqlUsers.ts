@@ -15,7 +15,7 @@ import { CHANNEL_END, CHANNEL_PREFIX, channelSortKey, userFields } from "./model
 import { jsonList } from "./sqlDialect.ts"
 import { assignments, changed, found, fromExcluded, nothing, placeholders, sql, type Sql, type SqlDriver } from "./sqlDriver.ts"
 import { broadcastTableName, ident, USER_COLUMNS, userFromRow, userRow, userValue } from "./sqlTables.ts"
-import type { UserPatch } from "./Storage.ts"
+import type { NodeSession, UserPatch } from "./Storage.ts"
 import { isMessageTable, type StorageOptions } from "./tables.ts"
 
 /** Delete every row a user has in one message table (none when the table is missing or not ours). */
@@ -23,6 +23,9 @@ export function* deleteUserRows(options: StorageOptions, uaid: string, table: st
   if (table === null || table === undefined || !isMessageTable(options, table)) return
   yield { ...sql(`DELETE FROM ${ident(table)} WHERE uaid = $1`, uaid), ifTableExists: true }
 }
+
+/** Records a `clearNodeIds` transaction clears at most. */
+const CLEAR_BATCH = 500
 
 export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageOptions) => {
   const router = ident(options.routerTable)
@@ -69,8 +72,19 @@ export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageO
       return true
     }, true)
 
-  const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) =>
-    one("clearNodeId", sql(`UPDATE ${router} SET node_id = NULL WHERE uaid = $1 AND node_id = $2 AND connected_at = $3`, uaid, nodeId, connectedAt), changed)
+  const clear = `UPDATE ${router} SET node_id = NULL WHERE uaid = $1 AND node_id = $2 AND connected_at = $3`
+  const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) => one("clearNodeId", sql(clear, uaid, nodeId, connectedAt), changed)
+  /** `CLEAR_BATCH` sessions a transaction: one commit for them all, the write lock held a few ms at most. */
+  const clearNodeIds = (nodeId: string, sessions: ReadonlyArray<NodeSession>) =>
+    Effect.map(
+      Effect.forEach(Array.from({ length: Math.ceil(sessions.length / CLEAR_BATCH) }, (_, i) => sessions.slice(i * CLEAR_BATCH, (i + 1) * CLEAR_BATCH)), (batch) =>
+        run("clearNodeIds", function*() {
+          let cleared = 0
+          for (const { uaid, connectedAt } of batch) cleared += (yield sql(clear, uaid, nodeId, connectedAt)).changes
+          return cleared
+        }, true)),
+      (counts) => counts.reduce((a, b) => a + b, 0)
+    )
 
   // ── broadcasts ────────────────────────────────────────────────────────────────────────────────
 
@@ -145,6 +159,7 @@ export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageO
     updateUser,
     dropUser,
     clearNodeId,
+    clearNodeIds,
     getBroadcasts,
     putBroadcast,
     deleteBroadcast,

@@ -4,7 +4,7 @@
  */
 import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
 import { assert, describe, it as vitest } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { connect as tcpConnect } from "node:net"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -18,7 +18,8 @@ import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { layerEmbedded } from "../../src/storage/embedded.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
-import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
+import { layerSqlite } from "../../src/storage/sqlite.ts"
+import { createActiveTables, mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { httpRequest, nodeOptions, openClient, routerDelivery, routerRequest } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
@@ -219,4 +220,54 @@ const live = vitest.live
 describe("connection node", () => {
   suite("on in-memory storage", () => layerMemory(storageOptions))
   suite("on dynalite", () => layerEmbedded({ ...storageOptions, dataDir: mkdtempSync(join(tmpdir(), "autopush-node-")) }))
+})
+
+describe("connection node shutdown", () => {
+  const stores: ReadonlyArray<readonly [string, () => Layer.Layer<Storage, unknown>]> = [
+    ["in-memory storage", () => layerMemory(storageOptions)],
+    ["SQLite", () => layerSqlite({ ...storageOptions, path: join(mkdtempSync(join(tmpdir(), "autopush-node-")), "autopush.sqlite") })]
+  ]
+  for (const [name, store] of stores) {
+    live(`on ${name}: each session saves what its client did not ack; the node leaves its sessions' records all at once`, () =>
+      Effect.gen(function*() {
+        const storage = Context.get(yield* Layer.build(store()), Storage)
+        const calls = new Map<string, number>()
+        const counted = mapStorageOperations(storage, (operation) => (effect) =>
+          Effect.suspend(() => {
+            calls.set(operation, (calls.get(operation) ?? 0) + 1)
+            return effect
+          }))
+        const scope = yield* Scope.make()
+        const context = yield* Layer.buildWithScope(nodeLayer(Layer.succeed(Storage, counted)), scope)
+        const node = Context.get(context, ConnectionNode)
+        const crypto = Context.get(context, EndpointCrypto)
+        const ws = `ws://127.0.0.1:${node.port}/`
+        const clients = yield* Effect.forEach(Array.from({ length: 12 }), () => subscribe(ws), { concurrency: 4 })
+        // Two of three clients hold a message they do not ack; the third has nothing to save.
+        const unacked = new Map<string, string>()
+        for (const [i, { client, uaid }] of clients.entries()) {
+          if (i % 3 === 0) continue
+          const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
+          const put = yield* Effect.promise(() => routerRequest("PUT", `http://127.0.0.1:${node.routerPort}/push/${uaid}`, routerDelivery(CHID, version)))
+          assert.strictEqual(put.status, 200)
+          assert.strictEqual((yield* Effect.promise(() => client.next()))["version"], version)
+          unacked.set(uaid, version)
+        }
+        calls.clear()
+        yield* Scope.close(scope, Exit.void)
+
+        for (const { client } of clients) assert.strictEqual((yield* Effect.promise(() => client.closed)).code, 1001)
+        for (const { uaid } of clients) {
+          const user = yield* storage.getUser(uaid)
+          assert.isDefined(user)
+          assert.isUndefined(user?.nodeId, "the record still names the stopped node")
+          const page = yield* storage.fetchMessages(uaid, user!.currentMonth!, 10)
+          assert.deepStrictEqual(page.messages.map((n) => n.version), unacked.has(uaid) ? [unacked.get(uaid)] : [])
+        }
+        // One bulk call left the records; no session left its own, and those with nothing to save made no call.
+        assert.strictEqual(calls.get("clearNodeId"), undefined)
+        assert.strictEqual(calls.get("clearNodeIds"), 1)
+        assert.strictEqual(calls.get("saveMessages"), unacked.size)
+      }))
+  }
 })

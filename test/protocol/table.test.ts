@@ -118,10 +118,11 @@ const migrating = (overrides: Partial<Flat> = {}): PhaseOf<"Migrating"> => ({
   deferred: []
 })
 const moving = (deferred: ReadonlyArray<ClientMessage> = []): Phase => ({ _tag: "Moving", session: session({ table: LAST_MONTH }), to: THIS_MONTH, deferred })
-const closing = (overrides: Partial<Flat> = {}, since = NOW - 10, stage: ClosingStage = { _tag: "Collecting" }): Phase => ({
+const closing = (overrides: Partial<Flat> = {}, since = NOW - 10, stage: ClosingStage = { _tag: "Collecting" }, nodeStops = false): Phase => ({
   _tag: "Closing",
   session: session(overrides),
-  reason: "client",
+  reason: nodeStops ? "Shutdown" : "client",
+  nodeStops,
   since,
   retry: undefined,
   stage
@@ -943,6 +944,14 @@ describe("step: Closing", () => {
     _tag: "MessagesSaved",
     saved: [sent]
   }, { phase: "Closing", command: { _tag: "ClearNodeId", connectedAt: NOW - 1_000 } })
+  row("the node stops: saved, the record is read again; the session does not leave it (the node leaves them all at once)", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH, strays: [] }, true), {
+    _tag: "MessagesSaved",
+    saved: [sent]
+  }, { phase: "Closing", command: { _tag: "ReadUser" }, check: (t) => assert.strictEqual(stageOf(t)._tag, "ReadingAfter") })
+  row("the node stops: nothing to save, the session ends without a storage call", closing({}, NOW - 10, { _tag: "Collecting" }, true), { _tag: "MailboxDrained" }, {
+    phase: "Closed",
+    events: ["session.ended.1"]
+  })
   row("left the record: read again, to see whether the user moved", closing({}, NOW - 10, { _tag: "Clearing", table: THIS_MONTH, saved: [sent] }), {
     _tag: "NodeCleared"
   }, { phase: "Closing", command: { _tag: "ReadUser" } })
@@ -1078,8 +1087,17 @@ describe("step: what every live phase does alike", () => {
     })
     row(`${tag}: a delivery goes out`, phase, { _tag: "Delivery", notification: message() }, { phase: tag, events: ["notification.delivered.1"] })
     row(`${tag}: a tick past auto_ping_interval pings`, phase, { _tag: "Tick" }, { phase: tag, signals: ["Ping"] }, NOW - 1_000 + OPTIONS.autoPingIntervalMs)
-    row(`${tag}: a kick closes`, phase, { _tag: "Kick", kind: "shutdown" }, { phase: "Closing", close: "shutdown" })
-    row(`${tag}: the socket closing: saving begins`, phase, { _tag: "SocketClosed" }, { phase: "Closing" })
+    row(`${tag}: a kick closes; the node's shutdown leaves the record to the node`, phase, { _tag: "Kick", kind: "shutdown" }, {
+      phase: "Closing",
+      close: "shutdown",
+      check: (t) => assert.isTrue(t.phase._tag === "Closing" && t.phase.nodeStops)
+    })
+    row(`${tag}: another node's kick closes; the session leaves the record itself`, phase, { _tag: "Kick", kind: "already-connected" }, {
+      phase: "Closing",
+      close: "already-connected",
+      check: (t) => assert.isTrue(t.phase._tag === "Closing" && !t.phase.nodeStops)
+    })
+    row(`${tag}: the socket closing: saving begins`, phase, { _tag: "SocketClosed" }, { phase: "Closing", check: (t) => assert.isTrue(t.phase._tag === "Closing" && !t.phase.nodeStops) })
     row(`${tag}: acking a direct message forgets it`, { ...phase, session: session({ unacked: new Map([["v1", direct(message())]]) }) } as Phase, frame({
       messageType: "ack",
       updates: [{ channelID: CHID, version: "v1" }]

@@ -196,6 +196,29 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isFalse(yield* s.clearNodeId(uaid(1), "http://node-a:8081", T0))
       }))
 
+    test("clearNodeIds clears each session's record where node and connectedAt both match, and counts them", (s) =>
+      Effect.gen(function*() {
+        const node = "http://node-a:8081"
+        yield* s.registerUser(user(1, { nodeId: node }))
+        yield* s.registerUser(user(2, { nodeId: node }))
+        yield* s.registerUser(user(3, { nodeId: "http://node-b:8081" }))
+        yield* s.registerUser(user(4, { nodeId: node, connectedAt: T0 + 5 }))
+        const sessions = [1, 2, 3, 4, 5].map((n) => ({ uaid: uaid(n), connectedAt: T0 }))
+        assert.strictEqual(yield* s.clearNodeIds(node, sessions), 2)
+        assert.isUndefined((yield* s.getUser(uaid(1)))?.nodeId)
+        assert.isUndefined((yield* s.getUser(uaid(2)))?.nodeId)
+        assert.strictEqual((yield* s.getUser(uaid(3)))?.nodeId, "http://node-b:8081")
+        assert.strictEqual((yield* s.getUser(uaid(4)))?.nodeId, node)
+        assert.isUndefined(yield* s.getUser(uaid(5)))
+        assert.strictEqual(yield* s.clearNodeIds(node, sessions), 0)
+        assert.strictEqual(yield* s.clearNodeIds(node, []), 0)
+        // More than one transaction's worth on the SQL stores.
+        const many = Array.from({ length: 1_200 }, (_, i) => ({ uaid: uaid(100 + i), connectedAt: T0 }))
+        yield* Effect.forEach(many, (one) => s.registerUser({ ...user(1, { nodeId: node }), uaid: one.uaid }), { concurrency: 16, discard: true })
+        assert.strictEqual(yield* s.clearNodeIds(node, many), 1_200)
+        assert.isUndefined((yield* s.getUser(many[1_199]!.uaid))?.nodeId)
+      }))
+
     test("dropUser removes the record and everything in its current table, nothing else", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable
