@@ -4,8 +4,9 @@
  *
  * - `{ cmd: "open", wsUrl, first, count, inflight }`: clients first..first+count-1 each connect, say
  *   hello as a new user, register one channel and stay connected; answers `{ opened: n }`;
- * - `{ cmd: "push", inflight, timeoutMs }`: one push to each open client through its endpoint, which
- *   the client receives and does not ack; answers `{ pushed: { accepted, arrived, messages } }` once
+ * - `{ cmd: "push", inflight, timeoutMs, share }`: one push to each of the first `share` (0–1) of the
+ *   open clients through its endpoint, which the client receives and does not ack (the others hold
+ *   nothing); answers `{ pushed: { accepted, arrived, messages } }` once
  *   every accepted one has arrived (or `timeoutMs` passed), `messages` being `[uaid, version]` of each
  *   that arrived;
  * - `{ cmd: "closed", timeoutMs }`: answers `{ closed: { codes, open } }` once every socket is closed
@@ -49,7 +50,7 @@ const open = async (wsUrl: string, first: number, count: number, inflight: numbe
   return clients.length
 }
 
-const push = async (inflight: number, timeoutMs: number) => {
+const push = async (inflight: number, timeoutMs: number, share: number) => {
   let accepted = 0
   let arrived = 0
   let allArrived = () => {}
@@ -59,7 +60,7 @@ const push = async (inflight: number, timeoutMs: number) => {
     arrived++
     if (!pushing && arrived >= accepted) allArrived()
   }
-  await pool(clients.length, inflight, async (n) => {
+  await pool(Math.round(clients.length * share), inflight, async (n) => {
     if ((await pushFromClients(clients[n]!.endpoint, randomBytes(128))) !== undefined) accepted++
   })
   pushing = false
@@ -108,7 +109,7 @@ process.on("message", (m: Record<string, unknown>) => {
       open(m["wsUrl"] as string, m["first"] as number, m["count"] as number, m["inflight"] as number).then((opened) => reply({ opened }), fail)
       break
     case "push":
-      push(m["inflight"] as number, m["timeoutMs"] as number).then((pushed) => reply({ pushed }), fail)
+      push(m["inflight"] as number, m["timeoutMs"] as number, m["share"] as number).then((pushed) => reply({ pushed }), fail)
       break
     case "closed":
       closed(m["timeoutMs"] as number).then((result) => reply({ closed: result }), fail)

@@ -14,12 +14,16 @@
  * the same data directory, a sample of the clients coming back with their uaid and getting the
  * message they had not acked (the same version).
  *
+ * With `--unacked` below 1, only that share of the clients gets a push (a node's clients mostly hold
+ * nothing unacked): the others close without anything to save.
+ *
  * Printed: N, workers, the stop time (SIGTERM to the last process gone), the clients' close codes,
  * saved / expected (expected: the pushes that reached their client), the sample, and the target: the
  * node stops within `shutdown_timeout` (10 s by default), every unacked message saved.
  *
  * Options (flag or environment): --clients/BENCH_CLIENTS (10000), --workers/BENCH_WORKERS (1 up to
- * 15,000 clients, else one per 15,000: a process here may open 20,000 files), BENCH_NODE_FLAGS (more
+ * 15,000 clients, else one per 15,000: a process here may open 20,000 files), --unacked/BENCH_UNACKED
+ * (the share of clients holding an unacked push, 1), BENCH_NODE_FLAGS (more
  * flags for the node, e.g. `--log-level info`: its last lines are printed after the stop):
  *
  *     npm run bench:stop -- --clients 100000 --workers 7
@@ -33,6 +37,8 @@ import { ask, startNode } from "./storm-node.ts"
 const CLIENTS = Number(option("clients", "BENCH_CLIENTS", "10000"))
 const CLIENTS_PER_PROCESS = 15_000
 const WORKERS = Number(option("workers", "BENCH_WORKERS", String(CLIENTS <= CLIENTS_PER_PROCESS ? 1 : Math.ceil(CLIENTS / CLIENTS_PER_PROCESS))))
+/** The share of clients that get a push and do not ack it. */
+const UNACKED = Number(option("unacked", "BENCH_UNACKED", "1"))
 /** More flags for the node (e.g. `--log-level info`, whose lines the run prints once the node has stopped). */
 const NODE_FLAGS = (process.env["BENCH_NODE_FLAGS"] ?? "").split(" ").filter((flag) => flag !== "")
 /** The node's `shutdown_timeout` (its default, 10 s, unless BENCH_NODE_FLAGS sets it): the target. */
@@ -76,7 +82,7 @@ try {
 
   began = performance.now()
   const pushed = await Promise.all(children.map((child) =>
-    ask<{ accepted: number; arrived: number; messages: Array<Message> }>(child, { cmd: "push", inflight: Math.ceil(64 / processes), timeoutMs: 60_000 }, "pushed")))
+    ask<{ accepted: number; arrived: number; messages: Array<Message> }>(child, { cmd: "push", inflight: Math.ceil(64 / processes), timeoutMs: 60_000, share: UNACKED }, "pushed")))
   const accepted = pushed.reduce((sum, p) => sum + p.accepted, 0)
   const messages = pushed.flatMap((p) => p.messages)
   console.log(`  ${accepted} pushes accepted, ${messages.length} arrived, none acked (${((performance.now() - began) / 1000).toFixed(1)} s)`)
@@ -118,9 +124,9 @@ try {
 
   const met = stopSeconds <= SHUTDOWN_TIMEOUT_S && saved === messages.length && messages.length === accepted && same === sample.length
   console.log("")
-  console.log("| clients | workers | stop s | unacked saved / expected | sample back after restart |")
-  console.log("|---:|---:|---:|---:|---:|")
-  console.log(`| ${CLIENTS} | ${WORKERS} | ${stopSeconds.toFixed(2)} | ${saved} / ${messages.length} | ${same} / ${sample.length} |`)
+  console.log("| clients | workers | holding an unacked push | stop s | unacked saved / expected | sample back after restart |")
+  console.log("|---:|---:|---:|---:|---:|---:|")
+  console.log(`| ${CLIENTS} | ${WORKERS} | ${messages.length} | ${stopSeconds.toFixed(2)} | ${saved} / ${messages.length} | ${same} / ${sample.length} |`)
   console.log(`target: stops within shutdown_timeout (${SHUTDOWN_TIMEOUT_S} s), every unacked message saved — ${met ? "met" : "NOT met"}`)
 } finally {
   for (const child of children) child.kill()
