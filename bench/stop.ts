@@ -17,7 +17,8 @@
  * With `--unacked` below 1, only that share of the clients gets a push (a node's clients mostly hold
  * nothing unacked): the others close without anything to save.
  *
- * Printed: N, workers, the stop time (SIGTERM to the last process gone), the clients' close codes,
+ * Printed: N, workers, the stop time (SIGTERM to the last process gone), the CPU the node's processes
+ * and the clients' spent meanwhile, the clients' close codes,
  * saved / expected (expected: the pushes that reached their client), the sample, and the target: the
  * node stops within `shutdown_timeout` (10 s by default), every unacked message saved.
  *
@@ -31,7 +32,7 @@
 import { type ChildProcess, fork } from "node:child_process"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
-import { option } from "./harness.ts"
+import { cpuMs, option } from "./harness.ts"
 import { ask, startNode } from "./storm-node.ts"
 
 const CLIENTS = Number(option("clients", "BENCH_CLIENTS", "10000"))
@@ -87,14 +88,36 @@ try {
   const messages = pushed.flatMap((p) => p.messages)
   console.log(`  ${accepted} pushes accepted, ${messages.length} arrived, none acked (${((performance.now() - began) / 1000).toFixed(1)} s)`)
 
+  // CPU of the node's processes and of the clients while the node stops: each process's last reading
+  // before it was gone (read every 20 ms: /proc counts in 10 ms ticks, and a process's last few ms are lost).
+  const nodePids = node.pids()
+  const clientPids = children.map((child) => child.pid as number)
+  const cpuAt = new Map<number, number>()
+  const readCpu = () => {
+    for (const pid of [...nodePids, ...clientPids]) {
+      try {
+        cpuAt.set(pid, cpuMs(pid))
+      } catch {
+        // gone: its last reading stands
+      }
+    }
+  }
+  readCpu()
+  const cpuBefore = new Map(cpuAt)
+  const sampler = setInterval(readCpu, 20)
   began = performance.now()
   const sigterm = Date.now()
   await node.terminate()
   const stopSeconds = (performance.now() - began) / 1000
+  clearInterval(sampler)
+  readCpu()
+  const spent = (pids: ReadonlyArray<number>) => pids.reduce((sum, pid) => sum + (cpuAt.get(pid) ?? 0) - (cpuBefore.get(pid) ?? 0), 0)
+  const [nodeCpuMs, clientsCpuMs] = [spent(nodePids), spent(clientPids)]
   const closes = await Promise.all(children.map((child) => ask<{ codes: Record<string, number>; open: number }>(child, { cmd: "closed", timeoutMs: 5_000 }, "closed")))
   const codes: Record<string, number> = {}
   for (const c of closes) for (const [code, n] of Object.entries(c.codes)) codes[code] = (codes[code] ?? 0) + n
   console.log(`  SIGTERM: every process gone after ${stopSeconds.toFixed(2)} s; close codes ${Object.entries(codes).map(([code, n]) => `${code} × ${n}`).join(", ")}`)
+  console.log(`  CPU meanwhile: the node ${(nodeCpuMs / 1000).toFixed(2)} s (${((nodeCpuMs * 1000) / CLIENTS).toFixed(0)} µs a connection), the clients ${(clientsCpuMs / 1000).toFixed(2)} s`)
   // Its own lines but the sessions' (one each), seconds after the SIGTERM.
   const said = node.output.filter((line) => !line.startsWith("[autopush") && !line.includes('"msg":"Session"')).map((line) => {
     const ns = /"Timestamp":(\d+)/.exec(line)?.[1]
@@ -124,9 +147,9 @@ try {
 
   const met = stopSeconds <= SHUTDOWN_TIMEOUT_S && saved === messages.length && messages.length === accepted && same === sample.length
   console.log("")
-  console.log("| clients | workers | holding an unacked push | stop s | unacked saved / expected | sample back after restart |")
-  console.log("|---:|---:|---:|---:|---:|---:|")
-  console.log(`| ${CLIENTS} | ${WORKERS} | ${messages.length} | ${stopSeconds.toFixed(2)} | ${saved} / ${messages.length} | ${same} / ${sample.length} |`)
+  console.log("| clients | workers | holding an unacked push | stop s | node CPU µs a connection | unacked saved / expected | sample back after restart |")
+  console.log("|---:|---:|---:|---:|---:|---:|---:|")
+  console.log(`| ${CLIENTS} | ${WORKERS} | ${messages.length} | ${stopSeconds.toFixed(2)} | ${((nodeCpuMs * 1000) / CLIENTS).toFixed(0)} | ${saved} / ${messages.length} | ${same} / ${sample.length} |`)
   console.log(`target: stops within shutdown_timeout (${SHUTDOWN_TIMEOUT_S} s), every unacked message saved — ${met ? "met" : "NOT met"}`)
 } finally {
   for (const child of children) child.kill()
