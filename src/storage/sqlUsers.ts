@@ -24,7 +24,7 @@ export function* deleteUserRows(options: StorageOptions, uaid: string, table: st
   yield { ...sql(`DELETE FROM ${ident(table)} WHERE uaid = $1`, uaid), ifTableExists: true }
 }
 
-/** Records a `clearNodeIds` transaction clears at most. */
+/** Records one `clearNodeIds` statement clears at most: its write lock is held a few ms. */
 const CLEAR_BATCH = 500
 
 export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageOptions) => {
@@ -72,17 +72,19 @@ export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageO
       return true
     }, true)
 
-  const clear = `UPDATE ${router} SET node_id = NULL WHERE uaid = $1 AND node_id = $2 AND connected_at = $3`
-  const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) => one("clearNodeId", sql(clear, uaid, nodeId, connectedAt), changed)
-  /** `CLEAR_BATCH` sessions a transaction: one commit for them all, the write lock held a few ms at most. */
+  const clearNodeId = (uaid: string, nodeId: string, connectedAt: number) =>
+    one("clearNodeId", sql(`UPDATE ${router} SET node_id = NULL WHERE uaid = $1 AND node_id = $2 AND connected_at = $3`, uaid, nodeId, connectedAt), changed)
+  /** One statement per `CLEAR_BATCH` sessions (records found by uaid, then matched on `connected_at`). */
+  const clearBatch = `UPDATE ${router} SET node_id = NULL WHERE uaid ${dialect.inList(2)} AND node_id = $1
+    AND (uaid, connected_at) IN (SELECT value->>0, CAST(value->>1 AS ${dialect.integer}) FROM ${dialect.tuples(3)})`
   const clearNodeIds = (nodeId: string, sessions: ReadonlyArray<NodeSession>) =>
     Effect.map(
       Effect.forEach(Array.from({ length: Math.ceil(sessions.length / CLEAR_BATCH) }, (_, i) => sessions.slice(i * CLEAR_BATCH, (i + 1) * CLEAR_BATCH)), (batch) =>
-        run("clearNodeIds", function*() {
-          let cleared = 0
-          for (const { uaid, connectedAt } of batch) cleared += (yield sql(clear, uaid, nodeId, connectedAt)).changes
-          return cleared
-        }, true)),
+        one(
+          "clearNodeIds",
+          sql(clearBatch, nodeId, jsonList(batch.map((session) => session.uaid)), jsonList(batch.map((session) => [session.uaid, session.connectedAt]))),
+          (result) => result.changes
+        )),
       (counts) => counts.reduce((a, b) => a + b, 0)
     )
 
