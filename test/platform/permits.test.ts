@@ -43,42 +43,43 @@ describe("Permits", () => {
       assert.strictEqual(done, 100_000)
     }))
 
+  /** One permit, held until `release` (a gate); `b` and `c` wait for it in that order, each noting in `ran` that it ran. */
+  const lineOfTwo = Effect.gen(function*() {
+    const permits = new Permits(1)
+    const ran: Array<string> = []
+    const gate = yield* Deferred.make<void>()
+    const holder = yield* Effect.forkChild(permits.withPermit(Deferred.await(gate)), { startImmediately: true })
+    const b = yield* Effect.forkChild(permits.withPermit(Effect.sync(() => void ran.push("b"))), { startImmediately: true })
+    const c = yield* Effect.forkChild(permits.withPermit(Effect.sync(() => void ran.push("c"))), { startImmediately: true })
+    assert.strictEqual(permits.waiting, 2)
+    const release = Deferred.succeed(gate, undefined)
+    const ended = Effect.andThen(Fiber.join(holder), Fiber.join(c))
+    return { permits, ran, b, release, ended }
+  })
+
   it.effect("a waiter interrupted before its turn is skipped: the permit goes to the next", () =>
     Effect.gen(function*() {
-      const permits = new Permits(1)
-      const ran: Array<string> = []
-      const gate = yield* Deferred.make<void>()
-      const holder = yield* Effect.forkChild(permits.withPermit(Deferred.await(gate)), { startImmediately: true })
-      const b = yield* Effect.forkChild(permits.withPermit(Effect.sync(() => void ran.push("b"))), { startImmediately: true })
-      const c = yield* Effect.forkChild(permits.withPermit(Effect.sync(() => void ran.push("c"))), { startImmediately: true })
+      const { permits, ran, b, release, ended } = yield* lineOfTwo
       yield* Fiber.interrupt(b)
-      yield* Deferred.succeed(gate, undefined)
-      yield* Fiber.join(holder)
-      yield* Fiber.join(c)
+      yield* release
+      yield* ended
       assert.deepStrictEqual(ran, ["c"])
       assert.strictEqual(permits.waiting, 0)
     }))
 
   // However the interrupt falls (before the permit is handed over, or after it was and before the
-  // waiter ran), the waiter does not run and the permit is not lost.
+  // waiter ran), the waiter does not run after the next one and the permit is not lost.
   for (const turns of [0, 1, 2, 3, 5]) {
     it.effect(`an interrupted waiter leaves the line and loses no permit (interrupted ${turns} turns after the release)`, () =>
       Effect.gen(function*() {
-        const permits = new Permits(1)
-        const ran: Array<string> = []
-        const gate = yield* Deferred.make<void>()
-        const holder = yield* Effect.forkChild(permits.withPermit(Deferred.await(gate)), { startImmediately: true })
-        const b = yield* Effect.forkChild(permits.withPermit(Effect.sync(() => void ran.push("b"))), { startImmediately: true })
-        const c = yield* Effect.forkChild(permits.withPermit(Effect.sync(() => void ran.push("c"))), { startImmediately: true })
-        assert.strictEqual(permits.waiting, 2)
-        yield* Deferred.succeed(gate, undefined)
+        const { permits, ran, b, release, ended } = yield* lineOfTwo
+        yield* release
         for (let i = 0; i < turns; i++) yield* Effect.yieldNow
         yield* Fiber.interrupt(b)
-        yield* Fiber.join(holder)
-        yield* Fiber.join(c)
+        yield* ended
         assert.isTrue(ran.includes("c"))
         assert.isTrue(ran.length === 1 || ran[0] === "b", `b ran after c: ${ran.join(",")}`)
-        // The one permit is free again: two more run one after the other without waiting on anything.
+        // The one permit is free again: taken and given back without waiting on anything.
         assert.strictEqual(yield* permits.withPermit(Effect.succeed("free")), "free")
         assert.strictEqual(permits.waiting, 0)
       }))
