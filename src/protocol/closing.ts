@@ -1,9 +1,10 @@
 /**
  * The end of a connection, and what storage failures mean on the way: a socket that closes (or a
  * close we decide) leaves the node; a live session then saves what the client did not ack
- * (`Closing`, a storage call a stage: delete acked rows, read the record, save into the table it
- * names — then take the rows it moved out of the table they were in —, leave the record, read it
- * again to follow a month move or poke the node the user moved to), and ends (`Closed`). Where a
+ * (`Closing`, a storage call a stage: delete acked rows, save into the session's table — then take
+ * the rows it moved out of the table they were in —, leave the record, read it to follow a month
+ * move, poke the node the user moved to, or take back what was saved for a user dropped meanwhile),
+ * and ends (`Closed`). Where a
  * message moves between tables it is saved first and taken after: a node that dies between the two
  * steps leaves it in both (delivered once more at worst: the client de-duplicates by version), never
  * in neither. Storage failures: a hello closes; a register or unregister is answered
@@ -87,15 +88,16 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
 }
 
 /**
- * Unacked messages (strays among them) go to the table the router record names (read now: the user
- * may have moved); nothing to save: this node just leaves the record.
+ * Unacked messages (strays among them) are saved into the session's table; the record read after
+ * the save says whether the user moved on meanwhile (then they follow it) or was dropped (then
+ * they are taken back). Nothing to save: this node just leaves the record.
  */
 const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, strays: ReadonlyArray<StoredUnacked>, out: Out): Phase => {
   const s = phase.session
   const all = strays.length === 0 ? messages : [...messages, ...strays.map((row) => row.notification)]
   if (all.length === 0) return leave(phase, undefined, NOTHING, out)
-  out.run({ _tag: "ReadUser", uaid: s.uaid, attempt: 0 })
-  return { ...phase, stage: { _tag: "ReadingBefore", messages: all, strays } }
+  out.run({ _tag: "SaveMessages", uaid: s.uaid, table: s.table, messages: all, attempt: 0 })
+  return { ...phase, stage: { _tag: "Saving", table: s.table, strays } }
 }
 
 /** Acked rows deleted: the save next. */
@@ -153,27 +155,22 @@ export const closingMessageTaken = (phase: Closing, { taken }: { readonly taken:
   return take(phase, { ...stage, left, saved: stage.saved.filter((n) => n !== copy), undo: [...stage.undo, copy] }, out)
 }
 
-/** The record before the save (gone: the user was dropped, nothing to keep), or after it (moved?). */
+/**
+ * The record after the save: the user moved to a new month while we saved (its session may have
+ * read the old table already): what was saved follows it; the user was dropped (a hello that
+ * found too many messages, or a record gone stale): what was saved is taken back; else the end.
+ */
 export const closingUserRead = (phase: Closing, { user }: { readonly user: UserRecord | undefined }, out: Out): Phase => {
   const { stage, session } = phase
-  switch (stage._tag) {
-    case "ReadingBefore": {
-      if (user === undefined) return ended(phase, NOTHING, out)
-      const table = user.currentMonth ?? session.table
-      out.run({ _tag: "SaveMessages", uaid: session.uaid, table, messages: stage.messages, attempt: 0 })
-      // A stray read from the table the user is in again needs no taking: it was saved where it was.
-      return { ...phase, stage: { _tag: "Saving", table, strays: stage.strays.filter((row) => row.table !== table) } }
-    }
-    case "ReadingAfter": {
-      const moved = tableMovedTo(stage.table, user)
-      if (user === undefined || moved === undefined) return finish(phase, user, stage.saved, out)
-      // The user moved to a new month while we saved (its session may have read the old table already).
-      out.run({ _tag: "SaveMessages", uaid: session.uaid, table: moved, messages: stage.saved, attempt: 0 })
-      return { ...phase, stage: { _tag: "Following", from: stage.table, to: moved, after: user, saved: stage.saved } }
-    }
-    default:
-      throw new Error(`UserRead at stage ${stage._tag}`)
+  if (stage._tag !== "ReadingAfter") throw new Error(`UserRead at stage ${stage._tag}`)
+  if (user === undefined) {
+    const left = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.table }))
+    return take(phase, { _tag: "Taking", table: stage.table, then: { _tag: "Finish", after: undefined }, saved: NOTHING, left, undo: NOTHING }, out)
   }
+  const moved = tableMovedTo(stage.table, user)
+  if (moved === undefined) return finish(phase, user, stage.saved, out)
+  out.run({ _tag: "SaveMessages", uaid: session.uaid, table: moved, messages: stage.saved, attempt: 0 })
+  return { ...phase, stage: { _tag: "Following", from: stage.table, to: moved, after: user, saved: stage.saved } }
 }
 
 /** Saved: the strays (or, following a move, the rows in the old table) are taken out of where they were. */

@@ -359,24 +359,24 @@ export type ClosingStage =
    * from a table the user has left: last month's, read after the move) are saved.
    */
   | { readonly _tag: "DeletingAcked"; readonly messages: ReadonlyArray<Notification>; readonly strays: ReadonlyArray<StoredUnacked> }
-  /** The router record is read: its table is where `messages` (strays among them) go. */
-  | { readonly _tag: "ReadingBefore"; readonly messages: ReadonlyArray<Notification>; readonly strays: ReadonlyArray<StoredUnacked> }
+  /** `messages` (strays among them) are saved into the session's table. */
   | { readonly _tag: "Saving"; readonly table: string; readonly strays: ReadonlyArray<StoredUnacked> }
   /** This node leaves the record; `table` undefined: nothing was saved. */
   | { readonly _tag: "Clearing"; readonly table: string | undefined; readonly saved: ReadonlyArray<Notification> }
-  /** The record is read again: did the user move to a new month, or connect to another node, meanwhile? */
+  /** The record is read after the save: did the user move to a new month, connect to another node, or go, meanwhile? */
   | { readonly _tag: "ReadingAfter"; readonly table: string; readonly saved: ReadonlyArray<Notification> }
   /** The user moved to table `to` meanwhile: what was saved into `from` is saved into `to`… */
   | { readonly _tag: "Following"; readonly from: string; readonly to: string; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
   /**
    * …rows saved into `table` (strays, or what follows a move: `then` says which) are taken out of the
-   * table they were in, one by one (`left[0]` now). The copy of one no longer there (read and acked
+   * table they were in, one by one (`left[0]` now); or, the user gone, what was saved is taken back
+   * out of `table` (`then` finishes with no record). The copy of one no longer there (read and acked
    * there, replaced, cancelled) is taken back out of `table` afterwards (`undo`, one by one).
    */
   | {
     readonly _tag: "Taking"
     readonly table: string
-    readonly then: { readonly _tag: "Clear" } | { readonly _tag: "Finish"; readonly after: UserRecord }
+    readonly then: { readonly _tag: "Clear" } | { readonly _tag: "Finish"; readonly after: UserRecord | undefined }
     readonly saved: ReadonlyArray<Notification>
     readonly left: ReadonlyArray<StoredUnacked>
     readonly undo: ReadonlyArray<Notification>

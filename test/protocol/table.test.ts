@@ -887,15 +887,15 @@ describe("step: Closing", () => {
     check: (t) => assert.isTrue(sessionOf(t).unacked.has("d1"))
   })
   const stageOf = (t: Transition) => (t.phase as PhaseOf<"Closing">).stage
-  row("mailbox drained: unacked direct messages are to be saved at the key their id names (never re-stamped): the record is read first", closing({
+  row("mailbox drained: unacked direct messages are saved into the session's table at the key their id names (never re-stamped)", closing({
     unacked: new Map([["d1", direct(sent)], ["s1", stored(message({ version: "s1" }))]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "ReadUser", uaid: UAID },
+    command: { _tag: "SaveMessages", uaid: UAID, table: THIS_MONTH },
     check: (t) => {
-      const stage = stageOf(t)
-      assert.strictEqual(stage._tag, "ReadingBefore")
-      if (stage._tag === "ReadingBefore") assert.deepStrictEqual(stage.messages.map((m) => [m.version, m.sortkeyTimestamp]), [["d1", sent.sortkeyTimestamp]])
+      const command = t.command as Extract<Command, { _tag: "SaveMessages" }>
+      assert.deepStrictEqual(command.messages.map((m) => [m.version, m.sortkeyTimestamp]), [["d1", sent.sortkeyTimestamp]])
+      assert.strictEqual(stageOf(t)._tag, "Saving")
     }
   })
   row("a topic message is saved only if it is still its topic's newest: nothing to save, the node leaves the record", closing({
@@ -924,22 +924,33 @@ describe("step: Closing", () => {
       assert.strictEqual(stageOf(t)._tag, "DeletingAcked")
     }
   })
-  row("acked rows deleted: then the save (the record is read)", closing({}, NOW - 10, { _tag: "DeletingAcked", messages: [sent], strays: [] }), { _tag: "MessagesDeleted" }, {
+  row("acked rows deleted: then the save", closing({}, NOW - 10, { _tag: "DeletingAcked", messages: [sent], strays: [] }), { _tag: "MessagesDeleted" }, {
     phase: "Closing",
-    command: { _tag: "ReadUser" }
+    command: { _tag: "SaveMessages", table: THIS_MONTH }
   })
   row("nothing was ever written (new uaid): ended at once", closing({ recorded: false }), { _tag: "MailboxDrained" }, {
     phase: "Closed",
     events: ["session.ended.1"]
   })
-  row("the record is gone (the user was dropped): nothing to keep, the end", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent], strays: [] }), {
+  row("the record is gone after the save (the user was dropped meanwhile): what was saved is taken back", closing({}, NOW - 10, { _tag: "ReadingAfter", table: THIS_MONTH, saved: [sent] }), {
     _tag: "UserRead",
     user: undefined
-  }, { phase: "Closed", events: ["session.ended.1"] })
-  row("the record names the table: the messages are saved there", closing({}, NOW - 10, { _tag: "ReadingBefore", messages: [sent], strays: [] }), {
-    _tag: "UserRead",
-    user: user({ currentMonth: LAST_MONTH })
-  }, { phase: "Closing", command: { _tag: "SaveMessages", table: LAST_MONTH } })
+  }, {
+    phase: "Closing",
+    command: { _tag: "TakeMessage", uaid: UAID },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "TakeMessage" }>
+      assert.deepStrictEqual([command.row.table, command.row.notification.version], [THIS_MONTH, "d1"])
+    }
+  })
+  row("taken back (or found gone) for a dropped user: the end, nothing stored", closing({}, NOW - 10, {
+    _tag: "Taking",
+    table: THIS_MONTH,
+    then: { _tag: "Finish", after: undefined },
+    saved: [],
+    left: [stored(sent)],
+    undo: []
+  }), { _tag: "MessageTaken", taken: false }, { phase: "Closed", events: ["session.ended.1"], signals: [] })
   row("saved: this node leaves the record (the session's connected_at)", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH, strays: [] }), {
     _tag: "MessagesSaved",
     saved: [sent]
@@ -1023,14 +1034,15 @@ describe("step: Closing", () => {
     _tag: "MessageTaken",
     taken: true
   }, { phase: "Closed", events: ["session.ended.1"] })
-  row("mailbox drained after a month move: an unacked row read from last month's table is saved where the user lives (the record is read first)", closing({
+  row("mailbox drained after a month move: an unacked row read from last month's table is saved where the user lives", closing({
     unacked: new Map([["s1", stored(message({ version: "s1" }), LAST_MONTH)], ["s2", stored(message({ version: "s2" }))]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "ReadUser" },
+    command: { _tag: "SaveMessages", table: THIS_MONTH },
     check: (t) => {
       const stage = stageOf(t)
-      assert.deepStrictEqual(stage._tag === "ReadingBefore" ? [stage.messages.map((m) => m.version), stage.strays.map((r) => r.table)] : [], [["s1"], [LAST_MONTH]])
+      const command = t.command as Extract<Command, { _tag: "SaveMessages" }>
+      assert.deepStrictEqual([command.messages.map((m) => m.version), stage._tag === "Saving" ? stage.strays.map((r) => r.table) : []], [["s1"], [LAST_MONTH]])
     }
   })
   row("saved with the strays: each stray is then taken out of the table it was read from", closing({}, NOW - 10, {
