@@ -204,8 +204,13 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
         }
         // A session fiber that ended before its session closed (interrupted by the shutdown, or a
         // defect outside the session's boundary) is brought to its end in a fiber of the node's.
+        // While the node stops, those that still could not save are counted and reported together
+        // (`drain`), not in a line each: a node stopping under more than it can save in
+        // `shutdown_timeout` may cut thousands.
+        const stopping = { started: false, cut: 0 }
+        const countCut = () => Effect.sync(() => void stopping.cut++)
         const finishEnded = function(this: SessionRunner): void {
-          if (!this.isClosed) run(this.finish())
+          if (!this.isClosed) run(stopping.started ? this.finish(countCut) : this.finish())
         }
         // Every session fiber is a child of this one: a child costs its parent one Set entry, where a
         // FiberSet would put an exit observer of its own (a closure) beside the session's (memory per
@@ -267,7 +272,8 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
             sessionsDone,
             interruptSessions,
             timeoutMs: options.shutdownTimeoutMs,
-            leaveRecords: (sessions) => storage.clearNodeIds(sessionOptions.routerUrl, sessions)
+            leaveRecords: (sessions) => storage.clearNodeIds(sessionOptions.routerUrl, sessions),
+            stopping
           })
         )
         return ConnectionNode.of({ port, routerPort, routerUrl: sessionOptions.routerUrl })
@@ -485,7 +491,7 @@ const onMessage = (socket: PushSocket, mailbox: Mailbox<MailboxInput>, data: Raw
  * node that is gone.
  */
 const drain = (
-  { publicServer, stopAccepting, registry, sessionsDone, interruptSessions, timeoutMs, leaveRecords }: {
+  { publicServer, stopAccepting, registry, sessionsDone, interruptSessions, timeoutMs, leaveRecords, stopping }: {
     readonly publicServer: Server
     readonly stopAccepting: () => void
     readonly registry: NodeRegistryService
@@ -493,9 +499,12 @@ const drain = (
     readonly interruptSessions: Effect.Effect<void>
     readonly timeoutMs: number
     readonly leaveRecords: (sessions: ReadonlyArray<NodeSession>) => Effect.Effect<number, StorageError>
+    /** Set here when the drain starts; `cut`: sessions ended without their unacked messages saved. */
+    readonly stopping: { started: boolean; readonly cut: number }
   }
 ) =>
   Effect.gen(function*() {
+    stopping.started = true
     publicServer.close()
     stopAccepting()
     const sessions = registry.connections.size
@@ -520,6 +529,11 @@ const drain = (
           0
         ))
     )
+    if (stopping.cut > 0) {
+      yield* Effect.logError("sessions ended before their unacked messages could be saved").pipe(
+        Effect.annotateLogs({ sessions: stopping.cut, shutdown_timeout_ms: timeoutMs })
+      )
+    }
     yield* Effect.logInfo("connection node drained").pipe(
       Effect.annotateLogs({ sessions, complete: done._tag === "Some", remaining: registry.connections.size, records_left: left })
     )

@@ -138,6 +138,10 @@ export class SessionHandle {
  */
 export const UNREGISTERED_REMEMBERED = 1_000
 
+/** A session ended before its unacked messages could be saved, logged on its own. */
+export const cutSession = (uaidHash: string | null): Effect.Effect<void> =>
+  Effect.logError("session ended before its unacked messages could be saved").pipe(Effect.annotateLogs({ uaid_hash: uaidHash }))
+
 /** Fold one of the session's events into the handle: unregistered channels, the minimum urgency. */
 const foldIntoHandle = (handle: SessionHandle, event: DomainEvent): void => {
   if (event.type === "channel.unregistered.1") {
@@ -231,8 +235,12 @@ export class SessionRunner implements Consumer<MailboxInput> {
     return Effect.andThen(this.feed(input), () => this.proceed())
   }
 
-  /** Bring an interrupted session to its end: as if the socket closed, with a few save attempts. */
-  finish(): Effect.Effect<void> {
+  /**
+   * Bring an interrupted session to its end: as if the socket closed, with a few save attempts.
+   * One that still has not saved what its client did not ack is ended without it: `cut` says so
+   * (its uaid, hashed), the node deciding how to report it.
+   */
+  finish(cut: (uaidHash: string | null) => Effect.Effect<void> = cutSession): Effect.Effect<void> {
     if (this.isClosed) return Effect.void
     const attempt = (left: number): Effect.Effect<void> =>
       Effect.suspend(() =>
@@ -243,12 +251,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
     return this.feed({ _tag: "SocketClosed" }).pipe(
       Effect.andThen(attempt(3)),
       Effect.andThen(Effect.suspend(() =>
-        this.isClosed ? Effect.void : Effect.andThen(
-          Effect.logError("session ended before its unacked messages could be saved").pipe(
-            Effect.annotateLogs({ uaid_hash: this.uaidHash() })
-          ),
-          this.enter({ _tag: "Closed" }) ?? Effect.void
-        )
+        this.isClosed ? Effect.void : Effect.andThen(cut(this.uaidHash()), this.enter({ _tag: "Closed" }) ?? Effect.void)
       ))
     )
   }

@@ -4,7 +4,7 @@
  */
 import { Broadcasts } from "../../src/broadcast/Broadcasts.ts"
 import { assert, describe, it as vitest } from "@effect/vitest"
-import { Context, Effect, Exit, Layer, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Logger, Scope } from "effect"
 import { connect as tcpConnect } from "node:net"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -19,7 +19,7 @@ import { EventLog } from "../../src/observability/EventLog.ts"
 import { layerEmbedded } from "../../src/storage/embedded.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
-import { createActiveTables, mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
+import { createActiveTables, mapStorageOperations, Storage, StorageError } from "../../src/storage/Storage.ts"
 import { httpRequest, nodeOptions, openClient, routerDelivery, routerRequest } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
@@ -39,11 +39,15 @@ const subscribe = (ws: string) =>
 
 const storageOptions = { routerTable: "router", messageTablePrefix: "message", noTableRotation: false }
 
-const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
-  ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(
-    Layer.provideMerge(Layer.effectDiscard(createActiveTables).pipe(Layer.provideMerge(storage))),
+/** What a node needs but its options: `storage` (its tables made), and test services. */
+const nodeParts = (storage: Layer.Layer<Storage, unknown>) =>
+  Layer.effectDiscard(createActiveTables).pipe(
+    Layer.provideMerge(storage),
     Layer.provideMerge(Layer.mergeAll(Broadcasts.layerStatic(), EndpointCrypto.layerTest, EventLog.layer(), Metrics.layerNoop, NodeClient.layer({ connectTimeoutMs: 500, requestTimeoutMs: 500 }).pipe(Layer.provideMerge(RouterAuth.layerTest))))
   )
+
+const nodeLayer = (storage: Layer.Layer<Storage, unknown>) =>
+  ConnectionNode.layer(nodeOptions, (port) => `http://127.0.0.1:${port}`).pipe(Layer.provideMerge(nodeParts(storage)))
 
 const suite = (name: string, storage: () => Layer.Layer<Storage, unknown>) =>
   describe(name, () => {
@@ -270,4 +274,34 @@ describe("connection node shutdown", () => {
         assert.strictEqual(calls.get("saveMessages"), unacked.size)
       }))
   }
+
+  live("a stop that runs out of time with saves failing reports the sessions it cut in one line, not one each", () => {
+    const logged: Array<{ readonly message: unknown; readonly annotations: Record<string, unknown> }> = []
+    const capture = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void logged.push(entry))])
+    return Effect.gen(function*() {
+      const storage = Context.get(yield* Layer.build(layerMemory(storageOptions)), Storage)
+      // Every save fails: the sessions retry until the stop cuts them.
+      const failing = mapStorageOperations(storage, (operation) => (effect) =>
+        operation === "saveMessages" ? Effect.fail(new StorageError({ operation, cause: new Error("down") })) as unknown as typeof effect : effect)
+      const scope = yield* Scope.make()
+      const options = { ...nodeOptions, shutdownTimeoutMs: 200 }
+      const context = yield* Layer.buildWithScope(
+        ConnectionNode.layer(options, (port) => `http://127.0.0.1:${port}`).pipe(Layer.provideMerge(nodeParts(Layer.succeed(Storage, failing)))),
+        scope
+      )
+      const node = Context.get(context, ConnectionNode)
+      const crypto = Context.get(context, EndpointCrypto)
+      const clients = yield* Effect.forEach(Array.from({ length: 3 }), () => subscribe(`ws://127.0.0.1:${node.port}/`))
+      for (const { client, uaid } of clients) {
+        const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() })
+        yield* Effect.promise(() => routerRequest("PUT", `http://127.0.0.1:${node.routerPort}/push/${uaid}`, routerDelivery(CHID, version)))
+        yield* Effect.promise(() => client.next())
+      }
+      yield* Scope.close(scope, Exit.void)
+      assert.deepStrictEqual(logged.filter((entry) => entry.message === "session ended before its unacked messages could be saved"), [])
+      const cut = logged.filter((entry) => entry.message === "sessions ended before their unacked messages could be saved")
+      assert.strictEqual(cut.length, 1)
+      assert.deepInclude(cut[0]!.annotations, { sessions: 3, shutdown_timeout_ms: 200 })
+    }).pipe(Effect.provide(capture))
+  })
 })
