@@ -161,16 +161,7 @@ export const makeUsers = (
         o
       )))
 
-  return {
-    getUser,
-    registerUser,
-    resumeUser,
-    updateUser,
-    dropUser,
-    clearNodeId,
-    clearNodeIds: clearNodeIdsEach(clearNodeId, CLEAR_CONCURRENCY),
-    getBroadcasts,
-    putBroadcast,
-    deleteBroadcast
-  }
+  const clearNodeIds = clearNodeIdsEach(clearNodeId, CLEAR_CONCURRENCY)
+
+  return { getUser, registerUser, resumeUser, updateUser, dropUser, clearNodeId, clearNodeIds, getBroadcasts, putBroadcast, deleteBroadcast }
 }

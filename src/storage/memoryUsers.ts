@@ -64,16 +64,7 @@ export const makeMemoryUsers = (store: MemoryStore) => {
     Effect.map(routerTable(store, "putBroadcast"), () => void broadcasts.set(id, version))
   const deleteBroadcast = (id: string) => Effect.map(routerTable(store, "deleteBroadcast"), () => broadcasts.delete(id))
 
-  return {
-    getUser,
-    registerUser,
-    resumeUser,
-    updateUser,
-    dropUser,
-    clearNodeId,
-    clearNodeIds: clearNodeIdsEach(clearNodeId, 1),
-    getBroadcasts,
-    putBroadcast,
-    deleteBroadcast
-  }
+  const clearNodeIds = clearNodeIdsEach(clearNodeId, 1)
+
+  return { getUser, registerUser, resumeUser, updateUser, dropUser, clearNodeId, clearNodeIds, getBroadcasts, putBroadcast, deleteBroadcast }
 }
