@@ -189,6 +189,24 @@ const startCounting = async (proc: Proc): Promise<void> => {
   await callgrindControl(proc, "--zero")
 }
 
+/** Instructions: how long a server is watched idle before a level, for the work it does by the clock. */
+const IDLE_MS = 5_000
+
+/**
+ * `--instructions`: the instructions per second a server spends idle, not compiling — its work by
+ * the clock (the connection node's ticker over its sessions, timers), which a level under valgrind
+ * holds some 50 times more of than the same level does natively, and more or less of with the load
+ * of the machine (the clients' pace).
+ */
+const idleRate = async (proc: Proc): Promise<number> => {
+  await startCounting(proc)
+  const start = performance.now()
+  await sleep(IDLE_MS)
+  const seconds = (performance.now() - start) / 1000
+  const { total, compiling } = await stopCounting(proc)
+  return (total - compiling) / seconds
+}
+
 /**
  * `--instructions`: the server's instructions since `startCounting`, and how many of them were V8
  * compiling (`COMPILING`); it then runs uncounted again.
@@ -305,6 +323,8 @@ interface Measured {
   readonly share?: DirectShare | undefined
   /** Instructions: k instructions per notification of V8 compiling, per server (not in `serverCpu`). */
   readonly compiling: ReadonlyArray<number>
+  /** Instructions: k instructions per notification of the server's work by the clock (not in `serverCpu`). */
+  readonly byClock: ReadonlyArray<number>
 }
 
 const subscribed = async (name: string, clients: Proc, predicate: (m: Record<string, unknown>) => boolean, expected: number) => {
@@ -531,18 +551,23 @@ const runLevel = async (pipeline: Pipeline, c: number, count: number, traced = t
   await ask(pipeline.clients, { cmd: "warm", c }, (m) => "warmed" in m, 60_000)
   await pipeline.operations?.take()
   const readAll = () => Promise.all([...pipeline.servers.map(readProbe), ...pipeline.storage.map((m) => m.read())])
+  const idle = INSTRUCTIONS ? await Promise.all(pipeline.servers.map(idleRate)) : []
   if (INSTRUCTIONS) await Promise.all(pipeline.servers.map(startCounting))
+  const start = performance.now()
   const before = await readAll()
   const { level: result } = await ask<{ level: LevelResult }>(pipeline.clients, { cmd: "level", c, count, timeoutMs }, (m) => "level" in m, timeoutMs + 10_000)
   // Let the last acks land before reading the CPU.
   await sleep(100)
+  const seconds = (performance.now() - start) / 1000
   const counted = INSTRUCTIONS ? await Promise.all(pipeline.servers.map(stopCounting)) : []
   const after = await readAll()
-  // Instructions: a notification's, without V8 compiling (a cost of the first minutes, which a
-  // short level holds more or less of from one run to the next).
+  // Instructions: a notification's — without V8 compiling (a cost of the first minutes, which a
+  // short level holds more or less of from one run to the next), nor what the server does by the
+  // clock (`idleRate`), which valgrind's slowness, and the machine's load, make last longer.
+  const byClock = idle.map((rate) => rate * seconds)
   const perNotification = after.map((a, i) => {
     const c = counted[i]
-    return c !== undefined ? (c.total - c.compiling) / 1000 / count : (a.cpu - (before[i] as ProbeReading).cpu) / count
+    return c !== undefined ? (c.total - c.compiling - (byClock[i] as number)) / 1000 / count : (a.cpu - (before[i] as ProbeReading).cpu) / count
   })
   const counts = await pipeline.operations?.take()
   const operations: Measured["operations"] = counts === undefined ? undefined
@@ -561,7 +586,8 @@ const runLevel = async (pipeline: Pipeline, c: number, count: number, traced = t
     health: after.map(({ loopP99, loopMax, gcMs, gcMax }) => ({ loopP99, loopMax, gcMs, gcMax })),
     operations,
     share,
-    compiling: counted.map((c) => c.compiling / 1000 / count)
+    compiling: counted.map((c) => c.compiling / 1000 / count),
+    byClock: byClock.map((n) => n / 1000 / count)
   }
 }
 
@@ -784,7 +810,7 @@ const runScenario = async (pipelines: ReadonlyArray<Pipeline>) => {
         const measured = await runLevel(p, c, COUNT)
         runs.get(p.name)?.get(c)?.push(measured)
         const r = measured.result
-        console.log(`  rep ${rep + 1} ${p.name.padEnd(8)} c=${String(c).padEnd(3)} ${(r.received / (r.wallMs / 1000)).toFixed(0).padStart(6)} notif/s  client p99 ${f2(r.p99Client)} ms  server ${SERVER_UNIT}/notif ${measured.serverCpu.map(f1).join(" + ")}${INSTRUCTIONS ? ` (and compiling ${measured.compiling.map(f1).join(" + ")})` : ""}`)
+        console.log(`  rep ${rep + 1} ${p.name.padEnd(8)} c=${String(c).padEnd(3)} ${(r.received / (r.wallMs / 1000)).toFixed(0).padStart(6)} notif/s  client p99 ${f2(r.p99Client)} ms  server ${SERVER_UNIT}/notif ${measured.serverCpu.map(f1).join(" + ")}${INSTRUCTIONS ? ` (and compiling ${measured.compiling.map(f1).join(" + ")}, by the clock ${measured.byClock.map(f1).join(" + ")})` : ""}`)
       }
     }
   }
