@@ -38,7 +38,8 @@ const RESUMED = mode === "autopush" ? Number(resumedArg ?? 0) : 0
 const HANDSHAKES_IN_FLIGHT = 100
 /** Body size: BENCH_BYTES from the parent (`bench:delivery --bytes`), 256 by default. */
 const BODY_BYTES = Number(process.env["BENCH_BYTES"] ?? 256)
-const POST_TIMEOUT_MS = 10_000
+/** A POST unanswered this long fails (BENCH_POST_TIMEOUT_MS: under valgrind a server takes far longer). */
+const POST_TIMEOUT_MS = Number(process.env["BENCH_POST_TIMEOUT_MS"] ?? 10_000)
 
 process.on("disconnect", () => process.exit(0))
 process.on("SIGTERM", () => process.exit(0))

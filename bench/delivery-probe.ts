@@ -6,6 +6,8 @@
  * - `{ probe: "cpu" }` → `{ probe: "cpu", cpu, loopP99, loopMax, gcMs, gcMax }`: user + system CPU
  *   µs so far (`process.cpuUsage`), and since the previous request the event-loop delay p99 and max
  *   (ms, `monitorEventLoopDelay`) and the GC pauses, total and longest (ms);
+ * - `{ probe: "gc" }` → `{ probe: "collected" }`, after a full garbage collection (when started with
+ *   `--expose-gc`; else at once);
  * - `{ probe: "profile-start", intervalUs }` → starts the V8 sampling profiler (`node:inspector`);
  * - `{ probe: "profile-stop", file }` → stops it, writes the `.cpuprofile` to `file` and answers
  *   `{ probe: "profile", samples, top, byPackage }`: self time by function and by package, as
@@ -146,6 +148,12 @@ const onMessage = async (message: unknown): Promise<void> => {
       })
       loop.reset()
       gc = { total: 0, max: 0 }
+      return
+    }
+    case "gc": {
+      // Only with `--expose-gc`; otherwise nothing.
+      ;(globalThis as { gc?: () => void }).gc?.()
+      process.send?.({ probe: "collected" })
       return
     }
     case "profile-start": {

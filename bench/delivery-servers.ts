@@ -170,14 +170,20 @@ const bareWorker = async () => {
   send({ ready: true })
 }
 
-/** The service's modules are loaded only in this mode: the bare pipelines start as bare as they run (bench:startup). */
+/**
+ * The service's modules are loaded only in this mode: the bare pipelines start as bare as they run
+ * (bench:startup). They are this checkout's, or those of the checkout `AUTOPUSH_SERVER_ROOT` names
+ * (an earlier commit's server measured beside this one's, by this bench).
+ */
 const autopush = async () => {
+  const root = process.env["AUTOPUSH_SERVER_ROOT"] === undefined ? new URL("../", import.meta.url) : new URL(`file://${process.env["AUTOPUSH_SERVER_ROOT"].replace(/\/*$/, "/")}`)
+  const source = (path: string) => new URL(path, root).href
   const { Effect, Layer } = await import("effect")
-  const { allInOneLayer, withServices } = await import("../src/bin/app.ts")
+  const { allInOneLayer, withServices }: typeof import("../src/bin/app.ts") = await import(source("src/bin/app.ts"))
   const { allInOneSettings } = await import("./settings.ts")
-  const { loggingLayer } = await import("../src/observability/logging.ts")
-  const { layerMemory } = await import("../src/storage/memory.ts")
-  const { createActiveTables } = await import("../src/storage/Storage.ts")
+  const { loggingLayer }: typeof import("../src/observability/logging.ts") = await import(source("src/observability/logging.ts"))
+  const { layerMemory }: typeof import("../src/storage/memory.ts") = await import(source("src/storage/memory.ts"))
+  const { createActiveTables }: typeof import("../src/storage/Storage.ts") = await import(source("src/storage/Storage.ts"))
   const [wsPort, routerPort, endpointPort] = ports as [number, number, number]
   const settings = allInOneSettings(wsPort, routerPort, endpointPort)
   const storage = Layer.effectDiscard(createActiveTables).pipe(

@@ -40,11 +40,15 @@
  * (body size, 256; at most the service's max_data_bytes, 4096), --resumed/BENCH_RESUMED (share of
  * the clients that resume a uaid, 0.5), --store/BENCH_STORE (b's store: sqlite, postgres or
  * dynalite; sqlite), --db-dsn/BENCH_DB_DSN (postgres://…; AUTOPUSH_TEST_POSTGRES_DSN when unset);
+ * --counter/BENCH_COUNTER (cpu: the servers' CPU time; instructions: instructions counted by
+ * valgrind, see COUNTER); AUTOPUSH_SERVER_ROOT=<checkout> (environment only) runs that checkout's
+ * all-in-one in (a) instead of this one's, e.g. main's beside a branch's, run after run.
  * BENCH_ROUTE=router (environment only) sends the pushes with a query string, so that they take the
  * platform's HTTP router instead of the endpoint's plain fast path.
  */
-import { type ChildProcess, fork } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { type ChildProcess, execFile, fork } from "node:child_process"
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { promisify } from "node:util"
 import { freePorts, postgresSchema } from "../test/e2e/servers.ts"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
@@ -57,6 +61,7 @@ import type { ProfileSummary } from "./delivery-probe.ts"
 import { ask, next } from "./scaling-procs.ts"
 import pg from "pg"
 import { cpuMs } from "./harness.ts"
+import { callgrindCosts, compiling } from "./delivery-instructions.ts"
 
 // ── options ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -69,7 +74,25 @@ const COUNT = Number(option("count", "BENCH_COUNT", "3000"))
 const LEVELS = option("levels", "BENCH_LEVELS", "1,10,50").split(",").map(Number)
 const REPS = Number(option("reps", "BENCH_REPS", "3"))
 const SCENARIOS = option("scenarios", "BENCH_SCENARIOS", "a,b").split(",")
-const PROFILE = option("profile", "BENCH_PROFILE", "1") !== "0"
+/**
+ * `cpu` (the default): the servers' CPU time (`process.cpuUsage`). `instructions`: the servers run
+ * under valgrind's callgrind, instrumented only during the measured levels, and the figure is
+ * instructions executed per notification (every thread of the process: JIT code, GC, the compiler
+ * threads) — a count that does not depend on what else the machine runs, unlike CPU time. V8
+ * compiling is counted apart and left out of the figure: it is a cost of a process's first minutes,
+ * and a level holds more or less of it from one run to the next.
+ */
+const COUNTER = option("counter", "BENCH_COUNTER", "cpu")
+if (COUNTER !== "cpu" && COUNTER !== "instructions") throw new Error(`--counter: cpu or instructions, not ${COUNTER}`)
+const INSTRUCTIONS = COUNTER === "instructions"
+/** What the server figures are in. */
+const SERVER_UNIT = INSTRUCTIONS ? "k instructions (not compiling)" : "CPU µs"
+/**
+ * CPU profiles of an extra level; with `--instructions` (off by default), callgrind's dump of every
+ * measured level kept instead, by instruction address, with V8's map of its code
+ * (`--perf-basic-prof`): `bench/delivery-instructions.ts` reads them by function.
+ */
+const PROFILE = option("profile", "BENCH_PROFILE", INSTRUCTIONS ? "0" : "1") !== "0"
 const TIMEOUT_S = Number(option("timeout", "BENCH_TIMEOUT_S", "1800"))
 const RESUMED = Math.round(K * Number(option("resumed", "BENCH_RESUMED", "0.5")))
 const STORE = option("store", "BENCH_STORE", "sqlite")
@@ -80,8 +103,9 @@ if (STORE === "postgres" && DB_DSN === "") throw new Error("--store postgres nee
 const SHARE_SAMPLE = 200
 const WARMUP = Math.min(COUNT, 1000)
 const MAX_LEVEL = Math.max(...LEVELS)
-// The client process reads it from its environment.
+// The client process reads them from its environment.
 process.env["BENCH_BYTES"] = option("bytes", "BENCH_BYTES", "256")
+if (INSTRUCTIONS) process.env["BENCH_POST_TIMEOUT_MS"] = "120000"
 
 const here = new URL(".", import.meta.url).pathname
 const root = new URL("../", import.meta.url).pathname
@@ -100,8 +124,32 @@ interface Proc {
 
 const procs: Array<Proc> = []
 
-const spawnNode = (name: string, script: string, args: ReadonlyArray<string>, execArgv: ReadonlyArray<string> = []): Proc => {
-  const child = fork(script, args, { cwd: work, execArgv: [...execArgv], stdio: ["ignore", "pipe", "pipe", "ipc"] })
+/** The callgrind output of a counted server: `{prefix}.{n}`, one file per dump. */
+const callgrindPrefix = (name: string) => join(work, `callgrind-${name.replace(/[^a-z0-9]+/gi, "-")}`)
+
+/**
+ * A Node process of the bench; a server (`counted`) runs under callgrind with `--instructions`, not
+ * instrumented until a level starts (uninstrumented, valgrind runs it some 5× slower; instrumented,
+ * some 50×). V8 writes and rewrites its code in anonymous memory: `--smc-check` makes valgrind see it.
+ */
+const spawnNode = (name: string, script: string, args: ReadonlyArray<string>, execArgv: ReadonlyArray<string> = [], counted = false): Proc => {
+  const options = { cwd: work, stdio: ["ignore", "pipe", "pipe", "ipc"] as Array<"ignore" | "pipe" | "ipc"> }
+  const child = counted && INSTRUCTIONS
+    ? fork(script, args, {
+      ...options,
+      execPath: "valgrind",
+      execArgv: [
+        "--tool=callgrind", "--instr-atstart=no", "--smc-check=all-non-file", "--error-limit=no",
+        `--callgrind-out-file=${callgrindPrefix(name)}`,
+        ...(PROFILE ? ["--dump-instr=yes", "--dump-line=no"] : []),
+        // V8 compiles and collects on the main thread, when its budgets say, not when a thread
+        // of its own gets to it: a run's counts then do not depend on how valgrind schedules them.
+        process.execPath, "--expose-gc", "--single-threaded",
+        ...(PROFILE ? ["--perf-basic-prof", "--interpreted-frames-native-stack"] : []),
+        ...execArgv
+      ]
+    })
+    : fork(script, args, { ...options, execArgv: [...execArgv] })
   const output: Array<string> = []
   const collect = (chunk: Buffer) => {
     output.push(...chunk.toString().split("\n").filter((l) => l.length > 0))
@@ -123,6 +171,66 @@ interface ProbeReading {
   readonly gcMax: number
 }
 const readProbe = (proc: Proc) => ask<ProbeReading>(proc, { probe: "cpu" }, (m) => m["probe"] === "cpu")
+
+let levelDumps = 0
+
+const callgrindControl = (proc: Proc, ...args: Array<string>) =>
+  promisify(execFile)("callgrind_control", [...args, String(proc.child.pid)], { timeout: 120_000 })
+
+/**
+ * `--instructions`: from now on, the server's instructions are counted (from zero). A full garbage
+ * collection first: a level of a few thousand notifications either holds one of the heap's major
+ * collections or not, which moved its count by half; after one, it holds those its own garbage
+ * brings, as every level does.
+ */
+const startCounting = async (proc: Proc): Promise<void> => {
+  await ask(proc, { probe: "gc" }, (m) => m["probe"] === "collected", 120_000)
+  await callgrindControl(proc, "--instr=on")
+  await callgrindControl(proc, "--zero")
+}
+
+/** Instructions: how long a server is watched idle before a level, for the work it does by the clock. */
+const IDLE_MS = 5_000
+
+/**
+ * `--instructions`: the instructions per second a server spends idle, not compiling — its work by
+ * the clock (the connection node's ticker over its sessions, timers), which a level under valgrind
+ * holds some 50 times more of than the same level does natively, and more or less of with the load
+ * of the machine (the clients' pace).
+ */
+const idleRate = async (proc: Proc): Promise<number> => {
+  await startCounting(proc)
+  const start = performance.now()
+  await sleep(IDLE_MS)
+  const seconds = (performance.now() - start) / 1000
+  const { total, compiling } = await stopCounting(proc)
+  return (total - compiling) / seconds
+}
+
+/**
+ * `--instructions`: the server's instructions since `startCounting`, and how many of them were V8
+ * compiling (`COMPILING`); it then runs uncounted again.
+ */
+const stopCounting = async (proc: Proc): Promise<{ readonly total: number; readonly compiling: number }> => {
+  await callgrindControl(proc, "--dump")
+  await callgrindControl(proc, "--instr=off")
+  const prefix = callgrindPrefix(proc.name)
+  const dir = join(prefix, "..")
+  const base = prefix.slice(dir.length + 1)
+  const dumps = readdirSync(dir).filter((f) => f.startsWith(`${base}.`))
+  const last = dumps.sort((a, b) => Number(a.slice(base.length + 1)) - Number(b.slice(base.length + 1))).at(-1)
+  if (last === undefined) throw new Error(`${proc.name}: no callgrind dump in ${dir}`)
+  const text = readFileSync(join(dir, last), "utf8")
+  if (PROFILE) {
+    const kept = join(profileDir, `${base}-${++levelDumps}.callgrind`)
+    copyFileSync(join(dir, last), kept)
+    console.log(`  callgrind dump of ${proc.name}: ${kept} (code map /tmp/perf-${proc.child.pid}.map)`)
+  }
+  for (const f of dumps) rmSync(join(dir, f), { force: true })
+  const costs = callgrindCosts(text)
+  if (costs.total === 0) throw new Error(`${proc.name}: no instructions in its callgrind dump ${last}`)
+  return { total: costs.total, compiling: compiling(costs) }
+}
 
 const stop = (proc: Proc): Promise<void> =>
   new Promise((resolve) => {
@@ -213,6 +321,10 @@ interface Measured {
   readonly operations?: Record<string, { readonly perNotification: number; readonly meanMs: number }> | undefined
   /** Autopush: how a sample of the level's messages reached resumed and new clients. */
   readonly share?: DirectShare | undefined
+  /** Instructions: k instructions per notification of V8 compiling, per server (not in `serverCpu`). */
+  readonly compiling: ReadonlyArray<number>
+  /** Instructions: k instructions per notification of the server's work by the clock (not in `serverCpu`). */
+  readonly byClock: ReadonlyArray<number>
 }
 
 const subscribed = async (name: string, clients: Proc, predicate: (m: Record<string, unknown>) => boolean, expected: number) => {
@@ -247,7 +359,7 @@ const startAutopushClients = async (name: string, wsUrl: string, routerUrl: stri
 
 const startAllInOne = async (): Promise<Pipeline> => {
   const [ws, router, endpoint] = (await freePorts(3)) as [number, number, number]
-  const server = spawnNode("autopush (all-in-one)", join(here, "delivery-servers.ts"), ["autopush", String(ws), String(router), String(endpoint)])
+  const server = spawnNode("autopush (all-in-one)", join(here, "delivery-servers.ts"), ["autopush", String(ws), String(router), String(endpoint)], [], true)
   await ready(server)
   // In-memory storage does not survive a restart: the resumed clients are away for a second only.
   const clients = await startAutopushClients("autopush (a)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${router}`, async () => {})
@@ -256,7 +368,7 @@ const startAllInOne = async (): Promise<Pipeline> => {
 
 const startBare = async (): Promise<Pipeline> => {
   const [ws, http] = (await freePorts(2)) as [number, number]
-  const server = spawnNode("bare", join(here, "delivery-servers.ts"), ["bare", String(ws), String(http)])
+  const server = spawnNode("bare", join(here, "delivery-servers.ts"), ["bare", String(ws), String(http)], [], true)
   await ready(server)
   const clients = await startBareClients("bare (a)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
   return { name: "bare", servers: [server], storage: [], clients, all: [clients, server] }
@@ -387,12 +499,12 @@ const startSeparate = async (): Promise<Pipeline> => {
       "--port", String(ws),
       "--router-port", String(router),
       "--router-hostname", "127.0.0.1"
-    ], preload)
+    ], preload, true)
     await waitForHttp(proc, `http://127.0.0.1:${router}/__lbheartbeat__`)
     return proc
   }
   let connection = await startConnection()
-  const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), [...shared, "--metrics-port", String(metrics)], preload)
+  const endpointNode = spawnNode("autoendpoint", join(root, "src/bin/autoendpoint.ts"), [...shared, "--metrics-port", String(metrics)], preload, true)
   await waitForHttp(endpointNode, `http://127.0.0.1:${endpoint}/__lbheartbeat__`)
   // The storage operations of the clients' arrival, across the connection node's restart.
   await store.operations.take([endpointNode, connection])
@@ -421,9 +533,9 @@ const startSeparate = async (): Promise<Pipeline> => {
 
 const startBareTwo = async (): Promise<Pipeline> => {
   const [ws, router, http] = (await freePorts(3)) as [number, number, number]
-  const back = spawnNode("bare back", join(here, "delivery-servers.ts"), ["bare-back", String(ws), String(router)])
+  const back = spawnNode("bare back", join(here, "delivery-servers.ts"), ["bare-back", String(ws), String(router)], [], true)
   await ready(back)
-  const front = spawnNode("bare front", join(here, "delivery-servers.ts"), ["bare-front", String(http), String(router)])
+  const front = spawnNode("bare front", join(here, "delivery-servers.ts"), ["bare-front", String(http), String(router)], [], true)
   await ready(front)
   const clients = await startBareClients("bare (b)", `ws://127.0.0.1:${ws}/`, `http://127.0.0.1:${http}`)
   return { name: "bare", servers: [front, back], storage: [], clients, all: [clients, front, back] }
@@ -434,16 +546,29 @@ const startBareTwo = async (): Promise<Pipeline> => {
  * then, when `traced`, how a sample of its messages was delivered, from autopush's trace.
  */
 const runLevel = async (pipeline: Pipeline, c: number, count: number, traced = true): Promise<Measured> => {
-  const timeoutMs = 60_000 + count * 20
+  // Under valgrind a notification takes some 50× longer.
+  const timeoutMs = (60_000 + count * 20) * (INSTRUCTIONS ? 10 : 1)
   await ask(pipeline.clients, { cmd: "warm", c }, (m) => "warmed" in m, 60_000)
   await pipeline.operations?.take()
   const readAll = () => Promise.all([...pipeline.servers.map(readProbe), ...pipeline.storage.map((m) => m.read())])
+  const idle = INSTRUCTIONS ? await Promise.all(pipeline.servers.map(idleRate)) : []
+  if (INSTRUCTIONS) await Promise.all(pipeline.servers.map(startCounting))
+  const start = performance.now()
   const before = await readAll()
   const { level: result } = await ask<{ level: LevelResult }>(pipeline.clients, { cmd: "level", c, count, timeoutMs }, (m) => "level" in m, timeoutMs + 10_000)
   // Let the last acks land before reading the CPU.
   await sleep(100)
+  const seconds = (performance.now() - start) / 1000
+  const counted = INSTRUCTIONS ? await Promise.all(pipeline.servers.map(stopCounting)) : []
   const after = await readAll()
-  const perNotification = after.map((a, i) => (a.cpu - (before[i] as ProbeReading).cpu) / count)
+  // Instructions: a notification's — without V8 compiling (a cost of the first minutes, which a
+  // short level holds more or less of from one run to the next), nor what the server does by the
+  // clock (`idleRate`), which valgrind's slowness, and the machine's load, make last longer.
+  const byClock = idle.map((rate) => rate * seconds)
+  const perNotification = after.map((a, i) => {
+    const c = counted[i]
+    return c !== undefined ? (c.total - c.compiling - (byClock[i] as number)) / 1000 / count : (a.cpu - (before[i] as ProbeReading).cpu) / count
+  })
   const counts = await pipeline.operations?.take()
   const operations: Measured["operations"] = counts === undefined ? undefined
     : Object.fromEntries(Object.entries(counts).map(([op, { n, ms }]) => [op, { perNotification: n / count, meanMs: ms / n }]))
@@ -460,7 +585,9 @@ const runLevel = async (pipeline: Pipeline, c: number, count: number, traced = t
     storageCpu: perNotification.slice(pipeline.servers.length),
     health: after.map(({ loopP99, loopMax, gcMs, gcMax }) => ({ loopP99, loopMax, gcMs, gcMax })),
     operations,
-    share
+    share,
+    compiling: counted.map((c) => c.compiling / 1000 / count),
+    byClock: byClock.map((n) => n / 1000 / count)
   }
 }
 
@@ -563,8 +690,8 @@ const printTable = (title: string, pipelines: ReadonlyArray<Pipeline>, rows: Map
     p.servers.length + p.storage.length > 1
       ? ` (${[...p.servers.map((s) => s.name), ...p.storage.map((s) => `${s.name}*`)].join(" + ")})`
       : ""
-  for (const p of pipelines) console.log(`  ${p.name}: server CPU µs/notification${cpuHeader(p) || ` (${p.servers[0]?.name})`}`)
-  console.log(`  ${"pipeline".padEnd(9)}${pad("c", 4)}${pad("notif/s", 9)}${pad("(min–max)", 14)}${pad("201 p50", 9)}${pad("p99", 8)}${pad("client p50", 12)}${pad("p99", 8)}  ${"server CPU µs/notif".padEnd(28)}${pad("loadgen CPU", 12)}`)
+  for (const p of pipelines) console.log(`  ${p.name}: server ${SERVER_UNIT}/notification${cpuHeader(p) || ` (${p.servers[0]?.name})`}`)
+  console.log(`  ${"pipeline".padEnd(9)}${pad("c", 4)}${pad("notif/s", 9)}${pad("(min–max)", 14)}${pad("201 p50", 9)}${pad("p99", 8)}${pad("client p50", 12)}${pad("p99", 8)}  ${`server ${SERVER_UNIT}/notif`.padEnd(28)}${pad("loadgen CPU", 12)}`)
   for (const c of LEVELS) {
     for (const p of pipelines) {
       const r = rows.get(p.name)?.get(c)
@@ -604,13 +731,14 @@ const printRatios = (label: string, rows: Map<string, Map<number, Row>>, targets
       ...(targets.p99 === undefined ? [] : [`p99 ≤ ${targets.p99}×: ${p99 <= targets.p99 ? "met" : "NOT met"}`]),
       ...(targets.cpu === undefined ? [] : [`CPU ≤ ${targets.cpu}×: ${cpu <= targets.cpu ? "met" : "NOT met"}`])
     ]
-    console.log(`    c=${String(c).padEnd(3)} notifications/s ${(rate * 100).toFixed(0).padStart(3)} %   POST→client p99 ${f2(p99)}×   POST→201 p99 ${f2(ours.p99Answer / bare.p99Answer)}×   server CPU ${f1(cpu)}×${verdicts.length === 0 ? "" : `   ${verdicts.join("; ")}`}`)
+    console.log(`    c=${String(c).padEnd(3)} notifications/s ${(rate * 100).toFixed(0).padStart(3)} %   POST→client p99 ${f2(p99)}×   POST→201 p99 ${f2(ours.p99Answer / bare.p99Answer)}×   server ${SERVER_UNIT} ${f2(cpu)}×${verdicts.length === 0 ? "" : `   ${verdicts.join("; ")}`}`)
   }
   // Servers, storage, clients and load generator share the machine's cores: once they are busy, the
   // rates compare as the inverse of the CPU each notification costs all of them.
   const ours = rows.get("autopush")?.get(MAX_LEVEL)
   const bare = rows.get("bare")?.get(MAX_LEVEL)
-  if (ours !== undefined && bare !== undefined) {
+  // The clients' CPU is time: it adds to the servers' only when they are time too.
+  if (ours !== undefined && bare !== undefined && !INSTRUCTIONS) {
     const machine = (r: Row) => [...r.serverCpu, ...r.storageCpu].reduce((a, b) => a + b, 0) + r.clientCpu
     console.log(
       `    c=${MAX_LEVEL}: CPU of every process on the machine per notification (servers, storage, clients and load generator): ` +
@@ -668,7 +796,12 @@ const printHealth = (pipelines: ReadonlyArray<Pipeline>, rows: Map<string, Map<n
  */
 const runScenario = async (pipelines: ReadonlyArray<Pipeline>) => {
   const warmup = new Map<string, Measured>()
-  for (const p of pipelines) warmup.set(p.name, await runLevel(p, 10, WARMUP, false))
+  for (const p of pipelines) {
+    warmup.set(p.name, await runLevel(p, 10, WARMUP, false))
+    // Instructions: V8 still compiles the hot code after the warm-up (a tenth of a level's count was
+    // its optimizing compiler's): a level of each c first, unmeasured.
+    if (INSTRUCTIONS) for (const c of LEVELS) await runLevel(p, c, COUNT, false)
+  }
   const runs = new Map<string, Map<number, Array<Measured>>>(pipelines.map((p) => [p.name, new Map(LEVELS.map((c) => [c, []]))]))
   for (let rep = 0; rep < REPS; rep++) {
     for (const c of LEVELS) {
@@ -677,7 +810,7 @@ const runScenario = async (pipelines: ReadonlyArray<Pipeline>) => {
         const measured = await runLevel(p, c, COUNT)
         runs.get(p.name)?.get(c)?.push(measured)
         const r = measured.result
-        console.log(`  rep ${rep + 1} ${p.name.padEnd(8)} c=${String(c).padEnd(3)} ${(r.received / (r.wallMs / 1000)).toFixed(0).padStart(6)} notif/s  client p99 ${f2(r.p99Client)} ms`)
+        console.log(`  rep ${rep + 1} ${p.name.padEnd(8)} c=${String(c).padEnd(3)} ${(r.received / (r.wallMs / 1000)).toFixed(0).padStart(6)} notif/s  client p99 ${f2(r.p99Client)} ms  server ${SERVER_UNIT}/notif ${measured.serverCpu.map(f1).join(" + ")}${INSTRUCTIONS ? ` (and compiling ${measured.compiling.map(f1).join(" + ")}, by the clock ${measured.byClock.map(f1).join(" + ")})` : ""}`)
       }
     }
   }
@@ -701,7 +834,7 @@ const main = async () => {
     const bare = await startBare()
     const ours = await startAllInOne()
     const { rows } = await runScenario([bare, ours])
-    const profiles = PROFILE ? [...await profileLevel(bare, "a"), ...await profileLevel(ours, "a")] : []
+    const profiles = PROFILE && !INSTRUCTIONS ? [...await profileLevel(bare, "a"), ...await profileLevel(ours, "a")] : []
     await stopAll([...ours.all, ...bare.all])
     printTable(`(a) all-in-one process, in-memory storage — vs bare node:http → Map → ws (one process)`, [bare, ours], rows)
     printRatios("(a) ratios", rows, { rate: 0.75, p99: 1.5, cpu: 2 })
@@ -716,7 +849,7 @@ const main = async () => {
     const ours = await startSeparate()
     if (ours.cleanup !== undefined) cleanups.push(ours.cleanup)
     const { rows, warmup } = await runScenario([bare, ours])
-    const profiles = PROFILE ? [...await profileLevel(bare, "b"), ...await profileLevel(ours, "b")] : []
+    const profiles = PROFILE && !INSTRUCTIONS ? [...await profileLevel(bare, "b"), ...await profileLevel(ours, "b")] : []
     await stopAll([...ours.all, ...bare.all])
     printTable(`(b) autoendpoint + autoconnect on ${STORE_NAMES[STORE]} — vs bare POST → HTTP PUT → ws (two processes, no store)`, [bare, ours], rows)
     printRatios("(b) ratios", rows, { rate: 0.75, cpu: 1.8 })

@@ -10,6 +10,7 @@
 import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
+import type { Mutable } from "effect/Types"
 import {
   type EndpointToken,
   EndpointCrypto,
@@ -17,7 +18,7 @@ import {
   matchesVapidKey
 } from "../crypto/endpoint.ts"
 import { type ApiError, InvalidApiVersion, InvalidAuth, InvalidToken } from "../domain/errors.ts"
-import { domainEvent } from "../domain/events.ts"
+import { domainEvent, type EventData } from "../domain/events.ts"
 import type { Notification, Urgency } from "../domain/notification.ts"
 import { RecentMap } from "../platform/memo.ts"
 import type { StorageError } from "../storage/Storage.ts"
@@ -161,17 +162,17 @@ const messageOf = (
       ? { kind: "topic", uaid, channelId, topic, receipt }
       : { kind: "timestamp", uaid, channelId, sortkeyTimestamp, receipt }
   )
-  return {
-    channelId,
-    version,
-    ttl: push.ttl,
-    timestamp: Math.floor(nowMs / 1000),
-    sortkeyTimestamp,
-    ...(topic !== undefined ? { topic } : {}),
-    ...(urgency !== undefined ? { urgency } : {}),
-    ...(receipt !== undefined ? { receipt } : {}),
-    ...(encryption !== undefined ? { data: push.body.toString("base64url"), headers: encryption } : {})
+  // Fields set one by one, in the order of the interface: a spread of a conditional literal per
+  // optional field allocates that literal and defines its keys through the runtime, on every push.
+  const notification: Mutable<Notification> = { channelId, version, ttl: push.ttl, timestamp: Math.floor(nowMs / 1000), sortkeyTimestamp }
+  if (topic !== undefined) notification.topic = topic
+  if (urgency !== undefined) notification.urgency = urgency
+  if (receipt !== undefined) notification.receipt = receipt
+  if (encryption !== undefined) {
+    notification.data = push.body.toString("base64url")
+    notification.headers = encryption
   }
+  return notification
 }
 
 export const makeAcceptPush = Effect.fnUntraced(function*(
@@ -217,13 +218,10 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
     const { uaid, channelId } = subscription
     const notification = messageOf(crypto, sortKeyMs, clock, { uaid, channelId, nowMs, ttl, topic, urgency, receipt, body, encryption })
     // With a receipt, its row is opened first (the fold of this event): a failure is a 503, nothing sent.
-    yield* receipts.accepted(domainEvent("notification.accepted.1", uaid, nowMs, {
-      channelId,
-      version: notification.version,
-      ttl,
-      ...(urgency !== undefined ? { urgency } : {}),
-      ...(receipt !== undefined ? { receipt } : {})
-    }))
+    const data: Mutable<EventData<"notification.accepted.1">> = { channelId, version: notification.version, ttl }
+    if (urgency !== undefined) data.urgency = urgency
+    if (receipt !== undefined) data.receipt = receipt
+    yield* receipts.accepted(domainEvent("notification.accepted.1", uaid, nowMs, data))
     const warnings = made === undefined ? senderWarnings(vapid, encryption?.["encoding"]) : NO_WARNINGS
     return { uaid, target, notification, receipt, acceptedAt: nowMs, vapidKey: vapid?.rawKey, warnings }
   })
