@@ -99,7 +99,10 @@ const checkpoint = () => {
   restartGaveUp = false
   try {
     const copied = passive.get() as unknown as CheckpointRow
-    if (copied.log > boundFrames && copied.log !== restartedLog) {
+    // Not after a passive checkpoint that found another one running (another process's): the
+    // restart would copy the whole log, and sync the file, holding the writers for as long (seconds
+    // on a busy disk, with several processes' threads racing at each tick).
+    if (copied.busy === 0 && copied.log > boundFrames && copied.log !== restartedLog) {
       const restarted = restart.get() as unknown as CheckpointRow
       restartGaveUp = restarted.busy !== 0
       if (!restartGaveUp) {
