@@ -123,7 +123,8 @@ try {
     const ns = /"Timestamp":(\d+)/.exec(line)?.[1]
     return ns === undefined ? line : `+${(Number(ns) / 1e6 - sigterm).toFixed(0)} ms ${line}`
   })
-  if (said.length > 0) console.log(`  the node said:\n    ${said.slice(-40).join("\n    ")}`)
+  const storageFailures = node.output.filter((line) => line.includes('"msg":"storage failed"')).length
+  if (said.length > 0) console.log(`  the node said (${said.length} lines, ${storageFailures} of them \`storage failed\`; the last 40):\n    ${said.slice(-40).join("\n    ")}`)
 
   const saved = savedIn(node.dataDir, messages)
   console.log(`  saved (the database read directly): ${saved} of ${messages.length} unacked messages`)
