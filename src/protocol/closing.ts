@@ -4,11 +4,11 @@
  * (`Closing`, a storage call a stage: delete acked rows, save into the session's table — then take
  * the rows it moved out of the table they were in —, leave the record, read it to follow a month
  * move, poke the node the user moved to, or take back what was saved for a user dropped meanwhile),
- * and ends (`Closed`). Where a
- * message moves between tables it is saved first and taken after: a node that dies between the two
- * steps leaves it in both (delivered once more at worst: the client de-duplicates by version), never
- * in neither. Storage failures: a hello closes; a register or unregister is answered
- * 500; reads, deletes, month moves and the steps of the end are retried with backoff.
+ * and ends (`Closed`). Where a message moves between tables it is saved first and taken after: a
+ * node that dies between the two steps leaves it in both (delivered once more at worst: the client
+ * de-duplicates by version), never in neither. Storage failures: a hello closes; a register or
+ * unregister is answered 500; reads, deletes, month moves and the steps of the end are retried
+ * with backoff.
  */
 import type { CloseKind } from "./close.ts"
 import type { CommandResult } from "./inputs.ts"

@@ -212,7 +212,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isUndefined(yield* s.getUser(uaid(5)))
         assert.strictEqual(yield* s.clearNodeIds(node, sessions), 0)
         assert.strictEqual(yield* s.clearNodeIds(node, []), 0)
-        // More than one transaction's worth on the SQL stores.
+        // More than one statement's worth on the SQL stores.
         const many = Array.from({ length: 1_200 }, (_, i) => ({ uaid: uaid(100 + i), connectedAt: T0 }))
         yield* Effect.forEach(many, (one) => s.registerUser({ ...user(1, { nodeId: node }), uaid: one.uaid }), { concurrency: 16, discard: true })
         assert.strictEqual(yield* s.clearNodeIds(node, many), 1_200)
