@@ -118,8 +118,8 @@ export interface StorageService {
   readonly clearNodeId: (uaid: string, nodeId: string, connectedAt: number) => Effect.Effect<boolean, StorageError>
   /**
    * `clearNodeId` for many sessions of one node at once (a node that stops leaves the records of
-   * all its sessions together: on SQL stores a few transactions, where one each would cost a
-   * commit each); how many records were cleared.
+   * all its sessions together: on SQL stores one statement per 500 sessions, where one each would
+   * cost a commit each); how many records were cleared.
    */
   readonly clearNodeIds: (nodeId: string, sessions: ReadonlyArray<NodeSession>) => Effect.Effect<number, StorageError>
 
