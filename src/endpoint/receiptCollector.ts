@@ -67,10 +67,17 @@ export const makeCollector = (parts: CollectorParts) => {
    * collection is at least once.)
    */
   const removing = new Map<string, Set<string>>()
+  /**
+   * The reads of each subscription in flight, each with the receipts it leaves out: those being
+   * removed as it began and every one marked while it runs. A read that began before a removal
+   * finished may see the receipt still stored, so it keeps leaving it out after the removal ended.
+   */
+  const reading = new Map<string, Set<Set<string>>>()
   const mark = (id: string, receipts: ReadonlyArray<MessageStatus>) => {
     const ids = removing.get(id) ?? new Set<string>()
     for (const receipt of receipts) ids.add(receipt.messageId)
     removing.set(id, ids)
+    for (const excluded of reading.get(id) ?? []) for (const receipt of receipts) excluded.add(receipt.messageId)
   }
   const unmark = (id: string, receipts: ReadonlyArray<MessageStatus>) =>
     Effect.sync(() => {
@@ -80,9 +87,18 @@ export const makeCollector = (parts: CollectorParts) => {
       if (ids.size === 0) removing.delete(id)
     })
   const read = (id: string) =>
-    Effect.map(parts.read(id), (all) => {
-      const ids = removing.get(id)
-      return all === undefined || ids === undefined ? all : all.filter((receipt) => !ids.has(receipt.messageId))
+    Effect.suspend(() => {
+      const excluded = new Set(removing.get(id))
+      const reads = reading.get(id) ?? new Set<Set<string>>()
+      reads.add(excluded)
+      reading.set(id, reads)
+      return parts.read(id).pipe(
+        Effect.map((all) => (all === undefined || excluded.size === 0 ? all : all.filter((receipt) => !excluded.has(receipt.messageId)))),
+        Effect.ensuring(Effect.sync(() => {
+          reads.delete(excluded)
+          if (reads.size === 0 && reading.get(id) === reads) reading.delete(id)
+        }))
+      )
     })
   const left = (until: number) => Effect.map(Clock.currentTimeMillis, (now) => Math.max(0, until - now))
 

@@ -386,4 +386,40 @@ describe("a JSON collection: receipts removed only once the answer went out", ()
       assert.deepStrictEqual(again.written.map((body) => JSON.parse(body)), [{ receipts: [] }])
       assert.strictEqual(removals, 1)
     }))
+
+  it.effect("a read that began before the removal finished and ends after it does not hand them out again", () =>
+    Effect.gen(function*() {
+      const removed = yield* Deferred.make<void>()
+      const readStarted = yield* Deferred.make<void>()
+      const readLetGo = yield* Deferred.make<void>()
+      let reads = 0
+      const { held } = makeCollector({
+        // The second read sees storage as it was before the removal, and answers only after the removal ended.
+        read: () =>
+          Effect.gen(function*() {
+            const snapshot = (yield* Deferred.isDone(removed)) ? [] : [receipt]
+            if (reads++ === 1) {
+              yield* Deferred.succeed(readStarted, undefined)
+              yield* Deferred.await(readLetGo)
+            }
+            return snapshot
+          }),
+        handed: () => Deferred.await(removed),
+        document: (status) => ({ message: status.messageId }) as unknown as StatusDocument,
+        messagePath: "/m/",
+        endedAtMaxHold: () => {}
+      })
+      const first = response(false)
+      const removing = yield* Effect.forkChild(held("rs", "json", first.res, {}, 0))
+      yield* Effect.yieldNow
+      assert.strictEqual(first.written.length, 1)
+      const again = response(false)
+      const asking = yield* Effect.forkChild(held("rs", "json", again.res, {}, 0))
+      yield* Deferred.await(readStarted)
+      yield* Deferred.succeed(removed, undefined)
+      yield* Fiber.join(removing)
+      yield* Deferred.succeed(readLetGo, undefined)
+      yield* Fiber.join(asking)
+      assert.deepStrictEqual(again.written.map((body) => JSON.parse(body)), [{ receipts: [] }])
+    }))
 })
