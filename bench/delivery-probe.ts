@@ -8,10 +8,13 @@
  *   (ms, `monitorEventLoopDelay`) and the GC pauses, total and longest (ms);
  * - `{ probe: "gc" }` → `{ probe: "collected" }`, after a full garbage collection (when started with
  *   `--expose-gc`; else at once);
- * - `{ probe: "profile-start", intervalUs }` → starts the V8 sampling profiler (`node:inspector`);
- * - `{ probe: "profile-stop", file }` → stops it, writes the `.cpuprofile` to `file` and answers
- *   `{ probe: "profile", samples, top, byPackage }`: self time by function and by package, as
- *   shares of the samples, idle time and the probe's own inspector calls left out.
+ * - `{ probe: "profile-start", intervalUs }` → starts the V8 sampling profiler and the sampling heap
+ *   profiler (`node:inspector`; every allocation counted, also those the GC has collected since);
+ * - `{ probe: "profile-stop", file }` → stops them, writes the `.cpuprofile` to `file` (and the
+ *   `.heapprofile` beside it) and answers `{ probe: "profile", samples, top, byPackage, allocated,
+ *   allocations }`: self time by function and by package, as shares of the samples, idle time and
+ *   the probe's own inspector calls left out; the bytes allocated meanwhile (V8's estimate from its
+ *   samples), and the functions that allocated most.
  *
  * The channel does not keep the process alive; when the bench goes away the process stops itself
  * (SIGTERM to itself, so the entrypoints shut down as they would under a supervisor).
@@ -34,6 +37,12 @@ interface ProfileNode {
 interface Profile {
   readonly nodes: ReadonlyArray<ProfileNode>
 }
+/** A node of V8's sampling heap profile: the bytes allocated by the function itself, estimated. */
+interface HeapNode {
+  readonly callFrame: CallFrame
+  readonly selfSize: number
+  readonly children: ReadonlyArray<HeapNode>
+}
 
 export interface SelfTime {
   readonly name: string
@@ -49,6 +58,10 @@ export interface ProfileSummary {
   readonly byPackage: ReadonlyArray<SelfTime>
   /** Share of the samples whose (synchronous) stack holds a frame of the package. */
   readonly inclusive: ReadonlyArray<SelfTime>
+  /** Bytes allocated while profiled. */
+  readonly allocated: number
+  /** The functions that allocated most: `share` of the bytes allocated. */
+  readonly allocations: ReadonlyArray<SelfTime>
 }
 
 const root = new URL("../", import.meta.url).href
@@ -80,11 +93,16 @@ const shortUrl = (url: string): string => {
   return url.startsWith(root) ? url.slice(root.length) : url
 }
 
+const functionName = (frame: CallFrame): string =>
+  frame.url === ""
+    ? frame.functionName || "(anonymous)"
+    : `${frame.functionName || "(anonymous)"} ${shortUrl(frame.url)}:${frame.lineNumber + 1}`
+
 /**
  * Self time as a share of the samples. Samples, not `timeDeltas`: on a machine shared with other
  * work the process is sometimes not scheduled, and the gap would be charged to the next sample.
  */
-const summarise = (profile: Profile, topN: number): ProfileSummary => {
+const summarise = (profile: Profile, heap: HeapNode, topN: number): ProfileSummary => {
   const byFunction = new Map<string, number>()
   const byPackage = new Map<string, number>()
   let total = 0
@@ -94,9 +112,7 @@ const summarise = (profile: Profile, topN: number): ProfileSummary => {
     // Idle is not CPU; `node:inspector` is this probe stopping the profiler.
     if (hits === 0 || frame.functionName === "(idle)" || frame.url === "node:inspector") continue
     total += hits
-    const name = frame.url === ""
-      ? frame.functionName || "(anonymous)"
-      : `${frame.functionName || "(anonymous)"} ${shortUrl(frame.url)}:${frame.lineNumber + 1}`
+    const name = functionName(frame)
     byFunction.set(name, (byFunction.get(name) ?? 0) + hits)
     const pkg = packageOf(frame)
     byPackage.set(pkg, (byPackage.get(pkg) ?? 0) + hits)
@@ -116,7 +132,20 @@ const summarise = (profile: Profile, topN: number): ProfileSummary => {
   }
   const sorted = (m: Map<string, number>) =>
     Array.from(m, ([name, hits]) => ({ name, share: hits / total })).sort((a, b) => b.share - a.share).slice(0, topN)
-  return { probe: "profile", samples: total, top: sorted(byFunction), byPackage: sorted(byPackage), inclusive: sorted(inclusive) }
+  const allocatedBy = new Map<string, number>()
+  let allocated = 0
+  const walk = (node: HeapNode): void => {
+    if (node.selfSize > 0) {
+      allocated += node.selfSize
+      const name = functionName(node.callFrame)
+      allocatedBy.set(name, (allocatedBy.get(name) ?? 0) + node.selfSize)
+    }
+    for (const child of node.children) walk(child)
+  }
+  walk(heap)
+  const allocations = Array.from(allocatedBy, ([name, bytes]) => ({ name, share: bytes / allocated }))
+    .sort((a, b) => b.share - a.share).slice(0, topN)
+  return { probe: "profile", samples: total, top: sorted(byFunction), byPackage: sorted(byPackage), inclusive: sorted(inclusive), allocated, allocations }
 }
 
 let session: Session | undefined
@@ -162,16 +191,25 @@ const onMessage = async (message: unknown): Promise<void> => {
       await session.post("Profiler.enable")
       await session.post("Profiler.setSamplingInterval", { interval: m.intervalUs ?? 200 })
       await session.post("Profiler.start")
+      await session.post("HeapProfiler.startSampling", {
+        samplingInterval: 8192,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true
+      })
       process.send?.({ probe: "profiling" })
       return
     }
     case "profile-stop": {
       if (session === undefined) return
       const { profile } = (await session.post("Profiler.stop")) as unknown as { profile: Profile }
+      const heap = (await session.post("HeapProfiler.stopSampling")) as unknown as { profile: { head: HeapNode } }
       session.disconnect()
       session = undefined
-      if (m.file !== undefined) await writeFile(m.file, JSON.stringify(profile))
-      process.send?.(summarise(profile, m.topN ?? 15))
+      if (m.file !== undefined) {
+        await writeFile(m.file, JSON.stringify(profile))
+        await writeFile(m.file.replace(/\.cpuprofile$/, "") + ".heapprofile", JSON.stringify(heap.profile))
+      }
+      process.send?.(summarise(profile, heap.profile.head, m.topN ?? 15))
       return
     }
   }

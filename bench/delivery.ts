@@ -26,7 +26,8 @@
  * Each level starts on open keep-alive connections (2·c unmeasured POSTs just before it), so that
  * it measures the steady state rather than 2·c TCP handshakes.
  * A last unmeasured c = max level run per pipeline, bare and autopush, is CPU-profiled (self time by
- * function and package; the `.cpuprofile` files are kept in a temp directory).
+ * function and package) and allocation-sampled (bytes allocated per notification, and by which
+ * functions); the `.cpuprofile` and `.heapprofile` files are kept in a temp directory.
  *
  * Autopush's clients are those Firefox has: a share of them (--resumed, half by default) registered
  * in an earlier session and say hello with their uaid again — after a restart of the connection node
@@ -765,6 +766,8 @@ const printShare = (rows: Map<string, Map<number, Row>>) => {
 const printProfiles = (profiles: ReadonlyArray<Profiled>) => {
   for (const { proc, summary, file, cpu } of profiles) {
     console.log(`  CPU profile of ${proc.name}, an extra c=${MAX_LEVEL} level of ${COUNT} (${cpu.toFixed(0)} µs CPU/notification while profiled, ${summary.samples} samples): ${file}`)
+    // Every allocation of the level, also those collected since (V8's estimate from its samples).
+    console.log(`    allocated: ${(summary.allocated / COUNT / 1024).toFixed(1)} KiB per notification; most by: ${summary.allocations.slice(0, 8).map((s) => `${s.name} ${percent(s.share)}`).join(", ")}`)
     console.log(`    self time by package: ${summary.byPackage.slice(0, 10).map((s) => `${s.name} ${percent(s.share)}`).join(", ")}`)
     console.log(`    samples with the package on the stack: ${summary.inclusive.slice(0, 10).map((s) => `${s.name} ${percent(s.share)}`).join(", ")}`)
     // The profiler samples wall time: a socket write that wakes the reader on a busy machine is
