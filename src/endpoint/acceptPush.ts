@@ -71,8 +71,9 @@ const PLAINTEXT: Readonly<Record<string, string>> = {}
 const BAD_LENGTH = "bad-length" as const
 
 /**
- * A rule's verdict in the push's generator: its value, or its error failing the push. The rules are
- * plain functions of the request: a rule passed costs no Effect to evaluate (they run on every push).
+ * A stage's verdict in the push's generator: its value, or its error failing the push. The rules are
+ * plain functions of the request, grouped in stages between the steps that wait for something: a
+ * stage passed costs no Effect to evaluate (they run on every push).
  */
 function* verdict<A, E>(result: Result.Result<A, E>): Generator<Effect.Effect<never, E>, A> {
   return Result.isSuccess(result) ? result.success : yield* Effect.fail(result.failure)
@@ -134,6 +135,14 @@ const makeSortKeys = () => {
   }
 }
 
+/** What the rules read of a push's headers (#11–#16). */
+interface MessageHeaders {
+  readonly ttl: number
+  readonly topic: string | undefined
+  readonly encryption: Readonly<Record<string, string>> | undefined
+  readonly urgency: Urgency | undefined
+}
+
 /** What the rules read of a push, to make its message. */
 interface Checked {
   readonly uaid: string
@@ -185,6 +194,56 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   const origin = endpointOrigin(options.endpointUrl)
   const sortKeyMs = makeSortKeys()
 
+  /** The sender's address limit (before any work for the sender), #1 and #2. */
+  const tokenStage = (
+    request: PushRequest,
+    versionSegment: string | undefined,
+    token: string,
+    made: MadePush | undefined,
+    nowMs: number
+  ): Result.Result<EndpointToken | typeof BAD_LENGTH, ApiError> => {
+    if (made === undefined) {
+      const limited = limits.address(request.peer, request.headers["x-forwarded-for"], nowMs)
+      if (Result.isFailure(limited)) return Result.fail(limited.failure)
+    }
+    const apiVersion = apiVersionOf(versionSegment)
+    return Result.isFailure(apiVersion) ? Result.fail(apiVersion.failure) : openToken(crypto, apiVersion.success, token)
+  }
+
+  /** The VAPID key's limit (a verified key only: nobody drains another's), #5 and #6. */
+  const signerStage = (
+    opened: EndpointToken | typeof BAD_LENGTH,
+    vapid: VerifiedVapid | undefined,
+    nowMs: number
+  ): Result.Result<EndpointToken, ApiError> => {
+    if (vapid !== undefined) {
+      const limited = limits.vapidKey(vapid.rawKey, nowMs)
+      if (Result.isFailure(limited)) return Result.fail(limited.failure)
+    }
+    const subscription = subscriptionOf(opened)
+    if (Result.isFailure(subscription)) return Result.fail(subscription.failure)
+    const bound = checkBoundKey(options, subscription.success, vapid)
+    return Result.isFailure(bound) ? Result.fail(bound.failure) : subscription
+  }
+
+  /** #11–#16; a made message brings its TTL and urgency, and is plaintext. */
+  const headersStage = (headers: RequestHeaders, body: Buffer, made: MadePush | undefined): Result.Result<MessageHeaders, ApiError> => {
+    if (made !== undefined) {
+      const topic = topicOf(headers)
+      return Result.isFailure(topic) ? Result.fail(topic.failure)
+        : Result.succeed({ ttl: Math.min(made.ttl, options.maxNotificationTtl), topic: topic.success, encryption: PLAINTEXT, urgency: made.urgency })
+    }
+    const ttl = ttlOf(headers, options.maxNotificationTtl)
+    if (Result.isFailure(ttl)) return Result.fail(ttl.failure)
+    const topic = topicOf(headers)
+    if (Result.isFailure(topic)) return Result.fail(topic.failure)
+    const encryption = encryptionOf(headers, body.length > 0)
+    if (Result.isFailure(encryption)) return Result.fail(encryption.failure)
+    const urgency = urgencyOf(headers) // RFC 8030 §5.3
+    if (Result.isFailure(urgency)) return Result.fail(urgency.failure)
+    return Result.succeed({ ttl: ttl.success, topic: topic.success, encryption: encryption.success, urgency: urgency.success })
+  }
+
   /**
    * The rules, in order; a made message skips those of its sender (see `MadePush`). Evaluated at
    * `clock`'s time; what waits for anything (VAPID's signature, storage, the body) is yielded, the
@@ -199,20 +258,13 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   ): Effect.fn.Return<AcceptedPush, ApiError | StorageError> {
     const headers: RequestHeaders = request.headers
     const nowMs = clock.currentTimeMillisUnsafe()
-    if (made === undefined) yield* verdict(limits.address(request.peer, headers["x-forwarded-for"], nowMs)) // before any work for the sender
-    const apiVersion = yield* verdict(apiVersionOf(versionSegment))     // #1
-    const opened = yield* verdict(openToken(crypto, apiVersion, token)) // #2
-    const verifying = vapidOf(headers, origin, nowMs)                   // #3, #4
+    const opened = yield* verdict(tokenStage(request, versionSegment, token, made, nowMs)) // #1, #2
+    const verifying = vapidOf(headers, origin, nowMs)                                     // #3, #4
     const vapid = verifying === undefined ? undefined : yield* verifying
-    if (vapid !== undefined) yield* verdict(limits.vapidKey(vapid.rawKey, nowMs)) // a verified key only: nobody drains another's
-    const subscription = yield* verdict(subscriptionOf(opened))         // #5
-    yield* verdict(checkBoundKey(options, subscription, vapid))         // #6
+    const subscription = yield* verdict(signerStage(opened, vapid, nowMs))                // #5, #6
     const target = yield* subscribers.targetOf(subscription.uaid, subscription.channelId, nowMs) // #7–#9
-    const body = yield* request.body                                    // #10
-    const ttl = made === undefined ? yield* verdict(ttlOf(headers, options.maxNotificationTtl)) : Math.min(made.ttl, options.maxNotificationTtl) // #11–#13
-    const topic = yield* verdict(topicOf(headers))                      // #14
-    const encryption = made === undefined ? yield* verdict(encryptionOf(headers, body.length > 0)) : PLAINTEXT // #15
-    const urgency = made === undefined ? yield* verdict(urgencyOf(headers)) : made.urgency // #16 (RFC 8030 §5.3)
+    const body = yield* request.body                                                      // #10
+    const { ttl, topic, encryption, urgency } = yield* verdict(headersStage(headers, body, made)) // #11–#16
     const receiptUrl = headers["push-receipt"]                          // Push-Receipt (RFC 8030 §5.1)
     const receipt = receiptUrl === undefined ? undefined : yield* receipts.claim(receiptUrl)
     const { uaid, channelId } = subscription
