@@ -22,10 +22,14 @@ interface Receipted {
   readonly receipt?: string | undefined
 }
 
-const NO_RECEIPT: Receipted = {}
-/** The `receipt` of a message's events: spread into their data (nothing for a message without one). */
-export const receiptOf = (n: { readonly receipt?: string | undefined }): Receipted =>
-  n.receipt === undefined ? NO_RECEIPT : { receipt: n.receipt }
+/**
+ * `data` of one of a message's events, with the message's `receipt` when it has one: set on it, not
+ * spread into a copy (these events are made for every message).
+ */
+export const withReceipt = <D extends object>(data: D, n: { readonly receipt?: string | undefined }): D & Receipted => {
+  if (n.receipt !== undefined) (data as { receipt?: string }).receipt = n.receipt
+  return data
+}
 
 interface Event<T extends string, D> {
   readonly type: T

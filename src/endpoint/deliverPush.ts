@@ -11,7 +11,8 @@ import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
 import type { ApiError } from "../domain/errors.ts"
-import { domainEvent, receiptOf, type RouteOutcome } from "../domain/events.ts"
+import type { Mutable } from "effect/Types"
+import { domainEvent, type EventData, type RouteOutcome, withReceipt } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
 import { EventLog } from "../observability/EventLog.ts"
@@ -77,17 +78,17 @@ const recordRouted = (
 }
 
 /** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
+const bridgedData = (bridge: BridgeRouter, notification: Notification) => {
+  const data: Mutable<EventData<"notification.bridged.1">> = { channelId: notification.channelId, version: notification.version, platform: bridge.platform }
+  if (notification.urgency !== undefined) data.urgency = notification.urgency
+  return withReceipt(data, notification)
+}
+
 const sendBridged = (by: Recorders, clock: Clock.Clock, bridge: BridgeRouter, user: UserRecord, notification: Notification, startNanos: bigint) =>
   bridge.send(user, notification).pipe(
     by.spans.span("notification.bridge", { attributes: { platform: bridge.platform } }),
     Effect.tap(() =>
-      by.routed(domainEvent("notification.bridged.1", user.uaid, clock.currentTimeMillisUnsafe(), {
-        channelId: notification.channelId,
-        version: notification.version,
-        platform: bridge.platform,
-        ...(notification.urgency !== undefined ? { urgency: notification.urgency } : {}),
-        ...receiptOf(notification)
-      })).pipe(Effect.andThen(Effect.sync(() => recordRouted(by.events, clock, user.uaid, notification, "bridged", startNanos))))),
+      by.routed(domainEvent("notification.bridged.1", user.uaid, clock.currentTimeMillisUnsafe(), bridgedData(bridge, notification))).pipe(Effect.andThen(Effect.sync(() => recordRouted(by.events, clock, user.uaid, notification, "bridged", startNanos))))),
     Effect.tapError((error: BridgeError) =>
       Effect.sync(() => {
         by.events.record(domainEvent("notification.bridge_failed.1", user.uaid, clock.currentTimeMillisUnsafe(), {
@@ -109,14 +110,11 @@ const storedEvents = (uaid: string, accepted: AcceptedPush, stored: Notification
   const moved = stored.version !== accepted.notification.version
   const { channelId, version } = stored
   return [
-    domainEvent("notification.stored.1", uaid, at, {
-      channelId,
-      version,
-      reason: "offline",
-      ...(moved ? { acceptedAt: accepted.acceptedAt, ttl: stored.ttl } : {}),
-      ...receiptOf(stored)
-    }),
-    ...(moved ? [domainEvent("notification.moved.1", uaid, at, { channelId, version: accepted.notification.version, ...receiptOf(stored) })] : [])
+    domainEvent("notification.stored.1", uaid, at, withReceipt(
+      moved ? { channelId, version, reason: "offline", acceptedAt: accepted.acceptedAt, ttl: stored.ttl } : { channelId, version, reason: "offline" },
+      stored
+    )),
+    ...(moved ? [domainEvent("notification.moved.1", uaid, at, withReceipt({ channelId, version: accepted.notification.version }, stored))] : [])
   ]
 }
 
@@ -162,7 +160,7 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
     const routedAt = clock.currentTimeMillisUnsafe()
     if (routed.outcome === "stored") yield* receipts.routed(...storedEvents(uaid, accepted, routed.notification, routedAt))
     else if (routed.outcome === "dropped") {
-      yield* receipts.routed(domainEvent("notification.expired.1", uaid, routedAt, { version: routed.notification.version, ...receiptOf(routed.notification) }))
+      yield* receipts.routed(domainEvent("notification.expired.1", uaid, routedAt, withReceipt({ version: routed.notification.version }, routed.notification)))
     }
     return routed.notification.version
   })

@@ -16,7 +16,7 @@ import type * as Headers from "effect/http/Headers"
 import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import { EndpointCrypto, type MessageIdData } from "../crypto/endpoint.ts"
 import { type ApiError, InvalidMessageId, MessageNotStored } from "../domain/errors.ts"
-import { domainEvent, receiptOf } from "../domain/events.ts"
+import { domainEvent, withReceipt } from "../domain/events.ts"
 import { messageKeyOf } from "../domain/notification.ts"
 import { Metrics } from "../observability/Metrics.ts"
 import { messageSpans } from "../observability/tracing.ts"
@@ -141,7 +141,7 @@ export const makeWebPushHandlers = Effect.fnUntraced(function*(options: Endpoint
   const cancel = Effect.fnUntraced(function*(messageId: string): Effect.fn.Return<EmptyAnswer, ApiError | StorageError> {
     const data = yield* crypto.parseMessageId(messageId).pipe(Effect.mapError(() => new InvalidMessageId()))
     if (!(yield* removeStoredMessage(storage, data, messageId))) return yield* new MessageNotStored()
-    yield* receipts.deleted(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, { version: messageId, ...receiptOf(data) }))
+    yield* receipts.deleted(domainEvent("notification.deleted.1", data.uaid, yield* Clock.currentTimeMillis, withReceipt({ version: messageId }, data)))
     return { status: 204, headers: {} }
   })
 

@@ -15,7 +15,7 @@ import type { CommandResult } from "./inputs.ts"
 import { refuse } from "./refusal.ts"
 import { backoff, closeEarly, closeLive, COLLECTING, newestOfTopic, NOTHING, type Out, remember, withSession } from "./out.ts"
 import type { Closed, Closing, ClosingStage, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
-import { receiptOf } from "../domain/events.ts"
+import { withReceipt } from "../domain/events.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
 import { tableMovedTo, type UserRecord } from "../domain/user.ts"
 
@@ -206,7 +206,7 @@ const finish = (phase: Closing, after: UserRecord | undefined, saved: ReadonlyAr
 const ended = (phase: Closing, saved: ReadonlyArray<Notification>, out: Out): Phase => {
   const uaid = phase.session.uaid
   for (const n of saved) {
-    out.event("notification.stored.1", uaid, { channelId: n.channelId, version: n.version, reason: "disconnect", ...receiptOf(n) })
+    out.event("notification.stored.1", uaid, withReceipt({ channelId: n.channelId, version: n.version, reason: "disconnect" }, n))
   }
   out.event("session.ended.1", uaid, { reason: phase.reason })
   return { _tag: "Closed" }

@@ -9,7 +9,7 @@ import { refuse } from "./refusal.ts"
 import { closeLive, type Out, withSession } from "./out.ts"
 import { type Budget, HELD_COMMANDS_MAX, heldPush, heldTake, type Live, type Migrating, type Moving, type Phase, type ProtocolOptions } from "./phases.ts"
 import { decodeVapidPublicKey } from "../crypto/endpoint.ts"
-import { receiptOf } from "../domain/events.ts"
+import { withReceipt } from "../domain/events.ts"
 import { isCanonicalChannelId, parseChannelId } from "../domain/ids.ts"
 import { type Urgency, URGENCIES, urgentEnough } from "../domain/notification.ts"
 import { USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
@@ -208,10 +208,7 @@ export const ping = (phase: Live, _message: unknown, out: Out): Phase => {
 
 export const nack = (phase: Live, message: Msg<"nack">, out: Out): Phase => {
   const unacked = phase.session.acks.unacked.get(message.version)
-  out.event("notification.nacked.1", phase.session.uaid, {
-    version: message.version,
-    code: message.code ?? 0,
-    ...(unacked === undefined ? {} : receiptOf(unacked.notification))
-  })
+  const data = { version: message.version, code: message.code ?? 0 }
+  out.event("notification.nacked.1", phase.session.uaid, unacked === undefined ? data : withReceipt(data, unacked.notification))
   return phase
 }

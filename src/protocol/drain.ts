@@ -19,7 +19,7 @@ import type { Ledger } from "./ledger.ts"
 import type { ClientMessage } from "./messages.ts"
 import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, replacedTopic, send, storedOutstanding, withSession } from "./out.ts"
 import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, StoredUnacked, Unacked } from "./phases.ts"
-import { receiptOf } from "../domain/events.ts"
+import { withReceipt } from "../domain/events.ts"
 import { isExpired, type Notification, urgentEnough } from "../domain/notification.ts"
 
 type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { readonly messageType: T }>
@@ -33,7 +33,7 @@ export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, 
 export const delivery = (phase: Live, { notification: n }: { readonly notification: Notification }, out: Out): Phase => {
   // TTL 0 means "only if connected now": it is now, so it goes out.
   if (n.ttl > 0 && isExpired(n, Math.floor(out.now / 1000))) {
-    out.event("notification.expired.1", phase.session.uaid, { version: n.version, ...receiptOf(n) })
+    out.event("notification.expired.1", phase.session.uaid, withReceipt({ version: n.version }, n))
     return phase
   }
   return withSession(phase, send(phase.session, n, undefined, out))
@@ -106,7 +106,7 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   const nowSec = Math.floor(out.now / 1000)
   const messages = input.messages.filter((n) => {
     if (isExpired(n, nowSec)) {
-      out.event("notification.expired.1", s.uaid, { version: n.version, ...receiptOf(n) })
+      out.event("notification.expired.1", s.uaid, withReceipt({ version: n.version }, n))
       return false
     }
     return urgentEnough(n, s.minUrgency)
@@ -170,12 +170,11 @@ export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message:
       ;(rows ??= [...before.ackedRows]).push(entry)
       if (entry.notification.topic !== undefined) topicRows = true
     }
-    out.event("notification.acked.1", phase.session.uaid, {
+    out.event("notification.acked.1", phase.session.uaid, withReceipt({
       version: update.version,
       code: update.code ?? 100,
-      source: entry._tag === "Stored" ? "stored" : "direct",
-      ...receiptOf(entry.notification)
-    })
+      source: entry._tag === "Stored" ? "stored" : "direct"
+    }, entry.notification))
   }
   if (unacked === undefined) return advanceP(phase, out)
   const ackedRows = rows ?? before.ackedRows

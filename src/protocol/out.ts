@@ -2,12 +2,13 @@
  * What every handler shares: `Out`, where one transition's frames, events, signals, command and
  * close are collected while it is decided, and the small helpers over sessions.
  */
+import type { Mutable } from "effect/Types"
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, Signal, Transition } from "./inputs.ts"
 import { notificationFrame } from "./messages.ts"
 import { Ledger } from "./ledger.ts"
 import { type Acks, type BroadcastSet, type Closed, type Closing, type Live, type Phase, type ProtocolOptions, type Session, type TopicSent, type Topics, TOPICS_GENERATION, type Unacked } from "./phases.ts"
-import { domainEvent, type DomainEvent, type DomainEventType, type EventData, receiptOf } from "../domain/events.ts"
+import { domainEvent, type DomainEvent, type DomainEventType, type EventData, withReceipt } from "../domain/events.ts"
 import { memoize } from "../platform/memo.ts"
 import { type Notification, sortkeyMs } from "../domain/notification.ts"
 import { activeTableNames, currentTableName } from "../storage/tables.ts"
@@ -138,13 +139,13 @@ export const remember = (s: Session, n: Notification, table: string | undefined)
 /** Send one notification frame (directly, or from a row of `table`) and track it. */
 export const send = (s: Session, n: Notification, table: string | undefined, out: Out): Session => {
   out.frame(notificationFrame(n))
-  out.event("notification.delivered.1", s.uaid, {
+  const data: Mutable<EventData<"notification.delivered.1">> = {
     channelId: n.channelId,
     version: n.version,
-    source: table === undefined ? "direct" : "stored",
-    ...(n.traceparent === undefined ? {} : { traceparent: n.traceparent }),
-    ...receiptOf(n)
-  })
+    source: table === undefined ? "direct" : "stored"
+  }
+  if (n.traceparent !== undefined) data.traceparent = n.traceparent
+  out.event("notification.delivered.1", s.uaid, withReceipt(data, n))
   return remember(s, n, table)
 }
 
