@@ -15,7 +15,9 @@
  * `{ cmd: "level", c, count, timeoutMs }` it POSTs `count` notifications round-robin over the K
  * endpoints, `c` at a time (`node:http`, keep-alive agent with `maxSockets = c`): BENCH_BYTES-byte bodies (256)
  * whose first 4 bytes are a sequence number (the rest random), `TTL: 60`,
- * `Content-Encoding: aes128gcm`, no VAPID. It answers with the level's figures once every accepted
+ * `Content-Encoding: aes128gcm`, no VAPID; with BENCH_RATE (notifications/s) a level's POSTs start
+ * on that schedule (open loop, still at most `c` at a time) instead of as soon as one is answered.
+ * It answers with the level's figures once every accepted
  * notification has arrived (or the timeout passed). With `BENCH_DELIVERY_DUMP=DIR` it also writes
  * each level's raw times to `DIR/{mode}-c{c}-{first seq}.csv`.
  */
@@ -38,6 +40,8 @@ const RESUMED = mode === "autopush" ? Number(resumedArg ?? 0) : 0
 const HANDSHAKES_IN_FLIGHT = 100
 /** Body size: BENCH_BYTES from the parent (`bench:delivery --bytes`), 256 by default. */
 const BODY_BYTES = Number(process.env["BENCH_BYTES"] ?? 256)
+/** POSTs per second a level starts (`bench:delivery --rate`); 0: each as soon as one of the `c` is answered. */
+const RATE = Number(process.env["BENCH_RATE"] ?? 0)
 /** A POST unanswered this long fails (BENCH_POST_TIMEOUT_MS: under valgrind a server takes far longer). */
 const POST_TIMEOUT_MS = Number(process.env["BENCH_POST_TIMEOUT_MS"] ?? 10_000)
 
@@ -227,10 +231,17 @@ const post = (agent: Agent, seq: number, onHead: (status: number, location: stri
   })
 
 /** `send(i)` for i < `count`, `c` at a time. */
-const postAll = async (c: number, count: number, send: (i: number) => Promise<void>) => {
+const postAll = async (c: number, count: number, send: (i: number) => Promise<void>, rate = 0) => {
   let next = 0
+  const start = performance.now()
   const worker = async () => {
-    while (next < count) await send(next++)
+    while (next < count) {
+      const i = next++
+      // Paced: the i-th POST starts at its time, not earlier (later when all c are in flight).
+      const wait = rate > 0 ? start + (i * 1000) / rate - performance.now() : 0
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+      await send(i)
+    }
   }
   await Promise.all(Array.from({ length: c }, worker))
 }
@@ -289,7 +300,7 @@ const runLevel = async (c: number, count: number, timeoutMs: number) => {
       messageIds[i] = location?.slice(location.lastIndexOf("/") + 1)
     })
     statuses[status] = (statuses[status] ?? 0) + 1
-  })
+  }, RATE)
   allPosted = true
   l.onProgress()
   await complete

@@ -38,7 +38,9 @@
  * Options (flag or environment): --clients/BENCH_CLIENTS (1000), --count/BENCH_COUNT (3000 per
  * level), --levels/BENCH_LEVELS (1,10,50), --reps/BENCH_REPS (3), --scenarios/BENCH_SCENARIOS (a,b),
  * --profile/BENCH_PROFILE (1), --timeout/BENCH_TIMEOUT_S (whole run, 1800 s), --bytes/BENCH_BYTES
- * (body size, 256; at most the service's max_data_bytes, 4096), --resumed/BENCH_RESUMED (share of
+ * (body size, 256; at most the service's max_data_bytes, 4096), --rate/BENCH_RATE (notifications/s
+ * each level's POSTs start at, at most c at a time: both pipelines then do the same work per second,
+ * where as fast as c allows each runs at its own rate; 0, the default: as fast as c allows), --resumed/BENCH_RESUMED (share of
  * the clients that resume a uaid, 0.5), --store/BENCH_STORE (b's store: sqlite, postgres or
  * dynalite; sqlite), --db-dsn/BENCH_DB_DSN (postgres://…; AUTOPUSH_TEST_POSTGRES_DSN when unset);
  * --counter/BENCH_COUNTER (cpu: the servers' CPU time; instructions: instructions counted by
@@ -106,6 +108,7 @@ const WARMUP = Math.min(COUNT, 1000)
 const MAX_LEVEL = Math.max(...LEVELS)
 // The client process reads them from its environment.
 process.env["BENCH_BYTES"] = option("bytes", "BENCH_BYTES", "256")
+process.env["BENCH_RATE"] = option("rate", "BENCH_RATE", "0")
 if (INSTRUCTIONS) process.env["BENCH_POST_TIMEOUT_MS"] = "120000"
 
 const here = new URL(".", import.meta.url).pathname
@@ -828,7 +831,8 @@ const profileDir = PROFILE ? mkdtempSync(join(tmpdir(), "autopush-bench-profiles
 
 const main = async () => {
   const cpu = cpus()
-  console.log(`bench:delivery — K = ${K} clients, ${COUNT} notifications per level, c = ${LEVELS.join(", ")}, median of ${REPS} rep(s)`)
+  const pacing = process.env["BENCH_RATE"] === "0" ? "" : `, POSTs started at ${process.env["BENCH_RATE"]}/s`
+  console.log(`bench:delivery — K = ${K} clients, ${COUNT} notifications per level, c = ${LEVELS.join(", ")}${pacing}, median of ${REPS} rep(s)`)
   console.log(`  256-byte aes128gcm bodies, TTL 60, v1 endpoints, no VAPID; node ${process.version}, ${cpu.length} × ${cpu[0]?.model ?? "?"}, load average ${loadavg().map(f2).join(" ")}`)
   console.log("  clients and load generator share one process; each server is its own process; all on this machine")
 
