@@ -343,17 +343,22 @@ describe("a JSON collection: receipts removed only once the answer went out", ()
     return { res: res as unknown as http.ServerResponse, written }
   }
   const receipt: MessageStatus = { messageId: "m1", acceptedAt: 1, deadline: 2, outcome: "acknowledged", outcomeAt: 2, code: 100 }
+  /** A collector over `read` and `handed`; its documents name the message alone. */
+  const collector = (parts: Pick<Parameters<typeof makeCollector>[0], "read" | "handed">) =>
+    makeCollector({
+      ...parts,
+      document: (status) => ({ message: status.messageId }) as unknown as StatusDocument,
+      messagePath: "/m/",
+      endedAtMaxHold: () => {}
+    })
 
   for (const drops of [true, false]) {
     it.effect(drops ? "a client that drops mid-answer: kept for its next collection" : "a whole answer: removed after it", () =>
       Effect.gen(function*() {
         const handed: Array<string> = []
-        const { held } = makeCollector({
+        const { held } = collector({
           read: () => Effect.succeed([receipt]),
           handed: (_id, receipts) => Effect.sync(() => void handed.push(...receipts.map((r) => r.messageId))),
-          document: (status) => ({ message: status.messageId }) as unknown as StatusDocument,
-          messagePath: "/m/",
-          endedAtMaxHold: () => {}
         })
         const { res, written } = response(drops)
         yield* held("rs", "json", res, {}, 0)
@@ -366,13 +371,10 @@ describe("a JSON collection: receipts removed only once the answer went out", ()
     Effect.gen(function*() {
       const removed = yield* Deferred.make<void>()
       let removals = 0
-      const { held } = makeCollector({
+      const { held } = collector({
         // Storage still holds the receipt until the first removal is let through.
         read: () => Effect.map(Deferred.isDone(removed), (done) => (done ? [] : [receipt])),
         handed: () => (removals++ === 0 ? Deferred.await(removed) : Effect.void),
-        document: (status) => ({ message: status.messageId }) as unknown as StatusDocument,
-        messagePath: "/m/",
-        endedAtMaxHold: () => {}
       })
       const first = response(false)
       const removing = yield* Effect.forkChild(held("rs", "json", first.res, {}, 0))
@@ -393,7 +395,7 @@ describe("a JSON collection: receipts removed only once the answer went out", ()
       const readStarted = yield* Deferred.make<void>()
       const readLetGo = yield* Deferred.make<void>()
       let reads = 0
-      const { held } = makeCollector({
+      const { held } = collector({
         // The second read sees storage as it was before the removal, and answers only after the removal ended.
         read: () =>
           Effect.gen(function*() {
@@ -405,9 +407,6 @@ describe("a JSON collection: receipts removed only once the answer went out", ()
             return snapshot
           }),
         handed: () => Deferred.await(removed),
-        document: (status) => ({ message: status.messageId }) as unknown as StatusDocument,
-        messagePath: "/m/",
-        endedAtMaxHold: () => {}
       })
       const first = response(false)
       const removing = yield* Effect.forkChild(held("rs", "json", first.res, {}, 0))
