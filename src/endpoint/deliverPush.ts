@@ -9,9 +9,9 @@
  */
 import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import type { Mutable } from "effect/Types"
 import type { BridgeError, BridgeRouter } from "../bridges/bridge.ts"
 import type { ApiError } from "../domain/errors.ts"
-import type { Mutable } from "effect/Types"
 import { domainEvent, type EventData, type RouteOutcome, withReceipt } from "../domain/events.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -77,18 +77,21 @@ const recordRouted = (
   }))
 }
 
-/** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
+/** The data of `notification.bridged.1`. */
 const bridgedData = (bridge: BridgeRouter, notification: Notification) => {
   const data: Mutable<EventData<"notification.bridged.1">> = { channelId: notification.channelId, version: notification.version, platform: bridge.platform }
   if (notification.urgency !== undefined) data.urgency = notification.urgency
   return withReceipt(data, notification)
 }
 
+/** A bridged user's message goes to its platform; a platform that no longer knows the device → user dropped, 410/106. */
 const sendBridged = (by: Recorders, clock: Clock.Clock, bridge: BridgeRouter, user: UserRecord, notification: Notification, startNanos: bigint) =>
   bridge.send(user, notification).pipe(
     by.spans.span("notification.bridge", { attributes: { platform: bridge.platform } }),
     Effect.tap(() =>
-      by.routed(domainEvent("notification.bridged.1", user.uaid, clock.currentTimeMillisUnsafe(), bridgedData(bridge, notification))).pipe(Effect.andThen(Effect.sync(() => recordRouted(by.events, clock, user.uaid, notification, "bridged", startNanos))))),
+      by.routed(domainEvent("notification.bridged.1", user.uaid, clock.currentTimeMillisUnsafe(), bridgedData(bridge, notification))).pipe(
+        Effect.andThen(Effect.sync(() => recordRouted(by.events, clock, user.uaid, notification, "bridged", startNanos)))
+      )),
     Effect.tapError((error: BridgeError) =>
       Effect.sync(() => {
         by.events.record(domainEvent("notification.bridge_failed.1", user.uaid, clock.currentTimeMillisUnsafe(), {
