@@ -1,15 +1,22 @@
 /**
  * Deliveries, acks and the storage drain, as autopush does them except where noted (acked messages
- * are deleted, never re-sent; a drain's `msg_limit` counts what the client sees, whatever the page size):
+ * are deleted, never re-sent; `msg_limit` counts the backlog found at hello, whatever the page size):
  * - a delivery from an endpoint node is sent at once (TTL 0: only now, fire and forget);
  * - stored messages are drained after hello and after every check-storage poke, a page at a time
  *   (topic messages, then timestamp order; a page from a table's first row holds both kinds, one
- *   read where autopush makes two); the next page is read once the previous one is acked and its
- *   rows deleted (`Draining`, or `Migrating` on last month's table, which then moves: `Moving`);
- * - an acked stored message is deleted (conditionally on its version, so a newer message that replaced
- *   a topic is kept); an acked direct message is just forgotten;
- * - more than `msgLimit` messages from storage in one drain → the client gets the first `msgLimit`,
- *   then (once they are acked) the user is dropped and the socket closed 1000.
+ *   read where autopush makes two). A page of timestamp rows after the last one read is read while
+ *   the client holds fewer than `clientChannelCapacity` messages unacked, so a client that acks late
+ *   or in batches still gets what was stored for it, in order; a read from a table's first row waits
+ *   until what the drain sent is acked and deleted (it would find those rows again). A poke after
+ *   the last page looks after it at once (what was just stored is there), and the pass starts over
+ *   once everything is acked (a message may have been stored behind the last row read);
+ *   `Draining`, or `Migrating` on last month's table, which then moves: `Moving`;
+ * - an acked stored message becomes its tombstone (conditionally on its version, so a newer message
+ *   that replaced a topic is kept); an acked direct message is just forgotten;
+ * - more than `msgLimit` messages of the backlog found at hello (accepted before the session began)
+ *   → the client gets the first `msgLimit`, then (once they are acked) the user is dropped and the
+ *   socket closed 1000. What is pushed to a connected client never counts: a sender's burst cannot
+ *   reset the user (the endpoint bounds what one subscription may have stored).
  *
  * Handlers that move the drain on take the phase's own continuation (`advanceDraining`,
  * `advanceMigrating`, or none): what differs by phase is chosen in the table, not here.
@@ -18,9 +25,9 @@ import type { CommandResult } from "./inputs.ts"
 import type { Ledger } from "./ledger.ts"
 import type { ClientMessage } from "./messages.ts"
 import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, replacedTopic, send, storedOutstanding, withSession } from "./out.ts"
-import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, StoredUnacked, Unacked } from "./phases.ts"
+import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, Session, StoredUnacked, Unacked } from "./phases.ts"
 import { withReceipt } from "../domain/events.ts"
-import { isExpired, type Notification, urgentEnough } from "../domain/notification.ts"
+import { isExpired, type Notification, sortkeyMs, urgentEnough } from "../domain/notification.ts"
 
 type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { readonly messageType: T }>
 
@@ -28,7 +35,10 @@ type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { read
 type Advance<P extends Live> = (phase: P, out: Out) => Phase
 
 /** A drain from the start of `tables` (from their first rows: topic rows first). */
-export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, rows: "first", after: undefined, again: false, sent: 0 })
+export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, rows: "first", after: undefined, again: false, poked: false, backlog: 0 })
+
+/** Whether a stored message was there for the session to find at hello: accepted before it began. */
+const inBacklog = (n: Notification, s: Session): boolean => sortkeyMs(n) <= s.connectedAt
 
 export const delivery = (phase: Live, { notification: n }: { readonly notification: Notification }, out: Out): Phase => {
   // TTL 0 means "only if connected now": it is now, so it goes out.
@@ -45,31 +55,54 @@ export const delivery = (phase: Live, { notification: n }: { readonly notificati
 export const startDrain = (phase: Identified, out: Out): Phase =>
   !phase.session.recorded ? phase : advanceDraining({ _tag: "Draining", session: phase.session, drain: newDrain(phase.session.table) }, out)
 
-/** A reason to look at storage mid-drain: start over once this pass ends (a message may sit behind `after`). */
+/** A lower minimum urgency mid-drain: start over once this pass ends (what was held sits behind `after`). */
 export const drainAgain = <P extends Reading>(phase: P): P => ({ ...phase, drain: { ...phase.drain, again: true } })
+
+/**
+ * A poke mid-drain (something was stored for the user): what was stored after the last row read is
+ * read now, acked or not (within the client's capacity), and the pass starts over once it ends.
+ */
+export const checkAgain = <P extends Reading>(advanceP: Advance<P>) => (phase: P, _input: unknown, out: Out): Phase =>
+  advanceP({ ...phase, drain: { ...phase.drain, again: true, poked: true } }, out)
 
 // ── the drain ───────────────────────────────────────────────────────────────────────────────────
 
 /**
- * Read the next page when the previous one is fully acked and nothing is pending; when every table
- * is read, `finish`. Past `msgLimit` (what was sent being acked), drop the user.
+ * Read the next page when the drain may (below); when every table is read and what was sent is
+ * acked, start over if asked to, else `finish`. Past `msgLimit` of the backlog (what was sent being
+ * acked), drop the user. Reads after the last timestamp row read need only that the client holds
+ * fewer than its capacity; a read from a table's first row, that nothing the drain sent is unacked.
  */
 const advance = <P extends Reading>(phase: P, out: Out, finish: (phase: P, out: Out) => Phase): Phase => {
   const s = phase.session
   const drain = phase.drain
-  if (s.retry !== undefined || out.command !== undefined || storedOutstanding(s.acks) > 0) return phase
-  if (drain.sent > out.options.msgLimit) {
-    out.run({ _tag: "DropUser", uaid: s.uaid, connectedAt: s.connectedAt, reason: "too_many_messages", attempt: 0 })
+  if (s.retry !== undefined || out.command !== undefined) return phase
+  const stored = storedOutstanding(s.acks)
+  const roomy = s.acks.unacked.size < out.options.clientChannelCapacity
+  if (drain.backlog > out.options.msgLimit) {
+    if (stored === 0) out.run({ _tag: "DropUser", uaid: s.uaid, connectedAt: s.connectedAt, reason: "too_many_messages", attempt: 0 })
     return phase
   }
   const table = drain.tables[0]
   if (table !== undefined) {
-    if (drain.rows === "read") return advance({ ...phase, drain: nextTable(drain) }, out, finish)
-    out.run({ _tag: "ReadPage", uaid: s.uaid, table, rows: drain.rows, after: drain.after, limit: out.options.pageSize, attempt: 0 })
-    return phase
+    if (drain.rows === "read") {
+      if (drain.tables.length > 1) return advance({ ...phase, drain: nextTable(drain) }, out, finish)
+      if (drain.poked && roomy) return readPage({ ...phase, drain: { ...drain, poked: false } }, table, "timestamp", out)
+    } else {
+      if (drain.rows === "first" ? stored > 0 : !roomy) return phase
+      return readPage(phase, table, drain.rows, out)
+    }
   }
-  if (drain.again) return advance({ ...phase, drain: { ...newDrain(s.table), sent: drain.sent } }, out, finish)
+  if (stored > 0) return phase
+  if (drain.again) return advance({ ...phase, drain: { ...newDrain(s.table), backlog: drain.backlog } }, out, finish)
   return finish(phase, out)
+}
+
+const readPage = <P extends Reading>(phase: P, table: string, rows: "first" | "timestamp", out: Out): P => {
+  const s = phase.session
+  const after = rows === "first" ? undefined : phase.drain.after
+  out.run({ _tag: "ReadPage", uaid: s.uaid, table, rows, after, limit: out.options.pageSize, attempt: 0 })
+  return phase
 }
 
 /** Everything is read and acked: nothing more to read. */
@@ -90,11 +123,14 @@ export const stay = <P extends Live>(phase: P): P => phase
 /** The drain goes on with the next table (from its topic rows). */
 const nextTable = (drain: Drain): Drain => ({ ...drain, tables: drain.tables.slice(1), rows: "first", after: undefined })
 
+/** Every row of `tables[0]` is read: the drain keeps its place after the last one (`after`), for a poke. */
+const tableRead = (drain: Drain, lastSortKey: number | undefined): Drain => ({ ...drain, rows: "read", after: lastSortKey ?? drain.after })
+
 /**
- * A page of stored messages: sent, unless one is in hand already (sent directly, unacked) or expired
- * on the way. A page that was not full is the last of its table when `lastIfShort` — but
- * while migrating, endpoints that read the old record may still store into the old table: it is
- * read until a page is empty.
+ * A page of stored messages: sent, unless one is in hand already (sent directly, or by this drain,
+ * unacked) or expired on the way. A page that was not full is the last of its table when `lastIfShort`
+ * — but while migrating, endpoints that read the old record may still store into the old table: it
+ * is read until a page is empty.
  */
 export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: boolean) =>
 (phase: P, input: Extract<CommandResult, { _tag: "PageRead" }>, out: Out): Phase => {
@@ -115,21 +151,17 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   // timestamp rows after it are what is left. One that ended among topic rows is read again from the
   // start once its rows are acked and deleted.
   const topicsLeft = command.rows === "first" && input.lastSortKey === undefined && input.more
+  const last = !input.more && lastIfShort
   if (messages.length === 0) {
     const next: Drain = input.more && (input.lastSortKey !== undefined || command.rows === "first")
-      ? { ...drain, rows: "timestamp", after: input.lastSortKey } // a page of rows held already or on hold (less urgent than the client wants, or expired on the way): keep reading after it
-      : nextTable(drain)
+      ? { ...drain, rows: "timestamp", after: input.lastSortKey ?? drain.after } // a page of rows held already or on hold (less urgent than the client wants, or expired on the way): keep reading after it
+      : tableRead(drain, input.lastSortKey)
     return advanceP({ ...phase, drain: next }, out)
   }
-  const sent = drain.sent + messages.length
-  // The client gets `msgLimit` messages of a drain whatever the page size; the rest of a page that
-  // goes past it is not sent (the user is dropped once what was sent is acked: advance).
-  const page = sent > out.options.msgLimit ? messages.slice(0, Math.max(0, out.options.msgLimit - drain.sent)) : messages
-  const last = !input.more && lastIfShort
-  let next: Drain = topicsLeft ? { ...drain, sent } : { ...drain, sent, after: input.lastSortKey, rows: last ? "read" : "timestamp" }
   let session = s
+  let backlog = drain.backlog
   let fresh = 0
-  for (const n of page) {
+  for (const n of messages) {
     if (session.acks.unacked.has(n.version)) continue
     if (replacedTopic(session.acks, n)) {
       // The client has a newer message of this topic (sent directly): this row is replaced, and goes.
@@ -140,9 +172,15 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
       }
       continue
     }
+    // The client gets `msgLimit` messages of its backlog whatever the page size; past it nothing more
+    // is sent (the user is dropped once what was sent is acked: advance).
+    if (inBacklog(n, s) && ++backlog > out.options.msgLimit) break
     session = send(session, n, command.table, out)
     fresh++
   }
+  let next: Drain = topicsLeft ? { ...drain, backlog } : last
+    ? { ...tableRead(drain, input.lastSortKey), backlog }
+    : { ...drain, backlog, after: input.lastSortKey ?? drain.after, rows: "timestamp" }
   // Topic rows already in hand (sent directly, unacked) would be read again and again: move on.
   if (fresh === 0 && topicsLeft) next = { ...next, rows: "timestamp" }
   return advanceP({ ...phase, session, drain: next }, out)
@@ -180,7 +218,10 @@ export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message:
   const ackedRows = rows ?? before.ackedRows
   const acks = { ...before, unacked }
   const s = { ...phase.session, acks }
-  if (!topicRows && storedOutstanding(acks) > 0) return withSession(phase, { ...s, acks: { ...acks, ackedRows } })
+  // Timestamp rows are deleted together, a page at a time or once nothing stored is outstanding.
+  if (!topicRows && storedOutstanding(acks) > 0 && ackedRows.length < out.options.pageSize) {
+    return advanceP(withSession(phase, { ...s, acks: { ...acks, ackedRows } }), out)
+  }
   if (ackedRows.length === 0) return advanceP(withSession(phase, s), out)
   const cleared = { ...s, acks: { ...acks, ackedRows: NOTHING } }
   if (s.retry?.command._tag === "DeleteMessages") {

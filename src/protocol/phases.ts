@@ -17,8 +17,15 @@ export interface ProtocolOptions {
   readonly autoPingIntervalMs: number
   readonly autoPingTimeoutMs: number
   readonly minPingIntervalMs: number
+  /** The backlog a client may find at hello (messages accepted before it): more, and the user is dropped. */
   readonly msgLimit: number
-  /** Messages per storage page (RS: 10). */
+  /**
+   * Messages a connection may hold for its client, queued or sent and not acked. The drain reads a
+   * further page of stored messages while the client holds fewer (a client that acks late still gets
+   * what was stored for it); the router port refuses a delivery beyond it.
+   */
+  readonly clientChannelCapacity: number
+  /** Messages per storage page (autopush: 10). */
   readonly pageSize: number
   /** Message tables: `{prefix}_{YYYY}_{MM}`, or exactly `{prefix}` without rotation. */
   readonly messageTablePrefix: string
@@ -256,19 +263,22 @@ export interface Drain {
   readonly tables: ReadonlyArray<string>
   /**
    * What to read next in `tables[0]`: `first`, from its first row on (topic rows, then timestamp
-   * rows); `timestamp`, timestamp rows after `after`; `read`, nothing (every row of it is sent: the
-   * last page was not full).
+   * rows); `timestamp`, timestamp rows after `after`; `read`, nothing (its last page was not full:
+   * every row there was then is sent, and only a poke makes the drain look after `after` again).
    */
   readonly rows: "first" | "timestamp" | "read"
   /** Sort key (ms) of the last timestamp row read in `tables[0]`. */
   readonly after: number | undefined
-  /** A poke arrived mid-drain: start over once this pass ends (a message may sit behind `after`). */
+  /** A poke or a lower minimum urgency arrived mid-drain: start over once this pass ends (a message may sit behind `after`). */
   readonly again: boolean
+  /** A poke arrived since the end of the last table was read: read after it now, acked or not. */
+  readonly poked: boolean
   /**
-   * Messages read from storage in this drain (the `msg_limit` count). Past `msgLimit`, only the first
-   * `msgLimit` were sent: once they are acked the user is dropped.
+   * Messages of the backlog the client found at hello (accepted before the session's `connectedAt`)
+   * sent in this drain: the `msg_limit` count. What was pushed since never counts. Past `msgLimit`
+   * nothing more is sent, and once what was sent is acked the user is dropped.
    */
-  readonly sent: number
+  readonly backlog: number
 }
 
 // ── phases ──────────────────────────────────────────────────────────────────────────────────────

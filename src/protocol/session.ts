@@ -43,7 +43,6 @@ export interface Transport {
 }
 
 export interface SessionOptions extends ProtocolOptions {
-  readonly clientChannelCapacity: number
   /** The client's frames (count, bytes) waiting in the mailbox at which its socket stops being read. */
   readonly inboxFrames: number
   readonly inboxBytes: number

@@ -382,22 +382,24 @@ describe("session: delivery", () => {
       assert.deepStrictEqual(third.of("notification"), [])
     }).pipe(Effect.provide(TestParts)))
 
-  it.effect("pages: the next page is fetched once the previous one is acked", () =>
+  it.effect("pages: the drain reads page after page while the client holds fewer than client_channel_capacity, then waits for its acks", () =>
     Effect.gen(function*() {
-      const harness = yield* setup()
+      const page = sessionOptions.pageSize
+      const capacity = page + 2
+      const harness = yield* setup({ clientChannelCapacity: capacity })
       const { client, uaid } = yield* subscribed(harness)
       yield* client.feed({ _tag: "SocketClosed" })
-      const page = sessionOptions.pageSize
-      const total = page * 2 + Math.ceil(page / 5)
+      const total = page * 3 + Math.ceil(page / 5)
       for (let i = 0; i < total; i++) {
         yield* TestClock.adjust(1)
         yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
       }
       const again = yield* harness.connect()
       yield* hello(again, uaid)
-      assert.strictEqual(again.of("notification").length, page)
-      yield* ackAll(again)
+      // A first page, then a second one (the client held fewer than its capacity): no more until acks.
       assert.strictEqual(again.of("notification").length, 2 * page)
+      yield* ackAll(again)
+      assert.strictEqual(again.of("notification").length, total)
       yield* ackAll(again)
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), Array.from({ length: total }, (_, i) => `m${i}`))
     }).pipe(Effect.provide(TestParts)))
@@ -590,13 +592,14 @@ describe("session: monthly rotation", () => {
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["old-month"])
       yield* again.frame({ messageType: "register", channelID: CHID2 })
       assert.deepStrictEqual(again.of("register"), [], "register waits for the month switch")
-      // An endpoint that read the old record stores into the old table meanwhile.
+      // An endpoint that read the old record stores into the old table meanwhile: its poke has it
+      // read at once, before the client acked anything.
       yield* pushMessage(harness, uaid, CHID, { data: "late", direct: false })
-      yield* ackAll(again)
       yield* pump(again)
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["old-month", "late"])
       assert.deepStrictEqual(again.of("register"), [], "register waits until the old month is acked")
       yield* ackAll(again)
+      yield* pump(again)
       const user = yield* storage.getUser(uaid)
       const thisMonth = monthTableName("message", next)
       assert.strictEqual(user?.currentMonth, thisMonth)

@@ -110,11 +110,11 @@ const minting: Phase = { _tag: "Minting", openedAt: NOW - 100, claimed: undefine
 const identified = (overrides: Partial<Flat> = {}): Phase =>
   overrides.drain === undefined ? { _tag: "Identified", session: session(overrides) } : { _tag: "Draining", session: session(overrides), drain: overrides.drain }
 const draining = (overrides: Partial<Flat> = {}): Phase =>
-  ({ _tag: "Draining", session: session(overrides), drain: overrides.drain ?? { tables: [THIS_MONTH], rows: "first", after: undefined, again: false, sent: 0 } })
+  ({ _tag: "Draining", session: session(overrides), drain: overrides.drain ?? { tables: [THIS_MONTH], rows: "first", after: undefined, again: false, poked: false, backlog: 0 } })
 const migrating = (overrides: Partial<Flat> = {}): PhaseOf<"Migrating"> => ({
   _tag: "Migrating",
   session: session({ table: LAST_MONTH, ...overrides }),
-  drain: overrides.drain ?? { tables: [LAST_MONTH], rows: "first", after: undefined, again: false, sent: 0 },
+  drain: overrides.drain ?? { tables: [LAST_MONTH], rows: "first", after: undefined, again: false, poked: false, backlog: 0 },
   deferred: []
 })
 const moving = (deferred: ReadonlyArray<ClientMessage> = []): Phase => ({ _tag: "Moving", session: session({ table: LAST_MONTH }), to: THIS_MONTH, deferred })
@@ -570,7 +570,7 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Identified",
     events: []
   })
-  const paged = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, sent: 1 }
+  const paged = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, poked: false, backlog: 1 }
   const ackV1 = frame({ messageType: "ack", updates: [{ channelID: CHID, version: "v1", code: 100 }] })
   row("acking the last outstanding stored message deletes the page's acked rows together, before the next page", identified({
     unacked: unacked([[message(), THIS_MONTH]]),
@@ -586,16 +586,22 @@ describe("step: Identified, deliveries and acks", () => {
       assert.deepStrictEqual(sessionOf(t).ackedRows, [])
     }
   })
-  row("acking a stored timestamp message while others are outstanding: its row waits for the page", identified({
+  row("acking a stored timestamp message while others are outstanding: its row waits for the page; the drain reads on (the client holds fewer than its capacity)", identified({
     unacked: unacked([[message(), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
     drain: paged
   }), ackV1, {
     phase: "Draining",
     events: ["notification.acked.1"],
-    check: (t) => {
-      assert.isUndefined(t.command)
-      assert.deepStrictEqual(sessionOf(t).ackedRows.map((m) => m.notification.version), ["v1"])
-    }
+    command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 },
+    check: (t) => assert.deepStrictEqual(sessionOf(t).ackedRows.map((m) => m.notification.version), ["v1"])
+  })
+  it("acked timestamp rows are deleted a page at a time while others stay outstanding", () => {
+    const outstanding = Array.from({ length: OPTIONS.pageSize + 1 }, (_, i) => message({ version: `w${i}`, sortkeyTimestamp: NOW - 5_000 - i }))
+    const holding = identified({ unacked: unacked(outstanding.map((m) => [m, THIS_MONTH])), drain: { ...paged, rows: "read" } })
+    const acked = step(holding, frame({ messageType: "ack", updates: outstanding.slice(0, OPTIONS.pageSize).map((m) => ({ channelID: CHID, version: m.version, code: 100 })) }), NOW)
+    assert.strictEqual(acked.command?._tag, "DeleteMessages")
+    assert.strictEqual((acked.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.length, OPTIONS.pageSize)
+    assert.strictEqual(sessionOf(acked).unacked.size, 1)
   })
   row("acking a stored topic message deletes at once (on its version), with the rows waiting", identified({
     unacked: unacked([[message({ topic: "a" }), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
@@ -612,10 +618,31 @@ describe("step: Identified, deliveries and acks", () => {
   })
   row("a poke with no router record does nothing", identified({ recorded: false }), { _tag: "CheckStorage" }, { phase: "Identified" })
   row("a poke starts a drain", identified(), { _tag: "CheckStorage" }, { phase: "Draining", command: { _tag: "ReadPage", rows: "first" } })
-  row("a poke mid-drain: go again afterwards", identified({ drain: paged, unacked: unacked([[message(), THIS_MONTH]]) }), { _tag: "CheckStorage" }, {
+  row("a poke mid-drain: read on now, and go again afterwards", identified({ drain: paged, unacked: unacked([[message(), THIS_MONTH]]) }), { _tag: "CheckStorage" }, {
     phase: "Draining",
+    command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 },
     check: (t) => assert.isTrue(sessionOf(t).drain?.again)
   })
+  const tail = { ...paged, rows: "read" as const }
+  row("a poke after the last page, the client holding what it was sent unacked: what was stored after that page is read at once", identified({
+    drain: tail,
+    unacked: unacked([[message(), THIS_MONTH]])
+  }), { _tag: "CheckStorage" }, {
+    phase: "Draining",
+    command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 },
+    check: (t) => assert.deepInclude(sessionOf(t).drain ?? {}, { again: true, poked: false })
+  })
+  row("a poke after the last page, the client holding client_channel_capacity unacked: nothing is read until it acks", identified({
+    drain: tail,
+    unacked: unacked(Array.from({ length: OPTIONS.clientChannelCapacity }, (_, i) => [message({ version: `h${i}` }), THIS_MONTH] as const))
+  }), { _tag: "CheckStorage" }, {
+    phase: "Draining",
+    check: (t) => assert.deepInclude(sessionOf(t).drain ?? {}, { again: true, poked: true })
+  })
+  row("no poke after the last page: nothing is read while what was sent is unacked", identified({
+    drain: tail,
+    unacked: unacked([[message(), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]])
+  }), ackV1, { phase: "Draining", events: ["notification.acked.1"] })
   const read = (rows: "first" | "timestamp", messages: ReadonlyArray<Notification>, lastSortKey?: number, more = false): Input => ({
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows, after: undefined, limit: 10, attempt: 0 },
@@ -623,7 +650,7 @@ describe("step: Identified, deliveries and acks", () => {
     lastSortKey,
     more
   })
-  const start = { tables: [THIS_MONTH], rows: "first" as const, after: undefined, again: false, sent: 0 }
+  const start = { tables: [THIS_MONTH], rows: "first" as const, after: undefined, again: false, poked: false, backlog: 0 }
   // The first page of a table reads from its first row: topic rows, then timestamp rows.
   const topic = (version: string) => message({ version, topic: version, sortkeyTimestamp: undefined })
   row("a first page with nothing in it: the table is read, the drain is over", identified({ drain: start }), read("first", []), {
@@ -707,14 +734,14 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Identified",
     check: (t) => assert.isUndefined(sessionOf(t).drain)
   })
-  row("the client already had msg_limit messages from storage: one more drops the user, sending nothing", identified({ drain: { ...start, rows: "timestamp", sent: OPTIONS.msgLimit } }), read("timestamp", [message()], NOW), {
+  row("the client already had msg_limit messages from storage: one more drops the user, sending nothing", identified({ drain: { ...start, rows: "timestamp", backlog: OPTIONS.msgLimit } }), read("timestamp", [message()], NOW), {
     phase: "Draining",
     frames: [],
     command: { _tag: "DropUser", reason: "too_many_messages", connectedAt: NOW - 1_000 }
   })
   it("a page past msg_limit: the client gets up to msg_limit, and the user is dropped once they are acked", () => {
-    const page = [message({ version: "v1" }), message({ version: "v2", sortkeyTimestamp: NOW - 999 }), message({ version: "v3", sortkeyTimestamp: NOW - 998 })]
-    const sent = step(identified({ drain: { ...start, rows: "timestamp", sent: OPTIONS.msgLimit - 2 } }), read("timestamp", page, NOW - 998), NOW)
+    const page = [message({ version: "v1", sortkeyTimestamp: NOW - 1_003 }), message({ version: "v2", sortkeyTimestamp: NOW - 1_002 }), message({ version: "v3", sortkeyTimestamp: NOW - 1_001 })]
+    const sent = step(identified({ drain: { ...start, rows: "timestamp", backlog: OPTIONS.msgLimit - 2 } }), read("timestamp", page, NOW - 1_001), NOW)
     assert.deepStrictEqual(sent.frames.map((f) => JSON.parse(f).version), ["v1", "v2"])
     assert.isUndefined(sent.command, "nothing is dropped while the client has messages to ack")
     const ack = (t: Transition, version: string, now: number) =>
@@ -725,6 +752,18 @@ describe("step: Identified, deliveries and acks", () => {
     assert.strictEqual(both.command?._tag, "DeleteMessages")
     const drop = step(both.phase, { _tag: "MessagesDeleted" }, NOW + 120)
     assert.deepInclude(drop.command as object, { _tag: "DropUser", reason: "too_many_messages", connectedAt: NOW - 1_000 })
+  })
+  it("messages pushed since hello never count towards msg_limit: a backlog of msg_limit and a burst after it are all sent, nobody is dropped", () => {
+    // The session began (connectedAt) at NOW - 1_000: the first msgLimit rows were there, the rest came later.
+    const backlog = Array.from({ length: OPTIONS.msgLimit }, (_, i) => message({ version: `b${i}`, sortkeyTimestamp: NOW - 2_000 + i }))
+    const burst = Array.from({ length: OPTIONS.msgLimit }, (_, i) => message({ version: `n${i}`, sortkeyTimestamp: NOW - 900 + i }))
+    const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [...backlog, ...burst], NOW - 900 + OPTIONS.msgLimit - 1), NOW)
+    assert.strictEqual(sent.frames.length, 2 * OPTIONS.msgLimit)
+    assert.strictEqual(sessionOf(sent).drain?.backlog, OPTIONS.msgLimit)
+    const acked = step(sent.phase, frame({ messageType: "ack", updates: [...backlog, ...burst].map((m) => ({ channelID: CHID, version: m.version, code: 100 })) }), NOW + 10)
+    const done = step(acked.phase, { _tag: "MessagesDeleted" }, NOW + 20)
+    assert.isUndefined(done.command)
+    assert.isUndefined(sessionOf(done).drain)
   })
   it("exactly msg_limit stored: all are sent and nobody is dropped", () => {
     const page = Array.from({ length: OPTIONS.msgLimit }, (_, i) => message({ version: `v${i}`, sortkeyTimestamp: NOW - 1_000 + i }))
@@ -811,23 +850,31 @@ describe("step: Migrating and Moving", () => {
     check: (t) => assert.strictEqual((t.phase as PhaseOf<"Migrating">).deferred.length, HELD_COMMANDS_MAX)
   })
   row("while migrating, a timestamp page that was not full is not the last: the old table is read until a page is empty", migrating({
-    drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
+    drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, poked: false, backlog: 0 }
   }), {
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "timestamp", after: undefined, limit: 10, attempt: 0 },
     messages: [message()],
     lastSortKey: NOW - 1_000,
     more: false
-  }, { phase: "Migrating", check: (t) => assert.strictEqual(sessionOf(t).drain?.rows, "timestamp") })
+  }, {
+    phase: "Migrating",
+    command: { _tag: "ReadPage", table: LAST_MONTH, rows: "timestamp", after: NOW - 1_000 },
+    check: (t) => assert.strictEqual(sessionOf(t).drain?.rows, "timestamp")
+  })
   row("while migrating, a first page that was not full is not the last either: timestamp rows after it next", migrating(), {
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "first", after: undefined, limit: 10, attempt: 0 },
     messages: [message()],
     lastSortKey: NOW - 1_000,
     more: false
-  }, { phase: "Migrating", check: (t) => assert.deepInclude(sessionOf(t).drain ?? {}, { rows: "timestamp", after: NOW - 1_000 }) })
+  }, {
+    phase: "Migrating",
+    command: { _tag: "ReadPage", table: LAST_MONTH, rows: "timestamp", after: NOW - 1_000 },
+    check: (t) => assert.deepInclude(sessionOf(t).drain ?? {}, { rows: "timestamp", after: NOW - 1_000 })
+  })
   row("the old month drained: the user moves to this month", migrating({
-    drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
+    drain: { tables: [LAST_MONTH], rows: "timestamp", after: undefined, again: false, poked: false, backlog: 0 }
   }), {
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "timestamp", after: undefined, limit: 10, attempt: 0 },
@@ -1207,7 +1254,7 @@ describe("step: the client's minimum urgency (RFC 8030 §5.3)", () => {
   })
   row("a page: messages less urgent than the client wants stay stored, the rest are sent", draining({
     minUrgency: "normal",
-    drain: { tables: [THIS_MONTH], rows: "timestamp", after: undefined, again: false, sent: 0 }
+    drain: { tables: [THIS_MONTH], rows: "timestamp", after: undefined, again: false, poked: false, backlog: 0 }
   }), {
     _tag: "PageRead",
     command: { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: undefined, limit: 10, attempt: 0 },
@@ -1218,7 +1265,7 @@ describe("step: the client's minimum urgency (RFC 8030 §5.3)", () => {
     phase: "Draining",
     check: (t) => {
       assert.deepStrictEqual(t.frames.map((f) => JSON.parse(f).version), ["plain", "high"])
-      assert.strictEqual(sessionOf(t).drain?.sent, 2, "held messages do not count towards msg_limit")
+      assert.strictEqual(sessionOf(t).drain?.backlog, 2, "held messages do not count towards msg_limit")
     }
   })
   for (const phase of [draining(), migrating()]) {
