@@ -188,8 +188,9 @@ const storedAt = async (n: number): Promise<void> => {
   const bare = await startBareStored(n, freshDir())
   console.log(`\nN=${n}, stored delivery (${OFFLINE} offline clients × ${MESSAGES} messages): bare ${bare.describe()}`)
   await storedOf(n, bare, bareUser(bare.dynamoUrl, bare.httpBase))
-  // A user's stored messages above msg_limit would drop it: room for all of them.
-  const ours = await startOurs(n, freshDir(), ["--msg-limit", String(MESSAGES * 2)])
+  // A user's stored messages above msg_limit would drop it, and a subscription's above
+  // max_stored_per_subscription would be refused: room for all of them.
+  const ours = await startOurs(n, freshDir(), ["--msg-limit", String(MESSAGES * 2), "--max-stored-per-subscription", String(MESSAGES * 2)])
   console.log(`  ours ${ours.describe()}`)
   await storedOf(n, ours, ourUser(ours.wsUrl))
 }

@@ -66,7 +66,7 @@ const ours = async (): Promise<Server> => {
     ? (DATA_DIR === "" ? [] : ["--data-dir", DATA_DIR])
     // Keys: with no data directory, none is generated and kept for it.
     : ["--db-dsn", postgres.dsn, "--crypto-key", generateFernetKey(), "--auth-keys", generateFernetKey()]
-  const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2), ...store])
+  const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2), "--max-stored-per-subscription", String(MESSAGES * 2), ...store])
   return {
     pid,
     wsUrl: deployment.wsUrl,

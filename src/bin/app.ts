@@ -360,6 +360,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     bindHost: settings.bindHost,
     worker: WORKER?.index,
     maxDataBytes: settings.maxDataBytes,
+    maxStoredPerSubscription: settings.maxStoredPerSubscription,
     requireVapid: settings.requireVapid,
     rateLimits: {
       perAddress: { perSecond: settings.rateLimitPerAddress, burst: settings.rateLimitBurstPerAddress },

@@ -353,7 +353,7 @@ export const options = {
   auto_ping_interval: opt("connection", seconds, s(300), "Idle time after which the server pings the client"),
   auto_ping_timeout: opt("connection", seconds, s(4), "Time the client has to answer a server ping"),
   min_ping_interval: opt("connection", seconds, s(45), "Clients pinging more often than this are closed with 4774"),
-  msg_limit: opt("connection", integer(1), 100, "Stored messages above which a user is dropped and must re-register"),
+  msg_limit: opt("connection", integer(1), 100, "Stored messages a client may find when it says hello (its backlog); above it the user is dropped and must re-register. What is pushed while it is connected never counts"),
   client_channel_capacity: opt("connection", integer(1), 128, "Messages a connection may hold for its client, queued or sent and not acked; a further push to it is stored instead"),
   close_grace: opt("connection", seconds, s(1), "After a close frame, time before the server ends the TCP connection"),
   max_connections: opt("connection", integer(1), 100_000, "Open WebSockets per node; an upgrade beyond is answered 503"),
@@ -372,6 +372,7 @@ export const options = {
   client_inbox_bytes: opt("connection", integer(1024), 262_144, "Bytes of the frames from one client waiting to be handled, at which its socket stops being read until half of them are handled"),
   // endpoint
   max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
+  max_stored_per_subscription: opt("endpoint", integer(0), 100, "Messages one subscription may have stored, not yet received by its client; a further push to it is answered 429 (errno 119) with Retry-After, so that no sender alone can make a user pass msg_limit. 0 turns it off"),
   rate_limit_per_address: opt("endpoint", integer(0), 100, "Pushes per second one client address may send, sustained (token bucket; 0 turns it off; making and collecting receipt subscriptions, message status reads, cancels, registration API and broadcast admin calls and the log check count as pushes, taken before the request is read); beyond it 429/116 with Retry-After. Peers on the loopback are not limited by address unless listed in trusted_proxies"),
   rate_limit_burst_per_address: opt("endpoint", integer(1), 1000, "Pushes one client address may send at once after a quiet period"),
   rate_limit_per_vapid_key: opt("endpoint", integer(0), 0, "Pushes per second one VAPID key may send, sustained (token bucket; 0, the default, turns it off: one key legitimately sends to all its subscribers); beyond it 429/116 with Retry-After"),

@@ -24,6 +24,11 @@ export class InvalidCryptoHeaders extends Data.TaggedError("InvalidCryptoHeaders
 export class NoSubscription extends Data.TaggedError("NoSubscription")<{ readonly message: string }> {}
 /** 410/105: the user vanished between storing the message and notifying its node. */
 export class UserDeletedDuringRouting extends Data.TaggedError("UserDeletedDuringRouting")<{}> {}
+/**
+ * 429/119: the subscription has as many messages stored as it may (`max_stored_per_subscription`),
+ * not yet received by its client; retry after `retryAfter` seconds (the client drains them meanwhile).
+ */
+export class TooManyStored extends Data.TaggedError("TooManyStored")<{ readonly retryAfter: number }> {}
 /** 410/103: bridge registration API with an unknown uaid. */
 export class UaidNotFound extends Data.TaggedError("UaidNotFound")<{}> {}
 /** 413/104: the body is larger than `max_data_bytes` (or a bridge's converted limit). */
@@ -113,6 +118,7 @@ export type ApiError =
   | InvalidCryptoHeaders
   | NoSubscription
   | UserDeletedDuringRouting
+  | TooManyStored
   | UaidNotFound
   | PayloadTooLarge
   | MissingTtl
@@ -182,6 +188,7 @@ const table: ErrorTable = {
   InvalidCryptoHeaders: { status: 400, errno: 110, message: own },
   NoSubscription: { status: 410, errno: 106, message: own },
   UserDeletedDuringRouting: { status: 410, errno: 105, message: fixed("User was deleted during routing") },
+  TooManyStored: { status: 429, errno: 119, message: (e) => `Too many messages stored for this subscription, retry after ${e.retryAfter} s` },
   UaidNotFound: { status: 410, errno: 103, message: fixed("UAID not found") },
   PayloadTooLarge: { status: 413, errno: 104, message: own },
   MissingTtl: { status: 400, errno: 111, message: fixed("Missing TTL value") },

@@ -15,7 +15,8 @@ type DeliverySource = "direct" | "stored"
  * connection node, stored for later, dropped (TTL 0 and not connected), or failed (storage down, or
  * the user vanished while routing: the sender got a 503/410).
  */
-export type RouteOutcome = "direct" | "stored" | "dropped" | "bridged" | "failed"
+/** `refused`: not stored, its subscription holding as many stored messages as it may (429/119). */
+export type RouteOutcome = "direct" | "stored" | "dropped" | "bridged" | "failed" | "refused"
 
 /** On the events of a message sent with `Push-Receipt`: its receipt subscription (what `receipts/` folds). */
 interface Receipted {

@@ -146,10 +146,12 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
       return notification.version
     }
     const routed = direct ?? (yield* router.route(fresh.user, fresh.table, notification).pipe(
-      Effect.tapError(() =>
+      Effect.tapError((error) =>
         Effect.sync(() => {
-          cache.forget(uaid)
-          recordRouted(events, clock, uaid, notification, "failed", startNanos)
+          // Refused for the subscription's stored messages, the record is still good.
+          const refused = error._tag === "TooManyStored"
+          if (!refused) cache.forget(uaid)
+          recordRouted(events, clock, uaid, notification, refused ? "refused" : "failed", startNanos)
         })
       )
     ))

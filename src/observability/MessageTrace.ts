@@ -86,7 +86,7 @@ const stateOf = (event: DomainEvent): TraceState | undefined => {
     case "notification.accepted.1":
       return "accepted"
     case "notification.routed.1":
-      return event.data.outcome === "failed" ? "failed" : "routed"
+      return event.data.outcome === "failed" || event.data.outcome === "refused" ? "failed" : "routed"
     case "notification.stored.1":
       return "stored"
     case "notification.delivered.1":

@@ -84,11 +84,11 @@ export const METRICS = {
   }),
   // ── endpoint node ──
   received: m("notification.received", "counter", "endpoint", "Notifications accepted (valid POST /wpush/...)"),
-  routed: m("notification.routed", "counter", "endpoint", "Accepted notifications by routing outcome", {
-    outcome: "direct / stored / dropped / bridged / failed"
+  routed: m("notification.routed", "counter", "endpoint", "Accepted notifications by routing outcome (refused: its subscription had max_stored_per_subscription stored, 429/119)", {
+    outcome: "direct / stored / dropped / bridged / failed / refused"
   }),
   routeTime: m("notification.route_time", "timer", "endpoint", "Time to route an accepted notification", {
-    outcome: "direct / stored / dropped / bridged / failed"
+    outcome: "direct / stored / dropped / bridged / failed / refused"
   }),
   bridgeSent: m("notification.bridge.sent", "counter", "endpoint", "Notifications a bridge's platform accepted", {
     platform: "fcm / apns / adm / stub"

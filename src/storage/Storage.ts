@@ -175,6 +175,18 @@ export interface StorageService {
     table: string,
     messages: ReadonlyArray<Notification>
   ) => Effect.Effect<ReadonlyArray<Notification>, StorageError>
+  /**
+   * How many messages `channelId` has stored in `table` (unexpired, not tombstones), counted up to
+   * `atMost`, leaving out the row of topic `replacing` (a message of that topic would replace it):
+   * what bounds one subscription's stored messages when a push arrives. Reads the user's message rows.
+   */
+  readonly countChannelMessages: (
+    uaid: string,
+    table: string,
+    channelId: string,
+    atMost: number,
+    replacing?: string | undefined
+  ) => Effect.Effect<number, StorageError>
   /** Unexpired topic messages, at most `limit`. */
   readonly fetchTopicMessages: (
     uaid: string,

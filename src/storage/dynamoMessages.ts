@@ -13,6 +13,7 @@ import type { DynamoClient } from "./dynamoClient.ts"
 import { type DynamoRequests, isNamed } from "./dynamoRequests.ts"
 import { type Item, messageKey, messageToItem, N, S, visibleMessages } from "./dynamoRows.ts"
 import {
+  addsToChannel,
   CANCELLED,
   messageSortKey,
   nextFreeMs,
@@ -128,6 +129,26 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
     return placed.filter((n): n is Notification => n !== undefined)
   })
 
+  /** The user's message rows read page by page until `atMost` of the channel's are counted or the rows end. */
+  const countChannelMessages = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string, atMost: number, replacing?: string) {
+    const now = yield* Clock.currentTimeMillis
+    let counted = 0
+    let start: Item | undefined
+    do {
+      const page = yield* query("countChannelMessages", {
+        TableName: table,
+        KeyConditionExpression: "#uaid = :uaid AND #chidmessageid BETWEEN :lo AND :hi",
+        ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
+        ExpressionAttributeValues: { ":uaid": S(uaid), ":lo": S(TOPIC_PREFIX), ":hi": S(TIMESTAMP_END) },
+        ConsistentRead: true,
+        ExclusiveStartKey: start
+      })
+      counted += visibleMessages(page.Items ?? [], now).filter((n) => addsToChannel(n, channelId, replacing)).length
+      start = page.LastEvaluatedKey
+    } while (start !== undefined && counted < atMost)
+    return Math.min(atMost, counted)
+  })
+
   const fetchTopicMessages = Effect.fnUntraced(function*(uaid: string, table: string, limit: number) {
     const now = yield* Clock.currentTimeMillis
     const messages: Array<Notification> = []
@@ -238,6 +259,7 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
     deleteUserRows,
     saveMessage,
     saveMessages,
+    countChannelMessages,
     fetchTopicMessages,
     fetchMessages,
     fetchTimestampMessages,

@@ -9,6 +9,7 @@ import * as Effect from "effect/Effect"
 import { type MessageKey, type Notification, sortkeyMs } from "../domain/notification.ts"
 import { type MemoryStore, type MessageRow, messageTable, range, rowsOf, type UserRows } from "./memoryRows.ts"
 import {
+  addsToChannel,
   expiryOf,
   isVisible,
   messageSortKey,
@@ -72,6 +73,13 @@ export const makeMemoryMessages = (store: MemoryStore) => {
       .slice(0, limit)
   })
 
+  const countChannelMessages = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string, atMost: number, replacing?: string) {
+    const t = yield* messageTable(store, "countChannelMessages", table)
+    const now = yield* Clock.currentTimeMillis
+    const counted = range(t, uaid, TOPIC_PREFIX, TIMESTAMP_END).filter(([, message]) => readable(message, now) && addsToChannel(message, channelId, replacing))
+    return Math.min(atMost, counted.length)
+  })
+
   /**
    * One page of message rows after `lo` up to the last timestamp row: `limit` readable rows at most
    * (expired rows and tombstones are not counted: a page of them ending among topic rows would
@@ -127,6 +135,7 @@ export const makeMemoryMessages = (store: MemoryStore) => {
   return {
     saveMessage,
     saveMessages,
+    countChannelMessages,
     fetchTopicMessages,
     fetchMessages,
     fetchTimestampMessages,

@@ -39,14 +39,14 @@ export const channelSortKey = (channelId: string): string => `${CHANNEL_PREFIX}$
 export const TOPIC_PREFIX = "01:"
 /** Upper bound (exclusive) of the topic range: the character after `:` is `;`. */
 export const TOPIC_END = "01;"
-const TIMESTAMP_PREFIX = "02:"
+export const TIMESTAMP_PREFIX = "02:"
 /** Upper bound (exclusive) of the timestamp range. */
 export const TIMESTAMP_END = "02;"
 const MS_DIGITS = 13
 
 const formatMs = (ms: number): string => String(ms).padStart(MS_DIGITS, "0")
 
-const topicSortKey = (channelId: string, topic: string): string => `${TOPIC_PREFIX}${channelId}:${topic}`
+export const topicSortKey = (channelId: string, topic: string): string => `${TOPIC_PREFIX}${channelId}:${topic}`
 export const timestampSortKey = (ms: number, channelId: string): string => `${TIMESTAMP_PREFIX}${formatMs(ms)}:${channelId}`
 
 /** The sort key (`chidmessageid`) of a message row. */
@@ -76,6 +76,13 @@ export const parseSortKey = (key: string): ParsedSortKey | undefined => {
   if (version === "02" && /^\d+$/.test(middle)) return { channelId: last, sortkeyTimestamp: Number(middle) }
   return undefined
 }
+
+/**
+ * Whether stored message `n` is one of `channelId`'s that a new message of it would add to: any of
+ * its messages but that of topic `replacing` (which the new message replaces).
+ */
+export const addsToChannel = (n: Notification, channelId: string, replacing: string | undefined): boolean =>
+  n.channelId === channelId && (n.topic === undefined || n.topic !== replacing)
 
 /** Ms of a timestamp sort key (the `lastSortKey` of a page). */
 export const sortKeyMsOf = (key: string): number | undefined => parseSortKey(key)?.sortkeyTimestamp

@@ -16,9 +16,11 @@ import {
   sortKeyMsOf,
   sortKeyOf,
   TIMESTAMP_END,
+  TIMESTAMP_PREFIX,
   timestampLowerBound,
   TOPIC_END,
-  TOPIC_PREFIX
+  TOPIC_PREFIX,
+  topicSortKey
 } from "./model.ts"
 import { jsonList } from "./sqlDialect.ts"
 import { changed, fromExcluded, nothing, placeholders, sql, type Sql, type SqlDriver } from "./sqlDriver.ts"
@@ -106,6 +108,29 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
         }
         return saved
       }, messages.length > 0),
+    /** The channel's topic rows (a range) and timestamp rows (the user's, by the key's end), readable ones, `atMost` at most. */
+    countChannelMessages: (uaid: string, table: string, channelId: string, atMost: number, replacing?: string) =>
+      atNow((now) =>
+        one(
+          "countChannelMessages",
+          sql(
+            `SELECT count(*) AS n FROM (SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND (
+               (chidmessageid > $2 AND chidmessageid < $3 AND chidmessageid LIKE $4)
+               OR (chidmessageid >= $5 AND chidmessageid < $6 AND chidmessageid <> $7))
+             AND (expiry IS NULL OR expiry > $8) AND cancelled IS NULL LIMIT $9) AS counted`,
+            uaid,
+            TIMESTAMP_PREFIX,
+            TIMESTAMP_END,
+            `${TIMESTAMP_PREFIX}%:${channelId}`,
+            `${TOPIC_PREFIX}${channelId}:`,
+            `${TOPIC_PREFIX}${channelId};`,
+            replacing === undefined ? "" : topicSortKey(channelId, replacing),
+            Math.floor(now / 1000),
+            atMost
+          ),
+          ({ rows }) => Number((rows[0] as { readonly n: unknown } | undefined)?.n ?? 0)
+        )
+      ),
     fetchTopicMessages: (uaid: string, table: string, limit: number) =>
       atNow((now) =>
         one(

@@ -127,9 +127,10 @@ describePostgres("separate nodes on PostgreSQL", (dsn) => {
       try {
         const deployment: Deployment = await startOnPostgres(cluster.dsn, {
           // The load stores over a hundred messages for each offline client, past the default
-          // msg_limit (100), at which a user is dropped and its messages with it: this test is
-          // about the outage, not that limit.
-          env: { AUTOCONNECT__MSG_LIMIT: "10000" },
+          // msg_limit (100), at which a user is dropped and its messages with it, and past the
+          // default max_stored_per_subscription (100), beyond which pushes are refused 429: this
+          // test is about the outage, not those bounds.
+          env: { AUTOCONNECT__MSG_LIMIT: "10000", AUTOEND__MAX_STORED_PER_SUBSCRIPTION: "0" },
           outage: async (downMs) => {
             cluster.stop()
             const until = Date.now() + downMs

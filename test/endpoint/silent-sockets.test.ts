@@ -47,6 +47,8 @@ const VICTIM_MAX_MS = 2_000
 
 const withLimits = (maxPerAddress: number, exempt: ReadonlyArray<string>, extra: Partial<EndpointOptions> = {}): EndpointOptions => ({
   ...options,
+  // The victim's pushes are all stored for one subscription: these tests are about sockets, not that bound.
+  maxStoredPerSubscription: 0,
   clientRequestTimeoutMs: REQUEST_TIMEOUT,
   socketLimits: { idleTimeoutMs: IDLE_TIMEOUT, maxPerAddress, exempt },
   ...extra

@@ -408,6 +408,28 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [otherTopic, other].map(storedNotification))
       }))
 
+    test("a channel's stored messages are counted: its timestamp and topic rows, readable ones only, up to atMost, without the topic a new message replaces", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const ts = (n: number, channel = 1, fields: Partial<Notification> = {}) =>
+          message({ channelId: chid(channel), version: `c${channel}-${n}`, sortkeyTimestamp: T0 + n, ...fields })
+        yield* s.saveMessages(uaid(1), table, [ts(1), ts(2), ts(3, 2), ts(4, 1, { ttl: 5 }), ts(5, 1, { timestamp: T0_SECONDS - 3600 })])
+        yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "t-a", topic: "a" }))
+        yield* s.saveMessage(uaid(1), table, message({ channelId: chid(2), version: "t-b", topic: "b" }))
+        yield* s.saveMessage(uaid(2), table, ts(6))
+        // Channel 1: c1-1, c1-2, c1-4 (its TTL still runs) and topic a; c1-5 expired; channel 2 and user 2 are others'.
+        assert.strictEqual(yield* s.countChannelMessages(uaid(1), table, chid(1), 100), 4)
+        assert.strictEqual(yield* s.countChannelMessages(uaid(1), table, chid(1), 2), 2, "counted up to atMost")
+        assert.strictEqual(yield* s.countChannelMessages(uaid(1), table, chid(1), 100, "a"), 3, "the row a message of topic a replaces")
+        assert.strictEqual(yield* s.countChannelMessages(uaid(1), table, chid(1), 100, "other"), 4)
+        assert.strictEqual(yield* s.countChannelMessages(uaid(1), table, chid(2), 100), 2)
+        assert.strictEqual(yield* s.countChannelMessages(uaid(3), table, chid(1), 100), 0)
+        // Acked (a tombstone) and expired rows are not stored messages any more.
+        yield* s.ackMessages(uaid(1), table, [{ key: messageKeyOf(ts(1)), version: "c1-1" }])
+        yield* TestClock.adjust(6_000)
+        assert.strictEqual(yield* s.countChannelMessages(uaid(1), table, chid(1), 100), 2)
+      }))
+
     test("timestamp messages: ascending, paged by lastSortKey, deleted by sort key", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable
