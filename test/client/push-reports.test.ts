@@ -13,11 +13,14 @@ import { parseSubscription } from "../../src/client/send.ts"
 const keys = makeKeys()
 const frame = (fields: Record<string, unknown>) => ({ messageType: "notification", channelID: "5c0b6a4e-8a43-4a0e-9f1e-2f7f3c6c1d10", version: "v", ...fields })
 const base64url = (text: string) => Buffer.from(text).toString("base64url")
+/** A payload encrypted (aes128gcm) for `to`'s keys, as a sender's web-push makes it: base64url, as in a frame. */
+const sealed = (to: typeof keys, text: string) =>
+  webpush.generateRequestDetails({ endpoint: "http://localhost:8082/wpush/v1/x", keys: { p256dh: to.p256dh, auth: to.auth } }, text, { TTL: 60, contentEncoding: "aes128gcm" })
+    .body!.toString("base64url")
 
 describe("push listen: a notification's report and ack code", () => {
   it("a payload encrypted for our keys is decrypted, acked 100", () => {
-    const sealed = webpush.encrypt(keys.p256dh, keys.auth, "hello", "aes128gcm")
-    const opened = openPush(keys, frame({ data: sealed.cipherText.toString("base64url"), headers: { encoding: "aes128gcm" } }))
+    const opened = openPush(keys, frame({ data: sealed(keys, "hello"), headers: { encoding: "aes128gcm" } }))
     assert.deepStrictEqual(opened, { kind: "decrypted", encoding: "aes128gcm", text: "hello" })
     assert.strictEqual(ackCodeOf(opened), 100)
     assert.strictEqual(pushReport(opened), "push received (aes128gcm, 5 chars), acked 100: hello")
@@ -39,8 +42,7 @@ describe("push listen: a notification's report and ack code", () => {
 
   it("a payload our keys do not open is acked 101 and says why", () => {
     const other = makeKeys()
-    const sealed = webpush.encrypt(other.p256dh, other.auth, "for someone else", "aes128gcm")
-    const opened = openPush(keys, frame({ data: sealed.cipherText.toString("base64url"), headers: { encoding: "aes128gcm" } }))
+    const opened = openPush(keys, frame({ data: sealed(other, "for someone else"), headers: { encoding: "aes128gcm" } }))
     assert.strictEqual(opened.kind, "undecryptable")
     assert.strictEqual(ackCodeOf(opened), 101)
     assert.match(pushReport(opened), /^push received \(aes128gcm\) but not decrypted: .+; acked 101$/)
