@@ -319,7 +319,8 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   socketLimits: socketLimitsOf(settings),
   shutdownTimeoutMs: ms(settings.shutdownTimeout),
   worker: WORKER?.index,
-  receiptRetentionSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle))
+  receiptRetentionSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle)),
+  storageName: storageDescription(settings)
 })
 
 /** The client connection nodes reach each other with (pokes, stale-session kicks). */
@@ -396,6 +397,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
       maxCollectors: settings.receiptMaxCollectors
     },
     broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),
+    storageName: storageDescription(settings),
     version: versionInfo.version,
     build: versionInfo,
     authKeys: Redacted.make(settings.authKeys),
