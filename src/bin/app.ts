@@ -242,6 +242,18 @@ const listeningText = (listening: Listening): string => {
 }
 
 /**
+ * The store a node uses, as its ready line names it: the database server (PostgreSQL's host, port
+ * and database, never its user or password; DynamoDB's endpoint) or the SQLite file. An earlier
+ * version's dynalite store is named with the ports instead.
+ */
+const storageReadyPart = (role: Role, settings: Settings, store: string | undefined): ReadonlyArray<string> =>
+  usesStoreServer(settings)
+    ? [`storage ${storageDescription(settings)}`]
+    : opensSqlite(role, settings, store)
+    ? [`storage ${embeddedSqliteFile(settings)} (SQLite, no port)`]
+    : []
+
+/**
  * The one line that says a node is up: the URLs to use, and every port it listens on. `workers`:
  * the processes a supervisor started; `store`: the embedded store this process runs.
  */
@@ -254,7 +266,7 @@ export const readyLine = (role: Role, settings: Settings, options: { readonly wo
     ...(role === "autoconnect" ? [] : [consoleReadyPart(settings, endpoint)]),
     ...(role === "autoendpoint" && settings.console ? [consoleWebsocketPart(settings)] : []),
     ...(workers === 1 ? [] : [`${workers} workers`]),
-    ...(opensSqlite(role, settings, options.store) ? [`storage ${embeddedSqliteFile(settings)} (SQLite, no port)`] : []),
+    ...storageReadyPart(role, settings, options.store),
     `listening: ${listeningPorts(role, settings, workers, options.store).map(listeningText).join(", ")}`
   ]
   return `ready: ${parts.join(" · ")}`
@@ -307,7 +319,8 @@ export const connectionNodeOptions = (settings: Settings, role: Role = "autoconn
   socketLimits: socketLimitsOf(settings),
   shutdownTimeoutMs: ms(settings.shutdownTimeout),
   worker: WORKER?.index,
-  receiptRetentionSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle))
+  receiptRetentionSeconds: Math.floor(Duration.toSeconds(settings.receiptSubscriptionIdle)),
+  storageName: storageDescription(settings)
 })
 
 /** The client connection nodes reach each other with (pokes, stale-session kicks). */
@@ -385,6 +398,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
       maxCollectors: settings.receiptMaxCollectors
     },
     broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),
+    storageName: storageDescription(settings),
     version: versionInfo.version,
     build: versionInfo,
     authKeys: Redacted.make(settings.authKeys),

@@ -3,6 +3,7 @@
  * or, run again, a separate random key for `auth_keys`. To rotate, put the new key first in the list
  * and keep the old ones: `[new,old]`.
  */
+import "../../bin/require-node.js" // first: a Node too old for the sources stops here, before the rest loads
 import { generateFernetKey } from "../crypto/fernet.ts"
 
 const USAGE = `usage: autokey [--help]

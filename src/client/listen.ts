@@ -1,7 +1,8 @@
 /**
  * `push listen`: a push client on the command line. It connects to a connection node, says hello,
  * registers one channel (with a VAPID key when given: a v2 endpoint), makes its own keys and prints
- * the subscription JSON a sender needs; then prints every push decrypted and acks it.
+ * the subscription JSON a sender needs; then reports every push (decrypted, or plaintext from a push
+ * gateway) and acks it.
  *
  * With `--state FILE` the uaid, channel, keys and VAPID key are kept, so the subscription stays
  * valid across runs and pushes sent meanwhile (stored by the service) arrive on the next start.
@@ -109,14 +110,44 @@ const subscribe = (socket: PushSocket, options: ListenOptions, saved: State | un
     return { state, fresh: true }
   })
 
-/** A notification's text, or why it could not be decrypted. */
-const open = (keys: SubscriberKeys, frame: Frame): { readonly text: string } | { readonly error: string } => {
+/**
+ * What a notification frame holds: nothing (a push without payload), a text decrypted with our keys,
+ * a plaintext (`data` without an encoding: what a push gateway such as this server's Matrix gateway
+ * sends, unencrypted by design), or a payload our keys do not open.
+ */
+export type OpenedPush =
+  | { readonly kind: "empty" }
+  | { readonly kind: "decrypted"; readonly encoding: string; readonly text: string }
+  | { readonly kind: "plaintext"; readonly text: string }
+  | { readonly kind: "undecryptable"; readonly encoding: string; readonly error: string }
+
+export const openPush = (keys: SubscriberKeys, frame: Frame): OpenedPush => {
   const data = frame["data"]
-  if (typeof data !== "string" || data === "") return { text: "" }
+  if (typeof data !== "string" || data === "") return { kind: "empty" }
+  const headers = (frame["headers"] ?? {}) as PushHeaders
+  if (headers.encoding === undefined) return { kind: "plaintext", text: Buffer.from(data, "base64url").toString("utf8") }
   try {
-    return { text: decryptPush(keys, data, (frame["headers"] ?? {}) as PushHeaders).toString("utf8") }
+    return { kind: "decrypted", encoding: headers.encoding, text: decryptPush(keys, data, headers).toString("utf8") }
   } catch (error) {
-    return { error: error instanceof Error ? error.message : String(error) }
+    return { kind: "undecryptable", encoding: headers.encoding, error: error instanceof Error ? error.message : String(error) }
+  }
+}
+
+/** The ack code for a push: 100 delivered; 101 could not be decrypted (the service deletes it either way). */
+export const ackCodeOf = (opened: OpenedPush): 100 | 101 => (opened.kind === "undecryptable" ? 101 : 100)
+
+/** The line that reports a push, with its text: for people, on stderr. */
+export const pushReport = (opened: OpenedPush): string => {
+  const acked = `acked ${ackCodeOf(opened)}`
+  switch (opened.kind) {
+    case "empty":
+      return `push received (no payload), ${acked}`
+    case "decrypted":
+      return `push received (${opened.encoding}, ${opened.text.length} chars), ${acked}: ${opened.text}`
+    case "plaintext":
+      return `push received (plaintext, ${opened.text.length} chars: not encrypted, as a push gateway such as Matrix's sends it), ${acked}: ${opened.text}`
+    case "undecryptable":
+      return `push received (${opened.encoding}) but not decrypted: ${opened.error}; ${acked}`
   }
 }
 
@@ -138,9 +169,10 @@ export const reconnectDelayMs = (failures: number, random: number): number => {
 }
 
 /**
- * Stdout: the subscription JSON on one line, then each push's text on its own line (a push without
- * payload as an empty line); a new subscription (the server forgot this one) on its own line again.
- * Stderr: what happens, for people. Once subscribed, a lost connection (a server restart) is
+ * Stdout: the subscription JSON on one line, and nothing else, so that `listen > FILE` makes FILE a
+ * subscription `send --subscription FILE` takes; a new subscription (the server forgot this one) on
+ * a line of its own again (`send` reads a file's last line). Stderr: what happens, for people, with
+ * each push's report and text (`pushReport`). Once subscribed, a lost connection (a server restart) is
  * connected again with the same uaid and keys, so the subscription stays valid: after 1 s, then
  * after twice as long each time it fails again, up to 60 s (`reconnectDelayMs`); a connection that
  * gets as far as its subscription starts the count over.
@@ -183,19 +215,9 @@ export const listen = (options: ListenOptions): Effect.Effect<void, ToolFailure 
           continue
         }
         if (frame["messageType"] !== "notification" || typeof frame["version"] !== "string") continue
-        const opened = open(state.keys, frame)
-        const encoding = (frame["headers"] as PushHeaders | undefined)?.encoding ?? "no payload"
-        if ("text" in opened) {
-          yield* Console.log(opened.text)
-          yield* Console.error(`push received (${encoding}, ${opened.text.length} chars), acked`)
-        } else {
-          yield* Console.error(`push received but not decrypted (${encoding}): ${opened.error}; acked with code 101`)
-        }
-        // 100: delivered; 101: could not be decrypted (the service deletes it either way).
-        yield* socket.send({
-          messageType: "ack",
-          updates: [{ channelID: frame["channelID"], version: frame["version"], code: "text" in opened ? 100 : 101 }]
-        })
+        const opened = openPush(state.keys, frame)
+        yield* Console.error(pushReport(opened))
+        yield* socket.send({ messageType: "ack", updates: [{ channelID: frame["channelID"], version: frame["version"], code: ackCodeOf(opened) }] })
         progress.received++
       }
     }))

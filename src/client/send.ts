@@ -26,10 +26,24 @@ interface SendOptions {
   readonly receipt?: string | undefined
 }
 
+/**
+ * The JSON of a subscription text. Lines of JSON, each a subscription, are what `listen > FILE` saves
+ * when it had to subscribe again (the server forgot the first): the last line is the one in use.
+ */
+const subscriptionJson = (text: string): unknown => {
+  try {
+    return JSON.parse(text)
+  } catch (error) {
+    const lines = text.trim().split("\n")
+    if (lines.length < 2) throw error
+    return JSON.parse(lines[lines.length - 1]!)
+  }
+}
+
 /** A subscription as `PushSubscription.toJSON()` gives it: `endpoint` and `keys.p256dh`/`keys.auth`. */
 export const parseSubscription = (text: string, from: string): Effect.Effect<PushSubscription, UsageError> =>
   Effect.try({
-    try: () => JSON.parse(text) as unknown,
+    try: () => subscriptionJson(text),
     catch: () => new UsageError({ message: `the subscription (${from}) is not JSON` })
   }).pipe(Effect.flatMap((value) => {
     const s = value as { endpoint?: unknown; keys?: { p256dh?: unknown; auth?: unknown } } | null

@@ -33,6 +33,7 @@ import { type Counter, Metrics } from "../observability/Metrics.ts"
 import { METRICS } from "../observability/catalog.ts"
 import { portCounters } from "../observability/sockets.ts"
 import { routerObservability } from "../observability/observability.ts"
+import { storageHealthCause, UNNAMED_STORAGE } from "../observability/storageHealth.ts"
 import { type MailboxInput, textFrame } from "../protocol/inputs.ts"
 import type { InboxBound, InboxGate, Mailbox } from "../protocol/mailbox.ts"
 import {
@@ -88,6 +89,8 @@ export interface ConnectionNodeOptions extends SessionOptions {
   readonly worker?: number | undefined
   /** How long a receipt waits to be collected (s; default 7 days: `receipt_subscription_idle`). */
   readonly receiptRetentionSeconds?: number | undefined
+  /** How `/__heartbeat__` and `/health` name the store when it fails (`PostgreSQL at db:5432/autopush`; default "storage"). */
+  readonly storageName?: string | undefined
 }
 
 export class ConnectionNode extends Context.Service<ConnectionNode, {
@@ -120,7 +123,7 @@ export class ConnectionNode extends Context.Service<ConnectionNode, {
                   const bad = tables.find((t) => !t.ok)
                   return bad === undefined ? { ok: true } : { ok: false, cause: `${bad.table}: ${bad.cause ?? "unavailable"}` }
                 }),
-                Effect.catchTag("StorageError", (e) => Effect.succeed({ ok: false, cause: e.operation }))
+                Effect.catchTag("StorageError", (e) => Effect.succeed({ ok: false, cause: storageHealthCause(options.storageName ?? UNNAMED_STORAGE, e) }))
               )
             ),
           worker: options.worker,

@@ -1,6 +1,7 @@
 /**
  * Health and Dockerflow routes of the endpoint node (as autopush serves them): `/health` and
- * `/__heartbeat__` (version and storage checks; 503 when a table is not OK; the storage status is
+ * `/__heartbeat__` (version and storage checks; 503 when a table is not OK or the store fails, named
+ * as configured with the error; the storage status is
  * read at most once per `TABLE_STATUS_TTL_MS` per process, so a flood of them costs the store
  * nothing more), `/__lbheartbeat__`,
  * `/__version__`, `/status`, `/__error__` (the operators' log check: an error log line, 418/999),
@@ -10,6 +11,7 @@ import * as Effect from "effect/Effect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { Bridges } from "../bridges/Bridges.ts"
 import { LogCheck } from "../domain/errors.ts"
+import { storageHealthCause, UNNAMED_STORAGE } from "../observability/storageHealth.ts"
 import { Storage, type TableStatus } from "../storage/Storage.ts"
 import { cachedTableStatus } from "../storage/tableKeeper.ts"
 import type { EndpointOptions } from "./options.ts"
@@ -49,7 +51,7 @@ export const makeHealthHandlers = Effect.fnUntraced(function*(options: EndpointO
     }
   }).pipe(
     Effect.catchTag("StorageError", (error) => {
-      const down: CheckStatus = { status: "NOT OK", cause: String(error.cause) }
+      const down: CheckStatus = { status: "NOT OK", cause: storageHealthCause(options.storageName ?? UNNAMED_STORAGE, error) }
       return Effect.succeed({ router_table: down, message_table: down })
     }),
     Effect.map((tables): HealthDocument => ({

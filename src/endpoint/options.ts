@@ -74,6 +74,8 @@ export interface EndpointOptions {
   readonly receipts?: ReceiptOptions | undefined
   /** The web console at `GET /`; undefined: not served. */
   readonly console?: ConsoleOptions | undefined
+  /** How `/__heartbeat__` and `/health` name the store when it fails (`PostgreSQL at db:5432/autopush`; default "storage"). */
+  readonly storageName?: string | undefined
   /** How long `/__heartbeat__` and `/health` reuse the tables' status (ms; default `TABLE_STATUS_TTL_MS`, 5 s; 0: read it on every request). */
   readonly tableStatusTtlMs?: number | undefined
   /** `/__version__` extras (Dockerflow `version.json`). */

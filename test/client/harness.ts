@@ -36,45 +36,66 @@ export const runPush = (cwd: string, args: ReadonlyArray<string>, input = "", ti
 export interface Listener {
   readonly subscription: { readonly endpoint: string; readonly keys: { readonly p256dh: string; readonly auth: string } }
   readonly subscriptionText: string
-  /** The next line printed after those already taken. */
-  readonly nextLine: (timeoutMs?: number) => Promise<string>
+  /**
+   * The text of the next push reported (on stderr) after those already taken: what follows
+   * "acked 100: ", "" for a push without payload, the whole report for another (not decrypted).
+   */
+  readonly nextPush: (timeoutMs?: number) => Promise<string>
+  /** The lines printed on stdout so far. */
   readonly lines: () => ReadonlyArray<string>
   readonly stderr: () => string
   readonly stop: () => Promise<void>
+}
+
+/** A push report's text (see `Listener.nextPush`). */
+const pushText = (report: string): string => {
+  const acked = report.match(/, acked 100(?:: (.*))?$/)
+  return acked === null ? report : acked[1] ?? ""
 }
 
 /** `push listen args…` in `cwd`, in the background, once it has printed its subscription. */
 export const startListen = (cwd: string, args: ReadonlyArray<string>): Promise<Listener> => {
   const child: ChildProcess = spawn(process.execPath, [join(root, "src/bin/push.ts"), "listen", ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] })
   const lines: Array<string> = []
-  let partial = ""
+  const reports: Array<string> = []
+  const partial = { stdout: "", stderr: "" }
   let stderr = ""
   let taken = 0
   const wakers = new Set<() => void>()
+  /** The complete lines of a stream's next chunk, the rest kept for the next. */
+  const linesOf = (stream: "stdout" | "stderr", chunk: Buffer): Array<string> => {
+    const parts = (partial[stream] + chunk.toString()).split("\n")
+    partial[stream] = parts.pop() ?? ""
+    return parts
+  }
   child.stdout?.on("data", (chunk: Buffer) => {
-    const parts = (partial + chunk.toString()).split("\n")
-    partial = parts.pop() ?? ""
-    lines.push(...parts)
+    lines.push(...linesOf("stdout", chunk))
     for (const wake of wakers) wake()
   })
-  child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()))
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString()
+    reports.push(...linesOf("stderr", chunk).filter((line) => line.startsWith("push received (")))
+    for (const wake of wakers) wake()
+  })
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
-  const nextLine = (timeoutMs = 10_000) =>
-    new Promise<string>((resolve, reject) => {
+  const waitFor = <A>(what: string, ready: () => A | undefined, timeoutMs: number) =>
+    new Promise<A>((resolve, reject) => {
       const check = () => {
-        if (taken < lines.length) {
+        const value = ready()
+        if (value !== undefined) {
           wakers.delete(check)
           clearTimeout(timer)
-          resolve(lines[taken++]!)
+          resolve(value)
         }
       }
       const timer = setTimeout(() => {
         wakers.delete(check)
-        reject(new Error(`listen printed no line within ${timeoutMs} ms; stdout ${JSON.stringify(lines)}, stderr ${stderr}`))
+        reject(new Error(`listen printed no ${what} within ${timeoutMs} ms; stdout ${JSON.stringify(lines)}, stderr ${stderr}`))
       }, timeoutMs)
       wakers.add(check)
       check()
     })
+  const nextPush = (timeoutMs = 10_000) => waitFor("push report", () => (taken < reports.length ? pushText(reports[taken++]!) : undefined), timeoutMs)
   const stop = async () => {
     if (child.exitCode === null) child.kill("SIGINT")
     await exited
@@ -84,11 +105,11 @@ export const startListen = (cwd: string, args: ReadonlyArray<string>): Promise<L
     for (let i = 0; i < 100 && !stderr.includes("waiting for pushes"); i++) await new Promise((r) => setTimeout(r, 20))
     return first
   }
-  return nextLine(20_000).then(withStderr).then(
+  return waitFor("subscription", () => lines[0], 20_000).then(withStderr).then(
     (first) => ({
       subscription: JSON.parse(first) as Listener["subscription"],
       subscriptionText: first,
-      nextLine,
+      nextPush,
       lines: () => lines,
       stderr: () => stderr,
       stop

@@ -69,12 +69,20 @@ describe("push listen / send / vapid-keys", () => {
         const [status, location] = sent.stdout.trim().split("\n")
         assert.strictEqual(status, "201 Created")
         assert.match(location!, new RegExp(`^Location: ${deployment.endpointUrl}/m/`))
-        assert.strictEqual(await listener.nextLine(), c.text)
+        assert.strictEqual(await listener.nextPush(), c.text)
       }
       const empty = await push(["send", "--subscription", listener.subscriptionText])
       assert.strictEqual(empty.code, 0, empty.stderr)
-      assert.strictEqual(await listener.nextLine(), "", "a push without payload prints an empty line")
+      assert.strictEqual(await listener.nextPush(), "", "a push without payload has no text")
       assert.include(listener.stderr(), "push received (aesgcm, ")
+      assert.include(listener.stderr(), "push received (no payload), acked 100\n")
+      // What `listen > FILE` saves is still a subscription after the pushes: they are reported on stderr.
+      assert.deepStrictEqual(listener.lines(), [listener.subscriptionText], "stdout holds the subscription only")
+      const saved = join(scratch, "listen-stdout.json")
+      writeFileSync(saved, listener.lines().join("\n") + "\n")
+      const again = await push(["send", "--subscription", saved, "to the saved stdout"])
+      assert.strictEqual(again.code, 0, again.stdout + again.stderr)
+      assert.strictEqual(await listener.nextPush(), "to the saved stdout")
     } finally {
       await listener.stop()
     }
@@ -88,7 +96,7 @@ describe("push listen / send / vapid-keys", () => {
       for (const encoding of ["aes128gcm", "aesgcm"]) {
         const sent = await push(["send", "--subscription", listener.subscriptionText, "--vapid", vapidFile, "--encoding", encoding, `signed ${encoding}`])
         assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
-        assert.strictEqual(await listener.nextLine(), `signed ${encoding}`)
+        assert.strictEqual(await listener.nextPush(), `signed ${encoding}`)
         // The key file's subject is a real contact: only the drafts (aesgcm, signed as the draft's
         // WebPush scheme by web-push) are warned of, which Apple's service refuses.
         if (encoding === "aesgcm") assert.match(sent.stderr, /^Autopush-Warning: vapid-draft-scheme "[^"]+", aesgcm "/m, sent.stderr)
@@ -113,19 +121,38 @@ describe("push listen / send / vapid-keys", () => {
         const sent = await push(["send", "--subscription", listener.subscriptionText, "--urgency", urgency, text])
         assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
       }
-      assert.strictEqual(await listener.nextLine(), "urgent", "the low one is held")
+      assert.strictEqual(await listener.nextPush(), "urgent", "the low one is held")
     } finally {
       await listener.stop()
     }
     const next = await listen(["--server", deployment.wsUrl, "--state", state, "--min-urgency", "very-low"])
     try {
-      assert.strictEqual(await next.nextLine(), "can wait")
+      assert.strictEqual(await next.nextPush(), "can wait")
     } finally {
       await next.stop()
     }
     const bad = await push(["listen", "--min-urgency", "soon"])
     assert.strictEqual(bad.code, 2)
     assert.include(bad.stderr, "--min-urgency must be one of very-low, low, normal, high")
+  })
+
+  live("a Matrix gateway push (plaintext by design) is reported as plaintext with its JSON, and acked 100", async () => {
+    const listener = await listen(["--server", deployment.wsUrl])
+    try {
+      const notification = { event_id: "$event", room_id: "!room:example.com", counts: { unread: 1 }, prio: "high" }
+      const res = await fetch(`${deployment.endpointUrl}/_matrix/push/v1/notify`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ notification: { ...notification, devices: [{ app_id: "im.example", pushkey: listener.subscription.endpoint }] } })
+      })
+      assert.deepStrictEqual([res.status, await res.json()], [200, { rejected: [] }])
+      const text = await listener.nextPush()
+      assert.deepStrictEqual(JSON.parse(text), { notification })
+      assert.match(listener.stderr(), /^push received \(plaintext, \d+ chars: not encrypted, as a push gateway such as Matrix's sends it\), acked 100: \{/m)
+      assert.notInclude(listener.stderr(), "not decrypted")
+    } finally {
+      await listener.stop()
+    }
   })
 
   live("listen --server at an HTTP port says what --server takes", async () => {
@@ -146,14 +173,14 @@ describe("push listen / send / vapid-keys", () => {
     try {
       assert.strictEqual(second.subscriptionText, first.subscriptionText)
       assert.include(second.stderr(), "subscription restored")
-      assert.strictEqual(await second.nextLine(), "while you were away")
+      assert.strictEqual(await second.nextPush(), "while you were away")
     } finally {
       await second.stop()
     }
     const third = await listen(["--server", deployment.wsUrl, "--state", state])
     try {
       await new Promise((resolve) => setTimeout(resolve, 1_000))
-      assert.deepStrictEqual(third.lines(), [third.subscriptionText], "the acked push is not sent again")
+      assert.notInclude(third.stderr(), "push received", "the acked push is not sent again")
     } finally {
       await third.stop()
     }
@@ -196,9 +223,9 @@ describe("push listen / send / vapid-keys", () => {
       await deployment.restart()
       const sent = await push(["send", "--subscription", listener.subscriptionText, "after the restart"])
       assert.strictEqual(sent.code, 0, sent.stdout + sent.stderr)
-      assert.strictEqual(await listener.nextLine(20_000), "after the restart")
+      assert.strictEqual(await listener.nextPush(20_000), "after the restart")
       assert.match(listener.stderr(), /connecting again in \d+\.\d s/)
-      assert.deepStrictEqual(listener.lines().slice(0, 1), [listener.subscriptionText], "the subscription is printed once")
+      assert.deepStrictEqual(listener.lines(), [listener.subscriptionText], "the subscription is printed once")
     } finally {
       await listener.stop()
     }

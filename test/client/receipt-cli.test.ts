@@ -55,7 +55,7 @@ describe("push send --receipt", () => {
       assert.match(line ?? "", /^Receipt: acknowledged — delivered \d+ ms, acknowledged \d+ ms after the push \(code 100\)$/)
       assert.deepStrictEqual([document?.["message"], document?.["state"], document?.["status"], document?.["code"]], [location, "acknowledged", 410, 100])
       assert.match(sent.stderr, new RegExp(`waiting up to 60 s for the receipt \\(at ${deployment.endpointUrl}/receipts/`))
-      assert.strictEqual(await listener.nextLine(), "with a receipt")
+      assert.strictEqual(await listener.nextPush(), "with a receipt")
     } finally {
       await listener.stop()
     }

@@ -96,8 +96,8 @@ describe("precedence: defaults < ini < environment < flags", () => {
   it.effect("a secret from a file: KEY_FILE (Docker and systemd secrets), for every name of every secret option", () =>
     Effect.gen(function*() {
       const box = sandbox()
-      const keys = box.write("secrets/crypto_keys", `${KEY1},${KEY2}\n`)
-      const auth = box.write("secrets/auth", "one,two")
+      const keys = box.write(join(box.cwd, "secrets/crypto_keys"), `${KEY1},${KEY2}\n`)
+      const auth = box.write(join(box.cwd, "secrets/auth"), "one,two")
       const s = yield* box.load("autoendpoint", { env: { AUTOEND__CRYPTO_KEYS_FILE: keys, AUTOPUSH__AUTH_KEYS_FILE: auth } })
       assert.deepStrictEqual(s.cryptoKey, [KEY1, KEY2], "one trailing newline dropped")
       assert.deepStrictEqual(s.authKeys, ["one", "two"])

@@ -57,9 +57,20 @@ describe("ready line", () => {
         readyLine("autopush", settings),
         `· storage ${join(settings.dataDir, "autopush.sqlite")} (SQLite, no port) · listening: WebSocket on 0.0.0.0:8080, Web Push API on 0.0.0.0:8082, router on 127.0.0.1:8081 (private)`
       )
-      // On DynamoDB there is no store of its own to name.
-      const onDynamo = yield* sandbox().load("autopush", { argv: ["--storage-endpoint", "http://127.0.0.1:8000"] })
-      assert.notInclude(readyLine("autopush", onDynamo), "storage")
+    }))
+
+  it.effect("a node on a database server names it: PostgreSQL's host, port and database (never its user or password), DynamoDB's endpoint", () =>
+    Effect.gen(function*() {
+      const box = sandbox()
+      const dsn = "postgres://autopush:s3cret-pw@db.internal:5432/pushes?sslmode=verify-full"
+      for (const role of ["autoconnect", "autoendpoint", "autopush"] as const) {
+        const line = readyLine(role, yield* box.load(role, { argv: ["--db-dsn", dsn] }))
+        assert.include(line, " · storage PostgreSQL at db.internal:5432/pushes · listening: ", role)
+        for (const secret of ["s3cret-pw", "autopush@", "sslmode"]) assert.notInclude(line, secret, role)
+      }
+      const onDynamo = readyLine("autoconnect", yield* box.load("autoconnect", { argv: ["--storage-endpoint", "http://10.0.0.7:8000"] }))
+      assert.include(onDynamo, " · storage DynamoDB at http://10.0.0.7:8000 · listening: ")
+      assert.notInclude(onDynamo, "SQLite")
     }))
 
   it.effect("a node on its own: a private port bound to every interface is not called private; private_bind_host makes it so", () =>

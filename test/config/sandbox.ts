@@ -1,7 +1,7 @@
 /** Real temp directories standing in for /etc, $HOME and the working directory. */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { dirname, join } from "node:path"
+import { dirname, isAbsolute, join } from "node:path"
 import { Effect } from "effect"
 import { afterAll } from "@effect/vitest"
 import { loadSettings } from "../../src/config/load.ts"
@@ -19,7 +19,7 @@ export interface Sandbox {
   readonly etc: string
   readonly home: string
   readonly cwd: string
-  /** Writes a file (parents created) and returns its path. */
+  /** Writes a file (parents created) and returns its path: an absolute one, in the sandbox's directories. */
   readonly write: (path: string, text: string) => string
   readonly load: (role: Role, options?: { argv?: ReadonlyArray<string>; env?: LoadInput["env"] }) => Effect.Effect<Settings, ConfigError | HelpRequested>
   /** The error of a load that must fail (a load that succeeds fails the test with its settings). */
@@ -34,6 +34,8 @@ export const sandbox = (): Sandbox => {
     return path
   }) as [string, string, string]
   const write = (path: string, text: string) => {
+    // A relative path would land in the test process's working directory: the repository.
+    if (!isAbsolute(path) || !path.startsWith(dir)) throw new Error(`sandbox.write takes a path in the sandbox (etc, home or cwd), not ${path}`)
     mkdirSync(dirname(path), { recursive: true })
     writeFileSync(path, text)
     return path

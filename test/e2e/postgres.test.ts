@@ -120,6 +120,53 @@ describePostgres("separate nodes on PostgreSQL", (dsn) => {
       await onSecond.ws.close()
     }, 90_000)
 
+    it("each node's ready line names the database (host, port, database, never the password); while the server is down both nodes' health names PostgreSQL and the error, OK once it is back", async () => {
+      const cluster = await privatePostgres()
+      try {
+        const deployment = await startOnPostgres(cluster.dsn)
+        try {
+          const url = new URL(deployment.storageDsn)
+          const ready = deployment.output.flatMap((line) => {
+            const msg = line.startsWith("{") ? (JSON.parse(line) as { Fields: { msg: string } }).Fields.msg : ""
+            return msg.startsWith("ready: ") ? [msg] : []
+          })
+          expect(ready, deployment.output.join("\n")).toHaveLength(2)
+          for (const line of ready) {
+            expect(line).toContain(` · storage PostgreSQL at ${url.host}${url.pathname} · `)
+            // The test server's password is its database's name: the user's part of the URL is what must not show.
+            expect(line).not.toContain(`${url.username}:${url.password}`)
+            expect(line).not.toContain("@")
+          }
+          const heartbeats = async () =>
+            Promise.all([`${deployment.endpointUrl}/__heartbeat__`, `${deployment.routerUrl}/__heartbeat__`].map(async (route) => {
+              const res = await fetch(route)
+              return { status: res.status, body: await res.json() as Record<string, { cause?: string }> }
+            }))
+          const settled = async (status: number) => {
+            const deadline = Date.now() + 20_000
+            for (let seen = await heartbeats(); ; seen = await heartbeats()) {
+              if (seen.every((h) => h.status === status) || Date.now() > deadline) return seen
+              await new Promise((r) => setTimeout(r, 250))
+            }
+          }
+          cluster.stop()
+          const [endpoint, connection] = await settled(503)
+          const cause = new RegExp(`^PostgreSQL at ${url.host.replaceAll(".", "\\.")}${url.pathname} is unavailable: \\S`)
+          expect(endpoint!.status).toBe(503)
+          expect(endpoint!.body["router_table"]?.cause).toMatch(cause)
+          expect(endpoint!.body["message_table"]?.cause).toMatch(cause)
+          expect(connection!.status).toBe(503)
+          expect(connection!.body["storage"]?.cause).toMatch(cause)
+          cluster.start()
+          expect((await settled(200)).map((h) => h.status)).toEqual([200, 200])
+        } finally {
+          await deployment.stop()
+        }
+      } finally {
+        cluster.remove()
+      }
+    }, 90_000)
+
     it("the server stopped for 10 s under load and started again: every push answered 201 or 503, every 201 delivered exactly once, hellos meanwhile closed and resumed after", async () => {
       const cluster = await privatePostgres()
       /** How each hello said while the server was down ended. */

@@ -56,7 +56,7 @@ describe("endpoint server", () => {
         const body = reply.json()
         assert.strictEqual(body.status, "ERROR")
         assert.strictEqual(body.router_table.status, "NOT OK")
-        assert.strictEqual(body.message_table.cause, "injected fault")
+        assert.strictEqual(body.message_table.cause, "storage is unavailable: injected fault")
       }))
 
     it.effect("/__heartbeat__ is 503 naming the table while next month's message table is missing, 200 once it is back", () =>

@@ -86,6 +86,7 @@ describe("web console", () => {
       await page.click("#send-button")
       await page.waitForFunction(`[...document.querySelectorAll("#received li .text")].some((e) => e.textContent === ${JSON.stringify(message)})`, { timeout: 15_000 })
       assert.match(await text(page, "#send-result"), new RegExp(`^202 .*Location: ${deployment.endpointUrl}/m/`))
+      assert.notInclude(await text(page, "#send-result"), "Autopush-Warning", "the console's own VAPID contact draws no warning")
       assert.include(await text(page, "#received li .meta"), "topic greeting · urgency high · aes128gcm · acked")
       // Its receipt: the page's own client acked it.
       await sentState(page, message, "acknowledged")

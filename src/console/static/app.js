@@ -4,7 +4,7 @@
 // ever goes into the page as textContent.
 import { pageProblem } from "./checks.js"
 import { createReceiptSubscription, describeSteps, isFinal, receiptHeaders } from "./receipts.js"
-import { decryptPush, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, sendPush, vapidAuthorization } from "./webpush.js"
+import { CONSOLE_VAPID_SUBJECT, decryptPush, makeSubscriberKeys, makeVapidKeys, maxPlaintextBytes, sendPush, vapidAuthorization } from "./webpush.js"
 
 const $ = (id) => document.getElementById(id)
 const decoder = new TextDecoder()
@@ -311,14 +311,14 @@ const send = async (event) => {
     if ($("send-urgency").value !== "") headers.Urgency = $("send-urgency").value
     if ($("send-vapid").checked) {
       vapid ??= await makeVapidKeys()
-      headers.Authorization = await vapidAuthorization(vapid, state.subscription.endpoint, `mailto:console@${location.hostname || "localhost"}`)
+      headers.Authorization = await vapidAuthorization(vapid, state.subscription.endpoint, CONSOLE_VAPID_SUBJECT)
     }
     const { response: res, problem } = await sendPush(state.subscription, plaintext, headers)
     if (problem === undefined) {
       const location = res.headers.get("location") ?? ""
       rememberSent(location.slice(location.lastIndexOf("/m/") + 3), { topic: headers.Topic, urgency: headers.Urgency })
       const warning = res.headers.get("autopush-warning")
-      // What another push service (Apple's) would refuse of this push: this page's VAPID subject on localhost, for one.
+      // What another push service (Apple's) would refuse of this push (none of the page's own making).
       result.textContent = `${res.status} ${res.statusText || (res.status === 202 ? "Accepted" : "Created")} · Location: ${location || "—"}` +
         (warning === null ? "" : ` · Autopush-Warning: ${warning}`)
       // 202: the push asked for a receipt (201: it went without).

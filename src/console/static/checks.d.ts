@@ -5,3 +5,4 @@ export interface PageContext {
   readonly location: { readonly href: string }
 }
 export declare const pageProblem: (page: PageContext, websocketUrl: string | undefined) => string | undefined
+export declare const subscribeProblem: (error: unknown) => string

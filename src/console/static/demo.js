@@ -1,5 +1,6 @@
 // The browser check: subscribe with the browser's own Push API, show whose push service made the
 // endpoint, and send the subscription a push (encrypted here, as an application server would).
+import { subscribeProblem } from "./checks.js"
 import { sendPush } from "./webpush.js"
 
 const $ = (id) => document.getElementById(id)
@@ -19,7 +20,7 @@ const show = (json) => {
     verdict(`This browser's push service is this server: its endpoint is on ${origin}.`)
     $("demo-send").disabled = false
   } else {
-    verdict(`This browser uses another push service (its endpoint is on ${origin}). Point it at this server first (Firefox: dom.push.serverURL).`, true)
+    verdict(`This browser uses another push service (its endpoint is on ${origin}), so this check cannot go further. Point it at this server first (Firefox: dom.push.serverURL), or use the console at / instead: it is a push client in the page.`, true)
   }
   document.body.dataset.state = "subscribed"
 }
@@ -31,7 +32,7 @@ const subscribe = async () => {
     const existing = await registration.pushManager.getSubscription()
     show((existing ?? (await registration.pushManager.subscribe({ userVisibleOnly: true }))).toJSON())
   } catch (error) {
-    verdict(`The browser refused to subscribe: ${error.message}`, true)
+    verdict(subscribeProblem(error), true)
     $("demo-subscribe").disabled = false
   }
 }
@@ -68,7 +69,7 @@ const start = async () => {
   const registration = await navigator.serviceWorker.ready
   const existing = await registration.pushManager.getSubscription()
   if (existing !== null) return show(existing.toJSON())
-  verdict("Not subscribed yet.")
+  verdict("Not subscribed yet. Subscribing asks the browser's push service for an endpoint: on this server only when the browser is pointed at it (see above).")
   $("demo-subscribe").disabled = false
   document.body.dataset.state = "ready"
 }

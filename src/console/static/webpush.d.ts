@@ -25,3 +25,4 @@ export declare const decryptPush: (
 ) => Promise<Uint8Array>
 export declare const makeVapidKeys: () => Promise<PageVapidKeys>
 export declare const vapidAuthorization: (vapid: PageVapidKeys, endpoint: string, subject: string) => Promise<string>
+export declare const CONSOLE_VAPID_SUBJECT: string

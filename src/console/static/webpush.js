@@ -176,6 +176,14 @@ export const makeVapidKeys = async () => {
 }
 
 /**
+ * The contact the console signs its own pushes with. A contact at the page's host would be
+ * `localhost` on a laptop, which this server warns of (vapid-sub-local: Apple's push service refuses
+ * it); the console's pushes only ever go to its own server, so a placeholder at a domain that
+ * exists (example.com, reserved for examples) is honest and draws no warning.
+ */
+export const CONSOLE_VAPID_SUBJECT = "mailto:console@example.com"
+
+/**
  * The `Authorization: vapid t=…, k=…` header for a push to `endpoint`: an ES256 JWT whose `aud` is
  * the endpoint's origin, valid 12 hours.
  * @param {{privateKey: CryptoKey, publicKey: string}} vapid
