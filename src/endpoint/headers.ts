@@ -6,7 +6,7 @@
  * they run on every push, with no Effect to evaluate).
  */
 import * as Result from "effect/Result"
-import { InvalidCryptoHeaders, InvalidTopic, InvalidUrgency, MissingTtl, NegativeTtl } from "../domain/errors.ts"
+import { EncryptionHeaderTooLarge, InvalidCryptoHeaders, InvalidTopic, InvalidUrgency, MissingTtl, NegativeTtl } from "../domain/errors.ts"
 import { URGENCIES, type Urgency } from "../domain/notification.ts"
 
 /** Request headers as the HTTP server hands them over: lower-case names. */
@@ -173,6 +173,29 @@ const encodingRules: Readonly<Record<string, (h: EncryptionHeaders) => InvalidCr
   aes128gcm: (h) =>
     forbidItem("aes128gcm Encryption", h["encryption"], "salt") ??
       forbidItem("aes128gcm Crypto-Key", h["crypto_key"], "dh")
+}
+
+/**
+ * The longest `Encryption`, `Crypto-Key` or `Encryption-Key` a push may have, in characters (one per
+ * byte for these ASCII headers). Real ones are under 200: an `aesgcm` `Crypto-Key` with `dh=` and the
+ * VAPID draft's `p256ecdsa=` (two 87-character keys) is the longest. These headers are stored and
+ * delivered with the message, so the bound keeps what one message stores near its body's size
+ * rather than at the header list's (64 KiB over HTTP/2).
+ */
+export const MAX_ENCRYPTION_HEADER_LENGTH = 512
+
+/** The request headers that are stored with a message, by their name on the wire. */
+const STORED_HEADERS = [["encryption", "Encryption"], ["crypto-key", "Crypto-Key"], ["encryption-key", "Encryption-Key"]] as const
+
+/** Each stored encryption header at most `MAX_ENCRYPTION_HEADER_LENGTH` (400/120), body or not. */
+export const encryptionHeaderLengthsOf = (headers: RequestHeaders): Result.Result<void, EncryptionHeaderTooLarge> => {
+  for (const [key, name] of STORED_HEADERS) {
+    const value = headers[key]
+    if (value !== undefined && value.length > MAX_ENCRYPTION_HEADER_LENGTH) {
+      return Result.fail(new EncryptionHeaderTooLarge({ message: `The ${name} header must be at most ${MAX_ENCRYPTION_HEADER_LENGTH} bytes` }))
+    }
+  }
+  return Result.succeed(undefined)
 }
 
 /**
