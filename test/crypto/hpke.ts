@@ -5,7 +5,16 @@
  * sizes) and to open it again on the receiving side: the service carries it without decrypting.
  * A message is the KEM's `enc` (32 bytes) followed by the sealed payload.
  */
-import { createCipheriv, createDecipheriv, createHmac, createPublicKey, diffieHellman, generateKeyPairSync, type KeyObject } from "node:crypto"
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHmac,
+  createPrivateKey,
+  createPublicKey,
+  diffieHellman,
+  generateKeyPairSync,
+  type KeyObject
+} from "node:crypto"
 
 const KEM_ID = 0x0020
 const KDF_ID = 0x0001
@@ -40,6 +49,9 @@ const EMPTY = Buffer.alloc(0)
 
 const rawPublic = (key: KeyObject): Buffer => Buffer.from(key.export({ format: "jwk" }).x ?? "", "base64url")
 const publicFromRaw = (raw: Buffer): KeyObject => createPublicKey({ key: { kty: "OKP", crv: "X25519", x: raw.toString("base64url") }, format: "jwk" })
+/** The PKCS #8 form of a raw X25519 private key: this fixed prefix, then the key. */
+const PKCS8_X25519 = Buffer.from("302e020100300506032b656e04220420", "hex")
+const privateFromRaw = (raw: Buffer): KeyObject => createPrivateKey({ key: Buffer.concat([PKCS8_X25519, raw]), format: "der", type: "pkcs8" })
 
 /** The KEM's shared secret of `dh`, bound to both public keys. */
 const sharedSecret = (dh: Buffer, enc: Buffer, recipient: Buffer) => {
@@ -61,21 +73,23 @@ const keySchedule = (shared: Buffer, info: Buffer) => {
 export interface HpkeRecipient {
   /** Raw X25519 public key (what a subscription would hand the application server). */
   readonly publicKey: Buffer
-  /** The plaintext of a message sealed to this recipient with `info` (throws when it does not open). */
-  readonly open: (message: Buffer, info: Buffer) => Buffer
+  /** The plaintext of a message sealed to this recipient with `info` and `aad` (throws when it does not open). */
+  readonly open: (message: Buffer, info: Buffer, aad?: Buffer) => Buffer
 }
 
-export const hpkeRecipient = (): HpkeRecipient => {
-  const { privateKey, publicKey } = generateKeyPairSync("x25519")
-  const raw = rawPublic(publicKey)
+/** A new recipient, or the one of a raw X25519 private key. */
+export const hpkeRecipient = (secret?: Buffer): HpkeRecipient => {
+  const privateKey = secret === undefined ? generateKeyPairSync("x25519").privateKey : privateFromRaw(secret)
+  const raw = rawPublic(createPublicKey(privateKey))
   return {
     publicKey: raw,
-    open: (message, info) => {
+    open: (message, info, aad = EMPTY) => {
       const enc = message.subarray(0, ENC_LENGTH)
       const sealed = message.subarray(ENC_LENGTH)
       const dh = diffieHellman({ privateKey, publicKey: publicFromRaw(enc) })
       const { key, nonce } = keySchedule(sharedSecret(dh, enc, raw), info)
       const decipher = createDecipheriv("aes-128-gcm", key, nonce)
+      decipher.setAAD(aad)
       decipher.setAuthTag(sealed.subarray(sealed.length - TAG_LENGTH))
       return Buffer.concat([decipher.update(sealed.subarray(0, sealed.length - TAG_LENGTH)), decipher.final()])
     }
