@@ -3,8 +3,8 @@
  * `notification.accepted.1` recorded, with a receipt folded into its row first) or the `ApiError`
  * of the first rule it breaks. The rules run in autopush's order (#1–#16 below), so that a request
  * that is wrong in several ways always gets the same error; this service adds one, #2b, before #3
- * reads `Crypto-Key`: the headers a message is stored with are bounded (400/120). What becomes of an accepted push:
- * `deliverPush.ts`.
+ * reads `Crypto-Key`: the headers a message is stored with are bounded (400/120). What becomes of
+ * an accepted push: `deliverPush.ts`.
  *
  * A storage failure is not answered here: it goes up as a `StorageError`, to the error edge.
  */
