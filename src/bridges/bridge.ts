@@ -78,17 +78,25 @@ export const checkBridgeSize = (size: number): Effect.Effect<void, PayloadTooLar
     : Effect.void
 
 /**
- * The data map (`chid`, and with a payload `body`, `con`, `enc`, `cryptokey`). What the client needs
- * to decrypt; too large once serialized → 413/104, saying by how much.
+ * The data map's key for each header a message is stored with: `con` the `Content-Encoding`, `enc`
+ * and `cryptokey` the `aesgcm` parameters, `cty` the content type of an HPKE message (which has no
+ * `con`: its absence, and `cty`, tell the client which scheme decrypts it).
+ */
+const DATA_MAP_KEYS = [["encoding", "con"], ["encryption", "enc"], ["crypto_key", "cryptokey"], ["content_type", "cty"]] as const
+
+/**
+ * The data map (`chid`, and with a payload `body` and the headers of `DATA_MAP_KEYS` it has). What
+ * the client needs to decrypt; too large once serialized → 413/104, saying by how much.
  */
 export const dataMapOf = (notification: Notification): Effect.Effect<Record<string, string>, PayloadTooLarge> => {
   const map: Record<string, string> = { chid: notification.channelId }
   const headers = notification.headers
   if (notification.data !== undefined && headers !== undefined) {
     map["body"] = notification.data
-    map["con"] = headers["encoding"] ?? ""
-    if (headers["encryption"] !== undefined) map["enc"] = headers["encryption"]
-    if (headers["crypto_key"] !== undefined) map["cryptokey"] = headers["crypto_key"]
+    for (const [header, key] of DATA_MAP_KEYS) {
+      const value = headers[header]
+      if (value !== undefined) map[key] = value
+    }
   }
   return Effect.as(checkBridgeSize(Buffer.byteLength(JSON.stringify(map))), map)
 }

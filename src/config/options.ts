@@ -371,7 +371,7 @@ export const options = {
   client_inbox_frames: opt("connection", integer(1), 64, "Frames from one client (any kind, acks too) waiting to be handled, at which its socket stops being read until half of them are handled; the client is not closed for it"),
   client_inbox_bytes: opt("connection", integer(1024), 262_144, "Bytes of the frames from one client waiting to be handled, at which its socket stops being read until half of them are handled"),
   // endpoint
-  max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes)"),
+  max_data_bytes: opt("endpoint", integer(1), 4096, "Largest notification body accepted (bytes); an HPKE message (Content-Type application/webpush-message, no Content-Encoding) may have 1024 more"),
   max_stored_per_subscription: opt("endpoint", integer(0), 100, "Messages one subscription may have stored, not yet received by its client; a further push to it is answered 429 (errno 119) with Retry-After, so that no sender alone can make a user pass msg_limit. 0 turns it off"),
   rate_limit_per_address: opt("endpoint", integer(0), 100, "Pushes per second one client address may send, sustained (token bucket; 0 turns it off; making and collecting receipt subscriptions, message status reads, cancels, registration API and broadcast admin calls and the log check count as pushes, taken before the request is read); beyond it 429/116 with Retry-After. Peers on the loopback are not limited by address unless listed in trusted_proxies"),
   rate_limit_burst_per_address: opt("endpoint", integer(1), 1000, "Pushes one client address may send at once after a quiet period"),

@@ -20,6 +20,11 @@ export class InvalidToken extends Data.TaggedError("InvalidToken")<{}> {}
 export class InvalidAuth extends Data.TaggedError("InvalidAuth")<{ readonly message: string }> {}
 /** 400/110: encryption headers (and the draft VAPID `Crypto-Key` key) missing or malformed. */
 export class InvalidCryptoHeaders extends Data.TaggedError("InvalidCryptoHeaders")<{ readonly message: string }> {}
+/**
+ * 400/120: an encryption header a push would be stored and delivered with (`Encryption`,
+ * `Crypto-Key`, `Encryption-Key`) is longer than any sender's real one may be.
+ */
+export class EncryptionHeaderTooLarge extends Data.TaggedError("EncryptionHeaderTooLarge")<{ readonly message: string }> {}
 /** 410/106: unknown user, unknown channel, or a user dropped for its router type. */
 export class NoSubscription extends Data.TaggedError("NoSubscription")<{ readonly message: string }> {}
 /** 410/105: the user vanished between storing the message and notifying its node. */
@@ -116,6 +121,7 @@ export type ApiError =
   | InvalidToken
   | InvalidAuth
   | InvalidCryptoHeaders
+  | EncryptionHeaderTooLarge
   | NoSubscription
   | UserDeletedDuringRouting
   | TooManyStored
@@ -186,6 +192,7 @@ const table: ErrorTable = {
   InvalidToken: { status: 404, errno: 102, message: fixed("Invalid token") },
   InvalidAuth: { status: 401, errno: 109, message: own },
   InvalidCryptoHeaders: { status: 400, errno: 110, message: own },
+  EncryptionHeaderTooLarge: { status: 400, errno: 120, message: own },
   NoSubscription: { status: 410, errno: 106, message: own },
   UserDeletedDuringRouting: { status: 410, errno: 105, message: fixed("User was deleted during routing") },
   TooManyStored: { status: 429, errno: 119, message: (e) => `Too many messages stored for this subscription, retry after ${e.retryAfter} s` },

@@ -27,7 +27,10 @@ export interface Notification {
   readonly receipt?: string | undefined
   /** Body as base64url without padding; absent for an empty POST. */
   readonly data?: string | undefined
-  /** Encryption headers, keys lower-case with `_` (`encoding`, `encryption`, `crypto_key`, `encryption_key`). */
+  /**
+   * Encryption headers, keys lower-case with `_` (`encoding`, `encryption`, `crypto_key`,
+   * `encryption_key`); an HPKE message has no `encoding`, only `content_type`.
+   */
   readonly headers?: Readonly<Record<string, string>> | undefined
   /**
    * The W3C trace context of the endpoint's routing span, on a direct delivery (the router-port hop

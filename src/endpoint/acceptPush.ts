@@ -2,8 +2,9 @@
  * The first step of a push: validation, from the request to an `AcceptedPush` (the message made,
  * `notification.accepted.1` recorded, with a receipt folded into its row first) or the `ApiError`
  * of the first rule it breaks. The rules run in autopush's order (#1–#16 below), so that a request
- * that is wrong in several ways always gets the same error. What becomes of an accepted push:
- * `deliverPush.ts`.
+ * that is wrong in several ways always gets the same error; this service adds one, #2b, before #3
+ * reads `Crypto-Key`: the headers a message is stored with are bounded (400/120). What becomes of
+ * an accepted push: `deliverPush.ts`.
  *
  * A storage failure is not answered here: it goes up as a `StorageError`, to the error edge.
  */
@@ -22,7 +23,7 @@ import { domainEvent, type EventData } from "../domain/events.ts"
 import type { Notification, Urgency } from "../domain/notification.ts"
 import { RecentMap } from "../platform/memo.ts"
 import type { StorageError } from "../storage/Storage.ts"
-import { encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
+import { encryptionHeaderLengthsOf, encryptionOf, type RequestHeaders, topicOf, ttlOf, urgencyOf } from "./headers.ts"
 import { endpointOrigin, type EndpointOptions } from "./options.ts"
 import type { PushRequest } from "./pushRequest.ts"
 import type { RateLimits } from "./rateLimits.ts"
@@ -194,7 +195,7 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   const origin = endpointOrigin(options.endpointUrl)
   const sortKeyMs = makeSortKeys()
 
-  /** The sender's address limit (before any work for the sender), #1 and #2. */
+  /** The sender's address limit (before any work for the sender), #1, #2 and #2b. */
   const tokenStage = (
     request: PushRequest,
     versionSegment: string | undefined,
@@ -207,7 +208,11 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
       if (Result.isFailure(limited)) return Result.fail(limited.failure)
     }
     const apiVersion = apiVersionOf(versionSegment)
-    return Result.isFailure(apiVersion) ? Result.fail(apiVersion.failure) : openToken(crypto, apiVersion.success, token)
+    if (Result.isFailure(apiVersion)) return Result.fail(apiVersion.failure)
+    const opened = openToken(crypto, apiVersion.success, token)
+    if (Result.isFailure(opened)) return opened
+    const lengths = encryptionHeaderLengthsOf(request.headers)
+    return Result.isFailure(lengths) ? Result.fail(lengths.failure) : opened
   }
 
   /** The VAPID key's limit (a verified key only: nobody drains another's), #5 and #6. */
@@ -258,7 +263,7 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   ): Effect.fn.Return<AcceptedPush, ApiError | StorageError> {
     const headers: RequestHeaders = request.headers
     const nowMs = clock.currentTimeMillisUnsafe()
-    const opened = yield* verdict(tokenStage(request, versionSegment, token, made, nowMs)) // #1, #2
+    const opened = yield* verdict(tokenStage(request, versionSegment, token, made, nowMs)) // #1, #2, #2b
     const verifying = vapidOf(headers, origin, nowMs)                                     // #3, #4
     const vapid = verifying === undefined ? undefined : yield* verifying
     const subscription = yield* verdict(signerStage(opened, vapid, nowMs))                // #5, #6

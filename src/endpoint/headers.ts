@@ -1,12 +1,12 @@
 /**
  * Every request header the Web Push API reads, parsed in one place:
  * `TTL`, `Topic`, the encryption headers (`Content-Encoding`, `Encryption`, `Crypto-Key`,
- * `Encryption-Key`) and the scheme/parameters of `Authorization`. Each check is a small function
- * whose `Result` is the parsed value or the error of its row in the validation table (plain values:
- * they run on every push, with no Effect to evaluate).
+ * `Encryption-Key`, and the `Content-Type` of an HPKE message) and the scheme/parameters of
+ * `Authorization`. Each check is a small function whose `Result` is the parsed value or the error of
+ * its row in the validation table (plain values: they run on every push, with no Effect to evaluate).
  */
 import * as Result from "effect/Result"
-import { InvalidCryptoHeaders, InvalidTopic, InvalidUrgency, MissingTtl, NegativeTtl } from "../domain/errors.ts"
+import { EncryptionHeaderTooLarge, InvalidCryptoHeaders, InvalidTopic, InvalidUrgency, MissingTtl, NegativeTtl } from "../domain/errors.ts"
 import { URGENCIES, type Urgency } from "../domain/notification.ts"
 
 /** Request headers as the HTTP server hands them over: lower-case names. */
@@ -139,7 +139,7 @@ export const urgencyOf = (headers: RequestHeaders): Result.Result<Urgency | unde
     : Result.fail(new InvalidUrgency())
 }
 
-/** Encryption headers as stored and forwarded to the client: keys lower-case with `_`. */
+/** Encryption headers as stored and forwarded to the client: keys lower-case with `_` (`content_type` for HPKE). */
 export type EncryptionHeaders = Readonly<Record<string, string>>
 
 const invalid = (message: string) => new InvalidCryptoHeaders({ message })
@@ -176,8 +176,49 @@ const encodingRules: Readonly<Record<string, (h: EncryptionHeaders) => InvalidCr
 }
 
 /**
+ * The longest `Encryption`, `Crypto-Key` or `Encryption-Key` a push may have, in characters (one per
+ * byte for these ASCII headers). Real ones are under 200: an `aesgcm` `Crypto-Key` with `dh=` and the
+ * VAPID draft's `p256ecdsa=` (two 87-character keys) is the longest. These headers are stored and
+ * delivered with the message, so the bound keeps what one message stores near its body's size
+ * rather than at the header list's (64 KiB over HTTP/2).
+ */
+export const MAX_ENCRYPTION_HEADER_LENGTH = 512
+
+/** The request headers that are stored with a message, by their name on the wire. */
+const STORED_HEADERS = [["encryption", "Encryption"], ["crypto-key", "Crypto-Key"], ["encryption-key", "Encryption-Key"]] as const
+
+/** Each stored encryption header at most `MAX_ENCRYPTION_HEADER_LENGTH` (400/120), body or not. */
+export const encryptionHeaderLengthsOf = (headers: RequestHeaders): Result.Result<void, EncryptionHeaderTooLarge> => {
+  for (const [key, name] of STORED_HEADERS) {
+    const value = headers[key]
+    if (value !== undefined && value.length > MAX_ENCRYPTION_HEADER_LENGTH) {
+      return Result.fail(new EncryptionHeaderTooLarge({ message: `The ${name} header must be at most ${MAX_ENCRYPTION_HEADER_LENGTH} bytes` }))
+    }
+  }
+  return Result.succeed(undefined)
+}
+
+/**
+ * The media type of a push encrypted with HPKE (`draft-thomson-webpush-hpke`): such a message has no
+ * `Content-Encoding`, and this `Content-Type` is what tells it from a body sent without encryption.
+ */
+export const HPKE_CONTENT_TYPE = "application/webpush-message"
+
+/** `Content-Type: application/webpush-message` (any case, parameters ignored) and no `Content-Encoding`. */
+export const isHpkeMessage = (headers: RequestHeaders): boolean => {
+  const type = headers["content-type"]
+  if (type === undefined || headers["content-encoding"] !== undefined) return false
+  const semicolon = type.indexOf(";")
+  return (semicolon < 0 ? type : type.slice(0, semicolon)).trim().toLowerCase() === HPKE_CONTENT_TYPE
+}
+
+/** What an HPKE message is stored and delivered with: its content type, and no encoding. */
+const HPKE_HEADERS: EncryptionHeaders = { content_type: HPKE_CONTENT_TYPE }
+
+/**
  * Encryption headers of a notification with a body (400/110 when they do not fit its
- * `Content-Encoding`, compared case-sensitively); an empty body ignores them all (undefined).
+ * `Content-Encoding`, compared case-sensitively; an HPKE message has none, only its content type);
+ * an empty body ignores them all (undefined).
  */
 export const encryptionOf = (
   headers: RequestHeaders,
@@ -185,7 +226,9 @@ export const encryptionOf = (
 ): Result.Result<EncryptionHeaders | undefined, InvalidCryptoHeaders> => {
   if (!hasBody) return Result.succeed(undefined)
   const encoding = headers["content-encoding"]
-  if (encoding === undefined) return Result.fail(invalid("Missing Content-Encoding header"))
+  if (encoding === undefined) {
+    return isHpkeMessage(headers) ? Result.succeed(HPKE_HEADERS) : Result.fail(invalid("Missing Content-Encoding header"))
+  }
   const rule = Object.hasOwn(encodingRules, encoding) ? encodingRules[encoding] : undefined
   if (rule === undefined) return Result.fail(invalid("Unknown Content-Encoding header"))
   const found: Record<string, string> = { encoding }

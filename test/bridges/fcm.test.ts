@@ -5,11 +5,14 @@
  * (503), upstream errors, garbage, timeout, connection loss — with the metric each one counts.
  */
 import { assert, describe, layer } from "@effect/vitest"
+import { randomBytes } from "node:crypto"
 import { Effect, Layer } from "effect"
 import type { BridgeOptions } from "../../src/bridges/Bridges.ts"
+import { HPKE_CONTENT_TYPE } from "../../src/endpoint/headers.ts"
 import { makeMetrics } from "../../src/observability/Metrics.ts"
 import { metricsSink } from "../../src/observability/metricsSink.ts"
 import { Storage } from "../../src/storage/Storage.ts"
+import { hpkeRecipient, hpkeSeal } from "../crypto/hpke.ts"
 import { freePort } from "../e2e/servers.ts"
 import { push, request } from "../endpoint/harness.ts"
 import { FakeFcm, type FakeFcmService } from "./fake-fcm.ts"
@@ -91,6 +94,29 @@ describe("FCM bridge", () => {
         assert.strictEqual((yield* push({ path: pathOf(reg.endpoint) }, { ttl: 9_999_999, urgency: "low" })).status, 201)
         assert.strictEqual(fake.tokenRequests.length, before)
         assert.deepStrictEqual(fake.sends.at(-1)?.body.message.android, { ttl: "2419200s", priority: "NORMAL", data: { chid: reg.channelID } })
+      }))
+
+    it.effect("an HPKE message reaches FCM byte for byte, marked by cty and no con; one over FCM's 4096 bytes of data is 413/104", () =>
+      Effect.gen(function*() {
+        const fake = yield* FakeFcm
+        const reg = yield* register("fcm", "firefox", { token: "device-token-hpke" })
+        const recipient = hpkeRecipient()
+        const info = Buffer.from("WebPush: info")
+        const message = hpkeSeal(recipient.publicKey, info, Buffer.from("to a phone, with HPKE"))
+        const reply = yield* push({ path: pathOf(reg.endpoint) }, { "content-type": HPKE_CONTENT_TYPE }, message)
+        assert.strictEqual(reply.status, 201, reply.text)
+        const data = fake.sends.at(-1)?.body.message.android.data as Record<string, string>
+        assert.deepStrictEqual(data, { chid: reg.channelID, body: message.toString("base64url"), cty: HPKE_CONTENT_TYPE })
+        const carried = Buffer.from(data["body"] ?? "", "base64url")
+        assert.isTrue(carried.equals(message))
+        assert.strictEqual(recipient.open(carried, info).toString(), "to a phone, with HPKE")
+
+        // 3,100 bytes are 4,134 in base64: the data map is over FCM's limit, as an aes128gcm one would be.
+        const sends = fake.sends.length
+        const large = yield* push({ path: pathOf(reg.endpoint) }, { "content-type": HPKE_CONTENT_TYPE }, randomBytes(3100))
+        assert.deepStrictEqual(errnoOf(large), [413, 104])
+        assert.match(large.json().message, /Converted buffer is too long by \d+ bytes/)
+        assert.strictEqual(fake.sends.length, sends, "nothing sent")
       }))
 
     it.effect("registration refusals: unknown app id 400/106, short or spaced token 400; health names the FCM router", () =>

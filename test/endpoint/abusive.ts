@@ -103,6 +103,11 @@ export const ROUTE_ABUSES: ReadonlyArray<RouteAbuse> = [
   { route: "POST /wpush/{version}/{token}", name: "Crypto-Key: a value with a run of spaces inside", request: (room, _, t) => push(t, { "crypto-key": run("dh=x", " ", room) }) },
   { route: "POST /wpush/{version}/{token}", name: "Crypto-Key: a run of ; (empty items)", request: (room, _, t) => push(t, { "crypto-key": run("dh=x", ";", room) }) },
   { route: "POST /wpush/{version}/{token}", name: "Crypto-Key: repeated fields", request: (room, protocol, t) => push(t, { "crypto-key": repeated((n) => run("dh=", "a", n), room, protocol) }) },
+  {
+    route: "POST /wpush/{version}/{token}",
+    name: "Content-Type: the HPKE type and a run of spaces (no Content-Encoding)",
+    request: (room, _, t) => ({ method: "POST", path: t.pushPath, headers: { ttl: "60", "content-type": run("application/webpush-message", " ", room) }, body: BODY })
+  },
   { route: "POST /wpush/{version}/{token}", name: "Encryption: unicode", request: (room, _, t) => push(t, { encryption: run("salt=", "é", room) }) },
   { route: "POST /wpush/{version}/{token}", name: "Authorization vapid k= a run of =", request: (room, _, t) => push(t, { authorization: run("vapid t=a.b.c,k=", "=", room) }) },
   { route: "POST /wpush/{version}/{token}", name: "Authorization vapid: a valid key, a token of one character repeated", request: (room, _, t) => push(t, { authorization: run(`vapid k=${SOME_KEY},t=`, "a", room, ".a.a") }) },

@@ -13,7 +13,7 @@ import * as http from "node:http"
 import { Effect, Layer, Logger, Redacted } from "effect"
 import { TestClock } from "effect/testing"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
-import { encryptionOf, parseParams, stripHeaderValue, ttlOf } from "../../src/endpoint/headers.ts"
+import { encryptionOf, isHpkeMessage, parseParams, stripHeaderValue, ttlOf } from "../../src/endpoint/headers.ts"
 import { clientAddress, trustedProxies } from "../../src/endpoint/rateLimits.ts"
 import { boundPort, EndpointServer } from "../../src/endpoint/server.ts"
 import { parseVapid } from "../../src/endpoint/vapid.ts"
@@ -108,6 +108,7 @@ describe("the cost of hostile input", () => {
       ["parameter values, a run of spaces", () => parseParams(`dh=x${" ".repeat(room)}x`)],
       ["parameter values, a run of quotes", () => parseParams(`dh=x${"\"".repeat(room)}x`)],
       ["the encryption rule", () => encryptionOf({ "content-encoding": "aesgcm", encryption: `salt=${"a".repeat(room)}`, "crypto-key": `dh=${" ".repeat(room)}x` }, true)],
+      ["the HPKE content type, a run of spaces", () => isHpkeMessage({ "content-type": `application/webpush-message${" ".repeat(room)}x` })],
       ["a VAPID key, a run of =", () => decodeVapidPublicKey(`${"=".repeat(room)}x`)],
       ["VAPID credentials, draft form", () => parseVapid({ authorization: "webpush a.b.c", "crypto-key": `p256ecdsa=x${" ".repeat(room)}x` })],
       ["TTL, a run of digits", () => ttlOf({ ttl: "9".repeat(room) }, 60)],

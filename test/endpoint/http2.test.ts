@@ -10,7 +10,7 @@ import { Effect } from "effect"
 import { boundPort } from "../../src/endpoint/server.ts"
 import { endpointTlsOf } from "../../src/endpoint/tls.ts"
 import { selfSigned } from "../bridges/fake-apns.ts"
-import { endpointWith, FakeNodeClient, options, request, subscribe, TestEndpoint } from "./harness.ts"
+import { endpointWith, FakeNodeClient, messagesOf, options, push, request, subscribe, TestEndpoint } from "./harness.ts"
 
 interface H2Reply {
   readonly status: number
@@ -79,6 +79,31 @@ describe("HTTP/2 on the endpoint port", () => {
         assert.strictEqual(small.status, 201)
         assert.strictEqual((yield* h2Request(session, { ":path": "/__lbheartbeat__" })).status, 200)
       }))
+  })
+
+  describe("a push with a 30 KB Encryption header is refused, and nothing stored", () => {
+    const encryption = `salt=${"a".repeat(30_000)}`
+    layer(TestEndpoint, { excludeTestServices: true })((it) => {
+      it.effect("over HTTP/2: 400/120, the header list being within HTTP/2's 64 KiB", () =>
+        Effect.gen(function*() {
+          const session = yield* connect(`http://127.0.0.1:${yield* boundPort}`)
+          const sub = yield* subscribe()
+          const headers = { ":method": "POST", ":path": sub.path, ttl: "60", "content-encoding": "aesgcm", encryption }
+          const reply = yield* h2Request(session, headers, "ciphertext")
+          assert.strictEqual(reply.status, 400)
+          assert.deepStrictEqual([JSON.parse(reply.text).errno, JSON.parse(reply.text).message], [120, "The Encryption header must be at most 512 bytes"])
+          assert.deepStrictEqual(yield* messagesOf(sub), [])
+        }))
+
+      it.effect("over HTTP/1.1: 400, the headers being over HTTP/1.1's 16 KiB", () =>
+        Effect.gen(function*() {
+          const sub = yield* subscribe()
+          const reply = yield* push(sub, { "content-encoding": "aesgcm", encryption }, "ciphertext")
+          assert.strictEqual(reply.status, 400)
+          assert.strictEqual(reply.json().message, "The request headers are too large")
+          assert.deepStrictEqual(yield* messagesOf(sub), [])
+        }))
+    })
   })
 
   // Over h2c the socket Node hands to a request is not the connection's: its address is still the client's.

@@ -1,5 +1,5 @@
 /**
- * The POST validation table (the rules #1–#16 of `src/endpoint/acceptPush.ts`), one row per rule: every request is a
+ * The POST validation table (the rules #1–#16 and #2b of `src/endpoint/acceptPush.ts`), one row per rule: every request is a
  * valid one (v1 endpoint, TTL 60, no body unless the rule needs one) changed in exactly one way,
  * sent to the real server; status, errno and message are asserted, plus the headers error answers add.
  */
@@ -109,6 +109,28 @@ const rows: ReadonlyArray<Row> = [
       const endpoint = yield* (foreign as { readonly success: EndpointCrypto["Service"] }).success.makeEndpoint(sub.uaid, sub.channelId)
       return { reply: yield* push({ path: new URL(endpoint).pathname }), sub }
     })
+  },
+  // ── rule #2b: the stored headers' lengths (body or not) ─────────────────────────────────────
+  {
+    rule: "#2b Encryption longer than 512 bytes",
+    status: 400,
+    errno: 120,
+    message: "The Encryption header must be at most 512 bytes",
+    send: post({ "content-encoding": "aes128gcm", encryption: `rs=${"4".repeat(510)}` }, { body: BODY })
+  },
+  {
+    rule: "#2b Crypto-Key longer than 512 bytes, without a body",
+    status: 400,
+    errno: 120,
+    message: "The Crypto-Key header must be at most 512 bytes",
+    send: post({ "crypto-key": `dh=${"a".repeat(510)}` })
+  },
+  {
+    rule: "#2b Encryption-Key longer than 512 bytes",
+    status: 400,
+    errno: 120,
+    message: "The Encryption-Key header must be at most 512 bytes",
+    send: post({ "content-encoding": "aes128gcm", "encryption-key": `dh=${"a".repeat(510)}` }, { body: BODY })
   },
   // ── rule #3: the Authorization header ─────────────────────────────────────────────────
   {
@@ -541,6 +563,8 @@ describe("POST /wpush validation table", () => {
         assert.strictEqual(withBody.reply.status, 201)
         const modern = yield* aes128gcm({})
         assert.strictEqual(modern.reply.status, 201)
+        const longest = yield* aesgcm({ encryption: `salt=${"a".repeat(507)}`, "crypto-key": `dh=${"a".repeat(509)}` })
+        assert.strictEqual(longest.reply.status, 201, "headers of exactly 512 bytes")
       }))
 
     it.effect("rules are checked in order: the first broken rule answers", () =>
@@ -548,6 +572,13 @@ describe("POST /wpush validation table", () => {
         // Broken: api version (#1), auth scheme (#3), TTL (#11) → #1 answers.
         const first = yield* post({ ttl: "x", authorization: "Basic x" }, { path: (p) => p.replace("/v1/", "/v9/") })
         assert.strictEqual(first.reply.json().errno, 102)
+        // Broken: token (#2), Encryption's length (#2b) → #2 answers.
+        const long = { encryption: "a".repeat(600) }
+        const token = yield* post(long, { path: () => "/wpush/v1/not-a-token" })
+        assert.strictEqual(token.reply.json().errno, 102)
+        // Broken: Encryption's length (#2b), auth (#3), unknown user (#7), body size (#10) → #2b answers.
+        const length = yield* post({ ...long, authorization: "Basic x" }, { register: false, body: "x".repeat(5000) })
+        assert.strictEqual(length.reply.json().errno, 120)
         // Broken: auth (#3), unknown user (#7), TTL (#11) → #3 answers.
         const second = yield* post({ ttl: "x", authorization: "Basic x" }, { register: false })
         assert.strictEqual(second.reply.json().errno, 109)
