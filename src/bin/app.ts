@@ -387,6 +387,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     version: versionInfo.version,
     build: versionInfo,
     authKeys: Redacted.make(settings.authKeys),
+    maxChannelsPerUser: settings.maxChannelsPerUser,
     bridges,
     console: settings.console
       ? {

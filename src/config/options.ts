@@ -365,7 +365,7 @@ export const options = {
   }),
   megaphone_api_token: opt("connection", text, undefined, "Bearer token sent to megaphone_api_url, when the server asks for one (unset: no Authorization header)", { secret: true, defaultText: "unset" }),
   megaphone_poll_interval: opt("connection", seconds, s(30), "How often the broadcast set is read (from megaphone or storage)"),
-  max_channels_per_user: opt("connection", integer(1), 1000, "Channels one user may register; a register beyond it is answered with status 413"),
+  max_channels_per_user: opt("shared", integer(1), 1000, "Channels one user may register; a register beyond it is answered with status 413 (on the WebSocket; 413/121 on the bridge registration API)"),
   client_commands_per_second: opt("connection", integer(1), 10, "Commands (register, unregister, nack, broadcast_subscribe) a client may send per second once its burst is spent; beyond, its commands wait"),
   client_command_burst: opt("connection", integer(1), 100, "Commands a client may send at once before client_commands_per_second applies (keep it at least that rate)"),
   client_inbox_frames: opt("connection", integer(1), 64, "Frames from one client (any kind, acks too) waiting to be handled, at which its socket stops being read until half of them are handled; the client is not closed for it"),

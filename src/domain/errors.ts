@@ -28,6 +28,11 @@ export class UserDeletedDuringRouting extends Data.TaggedError("UserDeletedDurin
 export class UaidNotFound extends Data.TaggedError("UaidNotFound")<{}> {}
 /** 413/104: the body is larger than `max_data_bytes` (or a bridge's converted limit). */
 export class PayloadTooLarge extends Data.TaggedError("PayloadTooLarge")<{ readonly message: string }> {}
+/**
+ * 413/121: bridge registration API, a channel beyond `max_channels_per_user` (the status the
+ * WebSocket `register` answers beyond it; an errno of its own, since 104 tells a sender to send less).
+ */
+export class TooManyChannels extends Data.TaggedError("TooManyChannels")<{ readonly maxChannels: number }> {}
 /** 400/111: TTL header missing or not an integer. */
 export class MissingTtl extends Data.TaggedError("MissingTtl")<{}> {}
 /** 400/114: TTL below zero. */
@@ -115,6 +120,7 @@ export type ApiError =
   | UserDeletedDuringRouting
   | UaidNotFound
   | PayloadTooLarge
+  | TooManyChannels
   | MissingTtl
   | NegativeTtl
   | InvalidTopic
@@ -184,6 +190,7 @@ const table: ErrorTable = {
   UserDeletedDuringRouting: { status: 410, errno: 105, message: fixed("User was deleted during routing") },
   UaidNotFound: { status: 410, errno: 103, message: fixed("UAID not found") },
   PayloadTooLarge: { status: 413, errno: 104, message: own },
+  TooManyChannels: { status: 413, errno: 121, message: (e) => `This user has ${e.maxChannels} channels, the most it may have: unsubscribe one first` },
   MissingTtl: { status: 400, errno: 111, message: fixed("Missing TTL value") },
   NegativeTtl: { status: 400, errno: 114, message: fixed("TTL must be greater than 0") },
   InvalidTopic: { status: 400, errno: 113, message: own },

@@ -62,6 +62,8 @@ export interface EndpointOptions {
   readonly broadcastAdminTokens?: ReadonlyArray<Redacted.Redacted<string>> | undefined
   /** Router records of connected clients reused for direct deliveries (default: off). */
   readonly routerCache?: RouterCacheOptions | undefined
+  /** Channels one bridged user may have (`max_channels_per_user`); beyond it, 413/121 (default 1000, as that option's). */
+  readonly maxChannelsPerUser?: number | undefined
   /** Keys of the bridge registration secrets: the first issues, all verify (none: registration fails 500). */
   readonly authKeys?: Redacted.Redacted<ReadonlyArray<string>> | undefined
   /** The bridges (FCM, APNs, ADM, stub) this node routes bridged users through; none by default. */
