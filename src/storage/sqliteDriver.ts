@@ -25,7 +25,7 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import { mkdirSync } from "node:fs"
+import { closeSync, mkdirSync, openSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseSync, type StatementSync } from "node:sqlite"
 import { Worker } from "node:worker_threads"
@@ -59,10 +59,16 @@ const numbered = (sql: string): string => sql.replace(/"(?:[^"]|"")*"|\$(\d+)/g,
 
 /**
  * Open (creating it and its directory when missing) the database at `path`; opening may wait up to
- * `openTimeoutMs` for another process's write.
+ * `openTimeoutMs` for another process's write. A new file is mode 0600, in a new directory of mode
+ * 0700: it holds every client's uaid, which is all a client needs to say hello as that client.
+ * SQLite gives its -wal, -shm and -journal files the database file's mode.
  */
 const openSqlite = (path: string, openTimeoutMs: number): SqliteConnection => {
-  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true })
+  if (path !== ":memory:") {
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 })
+    // "a": made if missing, never truncated (another process may have made it meanwhile).
+    closeSync(openSync(path, "a", 0o600))
+  }
   const db = new DatabaseSync(path, { timeout: openTimeoutMs })
   // On a new file only (before its first table): pages freed by dropping a month's table can be
   // given back to the file system (`PRAGMA incremental_vacuum`, after each drop).
