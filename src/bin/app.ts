@@ -416,6 +416,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
       maxHoldMs: ms(settings.receiptMaxHold),
       maxCollectorsPerSubscription: settings.receiptMaxCollectorsPerSubscription,
       maxCollectorsPerAddress: settings.receiptMaxCollectorsPerAddress,
+      subscriptionsPerAddress: settings.receiptSubscriptionsPerAddress,
       maxCollectors: settings.receiptMaxCollectors
     },
     broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),

@@ -64,6 +64,11 @@ export class RateLimited extends Data.TaggedError("RateLimited")<{ readonly by: 
  * or one client address; retry after `retryAfter` seconds (when the oldest of them ends at the latest).
  */
 export class TooManyCollectors extends Data.TaggedError("TooManyCollectors")<{ readonly by: "receipt subscription" | "address"; readonly retryAfter: number }> {}
+/**
+ * 429/116: `POST /receipts` from an address that made `receipt_subscriptions_per_address` receipt
+ * subscriptions lately; retry after `retryAfter` seconds (when it may make one more).
+ */
+export class TooManyReceiptSubscriptions extends Data.TaggedError("TooManyReceiptSubscriptions")<{ readonly retryAfter: number }> {}
 /** 503/201: the node has `max_in_flight_requests` requests in hand; the sender should retry later. */
 export class Overloaded extends Data.TaggedError("Overloaded")<{}> {}
 /** 503/null: a WebSocket upgrade beyond `max_connections`. */
@@ -136,6 +141,7 @@ export type ApiError =
   | Overloaded
   | RateLimited
   | TooManyCollectors
+  | TooManyReceiptSubscriptions
   | TooManyConnections
   | BridgeNotConfigured
   | BridgeAuthFailed
@@ -206,6 +212,11 @@ const table: ErrorTable = {
   Overloaded: { status: 503, errno: 201, message: fixed("Too many requests in progress, retry later") },
   RateLimited: { status: 429, errno: 116, message: (e) => `Too many pushes from this ${e.by}, retry after ${e.retryAfter} s` },
   TooManyCollectors: { status: 429, errno: 116, message: (e) => `Too many open receipt collectors for this ${e.by}, retry after ${e.retryAfter} s` },
+  TooManyReceiptSubscriptions: {
+    status: 429,
+    errno: 116,
+    message: (e) => `Too many receipt subscriptions made from this address, retry after ${e.retryAfter} s (one subscription serves any number of pushes)`
+  },
   TooManyConnections: { status: 503, errno: null, message: fixed("Too many connections, retry later") },
   BridgeNotConfigured: { status: 502, errno: 900, message: own },
   BridgeAuthFailed: { status: 502, errno: 901, message: own },

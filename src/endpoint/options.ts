@@ -19,6 +19,8 @@ export interface ReceiptOptions {
   readonly maxCollectorsPerAddress?: number | undefined
   /** `GET`s of subscriptions held at once on this node, all senders (default 1024). */
   readonly maxCollectors?: number | undefined
+  /** Receipt subscriptions one client address makes on this process: this many at once, then this many per `idleSeconds` (default 100). */
+  readonly subscriptionsPerAddress?: number | undefined
 }
 
 /**
