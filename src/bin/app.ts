@@ -4,6 +4,7 @@
  * settings. The `bin/` files only choose a role and call `runRole`.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -55,6 +56,7 @@ import {
 import { layerPostgres } from "../storage/postgres.ts"
 import { postgresFailure } from "../storage/postgresPool.ts"
 import { layerSqlite } from "../storage/sqlite.ts"
+import { databaseFiles, makeDataPrivate, markDatabaseStarted, refuseLostDatabase, startedMarkerOf } from "../storage/sqliteData.ts"
 import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
@@ -148,6 +150,39 @@ const embeddedSecrets = (settings: Settings) =>
     }
     return { ...settings, cryptoKey: secrets.crypto_key, authKeys: secrets.auth_keys } satisfies Settings
   })
+
+/**
+ * The embedded data directory, before any process of the node opens it: made private (said once in
+ * the log when it was open to others), and a database that lost its contents refused
+ * (`sqliteData.ts`).
+ */
+const embeddedDataChecked = (settings: Settings) =>
+  Effect.gen(function*() {
+    if (usesStoreServer(settings)) return
+    const database = usesEmbeddedSqlite(settings) ? embeddedSqliteFile(settings) : undefined
+    const files = [...(database === undefined ? [] : [...databaseFiles(database), startedMarkerOf(database)]), embeddedSecretsFile(settings)]
+    const opened = yield* makeDataPrivate(settings.dataDir, files)
+    if (opened.length > 0) {
+      yield* Effect.logWarning(
+        "the embedded data was open to other users of this machine (it holds every client's uaid, and the keys): made private, " +
+          "the directory mode 0700 and its files 0600"
+      ).pipe(Effect.annotateLogs({ paths: opened }))
+    }
+    if (database !== undefined) yield* refuseLostDatabase(database)
+  })
+
+/**
+ * Once a node runs on the embedded database (its tables made), the database is recorded as used
+ * (`sqliteData.ts`): a start that later finds it lost is refused. A failure to record it is logged;
+ * the node runs on.
+ */
+const markEmbeddedDatabase = (settings: Settings) =>
+  usesEmbeddedSqlite(settings)
+    ? Clock.currentTimeMillis.pipe(
+      Effect.flatMap((now) => markDatabaseStarted(embeddedSqliteFile(settings), new Date(now))),
+      Effect.catchTag("StartupError", (error) => Effect.logWarning(error.message))
+    )
+    : Effect.void
 
 /** The settings a role runs with, secrets checked (or, embedded all-in-one, provided), and the ini files read. */
 const settingsFor = (role: Role, argv: ReadonlyArray<string>) =>
@@ -395,6 +430,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
       maxHoldMs: ms(settings.receiptMaxHold),
       maxCollectorsPerSubscription: settings.receiptMaxCollectorsPerSubscription,
       maxCollectorsPerAddress: settings.receiptMaxCollectorsPerAddress,
+      subscriptionsPerAddress: settings.receiptSubscriptionsPerAddress,
       maxCollectors: settings.receiptMaxCollectors
     },
     broadcastAdminTokens: settings.broadcastAdminTokens.map((token) => Redacted.make(token)),
@@ -402,6 +438,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     version: versionInfo.version,
     build: versionInfo,
     authKeys: Redacted.make(settings.authKeys),
+    maxChannelsPerUser: settings.maxChannelsPerUser,
     bridges,
     console: settings.console
       ? {
@@ -496,7 +533,7 @@ export const runRole = <A, E>(
         const store = runsDynalite(settings) ? yield* startEmbeddedStore(settings) : undefined
         return yield* Layer.launch(Layer.tap(
           withServices(role, settings, storageLayer(settings, store))(nodes(settings)),
-          () => Effect.logInfo(readyLine(role, settings, { store }))
+          () => Effect.andThen(markEmbeddedDatabase(settings), Effect.logInfo(readyLine(role, settings, { store })))
         ))
       }))
     return Effect.gen(function*() {
@@ -518,7 +555,9 @@ export const runRole = <A, E>(
         }
         yield* Effect.forkChild(stopWhenPackageManagerIsGone(role))
       }
-      return yield* run.pipe(
+      // The workers find the data directory as their supervisor left it.
+      const prepared = WORKER === undefined ? embeddedDataChecked(settings) : Effect.void
+      return yield* Effect.andThen(prepared, run).pipe(
         Effect.catch((error) => {
           if (error instanceof WorkerStartError) return refuse(role, error.line)
           const failure = startupFailure(settings, error)
@@ -549,6 +588,7 @@ const superviseNode = (role: Role, settings: Settings, workers: number) =>
     let storageEndpoint: string | undefined
     if (runsDynalite(settings)) storageEndpoint = yield* startEmbeddedStore(settings)
     yield* superviseWorkers({ role, settings, count: workers, argv: process.argv.slice(2), storageEndpoint })
+    yield* markEmbeddedDatabase(settings)
     yield* Effect.logInfo(readyLine(role, settings, { workers, store: storageEndpoint }))
     return yield* Effect.never
   }))

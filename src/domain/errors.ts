@@ -38,6 +38,11 @@ export class TooManyStored extends Data.TaggedError("TooManyStored")<{ readonly 
 export class UaidNotFound extends Data.TaggedError("UaidNotFound")<{}> {}
 /** 413/104: the body is larger than `max_data_bytes` (or a bridge's converted limit). */
 export class PayloadTooLarge extends Data.TaggedError("PayloadTooLarge")<{ readonly message: string }> {}
+/**
+ * 413/121: bridge registration API, a channel beyond `max_channels_per_user` (the status the
+ * WebSocket `register` answers beyond it; an errno of its own, since 104 tells a sender to send less).
+ */
+export class TooManyChannels extends Data.TaggedError("TooManyChannels")<{ readonly maxChannels: number }> {}
 /** 400/111: TTL header missing or not an integer. */
 export class MissingTtl extends Data.TaggedError("MissingTtl")<{}> {}
 /** 400/114: TTL below zero. */
@@ -69,6 +74,11 @@ export class RateLimited extends Data.TaggedError("RateLimited")<{ readonly by: 
  * or one client address; retry after `retryAfter` seconds (when the oldest of them ends at the latest).
  */
 export class TooManyCollectors extends Data.TaggedError("TooManyCollectors")<{ readonly by: "receipt subscription" | "address"; readonly retryAfter: number }> {}
+/**
+ * 429/116: `POST /receipts` from an address that made `receipt_subscriptions_per_address` receipt
+ * subscriptions lately; retry after `retryAfter` seconds (when it may make one more).
+ */
+export class TooManyReceiptSubscriptions extends Data.TaggedError("TooManyReceiptSubscriptions")<{ readonly retryAfter: number }> {}
 /** 503/201: the node has `max_in_flight_requests` requests in hand; the sender should retry later. */
 export class Overloaded extends Data.TaggedError("Overloaded")<{}> {}
 /** 503/null: a WebSocket upgrade beyond `max_connections`. */
@@ -127,6 +137,7 @@ export type ApiError =
   | TooManyStored
   | UaidNotFound
   | PayloadTooLarge
+  | TooManyChannels
   | MissingTtl
   | NegativeTtl
   | InvalidTopic
@@ -142,6 +153,7 @@ export type ApiError =
   | Overloaded
   | RateLimited
   | TooManyCollectors
+  | TooManyReceiptSubscriptions
   | TooManyConnections
   | BridgeNotConfigured
   | BridgeAuthFailed
@@ -198,6 +210,7 @@ const table: ErrorTable = {
   TooManyStored: { status: 429, errno: 119, message: (e) => `Too many messages stored for this subscription, retry after ${e.retryAfter} s` },
   UaidNotFound: { status: 410, errno: 103, message: fixed("UAID not found") },
   PayloadTooLarge: { status: 413, errno: 104, message: own },
+  TooManyChannels: { status: 413, errno: 121, message: (e) => `This user has ${e.maxChannels} channels, the most it may have: unsubscribe one first` },
   MissingTtl: { status: 400, errno: 111, message: fixed("Missing TTL value") },
   NegativeTtl: { status: 400, errno: 114, message: fixed("TTL must be greater than 0") },
   InvalidTopic: { status: 400, errno: 113, message: own },
@@ -213,6 +226,11 @@ const table: ErrorTable = {
   Overloaded: { status: 503, errno: 201, message: fixed("Too many requests in progress, retry later") },
   RateLimited: { status: 429, errno: 116, message: (e) => `Too many pushes from this ${e.by}, retry after ${e.retryAfter} s` },
   TooManyCollectors: { status: 429, errno: 116, message: (e) => `Too many open receipt collectors for this ${e.by}, retry after ${e.retryAfter} s` },
+  TooManyReceiptSubscriptions: {
+    status: 429,
+    errno: 116,
+    message: (e) => `Too many receipt subscriptions made from this address, retry after ${e.retryAfter} s (one subscription serves any number of pushes)`
+  },
   TooManyConnections: { status: 503, errno: null, message: fixed("Too many connections, retry later") },
   BridgeNotConfigured: { status: 502, errno: 900, message: own },
   BridgeAuthFailed: { status: 502, errno: 901, message: own },

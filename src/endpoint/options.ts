@@ -19,6 +19,8 @@ export interface ReceiptOptions {
   readonly maxCollectorsPerAddress?: number | undefined
   /** `GET`s of subscriptions held at once on this node, all senders (default 1024). */
   readonly maxCollectors?: number | undefined
+  /** Receipt subscriptions one client address makes on this process: this many at once, then this many per `idleSeconds` (default 100). */
+  readonly subscriptionsPerAddress?: number | undefined
 }
 
 /**
@@ -64,6 +66,8 @@ export interface EndpointOptions {
   readonly broadcastAdminTokens?: ReadonlyArray<Redacted.Redacted<string>> | undefined
   /** Router records of connected clients reused for direct deliveries (default: off). */
   readonly routerCache?: RouterCacheOptions | undefined
+  /** Channels one bridged user may have (`max_channels_per_user`); beyond it, 413/121 (default 1000, as that option's). */
+  readonly maxChannelsPerUser?: number | undefined
   /** Keys of the bridge registration secrets: the first issues, all verify (none: registration fails 500). */
   readonly authKeys?: Redacted.Redacted<ReadonlyArray<string>> | undefined
   /** The bridges (FCM, APNs, ADM, stub) this node routes bridged users through; none by default. */

@@ -9,6 +9,11 @@
  * admitted only within caps of its own (`receiptCaps.ts`) and held for `maxHoldMs` at most, after
  * which a stream ends as when the server stops. Each one also takes a token of the address's rate
  * limit as it starts.
+ *
+ * A receipt subscription is a row kept for `receipt_subscription_idle` after its last use, so one
+ * client address makes at most `subscriptionsPerAddress` of them at once, then as many per idle
+ * time (a token bucket of its own, beside the rate limit, per process): however long it floods,
+ * the rows it keeps alive without using them stay about twice that many.
  */
 import { randomBytes } from "node:crypto"
 import type { IncomingMessage, ServerResponse } from "node:http"
@@ -16,7 +21,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
-import { ReceiptNotFound, StorageUnavailable } from "../domain/errors.ts"
+import { ReceiptNotFound, StorageUnavailable, TooManyReceiptSubscriptions } from "../domain/errors.ts"
 import type { MessageStatus } from "../domain/receipt.ts"
 import { METRICS } from "../observability/catalog.ts"
 import { Metrics } from "../observability/Metrics.ts"
@@ -26,7 +31,7 @@ import { makeCollection } from "../receipts/collection.ts"
 import { Storage } from "../storage/Storage.ts"
 import { peerOf } from "./http2.ts"
 import type { EndpointOptions } from "./options.ts"
-import type { RateLimits } from "./rateLimits.ts"
+import { makeTokenBuckets, type RateLimits } from "./rateLimits.ts"
 import { makeCollectorCaps } from "./receiptCaps.ts"
 import { deliveryOf, makeCollector, notFound, preferredWaitMs } from "./receiptCollector.ts"
 import { statusDocument, statusOfTrace } from "./receiptStatus.ts"
@@ -68,13 +73,22 @@ export const makeReceiptRoutes = Effect.fnUntraced(function*(options: EndpointOp
     endedAtMaxHold: () => endedCount("max_hold")
   })
   const collect = makeCollect(options, limits, makeCollectorCaps(options.receipts, metrics), held, endedCount)
-  const nowSeconds = Effect.map(Clock.currentTimeMillis, (ms) => Math.floor(ms / 1000))
+  const perAddress = options.receipts?.subscriptionsPerAddress ?? 100
+  const subscriptionsMade = makeTokenBuckets({ perSecond: perAddress / idleSeconds, burst: perAddress })
 
-  /** `POST /receipts`: a new receipt subscription, its URL in `Location` (counted against the sender's address limit). */
+  /**
+   * `POST /receipts`: a new receipt subscription, its URL in `Location` (counted against the
+   * sender's address limit, then its subscriptions, before storage is touched).
+   */
   const subscribe = Effect.fnUntraced(function*(req: IncomingMessage) {
-    yield* Effect.fromResult(limits.address(peerOf(req), req.headers["x-forwarded-for"], yield* Clock.currentTimeMillis))
+    const now = yield* Clock.currentTimeMillis
+    yield* Effect.fromResult(limits.address(peerOf(req), req.headers["x-forwarded-for"], now))
+    // Counted by address as the rate limits count it (the loopback, not a listed proxy, is none).
+    const address = limits.clientOf(peerOf(req), req.headers["x-forwarded-for"])
+    const wait = address === undefined ? 0 : subscriptionsMade.take(address, now)
+    if (wait > 0) return yield* new TooManyReceiptSubscriptions({ retryAfter: wait })
     const id = randomBytes(16).toString("base64url")
-    yield* storage.createReceiptSubscription(id, (yield* nowSeconds) + idleSeconds)
+    yield* storage.createReceiptSubscription(id, Math.floor(now / 1000) + idleSeconds)
     return { status: 201, headers: { location: urls.subscriptionBase + id, link: urls.link } }
   })
 

@@ -6,7 +6,8 @@
  * Registering needs no credentials and answers a `secret`; every other call presents it as
  * `Authorization: Bearer <secret>` (or `webpush <secret>`). The secret is the HMAC of the uaid
  * under an `auth_keys` key, compared in constant time. Checks, in order: router type (400/108),
- * uaid (410/103), secret (401/109), user (410/103).
+ * uaid (410/103), secret (401/109), user (410/103). A user has at most `max_channels_per_user`
+ * channels, as on the WebSocket (413/121 beyond).
  *
  * The request is read and checked by `registrationRequest.ts`; the handlers here do each call's
  * storage operations. A storage failure is not answered here but by the endpoint's error edge
@@ -22,7 +23,7 @@ import type { RegistrationBody } from "../bridges/bridge.ts"
 import { bridgedTableOf } from "../bridges/table.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { issueBridgeSecret } from "../crypto/secrets.ts"
-import { type ApiError, InternalError, NoSubscription, UaidNotFound } from "../domain/errors.ts"
+import { type ApiError, InternalError, NoSubscription, TooManyChannels, UaidNotFound } from "../domain/errors.ts"
 import { hyphenate, newUaid, parseChannelId } from "../domain/ids.ts"
 import { lastConnectValue, USER_RECORD_VERSION, type UserRecord } from "../domain/user.ts"
 import { Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
@@ -45,6 +46,9 @@ export interface RegistrationPath {
 
 type Request = HttpServerRequest.HttpServerRequest
 
+/** `max_channels_per_user`'s default. */
+const DEFAULT_MAX_CHANNELS = 1000
+
 /** A registration call's handler; it fails with the API error to answer, or the storage failure the edge answers. */
 export type RegistrationHandler = (
   request: Request,
@@ -57,6 +61,8 @@ interface RegistrationContext {
   readonly crypto: EndpointCrypto["Service"]
   readonly bridges: Bridges["Service"]
   readonly authKeys: ReadonlyArray<string>
+  /** Channels one user may have (`max_channels_per_user`). */
+  readonly maxChannels: number
   /** How long a client may take to send its body (408 after it). */
   readonly bodyTimeoutMs: number
 }
@@ -79,9 +85,13 @@ const authorizedCall = Effect.fnUntraced(function*(context: RegistrationContext,
 const channelTableOf = (context: RegistrationContext, user: UserRecord) =>
   bridgedTableOf(user).pipe(Effect.provideService(Storage, context.storage))
 
-/** Stores the channel in the user's set and gives its endpoint (bound to the channel's key, if any). */
+/**
+ * Stores the channel in the user's set and gives its endpoint (bound to the channel's key, if any);
+ * 413/121 when the set holds `maxChannels` others.
+ */
 const addChannel = Effect.fnUntraced(function*(context: RegistrationContext, user: UserRecord, table: string, channel: RequestedChannel) {
-  yield* context.storage.addChannel(user.uaid, table, channel.channelId)
+  const added = yield* context.storage.addChannel(user.uaid, table, channel.channelId, context.maxChannels)
+  if (!added) return yield* new TooManyChannels({ maxChannels: context.maxChannels })
   return yield* context.crypto.makeEndpoint(user.uaid, channel.channelId, channel.key)
 })
 
@@ -179,6 +189,7 @@ export const makeRegistrationHandlers = Effect.fnUntraced(function*(options: End
     crypto: yield* EndpointCrypto,
     bridges: yield* Bridges,
     authKeys: options.authKeys === undefined ? [] : Redacted.value(options.authKeys),
+    maxChannels: options.maxChannelsPerUser ?? DEFAULT_MAX_CHANNELS,
     bodyTimeoutMs: clientRequestTimeoutOf(options)
   }
   return {

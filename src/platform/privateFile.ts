@@ -6,11 +6,44 @@
  * nothing another user planted in a shared directory is followed or written through — a symlink at
  * that name makes the open fail instead of writing to wherever it points. It is mode 0600 from its
  * creation on (and set again, whatever the umask); the rename replaces `path` itself, a symlink at
- * `path` included, never the file it points to.
+ * `path` included, never the file it points to. A directory made on the way is mode 0700.
+ *
+ * Also what makes a directory and the files in it private when they already exist with looser
+ * modes (`privateDirectory`, `privateExistingFile`): the embedded database's, at every start.
  */
 import { randomBytes } from "node:crypto"
+import { chmodSync, mkdirSync, statSync } from "node:fs"
 import { type FileHandle, mkdir, open, rename, rm } from "node:fs/promises"
 import { dirname } from "node:path"
+
+/** The mode bits of the group and of everyone else. */
+const OTHERS = 0o077
+
+/** `path` set to `mode` when its group or others had any access; true when they had. */
+const restrict = (path: string, mode: number): boolean => {
+  if ((statSync(path).mode & OTHERS) === 0) return false
+  chmodSync(path, mode)
+  return true
+}
+
+/**
+ * The directory at `path` private to its owner: created mode 0700 (its missing parents too) or, when
+ * it exists with access for others, set to 0700; true in that last case.
+ */
+export const privateDirectory = (path: string): boolean => {
+  mkdirSync(path, { recursive: true, mode: 0o700 })
+  return restrict(path, 0o700)
+}
+
+/** The file at `path`, when there is one, set to 0600 if others had access; true when they had. */
+export const privateExistingFile = (path: string): boolean => {
+  try {
+    return restrict(path, 0o600)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false
+    throw error
+  }
+}
 
 interface PrivateTemporary {
   /** The temporary file's path: `{path}.{random}.tmp`. */
@@ -24,7 +57,7 @@ interface PrivateTemporary {
 
 /** A new, empty, mode 0600 temporary file for `path` (its directory created if missing). */
 export const openPrivateTemporary = async (path: string): Promise<PrivateTemporary> => {
-  await mkdir(dirname(path), { recursive: true })
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 })
   const temporary = `${path}.${randomBytes(8).toString("hex")}.tmp`
   const handle = await open(temporary, "wx", 0o600)
   let closed = false

@@ -31,6 +31,20 @@ export class StorageError extends Data.TaggedError("StorageError")<{
   readonly cause: unknown
 }> {}
 
+/**
+ * A `StorageError`'s cause when the database cannot grow: the disk holding it is full (or it reached
+ * its size limit). The store that finds it says so in the log, throttled, so one request refused
+ * for it is not one more line.
+ */
+export class StorageFull extends Error {
+  override readonly name = "StorageFull"
+  readonly database: string
+  constructor(database: string) {
+    super(`the disk holding ${database} is full`)
+    this.database = database
+  }
+}
+
 /** A storage failure's cause as one line, for logs and messages: the server's error name, message and code, never a stack. */
 export const causeText = (cause: unknown): string => {
   const name = Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : undefined
@@ -43,10 +57,14 @@ export const causeText = (cause: unknown): string => {
 
 /**
  * A storage failure as the API answers it — 503/201 with Retry-After (`StorageUnavailable`), the
- * cause logged once: used by the endpoint's error edge, and where a failure is answered without one.
+ * cause logged once (a full disk is logged by the store, throttled: `StorageFull`): used by the
+ * endpoint's error edge, and where a failure is answered without one.
  */
 export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
-  Effect.logError("storage failed", error).pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
+  (error.cause instanceof StorageFull
+    ? Effect.void
+    : Effect.logError("storage failed").pipe(Effect.annotateLogs({ operation: error.operation, cause: causeText(error.cause) })))
+    .pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
 
 /** A session of a node, as its router record names it. */
 export interface NodeSession {

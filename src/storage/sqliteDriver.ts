@@ -25,12 +25,12 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import { mkdirSync } from "node:fs"
+import { closeSync, mkdirSync, openSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseSync, type StatementSync } from "node:sqlite"
 import { Worker } from "node:worker_threads"
 import { liveClock, StorageTimeout } from "./dynamoRequests.ts"
-import { StorageError } from "./Storage.ts"
+import { StorageError, StorageFull } from "./Storage.ts"
 import type { Result, Sql, SqlDriver, Statement } from "./sqlDriver.ts"
 import { SQLITE } from "./sqlDialect.ts"
 
@@ -59,10 +59,16 @@ const numbered = (sql: string): string => sql.replace(/"(?:[^"]|"")*"|\$(\d+)/g,
 
 /**
  * Open (creating it and its directory when missing) the database at `path`; opening may wait up to
- * `openTimeoutMs` for another process's write.
+ * `openTimeoutMs` for another process's write. A new file is mode 0600, in a new directory of mode
+ * 0700: it holds every client's uaid, which is all a client needs to say hello as that client.
+ * SQLite gives its -wal, -shm and -journal files the database file's mode.
  */
 const openSqlite = (path: string, openTimeoutMs: number): SqliteConnection => {
-  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true })
+  if (path !== ":memory:") {
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 })
+    // "a": made if missing, never truncated (another process may have made it meanwhile).
+    closeSync(openSync(path, "a", 0o600))
+  }
   const db = new DatabaseSync(path, { timeout: openTimeoutMs })
   // On a new file only (before its first table): pages freed by dropping a month's table can be
   // given back to the file system (`PRAGMA incremental_vacuum`, after each drop).
@@ -114,24 +120,28 @@ export const scopedSqlite = (
   timeoutMs: number
 ): Effect.Effect<{ readonly connection: SqliteConnection; readonly run: RunSql; readonly driver: SqlDriver }, StorageError, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.try({ try: () => openSqlite(path, timeoutMs), catch: (cause) => sqliteError("open", cause, timeoutMs) }),
+    Effect.try({ try: () => openSqlite(path, timeoutMs), catch: (cause) => sqliteError(path, "open", cause, timeoutMs) }),
     (connection) => Effect.sync(() => connection.close())
   ).pipe(Effect.tap((connection) => path === ":memory:" ? Effect.void : checkpointThread(path, connection)), Effect.flatMap((connection) => {
+    const full = fullDiskLog(path)
     const attempt = <A>(operation: string, body: () => A, deadline: number, pauseMs: number): Effect.Effect<A, StorageError> =>
       Effect.suspend(() => {
         try {
           return Effect.succeed(body())
         } catch (cause) {
-          if (!isBusy(cause) || Date.now() >= deadline) return Effect.fail(sqliteError(operation, cause, timeoutMs))
+          if (!isBusy(cause) || Date.now() >= deadline) return Effect.fail(sqliteError(path, operation, cause, timeoutMs))
           return Effect.sleep(pauseMs).pipe(
             Effect.provideService(Clock.Clock, liveClock),
             Effect.andThen(attempt(operation, body, deadline, Math.min(pauseMs * 2, BUSY_PAUSE_MAX_MS)))
           )
         }
       })
-    const run: RunSql = (operation, body) => Effect.suspend(() => attempt(operation, body, Date.now() + timeoutMs, 1))
-    return Effect.acquireRelease(Effect.sync(() => groupCommit(connection, timeoutMs)), (group) => Effect.sync(group.close)).pipe(
-      Effect.map((group) => ({ connection, run, driver: sqliteDriver(connection, run, group.write) }))
+    const run: RunSql = (operation, body) => full.noted(Effect.suspend(() => attempt(operation, body, Date.now() + timeoutMs, 1)))
+    return Effect.acquireRelease(Effect.sync(() => groupCommit(path, connection, timeoutMs)), (group) => Effect.sync(group.close)).pipe(
+      Effect.map((group) => {
+        const write: typeof group.write = (operation, body, transaction) => full.noted(group.write(operation, body, transaction))
+        return { connection, run, driver: sqliteDriver(connection, run, write) }
+      })
     )
   }))
 
@@ -170,7 +180,7 @@ type Attempt = "committed" | "busy"
  * other, in the order they came, so a conditional write sees the writes before it as it would one
  * at a time. Each caller is answered after the commit: a read it issues next sees its write.
  */
-const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
+const groupCommit = (path: string, connection: SqliteConnection, timeoutMs: number) => {
   const { db, statement } = connection
   let queue: Array<Pending> = []
   /** The open batch's next attempt: after a busy pause, or on the next turn (more than `BATCH_MAX` waited). */
@@ -178,7 +188,7 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
   let pauseMs = 1
 
   const answer = (pending: Pending, exit: { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly cause: unknown }) =>
-    pending.resume(exit.ok ? Effect.succeed(exit.value) : Effect.fail(sqliteError(pending.operation, exit.cause, timeoutMs)))
+    pending.resume(exit.ok ? Effect.succeed(exit.value) : Effect.fail(sqliteError(path, pending.operation, exit.cause, timeoutMs)))
 
   /** Another process held the lock until the operation's deadline. */
   const timedOut = (pending: Pending) => pending.resume(Effect.fail(new StorageError({ operation: pending.operation, cause: new StorageTimeout(timeoutMs) })))
@@ -266,7 +276,7 @@ const groupCommit = (connection: SqliteConnection, timeoutMs: number) => {
         try {
           return Effect.succeed(transaction ? connection.immediate(body) : body())
         } catch (cause) {
-          if (!isBusy(cause)) return Effect.fail(sqliteError(operation, cause, timeoutMs))
+          if (!isBusy(cause)) return Effect.fail(sqliteError(path, operation, cause, timeoutMs))
           pauseMs = 1
         }
       }
@@ -387,15 +397,49 @@ const isBusy = (cause: unknown): boolean => {
   return typeof code === "number" && ((code & 0xff) === 5 || (code & 0xff) === 6)
 }
 
+/** SQLITE_FULL (13): the database cannot grow, its disk is full (or it reached `max_page_count`). */
+const isFull = (cause: unknown): boolean => {
+  const code = (cause as { readonly errcode?: unknown } | undefined)?.errcode
+  return typeof code === "number" && (code & 0xff) === 13
+}
+
 /**
- * An SQLite failure as a `StorageError`: a missing table's cause is named
+ * An SQLite failure of the database at `path` as a `StorageError`: a missing table's cause is named
  * `ResourceNotFoundException` (as DynamoDB's), the lock still held by another process after
- * `timeoutMs` of attempts is a `StorageTimeout`.
+ * `timeoutMs` of attempts is a `StorageTimeout`, a full disk a `StorageFull`.
  */
-const sqliteError = (operation: string, cause: unknown, timeoutMs: number): StorageError => {
+const sqliteError = (path: string, operation: string, cause: unknown, timeoutMs: number): StorageError => {
   if (isMissingTable(cause)) {
     const message = cause instanceof Error ? cause.message : String(cause)
     return new StorageError({ operation, cause: Object.assign(new Error(message), { name: "ResourceNotFoundException" }) })
   }
-  return new StorageError({ operation, cause: isBusy(cause) ? new StorageTimeout(timeoutMs) : cause })
+  return new StorageError({ operation, cause: isBusy(cause) ? new StorageTimeout(timeoutMs) : isFull(cause) ? new StorageFull(path) : cause })
+}
+
+/** A full disk is said at most this often: one line, with the operations it refused since the line before. */
+export const FULL_DISK_LINE_EVERY_MS = 60_000
+
+/**
+ * The log of the database's full disk: its first refused operation is said at once, the next ones
+ * counted and said with the next line, at most one every `FULL_DISK_LINE_EVERY_MS` (by the Clock):
+ * every request refused for it would otherwise be a line of its own.
+ */
+const fullDiskLog = (path: string) => {
+  let lastLineAt: number | undefined
+  let refused = 0
+  const note = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    refused++
+    if (lastLineAt !== undefined && now - lastLineAt < FULL_DISK_LINE_EVERY_MS) return Effect.void
+    const count = refused
+    refused = 0
+    lastLineAt = now
+    return Effect.logError(
+      `the disk holding ${path} is full: ${count} storage operation${count === 1 ? "" : "s"} refused since the last line ` +
+        `(one a minute at most), answered 503 to their senders; free space on that disk (option data_dir)`
+    ).pipe(Effect.annotateLogs({ database: path, refused: count }))
+  })
+  /** `effect`, its failure for a full disk noted. */
+  const noted = <A>(effect: Effect.Effect<A, StorageError>): Effect.Effect<A, StorageError> =>
+    Effect.tapError(effect, (error) => error.cause instanceof StorageFull ? note : Effect.void)
+  return { noted }
 }

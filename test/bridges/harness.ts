@@ -4,6 +4,7 @@
  */
 import { Effect, Layer, Logger, Redacted } from "effect"
 import type { BridgeOptions } from "../../src/bridges/Bridges.ts"
+import type { EndpointOptions } from "../../src/endpoint/options.ts"
 import { TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
 import { EventLogMemory } from "../../src/observability/EventLog.ts"
 import { endpointWith, FakeNodeClient, options, type Reply, request } from "../endpoint/harness.ts"
@@ -11,8 +12,8 @@ import { endpointWith, FakeNodeClient, options, type Reply, request } from "../e
 export const AUTH_KEY = "bridge-test-auth-key"
 
 /** The endpoint's log lines (rejections the tests provoke on purpose) are kept out of the test output. */
-export const bridgedEndpoint = (bridges: BridgeOptions) =>
-  endpointWith(FakeNodeClient, { ...options, authKeys: Redacted.make([AUTH_KEY]), bridges }).pipe(Layer.provide(Logger.layer([])))
+export const bridgedEndpoint = (bridges: BridgeOptions, more: Partial<EndpointOptions> = {}) =>
+  endpointWith(FakeNodeClient, { ...options, authKeys: Redacted.make([AUTH_KEY]), bridges, ...more }).pipe(Layer.provide(Logger.layer([])))
 
 export interface Registration {
   readonly uaid: string

@@ -151,6 +151,27 @@ describe("registration API (stub bridge)", () => {
   })
 })
 
+describe("registration API with max_channels_per_user 3", () => {
+  layer(bridgedEndpoint({ stub: true }, { maxChannelsPerUser: 3 }), { excludeTestServices: true })((it) => {
+    it.effect("a channel beyond it → 413/121, nothing stored; one already there, or one after an unsubscribe, is taken", () =>
+      Effect.gen(function*() {
+        const reg = yield* register("stub", "success", { token: "success" })
+        const path = `${STUB}/${reg.uaid}/subscription`
+        const second = (yield* call("POST", path, undefined, reg.secret)).json() as { channelID: string }
+        assert.strictEqual((yield* call("POST", path, undefined, reg.secret)).status, 200)
+        const beyond = yield* call("POST", path, undefined, reg.secret)
+        assert.deepStrictEqual(errnoOf(beyond), [413, 121])
+        assert.match(beyond.json().message, /has 3 channels, the most it may have/)
+        assert.strictEqual((yield* call("GET", `${STUB}/${reg.uaid}`, undefined, reg.secret)).json().channelIDs.length, 3)
+        // Asking again for a channel the user has is no new channel.
+        assert.strictEqual((yield* call("POST", path, { channelID: second.channelID }, reg.secret)).status, 200)
+        assert.strictEqual((yield* call("DELETE", `${path}/${second.channelID}`, undefined, reg.secret)).status, 200)
+        assert.strictEqual((yield* call("POST", path, undefined, reg.secret)).status, 200)
+        assert.deepStrictEqual(errnoOf(yield* call("POST", path, undefined, reg.secret)), [413, 121])
+      }))
+  })
+})
+
 describe("registration API without the stub", () => {
   layer(bridgedEndpoint({}), { excludeTestServices: true })((it) => {
     it.effect("stub is off by default: 400/108", () =>

@@ -22,6 +22,7 @@ import { Metrics } from "../../src/observability/Metrics.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { Storage, type StorageService } from "../../src/storage/Storage.ts"
 import {
+  endpointWith,
   fakeNode,
   FakeNodeClient,
   messagesOf,
@@ -322,6 +323,40 @@ describe("held collectors of receipt subscriptions", () => {
         const max = Math.max(...latencies)
         assert.isBelow(percentile(latencies, 0.95), 1_000, `push latency p95 with 300 collectors on a black hole`)
         console.log(`black hole: 300 collectors → 4 held (ended 503 after ${endedMs} ms), 296 refused; pushes of another sender meanwhile: p50 ${p50.toFixed(1)} ms, max ${max.toFixed(1)} ms (first three: ${latencies.slice(0, 3).map((l) => l.toFixed(0)).join(", ")} ms)`)
+      }))
+  })
+})
+
+describe("receipt subscriptions one address makes", () => {
+  /** `POST /receipts` from `address` (through the listed proxy): its answer's status. */
+  const made = (address: string) =>
+    Effect.map(request({ method: "POST", path: "/receipts", headers: { "x-forwarded-for": address } }), (reply) => reply.status)
+
+  layer(collectorEndpoint({ subscriptionsPerAddress: 3, idleSeconds: 60 }), { excludeTestServices: true })((it) => {
+    it.effect("3 at once, then 3 per idle time: the 4th is 429/116 with Retry-After (a third of the idle time), before storage; another address is not affected", () =>
+      Effect.gen(function*() {
+        const probe = yield* StorageProbe
+        probe.calls.clear()
+        const first = yield* Effect.forEach([1, 2, 3], () => made("198.51.100.20"))
+        assert.deepStrictEqual(first, [201, 201, 201])
+        const beyond = yield* request({ method: "POST", path: "/receipts", headers: { "x-forwarded-for": "198.51.100.20" } })
+        assert.strictEqual(beyond.status, 429)
+        assert.strictEqual(beyond.json().errno, 116)
+        assert.match(beyond.json().message, /^Too many receipt subscriptions made from this address, retry after 20 s \(one subscription serves any number of pushes\)$/)
+        assert.strictEqual(beyond.headers["retry-after"], "20")
+        assert.strictEqual(probe.calls.get("createReceiptSubscription"), 3, "the refused one touched no storage")
+        // The same /64 is the same address; another is not affected.
+        assert.strictEqual(yield* made("2001:db8::1"), 201)
+        assert.deepStrictEqual(yield* Effect.forEach([1, 2, 3], () => made("2001:db8::2")), [201, 201, 429])
+        assert.strictEqual(yield* made("198.51.100.21"), 201)
+      }))
+  })
+
+  layer(endpointWith(FakeNodeClient, { ...options, receipts: { subscriptionsPerAddress: 1 } }), { excludeTestServices: true })((it) => {
+    it.effect("the loopback (this machine, not a listed proxy) is not counted", () =>
+      Effect.gen(function*() {
+        const replies = yield* Effect.forEach([1, 2, 3], () => request({ method: "POST", path: "/receipts" }))
+        assert.deepStrictEqual(replies.map((r) => r.status), [201, 201, 201])
       }))
   })
 })

@@ -10,14 +10,15 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer } from "effect"
+import { Context, Effect, Fiber, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
 import { scopedSqlite } from "../../src/storage/sqliteDriver.ts"
 import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
-import { createActiveTables, Storage, type StorageError, type StorageService } from "../../src/storage/Storage.ts"
+import { createActiveTables, Storage, StorageError, StorageFull, type StorageService, storageUnavailable } from "../../src/storage/Storage.ts"
+import { makeSqlStorage } from "../../src/storage/sqlStorage.ts"
 import { storageContract } from "./contract.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "autopush-sqlite-"))
@@ -296,6 +297,45 @@ describe("SQLite store", () => {
       }
       assert.isAtLeast(size(), before + 2_000_000, `the database file grew within ${waited} ms: ${before} → ${size()} bytes`)
     }).pipe(Effect.scoped), 30_000)
+
+  it.effect("a full disk: every write refused is a StorageFull; the log says so in one line a minute, a message with the count since the line before", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const logged: Array<{ readonly message: unknown; readonly annotations: Record<string, unknown> }> = []
+      const options = fresh(join(dir, "full.sqlite"))
+      const { connection, driver } = yield* scopedSqlite(options.path, 1000)
+      const s = yield* makeSqlStorage(driver, options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      // The database may not grow past the pages it has: SQLite refuses as it does on a full disk.
+      connection.db.exec(`PRAGMA max_page_count = ${Number(connection.db.prepare("PRAGMA page_count").get()?.["page_count"])}`)
+      const data = "x".repeat(3000)
+      const write = (i: number) =>
+        Effect.flip(s.saveMessages(uaid(i), options.messageTablePrefix, Array.from({ length: 20 }, (_, m) => ({ channelId: chid, version: `v${m}`, ttl: 60, timestamp: 1, sortkeyTimestamp: m, data }))))
+      const capture = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void logged.push(entry))])
+      const refusals = yield* Effect.forEach([1, 2, 3, 4, 5], write).pipe(Effect.provide(capture))
+      for (const error of refusals) {
+        assert.instanceOf(error.cause, StorageFull)
+        assert.strictEqual((error.cause as StorageFull).database, options.path)
+      }
+      assert.deepStrictEqual(logged.map((entry) => entry.message), [
+        `the disk holding ${options.path} is full: 1 storage operation refused since the last line (one a minute at most), answered 503 to their senders; free space on that disk (option data_dir)`
+      ])
+      yield* TestClock.adjust("59 seconds")
+      yield* write(6).pipe(Effect.provide(capture))
+      assert.strictEqual(logged.length, 1, "within the minute: counted, not said")
+      yield* TestClock.adjust("1 second")
+      yield* Effect.forEach([7, 8], write).pipe(Effect.provide(capture))
+      assert.strictEqual(logged.length, 2)
+      assert.match(String(logged[1]!.message), /is full: 6 storage operations refused since the last line/)
+      assert.deepStrictEqual(logged[1]!.annotations, { database: options.path, refused: 6 })
+      // The API answers it 503 without a line of its own per request; other failures have one, a message with fields.
+      const answered: Array<unknown> = []
+      const edge = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void answered.push([entry.message, entry.annotations]))])
+      yield* Effect.flip(storageUnavailable(refusals[0]!)).pipe(Effect.provide(edge))
+      assert.deepStrictEqual(answered, [])
+      yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", cause: new Error("boom") }))).pipe(Effect.provide(edge))
+      assert.deepStrictEqual(answered, [["storage failed", { operation: "getUser", cause: "boom" }]])
+    }).pipe(Effect.scoped))
 
   it.effect("a file that is not a database is a clear StorageError at start", () =>
     Effect.gen(function*() {
