@@ -14,8 +14,10 @@
  * claims its subscription's key but whose signature does not verify (forged, expired, for another
  * audience) is counted, after the check, in a bucket of that key at its address (at the address's
  * rate): a bound on the signature checks one address makes the node do for a key, which neither
- * the address's unsigned pushes nor its other senders' failures spend. To whom: every push, whoever sends it, takes a token of its subscription's bucket,
- * which protects one client from all its senders together.
+ * the address's unsigned pushes nor its other senders' failures spend.
+ *
+ * To whom: every push, whoever sends it, takes a token of its subscription's bucket, which
+ * protects one client from all its senders together.
  *
  * The client address is the connection's peer, unless that peer is a listed trusted proxy: then
  * it is the rightmost `X-Forwarded-For` entry that is not a trusted proxy itself (the entries to

@@ -370,6 +370,15 @@ describe("Matrix push gateway", () => {
         assert.strictEqual((yield* notify(fullRequest([c!], { event_id: "$1" }))).status, 200)
         assert.strictEqual((yield* storedMessages(sub)).length, 2)
       }))
+
+    it.effect("the subscription's bucket is the push path's: pushes to it from anyone and the gateway's notifies draw on one", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        assert.deepStrictEqual([(yield* push(sub)).status, (yield* push(sub)).status], [201, 201])
+        const limited = yield* notify(fullRequest([sub.endpoint], { event_id: "$after-pushes" }))
+        assert.deepStrictEqual([limited.status, limited.json().errcode], [429, "M_LIMIT_EXCEEDED"])
+        assert.strictEqual((yield* storedMessages(sub)).length, 2)
+      }))
   })
 
   layer(endpointWith(FakeNodeClient, {
