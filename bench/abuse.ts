@@ -111,7 +111,12 @@ const main = async () => {
       ? "abusers' address: no non-internal IPv4 address, so 127.0.0.2 → 127.0.0.1: the loopback, never counted toward max_connections_per_address (not exercised)"
       : `abusers' address: ${outside} (the node bound to 0.0.0.0), counted toward max_connections_per_address`
   )
-  const { deployment, pid } = await start(["--client-request-timeout", "5", ...(outside === undefined ? [] : ["--bind-host", "0.0.0.0"])])
+  // The victim is pushed to every 50 ms throughout: its subscription's own limit lifted, so that every probe is taken.
+  const { deployment, pid } = await start([
+    "--client-request-timeout", "5",
+    "--rate-limit-per-subscription", "0",
+    ...(outside === undefined ? [] : ["--bind-host", "0.0.0.0"])
+  ])
   const endpointUrl = new URL(deployment.endpointUrl)
   const wsUrl = new URL(deployment.wsUrl)
   const abusedEndpointUrl = new URL(deployment.endpointUrl)

@@ -12,21 +12,37 @@
  *           twice in one invocation: with the non-readers, and without them (M then goes to a client
  *           that reads), so the two are comparable.
  *
- * Options (flag or environment): --parts/BENCH_PARTS (channels,slow), --channels/BENCH_CHANNELS
+ * senders  the server's CPU per push with the rate limits off (every rate_limit_* 0) and on (the
+ *           defaults, behind a listed proxy: the loopback), in one invocation, and their ratio: N
+ *           pushes signed by 10 senders, each with its own VAPID key, to 5 subscriptions bound to
+ *           it (counted per key and per subscription), then N unsigned pushes to 50 subscriptions
+ *           (per address and per subscription), 16 at a time, from 100 client addresses in
+ *           `X-Forwarded-For`; every client connected and acking. No push is refused at these
+ *           rates (each answer is checked). `--configs` lists the runs in order (off,on,off,on:
+ *           interleaved, medians compared); `on` alone for a server of another checkout
+ *           (`AUTOPUSH_SERVER_ROOT`) that may not know every option.
+ *
+ * Options (flag or environment): --parts/BENCH_PARTS (channels,slow,senders), --channels/BENCH_CHANNELS
  * (10000), --others/BENCH_OTHERS (20), --idle/BENCH_IDLE (5000), --slow/BENCH_SLOW (200),
- * --megabytes/BENCH_MEGABYTES (12), --probes/BENCH_PROBES (50).
+ * --megabytes/BENCH_MEGABYTES (12), --probes/BENCH_PROBES (50), --pushes/BENCH_PUSHES (6000),
+ * --configs/BENCH_CONFIGS (off,on).
  */
 import { randomBytes, randomUUID } from "node:crypto"
+import { request } from "node:http"
 import { setTimeout as sleep } from "node:timers/promises"
+import { exportJWK, generateKeyPair, SignJWT } from "jose"
+import type { TestClient } from "../test/connection/client.ts"
 import { agent, cpuMs, fmt, hello, idleSockets, option, push, quantile, register, rssMiB, start } from "./harness.ts"
 
-const PARTS = option("parts", "BENCH_PARTS", "channels,slow").split(",")
+const PARTS = option("parts", "BENCH_PARTS", "channels,slow,senders").split(",")
 const CHANNELS = Number(option("channels", "BENCH_CHANNELS", "10000"))
 const OTHERS = Number(option("others", "BENCH_OTHERS", "20"))
 const IDLE = Number(option("idle", "BENCH_IDLE", "5000"))
 const SLOW = Number(option("slow", "BENCH_SLOW", "200"))
 const MEGABYTES = Number(option("megabytes", "BENCH_MEGABYTES", "12"))
 const PROBES = Number(option("probes", "BENCH_PROBES", "50"))
+const PUSHES = Number(option("pushes", "BENCH_PUSHES", "6000"))
+const CONFIGS = option("configs", "BENCH_CONFIGS", "off,on").split(",")
 
 // ── channels ─────────────────────────────────────────────────────────────────────────────────────
 
@@ -85,7 +101,8 @@ const channels = async () => {
 // ── slow clients ─────────────────────────────────────────────────────────────────────────────────
 
 const slowRun = async (withNonReaders: boolean) => {
-  const { deployment, pid } = await start(["--msg-limit", "1000000"])
+  // The storm goes to one subscription: its own limit lifted, so that the pushes are taken.
+  const { deployment, pid } = await start(["--msg-limit", "1000000", "--rate-limit-per-subscription", "0"])
   try {
     const idle = await idleSockets(deployment.wsUrl, IDLE)
     // The non-readers: registered, then their sockets stop reading.
@@ -161,9 +178,135 @@ const slowRun = async (withNonReaders: boolean) => {
   }
 }
 
+// ── senders ──────────────────────────────────────────────────────────────────────────────────────
+
+const LIMITS: Readonly<Record<string, ReadonlyArray<string>>> = {
+  off: ["--rate-limit-per-address", "0", "--rate-limit-per-vapid-key", "0", "--rate-limit-per-subscription", "0"],
+  on: ["--trusted-proxies", "127.0.0.1"]
+}
+
+/** A sender: a VAPID key, and the `Authorization` of one JWT it signed for `origin` (reused, as a sender may for 24 h). */
+const senderFor = async (origin: string) => {
+  const { privateKey, publicKey } = await generateKeyPair("ES256", { extractable: true })
+  const jwk = await exportJWK(publicKey)
+  const raw = Buffer.concat([Buffer.from([4]), Buffer.from(jwk.x ?? "", "base64url"), Buffer.from(jwk.y ?? "", "base64url")]).toString("base64url")
+  const jwt = await new SignJWT({ aud: origin, exp: Math.floor(Date.now() / 1000) + 12 * 3600, sub: "mailto:bench@example.com" })
+    .setProtectedHeader({ alg: "ES256", typ: "JWT" })
+    .sign(privateKey)
+  return { key: raw, authorization: `vapid t=${jwt}, k=${raw}` }
+}
+
+/** A client that acks what it gets, as a browser does. */
+const acking = async (wsUrl: string): Promise<TestClient> => {
+  const client = await hello(wsUrl)
+  client.ws.on("message", (data) => {
+    const m = JSON.parse(data.toString()) as Record<string, unknown>
+    if (m["messageType"] === "notification") client.send({ messageType: "ack", updates: [{ channelID: m["channelID"], version: m["version"] }] })
+  })
+  return client
+}
+
+const registerBound = async (client: TestClient, key: string): Promise<string> => {
+  client.send({ messageType: "register", channelID: randomUUID(), key })
+  const reply = await client.next((m) => m["messageType"] === "register", 30_000)
+  if (reply["status"] !== 200) throw new Error(`register answered ${JSON.stringify(reply)}`)
+  return reply["pushEndpoint"] as string
+}
+
+const pushFrom = (endpoint: string, body: Buffer, headers: Readonly<Record<string, string>>): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const req = request(endpoint, { method: "POST", agent, headers: { TTL: "600", "Content-Encoding": "aes128gcm", "Content-Length": body.length, ...headers } }, (res) => {
+      res.resume()
+      res.on("end", () => resolve(res.statusCode ?? 0))
+    })
+    req.on("error", reject)
+    req.end(body)
+  })
+
+/** `count` pushes, 16 at a time, the i-th made by `target(i)`: the server's CPU ms per push, and the answers. */
+const cpuPerPush = async (pid: number, count: number, target: (i: number) => readonly [string, Readonly<Record<string, string>>]) => {
+  const statuses = new Map<number, number>()
+  const body = randomBytes(200)
+  let next = 0
+  const before = cpuMs(pid)
+  await Promise.all(Array.from({ length: 16 }, async () => {
+    while (next < count) {
+      const [endpoint, headers] = target(next++)
+      const status = await pushFrom(endpoint, body, headers)
+      statuses.set(status, (statuses.get(status) ?? 0) + 1)
+    }
+  }))
+  await sleep(500) // the last deliveries and acks
+  const perPush = (cpuMs(pid) - before) / count
+  if (statuses.size !== 1 || !statuses.has(201)) throw new Error(`pushes answered ${JSON.stringify(Object.fromEntries(statuses))}`)
+  return perPush
+}
+
+const sendersRun = async (config: string) => {
+  const flags = LIMITS[config]
+  if (flags === undefined) throw new Error(`--configs: off or on, not ${config}`)
+  const { deployment, pid } = await start(flags)
+  try {
+    const origin = new URL(deployment.endpointUrl).origin
+    const senders = await Promise.all(Array.from({ length: 10 }, () => senderFor(origin)))
+    const clients: Array<TestClient> = []
+    const bound: Array<readonly [string, string]> = []
+    for (const sender of senders) {
+      for (let i = 0; i < 5; i++) {
+        const client = await acking(deployment.wsUrl)
+        clients.push(client)
+        bound.push([await registerBound(client, sender.key), sender.authorization])
+      }
+    }
+    const unbound: Array<string> = []
+    for (let i = 0; i < 50; i++) {
+      const client = await acking(deployment.wsUrl)
+      clients.push(client)
+      unbound.push(await register(client))
+    }
+    const from = (i: number) => `198.51.100.${i % 100}`
+    const signed = (i: number) => {
+      const [endpoint, authorization] = bound[i % bound.length]!
+      return [endpoint, { authorization, "x-forwarded-for": from(i) }] as const
+    }
+    const unsigned = (i: number) => [unbound[i % unbound.length]!, { "x-forwarded-for": from(i) }] as const
+    // Warm: every module loaded and compiled, the router cache holding every client.
+    await cpuPerPush(pid, 500, signed)
+    await cpuPerPush(pid, 500, unsigned)
+    const result = { signed: await cpuPerPush(pid, PUSHES, signed), unsigned: await cpuPerPush(pid, PUSHES, unsigned) }
+    await Promise.all(clients.map((c) => c.close()))
+    return result
+  } finally {
+    await deployment.stop()
+  }
+}
+
+/** Each configuration run in turn, as often as `--configs` names it (e.g. off,on,off,on: runs interleaved, medians compared). */
+const senders = async () => {
+  const runs = new Map<string, Array<{ readonly signed: number; readonly unsigned: number }>>()
+  for (const config of CONFIGS) {
+    const run = await sendersRun(config)
+    runs.set(config, [...(runs.get(config) ?? []), run])
+  }
+  console.log(`senders: server CPU per push (whole process), ${PUSHES} pushes of each kind, 16 at a time`)
+  const medians = new Map<string, { readonly signed: number; readonly unsigned: number }>()
+  for (const [config, list] of runs) {
+    const median = { signed: quantile(list.map((r) => r.signed), 0.5), unsigned: quantile(list.map((r) => r.unsigned), 0.5) }
+    medians.set(config, median)
+    const each = (kind: "signed" | "unsigned") => list.map((r) => fmt(r[kind] * 1000, 0)).join(", ")
+    console.log(`  limits ${config}: signed by a bound key ${fmt(median.signed * 1000, 0)} µs (runs: ${each("signed")}), unsigned ${fmt(median.unsigned * 1000, 0)} µs (runs: ${each("unsigned")})`)
+  }
+  const off = medians.get("off")
+  const on = medians.get("on")
+  if (off !== undefined && on !== undefined) {
+    console.log(`  on / off: signed ${fmt(on.signed / off.signed, 3)}, unsigned ${fmt(on.unsigned / off.unsigned, 3)}`)
+  }
+}
+
 if (PARTS.includes("channels")) await channels()
 if (PARTS.includes("slow")) {
   await slowRun(true)
   await slowRun(false)
 }
+if (PARTS.includes("senders")) await senders()
 agent.destroy()

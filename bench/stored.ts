@@ -66,7 +66,8 @@ const ours = async (): Promise<Server> => {
     ? (DATA_DIR === "" ? [] : ["--data-dir", DATA_DIR])
     // Keys: with no data directory, none is generated and kept for it.
     : ["--db-dsn", postgres.dsn, "--crypto-key", generateFernetKey(), "--auth-keys", generateFernetKey()]
-  const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2), "--max-stored-per-subscription", String(MESSAGES * 2), ...store])
+  // N messages to one subscription: its own limits lifted, so that every push is taken.
+  const { deployment, pid } = await start(["--msg-limit", String(MESSAGES * 2), "--max-stored-per-subscription", String(MESSAGES * 2), "--rate-limit-per-subscription", "0", ...store])
   return {
     pid,
     wsUrl: deployment.wsUrl,

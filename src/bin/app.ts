@@ -413,6 +413,7 @@ const endpointOptions = (settings: Settings): Effect.Effect<EndpointOptions, Sta
     rateLimits: {
       perAddress: { perSecond: settings.rateLimitPerAddress, burst: settings.rateLimitBurstPerAddress },
       perVapidKey: { perSecond: settings.rateLimitPerVapidKey, burst: settings.rateLimitBurstPerVapidKey },
+      perSubscription: { perSecond: settings.rateLimitPerSubscription / 60, burst: settings.rateLimitBurstPerSubscription },
       trustedProxies: settings.trustedProxies
     },
     maxNotificationTtl: Math.floor(Duration.toSeconds(settings.maxNotificationTtl)),

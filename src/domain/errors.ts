@@ -67,8 +67,23 @@ export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{
 export class MalformedRequest extends Data.TaggedError("MalformedRequest")<{ readonly message: string }> {}
 /** 503/201: storage failed; the sender should retry later. */
 export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
-/** 429/116: the sender's address or VAPID key is over its rate limit; retry after `retryAfter` seconds. */
-export class RateLimited extends Data.TaggedError("RateLimited")<{ readonly by: "address" | "VAPID key"; readonly retryAfter: number }> {}
+/**
+ * The rate limit a request met: its sender's address, the VAPID key it is signed with, the
+ * subscription it is sent to, or the pushes from its address whose signature for the key their
+ * subscription is bound to failed.
+ */
+export type RateLimitName = "address" | "vapid_key" | "subscription" | "bad_signature"
+
+/** What the 429's message says of each limit: who sent too much. */
+const LIMITED_SENDER: { readonly [K in RateLimitName]: string } = {
+  address: "from this address",
+  vapid_key: "from this VAPID key",
+  subscription: "to this subscription",
+  bad_signature: "for this VAPID key with a signature that does not verify from this address"
+}
+
+/** 429/116: a request over one of its rate limits (`by`); retry after `retryAfter` seconds. */
+export class RateLimited extends Data.TaggedError("RateLimited")<{ readonly by: RateLimitName; readonly retryAfter: number }> {}
 /**
  * 429/116: held `GET`s of receipt subscriptions (collectors) beyond their cap for one subscription
  * or one client address; retry after `retryAfter` seconds (when the oldest of them ends at the latest).
@@ -224,7 +239,7 @@ const table: ErrorTable = {
   MalformedRequest: { status: 400, errno: null, message: own },
   StorageUnavailable: { status: 503, errno: 201, message: fixed("A database error occurred, retry later") },
   Overloaded: { status: 503, errno: 201, message: fixed("Too many requests in progress, retry later") },
-  RateLimited: { status: 429, errno: 116, message: (e) => `Too many pushes from this ${e.by}, retry after ${e.retryAfter} s` },
+  RateLimited: { status: 429, errno: 116, message: (e) => `Too many pushes ${LIMITED_SENDER[e.by]}, retry after ${e.retryAfter} s` },
   TooManyCollectors: { status: 429, errno: 116, message: (e) => `Too many open receipt collectors for this ${e.by}, retry after ${e.retryAfter} s` },
   TooManyReceiptSubscriptions: {
     status: 429,

@@ -13,6 +13,7 @@ import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import type { Mutable } from "effect/Types"
 import {
+  decodeVapidPublicKey,
   type EndpointToken,
   EndpointCrypto,
   type EndpointVersion,
@@ -36,7 +37,8 @@ import { parseVapid, type SenderWarning, senderWarnings, type VerifiedVapid, ver
  * its body is plaintext JSON rather than an encrypted payload, and its TTL and urgency are given,
  * not read from headers. It goes through the same checks as a push from the token on (#1, #2, #5–#9;
  * with no VAPID credentials, so a v2 endpoint bound to a key refuses it at #6, as `require_vapid`
- * does), but not the sender's address limit (its sender limits it) nor the encryption rule (#15).
+ * does) and the subscription's limit, but not the sender's address limit (its sender limits it) nor
+ * the encryption rule (#15).
  * Only `sendMade` takes one, and nothing of an HTTP request can make one: a push over HTTP never
  * skips #15.
  */
@@ -195,16 +197,40 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   const origin = endpointOrigin(options.endpointUrl)
   const sortKeyMs = makeSortKeys()
 
-  /** The sender's address limit (before any work for the sender), #1, #2 and #2b. */
+  /**
+   * The sender a push names, if it does: the raw key of its credentials, when it is to a v2
+   * subscription bound to that key. Only a claim until its signature is checked (#4). Read from
+   * what the push carries, before any limit: its token opened (once per token, `openEndpoint`
+   * remembers) and its credentials parsed only for a v2 push with an `Authorization`.
+   */
+  const boundKeyClaimed = (versionSegment: string | undefined, token: string, headers: RequestHeaders): Buffer | undefined => {
+    if (versionSegment !== "v2" || headers["authorization"] === undefined) return undefined
+    const opened = crypto.openEndpoint("v2", token)
+    if (Result.isFailure(opened) || opened.success.keyHash === undefined) return undefined
+    const credentials = parseVapid(headers)
+    if (Result.isFailure(credentials) || credentials.success === undefined) return undefined
+    const rawKey = decodeVapidPublicKey(credentials.success.publicKey)
+    return rawKey !== undefined && matchesVapidKey(opened.success, rawKey) ? rawKey : undefined
+  }
+
+  /**
+   * The sender's address limit, before any work for the sender: a token of its address for a push
+   * that does not name its sender; for one that does, whether the key it claims may have one more
+   * signature fail from its address (its key's limit comes once the signature verified). Then #1,
+   * #2 and #2b.
+   */
   const tokenStage = (
     request: PushRequest,
     versionSegment: string | undefined,
     token: string,
+    claimed: Buffer | undefined,
     made: MadePush | undefined,
     nowMs: number
   ): Result.Result<EndpointToken | typeof BAD_LENGTH, ApiError> => {
     if (made === undefined) {
-      const limited = limits.address(request.peer, request.headers["x-forwarded-for"], nowMs)
+      const forwardedFor = request.headers["x-forwarded-for"]
+      const limited = claimed !== undefined ? limits.signatureCheck(request.peer, forwardedFor, claimed, nowMs)
+        : limits.address(request.peer, forwardedFor, nowMs)
       if (Result.isFailure(limited)) return Result.fail(limited.failure)
     }
     const apiVersion = apiVersionOf(versionSegment)
@@ -215,7 +241,10 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
     return Result.isFailure(lengths) ? Result.fail(lengths.failure) : opened
   }
 
-  /** The VAPID key's limit (a verified key only: nobody drains another's), #5 and #6. */
+  /**
+   * The VAPID key's limit (a verified key only: nobody drains another's), #5 and #6, then the
+   * subscription's limit (whoever sends: only a sender the subscription takes pushes from spends it).
+   */
   const signerStage = (
     opened: EndpointToken | typeof BAD_LENGTH,
     vapid: VerifiedVapid | undefined,
@@ -228,7 +257,16 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
     const subscription = subscriptionOf(opened)
     if (Result.isFailure(subscription)) return Result.fail(subscription.failure)
     const bound = checkBoundKey(options, subscription.success, vapid)
-    return Result.isFailure(bound) ? Result.fail(bound.failure) : subscription
+    if (Result.isFailure(bound)) return Result.fail(bound.failure)
+    const limited = limits.subscription(subscription.success.uaid, subscription.success.channelId, nowMs)
+    return Result.isFailure(limited) ? Result.fail(limited.failure) : subscription
+  }
+
+  /** #3 + #4; a push that claimed its subscription's key and fails them is counted (`signatureFailed`). */
+  const signerOf = (request: PushRequest, claimed: Buffer | undefined, nowMs: number) => {
+    const verifying = vapidOf(request.headers, origin, nowMs)
+    return verifying === undefined || claimed === undefined ? verifying
+      : Effect.tapError(verifying, () => Effect.sync(() => limits.signatureFailed(request.peer, request.headers["x-forwarded-for"], claimed, nowMs)))
   }
 
   /** #11–#16; a made message brings its TTL and urgency, and is plaintext. */
@@ -263,8 +301,9 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   ): Effect.fn.Return<AcceptedPush, ApiError | StorageError> {
     const headers: RequestHeaders = request.headers
     const nowMs = clock.currentTimeMillisUnsafe()
-    const opened = yield* verdict(tokenStage(request, versionSegment, token, made, nowMs)) // #1, #2, #2b
-    const verifying = vapidOf(headers, origin, nowMs)                                     // #3, #4
+    const claimed = made === undefined ? boundKeyClaimed(versionSegment, token, headers) : undefined
+    const opened = yield* verdict(tokenStage(request, versionSegment, token, claimed, made, nowMs)) // #1, #2, #2b
+    const verifying = signerOf(request, claimed, nowMs)                                   // #3, #4
     const vapid = verifying === undefined ? undefined : yield* verifying
     const subscription = yield* verdict(signerStage(opened, vapid, nowMs))                // #5, #6
     const target = yield* subscribers.targetOf(subscription.uaid, subscription.channelId, nowMs) // #7–#9

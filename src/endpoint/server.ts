@@ -49,7 +49,7 @@ import { respondToFailures } from "./edge.ts"
 import { type Front, makeFront } from "./front.ts"
 import { clientRequestTimeoutOf, type EndpointOptions } from "./options.ts"
 import { peerOf, withHttp2 } from "./http2.ts"
-import { makeRateLimits, makeTokenBuckets, NO_LIMITS } from "./rateLimits.ts"
+import { makeRateLimits, NO_LIMITS } from "./rateLimits.ts"
 import { makeReceipts } from "./receipts.ts"
 import { makeRoutes, ROUTER_CONFIG } from "./routes.ts"
 import { makeWebPushHandlers } from "./webpush.ts"
@@ -79,20 +79,19 @@ export const makeEndpoint = (
 ): Effect.Effect<Endpoint, never, EndpointServices | Scope.Scope> =>
   Effect.gen(function*() {
     const observe = yield* endpointInstrumentation
-    const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS)
+    const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS, yield* Metrics)
     const receipts = yield* makeReceipts(options, limits)
     const webpush = yield* makeWebPushHandlers(options, receipts, limits)
-    // The Matrix push gateway: its messages go through the push path (`sendMade`); a notify counts
-    // against its sender's address as a push does, and each subscription it names is limited at
-    // the per-address rate; off when only VAPID-signed pushes are taken.
+    // The Matrix push gateway: its messages go through the push path (`sendMade`, where each
+    // subscription's limit applies); a notify counts against its sender's address as a push does;
+    // off when only VAPID-signed pushes are taken.
     const matrix = yield* makeMatrixGateway({
       maxDataBytes: options.maxDataBytes,
       ttlSeconds: options.matrixGatewayTtl ?? DEFAULT_MATRIX_TTL_SECONDS,
       off: options.requireVapid === true,
       idleMs: clientRequestTimeoutOf(options)
     }, webpush.sendMade, {
-      address: (req, nowMs) => limits.address(peerOf(req), req.headers["x-forwarded-for"], nowMs),
-      subscription: makeTokenBuckets((options.rateLimits ?? NO_LIMITS).perAddress).take
+      address: (req, nowMs) => limits.address(peerOf(req), req.headers["x-forwarded-for"], nowMs)
     })
     const maxInFlight = options.maxInFlightRequests ?? Number.POSITIVE_INFINITY
     const routes = makeRoutes(options, webpush, receipts, matrix, limits)

@@ -30,8 +30,9 @@
  *   push of it is answered as delivered and not pushed twice. The last `DEDUPE_ENTRIES` (50,000)
  *   event and subscription pairs pushed are kept (as SHA-256 digests, a few MB at most); beyond that
  *   many pushes in 10 minutes the oldest are forgotten sooner.
- * - Rate limits: per address as above, and per subscription (`rate_limit_per_address` and its
- *   burst): one homeserver sends for all its users, one subscription is one user's device.
+ * - Rate limits: per address as above, and per subscription: the push path's
+ *   (`rate_limit_per_subscription`, one bucket per subscription whoever sends to it), so that one
+ *   homeserver sending for all its users cannot flood one user's device.
  * - `GET /_matrix/push/v1/notify`: `{"unifiedpush": {"gateway": "matrix"}}`, UnifiedPush's gateway
  *   discovery (a client asks it at its endpoint's origin to learn that it may use this gateway).
  * - Errors are the Matrix API's JSON (`{"errcode", "error"}`), not autopush's: an unknown path under
@@ -123,8 +124,6 @@ export interface GatewayLimits {
    * a listed proxy the `X-Forwarded-For` client), taken before the body is read.
    */
   readonly address: (request: IncomingMessage, nowMs: number) => Result.Result<void, RateLimited>
-  /** The per-subscription limit: takes a token for `key`, answering 0 (go) or the whole seconds until one is back. */
-  readonly subscription: (key: string, nowMs: number) => number
 }
 
 /** A failure the homeserver should retry the request for: the error it is answered with. */
@@ -321,19 +320,12 @@ export const makeMatrixGateway = Effect.fnUntraced(function*(options: MatrixGate
     return target
   }
 
-  /** One subscription: a retry already pushed, over its rate limit, or through the push path. */
+  /** One subscription: a retry already pushed, or through the push path (which answers its rate limit). */
   const deliver = (subscription: string, target: Target, eventId: string | undefined, made: GatewayPush | undefined, nowMs: number): Effect.Effect<Outcome> => {
     const key = eventId === undefined ? undefined : digest(eventId, subscription)
     const at = key === undefined ? undefined : pushed.get(key)
     if (at !== undefined && nowMs - at < DEDUPE_WINDOW_MS) return Effect.succeed(DUPLICATE)
     if (made === undefined) return Effect.succeed(FAILED)
-    const wait = limits.subscription(subscription, nowMs)
-    if (wait > 0) {
-      return Effect.succeed({
-        _tag: "failed",
-        retry: { status: 429, errcode: "M_LIMIT_EXCEEDED", error: `Too many notifications for this pushkey, retry after ${wait} s`, retryAfter: String(wait) }
-      })
-    }
     if (key !== undefined) pushed.set(key, nowMs)
     return sendMade(made, target.version, target.token).pipe(
       Effect.onError(() => Effect.sync(() => key !== undefined && pushed.delete(key))),

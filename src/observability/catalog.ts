@@ -114,6 +114,9 @@ export const METRICS = {
   senderWarning: m("notification.sender.warning", "counter", "endpoint", "Accepted pushes another push service would refuse, by why (the answer carries Autopush-Warning; the console lists them per VAPID key)", {
     kind: "vapid-sub-local / vapid-sub-missing / vapid-long-lived / vapid-draft-scheme / aesgcm"
   }),
+  rateLimited: m("notification.rate_limited", "counter", "endpoint", "Requests answered 429/116 at a rate limit (pushes, and the other routes' requests at their address's), by the limit", {
+    limit: "address (rate_limit_per_address) / vapid_key (rate_limit_per_vapid_key) / subscription (rate_limit_per_subscription) / bad_signature (pushes from that address claiming their subscription's key whose signature failed, at rate_limit_per_address)"
+  }),
   inFlight: m("request.in_flight", "gauge", "endpoint", "HTTP requests being handled"),
   requestTime: m("request.time", "timer", "endpoint", "HTTP requests handled", {
     route: "push / message / receipts / registration / broadcasts / matrix / health / metrics / other",

@@ -38,7 +38,7 @@ const Abused = endpointWith(FakeNodeClient, {
   bridges: { stub: true },
   broadcastAdminTokens: [Redacted.make("admin-token")],
   // The loopback as a trusted proxy: X-Forwarded-For is read (the rates are high enough to refuse nothing).
-  rateLimits: { perAddress: { perSecond: 1e6, burst: 1e6 }, perVapidKey: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] }
+  rateLimits: { perAddress: { perSecond: 1e6, burst: 1e6 }, perVapidKey: { perSecond: 0, burst: 1 }, perSubscription: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] }
 }).pipe(Layer.provide(Logger.layer([])))
 
 /** Pushes to `path` one after another until `stop` is called: their times (ms). */

@@ -107,7 +107,7 @@ describe("HTTP/2 on the endpoint port", () => {
   })
 
   // Over h2c the socket Node hands to a request is not the connection's: its address is still the client's.
-  const limited = { ...options, rateLimits: { perAddress: { perSecond: 1, burst: 1 }, perVapidKey: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] } }
+  const limited = { ...options, rateLimits: { perAddress: { perSecond: 1, burst: 1 }, perVapidKey: { perSecond: 0, burst: 1 }, perSubscription: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] } }
   layer(endpointWith(FakeNodeClient, limited), { excludeTestServices: true })((it) => {
     it.effect("h2c: the per-address limit counts the client the trusted proxy names, as over HTTP/1.1", () =>
       Effect.gen(function*() {

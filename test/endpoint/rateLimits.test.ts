@@ -1,14 +1,20 @@
 /**
- * Per-sender rate limits: the token bucket's arithmetic, the client address (X-Forwarded-For only
- * from a listed proxy, the rightmost hop that is not one; IPv6 by /64; the loopback not limited),
- * and through the endpoint: 429/116 with Retry-After by address and by VAPID key, other senders
- * untouched, the bucket refilled after a second; the other routes that read a body, a credential or
- * storage take a token of the address's bucket too.
+ * Rate limits: the token bucket's arithmetic, the client address (X-Forwarded-For only from a
+ * listed proxy, the rightmost hop that is not one; IPv6 by /64; the loopback not limited), and
+ * through the endpoint over HTTP: 429/116 with Retry-After by address and by VAPID key, other
+ * senders untouched, the bucket refilled after a second; the other routes that read a body, a
+ * credential or storage take a token of the address's bucket too. Who sends: a push to a
+ * subscription bound to its key, signed by it, counts against the key and not its address (two
+ * senders behind one address limited apart), any other push against its address; forged signatures
+ * for a bound key count per address in a bucket of their own. To whom: one subscription's bucket,
+ * whoever sends. Each refusal counted by its limit.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { clientAddress, makeTokenBuckets, trustedProxies } from "../../src/endpoint/rateLimits.ts"
-import { endpointWith, FakeNodeClient, goodClaims, options, push, request, subscribe, vapidKeys } from "./harness.ts"
+import { clientAddress, makeTokenBuckets, type RateLimitOptions, trustedProxies } from "../../src/endpoint/rateLimits.ts"
+import { METRICS } from "../../src/observability/catalog.ts"
+import { Metrics } from "../../src/observability/Metrics.ts"
+import { endpointWith, FakeNodeClient, goodClaims, options, push, request, subscribe, type Subscription, type VapidKeys, vapidKeys } from "./harness.ts"
 
 describe("token buckets", () => {
   it("a burst, then one per 1/perSecond; the wait in whole seconds; a full bucket after a quiet period", () => {
@@ -25,6 +31,15 @@ describe("token buckets", () => {
     assert.strictEqual(slow.take("a", t0), 10)
     const off = makeTokenBuckets({ perSecond: 0, burst: 1 })
     assert.isTrue([1, 2, 3, 4].every(() => off.take("a", t0) === 0))
+  })
+
+  it("wait answers as take would, without taking; it makes no bucket for a key it does not know", () => {
+    const buckets = makeTokenBuckets({ perSecond: 1, burst: 2 }, 2)
+    assert.deepStrictEqual([buckets.wait("a", 0), buckets.wait("a", 0), buckets.wait("a", 0)], [0, 0, 0])
+    assert.deepStrictEqual([buckets.take("a", 0), buckets.take("a", 0), buckets.wait("a", 0), buckets.take("a", 0)], [0, 0, 1, 1])
+    // Waits on unknown keys kept no bucket: a's is still the one it emptied.
+    for (const key of ["b", "c", "d"]) buckets.wait(key, 0)
+    assert.strictEqual(buckets.wait("a", 0), 1)
   })
 
   it("keeps the most recent senders only", () => {
@@ -61,9 +76,10 @@ describe("client address", () => {
 
 const slow = { perSecond: 1, burst: 2 }
 const off = { perSecond: 0, burst: 1 }
+const limited = (limits: Partial<RateLimitOptions>): RateLimitOptions => ({ perAddress: off, perVapidKey: off, perSubscription: off, trustedProxies: [], ...limits })
 
 describe("through the endpoint", () => {
-  layer(endpointWith(FakeNodeClient, { ...options, rateLimits: { perAddress: slow, perVapidKey: off, trustedProxies: ["127.0.0.1"] } }), {
+  layer(endpointWith(FakeNodeClient, { ...options, rateLimits: limited({ perAddress: slow, trustedProxies: ["127.0.0.1"] }) }), {
     excludeTestServices: true
   })((it) => {
     it.effect("by address (behind a listed proxy): 429/116 with Retry-After for that address only, again after a second", () =>
@@ -103,7 +119,7 @@ describe("through the endpoint", () => {
       }))
   })
 
-  layer(endpointWith(FakeNodeClient, { ...options, rateLimits: { perAddress: slow, perVapidKey: slow, trustedProxies: [] } }), {
+  layer(endpointWith(FakeNodeClient, { ...options, rateLimits: limited({ perAddress: slow, perVapidKey: slow }) }), {
     excludeTestServices: true
   })((it) => {
     it.effect("by VAPID key: a verified key's pushes are limited; unsigned ones and the loopback by address are not", () =>
@@ -119,6 +135,96 @@ describe("through the endpoint", () => {
         assert.deepInclude(refused.json(), { errno: 116, message: "Too many pushes from this VAPID key, retry after 1 s" })
         assert.strictEqual((yield* signed(other)).status, 201, "another key")
         for (let i = 0; i < 5; i++) assert.strictEqual((yield* push(sub)).status, 201, "unsigned, from the loopback")
+      }))
+  })
+})
+
+/** A push signed with `keys` (a fresh JWT) from behind the test's proxy, as `address`. */
+const signedPush = (sub: Pick<Subscription, "path">, keys: VapidKeys, address: string) =>
+  Effect.flatMap(Effect.promise(() => keys.sign(goodClaims())), (jwt) =>
+    push(sub, { authorization: `vapid t=${jwt}, k=${keys.publicKey}`, "x-forwarded-for": address }))
+
+const statuses = (replies: ReadonlyArray<{ readonly status: number }>) => replies.map((r) => r.status)
+
+/** `n` pushes made one after another by `send`: their statuses. */
+const times = <R>(n: number, send: () => Effect.Effect<{ readonly status: number }, never, R>) =>
+  Effect.map(Effect.forEach(Array.from({ length: n }), send), statuses)
+
+const refusals = (limit: string) => Effect.map(Effect.service(Metrics), (metrics) => metrics.value(METRICS.rateLimited.name, { limit }) ?? 0)
+
+describe("who sends, and to whom", () => {
+  // Behind one proxy (the loopback, listed): an address may push 2 at once, a key 5, a subscription 8.
+  layer(endpointWith(FakeNodeClient, {
+    ...options,
+    rateLimits: limited({ perAddress: slow, perVapidKey: { perSecond: 1, burst: 5 }, perSubscription: { perSecond: 1, burst: 8 }, trustedProxies: ["127.0.0.1"] })
+  }), { excludeTestServices: true })((it) => {
+    it.effect("two senders behind one address, each signing for its own bound subscriptions, are limited apart: one past its key's limit, the other served", () =>
+      Effect.gen(function*() {
+        const shared = "198.51.100.7"
+        const [a, b] = [yield* vapidKeys, yield* vapidKeys]
+        const subsOf = (keys: VapidKeys) => Effect.all([subscribe({ key: keys.raw }), subscribe({ key: keys.raw })])
+        const [subsA, subsB] = [yield* subsOf(a), yield* subsOf(b)]
+        // A: 5 pushes over its two subscriptions, past the address's burst of 2; the sixth is its key's limit.
+        const fromA = yield* times(5, () => signedPush(subsA[0], a, shared))
+        assert.deepStrictEqual(fromA, [201, 201, 201, 201, 201], "not counted against the address")
+        const refused = yield* signedPush(subsA[1], a, shared)
+        assert.strictEqual(refused.status, 429)
+        assert.strictEqual(refused.headers["retry-after"], "1")
+        assert.deepInclude(refused.json(), { errno: 116, message: "Too many pushes from this VAPID key, retry after 1 s" })
+        // B, behind the same address: served, to each of its subscriptions.
+        assert.deepStrictEqual(yield* times(4, () => signedPush(subsB[0], b, shared)), [201, 201, 201, 201])
+        assert.strictEqual((yield* signedPush(subsB[1], b, shared)).status, 201)
+        // The address's own bucket is untouched: an unsigned push from it still has its burst.
+        const unsigned = yield* subscribe()
+        assert.deepStrictEqual(yield* times(3, () => push(unsigned, { "x-forwarded-for": shared })), [201, 201, 429])
+        assert.strictEqual(yield* refusals("vapid_key"), 1)
+      }))
+
+    it.effect("a key the subscription is not bound to names nobody: the push counts against its address (and its key)", () =>
+      Effect.gen(function*() {
+        const address = "198.51.100.8"
+        const keys = yield* vapidKeys
+        const unbound = yield* subscribe()
+        const boundToAnother = yield* subscribe({ key: (yield* vapidKeys).raw })
+        assert.deepStrictEqual(yield* times(2, () => signedPush(unbound, keys, address)), [201, 201])
+        const refused = yield* signedPush(unbound, keys, address)
+        assert.deepInclude(refused.json(), { code: 429, errno: 116, message: "Too many pushes from this address, retry after 1 s" })
+        // Credentials for another key than the binding's: counted by address, refused before its signature is checked.
+        assert.deepInclude((yield* signedPush(boundToAnother, keys, address)).json(), { code: 429, message: "Too many pushes from this address, retry after 1 s" })
+      }))
+
+    it.effect("signatures that fail for a bound key count per key and address, in a bucket of their own: 401 while it lasts, then 429; the address's other senders go on", () =>
+      Effect.gen(function*() {
+        const address = "198.51.100.9"
+        const [owner, forger, neighbour] = [yield* vapidKeys, yield* vapidKeys, yield* vapidKeys]
+        const sub = yield* subscribe({ key: owner.raw })
+        // The owner's public key, signed by another: a claim that fails at its signature.
+        const forged = () =>
+          Effect.flatMap(Effect.promise(() => forger.sign(goodClaims())), (jwt) =>
+            push(sub, { authorization: `vapid t=${jwt}, k=${owner.publicKey}`, "x-forwarded-for": address }))
+        assert.deepStrictEqual(yield* times(3, forged), [401, 401, 429])
+        const refused = yield* forged()
+        assert.deepInclude(refused.json(), { errno: 116, message: "Too many pushes for this VAPID key with a signature that does not verify from this address, retry after 1 s" })
+        assert.strictEqual(refused.headers["retry-after"], "1")
+        assert.strictEqual(yield* refusals("bad_signature"), 2)
+        // Refused before its signature is checked: the key's pushes from this address, its owner's too.
+        assert.strictEqual((yield* signedPush(sub, owner, address)).status, 429)
+        assert.strictEqual((yield* signedPush(sub, owner, "198.51.100.10")).status, 201, "the key's owner, from another address")
+        assert.strictEqual((yield* signedPush(yield* subscribe({ key: neighbour.raw }), neighbour, address)).status, 201, "another key, from this address")
+        assert.strictEqual((yield* push(yield* subscribe(), { "x-forwarded-for": address })).status, 201, "an unsigned push from it")
+      }))
+
+    it.effect("one subscription's bucket, whoever sends: its senders together are limited, another subscription is not", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        // 8 pushes from 4 addresses, each within its own limit: the ninth, from a fifth, is the subscription's.
+        const senders = ["203.0.113.40", "203.0.113.41", "203.0.113.42", "203.0.113.43"]
+        for (const sender of senders) assert.deepStrictEqual(yield* times(2, () => push(sub, { "x-forwarded-for": sender })), [201, 201])
+        const refused = yield* push(sub, { "x-forwarded-for": "203.0.113.44" })
+        assert.strictEqual(refused.status, 429)
+        assert.deepInclude(refused.json(), { errno: 116, message: "Too many pushes to this subscription, retry after 1 s" })
+        assert.strictEqual((yield* push(yield* subscribe(), { "x-forwarded-for": "203.0.113.44" })).status, 201, "another subscription, the same sender")
+        assert.strictEqual(yield* refusals("subscription"), 1)
       }))
   })
 })

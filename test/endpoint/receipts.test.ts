@@ -139,7 +139,7 @@ const collectorEndpoint = (receipts: ReceiptOptions) =>
   EndpointServer.layerServer({
     ...options,
     receipts,
-    rateLimits: { perAddress: { perSecond: 100, burst: 1000 }, perVapidKey: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] }
+    rateLimits: { perAddress: { perSecond: 100, burst: 1000 }, perVapidKey: { perSecond: 0, burst: 1 }, perSubscription: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] }
   }).pipe(
     Layer.provideMerge(WebPushRouter.layer),
     Layer.provideMerge(FakeNodeClient),

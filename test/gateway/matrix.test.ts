@@ -340,7 +340,7 @@ describe("Matrix push gateway", () => {
   layer(endpointWith(FakeNodeClient, {
     ...options,
     matrixGatewayTtl: 600,
-    rateLimits: { perAddress: { perSecond: 1, burst: 2 }, perVapidKey: { perSecond: 0, burst: 1 }, trustedProxies: [] }
+    rateLimits: { perAddress: { perSecond: 1, burst: 2 }, perVapidKey: { perSecond: 0, burst: 1 }, perSubscription: { perSecond: 1, burst: 2 }, trustedProxies: [] }
   }), { excludeTestServices: true })((it) => {
     it.effect("the rate limit is per pushkey, not per address: 429 M_LIMIT_EXCEEDED with retry_after_ms; matrix_gateway_ttl is the TTL", () =>
       Effect.gen(function*() {
@@ -350,7 +350,7 @@ describe("Matrix push gateway", () => {
         const limited = yield* notify(fullRequest([sub.endpoint], { event_id: "$3" }))
         assert.strictEqual(limited.status, 429)
         assert.strictEqual(limited.headers["retry-after"], "1")
-        assert.deepStrictEqual(limited.json(), { errcode: "M_LIMIT_EXCEEDED", error: "Too many notifications for this pushkey, retry after 1 s", retry_after_ms: 1000 })
+        assert.deepStrictEqual(limited.json(), { errcode: "M_LIMIT_EXCEEDED", error: "Too many pushes to this subscription, retry after 1 s", retry_after_ms: 1000 })
         // The same sender, another pushkey: not limited (the homeserver sends for all its users).
         for (const event of ["$1", "$2"]) assert.strictEqual((yield* notify(fullRequest([other.endpoint], { event_id: event }))).status, 200)
         // A retry of an event already pushed costs nothing.
@@ -370,11 +370,20 @@ describe("Matrix push gateway", () => {
         assert.strictEqual((yield* notify(fullRequest([c!], { event_id: "$1" }))).status, 200)
         assert.strictEqual((yield* storedMessages(sub)).length, 2)
       }))
+
+    it.effect("the subscription's bucket is the push path's: pushes to it from anyone and the gateway's notifies draw on one", () =>
+      Effect.gen(function*() {
+        const sub = yield* subscribe()
+        assert.deepStrictEqual([(yield* push(sub)).status, (yield* push(sub)).status], [201, 201])
+        const limited = yield* notify(fullRequest([sub.endpoint], { event_id: "$after-pushes" }))
+        assert.deepStrictEqual([limited.status, limited.json().errcode], [429, "M_LIMIT_EXCEEDED"])
+        assert.strictEqual((yield* storedMessages(sub)).length, 2)
+      }))
   })
 
   layer(endpointWith(FakeNodeClient, {
     ...options,
-    rateLimits: { perAddress: { perSecond: 1, burst: 2 }, perVapidKey: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] }
+    rateLimits: { perAddress: { perSecond: 1, burst: 2 }, perVapidKey: { perSecond: 0, burst: 1 }, perSubscription: { perSecond: 0, burst: 1 }, trustedProxies: ["127.0.0.1"] }
   }), { excludeTestServices: true })((it) => {
     const from = (address: string, body: unknown) =>
       request({ method: "POST", path: NOTIFY, headers: { "content-type": "application/json", "x-forwarded-for": address }, body: JSON.stringify(body) })
