@@ -4,19 +4,19 @@
  * - a delivery from an endpoint node is sent at once (TTL 0: only now, fire and forget);
  * - stored messages are drained after hello and after every check-storage poke, a page at a time
  *   (topic messages, then timestamp order; a page from a table's first row holds both kinds, one
- *   read where autopush makes two). A page of timestamp rows after the last one read is read while
- *   the client holds fewer than `clientChannelCapacity` messages unacked, so a client that acks late
- *   or in batches still gets what was stored for it, in order; a read from a table's first row waits
- *   until what the drain sent is acked and deleted (it would find those rows again). A poke after
- *   the last page looks after it at once (what was just stored is there), and the pass starts over
- *   once everything is acked (a message may have been stored behind the last row read);
- *   `Draining`, or `Migrating` on last month's table, which then moves: `Moving`;
+ *   read where autopush makes two), the next page once the previous one is acked. A poke (something
+ *   was stored for a connected client) reads the next page of timestamp rows, or what came after the
+ *   last page, at once, whatever the client holds unacked (within `clientChannelCapacity`): a client
+ *   that acks late or in batches gets what is stored for it now, in order, not after its acks. The
+ *   pass starts over once everything is acked (a message may have been stored behind the last row
+ *   read); `Draining`, or `Migrating` on last month's table, which then moves: `Moving`;
  * - an acked stored message becomes its tombstone (conditionally on its version, so a newer message
  *   that replaced a topic is kept); an acked direct message is just forgotten;
- * - more than `msgLimit` messages of the backlog found at hello (accepted before the session began)
- *   → the client gets the first `msgLimit`, then (once they are acked) the user is dropped and the
- *   socket closed 1000. What is pushed to a connected client never counts: a sender's burst cannot
- *   reset the user (the endpoint bounds what one subscription may have stored).
+ * - more than `msgLimit` messages of the backlog found at hello (accepted before the session began),
+ *   each channel's counted up to half of `msgLimit` → the client gets the first `msgLimit`, then (once they
+ *   are acked) the user is dropped and the socket closed 1000: a guard for many subscriptions
+ *   together. One subscription alone never resets its user, and what is pushed to a connected
+ *   client never counts (the endpoint bounds what one subscription may have stored).
  *
  * Handlers that move the drain on take the phase's own continuation (`advanceDraining`,
  * `advanceMigrating`, or none): what differs by phase is chosen in the table, not here.
@@ -35,7 +35,24 @@ type Msg<T extends ClientMessage["messageType"]> = Extract<ClientMessage, { read
 type Advance<P extends Live> = (phase: P, out: Out) => Phase
 
 /** A drain from the start of `tables` (from their first rows: topic rows first). */
-export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({ tables, rows: "first", after: undefined, again: false, poked: false, backlog: 0 })
+const NO_BACKLOG: ReadonlyMap<string, number> = new Map()
+
+export const newDrain = (...tables: ReadonlyArray<string>): Drain => ({
+  tables,
+  rows: "first",
+  after: undefined,
+  again: false,
+  poked: false,
+  backlog: 0,
+  backlogByChannel: NO_BACKLOG
+})
+
+/**
+ * What one channel's backlog counts towards `msg_limit` at most: half of it (rounded up), so that one
+ * subscription alone — however loud, with what a session saved unacked at its end on top of what the
+ * endpoint let it store — never resets its user, and a user whose backlog spans several does.
+ */
+const channelShare = (msgLimit: number): number => Math.ceil(msgLimit / 2)
 
 /** Whether a stored message was there for the session to find at hello: accepted before it began. */
 const inBacklog = (n: Notification, s: Session): boolean => sortkeyMs(n) <= s.connectedAt
@@ -70,8 +87,9 @@ export const checkAgain = <P extends Reading>(advanceP: Advance<P>) => (phase: P
 /**
  * Read the next page when the drain may (below); when every table is read and what was sent is
  * acked, start over if asked to, else `finish`. Past `msgLimit` of the backlog (what was sent being
- * acked), drop the user. Reads after the last timestamp row read need only that the client holds
- * fewer than its capacity; a read from a table's first row, that nothing the drain sent is unacked.
+ * acked), drop the user. A page is read once what the drain sent is acked; after a poke, the next
+ * page of timestamp rows (or, the last page read, what came after it) at once, if the client holds
+ * fewer than its capacity unacked.
  */
 const advance = <P extends Reading>(phase: P, out: Out, finish: (phase: P, out: Out) => Phase): Phase => {
   const s = phase.session
@@ -89,12 +107,17 @@ const advance = <P extends Reading>(phase: P, out: Out, finish: (phase: P, out: 
       if (drain.tables.length > 1) return advance({ ...phase, drain: nextTable(drain) }, out, finish)
       if (drain.poked && roomy) return readPage({ ...phase, drain: { ...drain, poked: false } }, table, "timestamp", out)
     } else {
-      if (drain.rows === "first" ? stored > 0 : !roomy) return phase
-      return readPage(phase, table, drain.rows, out)
+      // A page is read once what the drain sent is acked (and, for a read from the first row, deleted):
+      // the backlog goes a page at a time. A poke reads the next timestamp page at once, acked or not.
+      const poked = drain.rows === "timestamp" && drain.poked && roomy
+      if (stored > 0 && !poked) return phase
+      return readPage({ ...phase, drain: { ...drain, poked: false } }, table, drain.rows, out)
     }
   }
   if (stored > 0) return phase
-  if (drain.again) return advance({ ...phase, drain: { ...newDrain(s.table), backlog: drain.backlog } }, out, finish)
+  if (drain.again) {
+    return advance({ ...phase, drain: { ...newDrain(s.table), backlog: drain.backlog, backlogByChannel: drain.backlogByChannel } }, out, finish)
+  }
   return finish(phase, out)
 }
 
@@ -160,6 +183,7 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   }
   let session = s
   let backlog = drain.backlog
+  let byChannel: Map<string, number> | undefined
   let fresh = 0
   for (const n of messages) {
     if (session.acks.unacked.has(n.version)) continue
@@ -174,13 +198,20 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
     }
     // The client gets `msgLimit` messages of its backlog whatever the page size; past it nothing more
     // is sent (the user is dropped once what was sent is acked: advance).
-    if (inBacklog(n, s) && ++backlog > out.options.msgLimit) break
+    if (inBacklog(n, s)) {
+      const counted = (byChannel ?? drain.backlogByChannel).get(n.channelId) ?? 0
+      if (counted < channelShare(out.options.msgLimit)) {
+        ;(byChannel ??= new Map(drain.backlogByChannel)).set(n.channelId, counted + 1)
+        if (++backlog > out.options.msgLimit) break
+      }
+    }
     session = send(session, n, command.table, out)
     fresh++
   }
-  let next: Drain = topicsLeft ? { ...drain, backlog } : last
-    ? { ...tableRead(drain, input.lastSortKey), backlog }
-    : { ...drain, backlog, after: input.lastSortKey ?? drain.after, rows: "timestamp" }
+  const counts = { backlog, backlogByChannel: byChannel ?? drain.backlogByChannel }
+  let next: Drain = topicsLeft ? { ...drain, ...counts } : last
+    ? { ...tableRead(drain, input.lastSortKey), ...counts }
+    : { ...drain, ...counts, after: input.lastSortKey ?? drain.after, rows: "timestamp" }
   // Topic rows already in hand (sent directly, unacked) would be read again and again: move on.
   if (fresh === 0 && topicsLeft) next = { ...next, rows: "timestamp" }
   return advanceP({ ...phase, session, drain: next }, out)

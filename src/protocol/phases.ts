@@ -20,9 +20,9 @@ export interface ProtocolOptions {
   /** The backlog a client may find at hello (messages accepted before it): more, and the user is dropped. */
   readonly msgLimit: number
   /**
-   * Messages a connection may hold for its client, queued or sent and not acked. The drain reads a
-   * further page of stored messages while the client holds fewer (a client that acks late still gets
-   * what was stored for it); the router port refuses a delivery beyond it.
+   * Messages a connection may hold for its client, queued or sent and not acked. A poke reads a
+   * further page of stored messages while the client holds fewer, acked or not (a client that acks
+   * late still gets what was stored for it at once); the router port refuses a delivery beyond it.
    */
   readonly clientChannelCapacity: number
   /** Messages per storage page (autopush: 10). */
@@ -275,10 +275,14 @@ export interface Drain {
   readonly poked: boolean
   /**
    * Messages of the backlog the client found at hello (accepted before the session's `connectedAt`)
-   * sent in this drain: the `msg_limit` count. What was pushed since never counts. Past `msgLimit`
-   * nothing more is sent, and once what was sent is acked the user is dropped.
+   * sent in this drain, each channel's counted up to half of `msgLimit` (`backlogByChannel`): the
+   * `msg_limit` count, a guard against many subscriptions together — one subscription alone never
+   * passes it (the endpoint bounds what one may have stored; what a session saved unacked at its
+   * end comes on top). What was pushed since hello never counts. Past `msgLimit` nothing more is
+   * sent, and once what was sent is acked the user is dropped.
    */
   readonly backlog: number
+  readonly backlogByChannel: ReadonlyMap<string, number>
 }
 
 // ── phases ──────────────────────────────────────────────────────────────────────────────────────

@@ -53,6 +53,21 @@ describe("storage pokes", () => {
       assert.strictEqual(handle.mailbox.size, 1)
     }))
 
+  it("a poke for a uaid with no session here (one resuming it, not yet registered) reaches the session that registers next; once", () => {
+    const registry = makeNodeRegistry()
+    assert.isFalse(registry.checkStorage(UAID), "nobody here to take it")
+    const handle = new SessionHandle(128, Number.POSITIVE_INFINITY)
+    registry.track(handle)
+    handle.uaid = UAID
+    registry.register(handle)
+    assert.deepStrictEqual(handle.mailbox.poll(), { _tag: "CheckStorage" })
+    const next = new SessionHandle(128, Number.POSITIVE_INFINITY)
+    registry.track(next)
+    next.uaid = UAID
+    registry.register(next)
+    assert.isUndefined(next.mailbox.poll(), "the missed poke was handed over once")
+  })
+
   it("ticks and kicks likewise: one of each waits; frames and deliveries are not coalesced", () => {
     const { handle } = identified()
     const { mailbox } = handle

@@ -39,16 +39,17 @@ const burst = async (endpoint: string, count: number, inFlight: number, prefix: 
   return results
 }
 
-/** Notification versions the client was sent (how many times each); acked at once when `acking`. */
+/** Notification versions the client was sent (how many times each), those it has already too; acked at once when `acking`. */
 const receiving = (client: TestClient, acking: boolean) => {
   const seen = new Map<string, number>()
-  client.ws.on("message", (data) => {
-    const f = JSON.parse(data.toString()) as Record<string, unknown>
+  const take = (f: Record<string, unknown>) => {
     if (f["messageType"] !== "notification") return
     const version = f["version"] as string
     seen.set(version, (seen.get(version) ?? 0) + 1)
     if (acking) ack(client, f)
-  })
+  }
+  for (const f of client.received) take(f)
+  client.ws.on("message", (data) => take(JSON.parse(data.toString()) as Record<string, unknown>))
   return seen
 }
 
@@ -61,10 +62,18 @@ const until = async (done: () => boolean, timeoutMs: number, what: string) => {
 const OPEN = 1
 
 describe("clients as they are", () => {
-  // Large messages for the client that stops reading: its unread frames pass max_send_buffer (64 KiB).
-  const deployment = deploymentFor(() => startSeparate(["--max-send-buffer", "65536"], ["--max-data-bytes", "40000"]))
-  const live = (title: string, body: (d: Deployment) => Promise<void>) =>
-    it.live(title, () => Effect.promise(withServerOutput(deployment)(() => body(deployment()))), 90_000)
+  // Pushes to one subscription are not rate limited here: the bursts must reach the connection's
+  // queue and the subscription's stored bound, which these tests are about.
+  const unlimited = { env: { AUTOEND__MAX_DATA_BYTES: "40000", AUTOEND__RATE_LIMIT_PER_SUBSCRIPTION: "0" } }
+  // A small client_channel_capacity (16): bursts overflow the connection's queue into storage.
+  const deployment = deploymentFor(() => startSeparate(["--client-channel-capacity", "16"], [], unlimited))
+  // Large messages for the client that stops reading: its unread frames pass max_send_buffer
+  // (64 KiB) before its connection holds client_channel_capacity of them; a close frame queued
+  // behind megabytes the client never read reaches it once it reads again (close_grace).
+  const slowDeployment = deploymentFor(() => startSeparate(["--max-send-buffer", "65536", "--close-grace", "20"], [], unlimited))
+  const liveOn = (on: () => Deployment) => (title: string, body: (d: Deployment) => Promise<void>) =>
+    it.live(title, () => Effect.promise(withServerOutput(on)(() => body(on()))), 90_000)
+  const live = liveOn(deployment)
 
   live("a burst of 1,000 to one subscription of a client that acks at once, 32 in flight: each 201 delivered once, the rest refused 429/119; the client stays, its other subscription works", async (d) => {
     const { client } = await helloAs(d)
@@ -110,7 +119,7 @@ describe("clients as they are", () => {
     await client.close()
   })
 
-  live("a client that stops reading mid-flood is closed 1013 SlowClient, never reset: every 201 comes when it returns, the rest was refused 429/119", async (d) => {
+  liveOn(slowDeployment)("a client that stops reading mid-flood is closed 1013 SlowClient, never reset: every 201 comes when it returns, the rest was refused 429/119", async (d) => {
     const port = Number(new URL(d.wsUrl).port)
     const slow = await rawWebSocket(port)
     slow.socket.write(frame(1, Buffer.from(JSON.stringify({ messageType: "hello", use_webpush: true }))))
@@ -165,11 +174,10 @@ describe("clients as they are", () => {
     })()
     let session: TestClient = flapper.client
     for (let round = 0; round < 15; round++) {
-      for (const [version] of receiving(session, true)) delivered.add(version)
       const seen = receiving(session, true)
       await new Promise((r) => setTimeout(r, 300))
-      for (const version of seen.keys()) delivered.add(version)
       session.ws.terminate() // gone without a close: the next connection comes at once
+      for (const version of seen.keys()) delivered.add(version)
       session = (await helloAs(d, flapper.uaid)).client
     }
     pushing = false

@@ -84,12 +84,13 @@ const scenario = (name: string, start: () => Promise<Deployment>) =>
       await last.client.close()
     }), 60_000)
 
-    it("msg_limit: 21 stored → the client gets 20, then 1000 UaidReset and a new uaid; exactly 20 → all, no reset", failing(async () => {
+    it("msg_limit: 21 stored for three sites → the client gets 20, then 1000 UaidReset and a new uaid; exactly 20 → all, no reset", failing(async () => {
       for (const stored of [MSG_LIMIT + 1, MSG_LIMIT]) {
         const first = await helloAs(deployment())
-        const { endpoint } = await register(first.client)
+        // msg_limit guards many subscriptions together: one alone counts up to half of it.
+        const sites = [await register(first.client), await register(first.client), await register(first.client)]
         await first.client.close()
-        for (let i = 0; i < stored; i++) await push(endpoint, `m${i}`)
+        for (let i = 0; i < stored; i++) await push(sites[i % sites.length]!.endpoint, `m${i}`)
         await sleep(1_000)
         const { client, uaid } = await helloAs(deployment(), first.uaid)
         assert.strictEqual(uaid, first.uaid)

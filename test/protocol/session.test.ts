@@ -11,6 +11,8 @@ import { type Client, type Harness, makeHarness, pump, pushMessage, sessionOptio
 const NOW = Date.UTC(2026, 10, 21, 12, 0, 0)
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
 const CHID2 = "7dbb5bdb-0845-4535-98c9-0f34a94e2e7b"
+/** Three sites' subscriptions of one user: msg_limit guards many together (one counts up to half of it). */
+const SITES = [CHID, CHID2, "0f4e3a52-5a1c-4d2e-9c6b-3b8f6a1d2e7c"]
 const VAPID_KEY = "BKlyY43YrGTW22IHoLvkIZyrcD3nTsaQGSXe6e7iapBYFrFoaXq0MBacyF0SOIydSR8uvXoH_0WGcyMY0pzLViA="
 
 const setup = (overrides: Parameters<typeof makeHarness>[0] = {}) =>
@@ -110,9 +112,10 @@ describe("session: hello", () => {
 
 describe("session: a resumed session is the same as a fresh one", () => {
   /** A client's uaid, its session closed, and time passed (Firefox restarts). */
+  /** A user with three subscriptions (three sites) that was connected and is away now. */
   const returning = (harness: Harness) =>
     Effect.gen(function*() {
-      const { client, uaid } = yield* subscribed(harness)
+      const { client, uaid } = yield* subscribed(harness, SITES)
       yield* client.feed({ _tag: "SocketClosed" })
       yield* TestClock.adjust(1_000)
       return uaid
@@ -155,11 +158,14 @@ describe("session: a resumed session is the same as a fresh one", () => {
       assert.deepStrictEqual(events.map((e) => e.type === "notification.delivered.1" ? e.data.source : ""), ["direct", "direct", "stored", "direct", "direct", "stored", "stored"])
     }).pipe(Effect.provide(TestParts)))
 
-  it.effect("a resumed session over msg_limit gets msg_limit messages, then UaidReset, then a new uaid", () =>
+  /** The three sites' channels in turn. */
+  const site = (i: number) => SITES[i % SITES.length] as string
+
+  it.effect("a resumed session over msg_limit (three subscriptions together) gets msg_limit messages, then UaidReset, then a new uaid", () =>
     Effect.gen(function*() {
       const harness = yield* setup({ msgLimit: 20, pageSize: 25 })
       const uaid = yield* returning(harness)
-      for (let i = 0; i < 21; i++) yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+      for (let i = 0; i < 21; i++) yield* pushMessage(harness, uaid, site(i), { data: `m${i}` })
       const client = yield* harness.connect()
       yield* hello(client, uaid)
       assert.strictEqual(client.of("hello")[0]!["uaid"], uaid)
@@ -174,12 +180,12 @@ describe("session: a resumed session is the same as a fresh one", () => {
     }).pipe(Effect.provide(TestParts)))
 
   for (const pageSize of [3, 10, 25]) {
-    it.effect(`msg_limit does not depend on the page size (${pageSize}): 21 stored → 20 arrive and a reset; exactly 20 → all, no reset`, () =>
+    it.effect(`msg_limit does not depend on the page size (${pageSize}): 21 stored for three subscriptions → 20 arrive and a reset; exactly 20 → all, no reset`, () =>
       Effect.gen(function*() {
         const harness = yield* setup({ msgLimit: 20, pageSize })
         for (const stored of [21, 20]) {
           const uaid = yield* returning(harness)
-          for (let i = 0; i < stored; i++) yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+          for (let i = 0; i < stored; i++) yield* pushMessage(harness, uaid, site(i), { data: `m${i}` })
           const client = yield* harness.connect()
           yield* hello(client, uaid)
           let seen = 0
@@ -187,7 +193,7 @@ describe("session: a resumed session is the same as a fresh one", () => {
             const fresh = client.of("notification").slice(seen)
             seen += fresh.length
             yield* TestClock.adjust(20)
-            yield* client.frame({ messageType: "ack", updates: fresh.map((f) => ({ channelID: CHID, version: f["version"] as string })) })
+            yield* client.frame({ messageType: "ack", updates: fresh.map((f) => ({ channelID: f["channelID"] as string, version: f["version"] as string })) })
           }
           assert.strictEqual(seen, 20, `${stored} stored`)
           assert.deepStrictEqual(client.sent.closed, stored > 20 ? { code: 1000, reason: "UaidReset" } : undefined, `${stored} stored`)
@@ -195,6 +201,37 @@ describe("session: a resumed session is the same as a fresh one", () => {
         }
       }).pipe(Effect.provide(TestParts)))
   }
+
+  it.effect("one subscription alone never resets its user: 30 stored for one site (msg_limit 20) all arrive, the other site's too, nobody is dropped", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup({ msgLimit: 20, pageSize: 10 })
+      const uaid = yield* returning(harness)
+      for (let i = 0; i < 30; i++) yield* pushMessage(harness, uaid, CHID, { data: `loud ${i}` })
+      for (let i = 0; i < 5; i++) yield* pushMessage(harness, uaid, CHID2, { data: `quiet ${i}` })
+      const client = yield* harness.connect()
+      yield* hello(client, uaid)
+      while (client.of("notification").length < 35 && client.sent.closed === undefined) yield* ackAll(client)
+      assert.strictEqual(client.of("notification").length, 35)
+      assert.isUndefined(client.sent.closed)
+      assert.isDefined(yield* (yield* Storage).getUser(uaid))
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("what is pushed to a connected client never counts towards msg_limit: 3 × msg_limit to a client that acks are all delivered, nobody is dropped", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup({ msgLimit: 20, pageSize: 10, clientChannelCapacity: 4 })
+      const { client, uaid } = yield* subscribed(harness)
+      // Beyond the connection's capacity the endpoint stores and pokes: the drain reads what it stored.
+      for (let i = 0; i < 60; i++) {
+        yield* pushMessage(harness, uaid, CHID, { data: `burst ${i}` })
+        if (i % 7 === 6) yield* ackAll(client)
+      }
+      while (client.of("notification").length < 60 && client.sent.closed === undefined) {
+        yield* ackAll(client)
+        yield* pump(client)
+      }
+      assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), Array.from({ length: 60 }, (_, i) => `burst ${i}`))
+      assert.isUndefined(client.sent.closed)
+    }).pipe(Effect.provide(TestParts)))
 })
 
 describe("session: the client's minimum urgency (RFC 8030 §5.3)", () => {
@@ -382,26 +419,42 @@ describe("session: delivery", () => {
       assert.deepStrictEqual(third.of("notification"), [])
     }).pipe(Effect.provide(TestParts)))
 
-  it.effect("pages: the drain reads page after page while the client holds fewer than client_channel_capacity, then waits for its acks", () =>
+  it.effect("pages: the next page is fetched once the previous one is acked", () =>
     Effect.gen(function*() {
-      const page = sessionOptions.pageSize
-      const capacity = page + 2
-      const harness = yield* setup({ clientChannelCapacity: capacity })
+      const harness = yield* setup()
       const { client, uaid } = yield* subscribed(harness)
       yield* client.feed({ _tag: "SocketClosed" })
-      const total = page * 3 + Math.ceil(page / 5)
+      const page = sessionOptions.pageSize
+      const total = page * 2 + Math.ceil(page / 5)
       for (let i = 0; i < total; i++) {
         yield* TestClock.adjust(1)
         yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
       }
       const again = yield* harness.connect()
       yield* hello(again, uaid)
-      // A first page, then a second one (the client held fewer than its capacity): no more until acks.
+      assert.strictEqual(again.of("notification").length, page)
+      yield* ackAll(again)
       assert.strictEqual(again.of("notification").length, 2 * page)
       yield* ackAll(again)
-      assert.strictEqual(again.of("notification").length, total)
-      yield* ackAll(again)
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), Array.from({ length: total }, (_, i) => `m${i}`))
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("a client holding what it was sent unacked: a message stored for it meanwhile comes at once (its poke), not after its acks", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      yield* client.feed({ _tag: "SocketClosed" })
+      for (let i = 0; i < 3; i++) yield* pushMessage(harness, uaid, CHID, { data: `away ${i}` })
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.strictEqual(again.of("notification").length, 3)
+      // An endpoint with a stale record stores it and pokes the node: the client has acked nothing.
+      yield* pushMessage(harness, uaid, CHID, { data: "stored now", direct: false })
+      yield* pump(again)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["away 0", "away 1", "away 2", "stored now"])
+      yield* ackAll(again)
+      yield* pump(again)
+      assert.strictEqual(again.of("notification").length, 4, "nothing twice after the acks")
     }).pipe(Effect.provide(TestParts)))
 
   /** Memory storage (taking the harness's time) that records the name of every operation called. */
@@ -553,14 +606,14 @@ describe("session: delivery", () => {
       assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["1", "2", "3"])
     }).pipe(Effect.provide(TestParts)))
 
-  it.effect("more than msg_limit stored messages drops the user and closes 1000", () =>
+  it.effect("more than msg_limit stored messages (for three subscriptions) drops the user and closes 1000", () =>
     Effect.gen(function*() {
       const harness = yield* setup({ msgLimit: 12 })
-      const { client, uaid } = yield* subscribed(harness)
+      const { client, uaid } = yield* subscribed(harness, SITES)
       yield* client.feed({ _tag: "SocketClosed" })
       for (let i = 0; i < 15; i++) {
         yield* TestClock.adjust(1)
-        yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+        yield* pushMessage(harness, uaid, SITES[i % 3] as string, { data: `m${i}` })
       }
       const again = yield* harness.connect()
       yield* hello(again, uaid)
@@ -600,6 +653,7 @@ describe("session: monthly rotation", () => {
       assert.deepStrictEqual(again.of("register"), [], "register waits until the old month is acked")
       yield* ackAll(again)
       yield* pump(again)
+      yield* ackAll(again)
       const user = yield* storage.getUser(uaid)
       const thisMonth = monthTableName("message", next)
       assert.strictEqual(user?.currentMonth, thisMonth)
@@ -679,11 +733,11 @@ describe("session: the msg_limit race", () => {
   it.effect("a hello that read the user before it was dropped for msg_limit gets a new uaid, not the dropped one", () =>
     Effect.gen(function*() {
       const harness = yield* setup({ msgLimit: 3 })
-      const { client, uaid } = yield* subscribed(harness)
+      const { client, uaid } = yield* subscribed(harness, [CHID, CHID2])
       yield* client.feed({ _tag: "SocketClosed" })
       for (let i = 0; i < 5; i++) {
         yield* TestClock.adjust(1)
-        yield* pushMessage(harness, uaid, CHID, { data: `m${i}` })
+        yield* pushMessage(harness, uaid, i % 2 === 0 ? CHID : CHID2, { data: `m${i}` })
       }
       // B reads the record and is about to re-claim it…
       const gate = { reached: yield* Deferred.make<void>(), go: yield* Deferred.make<void>() }
