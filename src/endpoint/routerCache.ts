@@ -12,13 +12,15 @@
  *   channel in that session) has its record replaced by the new one (connected: the node checks
  *   the channel) or forgotten. So a channel its client unregistered is answered 201 once more at
  *   most, for the first push after the client's reconnection; and that first push goes through
- *   storage (stored, the node poked, drained) rather than directly.
+ *   storage (stored, the node poked, read by the session at once, whatever its client holds
+ *   unacked) rather than directly: milliseconds later, never after the client's acks.
  * Nothing is dropped on a cached record (a user, or a TTL 0 message).
  *
  * What a push to an offline client costs the store: the first (and the first after `ttlMs`) reads
- * the record and the channel, stores, and reads the record again (four operations); every later one
- * while the record is kept only stores and reads it again (two), whatever the backend; a channel not
- * yet seen with the record costs one read more, once. The lifetime runs from the read that cached
+ * the record and the channel, counts the subscription's stored messages, stores, and reads the
+ * record again (five operations); every later one while the record is kept only counts, stores and
+ * reads it again (three), whatever the backend; a channel not yet seen with the record costs one
+ * read more, once. The lifetime runs from the read that cached
  * the record and is not renewed by the re-reads: a channel is only ever checked by a read, and a
  * session whose `node_id` was cleared while it still ran (its node unreachable from here) could
  * unregister a channel without changing `connected_at`, so a channel known here is trusted for
