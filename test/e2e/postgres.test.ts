@@ -175,9 +175,9 @@ describePostgres("separate nodes on PostgreSQL", (dsn) => {
         const deployment: Deployment = await startOnPostgres(cluster.dsn, {
           // The load stores over a hundred messages for each offline client, past the default
           // msg_limit (100), at which a user is dropped and its messages with it, and past the
-          // default max_stored_per_subscription (100), beyond which pushes are refused 429: this
-          // test is about the outage, not those bounds.
-          env: { AUTOCONNECT__MSG_LIMIT: "10000", AUTOEND__MAX_STORED_PER_SUBSCRIPTION: "0" },
+          // default max_stored_per_subscription (100) and rate_limit_per_subscription (240 a
+          // minute), beyond which pushes are refused 429: this test is about the outage, not those bounds.
+          env: { AUTOCONNECT__MSG_LIMIT: "10000", AUTOEND__MAX_STORED_PER_SUBSCRIPTION: "0", AUTOEND__RATE_LIMIT_PER_SUBSCRIPTION: "0" },
           outage: async (downMs) => {
             cluster.stop()
             const until = Date.now() + downMs

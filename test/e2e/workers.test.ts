@@ -197,7 +197,11 @@ const spreadAndDeliver = async (deployment: Deployment, routerUrls: ReadonlyArra
 }
 
 describe("workers = 2 (all-in-one)", () => {
-  const deployment = deploymentFor(() => startAllInOne(["--workers", "2", "--shutdown-timeout", "2"]))
+  // Each client is sent hundreds of pushes in a few seconds, stored while its worker is down: the
+  // per-subscription limits (rate, stored messages) are lifted, this test is about the workers.
+  const deployment = deploymentFor(() =>
+    startAllInOne(["--workers", "2", "--shutdown-timeout", "2", "--rate-limit-per-subscription", "0", "--max-stored-per-subscription", "0"])
+  )
   const routerUrls = () => [0, 1].map((i) => `http://127.0.0.1:${routerPortOf(deployment()) + i}`)
 
   it("each worker answers on its own router port; clients land on both; a push reaches the worker holding its client", () =>

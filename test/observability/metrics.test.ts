@@ -180,7 +180,9 @@ describe("connection node metrics", () => {
       const a = yield* harness.connect()
       yield* a.frame({ messageType: "hello", use_webpush: true })
       const uaid = a.of("hello")[0]!["uaid"] as string
-      yield* a.frame({ messageType: "register", channelID: CHID })
+      // Three sites: msg_limit guards several subscriptions' backlogs together (one counts up to half of it).
+      const sites = [CHID, crypto.randomUUID(), crypto.randomUUID()]
+      for (const channelID of sites) yield* a.frame({ messageType: "register", channelID })
       yield* pushMessage(harness, uaid, CHID)
       yield* pump(a)
       yield* a.feed({ _tag: "SocketClosed" })
@@ -188,7 +190,7 @@ describe("connection node metrics", () => {
 
       for (let i = 0; i < 3; i++) {
         yield* TestClock.adjust(1)
-        yield* pushMessage(harness, uaid, CHID, { direct: false })
+        yield* pushMessage(harness, uaid, sites[1 + (i % 2)]!, { direct: false })
       }
       const b = yield* harness.connect()
       yield* b.frame({ messageType: "hello", uaid, use_webpush: true })
@@ -196,7 +198,7 @@ describe("connection node metrics", () => {
       const got = b.of("notification")
       assert.strictEqual(got.length, 2)
       assert.isUndefined(metrics.value("ua.expiration", { reason: "too_many_messages" }))
-      yield* b.frame({ messageType: "ack", updates: got.map((f) => ({ channelID: CHID, version: f["version"] as string })) })
+      yield* b.frame({ messageType: "ack", updates: got.map((f) => ({ channelID: f["channelID"] as string, version: f["version"] as string })) })
       assert.strictEqual(metrics.value("ua.expiration", { reason: "too_many_messages" }), 1)
     }).pipe(Effect.provide(SessionParts)))
 })
