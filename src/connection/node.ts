@@ -65,8 +65,6 @@ export interface ConnectionNodeOptions extends SessionOptions {
   readonly bindHost: string
   /** Address of the private router port (loopback for the all-in-one). */
   readonly routerBindHost: string
-  /** After sending a close frame, end TCP after this long (Firefox never answers a close frame). */
-  readonly closeGraceMs: number
   /** Timer resolution of the ticker. */
   readonly tickMs: number
   /** Timeout of requests to other connection nodes. */

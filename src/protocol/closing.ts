@@ -11,6 +11,8 @@
  * with backoff.
  */
 import type { CloseKind } from "./close.ts"
+import { takeAcks } from "./drain.ts"
+import type { ClientMessage } from "./messages.ts"
 import type { CommandResult } from "./inputs.ts"
 import { refuse } from "./refusal.ts"
 import { backoff, closeEarly, closeLive, COLLECTING, newestOfTopic, NOTHING, type Out, remember, withSession } from "./out.ts"
@@ -41,6 +43,16 @@ export const socketClosedLive = (phase: Live, _input: unknown, out: Out): Phase 
 })
 
 export const socketClosedEarly = (): Closed => ({ _tag: "Closed" })
+
+/** An ack that came before the client answered our close frame: taken (its rows deleted with the others, first thing of the save). */
+export const closingAck = (phase: Closing, message: Extract<ClientMessage, { readonly messageType: "ack" }>, out: Out): Phase => {
+  if (phase.stage._tag !== "Answering") return phase
+  const taken = takeAcks(phase.session, message, out)
+  return taken === undefined ? phase : { ...phase, session: { ...phase.session, acks: taken.acks } }
+}
+
+/** The client answered our close (or went): nothing more it sends is taken; what it did not ack is saved. */
+export const closeAnswered = (phase: Closing): Phase => (phase.stage._tag === "Answering" ? { ...phase, stage: COLLECTING } : phase)
 
 // ── saving what is unacked ──────────────────────────────────────────────────────────────────────
 

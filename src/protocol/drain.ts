@@ -25,7 +25,7 @@ import type { CommandResult } from "./inputs.ts"
 import type { Ledger } from "./ledger.ts"
 import type { ClientMessage } from "./messages.ts"
 import { closeLive, currentTable, NO_ACKS, NOTHING, type Out, replacedTopic, send, storedOutstanding, withSession } from "./out.ts"
-import type { Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, Session, StoredUnacked, Unacked } from "./phases.ts"
+import type { Acks, Drain, Draining, Identified, Live, Migrating, Moving, Phase, Reading, Session, StoredUnacked, Unacked } from "./phases.ts"
 import { withReceipt } from "../domain/events.ts"
 import { isExpired, type Notification, sortkeyMs, urgentEnough } from "../domain/notification.ts"
 
@@ -222,12 +222,12 @@ export const messagesDeleted = <P extends Reading>(advanceP: Advance<P>) => (pha
 // ── acks ────────────────────────────────────────────────────────────────────────────────────────
 
 /**
- * Acks: direct messages are forgotten; acked stored rows are deleted before the next page is read
- * (a topic page would otherwise show them again), together — when a topic row was acked, or no
- * stored message is outstanding any more.
+ * The updates of an ack frame that name messages the client holds: their events recorded, direct
+ * ones forgotten, stored ones added to the rows to delete; undefined when none did. `topicRows`:
+ * a stored topic message was among them.
  */
-export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message: Msg<"ack">, out: Out): Phase => {
-  const before = phase.session.acks
+export const takeAcks = (s: Session, message: Msg<"ack">, out: Out): { readonly acks: Acks; readonly topicRows: boolean } | undefined => {
+  const before = s.acks
   let unacked: Ledger<Unacked> | undefined
   let rows: Array<StoredUnacked> | undefined
   let topicRows = false
@@ -239,21 +239,29 @@ export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message:
       ;(rows ??= [...before.ackedRows]).push(entry)
       if (entry.notification.topic !== undefined) topicRows = true
     }
-    out.event("notification.acked.1", phase.session.uaid, withReceipt({
+    out.event("notification.acked.1", s.uaid, withReceipt({
       version: update.version,
       code: update.code ?? 100,
       source: entry._tag === "Stored" ? "stored" : "direct"
     }, entry.notification))
   }
-  if (unacked === undefined) return advanceP(phase, out)
-  const ackedRows = rows ?? before.ackedRows
-  const acks = { ...before, unacked }
+  return unacked === undefined ? undefined : { acks: { ...before, unacked, ackedRows: rows ?? before.ackedRows }, topicRows }
+}
+
+/**
+ * Acks: direct messages are forgotten; acked stored rows are deleted before the next page is read
+ * (a topic page would otherwise show them again), together — when a topic row was acked, a page of
+ * them waits, or no stored message is outstanding any more.
+ */
+export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message: Msg<"ack">, out: Out): Phase => {
+  const taken = takeAcks(phase.session, message, out)
+  if (taken === undefined) return advanceP(phase, out)
+  const { acks, topicRows } = taken
   const s = { ...phase.session, acks }
   // Timestamp rows are deleted together, a page at a time or once nothing stored is outstanding.
-  if (!topicRows && storedOutstanding(acks) > 0 && ackedRows.length < out.options.pageSize) {
-    return advanceP(withSession(phase, { ...s, acks: { ...acks, ackedRows } }), out)
-  }
-  if (ackedRows.length === 0) return advanceP(withSession(phase, s), out)
+  if (!topicRows && storedOutstanding(acks) > 0 && acks.ackedRows.length < out.options.pageSize) return advanceP(withSession(phase, s), out)
+  if (acks.ackedRows.length === 0) return advanceP(withSession(phase, s), out)
+  const { ackedRows } = acks
   const cleared = { ...s, acks: { ...acks, ackedRows: NOTHING } }
   if (s.retry?.command._tag === "DeleteMessages") {
     const pending = s.retry.command

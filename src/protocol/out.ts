@@ -154,12 +154,23 @@ export const send = (s: Session, n: Notification, table: string | undefined, out
 /** The first stage of every end: what is still in the mailbox is collected. */
 export const COLLECTING = { _tag: "Collecting" } as const
 
-/** Close a live connection: the close frame goes out, and what is unacked is saved (`Closing`). */
+/**
+ * Close a live connection: the close frame goes out, the acks the client sends until it answers
+ * are taken, and then what is unacked is saved (`Closing`).
+ */
 export const closeLive = (phase: Live, kind: CloseKind, out: Out): Closing => {
   out.close = kind
   const { code, reason } = closeFrame(kind)
   out.event("session.closed.1", phase.session.uaid, { code, reason })
-  return { _tag: "Closing", session: phase.session, reason, nodeStops: kind === "shutdown", since: out.now, retry: undefined, stage: COLLECTING }
+  return {
+    _tag: "Closing",
+    session: phase.session,
+    reason,
+    nodeStops: kind === "shutdown",
+    since: out.now,
+    retry: undefined,
+    stage: { _tag: "Answering", until: out.now + out.options.closeGraceMs }
+  }
 }
 
 /** Close a connection that has no session yet: nothing to save. */

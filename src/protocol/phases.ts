@@ -14,6 +14,11 @@ export interface ProtocolOptions {
   /** This node's router URL: the `node_id` written to router records. */
   readonly routerUrl: string
   readonly helloTimeoutMs: number
+  /**
+   * After a close frame, how long until the transport ends TCP (Firefox never answers a close frame):
+   * acks that arrive before the client answers the close, or this long, are taken.
+   */
+  readonly closeGraceMs: number
   readonly autoPingIntervalMs: number
   readonly autoPingTimeoutMs: number
   readonly minPingIntervalMs: number
@@ -366,6 +371,11 @@ export interface Closing {
 
 /** How far the end of a session is, each step one storage call (`closing.ts`). */
 export type ClosingStage =
+  /**
+   * We closed the socket (a close frame is out): the acks the client sends before it answers it, or
+   * until `until` (the close grace), are taken — an ack in flight is not lost; nothing else it sends is.
+   */
+  | { readonly _tag: "Answering"; readonly until: number }
   /** Deliveries still in the mailbox are kept, until it is drained. */
   | { readonly _tag: "Collecting" }
   /**

@@ -4,8 +4,10 @@
  * socket, domain events to the event log, signals to the registry and peers, commands to storage —
  * feeding each command's result back as the next input before anything else. It decides nothing.
  *
- * When a transition enters `Closing` the mailbox is shut; deliveries still queued in it are handed to
- * the machine (the router port accepted them), then `MailboxDrained` lets it save what is unacked.
+ * When a transition enters `Closing` the session leaves the node; while the client may still answer
+ * our close frame (`Answering`) the mailbox stays open for its acks; then (`Collecting`) it is shut,
+ * deliveries still queued in it are handed to the machine (the router port accepted them), and
+ * `MailboxDrained` lets it save what is unacked.
  * Closing also runs when the node interrupts the fiber (shutdown: the node runs `finish`), so
  * messages are saved either way.
  */
@@ -222,6 +224,8 @@ export class SessionRunner implements Consumer<MailboxInput> {
       case "Closed":
         return Effect.void
       case "Closing":
+        // Answering our close, the client's acks still come through the mailbox (the ticker's Tick too).
+        if (this.phase.stage._tag === "Answering") return this.handle.mailbox.take(this)
         return Effect.andThen(this.untilDeadline(), this.receive({ _tag: "Tick" }))
       default:
         return this.handle.mailbox.take(this)
@@ -306,17 +310,19 @@ export class SessionRunner implements Consumer<MailboxInput> {
     return frames === undefined ? ended : ended === undefined ? frames : Effect.andThen(frames, ended)
   }
 
-  /** Move to `phase`; on entering `Closing`/`Closed`, leave the node; at `Closed`, the summary to log. */
+  /**
+   * Move to `phase`; on entering `Closing`/`Closed`, leave the node; on entering its collecting
+   * stage (or `Closed`), shut the mailbox; at `Closed`, the summary to log.
+   */
   private enter(phase: Phase, before: Phase = this.phase): Effect.Effect<void> | undefined {
     this.phase = phase
     this.handle.deadline = this.ports.protocol.deadline(phase)
     this.handle.unackedDirect = isLive(phase) ? directOutstanding(phase.session.acks) : 0
-    if (before._tag === phase._tag) return undefined
-    if (phase._tag === "Closing" || phase._tag === "Closed") {
-      this.ports.registry.remove(this.handle)
-      this.handle.mailbox.close()
-    }
-    if (phase._tag === "Closing") {
+    const collecting = phase._tag === "Closing" && phase.stage._tag === "Collecting" && !(before._tag === "Closing" && before.stage._tag !== "Answering")
+    if (before._tag === phase._tag && !collecting) return undefined
+    if (phase._tag === "Closing" || phase._tag === "Closed") this.ports.registry.remove(this.handle)
+    if (collecting || phase._tag === "Closed") this.handle.mailbox.close()
+    if (collecting) {
       // Deliveries still queued were accepted by the router port (the endpoint did not store them).
       for (let event = this.handle.mailbox.poll(); event !== undefined; event = this.handle.mailbox.poll()) {
         if (event._tag === "Delivery") this.ahead().push(event)
@@ -368,7 +374,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
   /** A bug: close 1011, log it once, and still save what is unacked (the close sequence starts afresh). */
   private defect(cause: Cause.Cause<unknown>): Effect.Effect<void> {
     if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
-    const live = isLive(this.phase)
+    const live = isLive(this.phase) || (this.phase._tag === "Closing" && this.phase.stage._tag === "Answering")
     this.front = undefined
     this.closeSocket("internal-error")
     const log = Effect.logError("session failed").pipe(

@@ -27,7 +27,9 @@ import {
   userWritten
 } from "./commands.ts"
 import {
+  closeAnswered,
   closeEarlyWith,
+  closingAck,
   closeLiveWith,
   closingFailed,
   closingMessagesSaved,
@@ -169,6 +171,8 @@ export const TRANSITIONS: Transitions = {
     UrgencyWritten: urgencyWritten(stay)
   },
   Closing: {
+    ack: closingAck,
+    SocketClosed: closeAnswered,
     Delivery: leftover,
     MailboxDrained: mailboxDrained,
     MessagesDeleted: closingRowsDeleted,

@@ -6,7 +6,7 @@
 import { behind } from "./broadcasts.ts"
 import { budgetDeadline, releaseHeld } from "./commands.ts"
 import { broadcastFrame } from "./messages.ts"
-import { closeEarly, closeLive, type Out, withSession } from "./out.ts"
+import { closeEarly, closeLive, COLLECTING, type Out, withSession } from "./out.ts"
 import type { AwaitingHello, Closing, Live, Phase, ProtocolOptions } from "./phases.ts"
 
 export const helloTick = (phase: AwaitingHello, _input: unknown, out: Out): Phase =>
@@ -38,6 +38,7 @@ export const liveTick = (phase: Live, _input: unknown, out: Out): Phase => {
 }
 
 export const closingTick = (phase: Closing, _input: unknown, out: Out): Phase => {
+  if (phase.stage._tag === "Answering") return out.now >= phase.stage.until ? { ...phase, stage: COLLECTING } : phase
   if (phase.retry === undefined || out.now < phase.retry.at) return phase
   out.run(phase.retry.command)
   return { ...phase, retry: undefined }
@@ -67,7 +68,7 @@ export const deadlineOf = (phase: Phase, o: ProtocolOptions): number => {
       return Math.min(keepalive, s.retry?.at ?? Number.POSITIVE_INFINITY, budgetDeadline(s.budget, o))
     }
     case "Closing":
-      return phase.retry?.at ?? Number.POSITIVE_INFINITY
+      return phase.stage._tag === "Answering" ? phase.stage.until : phase.retry?.at ?? Number.POSITIVE_INFINITY
     case "Closed":
       return Number.POSITIVE_INFINITY
   }

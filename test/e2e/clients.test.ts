@@ -72,7 +72,7 @@ describe("clients as they are", () => {
   // behind megabytes the client never read reaches it once it reads again (close_grace).
   const slowDeployment = deploymentFor(() => startSeparate(["--max-send-buffer", "65536", "--close-grace", "20"], [], unlimited))
   const liveOn = (on: () => Deployment) => (title: string, body: (d: Deployment) => Promise<void>) =>
-    it.live(title, () => Effect.promise(withServerOutput(on)(() => body(on()))), 90_000)
+    it.live(title, () => Effect.promise(withServerOutput(on)(() => body(on()))), 120_000)
   const live = liveOn(deployment)
 
   live("a burst of 1,000 to one subscription of a client that acks at once, 32 in flight: each 201 delivered once, the rest refused 429/119; the client stays, its other subscription works", async (d) => {
@@ -133,13 +133,13 @@ describe("clients as they are", () => {
     assert.deepStrictEqual([...new Set(results.filter((r) => r.status !== 201).map((r) => `${r.status}/${r.errno}`))].filter((s) => s !== "429/119"), [])
     const accepted = results.filter((r) => r.status === 201).map((r) => r.id)
     slow.socket.resume() // the close frame waits behind what it never read
-    await until(() => closeOf(slow.received()) !== undefined, 10_000, "closed")
+    await until(() => closeOf(slow.received()) !== undefined, 30_000, "closed")
     assert.deepStrictEqual(closeOf(slow.received()), { code: 1013, reason: "SlowClient" })
     slow.socket.destroy()
     const back = await helloAs(d, uaid)
     assert.strictEqual(back.uaid, uaid, "the same user: not reset")
     const seen = receiving(back.client, true)
-    await until(() => accepted.every((id) => seen.has(id)), 20_000, `${accepted.length} accepted delivered (${seen.size} seen)`)
+    await until(() => accepted.every((id) => seen.has(id)), 40_000, `${accepted.length} accepted delivered (${seen.size} seen)`)
     await back.client.close()
   })
 

@@ -101,7 +101,8 @@ export const setBroadcasts = (set: ReadonlyMap<string, string>): void => {
   broadcasts = set
 }
 
-export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
+/** `answersClose` (default true): a client answers our close frame at once (see `feed`). */
+export const makeHarness = (overrides: Partial<SessionOptions> = {}, answersClose = true) =>
   Effect.gen(function*() {
     broadcasts = new Map()
     const storage = yield* Storage
@@ -155,8 +156,16 @@ export const makeHarness = (overrides: Partial<SessionOptions> = {}) =>
             sent.paused = false
           }
         }, handle, yield* Clock.currentTimeMillis)
-        /** One event and everything it causes (a close runs the whole close sequence). */
-        const feed = (input: MailboxInput) => machine.feed(input)
+        /**
+         * One event and everything it causes (a close runs the whole close sequence: the client
+         * answers our close frame at once, as the transport's end of the socket does after the
+         * close grace; `answersClose: false` leaves it waiting, for the acks of that moment).
+         */
+        const feed = (input: MailboxInput): Effect.Effect<void> =>
+          Effect.andThen(machine.feed(input), () =>
+            answersClose && machine.phase._tag === "Closing" && machine.phase.stage._tag === "Answering"
+              ? machine.feed({ _tag: "SocketClosed" })
+              : Effect.void)
         const acked: Array<string> = []
         return {
           handle,

@@ -712,6 +712,47 @@ describe("session: the Session record is a fold of the events", () => {
   })
 })
 
+describe("session: acks in flight when we close", () => {
+  it.effect("the node stops (close 1001): an ack the client sent before it answered the close is taken, the message is not saved again; what it did not ack is", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(NOW)
+      const harness = yield* makeHarness({}, false)
+      const { client, uaid } = yield* subscribed(harness)
+      yield* pushMessage(harness, uaid, CHID, { data: "acked in flight" })
+      yield* pushMessage(harness, uaid, CHID, { data: "never acked" })
+      yield* pump(client)
+      const [inFlight, unanswered] = client.of("notification")
+      yield* client.feed({ _tag: "Kick", kind: "shutdown" })
+      assert.deepStrictEqual(client.sent.closed, { code: 1001, reason: "Shutdown" })
+      // The client's ack was on the wire as the close frame went out; then its close answers ours.
+      yield* client.frame({ messageType: "ack", updates: [{ channelID: CHID, version: inFlight!["version"] as string }] })
+      yield* client.feed({ _tag: "SocketClosed" })
+      assert.isTrue(client.machine.isClosed)
+      const storage = yield* Storage
+      const saved = yield* storage.fetchMessages(uaid, monthTableName("message", NOW), 10)
+      assert.deepStrictEqual(saved.messages.map((n) => n.version), [unanswered!["version"]])
+    }).pipe(Effect.provide(TestParts)))
+
+  it.effect("a client that never answers our close: its acks are taken for the close grace, then the save goes on", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(NOW)
+      const harness = yield* makeHarness({ closeGraceMs: 1_000 }, false)
+      const { client, uaid } = yield* subscribed(harness)
+      yield* pushMessage(harness, uaid, CHID, { data: "late ack" })
+      yield* pump(client)
+      const [sent] = client.of("notification")
+      yield* client.feed({ _tag: "Kick", kind: "shutdown" })
+      yield* TestClock.adjust(500)
+      yield* client.frame({ messageType: "ack", updates: [{ channelID: CHID, version: sent!["version"] as string }] })
+      assert.isFalse(client.machine.isClosed, "still answering within the close grace")
+      yield* TestClock.adjust(600)
+      yield* client.feed({ _tag: "Tick" })
+      assert.isTrue(client.machine.isClosed)
+      const saved = yield* (yield* Storage).fetchMessages(uaid, monthTableName("message", NOW), 10)
+      assert.deepStrictEqual(saved.messages, [], "acked while we waited: not saved")
+    }).pipe(Effect.provide(TestParts)))
+})
+
 describe("session: the msg_limit race", () => {
   /** Memory storage whose resume writes wait, while `held` is set, until the test lets them go. */
   let held: { readonly reached: Deferred.Deferred<void>; readonly go: Deferred.Deferred<void> } | undefined

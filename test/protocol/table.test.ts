@@ -930,6 +930,37 @@ describe("step: Migrating and Moving", () => {
 
 describe("step: Closing", () => {
   const sent = message({ version: "d1" })
+  const answering = (overrides: Partial<Flat> = {}) => closing(overrides, NOW - 10, { _tag: "Answering", until: NOW + 990 })
+  row("we closed: the close frame goes out and the client may still answer (its acks are taken until then, or the close grace)", identified(), frame({ messageType: "hello" }), {
+    phase: "Closing",
+    close: "already-hello",
+    check: (t) => assert.deepStrictEqual((t.phase as PhaseOf<"Closing">).stage, { _tag: "Answering", until: NOW + OPTIONS.closeGraceMs })
+  })
+  row("an ack before the client answered our close is taken: a direct message forgotten, a stored row to delete with the save", answering({
+    unacked: new Map([["d1", direct(sent)], ["s1", stored(message({ version: "s1" }))], ["s2", stored(message({ version: "s2" }))]])
+  }), frame({ messageType: "ack", updates: ["d1", "s1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), {
+    phase: "Closing",
+    events: ["notification.acked.1", "notification.acked.1"],
+    check: (t) => {
+      assert.deepStrictEqual([sessionOf(t).unacked.has("d1"), sessionOf(t).unacked.has("s1"), sessionOf(t).unacked.has("s2")], [false, false, true])
+      assert.deepStrictEqual(sessionOf(t).ackedRows.map((row) => row.notification.version), ["s1"])
+    }
+  })
+  row("once the client answered (collecting), an ack is not taken any more", closing({ unacked: new Map([["d1", direct(sent)]]) }), frame({
+    messageType: "ack",
+    updates: [{ channelID: CHID, version: "d1", code: 100 }]
+  }), { phase: "Closing", events: [], check: (t) => assert.isTrue(sessionOf(t).unacked.has("d1")) })
+  row("the client answered our close: what it did not ack is saved next", answering(), { _tag: "SocketClosed" }, {
+    phase: "Closing",
+    check: (t) => assert.strictEqual((t.phase as PhaseOf<"Closing">).stage._tag, "Collecting")
+  })
+  row("a tick within the close grace: still answering", answering(), { _tag: "Tick" }, { phase: "Closing", check: (t) => assert.strictEqual((t.phase as PhaseOf<"Closing">).stage._tag, "Answering") })
+  it("the close grace over, a tick moves on to the save; the deadline is the grace's end", () => {
+    const waiting = answering()
+    assert.strictEqual(deadline(waiting), NOW + 990)
+    const t = step(waiting, { _tag: "Tick" }, NOW + 990)
+    assert.strictEqual((t.phase as PhaseOf<"Closing">).stage._tag, "Collecting")
+  })
   row("a delivery left in the mailbox is kept", closing(), { _tag: "Delivery", notification: sent }, {
     phase: "Closing",
     check: (t) => assert.isTrue(sessionOf(t).unacked.has("d1"))
