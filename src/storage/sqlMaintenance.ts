@@ -4,10 +4,11 @@
  * race to make the same table), check, list and drop message tables, drop users whose
  * `last_connect` month is stale, and the sweep that deletes expired rows.
  *
- * Reads leave expired rows out whatever their age; the sweep only reclaims their space, a day past
- * their expiry (as DynamoDB's TTL, not at the second), in small batches, each statement its own
- * transaction: another process's writes wait at most one batch (`sqlSweep.ts`: sizes, grace and
- * interval).
+ * Reads leave expired rows out whatever their age; the sweep deletes message rows once expired
+ * (tombstones included: their expiry is their marker's end) so that their pages are reused within
+ * minutes, and receipt rows a day past their expiry (as DynamoDB's TTL), in small batches, each
+ * statement its own transaction: another process's writes wait at most one batch (`sqlSweep.ts`:
+ * sizes, grace and interval).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -92,14 +93,17 @@ export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: St
           }, true))
       ))
 
-  /** Delete rows expired a day or more before `nowMs` from the message tables and the receipts; how many. */
+  /** Delete message rows expired at `nowMs` and receipt rows expired a day or more before it; how many. */
   const sweepExpired = (nowMs: number) =>
     run("sweepExpired", function*() {
-      const before = Math.floor(nowMs / 1000) - SWEEP_GRACE_SECONDS
+      const now = Math.floor(nowMs / 1000)
       const names = yield* tableNames()
-      const tables = [...messageTablesOf(options, names), ...(names.has(receiptTableName(options)) ? [receiptTableName(options)] : [])]
+      const tables: ReadonlyArray<readonly [string, number]> = [
+        ...messageTablesOf(options, names).map((table) => [table, now] as const),
+        ...(names.has(receiptTableName(options)) ? [[receiptTableName(options), now - SWEEP_GRACE_SECONDS] as const] : [])
+      ]
       let deleted = 0
-      for (const table of tables) {
+      for (const [table, before] of tables) {
         const t = ident(table)
         for (let n = SWEEP_BATCH; n === SWEEP_BATCH;) {
           n = (yield sql(`DELETE FROM ${t} WHERE ${dialect.rowId} IN (SELECT ${dialect.rowId} FROM ${t} WHERE expiry <= $1 LIMIT ${SWEEP_BATCH})`, before))
