@@ -271,6 +271,25 @@ describe("SQLite store", () => {
       assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [])
     }).pipe(Effect.scoped))
 
+  it.effect("a tombstone an earlier version left (its message's expiry kept) still refuses its save, and is swept at that expiry", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const options = fresh(join(dir, "old-tombstone.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const table = options.messageTablePrefix
+      const t0 = T0 / 1000
+      const { connection, driver } = yield* scopedSqlite(options.path, 1000)
+      connection.db.prepare(`INSERT INTO "${table}" (uaid, chidmessageid, updateid, ttl, timestamp, expiry, cancelled) VALUES (?, ?, ?, ?, ?, ?, 1)`)
+        .run(uaid(1), `02:${T0}:${chid}`, "old", 3600, t0, t0 + 3600)
+      const old = { channelId: chid, version: "old", ttl: 3600, timestamp: t0, sortkeyTimestamp: T0 }
+      assert.strictEqual(yield* s.saveMessage(uaid(1), table, old), "cancelled")
+      assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [])
+      const { sweepExpired } = makeSqlMaintenance(driver, options)
+      assert.strictEqual(yield* sweepExpired(T0 + TOMBSTONE_SECONDS * 1000), 0, "kept until its message's expiry")
+      assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 1)
+    }).pipe(Effect.scoped))
+
   it.effect("the pages of acked messages are reused once their tombstones are swept: a second round does not grow the file", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(T0)
