@@ -5,8 +5,9 @@
  *
  * - space: N pushes to an offline client stored one at a time, then drained as Firefox does (a
  *   page of 10 read, then acked), then the sweep run as it would have run 11 minutes later; twice.
- *   Printed: the file's size (log checkpointed into it) and its free pages after each round, and
- *   the log bytes the drain and the sweep appended per message;
+ *   Printed: the database's size (its pages, log included) and its free pages after each round, and
+ *   the log bytes the drain and the sweep appended per message, and the sweep's time and longest
+ *   hold of the event loop;
  * - hello: the first page read at hello (`fetchMessages`, 10) of a user with one live message
  *   behind N dead rows — acked (tombstones), or expired — after the sweep of 11 minutes later,
  *   against a fresh user with the one message (median µs of 200 reads); and behind N acked rows
@@ -19,9 +20,10 @@
  * go. Options: --messages/BENCH_MESSAGES (20000), --dead/BENCH_DEAD (100000).
  */
 import { Effect } from "effect"
-import { mkdtempSync, openSync, readSync, closeSync, rmSync, statSync } from "node:fs"
+import { closeSync, mkdtempSync, openSync, readSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
+import { monitorEventLoopDelay } from "node:perf_hooks"
 import { option } from "./harness.ts"
 
 const ROOT = resolve(option("root", "BENCH_ROOT", join(import.meta.dirname, "..")))
@@ -90,15 +92,20 @@ const space = withStore((s, connection, sweep, path) =>
   Effect.gen(function*() {
     const data = "x".repeat(2048)
     const pageBytes = pragma(connection, "page_size") + 24
-    const rounds: Array<{ readonly mib: number; readonly free: number; readonly drainKiB: number }> = []
+    const rounds: Array<{ readonly mib: number; readonly free: number; readonly drainKiB: number; readonly swept: number; readonly sweepMs: number; readonly blockedMs: number }> = []
     for (let round = 0; round < 2; round++) {
       for (let i = 0; i < MESSAGES; i++) yield* s.saveMessage(uaid(1), "message", message(i, data))
       const appended = logMeter(path)
       yield* drain(s)
-      yield* sweep(Date.now() + LATER_MS)
+      const delay = monitorEventLoopDelay({ resolution: 1 })
+      delay.enable()
+      const sweepStart = performance.now()
+      const swept = yield* sweep(Date.now() + LATER_MS)
+      const sweepMs = performance.now() - sweepStart
+      delay.disable()
       const drainKiB = (appended() * pageBytes) / 1024 / MESSAGES
-      connection.db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
-      rounds.push({ mib: statSync(path).size / 1048576, free: pragma(connection, "freelist_count"), drainKiB })
+      // The database's size in pages (what the file is once the log is checkpointed into it).
+      rounds.push({ mib: (pragma(connection, "page_count") * pragma(connection, "page_size")) / 1048576, free: pragma(connection, "freelist_count"), drainKiB, swept, sweepMs, blockedMs: delay.max / 1e6 })
     }
     return rounds
   }))
@@ -158,7 +165,7 @@ const logBytes = withStore((s, connection, _sweep, path) =>
 const program = Effect.gen(function*() {
   console.log(`sources: ${ROOT}`)
   const rounds = yield* space
-  rounds.forEach((r, i) => console.log(`space: after round ${i + 1} of ${MESSAGES} drained 2 KB messages: ${r.mib.toFixed(1)} MiB, ${r.free} free pages; log of the drain and sweep ${r.drainKiB.toFixed(1)} KiB per message`))
+  rounds.forEach((r, i) => console.log(`space: after round ${i + 1} of ${MESSAGES} drained 2 KB messages: ${r.mib.toFixed(1)} MiB, ${r.free} free pages; log of the drain and sweep ${r.drainKiB.toFixed(1)} KiB per message; the sweep: ${r.swept} rows in ${r.sweepMs.toFixed(0)} ms, the event loop held ${r.blockedMs.toFixed(1)} ms at most`))
   const fresh = yield* hello("fresh")
   const acked = yield* hello("acked")
   const expired = yield* hello("expired")

@@ -18,6 +18,7 @@ import { layerSqlite } from "../../src/storage/sqlite.ts"
 import { scopedSqlite } from "../../src/storage/sqliteDriver.ts"
 import { TOMBSTONE_SECONDS } from "../../src/storage/model.ts"
 import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
+import { SWEEP_BATCH } from "../../src/storage/sqlSweep.ts"
 import { createActiveTables, Storage, StorageError, StorageFull, type StorageService, storageUnavailable } from "../../src/storage/Storage.ts"
 import { makeSqlStorage } from "../../src/storage/sqlStorage.ts"
 import { storageContract } from "./contract.ts"
@@ -269,6 +270,29 @@ describe("SQLite store", () => {
       assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 }, "old"))
       assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [old]), [])
       assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [])
+    }).pipe(Effect.scoped))
+
+  it.effect("the sweep deletes a batch at a time, the event loop turning between two", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const options = fresh(join(dir, "sweep-turns.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const table = options.messageTablePrefix
+      yield* s.saveMessages(uaid(1), table, Array.from({ length: 4 * SWEEP_BATCH }, (_, i) => ({ channelId: chid, version: `v${i}`, ttl: 60, timestamp: T0 / 1000, sortkeyTimestamp: T0 + i })))
+      const { driver } = yield* scopedSqlite(options.path, 1000)
+      const { sweepExpired } = makeSqlMaintenance(driver, options)
+      let turns = 0
+      let turning = true
+      const turn = () => {
+        turns++
+        if (turning) setImmediate(turn)
+      }
+      setImmediate(turn)
+      const deleted = yield* sweepExpired(T0 + 60_000)
+      turning = false
+      assert.strictEqual(deleted, 4 * SWEEP_BATCH)
+      assert.isAtLeast(turns, 4, "a turn of the event loop after each full batch")
     }).pipe(Effect.scoped))
 
   it.effect("a tombstone an earlier version left (its message's expiry kept) still refuses its save, and is swept at that expiry", () =>
