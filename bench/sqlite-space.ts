@@ -6,12 +6,11 @@
  * - space: N pushes to an offline client stored one at a time, then drained as Firefox does (a
  *   page of 10 read, then acked), then the sweep run as it would have run 11 minutes later; twice.
  *   Printed: the database's size (its pages, log included) and its free pages after each round, and
- *   the log bytes the drain and the sweep appended per message, and the sweep's time and longest
- *   hold of the event loop;
+ *   the log bytes the stores and the drain with the sweep appended per message;
  * - hello: the first page read at hello (`fetchMessages`, 10) of a user with one live message
  *   behind N dead rows — acked (tombstones), or expired — after the sweep of 11 minutes later,
- *   against a fresh user with the one message (median µs of 200 reads); and behind N acked rows
- *   before any sweep (the tombstones' 10 minutes);
+ *   against a fresh user with the one message (median µs of 200 reads), and behind N acked rows
+ *   before any sweep (the tombstones' 10 minutes); the sweep's time and longest hold of the event loop;
  * - log: the write-ahead log bytes one stored push appends (frames counted in the WAL index as
  *   each save commits, restarts of the log included), for 2 KB messages.
  *
@@ -24,6 +23,7 @@ import { closeSync, mkdtempSync, openSync, readSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { monitorEventLoopDelay } from "node:perf_hooks"
+import { DatabaseSync } from "node:sqlite"
 import { option } from "./harness.ts"
 
 const ROOT = resolve(option("root", "BENCH_ROOT", join(import.meta.dirname, "..")))
@@ -64,12 +64,13 @@ const message = (i: number, data: string, ttl = 86_400, ageS = 0) => {
   return { channelId: chid, version: `v${ms}-${i}`, ttl, timestamp: Math.floor(Date.now() / 1000) - ageS, sortkeyTimestamp: ms, data }
 }
 
-/** Everything stored for the user, read a page of 10 at a time and acked page by page. */
-const drain = (s: Store) =>
+/** Everything stored for the user, read a page of 10 at a time and acked page by page; `acked` after each ack. */
+const drain = (s: Store, acked: () => void) =>
   Effect.gen(function*() {
     let page = yield* s.fetchMessages(uaid(1), "message", 10)
     for (;;) {
       yield* s.ackMessages(uaid(1), "message", page.messages.map((m) => ({ key: { kind: "timestamp" as const, channelId: chid, sortkeyTimestamp: m.sortkeyTimestamp! }, version: m.version })))
+      acked()
       if (!page.more) return
       page = yield* s.fetchTimestampMessages(uaid(1), "message", page.lastSortKey, 10)
     }
@@ -77,7 +78,7 @@ const drain = (s: Store) =>
 
 const pragma = (connection: Connection, name: string) => Number(connection.db.prepare(`PRAGMA ${name}`).get()?.[name])
 
-/** Frames appended to the log since the last call, restarts of the log included. */
+/** Frames appended to the log since the last call, restarts of the log included (call it after each commit: a restart between two calls hides what came before it). */
 const logMeter = (path: string) => {
   let last = walFrames(path)
   return () => {
@@ -92,20 +93,28 @@ const space = withStore((s, connection, sweep, path) =>
   Effect.gen(function*() {
     const data = "x".repeat(2048)
     const pageBytes = pragma(connection, "page_size") + 24
-    const rounds: Array<{ readonly mib: number; readonly free: number; readonly drainKiB: number; readonly swept: number; readonly sweepMs: number; readonly blockedMs: number }> = []
+    const rounds: Array<{ readonly mib: number; readonly free: number; readonly storeKiB: number; readonly drainKiB: number }> = []
     for (let round = 0; round < 2; round++) {
-      for (let i = 0; i < MESSAGES; i++) yield* s.saveMessage(uaid(1), "message", message(i, data))
       const appended = logMeter(path)
-      yield* drain(s)
-      const delay = monitorEventLoopDelay({ resolution: 1 })
-      delay.enable()
-      const sweepStart = performance.now()
-      const swept = yield* sweep(Date.now() + LATER_MS)
-      const sweepMs = performance.now() - sweepStart
-      delay.disable()
-      const drainKiB = (appended() * pageBytes) / 1024 / MESSAGES
+      let storeFrames = 0
+      for (let i = 0; i < MESSAGES; i++) {
+        yield* s.saveMessage(uaid(1), "message", message(i, data))
+        storeFrames += appended()
+      }
+      const storeKiB = (storeFrames * pageBytes) / 1024 / MESSAGES
+      let drainFrames = 0
+      yield* drain(s, () => drainFrames += appended())
+      // A reader holds its snapshot through the sweep: no checkpoint completes, so the log is not restarted meanwhile.
+      const reader = new DatabaseSync(path)
+      reader.exec("BEGIN")
+      reader.prepare("SELECT count(*) FROM router").get()
+      yield* sweep(Date.now() + LATER_MS)
+      drainFrames += appended()
+      reader.exec("COMMIT")
+      reader.close()
+      const drainKiB = (drainFrames * pageBytes) / 1024 / MESSAGES
       // The database's size in pages (what the file is once the log is checkpointed into it).
-      rounds.push({ mib: (pragma(connection, "page_count") * pragma(connection, "page_size")) / 1048576, free: pragma(connection, "freelist_count"), drainKiB, swept, sweepMs, blockedMs: delay.max / 1e6 })
+      rounds.push({ mib: (pragma(connection, "page_count") * pragma(connection, "page_size")) / 1048576, free: pragma(connection, "freelist_count"), storeKiB, drainKiB })
     }
     return rounds
   }))
@@ -134,9 +143,14 @@ const hello = (kind: "fresh" | "acked" | "expired", swept = true) =>
           yield* s.ackMessages(uaid(1), "message", messages.map((m) => ({ key: { kind: "timestamp" as const, channelId: chid, sortkeyTimestamp: m.sortkeyTimestamp }, version: m.version })))
         }
       }
-      if (swept) yield* sweep(Date.now() + LATER_MS)
+      const delay = monitorEventLoopDelay({ resolution: 1 })
+      delay.enable()
+      const sweepStart = performance.now()
+      const deleted = swept ? yield* sweep(Date.now() + LATER_MS) : 0
+      const sweepMs = performance.now() - sweepStart
+      delay.disable()
       yield* s.saveMessage(uaid(1), "message", message(DEAD + 1, "live"))
-      return yield* medianReadUs(s)
+      return { us: yield* medianReadUs(s), sweep: `${deleted} rows in ${sweepMs.toFixed(0)} ms, the event loop held ${(delay.max / 1e6).toFixed(1)} ms at most` }
     }))
 
 /** The WAL index's count of frames in the log (its header in the -shm file: `mxFrame` at byte 16). */
@@ -165,13 +179,14 @@ const logBytes = withStore((s, connection, _sweep, path) =>
 const program = Effect.gen(function*() {
   console.log(`sources: ${ROOT}`)
   const rounds = yield* space
-  rounds.forEach((r, i) => console.log(`space: after round ${i + 1} of ${MESSAGES} drained 2 KB messages: ${r.mib.toFixed(1)} MiB, ${r.free} free pages; log of the drain and sweep ${r.drainKiB.toFixed(1)} KiB per message; the sweep: ${r.swept} rows in ${r.sweepMs.toFixed(0)} ms, the event loop held ${r.blockedMs.toFixed(1)} ms at most`))
+  rounds.forEach((r, i) => console.log(`space: after round ${i + 1} of ${MESSAGES} drained 2 KB messages: ${r.mib.toFixed(1)} MiB, ${r.free} free pages; log per message of the stores ${r.storeKiB.toFixed(1)} KiB, of the drain and sweep ${r.drainKiB.toFixed(1)} KiB`))
   const fresh = yield* hello("fresh")
   const acked = yield* hello("acked")
   const expired = yield* hello("expired")
   const unswept = yield* hello("acked", false)
-  const ratio = (us: number) => `${us.toFixed(0)} µs (${(us / fresh).toFixed(1)}×)`
-  console.log(`hello: first page read, median of 200: fresh user ${fresh.toFixed(0)} µs; behind ${DEAD} rows, swept 11 minutes later: acked ${ratio(acked)}, expired ${ratio(expired)}; acked, not swept yet: ${ratio(unswept)}`)
+  const ratio = (us: number) => `${us.toFixed(0)} µs (${(us / fresh.us).toFixed(1)}×)`
+  console.log(`hello: first page read, median of 200: fresh user ${fresh.us.toFixed(0)} µs; behind ${DEAD} rows, swept 11 minutes later: acked ${ratio(acked.us)}, expired ${ratio(expired.us)}; acked, not swept yet: ${ratio(unswept.us)}`)
+  console.log(`sweep of the acked rows: ${acked.sweep}; of the expired rows: ${expired.sweep}`)
   const log = yield* logBytes
   console.log(`log: per stored 2 KB push ${log.frames.toFixed(2)} frames, ${(log.bytes / 1024).toFixed(1)} KiB`)
 })
