@@ -16,10 +16,11 @@
  * Negative or ≥ 10^13 values are outside the model.
  *
  * A cancelled or acked message leaves a tombstone (`cancelled` set, `CANCELLED`: gone for good): its row at the same key
- * with the same `updateid` and `expiry`, its data and headers removed. A save of that version finds
- * it and writes nothing (a save retried after its answer was lost, or a session's close saving a
- * message it held, must not bring a cancelled or acked message back), no read returns it, and it goes when
- * the message would have expired, as any expired row.
+ * with the same `updateid`, its data and headers removed. A save of that version finds it and
+ * writes nothing (a save retried after its answer was lost, or a session's close saving a message
+ * it held, must not bring a cancelled or acked message back), and no read returns it. On the SQL
+ * stores the tombstone is a short-lived marker: its `expiry` is cut to `TOMBSTONE_SECONDS` after
+ * the cancel or ack (or kept, if the message expires sooner), and it goes with it as any expired row.
  */
 import { type MessageKey, messageKeyOf, type Notification, sortkeyMs, URGENCIES } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
@@ -100,6 +101,14 @@ export const CANCELLED = "cancelled"
 
 /** A timestamp message moved to the next ms, its sort key being taken (its id stays). */
 export const nextFreeMs = (n: Notification): Notification => ({ ...n, sortkeyTimestamp: sortkeyMs(n) + 1 })
+
+/**
+ * How long a tombstone outlives its cancel or ack (seconds): longer than any save that may bring
+ * the message back — one retried after a lost answer (within `storage_timeout`), and a closing
+ * session's save of what it held unacked, retried for up to 5 minutes from its close (which comes
+ * before an ack by the client's next session) plus one operation's `storage_timeout`.
+ */
+export const TOMBSTONE_SECONDS = 600
 
 /** The DynamoDB TTL attribute (seconds): when the message stops being deliverable. */
 export const expiryOf = (n: Notification): number => n.timestamp + n.ttl

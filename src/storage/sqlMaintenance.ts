@@ -4,10 +4,11 @@
  * race to make the same table), check, list and drop message tables, drop users whose
  * `last_connect` month is stale, and the sweep that deletes expired rows.
  *
- * Reads leave expired rows out whatever their age; the sweep only reclaims their space, a day past
- * their expiry (as DynamoDB's TTL, not at the second), in small batches, each statement its own
- * transaction: another process's writes wait at most one batch (`sqlSweep.ts`: sizes, grace and
- * interval).
+ * Reads leave expired rows out whatever their age; the sweep deletes message rows once expired
+ * (tombstones included: their expiry is their marker's end) so that their pages are reused within
+ * minutes, and receipt rows a day past their expiry (as DynamoDB's TTL), in small batches, each
+ * statement its own transaction and followed by a turn of the event loop: another process's writes
+ * and this process's clients wait at most one batch (`sqlSweep.ts`: sizes, grace and interval).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -20,6 +21,12 @@ import { deleteUserRows } from "./sqlUsers.ts"
 import { dropInBatches, staleKeys } from "./staleUsers.ts"
 import { type StaleUserSweep, StorageError, tableFound } from "./Storage.ts"
 import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "./tables.ts"
+
+/** A turn of the event loop: what waits for it (sockets, timers) runs first. */
+const nextTurn = Effect.callback<void>((resume) => {
+  const turn = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(turn))
+})
 
 export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: StorageOptions) => {
   const router = ident(options.routerTable)
@@ -92,22 +99,29 @@ export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: St
           }, true))
       ))
 
-  /** Delete rows expired a day or more before `nowMs` from the message tables and the receipts; how many. */
+  /** Delete up to `SWEEP_BATCH` rows of `table` expired at `before` (seconds); how many. */
+  const sweepBatch = (table: string, before: number) => {
+    const t = ident(table)
+    return one(
+      "sweepExpired",
+      sql(`DELETE FROM ${t} WHERE ${dialect.rowId} IN (SELECT ${dialect.rowId} FROM ${t} WHERE expiry <= $1 LIMIT ${SWEEP_BATCH})`, before),
+      (result) => result.changes
+    )
+  }
+
+  /** `table`'s expired rows, a batch per operation and a turn of the event loop between two (SQLite's statements run on its thread). */
+  const sweepTable = (table: string, before: number, deleted = 0): Effect.Effect<number, StorageError> =>
+    Effect.flatMap(sweepBatch(table, before), (n) => n < SWEEP_BATCH ? Effect.succeed(deleted + n) : Effect.andThen(nextTurn, sweepTable(table, before, deleted + n)))
+
+  /** Delete message rows expired at `nowMs` and receipt rows expired a day or more before it; how many. */
   const sweepExpired = (nowMs: number) =>
-    run("sweepExpired", function*() {
-      const before = Math.floor(nowMs / 1000) - SWEEP_GRACE_SECONDS
-      const names = yield* tableNames()
-      const tables = [...messageTablesOf(options, names), ...(names.has(receiptTableName(options)) ? [receiptTableName(options)] : [])]
-      let deleted = 0
-      for (const table of tables) {
-        const t = ident(table)
-        for (let n = SWEEP_BATCH; n === SWEEP_BATCH;) {
-          n = (yield sql(`DELETE FROM ${t} WHERE ${dialect.rowId} IN (SELECT ${dialect.rowId} FROM ${t} WHERE expiry <= $1 LIMIT ${SWEEP_BATCH})`, before))
-            .changes
-          deleted += n
-        }
-      }
-      return deleted
+    Effect.flatMap(run("sweepExpired", tableNames), (names) => {
+      const now = Math.floor(nowMs / 1000)
+      const tables: ReadonlyArray<readonly [string, number]> = [
+        ...messageTablesOf(options, names).map((table) => [table, now] as const),
+        ...(names.has(receiptTableName(options)) ? [[receiptTableName(options), now - SWEEP_GRACE_SECONDS] as const] : [])
+      ]
+      return Effect.map(Effect.forEach(tables, ([table, before]) => sweepTable(table, before)), (counts) => counts.reduce((sum, n) => sum + n, 0))
     })
 
   return { createTables, checkTables, listMessageTables, dropMessageTable, dropStaleUsers, sweepExpired }

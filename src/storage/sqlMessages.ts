@@ -1,8 +1,9 @@
 /**
  * The SQL stores' messages, in a month's message table (`{prefix}_{YYYY}_{MM}`): one row per
  * message keyed by (`uaid`, `chidmessageid`: `01:` topic, `02:` timestamp), with its `expiry`
- * (seconds), and its tombstone once cancelled or acked (`cancelled` 1, content gone, key, version
- * and expiry kept); on either store's driver (`sqlDriver.ts`).
+ * (seconds), and its tombstone once cancelled or acked (`cancelled` 1, content gone, key and
+ * version kept, expiry cut to `TOMBSTONE_SECONDS` from then: the sweep deletes it within minutes,
+ * `sqlSweep.ts`); on either store's driver (`sqlDriver.ts`).
  *
  * Expiry is judged by the Effect `Clock` on every read (`expiry > now`), as on the other layers.
  */
@@ -18,6 +19,7 @@ import {
   TIMESTAMP_END,
   TIMESTAMP_PREFIX,
   timestampLowerBound,
+  TOMBSTONE_SECONDS,
   TOPIC_END,
   TOPIC_PREFIX,
   topicSortKey
@@ -92,8 +94,13 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
       })
     )
 
-  /** What a row becomes when it is buried: its tombstone (key, version and expiry kept). */
-  const BURY = "SET cancelled = 1, data = NULL, headers = NULL"
+  /**
+   * What a row becomes when it is buried: its tombstone, key and version kept, expiring
+   * `TOMBSTONE_SECONDS` after `now` (the statement's parameter `$n`) unless the message expires sooner.
+   */
+  const bury = (n: number) =>
+    `SET cancelled = 1, data = NULL, headers = NULL, expiry = CASE WHEN expiry IS NULL OR expiry > $${n} THEN $${n} ELSE expiry END`
+  const tombstoneExpiry = (now: number) => Math.floor(now / 1000) + TOMBSTONE_SECONDS
 
   return {
     saveMessage: (uaid: string, table: string, message: Notification) => run("saveMessage", () => putMessage(uaid, table, message)),
@@ -152,23 +159,34 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
         ),
     /** One statement: each row still holding its acked version becomes its tombstone (rows found by key, then version). */
     ackMessages: (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
-      rows.length === 0 ? Effect.void : one(
-        "ackMessages",
-        sql(
-          `UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)} AND cancelled IS NULL
-           AND (chidmessageid, updateid) IN (SELECT value->>0, value->>1 FROM ${dialect.tuples(3)})`,
-          uaid,
-          jsonList(rows.map((row) => sortKeyOf(row.key))),
-          jsonList(rows.map((row) => [sortKeyOf(row.key), row.version]))
-        ),
-        nothing
+      rows.length === 0 ? Effect.void : atNow((now) =>
+        one(
+          "ackMessages",
+          sql(
+            `UPDATE ${ident(table)} ${bury(4)} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)} AND cancelled IS NULL
+             AND (chidmessageid, updateid) IN (SELECT value->>0, value->>1 FROM ${dialect.tuples(3)})`,
+            uaid,
+            jsonList(rows.map((row) => sortKeyOf(row.key))),
+            jsonList(rows.map((row) => [sortKeyOf(row.key), row.version])),
+            tombstoneExpiry(now)
+          ),
+          nothing
+        )
       ),
     /** The row becomes its tombstone if it holds the message of `version`. */
     cancelMessage: (uaid: string, table: string, key: MessageKey, version: string) =>
-      one(
-        "cancelMessage",
-        sql(`UPDATE ${ident(table)} ${BURY} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
-        changed
+      atNow((now) =>
+        one(
+          "cancelMessage",
+          sql(
+            `UPDATE ${ident(table)} ${bury(4)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`,
+            uaid,
+            sortKeyOf(key),
+            version,
+            tombstoneExpiry(now)
+          ),
+          changed
+        )
       )
   }
 }

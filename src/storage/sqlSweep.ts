@@ -1,8 +1,10 @@
 /**
  * What both SQL stores (SQLite, PostgreSQL) do to rows nobody reads any more, and how often: the
- * sweep of expired rows (every `SWEEP_INTERVAL` of real time, as DynamoDB's TTL deletes by real
- * time; rows a day past their expiry, in batches of `SWEEP_BATCH`); the statements are
- * `sqlMaintenance.ts`'s.
+ * sweep of expired rows, every `SWEEP_INTERVAL` of real time (as DynamoDB's TTL deletes by real
+ * time), in batches of `SWEEP_BATCH`: message rows once expired (a tombstone `TOMBSTONE_SECONDS`
+ * after its cancel or ack), so that what acked, cancelled and expired messages leave is deleted
+ * within minutes and its pages are reused; receipt rows a day past their expiry. The statements
+ * are `sqlMaintenance.ts`'s.
  */
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -14,9 +16,9 @@ import type { StorageError } from "./Storage.ts"
 
 /** Expired rows deleted per transaction by the sweep. */
 export const SWEEP_BATCH = 500
-/** How long past its expiry a row is kept before the sweep deletes it (seconds). */
+/** How long past its expiry a receipt row is kept before the sweep deletes it (seconds). */
 export const SWEEP_GRACE_SECONDS = 86_400
-export const SWEEP_INTERVAL = Duration.minutes(10)
+export const SWEEP_INTERVAL = Duration.minutes(1)
 
 /** Run `sweep` every `SWEEP_INTERVAL` of real time, for as long as the scope; a failed sweep is logged. */
 export const sweepEvery = (sweep: (nowMs: number) => Effect.Effect<number, StorageError>): Effect.Effect<void, never, Scope.Scope> =>

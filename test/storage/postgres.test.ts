@@ -18,6 +18,7 @@ import { TestClock } from "effect/testing"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { layerPostgres, postgresDriver } from "../../src/storage/postgres.ts"
 import { scopedPostgres, sqlState } from "../../src/storage/postgresPool.ts"
+import { TOMBSTONE_SECONDS } from "../../src/storage/model.ts"
 import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { storageContract } from "./contract.ts"
@@ -88,7 +89,7 @@ describePostgres("PostgreSQL store", (dsn) => {
         assert.strictEqual((yield* a.getChannels(uaid(1), table)).size, 10)
       }).pipe(Effect.scoped))
 
-    it.effect("the sweep deletes rows a day past their expiry, and only those; reads never showed them", () =>
+    it.effect("the sweep deletes message rows once expired, tombstones 10 minutes after their cancel or ack, receipt rows a day past their expiry; reads never showed them", () =>
       Effect.gen(function*() {
         yield* TestClock.setTime(T0)
         const options = fresh()
@@ -100,17 +101,24 @@ describePostgres("PostgreSQL store", (dsn) => {
         yield* s.saveMessages(uaid(1), table, [
           { channelId: chid(1), version: "short", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 },
           { channelId: chid(1), version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 },
-          { channelId: chid(1), version: "cancelled", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 + 2 }
+          { channelId: chid(1), version: "cancelled", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 2 },
+            { channelId: chid(1), version: "acked", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 3 }
         ])
-        // A cancelled message's tombstone goes with the message's expiry.
+        // A tombstone outlives its cancel or ack by TOMBSTONE_SECONDS, whatever the message's expiry.
         assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid(1), sortkeyTimestamp: T0 + 2 }, "cancelled"))
+        yield* s.ackMessages(uaid(1), table, [{ key: { kind: "timestamp", channelId: chid(1), sortkeyTimestamp: T0 + 3 }, version: "acked" }])
         yield* s.createReceiptSubscription("rs", t0 + 60)
         const connection = yield* scopedPostgres(dsn, { poolSize: 1, timeoutMs: 5_000 })
         const { sweepExpired } = makeSqlMaintenance(postgresDriver(connection), options)
         const rows = connection.run("count", async (query) => Number((await query(`SELECT COUNT(*) AS n FROM "${table}"`)).rows[0]?.["n"]))
-        assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
-        assert.strictEqual(yield* rows, 4)
-        assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 3, "the short message, the tombstone and the receipt subscription")
+        assert.strictEqual(yield* sweepExpired(T0 + 59_000), 0, "nothing expired yet")
+        assert.strictEqual(yield* rows, 5)
+        assert.strictEqual(yield* sweepExpired(T0 + 60_000), 1, "the short message, at its expiry")
+        assert.strictEqual(yield* sweepExpired(T0 + (TOMBSTONE_SECONDS - 1) * 1000), 0, "the tombstones, still needed by a retried save")
+          assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [{ channelId: chid(1), version: "acked", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 3 }]), [], "a retried save finds the tombstone")
+        assert.strictEqual(yield* sweepExpired(T0 + TOMBSTONE_SECONDS * 1000), 2, "the two tombstones, their marker over")
+        assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_399_000), 0, "the receipt subscription, within its day")
+        assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 1, "the receipt subscription, a day past its expiry")
         assert.strictEqual(yield* rows, 2, "the channel row (no expiry) and the long message stay")
         yield* TestClock.setTime(T0 + 60_000 + 86_400_000)
         assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["long"])

@@ -16,7 +16,9 @@ import { afterAll } from "vitest"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { layerSqlite } from "../../src/storage/sqlite.ts"
 import { scopedSqlite } from "../../src/storage/sqliteDriver.ts"
+import { TOMBSTONE_SECONDS } from "../../src/storage/model.ts"
 import { makeSqlMaintenance } from "../../src/storage/sqlMaintenance.ts"
+import { SWEEP_BATCH } from "../../src/storage/sqlSweep.ts"
 import { createActiveTables, Storage, StorageError, StorageFull, type StorageService, storageUnavailable } from "../../src/storage/Storage.ts"
 import { makeSqlStorage } from "../../src/storage/sqlStorage.ts"
 import { storageContract } from "./contract.ts"
@@ -214,7 +216,7 @@ describe("SQLite store", () => {
       assertSameRows(rowsOf(locked.path, one), rowsOf(one.path, one))
     }).pipe(Effect.scoped), 30_000)
 
-  it.effect("the sweep deletes rows a day past their expiry, and only those; reads never showed them", () =>
+  it.effect("the sweep deletes message rows once expired, tombstones 10 minutes after their cancel or ack, receipt rows a day past their expiry; reads never showed them", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(T0)
       const options = fresh(join(dir, "sweep.sqlite"))
@@ -226,17 +228,24 @@ describe("SQLite store", () => {
       yield* s.saveMessages(uaid(1), table, [
         { channelId: chid, version: "short", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 },
         { channelId: chid, version: "long", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 1 },
-        { channelId: chid, version: "cancelled", ttl: 60, timestamp: t0, sortkeyTimestamp: T0 + 2 }
+        { channelId: chid, version: "cancelled", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 2 },
+          { channelId: chid, version: "acked", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 3 }
       ])
-      // A cancelled message's tombstone goes with the message's expiry.
+      // A tombstone outlives its cancel or ack by TOMBSTONE_SECONDS, whatever the message's expiry.
       assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 + 2 }, "cancelled"))
+      yield* s.ackMessages(uaid(1), table, [{ key: { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 + 3 }, version: "acked" }])
       yield* s.createReceiptSubscription("rs", t0 + 60)
       const { connection, driver } = yield* scopedSqlite(options.path, 1000)
       const { sweepExpired } = makeSqlMaintenance(driver, options)
       const rows = () => Number(connection.db.prepare(`SELECT COUNT(*) AS n FROM "${table}"`).get()?.["n"])
-      assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 0, "expired an hour ago: kept")
-      assert.strictEqual(rows(), 4)
-      assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 3, "the short message, the tombstone and the receipt subscription")
+      assert.strictEqual(yield* sweepExpired(T0 + 59_000), 0, "nothing expired yet")
+      assert.strictEqual(rows(), 5)
+      assert.strictEqual(yield* sweepExpired(T0 + 60_000), 1, "the short message, at its expiry")
+      assert.strictEqual(yield* sweepExpired(T0 + (TOMBSTONE_SECONDS - 1) * 1000), 0, "the tombstones, still needed by a retried save")
+        assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [{ channelId: chid, version: "acked", ttl: 3 * 86_400, timestamp: t0, sortkeyTimestamp: T0 + 3 }]), [], "a retried save finds the tombstone")
+      assert.strictEqual(yield* sweepExpired(T0 + TOMBSTONE_SECONDS * 1000), 2, "the two tombstones, their marker over")
+      assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_399_000), 0, "the receipt subscription, within its day")
+      assert.strictEqual(yield* sweepExpired(T0 + 60_000 + 86_400_000), 1, "the receipt subscription, a day past its expiry")
       assert.strictEqual(rows(), 2, "the channel row (no expiry) and the long message stay")
       yield* TestClock.setTime(T0 + 60_000 + 86_400_000)
       assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["long"])
@@ -261,6 +270,76 @@ describe("SQLite store", () => {
       assert.isTrue(yield* s.cancelMessage(uaid(1), table, { kind: "timestamp", channelId: chid, sortkeyTimestamp: T0 }, "old"))
       assert.deepStrictEqual(yield* s.saveMessages(uaid(1), table, [old]), [])
       assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [])
+    }).pipe(Effect.scoped))
+
+  it.effect("the sweep deletes a batch at a time, the event loop turning between two", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const options = fresh(join(dir, "sweep-turns.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const table = options.messageTablePrefix
+      yield* s.saveMessages(uaid(1), table, Array.from({ length: 4 * SWEEP_BATCH }, (_, i) => ({ channelId: chid, version: `v${i}`, ttl: 60, timestamp: T0 / 1000, sortkeyTimestamp: T0 + i })))
+      const { driver } = yield* scopedSqlite(options.path, 1000)
+      const { sweepExpired } = makeSqlMaintenance(driver, options)
+      let turns = 0
+      let turning = true
+      const turn = () => {
+        turns++
+        if (turning) setImmediate(turn)
+      }
+      setImmediate(turn)
+      const deleted = yield* sweepExpired(T0 + 60_000)
+      turning = false
+      assert.strictEqual(deleted, 4 * SWEEP_BATCH)
+      assert.isAtLeast(turns, 4, "a turn of the event loop after each full batch")
+    }).pipe(Effect.scoped))
+
+  it.effect("a tombstone an earlier version left (its message's expiry kept) still refuses its save, and is swept at that expiry", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const options = fresh(join(dir, "old-tombstone.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const table = options.messageTablePrefix
+      const t0 = T0 / 1000
+      const { connection, driver } = yield* scopedSqlite(options.path, 1000)
+      connection.db.prepare(`INSERT INTO "${table}" (uaid, chidmessageid, updateid, ttl, timestamp, expiry, cancelled) VALUES (?, ?, ?, ?, ?, ?, 1)`)
+        .run(uaid(1), `02:${T0}:${chid}`, "old", 3600, t0, t0 + 3600)
+      const old = { channelId: chid, version: "old", ttl: 3600, timestamp: t0, sortkeyTimestamp: T0 }
+      assert.strictEqual(yield* s.saveMessage(uaid(1), table, old), "cancelled")
+      assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages, [])
+      const { sweepExpired } = makeSqlMaintenance(driver, options)
+      assert.strictEqual(yield* sweepExpired(T0 + TOMBSTONE_SECONDS * 1000), 0, "kept until its message's expiry")
+      assert.strictEqual(yield* sweepExpired(T0 + 3_600_000), 1)
+    }).pipe(Effect.scoped))
+
+  it.effect("the pages of acked messages are reused once their tombstones are swept: a second round does not grow the file", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(T0)
+      const options = fresh(join(dir, "reuse.sqlite"))
+      const s = yield* openStore(options)
+      yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+      const table = options.messageTablePrefix
+      const { connection, driver } = yield* scopedSqlite(options.path, 1000)
+      const { sweepExpired } = makeSqlMaintenance(driver, options)
+      const pages = () => Number(connection.db.prepare("PRAGMA page_count").get()?.["page_count"])
+      const data = "x".repeat(3000)
+      const round = (at: number) =>
+        Effect.gen(function*() {
+          yield* TestClock.setTime(at)
+          const messages = Array.from({ length: 500 }, (_, i) => ({ channelId: chid, version: `v${at}-${i}`, ttl: 86_400, timestamp: at / 1000, sortkeyTimestamp: at + i, data }))
+          yield* s.saveMessages(uaid(1), table, messages)
+          yield* s.ackMessages(uaid(1), table, messages.map((m) => ({ key: { kind: "timestamp", channelId: chid, sortkeyTimestamp: m.sortkeyTimestamp }, version: m.version })))
+          yield* sweepExpired(at + TOMBSTONE_SECONDS * 1000)
+        })
+      const before = pages()
+      yield* round(T0)
+      const first = pages()
+      yield* round(T0 + 3_600_000)
+      assert.isAbove(first - before, 500, "a round's messages took pages")
+      assert.isBelow(pages() - first, (first - before) / 10, `pages: ${before} at first, ${first} after one round, ${pages()} after two`)
+      assert.strictEqual(Number(connection.db.prepare(`SELECT COUNT(*) AS n FROM "${table}"`).get()?.["n"]), 0, "no row left behind")
     }).pipe(Effect.scoped))
 
   it.effect("dropping a month's table gives its space back to the file system", () =>
