@@ -355,7 +355,7 @@ export const options = {
   min_ping_interval: opt("connection", seconds, s(45), "Clients pinging more often than this are closed with 4774"),
   msg_limit: opt("connection", integer(1), 100, "Stored messages a client may find when it says hello (its backlog), one subscription's counted up to half of it; above it the user is dropped and must re-register. A guard for many subscriptions together: one alone never resets its user, and what is pushed while the client is connected never counts"),
   client_channel_capacity: opt("connection", integer(1), 128, "Messages a connection may hold for its client, queued or sent and not acked; a further push to it is stored instead"),
-  close_grace: opt("connection", seconds, s(1), "After a close frame, time before the server ends the TCP connection"),
+  close_grace: opt("connection", seconds, s(1), "After a close frame, time before the server ends the TCP connection; the acks the client sends until then (or until it answers the close) are taken"),
   max_connections: opt("connection", integer(1), 100_000, "Open WebSockets per node; an upgrade beyond is answered 503"),
   max_message_size: opt("connection", integer(1024), 65_536, "Largest WebSocket message a client may send (bytes); a larger one closes the socket with 1009"),
   max_send_buffer: opt("connection", integer(1024), 1_048_576, "Bytes queued to a client that does not read, beyond which it is closed with 1013 (its messages stay stored)"),
