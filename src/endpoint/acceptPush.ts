@@ -103,12 +103,13 @@ const openToken = (
 }
 
 /** #3 + #4: credentials parsed, then their JWT verified for the endpoint's `origin` (none: undefined, at once). */
-const vapidOf = (headers: RequestHeaders, origin: string, nowMs: number) => {
-  const credentials = parseVapid(headers)
-  return Result.isFailure(credentials) ? Effect.fail(credentials.failure)
+/** A push's VAPID credentials as parsed (once a push: the sender's claim and #3 read the same). */
+type VapidParsed = ReturnType<typeof parseVapid>
+
+const vapidOf = (credentials: VapidParsed, origin: string, nowMs: number) =>
+  Result.isFailure(credentials) ? Effect.fail(credentials.failure)
     : credentials.success === undefined ? undefined
     : verifyVapid(credentials.success, origin, Math.floor(nowMs / 1000))
-}
 
 /** #5 */
 const subscriptionOf = (opened: EndpointToken | typeof BAD_LENGTH): Result.Result<EndpointToken, InvalidToken> =>
@@ -201,14 +202,12 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
    * The sender a push names, if it does: the raw key of its credentials, when it is to a v2
    * subscription bound to that key. Only a claim until its signature is checked (#4). Read from
    * what the push carries, before any limit: its token opened (once per token, `openEndpoint`
-   * remembers) and its credentials parsed only for a v2 push with an `Authorization`.
+   * remembers), for a v2 push whose credentials parsed (once: #3 takes the same).
    */
-  const boundKeyClaimed = (versionSegment: string | undefined, token: string, headers: RequestHeaders): Buffer | undefined => {
-    if (versionSegment !== "v2" || headers["authorization"] === undefined) return undefined
+  const boundKeyClaimed = (versionSegment: string | undefined, token: string, credentials: VapidParsed): Buffer | undefined => {
+    if (versionSegment !== "v2" || Result.isFailure(credentials) || credentials.success === undefined) return undefined
     const opened = crypto.openEndpoint("v2", token)
     if (Result.isFailure(opened) || opened.success.keyHash === undefined) return undefined
-    const credentials = parseVapid(headers)
-    if (Result.isFailure(credentials) || credentials.success === undefined) return undefined
     const rawKey = decodeVapidPublicKey(credentials.success.publicKey)
     return rawKey !== undefined && matchesVapidKey(opened.success, rawKey) ? rawKey : undefined
   }
@@ -263,8 +262,8 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   }
 
   /** #3 + #4; a push that claimed its subscription's key and fails them is counted (`signatureFailed`). */
-  const signerOf = (request: PushRequest, claimed: Buffer | undefined, nowMs: number) => {
-    const verifying = vapidOf(request.headers, origin, nowMs)
+  const signerOf = (request: PushRequest, credentials: VapidParsed, claimed: Buffer | undefined, nowMs: number) => {
+    const verifying = vapidOf(credentials, origin, nowMs)
     return verifying === undefined || claimed === undefined ? verifying
       : Effect.tapError(verifying, () => Effect.sync(() => limits.signatureFailed(request.peer, request.headers["x-forwarded-for"], claimed, nowMs)))
   }
@@ -301,9 +300,10 @@ export const makeAcceptPush = Effect.fnUntraced(function*(
   ): Effect.fn.Return<AcceptedPush, ApiError | StorageError> {
     const headers: RequestHeaders = request.headers
     const nowMs = clock.currentTimeMillisUnsafe()
-    const claimed = made === undefined ? boundKeyClaimed(versionSegment, token, headers) : undefined
+    const credentials = parseVapid(headers)
+    const claimed = made === undefined ? boundKeyClaimed(versionSegment, token, credentials) : undefined
     const opened = yield* verdict(tokenStage(request, versionSegment, token, claimed, made, nowMs)) // #1, #2, #2b
-    const verifying = signerOf(request, claimed, nowMs)                                   // #3, #4
+    const verifying = signerOf(request, credentials, claimed, nowMs)                      // #3, #4
     const vapid = verifying === undefined ? undefined : yield* verifying
     const subscription = yield* verdict(signerStage(opened, vapid, nowMs))                // #5, #6
     const target = yield* subscribers.targetOf(subscription.uaid, subscription.channelId, nowMs) // #7–#9
