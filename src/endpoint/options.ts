@@ -40,7 +40,7 @@ export interface EndpointOptions {
   readonly worker?: number | undefined
   /** Largest notification body accepted, in bytes (413/104 above). */
   readonly maxDataBytes: number
-  /** Messages one subscription may have stored (429/119 beyond; 0: no bound; default `DEFAULT_MAX_STORED_PER_SUBSCRIPTION`). */
+  /** Messages one subscription may have stored (429/119 beyond; 0: no bound; default 100). */
   readonly maxStoredPerSubscription?: number | undefined
   /** Accept only pushes signed with VAPID (401/109 otherwise); default: unsigned pushes to v1 endpoints are taken. */
   readonly requireVapid?: boolean | undefined

@@ -39,7 +39,7 @@ import {
 } from "../platform/socket-limits.ts"
 import type { EventLog } from "../observability/EventLog.ts"
 import { NodeClient } from "../routers/NodeClient.ts"
-import { DEFAULT_MAX_STORED_PER_SUBSCRIPTION, WebPushRouter } from "../routers/webpush.ts"
+import { WebPushRouter } from "../routers/webpush.ts"
 import type { Storage } from "../storage/Storage.ts"
 import { endpointInstrumentation } from "../observability/endpoint.ts"
 import { Metrics } from "../observability/Metrics.ts"
@@ -186,7 +186,7 @@ export const EndpointServer = {
   /** `layerServer` with the WebPush router over the given connection-node client. */
   layerWith: <E, R>(options: EndpointOptions, nodeClient: Layer.Layer<NodeClient, E, R>) =>
     EndpointServer.layerServer(options).pipe(Layer.provide(
-      WebPushRouter.layerWith({ maxStoredPerSubscription: options.maxStoredPerSubscription ?? DEFAULT_MAX_STORED_PER_SUBSCRIPTION }).pipe(
+      WebPushRouter.layerWith({ maxStoredPerSubscription: options.maxStoredPerSubscription }).pipe(
         Layer.provide(nodeClient)
       )
     )),

@@ -318,7 +318,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
     this.phase = phase
     this.handle.deadline = this.ports.protocol.deadline(phase)
     this.handle.unackedDirect = isLive(phase) ? directOutstanding(phase.session.acks) : 0
-    const collecting = phase._tag === "Closing" && phase.stage._tag === "Collecting" && !(before._tag === "Closing" && before.stage._tag !== "Answering")
+    const collecting = phase._tag === "Closing" && phase.stage._tag === "Collecting" && (before._tag !== "Closing" || before.stage._tag === "Answering")
     if (before._tag === phase._tag && !collecting) return undefined
     if (phase._tag === "Closing" || phase._tag === "Closed") this.ports.registry.remove(this.handle)
     if (collecting || phase._tag === "Closed") this.handle.mailbox.close()

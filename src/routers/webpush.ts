@@ -32,12 +32,12 @@ import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
 
 export interface WebPushRouterOptions {
-  /** Messages one subscription may have stored (not yet received by its client); 0: no bound. */
-  readonly maxStoredPerSubscription: number
+  /** Messages one subscription may have stored (not yet received by its client); 0: no bound; default `DEFAULT_MAX_STORED_PER_SUBSCRIPTION`. */
+  readonly maxStoredPerSubscription?: number | undefined
 }
 
-/** Messages one subscription may have stored by default: autopush's `msg_limit`, so one sender alone never resets a user. */
-export const DEFAULT_MAX_STORED_PER_SUBSCRIPTION = 100
+/** Messages one subscription may have stored by default: autopush's `msg_limit`. */
+const DEFAULT_MAX_STORED_PER_SUBSCRIPTION = 100
 
 /**
  * When a sender whose push was refused for its subscription's stored messages may retry (s): soon
@@ -161,7 +161,7 @@ const makeWebPushRouter = (options: WebPushRouterOptions) =>
 
     /** Step 3's bound: the subscription may not have `maxStoredPerSubscription` stored already. */
     const withinStoredBound = Effect.fnUntraced(function*(user: UserRecord, table: string, notification: Notification) {
-      const bound = options.maxStoredPerSubscription
+      const bound = options.maxStoredPerSubscription ?? DEFAULT_MAX_STORED_PER_SUBSCRIPTION
       if (bound <= 0) return
       const stored = yield* storage.countChannelMessages(user.uaid, table, notification.channelId, bound, notification.topic)
       if (stored >= bound) return yield* new TooManyStored({ retryAfter: user.nodeId === undefined ? RETRY_AWAY_S : RETRY_CONNECTED_S })
@@ -204,5 +204,5 @@ export class WebPushRouter extends Context.Service<WebPushRouter, WebPushRouterS
   static readonly layerWith = (options: WebPushRouterOptions): Layer.Layer<WebPushRouter, never, Storage | NodeClient | EndpointCrypto> =>
     Layer.effect(WebPushRouter, makeWebPushRouter(options))
 
-  static readonly layer = WebPushRouter.layerWith({ maxStoredPerSubscription: DEFAULT_MAX_STORED_PER_SUBSCRIPTION })
+  static readonly layer = WebPushRouter.layerWith({})
 }

@@ -16,7 +16,7 @@ import { boundPort, EndpointServer } from "../../src/endpoint/server.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { NodeClient, type NodeClientService, NodeTransportError } from "../../src/routers/NodeClient.ts"
-import { DEFAULT_MAX_STORED_PER_SUBSCRIPTION, WebPushRouter } from "../../src/routers/webpush.ts"
+import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { layerMemory } from "../../src/storage/memory.ts"
 import { createActiveTables, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
 
@@ -141,7 +141,7 @@ export const Shared = Layer.mergeAll(TestStorage, EndpointCrypto.layerTest, Even
 /** The endpoint server (port 0) with the given node client layer. */
 export const endpointWith = <ROut, E>(nodeClient: Layer.Layer<ROut, E, never>, endpointOptions: EndpointOptions = options) =>
   EndpointServer.layerServer(endpointOptions).pipe(
-    Layer.provideMerge(WebPushRouter.layerWith({ maxStoredPerSubscription: endpointOptions.maxStoredPerSubscription ?? DEFAULT_MAX_STORED_PER_SUBSCRIPTION })),
+    Layer.provideMerge(WebPushRouter.layerWith({ maxStoredPerSubscription: endpointOptions.maxStoredPerSubscription })),
     Layer.provideMerge(nodeClient),
     Layer.provideMerge(Shared)
   )
