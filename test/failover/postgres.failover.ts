@@ -21,7 +21,7 @@ import { movableAddress } from "./movableAddress.ts"
 
 /** Push rate of the senders together (per second), how many, and how long they push before the kill, between the kill and the move, after the move (ms). */
 const RATE = 50
-const SENDERS = 5
+const SENDERS = 10
 const BEFORE_MS = 4_000
 const MOVE_AFTER_MS = 3_000
 const AFTER_MS = 5_000
@@ -147,10 +147,12 @@ describe("PostgreSQL failover under load (synchronous standby promoted, address 
         return senders
       }
       const accepted201 = () => statuses.get(201) ?? 0
+      const refused = () => statuses.get(503) ?? 0
       try {
         await new Promise((r) => setTimeout(r, BEFORE_MS))
         const beforeKill = accepted201()
         const sentBeforeKill = sent
+        const refusedBeforeKill = refused()
         const killedAt = Date.now()
         await primary.kill()
         await standby.promote()
@@ -158,16 +160,18 @@ describe("PostgreSQL failover under load (synchronous standby promoted, address 
         address.moveTo(standby.port)
         const atMove = accepted201()
         const sentBeforeMove = sent
+        const refusedBeforeMove = refused()
         await new Promise((r) => setTimeout(r, AFTER_MS))
         await stopSenders()
         const seen = JSON.stringify(Object.fromEntries(statuses))
         console.log(
           `failover: ${sent} pushes (${sentBeforeKill} before the kill, ${sentBeforeMove - sentBeforeKill} until the move), statuses ${seen}, ` +
-            `201 before the kill ${beforeKill}, between the kill and the move ${atMove - beforeKill}, after the move ${accepted201() - atMove}`
+            `201 before the kill ${beforeKill}, between the kill and the move ${atMove - beforeKill}, after the move ${accepted201() - atMove}; ` +
+            `503 before the kill ${refusedBeforeKill}, between the kill and the move ${refusedBeforeMove - refusedBeforeKill}, after the move ${refused() - refusedBeforeMove}`
         )
 
         expect(beforeKill, seen).toBeGreaterThan(0)
-        expect(statuses.get(503) ?? 0, `no 503 while the primary was gone: ${seen}`).toBeGreaterThan(0)
+        expect(refused(), `no 503 while the primary was gone: ${seen}`).toBeGreaterThan(0)
         expect(accepted201() - atMove, `no 201 after the move: ${seen}`).toBeGreaterThan(0)
         expect([...statuses.keys()].filter((s) => s !== 201 && s !== 503), seen).toEqual([])
         expect(withoutRetryAfter, "503s without Retry-After").toBe(0)
