@@ -22,7 +22,7 @@ import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
-import { type AckedRow, causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
+import { type AckedRow, failureText, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, CommandResult, Input, MailboxInput, Signal, Transition } from "./inputs.ts"
 import { type Consumer, type InboxBound, Mailbox } from "./mailbox.ts"
@@ -417,7 +417,8 @@ export class SessionRunner implements Consumer<MailboxInput> {
             command: command._tag,
             operation: error.operation,
             ...("table" in command ? { table: command.table } : {}),
-            cause: causeText(error.cause)
+            reason: error.reason._tag,
+            cause: failureText(error)
           }),
           Effect.as<CommandResult>({ _tag: "CommandFailed", command })
         ))

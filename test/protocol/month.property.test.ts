@@ -55,6 +55,7 @@ import { isLive } from "../../src/protocol/phases.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
+import { Unavailable } from "../../src/storage/failures.ts"
 import { activeTableNames, type StorageOptions } from "../../src/storage/tables.ts"
 import { type Client, makeHarness, pump, STORAGE_LATENCY_MS } from "./harness.ts"
 
@@ -206,7 +207,7 @@ const worldParts = (world: World) =>
             if (fault === "refused") {
               world.failed.push(name)
               yield* TestClock.adjust(ms - before)
-              return yield* Effect.fail(new StorageError({ operation: name, cause: "injected fault" }) as E)
+              return yield* Effect.fail(new StorageError({ operation: name, reason: new Unavailable(), cause: "injected fault" }) as E)
             }
             const result = yield* operation
             world.applied.push(name)
@@ -221,7 +222,7 @@ const worldParts = (world: World) =>
             yield* TestClock.adjust(ms - before)
             if (fault === "lost") {
               world.failed.push(`${name}:lost`)
-              return yield* Effect.fail(new StorageError({ operation: name, cause: "injected fault: applied, answer lost" }) as E)
+              return yield* Effect.fail(new StorageError({ operation: name, reason: new Unavailable(), cause: "injected fault: applied, answer lost" }) as E)
             }
             return result
           }))

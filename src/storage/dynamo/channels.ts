@@ -6,10 +6,11 @@
  */
 import * as Effect from "effect/Effect"
 import type { DynamoClient } from "./client.ts"
-import { type DynamoRequests, isNamed } from "./requests.ts"
+import type { DynamoRequests } from "./requests.ts"
 import { messageKey } from "./rows.ts"
 import { type Item, N, S } from "../items.ts"
 import { CHANNEL_END, CHANNEL_PREFIX, channelSortKey, META_SORT_KEY } from "../model.ts"
+import { hasReason } from "../Storage.ts"
 
 export const makeChannels = (client: DynamoClient, { call, conditional, queryAll, batchWrite }: DynamoRequests) => {
   const getMeta = (operation: string, uaid: string, table: string, attribute: string) =>
@@ -107,7 +108,7 @@ export const makeChannels = (client: DynamoClient, { call, conditional, queryAll
             ExpressionAttributeValues: { ":minus": N(-1), ":zero": N(0) }
           },
           o
-        )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.void))
+        )).pipe(Effect.catchIf(hasReason("Conflict"), () => Effect.void))
       return true
     }
     return yield* conditional(call("removeChannel", (o) =>

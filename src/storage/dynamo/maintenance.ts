@@ -7,18 +7,19 @@ import type { AttributeValue, CreateTableCommandInput } from "@aws-sdk/client-dy
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type { DynamoClient } from "./client.ts"
-import { type DynamoRequests, errorName, isNamed } from "./requests.ts"
+import type { DynamoRequests } from "./requests.ts"
 import { liveClock } from "../deadlines.ts"
 import { type Item, N, S } from "../items.ts"
 import { staleKeys } from "../staleUsers.ts"
-import { type StaleUserSweep, StorageError, tableFound, type TableStatus } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "../tables.ts"
+import { StorageError, Timeout } from "../failures.ts"
+import { hasReason, type StaleUserSweep, tableFound, type TableStatus } from "../Storage.ts"
+import { activeTableNames, isMessageTable, messageTablesOf, notAMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
 
 const ACCESS_INDEX = "AccessIndex"
 /** Index entries read at a time by a stale-user sweep: it must not eat the table's capacity. */
 const STALE_PAGE = 25
-/** What servers without TTL answer to `UpdateTimeToLive` (dynalite: UnknownOperationException). */
-const TTL_UNSUPPORTED = new Set(["UnknownOperationException", "UnsupportedOperationException", "NotImplementedException"])
+/** How long a table may take to become ACTIVE, or to go (AWS takes seconds). */
+const TABLE_WAIT_MS = 120_000
 
 export const makeMaintenance = (
   client: DynamoClient,
@@ -33,7 +34,7 @@ export const makeMaintenance = (
   const describe = (operation: string, table: string) =>
     call(operation, (o) => client.send("DescribeTable", { TableName: table }, o)).pipe(
       Effect.map((result) => result.Table),
-      Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed(undefined))
+      Effect.catchIf(hasReason("MissingTable"), () => Effect.succeed(undefined))
     )
 
   /**
@@ -41,14 +42,18 @@ export const makeMaintenance = (
    * soon at first (a local server is done in milliseconds), then less often (AWS takes seconds).
    */
   const awaitTable = Effect.fnUntraced(function*(operation: string, table: string, gone = false) {
-    for (let waited = 0, pause = 5; waited < 120_000; waited += pause, pause = Math.min(pause * 2, 1_000)) {
+    for (let waited = 0, pause = 5; waited < TABLE_WAIT_MS; waited += pause, pause = Math.min(pause * 2, 1_000)) {
       const d = yield* describe(operation, table)
       const active = d?.TableStatus === "ACTIVE" &&
         (d.GlobalSecondaryIndexes ?? []).every((index) => index.IndexStatus === "ACTIVE")
       if (gone ? d === undefined : active) return
       yield* Effect.sleep(pause)
     }
-    return yield* new StorageError({ operation, cause: `table ${table} did not become ${gone ? "deleted" : "ACTIVE"}` })
+    return yield* new StorageError({
+      operation,
+      reason: new Timeout({ timeoutMs: TABLE_WAIT_MS }),
+      cause: `table ${table} did not become ${gone ? "deleted" : "ACTIVE"}`
+    })
   }, Effect.provideService(Clock.Clock, liveClock))
 
   const createTable = Effect.fnUntraced(function*(input: CreateTableCommandInput, ttl: boolean) {
@@ -63,14 +68,14 @@ export const makeMaintenance = (
           TimeToLiveSpecification: { AttributeName: "expiry", Enabled: true }
         },
         o
-      )).pipe(Effect.catchIf((e) => TTL_UNSUPPORTED.has(errorName(e.cause) ?? ""), () => Effect.void))
+      )).pipe(Effect.catchIf(hasReason("Unsupported"), () => Effect.void))
   })
 
   /** CreateTable; false when it already exists (or another node is creating it). */
   const conditionalCreate = (input: CreateTableCommandInput) =>
     call("createTables", (o) => client.send("CreateTable", input, o)).pipe(
       Effect.as(true),
-      Effect.catchIf(isNamed("ResourceInUseException"), () => Effect.succeed(false))
+      Effect.catchIf(hasReason("Conflict"), () => Effect.succeed(false))
     )
 
   /** The router table and the message tables, side by side. */
@@ -145,10 +150,10 @@ export const makeMaintenance = (
 
   const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
     if (!isMessageTable(options, table)) {
-      return yield* new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` })
+      return yield* notAMessageTable(table)
     }
     yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
-      Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.void)
+      Effect.catchIf(hasReason("MissingTable"), () => Effect.void)
     )
     yield* awaitTable("dropMessageTable", table, true)
   })
@@ -169,7 +174,7 @@ export const makeMaintenance = (
           ReturnValues: "ALL_OLD"
         },
         o
-      )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
+      )).pipe(Effect.catchIf(hasReason("Conflict"), () => Effect.succeed(undefined)))
     if (result === undefined) return 0
     const table = result.Attributes?.current_month?.S
     if (table !== undefined) yield* deleteUserRows("dropStaleUsers", uaid, table)

@@ -10,7 +10,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type MessageKey, type Notification, sortkeyMs } from "../../domain/notification.ts"
 import type { DynamoClient } from "./client.ts"
-import { type DynamoRequests, isNamed } from "./requests.ts"
+import type { DynamoRequests } from "./requests.ts"
 import { messageKey, visibleMessages } from "./rows.ts"
 import { type Item, messageToItem, N, S } from "../items.ts"
 import {
@@ -25,7 +25,7 @@ import {
   timestampLowerBound,
   TOPIC_PREFIX
 } from "../model.ts"
-import type { AckedRow, StorageError } from "../Storage.ts"
+import { type AckedRow, hasReason, type StorageError } from "../Storage.ts"
 
 /** Rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
 const SAVE_CONCURRENCY = 16
@@ -40,7 +40,7 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
       ExpressionAttributeNames: { "#uaid": "uaid", "#chidmessageid": "chidmessageid" },
       ExpressionAttributeValues: { ":uaid": S(uaid) },
       ConsistentRead: true
-    }).pipe(Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed([])))
+    }).pipe(Effect.catchIf(hasReason("MissingTable"), () => Effect.succeed([])))
     yield* batchWrite(operation, table, keys.map((Key) => ({ DeleteRequest: { Key } })))
   })
 

@@ -8,10 +8,10 @@
 import * as Effect from "effect/Effect"
 import type { UserRecord } from "../../domain/user.ts"
 import type { DynamoClient } from "./client.ts"
-import { type DynamoRequests, isNamed } from "./requests.ts"
+import type { DynamoRequests } from "./requests.ts"
 import { type Item, N, S, userFromItem, userToItem, userValue } from "../items.ts"
 import { BROADCAST_ATTRIBUTE_PREFIX, BROADCASTS_KEY, userFields } from "../model.ts"
-import { clearNodeIdsEach, type StorageError, type UserPatch } from "../Storage.ts"
+import { clearNodeIdsEach, hasReason, type StorageError, type UserPatch } from "../Storage.ts"
 import type { StorageOptions } from "../tables.ts"
 
 /** Records `clearNodeIds` clears at once: one request each (DynamoDB has no conditional batch write). */
@@ -101,7 +101,7 @@ export const makeUsers = (
           })
         },
         o
-      )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
+      )).pipe(Effect.catchIf(hasReason("Conflict"), () => Effect.succeed(undefined)))
     if (result?.Attributes === undefined) return false
     const table = result.Attributes.current_month?.S
     if (table !== undefined) yield* deleteUserRows("dropUser", uaid, table)

@@ -19,8 +19,8 @@ import { SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sweep.ts"
 import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql } from "./tables.ts"
 import { deleteUserRows } from "./users.ts"
 import { dropInBatches, staleKeys } from "../staleUsers.ts"
-import { type StaleUserSweep, StorageError, tableFound } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "../tables.ts"
+import { type StaleUserSweep, type StorageError, tableFound } from "../Storage.ts"
+import { activeTableNames, isMessageTable, messageTablesOf, notAMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
 
 /** A turn of the event loop: what waits for it (sockets, timers) runs first. */
 const nextTurn = Effect.callback<void>((resume) => {
@@ -68,7 +68,7 @@ export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: St
         yield sql(`DROP TABLE IF EXISTS ${ident(table)}`)
         for (const statement of dialect.afterDropTable) yield sql(statement)
       })
-      : Effect.fail(new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` }))
+      : Effect.fail(notAMessageTable(table))
 
   /**
    * Drop users whose `last_connect` is one of the month range's index keys, a batch per
