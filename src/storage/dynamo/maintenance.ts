@@ -29,8 +29,54 @@ export const makeMaintenance = (
   deleteUserRows: (operation: string, uaid: string, table: string) => Effect.Effect<void, StorageError>
 ) => {
   const router = options.routerTable
+  const receipts = receiptTableName(options)
+  const { describe, awaitTable } = makeTableWaits(client, call)
 
+  const checkTables = Effect.gen(function*() {
+    const active = activeTableNames(options, yield* Clock.currentTimeMillis)
+    return yield* Effect.forEach([router, receipts, ...active], (table) =>
+      describe("checkTables", table).pipe(
+        Effect.map((description): TableStatus => {
+          if (description === undefined) return tableFound(table, false)
+          const status = description.TableStatus ?? "UNKNOWN"
+          return status === "ACTIVE" || status === "UPDATING" ? { table, ok: true } : { table, ok: false, cause: status }
+        })
+      ), { concurrency: "unbounded" })
+  })
 
+  const listMessageTables = Effect.gen(function*() {
+    const names: Array<string> = []
+    let start: string | undefined
+    do {
+      const page = yield* call("listMessageTables", (o) =>
+        client.send("ListTables", { ExclusiveStartTableName: start }, o))
+      names.push(...(page.TableNames ?? []))
+      start = page.LastEvaluatedTableName
+    } while (start !== undefined)
+    return messageTablesOf(options, names)
+  })
+
+  const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
+    if (!isMessageTable(options, table)) {
+      return yield* notAMessageTable(table)
+    }
+    yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
+      Effect.catchIf(hasReason("MissingTable"), () => Effect.void)
+    )
+    yield* awaitTable("dropMessageTable", table, true)
+  })
+
+  return {
+    createTables: makeTableCreation(client, call, options, describe, awaitTable),
+    checkTables,
+    listMessageTables,
+    dropMessageTable,
+    dropStaleUsers: makeStaleUserSweep(client, call, query, router, deleteUserRows)
+  }
+}
+
+/** Reading a table's description, and waiting until the server is done with a table. */
+const makeTableWaits = (client: DynamoClient, call: DynamoRequests["call"]) => {
   const describe = (operation: string, table: string) =>
     call(operation, (o) => client.send("DescribeTable", { TableName: table }, o)).pipe(
       Effect.map((result) => result.Table),
@@ -56,6 +102,20 @@ export const makeMaintenance = (
     })
   }, Effect.provideService(Clock.Clock, liveClock))
 
+  return { describe, awaitTable }
+}
+
+/** `createTables`: the router, receipt and message tables, each made when missing and waited for until ACTIVE. */
+const makeTableCreation = (
+  client: DynamoClient,
+  call: DynamoRequests["call"],
+  options: StorageOptions,
+  describe: ReturnType<typeof makeTableWaits>["describe"],
+  awaitTable: ReturnType<typeof makeTableWaits>["awaitTable"]
+) => {
+  const router = options.routerTable
+  const receipts = receiptTableName(options)
+
   const createTable = Effect.fnUntraced(function*(input: CreateTableCommandInput, ttl: boolean) {
     const table = input.TableName ?? ""
     const created = yield* conditionalCreate(input)
@@ -68,7 +128,7 @@ export const makeMaintenance = (
           TimeToLiveSpecification: { AttributeName: "expiry", Enabled: true }
         },
         o
-      )).pipe(Effect.catchIf(hasReason("Unsupported"), () => Effect.void))
+      )).pipe(Effect.catchIf(hasReason("Unsupported"), () => Effect.void)) // servers without TTL (dynalite)
   })
 
   /** CreateTable; false when it already exists (or another node is creating it). */
@@ -118,46 +178,22 @@ export const makeMaintenance = (
         ]
       }, true))
 
-  const receipts = receiptTableName(options)
   const createReceiptTable = createKeyedTable(receipts, "subscription", "message")
 
   const createMessageTables = (messageTables: ReadonlyArray<string>) =>
     Effect.forEach(messageTables, (table) => createKeyedTable(table, "uaid", "chidmessageid"), { concurrency: "unbounded", discard: true })
 
-  const checkTables = Effect.gen(function*() {
-    const active = activeTableNames(options, yield* Clock.currentTimeMillis)
-    return yield* Effect.forEach([router, receipts, ...active], (table) =>
-      describe("checkTables", table).pipe(
-        Effect.map((description): TableStatus => {
-          if (description === undefined) return tableFound(table, false)
-          const status = description.TableStatus ?? "UNKNOWN"
-          return status === "ACTIVE" || status === "UPDATING" ? { table, ok: true } : { table, ok: false, cause: status }
-        })
-      ), { concurrency: "unbounded" })
-  })
+  return createTables
+}
 
-  const listMessageTables = Effect.gen(function*() {
-    const names: Array<string> = []
-    let start: string | undefined
-    do {
-      const page = yield* call("listMessageTables", (o) =>
-        client.send("ListTables", { ExclusiveStartTableName: start }, o))
-      names.push(...(page.TableNames ?? []))
-      start = page.LastEvaluatedTableName
-    } while (start !== undefined)
-    return messageTablesOf(options, names)
-  })
-
-  const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
-    if (!isMessageTable(options, table)) {
-      return yield* notAMessageTable(table)
-    }
-    yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
-      Effect.catchIf(hasReason("MissingTable"), () => Effect.void)
-    )
-    yield* awaitTable("dropMessageTable", table, true)
-  })
-
+/** `dropStaleUsers`: the `last_connect` index read in small pages, each user dropped unless it connected since. */
+const makeStaleUserSweep = (
+  client: DynamoClient,
+  call: DynamoRequests["call"],
+  query: DynamoRequests["query"],
+  router: string,
+  deleteUserRows: (operation: string, uaid: string, table: string) => Effect.Effect<void, StorageError>
+) => {
   /**
    * Drop one stale user: delete the router record only if `last_connect` is still the value the
    * index showed (the user may have connected since), then its rows in its message table.
@@ -215,5 +251,5 @@ export const makeMaintenance = (
     return dropped
   })
 
-  return { createTables, checkTables, listMessageTables, dropMessageTable, dropStaleUsers }
+  return dropStaleUsers
 }
