@@ -412,7 +412,7 @@ describe("SQLite store", () => {
       yield* Effect.flip(storageUnavailable(refusals[0]!)).pipe(Effect.provide(edge))
       assert.deepStrictEqual(answered, [])
       yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", reason: new Unknown(), cause: new Error("boom") }))).pipe(Effect.provide(edge))
-      assert.deepStrictEqual(answered, [["storage failed", { operation: "getUser", cause: "boom" }]])
+      assert.deepStrictEqual(answered, [["storage failed", { operation: "getUser", reason: "Unknown", cause: "boom" }]])
     }).pipe(Effect.scoped))
 
   it.effect("a file that is not a database is a clear StorageError at start", () =>
