@@ -147,10 +147,17 @@ const pageOf = (rows: ReadonlyArray<ReadRow>, limit: number) => {
 /** Rows a channel's count reads at a time. */
 const COUNT_PAGE = 1000
 
+/** Save one message into `table` through `rows` (`saveOutcome`); `operation` names it in a failure. */
+export const saveInto = (rows: MessageRows, operation: string, uaid: string, table: string) => (message: Notification) =>
+  Effect.gen(() => saveOutcome(message, rows.put(operation, uaid, table, message), () => rows.holdsOwnTombstone(operation, uaid, table, message)))
+
+/** Save messages whose ids are out (`saveMessages`): each at its key or the next ms free, the id kept; the messages as stored, or undefined where not. */
+export const saveKeepingTheId = (save: (message: Notification) => Effect.Effect<SaveOutcome, StorageError>, message: Notification) =>
+  Effect.map(Effect.gen(() => saveAtFreeMs(save, message, keepingTheId)), ({ outcome, placed }) => (outcome === "stored" ? placed : undefined))
+
 /** The `Storage` message operations over `rows`, each replaced by `faster`'s when it has one. */
 export const makeMessageOperations = (rows: MessageRows, faster: Partial<MessageOperations> = {}): MessageOperations => {
-  const save = (operation: string, uaid: string, table: string) => (message: Notification) =>
-    Effect.gen(() => saveOutcome(message, rows.put(operation, uaid, table, message), () => rows.holdsOwnTombstone(operation, uaid, table, message)))
+  const save = (operation: string, uaid: string, table: string) => saveInto(rows, operation, uaid, table)
 
   const page = (operation: string, uaid: string, table: string, lo: string, limit: number) =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.map(rows.readable(operation, uaid, table, lo, TIMESTAMP_END, limit, now), (read) => pageOf(read, limit)))
@@ -160,8 +167,8 @@ export const makeMessageOperations = (rows: MessageRows, faster: Partial<Message
     saveMessages: Effect.fnUntraced(function*(uaid, table, messages) {
       const saved: Array<Notification> = []
       for (const message of messages) {
-        const { outcome, placed } = yield* saveAtFreeMs(save("saveMessages", uaid, table), message, keepingTheId)
-        if (outcome === "stored") saved.push(placed)
+        const placed = yield* saveKeepingTheId(save("saveMessages", uaid, table), message)
+        if (placed !== undefined) saved.push(placed)
       }
       return saved
     }),
