@@ -104,11 +104,11 @@ export type Step<Y, A> = { [Symbol.iterator](): Iterator<Y, A, any> }
  * Save one message: its `put` (the write rule), and when that wrote nothing, what refused it
  * (`ownTombstone`, then `refusedSave`).
  */
-export function* saveOutcome<Y>(
+export function* saveOutcome<P, T>(
   message: Notification,
-  put: Step<Y, boolean>,
-  ownTombstone: () => Step<Y, boolean>
-): Generator<Y, SaveOutcome, any> {
+  put: Step<P, boolean>,
+  ownTombstone: () => Step<T, boolean>
+): Generator<P | T, SaveOutcome, any> {
   if (yield* put) return "stored"
   return refusedSave(message, yield* ownTombstone())
 }
@@ -118,11 +118,11 @@ export function* saveOutcome<Y>(
  * of messages whose ids are out keeps the id: `nextFreeMs`; a push not yet answered gets a new id
  * naming the ms). What was saved last and how it went: stored, superseded or cancelled.
  */
-export function* saveAtFreeMs<Y>(
-  save: (message: Notification) => Step<Y, SaveOutcome>,
+export function* saveAtFreeMs<S, N>(
+  save: (message: Notification) => Step<S, SaveOutcome>,
   first: Notification,
-  next: (message: Notification) => Step<Y, Notification>
-): Generator<Y, { readonly outcome: SaveOutcome; readonly placed: Notification }, any> {
+  next: (message: Notification) => Step<N, Notification>
+): Generator<S | N, { readonly outcome: SaveOutcome; readonly placed: Notification }, any> {
   let placed = first
   let outcome = yield* save(placed)
   while (outcome === "taken") outcome = yield* save(placed = yield* next(placed))
