@@ -12,7 +12,7 @@ import { liveClock } from "../deadlines.ts"
 import { type Item, N, S } from "../items.ts"
 import { staleKeys } from "../staleUsers.ts"
 import { type StaleUserSweep, StorageError, tableFound, type TableStatus } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "../tables.ts"
+import { activeTableNames, messageTablesOf, onlyMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
 
 const ACCESS_INDEX = "AccessIndex"
 /** Index entries read at a time by a stale-user sweep: it must not eat the table's capacity. */
@@ -144,9 +144,7 @@ export const makeMaintenance = (
   })
 
   const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
-    if (!isMessageTable(options, table)) {
-      return yield* new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` })
-    }
+    yield* onlyMessageTable(options, table)
     yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
       Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.void)
     )
