@@ -105,7 +105,7 @@ export interface Topics {
 export const TOPICS_GENERATION = 500
 
 /**
- * What the client has been sent and not acked (RS: `AckState`). Ledgers, not Maps: a frame updates
+ * What the client has been sent and not acked (autopush-rs's `AckState`). Ledgers, not Maps: a frame updates
  * them in O(1) whatever they hold (`ledger.ts`). How many messages are unacked is bounded where they
  * come from: direct ones by `clientChannelCapacity` together with those queued (the router port
  * refuses more, and the endpoint stores them), stored ones by a page (the next page is read once
