@@ -463,8 +463,8 @@ export class SessionRunner implements Consumer<MailboxInput> {
           : storage.fetchTimestampMessages(command.uaid, command.table, command.after, command.limit)
         return Effect.map(read, (page) => ({ _tag: "PageRead", command, messages: page.messages, lastSortKey: page.lastSortKey, more: page.more }))
       }
-      case "DeleteMessages":
-        return Effect.as(this.deleteRows(command.uaid, command.messages), { _tag: "MessagesDeleted" })
+      case "TombstoneAcked":
+        return Effect.as(this.tombstoneAcked(command.uaid, command.messages), { _tag: "AckedTombstoned" })
       case "TakeMessage": {
         const { notification: n, table } = command.row
         return Effect.map(storage.deleteMessage(command.uaid, table, messageKeyOf(n), n.version), (taken) => ({ _tag: "MessageTaken", taken }))
@@ -487,7 +487,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
    * newer message may have replaced a topic's), so that a save of it retried by another session
    * whose first answer was lost does not write it again.
    */
-  private deleteRows(uaid: string, rows: ReadonlyArray<StoredUnacked>): Effect.Effect<void, StorageError> {
+  private tombstoneAcked(uaid: string, rows: ReadonlyArray<StoredUnacked>): Effect.Effect<void, StorageError> {
     const { storage } = this.ports
     const byTable = new Map<string, Array<AckedRow>>()
     for (const { notification: n, table } of rows) {

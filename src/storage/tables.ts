@@ -62,9 +62,9 @@ export const isMessageTable = (options: StorageOptions, name: string): boolean =
   return /^\d{4}_(0[1-9]|1[0-2])$/.test(name.slice(options.messageTablePrefix.length + 1))
 }
 
-/** What `dropMessageTable` fails with for a table that is not one of ours: it is never dropped. */
-export const notAMessageTable = (table: string): StorageError =>
-  new StorageError({ operation: "dropMessageTable", reason: new Invalid(), cause: `not a message table: ${table}` })
+/** What `dropMessageTable` does first: any table but one of our message tables is refused. */
+export const onlyMessageTable = (options: StorageOptions, table: string): Effect.Effect<void, StorageError> =>
+  isMessageTable(options, table) ? Effect.void : Effect.fail(new StorageError({ operation: "dropMessageTable", reason: new Invalid(), cause: `not a message table: ${table}` }))
 
 /**
  * Our message tables among `names`, oldest first (`{YYYY}_{MM}` sorts chronologically; the bare

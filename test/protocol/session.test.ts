@@ -839,7 +839,7 @@ describe("session: storage faults and the command budget", () => {
       assert.isUndefined(again.sent.closed)
     }).pipe(Effect.provide(failingStorage("fetchMessages", failingReads))))
 
-  it.effect("the node's shutdown (the session's fiber ends) deletes acked rows whose delete failed and waits for its retry", () => {
+  it.effect("the node's shutdown (the session's fiber ends) makes tombstones of acked rows whose tombstoning failed and waits for its retry", () => {
     const failingDeletes = { left: 0 }
     return Effect.gen(function*() {
       const harness = yield* setup()
@@ -851,7 +851,7 @@ describe("session: storage faults and the command budget", () => {
       failingDeletes.left = 1
       yield* ackAll(again)
       const phase = again.machine.phase
-      assert.strictEqual(phase._tag === "Identified" || phase._tag === "Draining" ? phase.session.retry?.command._tag : undefined, "DeleteMessages")
+      assert.strictEqual(phase._tag === "Identified" || phase._tag === "Draining" ? phase.session.retry?.command._tag : undefined, "TombstoneAcked")
       // Shutdown: the node interrupts the session's fiber, which ends the session as a closed socket would.
       const ending = yield* Effect.forkChild(again.machine.finish())
       yield* TestClock.adjust(5_000)

@@ -17,7 +17,7 @@ import { makeChannels } from "./channels.ts"
 import { scopedDynamoClient } from "./client.ts"
 import { makeMaintenance } from "./maintenance.ts"
 import { makeMessages } from "./messages.ts"
-import { makeReceipts } from "./receipts.ts"
+import { makeDynamoReceipts } from "./receipts.ts"
 import { makeRequests } from "./requests.ts"
 import { STORAGE_TIMEOUT_MS, withOperationDeadlines } from "../deadlines.ts"
 import { makeUsers } from "./users.ts"
@@ -47,7 +47,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         ...tablesByClock(options),
         ...makeChannels(client, requests),
         ...messages,
-        ...makeReceipts(client, requests, options),
+        ...makeDynamoReceipts(client, requests, options),
         ...makeMaintenance(client, requests, options, deleteUserRows)
       }, timeoutMs))
     })

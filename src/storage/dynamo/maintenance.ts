@@ -13,7 +13,7 @@ import { type Item, N, S } from "../items.ts"
 import { staleKeys } from "../staleUsers.ts"
 import { StorageError, Timeout } from "../failures.ts"
 import { hasReason, type StaleUserSweep, tableFound, type TableStatus } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, notAMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
+import { activeTableNames, messageTablesOf, onlyMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
 
 const ACCESS_INDEX = "AccessIndex"
 /** Index entries read at a time by a stale-user sweep: it must not eat the table's capacity. */
@@ -57,9 +57,7 @@ export const makeMaintenance = (
   })
 
   const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
-    if (!isMessageTable(options, table)) {
-      return yield* notAMessageTable(table)
-    }
+    yield* onlyMessageTable(options, table)
     yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
       Effect.catchIf(hasReason("MissingTable"), () => Effect.void)
     )

@@ -7,7 +7,7 @@ import * as Effect from "effect/Effect"
 import { deleteUserRows, type MemoryStore, routerTable } from "./rows.ts"
 import { dropInBatches, staleKeys } from "../staleUsers.ts"
 import { type StaleUserSweep, tableFound } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, notAMessageTable, receiptTableName } from "../tables.ts"
+import { activeTableNames, messageTablesOf, onlyMessageTable, receiptTableName } from "../tables.ts"
 
 export const makeMemoryMaintenance = (store: MemoryStore) => {
   const { options, messageTables } = store
@@ -28,9 +28,7 @@ export const makeMemoryMaintenance = (store: MemoryStore) => {
   })
 
   const dropMessageTable = Effect.fnUntraced(function*(table: string) {
-    if (!isMessageTable(options, table)) {
-      return yield* notAMessageTable(table)
-    }
+    yield* onlyMessageTable(options, table)
     messageTables.delete(table)
   })
 

@@ -20,7 +20,7 @@ import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageT
 import { deleteUserRows } from "./users.ts"
 import { dropInBatches, staleKeys } from "../staleUsers.ts"
 import { type StaleUserSweep, type StorageError, tableFound } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, notAMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
+import { activeTableNames, messageTablesOf, onlyMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
 
 /** A turn of the event loop: what waits for it (sockets, timers) runs first. */
 const nextTurn = Effect.callback<void>((resume) => {
@@ -63,12 +63,13 @@ export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: St
   })
 
   const dropMessageTable = (table: string) =>
-    isMessageTable(options, table)
-      ? run("dropMessageTable", function*() {
+    Effect.andThen(
+      onlyMessageTable(options, table),
+      run("dropMessageTable", function*() {
         yield sql(`DROP TABLE IF EXISTS ${ident(table)}`)
         for (const statement of dialect.afterDropTable) yield sql(statement)
       })
-      : Effect.fail(notAMessageTable(table))
+    )
 
   /**
    * Drop users whose `last_connect` is one of the month range's index keys, a batch per
