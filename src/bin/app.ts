@@ -57,7 +57,7 @@ import { layerPostgres } from "../storage/postgres/layer.ts"
 import { postgresFailure } from "../storage/postgres/pool.ts"
 import { layerSqlite } from "../storage/sqlite/layer.ts"
 import { databaseFiles, makeDataPrivate, markDatabaseStarted, refuseLostDatabase, startedMarkerOf } from "../storage/sqlite/data.ts"
-import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
+import { failureText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
@@ -125,8 +125,8 @@ const startupFailure = (settings: Settings, error: unknown): string | undefined 
     }
     if (settings.dbDsn !== undefined) return `${storageDescription(settings)} cannot be used (option db_dsn): ${postgresFailure(error)}`
     return settings.storageEndpoint === undefined
-      ? `the embedded storage (${storageDescription(settings)}) did not start (option data_dir): ${causeText(error.cause)}`
-      : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${causeText(error.cause)}`
+      ? `the embedded storage (${storageDescription(settings)}) did not start (option data_dir): ${failureText(error)}`
+      : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${failureText(error)}`
   }
   if (error instanceof HttpServerError.ServeError) return listenFailure("endpoint_port", settings.bindHost, settings.endpointPort, error.cause).message
   return undefined

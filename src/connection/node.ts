@@ -46,7 +46,7 @@ import {
   type Transport
 } from "../protocol/session.ts"
 import { Broadcasts } from "../broadcast/Broadcasts.ts"
-import { causeText, mapStorageOperations, type NodeSession, Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
+import { failureText, mapStorageOperations, type NodeSession, Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { cachedTableStatus } from "../storage/tableKeeper.ts"
 
 import { handlePublicRequest, handleRouterRequest, type HealthSource, type RouterGuard } from "./http.ts"
@@ -525,7 +525,7 @@ const drain = (
       Effect.catchTag("StorageError", (error) =>
         Effect.as(
           Effect.logWarning("could not leave the router records of this node's sessions").pipe(
-            Effect.annotateLogs({ sessions: identified.length, operation: error.operation, cause: causeText(error.cause) })
+            Effect.annotateLogs({ sessions: identified.length, operation: error.operation, reason: error.reason._tag, cause: failureText(error) })
           ),
           0
         ))
