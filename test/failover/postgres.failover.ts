@@ -2,8 +2,8 @@
  * A PostgreSQL failover under load, as an operator runs it: a primary with a synchronous
  * streaming-replication standby (Debian's PostgreSQL), two connection and two endpoint nodes (real
  * processes) whose `db_dsn` names the address operators move (here a TCP proxy, standing for a
- * virtual IP or a DNS name), WebSocket clients subscribed, the `web-push` library sending about 50
- * pushes a second through both endpoint nodes. The primary is killed (`pg_ctl stop -m immediate`),
+ * virtual IP or a DNS name), WebSocket clients subscribed, the `web-push` library sending up to 50
+ * pushes a second through both endpoint nodes (fewer on a busy machine: each sender waits for its answer). The primary is killed (`pg_ctl stop -m immediate`),
  * the standby promoted at once, the address moved to it 3 s after the kill. Meanwhile pushes are
  * answered 201 or 503 with Retry-After, nothing else; every push answered 201 is delivered exactly
  * once (those of the clients that were away from the promoted standby's rows); no node restarts,
