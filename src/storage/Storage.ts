@@ -45,6 +45,20 @@ export class StorageFull extends Error {
   }
 }
 
+/**
+ * A `StorageError`'s cause when the storage breaker is open (`breaker.ts`): the store could not be
+ * reached, and the operation was refused without a request. The breaker logged its opening once.
+ */
+export class StorageBreakerOpen extends Error {
+  override readonly name = "StorageBreakerOpen"
+  /** When the breaker lets its next probe through (ms from now; 0: a probe is out). */
+  readonly retryAfterMs: number
+  constructor(retryAfterMs: number) {
+    super("the store could not be reached: the storage breaker is open, operations are refused until a probe reaches it")
+    this.retryAfterMs = retryAfterMs
+  }
+}
+
 /** A storage failure's cause as one line, for logs and messages: the server's error name, message and code, never a stack. */
 export const causeText = (cause: unknown): string => {
   const name = Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : undefined
@@ -57,14 +71,17 @@ export const causeText = (cause: unknown): string => {
 
 /**
  * A storage failure as the API answers it — 503/201 with Retry-After (`StorageUnavailable`), the
- * cause logged once (a full disk is logged by the store, throttled: `StorageFull`): used by the
+ * cause logged once (a full disk is logged by the store, throttled: `StorageFull`; an open breaker
+ * by the breaker, which also says when to retry: `StorageBreakerOpen`): used by the
  * endpoint's error edge, and where a failure is answered without one.
  */
 export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
-  (error.cause instanceof StorageFull
-    ? Effect.void
-    : Effect.logError("storage failed").pipe(Effect.annotateLogs({ operation: error.operation, cause: causeText(error.cause) })))
-    .pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
+  error.cause instanceof StorageBreakerOpen
+    ? Effect.fail(new StorageUnavailable({ retryAfter: Math.max(1, Math.ceil(error.cause.retryAfterMs / 1_000)) }))
+    : (error.cause instanceof StorageFull
+      ? Effect.void
+      : Effect.logError("storage failed").pipe(Effect.annotateLogs({ operation: error.operation, cause: causeText(error.cause) })))
+      .pipe(Effect.andThen(Effect.fail(new StorageUnavailable({}))))
 
 /** A session of a node, as its router record names it. */
 export interface NodeSession {
