@@ -53,8 +53,9 @@ export class StorageBreakerOpen extends Error {
   override readonly name = "StorageBreakerOpen"
   /** When the breaker lets its next probe through (ms from now; 0: a probe is out). */
   readonly retryAfterMs: number
-  constructor(retryAfterMs: number) {
-    super("the store could not be reached: the storage breaker is open, operations are refused until a probe reaches it")
+  /** `opened`: the failure that opened the breaker, as one line (`causeText`). */
+  constructor(retryAfterMs: number, opened: string) {
+    super(`the storage breaker is open (${opened}): operations are refused until a probe reaches the store`)
     this.retryAfterMs = retryAfterMs
   }
 }

@@ -80,15 +80,15 @@ export const unreachable = (error: StorageError): boolean => {
 
 type BreakerState =
   | { readonly _tag: "Closed"; readonly failures: number }
-  /** Refusing operations until `probeAt`; `since`: when it opened. */
-  | { readonly _tag: "Open"; readonly since: number; readonly backoffMs: number; readonly probeAt: number }
+  /** Refusing operations until `probeAt`; `since`: when it opened, `cause`: the failure that opened it. */
+  | { readonly _tag: "Open"; readonly since: number; readonly cause: string; readonly backoffMs: number; readonly probeAt: number }
   /** One operation is the probe; the others are refused until it ends. */
-  | { readonly _tag: "Probing"; readonly since: number; readonly backoffMs: number }
+  | { readonly _tag: "Probing"; readonly since: number; readonly cause: string; readonly backoffMs: number }
 
 const CLOSED: BreakerState = { _tag: "Closed", failures: 0 }
 
 /** What an operation may do: run (as the probe, or with the breaker closed), or fail at once, to be retried after `retryAfterMs`. */
-type Admission = { readonly _tag: "Run"; readonly probe: boolean } | { readonly _tag: "Refused"; readonly retryAfterMs: number }
+type Admission = { readonly _tag: "Run"; readonly probe: boolean } | { readonly _tag: "Refused"; readonly retryAfterMs: number; readonly cause: string }
 
 const RUN: Admission = { _tag: "Run", probe: false }
 const PROBE: Admission = { _tag: "Run", probe: true }
@@ -132,20 +132,16 @@ export const withStorageBreaker = (storage: StorageService, options: BreakerOpti
             case "Closed":
               return [RUN, s]
             case "Open":
-              if (now < s.probeAt || LONG_OPERATIONS.has(name)) return [{ _tag: "Refused", retryAfterMs: Math.max(0, s.probeAt - now) }, s]
-              return [PROBE, { _tag: "Probing", since: s.since, backoffMs: s.backoffMs }]
+              if (now < s.probeAt || LONG_OPERATIONS.has(name)) return [{ _tag: "Refused", retryAfterMs: Math.max(0, s.probeAt - now), cause: s.cause }, s]
+              return [PROBE, { _tag: "Probing", since: s.since, cause: s.cause, backoffMs: s.backoffMs }]
             case "Probing":
-              return [{ _tag: "Refused", retryAfterMs: 0 }, s]
+              return [{ _tag: "Refused", retryAfterMs: 0, cause: s.cause }, s]
           }
         }))
 
-    const opened = (name: string, exit: Exit.Exit<unknown, unknown>, probeInMs: number) => {
-      options.onChange?.(true)
+    const failureText = (exit: Exit.Exit<unknown, unknown>): string => {
       const failure = exit._tag === "Failure" ? exit.cause.reasons.find((reason) => reason._tag === "Fail") : undefined
-      const cause = failure !== undefined && failure.error instanceof StorageError ? causeText(failure.error.cause) : "unknown"
-      return Effect.logWarning("storage breaker opened: the store cannot be reached, storage operations fail at once until a probe reaches it").pipe(
-        Effect.annotateLogs({ failures: options.threshold, operation: name, cause, probeInMs })
-      )
+      return failure !== undefined && failure.error instanceof StorageError ? causeText(failure.error.cause) : "unknown"
     }
 
     const settle = (name: string, admission: Admission, exit: Exit.Exit<unknown, unknown>): Effect.Effect<void> => {
@@ -166,19 +162,24 @@ export const withStorageBreaker = (storage: StorageService, options: BreakerOpti
           // Interrupted, the probe said nothing: the next operation probes again at once.
           const backoffMs = outcome === "unreachable" ? backoffAfter(current.backoffMs) : current.backoffMs
           const wait = outcome === "unreachable" ? yield* probeAfter(backoffMs) : 0
-          yield* Ref.set(state, { _tag: "Open", since: current.since, backoffMs, probeAt: now + wait })
+          yield* Ref.set(state, { _tag: "Open", since: current.since, cause: current.cause, backoffMs, probeAt: now + wait })
           return yield* Effect.logDebug("storage breaker probe failed").pipe(Effect.annotateLogs({ operation: name, probeInMs: wait }))
         }
         if (outcome === "answered") {
           return yield* Ref.update(state, (s) => (s._tag === "Closed" && s.failures > 0 ? CLOSED : s))
         }
         const wait = yield* probeAfter(FIRST_BACKOFF_MS)
+        const cause = failureText(exit)
         const opens = yield* Ref.modify(state, (s): [boolean, BreakerState] => {
           if (s._tag !== "Closed") return [false, s]
           if (s.failures + 1 < options.threshold) return [false, { _tag: "Closed", failures: s.failures + 1 }]
-          return [true, { _tag: "Open", since: now, backoffMs: FIRST_BACKOFF_MS, probeAt: now + wait }]
+          return [true, { _tag: "Open", since: now, cause, backoffMs: FIRST_BACKOFF_MS, probeAt: now + wait }]
         })
-        if (opens) yield* opened(name, exit, wait)
+        if (!opens) return
+        options.onChange?.(true)
+        yield* Effect.logWarning("storage breaker opened: the store cannot be reached, storage operations fail at once until a probe reaches it").pipe(
+          Effect.annotateLogs({ failures: options.threshold, operation: name, cause, probeInMs: wait })
+        )
       })
     }
 
@@ -188,7 +189,7 @@ export const withStorageBreaker = (storage: StorageService, options: BreakerOpti
       return <A, E>(operation: Effect.Effect<A, E>) =>
         Effect.flatMap(admit(name), (admission) =>
           admission._tag === "Refused"
-            ? Effect.fail(new StorageError({ operation: name, cause: new StorageBreakerOpen(admission.retryAfterMs) })) as Effect.Effect<never, E>
+            ? Effect.fail(new StorageError({ operation: name, cause: new StorageBreakerOpen(admission.retryAfterMs, admission.cause) })) as Effect.Effect<never, E>
             : Effect.onExit(operation, (exit) => settle(name, admission, exit)))
     })
   })

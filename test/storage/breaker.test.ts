@@ -133,9 +133,9 @@ describe("storage breaker", () => {
 
   it.effect("refused operations answer 503 with Retry-After the seconds to the next probe, logged by no one", () =>
     Effect.gen(function*() {
-      const error = yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", cause: new StorageBreakerOpen(2_500) })))
+      const error = yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", cause: new StorageBreakerOpen(2_500, "connect ECONNREFUSED") })))
       assert.strictEqual(error.retryAfter, 3)
-      const probing = yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", cause: new StorageBreakerOpen(0) })))
+      const probing = yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", cause: new StorageBreakerOpen(0, "connect ECONNREFUSED") })))
       assert.strictEqual(probing.retryAfter, 1)
     }))
 
