@@ -22,7 +22,7 @@ import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
-import { type AckedRow, causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
+import { type AckedRow, causeText, StorageBreakerOpen, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, CommandResult, Input, MailboxInput, Signal, Transition } from "./inputs.ts"
 import { type Consumer, type InboxBound, Mailbox } from "./mailbox.ts"
@@ -412,7 +412,8 @@ export class SessionRunner implements Consumer<MailboxInput> {
   private execute(command: Command, now: number): Effect.Effect<CommandResult> {
     return this.perform(command, now).pipe(
       Effect.catchTag("StorageError", (error) =>
-        Effect.logWarning("storage failed").pipe(
+        // An open breaker said so once, when it opened: its refusals are no news.
+        (error.cause instanceof StorageBreakerOpen ? Effect.logDebug : Effect.logWarning)("storage failed").pipe(
           Effect.annotateLogs({
             command: command._tag,
             operation: error.operation,
