@@ -412,7 +412,8 @@ export class SessionRunner implements Consumer<MailboxInput> {
   private execute(command: Command, now: number): Effect.Effect<CommandResult> {
     return this.perform(command, now).pipe(
       Effect.catchTag("StorageError", (error) =>
-        Effect.logWarning("storage failed").pipe(
+        // An open breaker said so once, when it opened: its refusals are no news.
+        (error.reason._tag === "BreakerOpen" ? Effect.logDebug : Effect.logWarning)("storage failed").pipe(
           Effect.annotateLogs({
             command: command._tag,
             operation: error.operation,

@@ -114,6 +114,24 @@ export class Invalid extends Data.TaggedClass("Invalid")<{}> {
   }
 }
 
+/**
+ * The storage breaker is open (`breaker.ts`): the store could not be reached, and the operation was
+ * refused without a request. Not retried at once: the breaker says when (`retryAfterMs`).
+ */
+export class BreakerOpen extends Data.TaggedClass("BreakerOpen")<{
+  /** When the breaker lets its next probe through (ms from now; 0: a probe is out). */
+  readonly retryAfterMs: number
+  /** The failure that opened the breaker, as one line. */
+  readonly opened: string
+}> {
+  get isRetryable(): boolean {
+    return false
+  }
+  get message(): string {
+    return `the storage breaker is open (${this.opened}): operations are refused until a probe reaches the store`
+  }
+}
+
 /** Anything else. */
 export class Unknown extends Data.TaggedClass("Unknown")<{}> {
   get isRetryable(): boolean {
@@ -135,6 +153,7 @@ export type StorageFailure =
   | Denied
   | Unsupported
   | Invalid
+  | BreakerOpen
   | Unknown
 
 export class StorageError extends Data.TaggedError("StorageError")<{
@@ -168,13 +187,19 @@ export const failureText = (error: StorageError): string =>
 
 /**
  * A storage failure as the API answers it — 503/201 with Retry-After (`StorageUnavailable`), the
- * failure logged once (a full disk is logged by the store, throttled: `DiskFull`): used by the
- * endpoint's error edge, and where a failure is answered without one.
+ * failure logged once (a full disk is logged by the store, throttled: `DiskFull`; an open breaker
+ * by the breaker, which also says when to retry: `BreakerOpen`): used by the endpoint's error edge,
+ * and where a failure is answered without one.
  */
-export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
-  (error.reason._tag === "DiskFull"
+export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> => {
+  const reason = error.reason
+  if (reason._tag === "BreakerOpen") {
+    return Effect.fail(new StorageUnavailable({ retryAfter: Math.max(1, Math.ceil(reason.retryAfterMs / 1_000)) }))
+  }
+  return (reason._tag === "DiskFull"
     ? Effect.void
     : Effect.logError("storage failed").pipe(
-      Effect.annotateLogs({ operation: error.operation, reason: error.reason._tag, cause: failureText(error) })
+      Effect.annotateLogs({ operation: error.operation, reason: reason._tag, cause: failureText(error) })
     ))
-    .pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
+    .pipe(Effect.andThen(Effect.fail(new StorageUnavailable({}))))
+}

@@ -67,15 +67,19 @@ export const dynamoFailure = (cause: unknown): StorageFailure => {
   const name = Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : ""
   const byType = REASONS_BY_ERROR_TYPE.get(name)
   if (byType !== undefined) return byType()
-  return Predicate.hasProperty(cause, "code") && UNREACHABLE_CODES.has(String(cause.code)) ? new Unavailable() : new Unknown()
+  return unreachableCode(cause) ? new Unavailable() : new Unknown()
 }
+
+/** A connection to a host of several addresses (localhost: ::1 and 127.0.0.1) fails with each, as one `AggregateError`. */
+const unreachableCode = (cause: unknown): boolean =>
+  cause instanceof AggregateError
+    ? cause.errors.some(unreachableCode)
+    : Predicate.hasProperty(cause, "code") && UNREACHABLE_CODES.has(String(cause.code))
 
 /** 25, 50, 100, 200 ms (jittered): a throttled request fails within about half a second. */
 const retryBackoff = Schedule.exponential("25 millis").pipe(Schedule.jittered, Schedule.upTo({ times: 4 }))
 
 export type DynamoRequests = ReturnType<typeof makeRequests>
-
-
 
 /** The requests of one layer: its client, and the deadline of each request (at most that of its operation). */
 export const makeRequests = (client: DynamoClient, timeoutMs: number) => {
