@@ -1,9 +1,9 @@
 /**
  * Requests to a DynamoDB-API server as the storage layer makes them: failures as `StorageError`s
  * whose reason is read from the server's error type or the connection's system error code (here
- * only), the retryable ones (throttling, an unreachable server) retried briefly, every request within the
- * deadline; conditional writes, paged queries and batch writes on top. The deadline of a whole
- * Storage operation, whatever number of requests it makes, is `withOperationDeadlines`
+ * only), the retryable ones (throttling, an unreachable server) retried briefly, every request
+ * within the deadline; conditional writes, paged queries and batch writes on top. The deadline of
+ * a whole Storage operation, whatever number of requests it makes, is `withOperationDeadlines`
  * (`../deadlines.ts`).
  *
  * Waiting for the server (back-off, unprocessed batch items) runs on the live clock even under a
