@@ -42,7 +42,7 @@ const LATER_MS = 11 * 60_000
 let files = 0
 
 type Store = import("../src/storage/Storage.ts").StorageService
-type Connection = import("../src/storage/sqlite/driver.ts").SqliteConnection
+type Connection = import("../src/storage/sqlite/connection.ts").SqliteConnection
 
 /** A fresh store on a file of its own, with its raw connection and its sweep, for `body`. */
 const withStore = <A>(body: (s: Store, connection: Connection, sweep: (nowMs: number) => Effect.Effect<number, unknown>, path: string) => Effect.Effect<A, unknown>) =>
