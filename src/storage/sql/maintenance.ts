@@ -16,7 +16,7 @@ import { CANCELLED } from "../model.ts"
 import { jsonList } from "./dialect.ts"
 import { sql, type Sql, type SqlDriver } from "./driver.ts"
 import { SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sweep.ts"
-import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql } from "./tables.ts"
+import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, liveIndexSql, messageTableSql } from "./tables.ts"
 import { deleteUserRows } from "./users.ts"
 import { dropInBatches, staleKeys } from "../staleUsers.ts"
 import { type StaleUserSweep, type StorageError, tableFound } from "../Storage.ts"
@@ -41,10 +41,11 @@ export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: St
       for (const statement of [...fixedTablesSql(options, dialect), ...messageTables.flatMap((table) => messageTableSql(table, dialect))]) {
         yield sql(statement)
       }
-      // Message tables made before tombstones existed get their column.
+      // Message tables made before tombstones existed get their column, then every one its index of live rows.
       for (const table of messageTables) {
         const { rows } = yield sql(dialect.columnNames, table)
         if (!rows.some((row) => row["name"] === CANCELLED)) yield sql(cancelledColumnSql(table, dialect))
+        yield sql(liveIndexSql(table))
       }
     }, true)
 

@@ -13,7 +13,8 @@
  *   (`uaid`, `chidmessageid`), the sort keys of `model.ts`: a user's channel rows (`00:{chid}`,
  *   no expiry) and its messages (`01:` topic, `02:` timestamp), each message with its `expiry`
  *   (seconds) — indexed, for the sweep that deletes expired rows — and `cancelled` 1 on a
- *   cancelled or acked message's tombstone (a column added to tables made before it: `cancelledColumnSql`).
+ *   cancelled or acked message's tombstone (a column added to tables made before it: `cancelledColumnSql`);
+ *   the rows that are not tombstones indexed again for the user's reads (`liveIndexSql`).
  *
  * The column types that differ between the two (64-bit integers, key text compared byte by byte)
  * are the dialect's (`sql/dialect.ts`).
@@ -99,6 +100,16 @@ export const messageTableSql = (table: string, d: SqlDialect = SQLITE): Readonly
   )`,
   `CREATE INDEX IF NOT EXISTS ${ident(`${table}_expiry`)} ON ${ident(table)} (expiry) WHERE expiry IS NOT NULL`
 ]
+
+/**
+ * The index of a message table's live rows (no tombstones), which a user's page reads and counts
+ * use: they seek the user's first live row past the page's start and never meet a tombstone (an
+ * ack's rows stay as tombstones until the sweep, `TOMBSTONE_SECONDS` later). `expiry` in it lets
+ * the reads pass expired rows (deleted at the sweep's next round) without reading them. Made after
+ * the tombstone column (`cancelledColumnSql`), also on tables made before it.
+ */
+export const liveIndexSql = (table: string): string =>
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_live`)} ON ${ident(table)} (uaid, chidmessageid, expiry) WHERE ${CANCELLED} IS NULL`
 
 /** The tombstone column, for a message table made without it (the caller checks first). */
 export const cancelledColumnSql = (table: string, d: SqlDialect = SQLITE): string =>

@@ -92,10 +92,11 @@ let restartedBytes = -1
  * log): the next try waits for the tick, as it may hold the writers up to `RESTART_BUSY_MS` again.
  */
 let restartGaveUp = false
-let checkpointedAt = 0
+/** When the last checkpoint ran (`performance.now()`: a step of the wall clock moves no tick); none yet. */
+let checkpointedAt = Number.NEGATIVE_INFINITY
 
 const checkpoint = () => {
-  checkpointedAt = Date.now()
+  checkpointedAt = performance.now()
   restartGaveUp = false
   try {
     const copied = passive.get() as unknown as CheckpointRow
@@ -116,7 +117,7 @@ const checkpoint = () => {
 }
 
 const poll = () => {
-  if (Date.now() - checkpointedAt >= INTERVAL_MS) return checkpoint()
+  if (performance.now() - checkpointedAt >= INTERVAL_MS) return checkpoint()
   const bytes = restartGaveUp ? -1 : logBytes()
   if (bytes > WAL_BOUND_BYTES && bytes !== restartedBytes) checkpoint()
 }
