@@ -94,7 +94,7 @@ export const mayWriteOver = (existing: Notification & { readonly cancelled?: boo
  * What a save refused by the write rule was: `cancelled` over its own tombstone, else `taken` for a
  * timestamp message (another message holds its key) or `superseded` for a topic message.
  */
-export const refusedSave = (message: Notification, ownTombstone: boolean): SaveOutcome =>
+const refusedSave = (message: Notification, ownTombstone: boolean): SaveOutcome =>
   ownTombstone ? "cancelled" : message.topic === undefined ? "taken" : "superseded"
 
 /** A step of a generator that runs in an Effect or as a store's statements: anything `yield*` can run. */
