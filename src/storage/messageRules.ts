@@ -98,7 +98,7 @@ const refusedSave = (message: Notification, ownTombstone: boolean): SaveOutcome 
   ownTombstone ? "cancelled" : message.topic === undefined ? "taken" : "superseded"
 
 /** A step of a generator that runs in an Effect or as a store's statements: anything `yield*` can run. */
-export type Step<Y, A> = { [Symbol.iterator](): Iterator<Y, A, any> }
+type Step<Y, A> = { [Symbol.iterator](): Iterator<Y, A, any> }
 
 /**
  * A backend's `save` of one message: its `put` (the write rule; true when written), and when that

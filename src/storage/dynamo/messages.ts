@@ -53,7 +53,7 @@ const holdsVersion = (version: string) => ({
   ExpressionAttributeValues: { ":updateid": S(version) }
 })
 
-export const dynamoMessageRows = (client: DynamoClient, { call, conditional, query }: DynamoRequests): MessageRows => ({
+const dynamoMessageRows = (client: DynamoClient, { call, conditional, query }: DynamoRequests): MessageRows => ({
   /** A conditional PutItem; a condition that failed is told apart by one read of the row. */
   save: (operation, uaid, table, message) =>
     Effect.gen(() =>

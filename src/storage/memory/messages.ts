@@ -15,7 +15,7 @@ const readable = (row: MessageRow, now: number): boolean => row.cancelled !== tr
 /** Whether `row` holds the message of `version`, not its tombstone. */
 const holds = (row: MessageRow | undefined, version: string): row is MessageRow => row?.version === version && row.cancelled !== true
 
-export const memoryMessageRows = (store: MemoryStore): MessageRows => ({
+const memoryMessageRows = (store: MemoryStore): MessageRows => ({
   save: (operation, uaid, table, message) =>
     Effect.flatMap(messageTable(store, operation, table), (t) => {
       const rows = rowsOf(t, uaid)

@@ -66,7 +66,7 @@ function* step<A>(statement: Statement, answer: (result: Result) => A): Sql<A> {
 const saveRow = (uaid: string, table: string, message: Notification): Sql<SaveOutcome> =>
   saveOutcome(message, step(putStatement(uaid, table, message), changed), () => step(ownTombstoneStatement(uaid, table, message), found))
 
-export const sqlMessageRows = ({ one, run }: SqlDriver): MessageRows => ({
+const sqlMessageRows = ({ one, run }: SqlDriver): MessageRows => ({
   /** Its two statements as one operation: no write of another fiber comes between the put and the read that tells why it was refused. */
   save: (operation, uaid, table, message) => run(operation, () => saveRow(uaid, table, message)),
   readable: (operation, uaid, table, lo, hi, limit, now) =>
