@@ -3,7 +3,8 @@
  * backend provides (`MessageRows`): what a refused save was, where a taken timestamp message goes,
  * what a page is, how a channel's messages are counted, what an ack does. A backend gives its row
  * operations and may replace an operation built here by its own when it does the same faster in
- * its store (DynamoDB's concurrent saves, SQL's one-statement count and ack).
+ * its store (DynamoDB's concurrent saves and acks, SQL's one-transaction saves and one-statement
+ * count and ack).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -30,12 +31,11 @@ export interface ReadRow {
 /** What a backend provides for messages: the rows of one user in one month's message table. */
 export interface MessageRows {
   /**
-   * Write `message` at its sort key if the row there lets it (`mayWriteOver`); true when written.
-   * `operation` names the `Storage` operation in a failure.
+   * Save `message` at its sort key if the row there lets it (`mayWriteOver`), and when it did not,
+   * tell why (`saveOutcome`: a conditional put, then a look at the row). `operation` names the
+   * `Storage` operation in a failure.
    */
-  readonly put: (operation: string, uaid: string, table: string, message: Notification) => Effect.Effect<boolean, StorageError>
-  /** Whether the row at the message's key is this message's own tombstone (what refused a `put`, if so). */
-  readonly holdsOwnTombstone: (operation: string, uaid: string, table: string, message: Notification) => Effect.Effect<boolean, StorageError>
+  readonly save: (operation: string, uaid: string, table: string, message: Notification) => Effect.Effect<SaveOutcome, StorageError>
   /**
    * Readable rows (unexpired at `now` ms, no tombstones) with `lo < sortKey < hi`, in sort-key
    * order, `limit` at most. The limit counts readable rows only: a page of expired rows and
@@ -94,15 +94,15 @@ export const mayWriteOver = (existing: Notification & { readonly cancelled?: boo
  * What a save refused by the write rule was: `cancelled` over its own tombstone, else `taken` for a
  * timestamp message (another message holds its key) or `superseded` for a topic message.
  */
-export const refusedSave = (message: Notification, ownTombstone: boolean): SaveOutcome =>
+const refusedSave = (message: Notification, ownTombstone: boolean): SaveOutcome =>
   ownTombstone ? "cancelled" : message.topic === undefined ? "taken" : "superseded"
 
 /** A step of a generator that runs in an Effect or as a store's statements: anything `yield*` can run. */
-export type Step<Y, A> = { [Symbol.iterator](): Iterator<Y, A, any> }
+type Step<Y, A> = { [Symbol.iterator](): Iterator<Y, A, any> }
 
 /**
- * Save one message: its `put` (the write rule), and when that wrote nothing, what refused it
- * (`ownTombstone`, then `refusedSave`).
+ * A backend's `save` of one message: its `put` (the write rule; true when written), and when that
+ * wrote nothing, what refused it (whether the row is the message's own tombstone, `ownTombstone`).
  */
 export function* saveOutcome<P, T>(
   message: Notification,
@@ -147,17 +147,13 @@ const pageOf = (rows: ReadonlyArray<ReadRow>, limit: number) => {
 /** Rows a channel's count reads at a time. */
 const COUNT_PAGE = 1000
 
-/** Save one message into `table` through `rows` (`saveOutcome`); `operation` names it in a failure. */
-export const saveInto = (rows: MessageRows, operation: string, uaid: string, table: string) => (message: Notification) =>
-  Effect.gen(() => saveOutcome(message, rows.put(operation, uaid, table, message), () => rows.holdsOwnTombstone(operation, uaid, table, message)))
-
 /** Save messages whose ids are out (`saveMessages`): each at its key or the next ms free, the id kept; the messages as stored, or undefined where not. */
 export const saveKeepingTheId = (save: (message: Notification) => Effect.Effect<SaveOutcome, StorageError>, message: Notification) =>
   Effect.map(Effect.gen(() => saveAtFreeMs(save, message, keepingTheId)), ({ outcome, placed }) => (outcome === "stored" ? placed : undefined))
 
 /** The `Storage` message operations over `rows`, each replaced by `faster`'s when it has one. */
 export const makeMessageOperations = (rows: MessageRows, faster: Partial<MessageOperations> = {}): MessageOperations => {
-  const save = (operation: string, uaid: string, table: string) => saveInto(rows, operation, uaid, table)
+  const save = (operation: string, uaid: string, table: string) => (message: Notification) => rows.save(operation, uaid, table, message)
 
   const page = (operation: string, uaid: string, table: string, lo: string, limit: number) =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.map(rows.readable(operation, uaid, table, lo, TIMESTAMP_END, limit, now), (read) => pageOf(read, limit)))

@@ -14,7 +14,7 @@ import type { DynamoClient } from "./client.ts"
 import type { DynamoRequests } from "./requests.ts"
 import { messageKey, visibleMessages } from "./rows.ts"
 import { type Item, messageToItem, N, S } from "../items.ts"
-import { makeMessageOperations, type MessageRows, type ReadRow, saveInto, saveKeepingTheId } from "../messageRules.ts"
+import { makeMessageOperations, type MessageRows, type ReadRow, saveKeepingTheId, saveOutcome } from "../messageRules.ts"
 import { CANCELLED, messageSortKey, sortKeyOf } from "../model.ts"
 import { type AckedRow, hasReason } from "../Storage.ts"
 
@@ -53,21 +53,27 @@ const holdsVersion = (version: string) => ({
   ExpressionAttributeValues: { ":updateid": S(version) }
 })
 
-export const dynamoMessageRows = (client: DynamoClient, { call, conditional, query }: DynamoRequests): MessageRows => ({
-  put: (operation, uaid, table, message) =>
-    conditional(call(operation, (o) => client.send("PutItem", { TableName: table, Item: messageToItem(uaid, message), ...putCondition(message) }, o))),
-  holdsOwnTombstone: (operation, uaid, table, message) =>
-    call(operation, (o) =>
-      client.send(
-        "GetItem", {
-          TableName: table,
-          Key: messageKey(uaid, messageSortKey(message)),
-          ProjectionExpression: "#updateid, #cancelled",
-          ExpressionAttributeNames: { "#updateid": "updateid", "#cancelled": CANCELLED },
-          ConsistentRead: true
-        },
-        o
-      )).pipe(Effect.map((result) => result.Item?.[CANCELLED] !== undefined && result.Item.updateid?.S === message.version)),
+const dynamoMessageRows = (client: DynamoClient, { call, conditional, query }: DynamoRequests): MessageRows => ({
+  /** A conditional PutItem; a condition that failed is told apart by one read of the row. */
+  save: (operation, uaid, table, message) =>
+    Effect.gen(() =>
+      saveOutcome(
+        message,
+        conditional(call(operation, (o) => client.send("PutItem", { TableName: table, Item: messageToItem(uaid, message), ...putCondition(message) }, o))),
+        () =>
+          call(operation, (o) =>
+            client.send(
+              "GetItem", {
+                TableName: table,
+                Key: messageKey(uaid, messageSortKey(message)),
+                ProjectionExpression: "#updateid, #cancelled",
+                ExpressionAttributeNames: { "#updateid": "updateid", "#cancelled": CANCELLED },
+                ConsistentRead: true
+              },
+              o
+            )).pipe(Effect.map((result) => result.Item?.[CANCELLED] !== undefined && result.Item.updateid?.S === message.version))
+      )
+    ),
   /**
    * A Query's `Limit` counts every row, so it is asked again after the last row read until `limit`
    * readable ones came or the rows ended; BETWEEN takes its bounds, which are left out.
@@ -139,7 +145,7 @@ export const makeMessages = (client: DynamoClient, requests: DynamoRequests) => 
      * to a later ms may still meet a row of another key there: the write's condition decides).
      */
     saveMessages: Effect.fnUntraced(function*(uaid: string, table: string, messages: ReadonlyArray<Notification>) {
-      const save = saveInto(rows, "saveMessages", uaid, table)
+      const save = (message: Notification) => rows.save("saveMessages", uaid, table, message)
       const placed: Array<Notification | undefined> = []
       const byKey = Map.groupBy(messages.keys(), (i) => messageSortKey(messages[i] as Notification))
       yield* Effect.forEach(byKey.values(), (indexes) =>

@@ -5,8 +5,7 @@
  * left out of reads (expiry by the caller's Clock).
  */
 import * as Effect from "effect/Effect"
-import type { Notification } from "../../domain/notification.ts"
-import { makeMessageOperations, mayWriteOver, type MessageRows } from "../messageRules.ts"
+import { makeMessageOperations, mayWriteOver, type MessageRows, saveOutcome } from "../messageRules.ts"
 import { expiryOf, isVisible, messageSortKey, storedNotification } from "../model.ts"
 import { type MemoryStore, type MessageRow, messageTable, range, rowsOf } from "./rows.ts"
 
@@ -16,20 +15,23 @@ const readable = (row: MessageRow, now: number): boolean => row.cancelled !== tr
 /** Whether `row` holds the message of `version`, not its tombstone. */
 const holds = (row: MessageRow | undefined, version: string): row is MessageRow => row?.version === version && row.cancelled !== true
 
-export const memoryMessageRows = (store: MemoryStore): MessageRows => ({
-  put: (operation, uaid, table, message) =>
-    Effect.map(messageTable(store, operation, table), (t) => {
+const memoryMessageRows = (store: MemoryStore): MessageRows => ({
+  save: (operation, uaid, table, message) =>
+    Effect.flatMap(messageTable(store, operation, table), (t) => {
       const rows = rowsOf(t, uaid)
       const key = messageSortKey(message)
-      const existing = rows.messages.get(key)
-      if (existing !== undefined && !mayWriteOver(existing, message)) return false
-      rows.messages.set(key, storedNotification(message))
-      return true
-    }),
-  holdsOwnTombstone: (operation, uaid, table, message: Notification) =>
-    Effect.map(messageTable(store, operation, table), (t) => {
-      const row = t.get(uaid)?.messages.get(messageSortKey(message))
-      return row?.cancelled === true && row.version === message.version
+      const put = Effect.sync(() => {
+        const existing = rows.messages.get(key)
+        if (existing !== undefined && !mayWriteOver(existing, message)) return false
+        rows.messages.set(key, storedNotification(message))
+        return true
+      })
+      const ownTombstone = () =>
+        Effect.sync(() => {
+          const row = rows.messages.get(key)
+          return row?.cancelled === true && row.version === message.version
+        })
+      return Effect.gen(() => saveOutcome(message, put, ownTombstone))
     }),
   readable: (operation, uaid, table, lo, hi, limit, now) =>
     Effect.map(messageTable(store, operation, table), (t) =>

@@ -57,9 +57,18 @@ const bury = (n: number) =>
   `SET cancelled = 1, data = NULL, headers = NULL, expiry = CASE WHEN expiry IS NULL OR expiry > $${n} THEN $${n} ELSE expiry END`
 const tombstoneExpiry = (now: number) => Math.floor(now / 1000) + TOMBSTONE_SECONDS
 
-export const sqlMessageRows = ({ one }: SqlDriver): MessageRows => ({
-  put: (operation, uaid, table, message) => one(operation, putStatement(uaid, table, message), changed),
-  holdsOwnTombstone: (operation, uaid, table, message) => one(operation, ownTombstoneStatement(uaid, table, message), found),
+/** One statement as a step of an operation, its answer read from its result. */
+function* step<A>(statement: Statement, answer: (result: Result) => A): Sql<A> {
+  return answer(yield statement)
+}
+
+/** One message's save as statements (a step of a transaction). */
+const saveRow = (uaid: string, table: string, message: Notification): Sql<SaveOutcome> =>
+  saveOutcome(message, step(putStatement(uaid, table, message), changed), () => step(ownTombstoneStatement(uaid, table, message), found))
+
+const sqlMessageRows = ({ one, run }: SqlDriver): MessageRows => ({
+  /** Its two statements as one operation: no write of another fiber comes between the put and the read that tells why it was refused. */
+  save: (operation, uaid, table, message) => run(operation, () => saveRow(uaid, table, message)),
   readable: (operation, uaid, table, lo, hi, limit, now) =>
     one(
       operation,
@@ -99,15 +108,6 @@ export const sqlMessageRows = ({ one }: SqlDriver): MessageRows => ({
       changed
     )
 })
-
-/** One statement as a step of an operation, its answer read from its result. */
-function* step<A>(statement: Statement, answer: (result: Result) => A): Sql<A> {
-  return answer(yield statement)
-}
-
-/** One message's save as statements (a step of a transaction). */
-const saveRow = (uaid: string, table: string, message: Notification): Sql<SaveOutcome> =>
-  saveOutcome(message, step(putStatement(uaid, table, message), changed), () => step(ownTombstoneStatement(uaid, table, message), found))
 
 export const makeSqlMessages = (driver: SqlDriver) => {
   const { dialect, one, run } = driver
