@@ -16,8 +16,12 @@
  * until every client was working again, per reconnect, and the time from a client's close to its
  * next working session (hello answered, then its ping): p50 / p99 / max.
  *
+ * Just before each SIGTERM, --burst pushes (1000) are sent at once to random clients: some reach the
+ * stopping node's clients as it closes them, their acks in flight.
+ *
  * Options (flag or environment): --clients/BENCH_CLIENTS (30000), --delay/BENCH_DELAY (1000),
- * --only/BENCH_ONLY (fleet or node; both by default). PostgreSQL: AUTOPUSH_TEST_POSTGRES_DSN, or
+ * --only/BENCH_ONLY (fleet or node; both by default), BENCH_NODE_FLAGS (more flags for the connection
+ * nodes, e.g. `--close-grace 0`). PostgreSQL: AUTOPUSH_TEST_POSTGRES_DSN, or
  * a throwaway cluster (`.ci/postgres.sh`) as the tests start one.
  */
 import { option } from "./harness.ts"
@@ -29,6 +33,9 @@ const CLIENTS = Number(option("clients", "BENCH_CLIENTS", "30000"))
 const DELAY_MS = Number(option("delay", "BENCH_DELAY", "1000"))
 const ONLY = option("only", "BENCH_ONLY", "")
 const PUSHES_PER_SECOND = 50
+const BURST = Number(option("burst", "BENCH_BURST", "1000"))
+/** More flags for the connection nodes, e.g. `--close-grace 0`. */
+const NODE_FLAGS = (process.env["BENCH_NODE_FLAGS"] ?? "").split(" ").filter((flag) => flag !== "")
 
 const server = testPostgres()
 if ("missing" in server) throw new Error(server.missing)
@@ -49,7 +56,9 @@ for (const run of runs) {
     workers: run.workers,
     balancers: run.balancers,
     pushesPerSecond: PUSHES_PER_SECOND,
+    burstAtSigterm: BURST,
     reconnectDelayMs: DELAY_MS,
+    connectionFlags: NODE_FLAGS,
     log: (line) => console.log(`  ${line}`)
   })
   const f = figures(result)

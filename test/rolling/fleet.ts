@@ -63,11 +63,13 @@ export interface FleetOptions {
   readonly workers: number
   /** HAProxy processes in front of the nodes; 0: none (one node, reached directly). */
   readonly balancers: number
+  /** More flags for the connection nodes (after the fleet's own, so they override them). */
+  readonly connectionFlags?: ReadonlyArray<string> | undefined
 }
 
 const waitUntil = async (what: string, ok: () => Promise<boolean>, output: ReadonlyArray<string>, timeoutMs = 60_000): Promise<void> => {
   for (const deadline = Date.now() + timeoutMs; !(await ok());) {
-    if (Date.now() > deadline) throw new Error(`${what} within ${timeoutMs / 1000} s; the last lines:\n${output.slice(-20).join("\n")}`)
+    if (Date.now() > deadline) throw new Error(`not ${what} within ${timeoutMs / 1000} s; the last lines:\n${output.slice(-20).join("\n")}`)
     await new Promise((r) => setTimeout(r, 100))
   }
 }
@@ -170,7 +172,8 @@ export const startFleet = async (options: FleetOptions): Promise<Fleet> => {
       ...(options.workers > 1 ? ["--workers", String(options.workers)] : []),
       "--port", String(base),
       "--router-port", String(base + 1),
-      "--router-hostname", "127.0.0.1"
+      "--router-hostname", "127.0.0.1",
+      ...(options.connectionFlags ?? [])
     ]
     const name = `node${k + 1}`
     let child: ChildProcess | undefined
@@ -224,7 +227,8 @@ export const startFleet = async (options: FleetOptions): Promise<Fleet> => {
         `  stats socket ${socket} mode 600 level admin`,
         "defaults",
         "  mode tcp",
-        "  timeout connect 2s",
+        // A refused connection is tried again after min(timeout connect, 1 s).
+        "  timeout connect 500ms",
         "  timeout client 15m",
         "  timeout server 15m",
         // A connection to a node that has just closed its listener goes to another one.

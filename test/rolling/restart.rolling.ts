@@ -1,7 +1,8 @@
 /**
  * A rolling restart of three connection nodes behind HAProxy, under load: 3,000 clients that
  * reconnect after a random delay of up to a second and ack what they receive, pushes at 50/s to
- * random clients, each node sent SIGTERM and started again in turn. Nothing a push was answered
+ * random clients and a burst of 1,000 just before each SIGTERM (some reach the stopping node's
+ * clients as it closes them), each node sent SIGTERM and started again in turn. Nothing a push was answered
  * 201 for is lost or delivered twice: a closing session takes the acks that arrive until its
  * client answers the close, and saves what is not acked.
  */
@@ -13,7 +14,7 @@ const CLIENTS = 3_000
 
 describePostgres("a rolling restart of three connection nodes behind HAProxy", (dsn) => {
   it(`${CLIENTS} clients, pushes flowing: every push answered 201, each delivered once, every client working again`, async () => {
-    const result = await rollingRestart({ dsn, clients: CLIENTS, nodes: 3, workers: 1, balancers: 1, pushesPerSecond: 50, reconnectDelayMs: 1_000 })
+    const result = await rollingRestart({ dsn, clients: CLIENTS, nodes: 3, workers: 1, balancers: 1, pushesPerSecond: 50, burstAtSigterm: 1_000, reconnectDelayMs: 1_000 })
     const f = figures(result)
     const failure = `figures ${JSON.stringify(f)}, statuses ${JSON.stringify(result.pushStatus)}, close codes ${JSON.stringify(result.report.closeCodes)}; the last lines:\n${result.output.slice(-30).join("\n")}`
     expect(result.pushStatus, failure).toEqual({ 201: result.pushesSent })

@@ -2,7 +2,7 @@
  * A rolling restart under load, for the rolling-restart lane and `bench:rolling`: N clients
  * (`clients.ts`, in ⌈N / 15,000⌉ child processes) connect to a fleet (`fleet.ts`), pushes flow
  * through the endpoint node to random clients at a steady rate, and each connection node in turn
- * is sent SIGTERM, waited for, started again and waited for until the balancer has it back in
+ * is sent SIGTERM (just after a burst of pushes), waited for, started again and waited for until the balancer has it back in
  * service and every client has a working session again. Then the pushes stop, and the run waits
  * until every push answered 201 has arrived (or a minute has passed).
  *
@@ -25,8 +25,15 @@ export interface RollingOptions {
   readonly workers: number
   readonly balancers: number
   readonly pushesPerSecond: number
+  /**
+   * Pushes sent at once just before each SIGTERM, to random clients: some reach the stopping node's
+   * clients as it closes them, whose acks are then in flight.
+   */
+  readonly burstAtSigterm: number
   /** A client waits up to this long (uniformly at random) before it connects again. */
   readonly reconnectDelayMs: number
+  /** More flags for the connection nodes. */
+  readonly connectionFlags?: ReadonlyArray<string> | undefined
   /** Progress lines (the bench prints them). */
   readonly log?: (line: string) => void
 }
@@ -75,7 +82,7 @@ const merge = (reports: ReadonlyArray<Report>): Report => {
   }
 }
 
-const pushAgent = new Agent({ keepAlive: true, maxSockets: 16 })
+const pushAgent = new Agent({ keepAlive: true, maxSockets: 64 })
 
 /** A push of `data` (TTL 600): its status, 0 when it got no answer. */
 const push = (endpoint: string, data: string): Promise<number> =>
@@ -122,7 +129,7 @@ export const rollingRestart = async (options: RollingOptions): Promise<RollingRe
     const accepted: Array<string> = []
     const inFlight = new Set<Promise<void>>()
     let sent = 0
-    const pusher = setInterval(() => {
+    const send = () => {
       const data = `push-${sent++}`
       const answered = push(endpoints[Math.floor(Math.random() * endpoints.length)] as string, data).then((status) => {
         pushStatus[status] = (pushStatus[status] ?? 0) + 1
@@ -130,13 +137,17 @@ export const rollingRestart = async (options: RollingOptions): Promise<RollingRe
         inFlight.delete(answered)
       })
       inFlight.add(answered)
-    }, 1000 / options.pushesPerSecond)
+    }
+    const pusher = setInterval(send, 1000 / options.pushesPerSecond)
 
     await new Promise((r) => setTimeout(r, 2_000))
     const connectionsBefore = await connections()
     const operationsBefore = fleet.storageOperations()
     const restarts: Array<NodeRestart> = []
     for (const node of fleet.nodes) {
+      for (let n = 0; n < options.burstAtSigterm; n++) send()
+      // The burst's first pushes on their way to the nodes.
+      await new Promise((r) => setTimeout(r, 5))
       const sigterm = performance.now()
       await node.terminate()
       const stopMs = performance.now() - sigterm
