@@ -47,6 +47,10 @@ const runs = [
 
 console.log(`bench:rolling: ${CLIENTS} clients, pushes at ${PUSHES_PER_SECOND}/s, reconnect delay up to ${DELAY_MS} ms, on PostgreSQL`)
 const rows: Array<string> = []
+const header = [
+  "| run | pushes sent / 201 / delivered / duplicates | reconnects | storage operations a reconnect | close → working session s, p50 / p99 / max | SIGTERM → all working s, each node |",
+  "|---|---:|---:|---:|---:|---:|"
+]
 for (const run of runs) {
   console.log(`${run.name} (${run.workers} worker(s) a node${run.balancers > 0 ? `, ${run.balancers} HAProxy process(es)` : ""}):`)
   const result = await rollingRestart({
@@ -62,11 +66,18 @@ for (const run of runs) {
     log: (line) => console.log(`  ${line}`)
   })
   const f = figures(result)
-  console.log(`  push answers ${JSON.stringify(result.pushStatus)}; close codes ${JSON.stringify(result.report.closeCodes)}; failed attempts ${result.report.failedAttempts}; hellos answered with another uaid ${result.report.uaidChanged}`)
+  console.log(`  push answers ${JSON.stringify(result.pushStatus)}; close codes ${JSON.stringify(result.report.closeCodes)}; hellos answered with another uaid ${result.report.uaidChanged}`)
+  console.log(`  attempts that failed before a hello's answer ${result.report.failedAttempts}: ${JSON.stringify(result.report.failures)}`)
+  // The nodes' warnings and errors (they log nothing below), by message.
+  const said = new Map<string, number>()
+  for (const line of result.output) {
+    const msg = /"msg":"([^"]+)"/.exec(line)?.[1]
+    if (msg !== undefined) said.set(msg, (said.get(msg) ?? 0) + 1)
+  }
+  console.log(`  the nodes' warnings and errors: ${said.size === 0 ? "none" : [...said].map(([msg, n]) => `${msg} × ${n}`).join("; ")}`)
   console.log(`  storage operations: ${Object.entries(result.storageOperations).sort(([, a], [, b]) => b - a).map(([op, n]) => `${op} ${n}`).join(", ")}`)
   rows.push(`| ${run.name} | ${f.pushesSent} / ${f.accepted} / ${f.delivered} / ${f.duplicates} | ${f.reconnects} | ${f.operationsPerReconnect.toFixed(2)} | ${(f.p50Ms / 1000).toFixed(2)} / ${(f.p99Ms / 1000).toFixed(2)} / ${(f.maxMs / 1000).toFixed(2)} | ${result.restarts.map((r) => (r.recoveredMs / 1000).toFixed(1)).join(", ")} |`)
+  console.log(`  ${rows.at(-1)}`)
 }
 console.log("")
-console.log("| run | pushes sent / 201 / delivered / duplicates | reconnects | storage operations a reconnect | close → working session s, p50 / p99 / max | SIGTERM → all working s, each node |")
-console.log("|---|---:|---:|---:|---:|---:|")
-for (const row of rows) console.log(row)
+for (const line of [...header, ...rows]) console.log(line)

@@ -25,6 +25,8 @@ export interface Report {
   readonly closeCodes: Readonly<Record<string, number>>
   /** Attempts that did not reach a hello's answer (refused, reset). */
   readonly failedAttempts: number
+  /** Why they failed (the connection's error, or the close code before the hello's answer), how many. */
+  readonly failures: Readonly<Record<string, number>>
   /** Hellos answered with another uaid than the client's. */
   readonly uaidChanged: number
   /** The data of every notification received, as sent (one entry per delivery). */
@@ -45,6 +47,11 @@ const reconnects: Array<number> = []
 const closeCodes: Record<string, number> = {}
 const received: Array<string> = []
 let failedAttempts = 0
+const failures: Record<string, number> = {}
+const failed = (why: string) => {
+  failedAttempts++
+  failures[why] = (failures[why] ?? 0) + 1
+}
 let uaidChanged = 0
 
 const session = (client: Client, wsUrl: string, delayMs: number, onWorking?: () => void): void => {
@@ -54,7 +61,7 @@ const session = (client: Client, wsUrl: string, delayMs: number, onWorking?: () 
     s.ws.on("error", () => {})
     s.ws.once("close", (code) => {
       closeCodes[code] = (closeCodes[code] ?? 0) + 1
-      if (!answered) failedAttempts++
+      if (!answered) failed(`closed ${code} before the hello's answer`)
       client.working = false
       client.closedAt ??= Date.now()
       again()
@@ -91,8 +98,8 @@ const session = (client: Client, wsUrl: string, delayMs: number, onWorking?: () 
       }
     })
     s.ws.send(JSON.stringify({ messageType: "hello", use_webpush: true, ...(client.uaid === undefined ? {} : { uaid: client.uaid }) }))
-  }, () => {
-    failedAttempts++
+  }, (error: unknown) => {
+    failed(error instanceof Error ? error.message : String(error))
     client.closedAt ??= Date.now()
     again()
   })
@@ -114,6 +121,7 @@ const report = (): Report => ({
   reconnects,
   closeCodes,
   failedAttempts,
+  failures,
   uaidChanged,
   received
 })

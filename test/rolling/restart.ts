@@ -68,15 +68,19 @@ export interface RollingResult {
 }
 
 const merge = (reports: ReadonlyArray<Report>): Report => {
-  const closeCodes: Record<string, number> = {}
-  for (const r of reports) for (const [code, n] of Object.entries(r.closeCodes)) closeCodes[code] = (closeCodes[code] ?? 0) + n
+  const counts = (f: (r: Report) => Readonly<Record<string, number>>) => {
+    const merged: Record<string, number> = {}
+    for (const r of reports) for (const [key, n] of Object.entries(f(r))) merged[key] = (merged[key] ?? 0) + n
+    return merged
+  }
   const sum = (f: (r: Report) => number) => reports.reduce((a, r) => a + f(r), 0)
   return {
     clients: sum((r) => r.clients),
     working: sum((r) => r.working),
     reconnects: reports.flatMap((r) => r.reconnects),
-    closeCodes,
+    closeCodes: counts((r) => r.closeCodes),
     failedAttempts: sum((r) => r.failedAttempts),
+    failures: counts((r) => r.failures),
     uaidChanged: sum((r) => r.uaidChanged),
     received: reports.flatMap((r) => r.received)
   }
@@ -153,7 +157,11 @@ export const rollingRestart = async (options: RollingOptions): Promise<RollingRe
       const stopMs = performance.now() - sigterm
       await node.up()
       await fleet.inService(node)
-      if (!(await until(allWorking, 120_000))) throw new Error(`the clients were not all working again within 120 s of ${node.name}'s restart`)
+      // A bound for a loaded machine: two minutes, and 10 ms more a client.
+      const recoveryMs = 120_000 + 10 * options.clients
+      if (!(await until(allWorking, recoveryMs))) {
+        throw new Error(`${options.clients - (await reports()).working} clients were not working again within ${recoveryMs / 1000} s of ${node.name}'s restart`)
+      }
       const recoveredMs = performance.now() - sigterm
       const restart = { node: node.name, stopMs, recoveredMs, connections: await connections() }
       log(`${node.name}: stopped in ${(stopMs / 1000).toFixed(1)} s, every client working again ${(recoveredMs / 1000).toFixed(1)} s after SIGTERM; connections now ${restart.connections.join(" / ")}`)
