@@ -15,7 +15,7 @@ import { EventLog } from "../src/observability/EventLog.ts"
 import { Metrics } from "../src/observability/Metrics.ts"
 import { NodeClient } from "../src/routers/NodeClient.ts"
 import { RouterAuth } from "../src/crypto/routerAuth.ts"
-import { layerMemory } from "../src/storage/memory.ts"
+import { layerMemory } from "../src/storage/memory/layer.ts"
 import { createActiveTables } from "../src/storage/Storage.ts"
 
 export interface RunningNode {

@@ -182,7 +182,7 @@ const autopush = async () => {
   const { allInOneLayer, withServices }: typeof import("../src/bin/app.ts") = await import(source("src/bin/app.ts"))
   const { allInOneSettings } = await import("./settings.ts")
   const { loggingLayer }: typeof import("../src/observability/logging.ts") = await import(source("src/observability/logging.ts"))
-  const { layerMemory }: typeof import("../src/storage/memory.ts") = await import(source("src/storage/memory.ts"))
+  const { layerMemory }: typeof import("../src/storage/memory/layer.ts") = await import(source("src/storage/memory/layer.ts"))
   const { createActiveTables }: typeof import("../src/storage/Storage.ts") = await import(source("src/storage/Storage.ts"))
   const [wsPort, routerPort, endpointPort] = ports as [number, number, number]
   const settings = allInOneSettings(wsPort, routerPort, endpointPort)

@@ -23,7 +23,7 @@ import { fork } from "node:child_process"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { MessageChannel, Worker } from "node:worker_threads"
 import { Context, Effect, Layer } from "effect"
-import { layerSqlite } from "../src/storage/sqlite.ts"
+import { layerSqlite } from "../src/storage/sqlite/layer.ts"
 import { Storage } from "../src/storage/Storage.ts"
 
 const CALLS = Number(process.argv.find((a) => a.startsWith("--calls="))?.slice(8) ?? process.env["BENCH_CALLS"] ?? "5000")

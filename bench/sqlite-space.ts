@@ -30,9 +30,9 @@ const ROOT = resolve(option("root", "BENCH_ROOT", join(import.meta.dirname, ".."
 const MESSAGES = Number(option("messages", "BENCH_MESSAGES", "20000"))
 const DEAD = Number(option("dead", "BENCH_DEAD", "100000"))
 
-const { scopedSqlite } = await import(join(ROOT, "src/storage/sqliteDriver.ts")) as typeof import("../src/storage/sqliteDriver.ts")
-const { makeSqlStorage } = await import(join(ROOT, "src/storage/sqlStorage.ts")) as typeof import("../src/storage/sqlStorage.ts")
-const { makeSqlMaintenance } = await import(join(ROOT, "src/storage/sqlMaintenance.ts")) as typeof import("../src/storage/sqlMaintenance.ts")
+const { scopedSqlite } = await import(join(ROOT, "src/storage/sqlite/driver.ts")) as typeof import("../src/storage/sqlite/driver.ts")
+const { makeSqlStorage } = await import(join(ROOT, "src/storage/sql/storage.ts")) as typeof import("../src/storage/sql/storage.ts")
+const { makeSqlMaintenance } = await import(join(ROOT, "src/storage/sql/maintenance.ts")) as typeof import("../src/storage/sql/maintenance.ts")
 const { createActiveTables, Storage } = await import(join(ROOT, "src/storage/Storage.ts")) as typeof import("../src/storage/Storage.ts")
 
 const dir = mkdtempSync(join(tmpdir(), "autopush-space-"))
@@ -42,7 +42,7 @@ const LATER_MS = 11 * 60_000
 let files = 0
 
 type Store = import("../src/storage/Storage.ts").StorageService
-type Connection = import("../src/storage/sqliteDriver.ts").SqliteConnection
+type Connection = import("../src/storage/sqlite/driver.ts").SqliteConnection
 
 /** A fresh store on a file of its own, with its raw connection and its sweep, for `body`. */
 const withStore = <A>(body: (s: Store, connection: Connection, sweep: (nowMs: number) => Effect.Effect<number, unknown>, path: string) => Effect.Effect<A, unknown>) =>

@@ -1,7 +1,7 @@
 /**
  * The bare server of `bench:stored` on PostgreSQL (`--db-dsn`), a child process: `node
  * stored-postgres-server.ts DSN`. Plain `node:http`, `ws` and one `pg` pool on the server and
- * database the service uses, in the service's table layout (`src/storage/sqlTables.ts`: the router
+ * database the service uses, in the service's table layout (`src/storage/sql/tables.ts`: the router
  * table and one message table, no rotation). No protocol logic, no validation, no Effect; only what
  * the service must do for the same outcome:
  *
@@ -19,7 +19,7 @@
 import { createServer, type Server } from "node:http"
 import pg from "pg"
 import { WebSocket, WebSocketServer } from "ws"
-import { fixedTablesSql, messageTableSql, POSTGRES } from "../src/storage/sqlTables.ts"
+import { fixedTablesSql, messageTableSql, POSTGRES } from "../src/storage/sql/tables.ts"
 import { MESSAGE_TABLE, PAGE, ROUTER_TABLE } from "./stored-tables.ts"
 
 const HOST = "127.0.0.1"

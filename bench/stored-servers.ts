@@ -1,7 +1,7 @@
 /**
  * The bare server of `bench:stored` and `bench:storm`, a child process: `node stored-servers.ts
  * DATA_DIR`. Plain `node:http` and `ws` in one process with the service's storage: an embedded
- * dynalite on a worker thread of this process (`src/storage/dynaliteThread.ts`, LevelDB under
+ * dynalite on a worker thread of this process (`src/storage/dynalite/thread.ts`, LevelDB under
  * DATA_DIR), spoken to with the service's DynamoDB JSON client, in the service's table layout
  * (`stored-tables.ts`). No protocol logic, no validation, no Effect; only what the service must do
  * for the same outcome:
@@ -23,7 +23,7 @@
  */
 import { createServer, type Server } from "node:http"
 import { WebSocketServer } from "ws"
-import { dynaliteWorker } from "../src/storage/dynaliteWorker.ts"
+import { dynaliteWorker } from "../src/storage/dynalite/worker.ts"
 import { bareSession, createTables, MESSAGE_TABLE, messageItem, type Send, storageClient } from "./stored-tables.ts"
 
 const HOST = "127.0.0.1"

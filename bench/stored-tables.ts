@@ -1,6 +1,6 @@
 /**
  * The bare pipeline's storage for `bench:stored` and `bench:storm`: the service's table layout
- * (`src/storage/dynamodb.ts`, `src/storage/model.ts`) — a router table keyed by `uaid`, a message
+ * (`src/storage/dynamo/layer.ts`, `src/storage/model.ts`) — a router table keyed by `uaid`, a message
  * table keyed by `uaid` + `chidmessageid`, timestamp rows `02:{13-digit ms}:{chid}` — spoken to with
  * the service's own DynamoDB JSON client. Shared by the bare server (`stored-servers.ts`) and the
  * benches that seed it directly; it loads nothing of the service but that client, so the bare
@@ -9,7 +9,7 @@
 import { setTimeout as sleep } from "node:timers/promises"
 import type { AttributeValue } from "@aws-sdk/client-dynamodb"
 import type { WebSocket } from "ws"
-import { type DynamoOperation, type DynamoOperations, makeDynamoClient } from "../src/storage/dynamoClient.ts"
+import { type DynamoOperation, type DynamoOperations, makeDynamoClient } from "../src/storage/dynamo/client.ts"
 
 export const ROUTER_TABLE = "router"
 /** One message table, as with `no_table_rotation`. */

@@ -1,7 +1,7 @@
 /**
  * The bare server of `bench:storm --workers W`, a child process: `node storm-servers.ts DATA_DIR W`.
  * Laid out as our node with workers is: this process (the supervisor) runs the embedded dynalite on
- * a worker thread (`src/storage/dynaliteWorker.ts`, LevelDB under DATA_DIR) and creates the
+ * a worker thread (`src/storage/dynalite/worker.ts`, LevelDB under DATA_DIR) and creates the
  * service's tables (`stored-tables.ts`); it forks W processes (`storm-servers.ts --worker
  * DYNAMO_URL PORT`) that share one WebSocket port (SO_REUSEPORT) and speak to that store over
  * loopback HTTP with the service's DynamoDB JSON client. Each does for a reconnecting client what
@@ -20,7 +20,7 @@
 import { type ChildProcess, fork } from "node:child_process"
 import { createServer } from "node:http"
 import { WebSocketServer } from "ws"
-import { dynaliteWorker } from "../src/storage/dynaliteWorker.ts"
+import { dynaliteWorker } from "../src/storage/dynalite/worker.ts"
 import { bareSession, createTables, type Send, storageClient } from "./stored-tables.ts"
 
 const HOST = "127.0.0.1"

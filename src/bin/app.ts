@@ -33,8 +33,8 @@ import { tracingLayer } from "../observability/tracing.ts"
 import { versionInfo } from "../observability/version.ts"
 import { loggingLayer } from "../observability/logging.ts"
 import { MetricsListener } from "../observability/metricsListener.ts"
-import { layerDynamo } from "../storage/dynamodb.ts"
-import { announceEmbedded, EmbeddedDataError, startDynalite } from "../storage/embedded.ts"
+import { layerDynamo } from "../storage/dynamo/layer.ts"
+import { announceEmbedded, EmbeddedDataError, startDynalite } from "../storage/dynalite/embedded.ts"
 import { superviseWorkers, WorkerStartError } from "../workers/supervisor.ts"
 import { tellSupervisor, WORKER, workerCountOf, workerPorts } from "../workers/worker.ts"
 import { stopWhenSupervisorIsGone } from "../workers/supervisorGone.ts"
@@ -53,10 +53,10 @@ import {
   usesStoreServer,
   writeEmbeddedSecrets
 } from "../tools/storage.ts"
-import { layerPostgres } from "../storage/postgres.ts"
-import { postgresFailure } from "../storage/postgresPool.ts"
-import { layerSqlite } from "../storage/sqlite.ts"
-import { databaseFiles, makeDataPrivate, markDatabaseStarted, refuseLostDatabase, startedMarkerOf } from "../storage/sqliteData.ts"
+import { layerPostgres } from "../storage/postgres/layer.ts"
+import { postgresFailure } from "../storage/postgres/pool.ts"
+import { layerSqlite } from "../storage/sqlite/layer.ts"
+import { databaseFiles, makeDataPrivate, markDatabaseStarted, refuseLostDatabase, startedMarkerOf } from "../storage/sqlite/data.ts"
 import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
@@ -154,7 +154,7 @@ const embeddedSecrets = (settings: Settings) =>
 /**
  * The embedded data directory, before any process of the node opens it: made private (said once in
  * the log when it was open to others), and a database that lost its contents refused
- * (`sqliteData.ts`).
+ * (`sqlite/data.ts`).
  */
 const embeddedDataChecked = (settings: Settings) =>
   Effect.gen(function*() {
@@ -173,7 +173,7 @@ const embeddedDataChecked = (settings: Settings) =>
 
 /**
  * Once a node runs on the embedded database (its tables made), the database is recorded as used
- * (`sqliteData.ts`): a start that later finds it lost is refused. A failure to record it is logged;
+ * (`sqlite/data.ts`): a start that later finds it lost is refused. A failure to record it is logged;
  * the node runs on.
  */
 const markEmbeddedDatabase = (settings: Settings) =>

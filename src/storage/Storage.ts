@@ -2,9 +2,9 @@
  * The Storage service: router records, per-month channel sets and messages, in autopush's DynamoDB
  * layout (`model.ts`): a router table of one row per user, keyed by uaid, holding its router record;
  * a message table per month, keyed by uaid and sort key, holding each user's channel rows and
- * messages; a receipt table of push receipts. Four layers implement it, SQLite (`sqlite.ts`: the
- * embedded default), PostgreSQL (`postgres.ts`: fleets without AWS), DynamoDB (`dynamodb.ts`: AWS,
- * DynamoDB Local, Alternator, and the dynalite of `embedded.ts`) and in-memory (`memory.ts`), and
+ * messages; a receipt table of push receipts. Four layers implement it, SQLite (`sqlite/layer.ts`: the
+ * embedded default), PostgreSQL (`postgres/layer.ts`: fleets without AWS), DynamoDB (`dynamo/layer.ts`: AWS,
+ * DynamoDB Local, Alternator, and the dynalite of `dynalite/embedded.ts`) and in-memory (`memory/layer.ts`), and
  * all pass the one contract suite in `test/storage/`.
  *
  * Message tables are named explicitly by every message operation: the router record says which

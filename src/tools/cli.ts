@@ -17,7 +17,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options, secretNote } from "../config/options.ts"
-import { errorName } from "../storage/dynamoRequests.ts"
+import { errorName } from "../storage/dynamo/requests.ts"
 import { stopTeardown } from "../platform/teardown.ts"
 import { causeText, type StorageError } from "../storage/Storage.ts"
 

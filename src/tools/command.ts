@@ -5,11 +5,11 @@
  */
 import type * as Effect from "effect/Effect"
 import type { Settings } from "../config/index.ts"
-import type { DynamoTables } from "../storage/dynamoExport.ts"
+import type { TableCopy } from "../storage/tableCopy.ts"
 import type { Storage } from "../storage/Storage.ts"
 import type { SplitArgs, ToolError, ToolFailure, UsageError } from "./cli.ts"
 
-export type Run = (settings: Settings) => Effect.Effect<void, ToolError, Storage | DynamoTables>
+export type Run = (settings: Settings) => Effect.Effect<void, ToolError, Storage | TableCopy>
 
 export interface Command {
   readonly summary: string

@@ -29,7 +29,7 @@ import { endpointOrigin } from "../endpoint/options.ts"
 import { parseVapid, SENDER_WARNING_TEXT, type SenderWarning, senderWarnings, verifyVapid } from "../endpoint/vapid.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { errorName } from "../storage/dynamoRequests.ts"
+import { errorName } from "../storage/dynamo/requests.ts"
 import { Storage, StorageError } from "../storage/Storage.ts"
 import {
   describeStorageError,

@@ -25,8 +25,8 @@ import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { requireSecrets, type Settings } from "../config/index.ts"
-import { DynamoTables } from "../storage/dynamoExport.ts"
-import { type Item, S } from "../storage/dynamoRows.ts"
+import { TableCopy } from "../storage/tableCopy.ts"
+import { type Item, S } from "../storage/items.ts"
 import { Storage } from "../storage/Storage.ts"
 import { isMessageTable, type StorageOptions } from "../storage/tables.ts"
 import { plural, say, type SplitArgs, ToolFailure, UsageError } from "./cli.ts"
@@ -248,7 +248,7 @@ const serverSecrets = Effect.fnUntraced(function*(settings: Settings) {
 const runExport = (out: string, withSecrets: boolean): Run => (settings) =>
   Effect.gen(function*() {
     const storage = yield* Storage
-    const tables = yield* DynamoTables
+    const tables = yield* TableCopy
     const options = storageOptionsOf(settings)
     const secrets = withSecrets ? yield* serverSecrets(settings) : undefined
     const router = (yield* storage.checkTables).find((t) => t.table === options.routerTable)
@@ -342,7 +342,7 @@ const importedItem = (header: ExportHeader, target: StorageOptions, { table, ite
 const runImport = (path: string, file: CheckedFile, merge: boolean, secretsOut: string | undefined): Run => (settings) =>
   Effect.gen(function*() {
     const storage = yield* Storage
-    const tables = yield* DynamoTables
+    const tables = yield* TableCopy
     const { header } = file
     const target = storageOptionsOf(settings)
     const nameOf = importedName(header, target)

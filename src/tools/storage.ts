@@ -19,12 +19,13 @@ import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import type * as Scope from "effect/Scope"
 import type { Settings } from "../config/index.ts"
-import { type DynamoOptions, layerDynamo } from "../storage/dynamodb.ts"
-import { DynamoTables, layerDynamoTables } from "../storage/dynamoExport.ts"
-import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/embedded.ts"
-import { layerPostgres, type PostgresOptions } from "../storage/postgres.ts"
-import { layerSqlite, type SqliteOptions } from "../storage/sqlite.ts"
-import { layerSqliteTables } from "../storage/sqliteExport.ts"
+import { type DynamoOptions, layerDynamo } from "../storage/dynamo/layer.ts"
+import { layerDynamoTableCopy } from "../storage/dynamo/export.ts"
+import { TableCopy } from "../storage/tableCopy.ts"
+import { EmbeddedDataError, runningEmbeddedEndpoint, startDynalite } from "../storage/dynalite/embedded.ts"
+import { layerPostgres, type PostgresOptions } from "../storage/postgres/layer.ts"
+import { layerSqlite, type SqliteOptions } from "../storage/sqlite/layer.ts"
+import { layerSqliteTableCopy } from "../storage/sqlite/export.ts"
 import { type Storage, StorageError } from "../storage/Storage.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
@@ -216,7 +217,7 @@ export const toolStorageLayer = (
  * Whole-table reads and writes are the embedded database's and DynamoDB's: on PostgreSQL, export and
  * import say to use its own tools (every other command works).
  */
-const postgresHasNoTableCopies = Layer.succeed(DynamoTables, {
+const postgresHasNoTableCopies = Layer.succeed(TableCopy, {
   scan: () => Stream.fail(noTableCopies("export")),
   countUsers: () => Effect.fail(noTableCopies("import")),
   putItems: () => Effect.fail(noTableCopies("import"))
@@ -234,9 +235,9 @@ const noTableCopies = (operation: string) =>
 export const toolTablesLayer = (
   settings: Settings,
   mayCreate: boolean
-): Layer.Layer<Storage | DynamoTables, StorageError | ToolFailure> =>
+): Layer.Layer<Storage | TableCopy, StorageError | ToolFailure> =>
   settings.dbDsn !== undefined
     ? Layer.merge(layerPostgres(postgresOptionsOf(settings, settings.dbDsn)), postgresHasNoTableCopies)
     : usesEmbeddedSqlite(settings)
-    ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), (options) => Layer.merge(layerSqlite(options), layerSqliteTables(options))))
-    : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), (options) => Layer.merge(layerDynamo(options), layerDynamoTables(options))))
+    ? Layer.unwrap(Effect.map(toolSqliteOptions(settings, mayCreate), (options) => Layer.merge(layerSqlite(options), layerSqliteTableCopy(options))))
+    : Layer.unwrap(Effect.map(toolStorageOptions(settings, mayCreate), (options) => Layer.merge(layerDynamo(options), layerDynamoTableCopy(options))))

@@ -9,7 +9,7 @@ import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import { HelpRequested } from "../config/index.ts"
 import type { OptionName } from "../config/options.ts"
-import { announceEmbedded, EmbeddedDataError, startDynalite } from "../storage/embedded.ts"
+import { announceEmbedded, EmbeddedDataError, startDynalite } from "../storage/dynalite/embedded.ts"
 import { intFlag, settingsHelp, splitArgs, type ToolError, ToolFailure, toolSettings, usageRow, UsageError } from "./cli.ts"
 import { embeddedDataDir } from "./storage.ts"
 

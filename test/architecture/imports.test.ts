@@ -22,7 +22,7 @@ const ROOMS = [
   "domain", //         ids, notification, router record, receipts, API errors, events, the router-port codec
   "platform", //       Node plumbing: listening, raw HTTP answers, socket bounds, addresses, private files, bounded maps, start-up failures, exit codes
   "crypto", //         Fernet keys, endpoint tokens, message ids, bridge secrets
-  "storage", //        the Storage service: DynamoDB, dynalite, in memory, tables
+  "storage", //        the Storage service: its core, and one sub-room per backend (`STORAGE_BACKENDS`)
   "observability", //  metrics, logging, tracing, the event log and its projections
   "protocol", //       the connection state machine and the session fiber
   "receipts", //       push receipts: the book and the recorder
@@ -39,6 +39,21 @@ const ROOMS = [
   "client", //         the command-line push client
   "bin" //             entrypoints
 ] as const
+
+/**
+ * The backends of `src/storage/`, each a sub-room beside the core (the files directly in
+ * `src/storage/`: the contract, the row model, tables, deadlines, the export format). The core
+ * imports no backend; a backend imports the core and the sub-rooms listed here for it, never
+ * another sibling — so a backend is changed or added without reading the others.
+ */
+const STORAGE_BACKENDS: Readonly<Record<string, ReadonlyArray<string>>> = {
+  memory: [],
+  sql: [], //          the SQL stores' operations, written once for both dialects
+  sqlite: ["sql"],
+  postgres: ["sql"],
+  dynamo: [],
+  dynalite: ["dynamo"] // a DynamoDB-API server on LevelDB, served to through the DynamoDB backend
+}
 
 const SRC = resolve(import.meta.dirname, "../../src")
 
@@ -310,5 +325,25 @@ describe("imports of src/", () => {
       `imports up the order of rooms (lowest first: ${ROOMS.join(" → ")}); move what is shared down to the room below:\n` +
         upward.join("\n")
     )
+  })
+
+  it("of storage backends reach the core and their own sub-rooms only", () => {
+    const STORAGE = join(SRC, "storage")
+    /** The sub-room of `src/storage/` a path is in, "core" for its files, undefined outside storage. */
+    const subRoomOf = (path: string): string | undefined => {
+      const parts = relative(STORAGE, path).split(sep)
+      if (parts[0] === ".." || relative(STORAGE, path).startsWith("..")) return undefined
+      return parts.length > 1 ? parts[0] : "core"
+    }
+    const present = readdirSync(STORAGE, { withFileTypes: true }).filter((entry) => entry.isDirectory()).map((entry) => entry.name)
+    assert.deepStrictEqual(present.filter((room) => !(room in STORAGE_BACKENDS)), [], "sub-rooms of src/storage missing from STORAGE_BACKENDS")
+    const wrong = imports.flatMap(({ from, to, specifier }) => {
+      const source = subRoomOf(from)
+      const target = subRoomOf(to)
+      if (source === undefined || target === undefined || source === target || target === "core") return []
+      if (source !== "core" && (STORAGE_BACKENDS[source] ?? []).includes(target)) return []
+      return [`${show(from)} imports ${specifier}: storage/${source} may not import storage/${target}`]
+    })
+    assert.deepStrictEqual(wrong, [], `storage imports across backends; move what is shared to the core:\n${wrong.join("\n")}`)
   })
 })

@@ -9,7 +9,7 @@ import { Context, Effect, Layer, Redacted } from "effect"
 import { Broadcasts, megaphoneSource, storageSource } from "../../src/broadcast/Broadcasts.ts"
 import { decodeBroadcastSet } from "../../src/broadcast/validate.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
 /** A fake megaphone: answers with whatever `reply` does now; `requests` counts the calls. */

@@ -18,7 +18,7 @@ import { EventLog } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
 import { RouterAuth } from "../../src/crypto/routerAuth.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables, Storage, type StorageService } from "../../src/storage/Storage.ts"
 import { nodeOptions, openClient, routerDelivery, type TestClient, routerRequest } from "./client.ts"
 

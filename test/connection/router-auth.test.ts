@@ -17,7 +17,7 @@ import { EventLog } from "../../src/observability/EventLog.ts"
 import { METRICS } from "../../src/observability/catalog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { NodeClient } from "../../src/routers/NodeClient.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
 import { httpRequest, nodeOptions, openClient, routerDelivery, routerSignature, type TestClient } from "./client.ts"
 

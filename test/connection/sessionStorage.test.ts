@@ -8,7 +8,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import { SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/node.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 
 describe("sessionStorage", () => {
   it.effect("a storm of reads: at most SESSION_STORAGE_CONCURRENCY reach the store at once, and all are answered", () =>

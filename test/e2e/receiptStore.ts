@@ -5,8 +5,9 @@
  */
 import { DatabaseSync } from "node:sqlite"
 import { Effect, Stream } from "effect"
-import { layerDynamoTables, DynamoTables } from "../../src/storage/dynamoExport.ts"
-import { N } from "../../src/storage/dynamoRows.ts"
+import { layerDynamoTableCopy } from "../../src/storage/dynamo/export.ts"
+import { TableCopy } from "../../src/storage/tableCopy.ts"
+import { N } from "../../src/storage/items.ts"
 import { META_SORT_KEY } from "../../src/storage/model.ts"
 import type { Deployment } from "./servers.ts"
 
@@ -21,13 +22,13 @@ export const expireReceiptSubscriptions = (deployment: Deployment, routerTable =
   }
   const storageEndpoint = deployment.storageEndpoint?.() ?? ""
   return Effect.runPromise(
-    DynamoTables.use((tables) =>
+    TableCopy.use((tables) =>
       Effect.gen(function*() {
         const table = `${routerTable}_receipts`
         const subscriptions = (yield* Stream.runCollect(tables.scan(table))).filter((item) => item.message?.S === META_SORT_KEY)
         yield* tables.putItems(table, subscriptions.map((item) => ({ ...item, expiry: N(1) })))
         return subscriptions.length
       })
-    ).pipe(Effect.provide(layerDynamoTables({ routerTable, messageTablePrefix: "message", noTableRotation: false, endpoint: storageEndpoint, region: "local" })))
+    ).pipe(Effect.provide(layerDynamoTableCopy({ routerTable, messageTablePrefix: "message", noTableRotation: false, endpoint: storageEndpoint, region: "local" })))
   )
 }

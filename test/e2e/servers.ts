@@ -11,10 +11,10 @@ import { join } from "node:path"
 import { afterAll, beforeAll } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
 import type { Layer } from "effect"
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerDynamo } from "../../src/storage/dynamo/layer.ts"
 import pg from "pg"
-import { layerPostgres } from "../../src/storage/postgres.ts"
-import { layerSqlite } from "../../src/storage/sqlite.ts"
+import { layerPostgres } from "../../src/storage/postgres/layer.ts"
+import { layerSqlite } from "../../src/storage/sqlite/layer.ts"
 import type { Storage, StorageError } from "../../src/storage/Storage.ts"
 
 /**

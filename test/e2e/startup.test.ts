@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { Effect, Exit, Scope } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
 import { generateFernetKey } from "../../src/crypto/fernet.ts"
-import { startDynalite } from "../../src/storage/embedded.ts"
+import { startDynalite } from "../../src/storage/dynalite/embedded.ts"
 import { freePort, freePorts } from "./servers.ts"
 
 const root = new URL("../../", import.meta.url).pathname

@@ -17,7 +17,7 @@ import { Metrics } from "../../src/observability/Metrics.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { NodeClient, type NodeClientService, NodeTransportError } from "../../src/routers/NodeClient.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
 
 export const options: EndpointOptions = {

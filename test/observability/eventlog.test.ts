@@ -16,7 +16,7 @@ import { EventLog, EventLogMemory } from "../../src/observability/EventLog.ts"
 import { makeEventLine } from "../../src/observability/eventLogFile.ts"
 import { observabilityLayer, observabilityLayerMemory } from "../../src/observability/observability.ts"
 import { opaqueId } from "../../src/observability/opaque.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { makeHarness, pump, pushMessage } from "../protocol/harness.ts"
 
 const NOW = Date.UTC(2026, 10, 21, 12, 0, 0)

@@ -26,7 +26,7 @@ import {
   type SessionPorts,
   SessionRunner
 } from "../../src/protocol/session.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import type { Notification, Urgency } from "../../src/domain/notification.ts"
 import { NodeClient, NodeTransportError } from "../../src/routers/NodeClient.ts"

@@ -53,7 +53,7 @@ import { makeWebPushHandlers, type PushRequest } from "../../src/endpoint/webpus
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { isLive } from "../../src/protocol/phases.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
 import { activeTableNames, type StorageOptions } from "../../src/storage/tables.ts"
 import { type Client, makeHarness, pump, STORAGE_LATENCY_MS } from "./harness.ts"

@@ -30,7 +30,7 @@ import { type ClientMessage, decodeClientFrame, isFrameError } from "../../src/p
 import { closeFrame, type CloseKind } from "../../src/protocol/close.ts"
 import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { type Client, makeHarness, pump, pushMessage, TestParts, testParts } from "./harness.ts"
 

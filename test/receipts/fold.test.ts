@@ -10,7 +10,7 @@ import { domainEvent, type DomainEvent, type DomainEventType, type EventData } f
 import { EventLog, EventLogMemory } from "../../src/observability/EventLog.ts"
 import { makeReceiptBook } from "../../src/receipts/book.ts"
 import { receiptChangeOf } from "../../src/receipts/fold.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
 const UAID = "u".repeat(32)

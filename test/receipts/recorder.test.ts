@@ -15,7 +15,7 @@ import { EventLog, EventLogMemory } from "../../src/observability/EventLog.ts"
 import { Metrics } from "../../src/observability/Metrics.ts"
 import { makeReceiptBook } from "../../src/receipts/book.ts"
 import { receiptRecording } from "../../src/receipts/recorder.ts"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables, Storage, type StorageService } from "../../src/storage/Storage.ts"
 
 interface Written {

@@ -2,7 +2,7 @@
  * The contract against Amazon DynamoDB Local with credentials in the environment: the storage layer
  * then goes through the AWS SDK, signing every request (SigV4), as against AWS itself.
  */
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerDynamo } from "../../src/storage/dynamo/layer.ts"
 import { storageContract } from "./contract.ts"
 import { dynamoDbLocal } from "./dynamodb-local.ts"
 

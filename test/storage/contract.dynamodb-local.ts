@@ -3,7 +3,7 @@
  * the DynamoDB JSON protocol over HTTP with placeholder credentials. Its own lane, since it needs
  * Java: `npm run test:dynamodb-local` (vitest.dynamodb-local.config.ts).
  */
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerDynamo } from "../../src/storage/dynamo/layer.ts"
 import { storageContract } from "./contract.ts"
 import { dynamoDbLocal } from "./dynamodb-local.ts"
 import { schemaSuite } from "./schema.ts"

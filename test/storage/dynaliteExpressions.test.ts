@@ -6,7 +6,7 @@
 import { createRequire } from "node:module"
 import { assert, describe, it } from "@effect/vitest"
 import { Schema } from "effect"
-import { type Compare, memoizeExpressions, PARSED, type Validations } from "../../src/storage/dynaliteExpressions.ts"
+import { type Compare, memoizeExpressions, PARSED, type Validations } from "../../src/storage/dynalite/expressions.ts"
 
 const fromDynalite = createRequire(createRequire(import.meta.url).resolve("dynalite"))
 const dynalite = fromDynalite("./validations/index.js") as Validations

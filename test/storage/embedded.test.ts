@@ -6,8 +6,8 @@ import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { afterAll } from "vitest"
-import { scopedDynamoClient } from "../../src/storage/dynamoClient.ts"
-import { embeddedEndpointFile, layerEmbedded, runningEmbeddedEndpoint, startDynalite } from "../../src/storage/embedded.ts"
+import { scopedDynamoClient } from "../../src/storage/dynamo/client.ts"
+import { embeddedEndpointFile, layerEmbedded, runningEmbeddedEndpoint, startDynalite } from "../../src/storage/dynalite/embedded.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 
 const root = mkdtempSync(join(tmpdir(), "autopush-embedded-"))

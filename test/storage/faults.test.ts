@@ -12,9 +12,9 @@ import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
 import { afterAll, beforeAll } from "vitest"
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
-import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
-import { startDynalite } from "../../src/storage/embedded.ts"
+import { layerDynamo } from "../../src/storage/dynamo/layer.ts"
+import { StorageTimeout } from "../../src/storage/deadlines.ts"
+import { startDynalite } from "../../src/storage/dynalite/embedded.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
 /** `pass`: this request is forwarded as usual (a later one of the list is faulted). */

@@ -1,4 +1,4 @@
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { storageContract } from "./contract.ts"
 
 storageContract("in-memory", layerMemory)

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerDynamo } from "../../src/storage/dynamo/layer.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 import { startDynamoDbLocal } from "./dynamodb-local.ts"
 

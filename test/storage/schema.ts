@@ -7,7 +7,7 @@ import { DescribeTableCommand, DescribeTimeToLiveCommand, DynamoDBClient, GetIte
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
+import { layerDynamo } from "../../src/storage/dynamo/layer.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
 export const schemaSuite = (name: string, endpoint: () => string, options: { readonly ttl: boolean }) =>

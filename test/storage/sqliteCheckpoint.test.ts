@@ -12,7 +12,7 @@ import { Worker } from "node:worker_threads"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
 import { afterAll } from "vitest"
-import { layerSqlite } from "../../src/storage/sqlite.ts"
+import { layerSqlite } from "../../src/storage/sqlite/layer.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "autopush-sqlite-checkpoint-"))
@@ -39,7 +39,7 @@ const openWriting = (name: string) =>
     yield* createActiveTables.pipe(Effect.provideService(Storage, s))
     const thread = yield* Effect.acquireRelease(
       Effect.sync(() =>
-        new Worker(new URL("../../src/storage/sqliteCheckpointThread.ts", import.meta.url), {
+        new Worker(new URL("../../src/storage/sqlite/checkpointThread.ts", import.meta.url), {
           workerData: { path, walBoundBytes: WAL_BOUND_BYTES, pollMs: 10, intervalMs: 200 }
         })
       ),

@@ -1,5 +1,5 @@
 /**
- * The embedded database's data directory (`sqliteData.ts`): what is refused as a database that lost
+ * The embedded database's data directory (`sqlite/data.ts`): what is refused as a database that lost
  * its contents, and what is not; what is made private.
  */
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs"
@@ -9,7 +9,7 @@ import { DatabaseSync } from "node:sqlite"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { afterAll } from "vitest"
-import { databaseFiles, makeDataPrivate, markDatabaseStarted, refuseLostDatabase, startedMarkerOf } from "../../src/storage/sqliteData.ts"
+import { databaseFiles, makeDataPrivate, markDatabaseStarted, refuseLostDatabase, startedMarkerOf } from "../../src/storage/sqlite/data.ts"
 
 const root = mkdtempSync(join(tmpdir(), "autopush-sqlite-data-"))
 afterAll(() => rmSync(root, { recursive: true, force: true }))

@@ -7,7 +7,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Clock, Effect, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
-import { layerMemory } from "../../src/storage/memory.ts"
+import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage, StorageError } from "../../src/storage/Storage.ts"
 import { CREATE_TABLES_COMMAND, layerTableKeeper, TABLE_CHECK_SPREAD } from "../../src/storage/tableKeeper.ts"
 import { Duration } from "effect"

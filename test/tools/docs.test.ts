@@ -20,7 +20,7 @@ describe("docs", () => {
   })
 
   it("docs/aws.md names exactly the DynamoDB actions the storage layer calls", () => {
-    const source = ["dynamodb.ts", "dynamoRequests.ts", "dynamoMaintenance.ts", "dynamoExport.ts", "dynamoReceipts.ts"].map((file) => read(`src/storage/${file}`)).join("\n")
+    const source = ["dynamo/layer.ts", "dynamo/requests.ts", "dynamo/maintenance.ts", "dynamo/export.ts", "dynamo/receipts.ts"].map((file) => read(`src/storage/${file}`)).join("\n")
     const called = new Set([...source.matchAll(/client\.send\(\s*"(\w+)"/g)].map((m) => `dynamodb:${m[1]}`))
     expect(called.size).toBeGreaterThan(5)
     const aws = read("docs/aws.md")

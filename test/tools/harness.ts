@@ -8,8 +8,8 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect, Exit, Scope } from "effect"
-import { layerDynamo } from "../../src/storage/dynamodb.ts"
-import { startDynalite } from "../../src/storage/embedded.ts"
+import { layerDynamo } from "../../src/storage/dynamo/layer.ts"
+import { startDynalite } from "../../src/storage/dynalite/embedded.ts"
 import type { Storage, StorageError } from "../../src/storage/Storage.ts"
 
 export const root = new URL("../../", import.meta.url).pathname
