@@ -12,7 +12,8 @@ export default defineConfig({
     globalSetup: ["test/setup/tmpdir.ts"],
     include: ["test/rolling/**/*.rolling.ts"],
     fileParallelism: false,
-    testTimeout: 300_000,
+    // About 30 s on a quiet 2-core machine; the bound leaves room for a loaded one.
+    testTimeout: 600_000,
     hookTimeout: 120_000,
     reporters: ["verbose"]
   }

@@ -3,7 +3,9 @@
  * process here may open 20,000 files). Each client behaves as a browser does: a session is a hello
  * (its uaid once it has one), one channel registered in its first session, then a `{}` ping, whose
  * answer makes the session a working one; every notification is acked at once and its data kept;
- * when the socket closes (or cannot be opened), it connects again after a random delay. Commands
+ * when the socket closes (or cannot be opened), it connects again after a random delay; a session
+ * not working within 30 s of its start (the handshake, the hello or the ping unanswered) is given
+ * up and counted as failed, and the client connects again. Commands
  * over IPC:
  *
  * - `{ cmd: "open", wsUrl, first, count, inflight, delayMs }`: clients first..first+count-1 connect
@@ -54,12 +56,23 @@ const failed = (why: string) => {
 }
 let uaidChanged = 0
 
+/** A session not working this long after it began is given up and tried again, as a browser gives up a hello. */
+const SESSION_TIMEOUT_MS = 30_000
+const GAVE_UP = `no working session within ${SESSION_TIMEOUT_MS / 1000} s`
+
 const session = (client: Client, wsUrl: string, delayMs: number, onWorking?: () => void): void => {
   const again = () => setTimeout(() => session(client, wsUrl, delayMs, onWorking), Math.random() * delayMs)
   let answered = false
-  connect(wsUrl, client.index).then((s) => {
+  connect(wsUrl, client.index, SESSION_TIMEOUT_MS).then((s) => {
+    const giveUp = setTimeout(() => {
+      failed(GAVE_UP)
+      // Counted here, not again as a close before the hello's answer.
+      answered = true
+      s.ws.terminate()
+    }, SESSION_TIMEOUT_MS)
     s.ws.on("error", () => {})
     s.ws.once("close", (code) => {
+      clearTimeout(giveUp)
       closeCodes[code] = (closeCodes[code] ?? 0) + 1
       if (!answered) failed(`closed ${code} before the hello's answer`)
       client.working = false
@@ -70,16 +83,16 @@ const session = (client: Client, wsUrl: string, delayMs: number, onWorking?: () 
       switch (m["messageType"]) {
         case "hello":
           answered = true
-          if (m["status"] !== 200) return
-          if (client.uaid === undefined) {
-            client.uaid = m["uaid"] as string
-            s.ws.send(JSON.stringify({ messageType: "register", channelID: crypto.randomUUID() }))
-            return
-          }
-          if (m["uaid"] !== client.uaid) uaidChanged++
-          s.ws.send("{}")
+          // A refused hello (a storage error): this session will not work, try again.
+          if (m["status"] !== 200) return void s.ws.close()
+          if (client.uaid !== undefined && m["uaid"] !== client.uaid) uaidChanged++
+          client.uaid = m["uaid"] as string
+          // Its channel, until a register was answered (a session may close before).
+          if (client.endpoint === undefined) s.ws.send(JSON.stringify({ messageType: "register", channelID: crypto.randomUUID() }))
+          else s.ws.send("{}")
           return
         case "register":
+          if (m["status"] !== 200) return void s.ws.close()
           client.endpoint = m["pushEndpoint"] as string
           s.ws.send("{}")
           return
@@ -89,6 +102,7 @@ const session = (client: Client, wsUrl: string, delayMs: number, onWorking?: () 
           return
         case undefined:
           // The ping's answer.
+          clearTimeout(giveUp)
           client.working = true
           if (client.closedAt !== undefined) reconnects.push(Date.now() - client.closedAt)
           client.closedAt = undefined
