@@ -241,7 +241,9 @@ export const startFleet = async (options: FleetOptions): Promise<Fleet> => {
         "backend connection_nodes",
         "  balance leastconn",
         "  option httpchk GET /__lbheartbeat__",
-        "  default-server inter 500ms fall 1 rise 2",
+        // A stopping node refuses at once; a busy one may answer late, and is not taken out for it.
+        "  timeout check 2s",
+        "  default-server inter 500ms fall 2 rise 2",
         ...nodes.map((node) => `  server ${node.name} 127.0.0.1:${node.wsPort} check`),
         ""
       ].join("\n"))
