@@ -230,9 +230,10 @@ export interface Session {
   readonly frames: (onFrame: (m: Record<string, unknown>) => void) => void
 }
 
-export const connect = (wsUrl: string, i: number): Promise<Session> =>
+/** Client i's session on `wsUrl`, once open; `handshakeTimeoutMs` bounds the opening handshake (none by default). */
+export const connect = (wsUrl: string, i: number, handshakeTimeoutMs?: number): Promise<Session> =>
   new Promise((resolve, reject) => {
-    const ws = new WebSocket(wsUrl, { localAddress: localAddress(i), perMessageDeflate: false })
+    const ws = new WebSocket(wsUrl, { localAddress: localAddress(i), perMessageDeflate: false, ...(handshakeTimeoutMs === undefined ? {} : { handshakeTimeout: handshakeTimeoutMs }) })
     ws.once("open", () => resolve({ ws, frames: (onFrame) => ws.on("message", (data) => onFrame(JSON.parse(data.toString()))) }))
     ws.once("error", reject)
   })
