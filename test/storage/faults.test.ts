@@ -16,6 +16,7 @@ import { layerDynamo } from "../../src/storage/dynamodb.ts"
 import { StorageTimeout } from "../../src/storage/dynamoRequests.ts"
 import { startDynalite } from "../../src/storage/embedded.ts"
 import { createActiveTables, Storage } from "../../src/storage/Storage.ts"
+import { eventually } from "../eventually.ts"
 
 /** `pass`: this request is forwarded as usual (a later one of the list is faulted). */
 type Fault = "pass" | "throttle" | "unprocessed" | "hang" | "drop" | "slow" | "applied"
@@ -163,7 +164,7 @@ describe("DynamoDB layer under faults", () => {
       assert.instanceOf(error.cause, StorageTimeout)
       assert.isAtLeast(took, 300)
       assert.isBelow(took, 3_000)
-      yield* Effect.promise(() => new Promise((r) => setTimeout(r, 100)))
+      yield* eventually(Effect.sync(() => abandoned === 1), 5_000)
       assert.strictEqual(abandoned, 1, "the hanging request was aborted")
       // The next call is answered as usual.
       assert.isUndefined(yield* s.getUser("00000000000000000000000000000001"))
@@ -223,7 +224,9 @@ describe("DynamoDB layer under faults", () => {
         assert.strictEqual(error.operation, "saveMessages")
         assert.instanceOf(error.cause, StorageTimeout)
         assert.isAtLeast(took, 380)
-        assert.isBelow(took, 700, `took ${took} ms`)
+        // Each write alone is within the deadline: with a deadline per write all four would be made
+        // and the save would succeed, after 4 × 250 ms. (Its time is not bounded: timers are late
+        // on a loaded machine.)
         assert.isAtMost(count("PutItem"), 2)
       }), 400))
 
@@ -250,12 +253,11 @@ describe("DynamoDB layer under faults", () => {
         yield* s.saveMessage(uaid, table, message(1))
         slowMs = 250
         for (const operation of ["DeleteItem", "Query", "BatchWriteItem"]) slowly(operation)
-        const started = Date.now()
         const error = yield* Effect.flip(s.dropUser(uaid))
-        const took = Date.now() - started
         assert.strictEqual(error.operation, "dropUser")
+        // Each request alone is within the deadline: with a deadline per request the drop would
+        // succeed, after 3 × 250 ms. (Its time is not bounded: timers are late on a loaded machine.)
         assert.instanceOf(error.cause, StorageTimeout)
-        assert.isBelow(took, 700, `took ${took} ms`)
       }), 400))
 
     it.live("createTables (waiting for ACTIVE) is not cut by it: each request still has the deadline", () =>

@@ -1,0 +1,13 @@
+/** A wait for what a test expects to happen soon, in place of a fixed sleep. */
+import { Effect } from "effect"
+
+/**
+ * Waits until `check` holds, for at most `ms`: for what the server does shortly after (closing its
+ * side of a socket, a gauge coming down), which a loaded machine delays by an unknown time. The
+ * assertion that follows says what was expected.
+ */
+export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>, ms: number): Effect.Effect<void, E, R> =>
+  Effect.gen(function*() {
+    const deadline = performance.now() + ms
+    while (!(yield* check) && performance.now() < deadline) yield* Effect.sleep("20 millis")
+  })
