@@ -250,7 +250,7 @@ const floodWhileDelivering = (payload: string) =>
       const started = performance.now()
       const put = yield* Effect.promise(() => routerRequest("PUT", `${router}/push/${uaid}`, body))
       assert.strictEqual(put.status, 200)
-      const got = yield* Effect.promise(() => victim.next((f) => f["messageType"] === "notification", 5_000))
+      const got = yield* Effect.promise(() => victim.next((f) => f["messageType"] === "notification"))
       latencies.push(performance.now() - started)
       assert.strictEqual(got["version"], version)
       victim.send({ messageType: "ack", updates: [{ channelID: CHID, version }] })

@@ -217,7 +217,7 @@ describe("connection node: WebSocket limits", () => {
       again.send({ messageType: "hello", uaid, use_webpush: true })
       const got = new Set<string>()
       while (got.size < versions.length) {
-        const f = yield* Effect.promise(() => again.next((m) => m["messageType"] === "notification", 5_000))
+        const f = yield* Effect.promise(() => again.next((m) => m["messageType"] === "notification"))
         got.add(f["version"] as string)
         again.send({ messageType: "ack", updates: [{ channelID: CHID, version: f["version"] }] })
       }

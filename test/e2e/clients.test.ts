@@ -105,18 +105,18 @@ describe("clients as they are", () => {
     for (let i = 0; i < 5; i++) stored.push((await push(sub.endpoint, `away-${i}`)).id)
     const { client } = await helloAs(d, first.uaid)
     const held: Array<Record<string, unknown>> = []
-    for (let i = 0; i < stored.length; i++) held.push(await client.next((f) => f["messageType"] === "notification", 5_000))
+    for (let i = 0; i < stored.length; i++) held.push(await client.next((f) => f["messageType"] === "notification"))
     // Nothing acked yet: the next push is stored (by the cached offline record) and still comes while
     // the client holds its acks (it used to wait for them: never, here). It takes milliseconds
     // (bench:clients); the wait below leaves a busy machine room.
     const late = await push(sub.endpoint, "while holding")
     assert.strictEqual(late.status, 201)
-    held.push(await client.next((f) => f["messageType"] === "notification" && f["version"] === late.id, 10_000))
+    held.push(await client.next((f) => f["messageType"] === "notification" && f["version"] === late.id))
     // The batch: every ack at once, and nothing comes twice.
     client.send({ messageType: "ack", updates: held.map((f) => ({ channelID: f["channelID"], version: f["version"], code: 100 })) })
     assert.sameMembers(held.map((f) => f["version"] as string), [...stored, late.id])
     const after = await push(sub.endpoint, "after the batch")
-    await client.next((f) => f["messageType"] === "notification" && f["version"] === after.id, 10_000)
+    await client.next((f) => f["messageType"] === "notification" && f["version"] === after.id)
     assert.isTrue(await client.quiet(500, (f) => f["messageType"] === "notification"))
     await client.close()
   })
