@@ -1,4 +1,4 @@
-/** A wait for what a test expects to happen soon, in place of a fixed sleep. */
+/** Waits for what a test expects to happen soon, in place of a fixed sleep. */
 import { Effect } from "effect"
 
 /**
@@ -11,3 +11,10 @@ export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>, ms: number
     const deadline = performance.now() + ms
     while (!(yield* check) && performance.now() < deadline) yield* Effect.sleep("20 millis")
   })
+
+/** `eventually` for a check outside Effect. */
+export const waitUntil = async (check: () => boolean | Promise<boolean>, ms: number): Promise<void> => {
+  for (const deadline = performance.now() + ms; !(await check()) && performance.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
