@@ -8,7 +8,7 @@ export default defineConfig({
   test: {
     // A failing test's logs are printed with it; a passing test's are dropped.
     silent: "passed-only",
-    globalSetup: ["test/setup/tmpdir.ts"],
+    globalSetup: ["test/setup/tmpdir.ts", "test/setup/postgres.ts"],
     include: ["test/firefox/**/*.firefox.ts"],
     fileParallelism: false,
     testTimeout: 60_000,

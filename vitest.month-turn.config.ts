@@ -10,7 +10,7 @@ export default defineConfig({
   test: {
     // A failing test's logs are printed with it; a passing test's are dropped.
     silent: "passed-only",
-    globalSetup: ["test/setup/tmpdir.ts"],
+    globalSetup: ["test/setup/tmpdir.ts", "test/setup/postgres.ts"],
     include: ["test/month-turn/**/*.month.ts"],
     fileParallelism: false,
     testTimeout: 90_000,

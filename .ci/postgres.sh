@@ -11,6 +11,9 @@
 # is a streaming-replication standby of the cluster on that port (a `pg_basebackup` of it, named
 # `standby` to it; the test makes replication synchronous once it streams). `kill` stops a cluster
 # the way a crash does (`pg_ctl stop -m immediate`), `promote` makes a standby the primary.
+#
+# With AUTOPUSH_TEST_POSTGRES_STARTED set to a file's path, a cluster this run starts (not one that
+# was running already) has its directory added to that file as a line, for whoever stops it.
 set -euo pipefail
 port=${AUTOPUSH_TEST_POSTGRES_PORT:-5433}
 primary_port=${AUTOPUSH_TEST_POSTGRES_PRIMARY_PORT:-}
@@ -71,6 +74,7 @@ fi
 if ! as_owner "$bin/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
   as_owner "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 60 \
     -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c max_connections=200 -c fsync=off" start >&2
+  if [ -n "${AUTOPUSH_TEST_POSTGRES_STARTED:-}" ]; then echo "$dir" >>"$AUTOPUSH_TEST_POSTGRES_STARTED"; fi
   if ! PGPASSWORD=autopush "$bin/psql" -h 127.0.0.1 -p "$port" -U autopush -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'autopush'" | grep -q 1; then
     PGPASSWORD=autopush "$bin/psql" -h 127.0.0.1 -p "$port" -U autopush -d postgres -qc "CREATE DATABASE autopush" >&2
   fi

@@ -57,7 +57,9 @@ export const openClient = (url: string): Promise<TestClient> =>
     const closed = new Promise<{ code: number; reason: string }>((done) =>
       ws.on("close", (code, reason) => done({ code, reason: reason.toString() }))
     )
-    const next: TestClient["next"] = (predicate = () => true, timeoutMs = 3000) =>
+    // A frame that should come is waited for generously: it comes in milliseconds, seconds late on
+    // a loaded machine; one that never comes fails the same, only later.
+    const next: TestClient["next"] = (predicate = () => true, timeoutMs = 15_000) =>
       new Promise((done, fail) => {
         const check = () => {
           while (taken < received.length) {

@@ -81,7 +81,7 @@ const victimPushes = (router: string, victim: TestClient, uaid: string) =>
         const started = performance.now()
         const { status } = yield* put(router, uaid, version)
         assert.strictEqual(status, 200)
-        yield* Effect.promise(() => victim.next((f) => f["version"] === version, 10_000))
+        yield* Effect.promise(() => victim.next((f) => f["version"] === version))
         latencies.push(performance.now() - started)
         victim.send({ messageType: "ack", updates: [{ channelID: CHID, version }] })
         yield* Effect.sleep(10)
@@ -184,7 +184,7 @@ describe("connection node: the costliest frame of each command", () => {
         assert.strictEqual((yield* put(router, uaid, version)).status, 200)
         versions.push(version)
       }
-      yield* Effect.promise(() => client.next((f) => f["version"] === versions[versions.length - 1], 10_000))
+      yield* Effect.promise(() => client.next((f) => f["version"] === versions[versions.length - 1]))
       assert.strictEqual(registry.get(uaid)?.unackedDirect, 100)
       // Unknown versions fill the frame; the known ones are spread through it.
       const updates: Array<{ channelID: string; version: string }> = []
@@ -195,7 +195,7 @@ describe("connection node: the costliest frame of each command", () => {
       const started = performance.now()
       client.send({ messageType: "ack", updates })
       client.send("{}")
-      yield* Effect.promise(() => client.next((f) => Object.keys(f).length === 0, 10_000))
+      yield* Effect.promise(() => client.next((f) => Object.keys(f).length === 0))
       assert.isBelow(performance.now() - started, FRAME_BOUND_MS)
       assert.strictEqual(registry.get(uaid)?.unackedDirect, 0)
       yield* Effect.promise(() => client.close())
@@ -217,7 +217,7 @@ describe("connection node: a client that reads its pushes and never acks", () =>
         const version = yield* crypto.makeMessageId({ kind: "timestamp", uaid, channelId: CHID, sortkeyTimestamp: Date.now() + i })
         answers.push(yield* put(router, uaid, version))
         // It reads what it is sent (never acks): its session keeps up.
-        if (i < capacity) yield* Effect.promise(() => hoarder.next((f) => f["version"] === version, 10_000))
+        if (i < capacity) yield* Effect.promise(() => hoarder.next((f) => f["version"] === version))
       }
       const latencies = yield* pushes.stop
       const statuses = answers.map((a) => a.status)

@@ -19,6 +19,7 @@ import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables } from "../../src/storage/Storage.ts"
 import { httpRequest, nodeOptions, openClient, routerRequest, routerSignature } from "./client.ts"
 import { closeOf, frame, frames, rawHttp as raw, rawWebSocket } from "./raw.ts"
+import { eventually } from "../eventually.ts"
 
 /** A router API request's signature header as a raw header line (over an empty body: the body is not the point here). */
 const signatureLine = (method: string, path: string): string =>
@@ -149,7 +150,7 @@ describe("connection node: WebSocket limits", () => {
       const flood = yield* Effect.promise(() => rawWebSocket(port))
       flood.socket.write(frame(1, Buffer.from(JSON.stringify({ messageType: "hello", use_webpush: true }))))
       for (let i = 0; i < 100; i++) flood.socket.write(frame(9))
-      yield* Effect.sleep(300)
+      yield* eventually(Effect.sync(() => closeOf(flood.received()) !== undefined), 10_000)
       assert.deepStrictEqual(closeOf(flood.received()), { code: 1008, reason: "ControlFlood" })
       flood.socket.destroy()
     }).pipe(Effect.provide(nodeWith({}))), 20_000)
@@ -159,7 +160,7 @@ describe("connection node: WebSocket limits", () => {
       const { port } = yield* urls
       const client = yield* Effect.promise(() => rawWebSocket(port))
       client.socket.write(frame(1, Buffer.alloc(2_000, "a")))
-      yield* Effect.sleep(300)
+      yield* eventually(Effect.sync(() => closeOf(client.received()) !== undefined), 10_000)
       assert.strictEqual(closeOf(client.received())?.code, 1009)
       client.socket.destroy()
     }).pipe(Effect.provide(nodeWith({ maxMessageBytes: 1_024 }))), 20_000)
@@ -186,7 +187,7 @@ describe("connection node: WebSocket limits", () => {
       const slow = yield* Effect.promise(() => rawWebSocket(port))
       slow.socket.write(frame(1, Buffer.from(JSON.stringify({ messageType: "hello", use_webpush: true }))))
       slow.socket.write(frame(1, Buffer.from(JSON.stringify({ messageType: "register", channelID: CHID }))))
-      yield* Effect.sleep(200)
+      yield* eventually(Effect.sync(() => frames(slow.received()).length >= 2), 10_000)
       const uaid = JSON.parse(frames(slow.received())[0]!.payload.toString()).uaid as string
       slow.socket.pause() // reads nothing more
       const versions: Array<string> = []
@@ -217,7 +218,7 @@ describe("connection node: WebSocket limits", () => {
       again.send({ messageType: "hello", uaid, use_webpush: true })
       const got = new Set<string>()
       while (got.size < versions.length) {
-        const f = yield* Effect.promise(() => again.next((m) => m["messageType"] === "notification", 5_000))
+        const f = yield* Effect.promise(() => again.next((m) => m["messageType"] === "notification"))
         got.add(f["version"] as string)
         again.send({ messageType: "ack", updates: [{ channelID: CHID, version: f["version"] }] })
       }

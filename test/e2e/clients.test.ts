@@ -71,8 +71,10 @@ describe("clients as they are", () => {
   // (64 KiB) before its connection holds client_channel_capacity of them; a close frame queued
   // behind megabytes the client never read reaches it once it reads again (close_grace).
   const slowDeployment = deploymentFor(() => startSeparate(["--max-send-buffer", "65536", "--close-grace", "20"], [], unlimited))
+  // Bursts of 1,000 through the deployment's processes took over two minutes on two cores loaded
+  // by other work: a test that hangs still fails, later.
   const liveOn = (on: () => Deployment) => (title: string, body: (d: Deployment) => Promise<void>) =>
-    it.live(title, () => Effect.promise(withServerOutput(on)(() => body(on()))), 120_000)
+    it.live(title, () => Effect.promise(withServerOutput(on)(() => body(on()))), 300_000)
   const live = liveOn(deployment)
 
   live("a burst of 1,000 to one subscription of a client that acks at once, 32 in flight: each 201 delivered once, the rest refused 429/119; the client stays, its other subscription works", async (d) => {
@@ -105,18 +107,18 @@ describe("clients as they are", () => {
     for (let i = 0; i < 5; i++) stored.push((await push(sub.endpoint, `away-${i}`)).id)
     const { client } = await helloAs(d, first.uaid)
     const held: Array<Record<string, unknown>> = []
-    for (let i = 0; i < stored.length; i++) held.push(await client.next((f) => f["messageType"] === "notification", 5_000))
+    for (let i = 0; i < stored.length; i++) held.push(await client.next((f) => f["messageType"] === "notification"))
     // Nothing acked yet: the next push is stored (by the cached offline record) and still comes while
     // the client holds its acks (it used to wait for them: never, here). It takes milliseconds
     // (bench:clients); the wait below leaves a busy machine room.
     const late = await push(sub.endpoint, "while holding")
     assert.strictEqual(late.status, 201)
-    held.push(await client.next((f) => f["messageType"] === "notification" && f["version"] === late.id, 10_000))
+    held.push(await client.next((f) => f["messageType"] === "notification" && f["version"] === late.id))
     // The batch: every ack at once, and nothing comes twice.
     client.send({ messageType: "ack", updates: held.map((f) => ({ channelID: f["channelID"], version: f["version"], code: 100 })) })
     assert.sameMembers(held.map((f) => f["version"] as string), [...stored, late.id])
     const after = await push(sub.endpoint, "after the batch")
-    await client.next((f) => f["messageType"] === "notification" && f["version"] === after.id, 10_000)
+    await client.next((f) => f["messageType"] === "notification" && f["version"] === after.id)
     assert.isTrue(await client.quiet(500, (f) => f["messageType"] === "notification"))
     await client.close()
   })

@@ -9,6 +9,7 @@ import { Effect } from "effect"
 import { assert, describe, it } from "vitest"
 import { Storage } from "../../src/storage/Storage.ts"
 import type { TestClient } from "../connection/client.ts"
+import { waitUntil } from "../eventually.ts"
 import { type Deployment, deliveredAs, deploymentFor, startAllInOne, startSeparate, storageOf } from "./servers.ts"
 import { ack, helloAs, register, withServerOutput } from "./userAgent.ts"
 
@@ -34,11 +35,15 @@ const nodeIdOf = (deployment: Deployment, uaid: string) =>
     )
   ).then((user) => user?.nodeId)
 
-/** Take notifications, acking each, until none comes for a while or the socket closes. */
-const drain = async (client: TestClient): Promise<Array<string>> => {
+/**
+ * Take notifications, acking each: the `expected` ones, each waited for as long as a frame that
+ * should come (seconds late on a loaded machine), then any more that come within 1.5 s or until
+ * the socket closes.
+ */
+const drain = async (client: TestClient, expected: number): Promise<Array<string>> => {
   const got: Array<string> = []
   for (;;) {
-    const frame = await client.next((f) => f["messageType"] === "notification", 1_500).catch(() => undefined)
+    const frame = await client.next((f) => f["messageType"] === "notification", got.length < expected ? undefined : 1_500).catch(() => undefined)
     if (frame === undefined) return got
     got.push(dataOf(frame))
     ack(client, frame)
@@ -59,7 +64,7 @@ const scenario = (name: string, start: () => Promise<Deployment>) =>
       for (const round of [1, 2]) {
         const { client, uaid } = await helloAs(deployment(), first.uaid)
         assert.strictEqual(uaid, first.uaid, `round ${round}: the uaid is resumed`)
-        if (round === 2) assert.deepStrictEqual(await drain(client), ["kept 1", "offline 1"], "what the first session left")
+        if (round === 2) assert.deepStrictEqual(await drain(client, 2), ["kept 1", "offline 1"], "what the first session left")
         await sleep(300)
         const acked = await push(endpoint, `acked ${round}`)
         const frame = await client.next((f) => f["messageType"] === "notification")
@@ -74,13 +79,13 @@ const scenario = (name: string, start: () => Promise<Deployment>) =>
         assert.strictEqual(await deliveredAs(deployment(), kept), "direct", `round ${round}: a resumed, connected client gets pushes directly`)
         await sleep(500)
         await client.close() // `kept` unacked: saved by the node
-        await sleep(300)
+        await waitUntil(async () => (await nodeIdOf(deployment(), uaid)) === undefined, 10_000)
         assert.isUndefined(await nodeIdOf(deployment(), uaid), `round ${round}: the router record names no node once the session ended`)
         await push(endpoint, `offline ${round}`)
         await sleep(1_100)
       }
       const last = await helloAs(deployment(), first.uaid)
-      assert.deepStrictEqual(await drain(last.client), ["kept 2", "offline 2"])
+      assert.deepStrictEqual(await drain(last.client, 2), ["kept 2", "offline 2"])
       await last.client.close()
     }), 60_000)
 
@@ -94,7 +99,7 @@ const scenario = (name: string, start: () => Promise<Deployment>) =>
         await sleep(1_000)
         const { client, uaid } = await helloAs(deployment(), first.uaid)
         assert.strictEqual(uaid, first.uaid)
-        const got = await drain(client)
+        const got = await drain(client, MSG_LIMIT)
         assert.deepStrictEqual(got, Array.from({ length: MSG_LIMIT }, (_, i) => `m${i}`), `${stored} stored`)
         if (stored > MSG_LIMIT) assert.deepStrictEqual(await client.closed, { code: 1000, reason: "UaidReset" })
         else assert.isTrue(await client.quiet(300), "nothing more, no close")

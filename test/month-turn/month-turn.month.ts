@@ -225,7 +225,7 @@ const scenario = (name: string, start: (options: StartOptions) => Promise<Deploy
       a.sessions.push(client)
       a.session = client
       client.send({ messageType: "hello", use_webpush: true, ...(a.uaid === undefined ? {} : { uaid: a.uaid }) })
-      const reply = await client.next((f) => f["messageType"] === "hello", 5_000)
+      const reply = await client.next((f) => f["messageType"] === "hello")
       problems.check(reply["status"] === 200, `${a.name}'s hello: status ${String(reply["status"])}: ${JSON.stringify(reply)}`)
       const uaid = reply["uaid"] as string
       if (a.uaid !== undefined) problems.check(uaid === a.uaid, `${a.name}'s hello with uaid ${a.uaid} was answered with uaid ${uaid}`)
@@ -237,7 +237,7 @@ const scenario = (name: string, start: (options: StartOptions) => Promise<Deploy
     const register = async (a: Agent, problems: Problems): Promise<void> => {
       const client = need(a.session, `${a.name}'s session`)
       client.send({ messageType: "register", channelID: crypto.randomUUID() })
-      const reply = await client.next((f) => f["messageType"] === "register", 5_000)
+      const reply = await client.next((f) => f["messageType"] === "register")
       const endpoint = reply["pushEndpoint"]
       problems.check(
         reply["status"] === 200 && typeof endpoint === "string",

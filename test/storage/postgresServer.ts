@@ -2,8 +2,9 @@
  * The PostgreSQL server the PostgreSQL tests run against: `AUTOPUSH_TEST_POSTGRES_DSN` when set
  * (CI sets it: `.ci/run` starts a cluster with `.ci/postgres.sh`); otherwise, where PostgreSQL's
  * binaries are installed (`/usr/lib/postgresql/<version>/bin`), a throwaway cluster this file
- * starts through the same script. Under CI=true the variable must be set: the lane cannot vanish
- * silently. With neither, the tests fail, saying what they need.
+ * starts through the same script, stopped when the run ends (`test/setup/postgres.ts`; one that
+ * was running already is left running). Under CI=true the variable must be set: the lane cannot
+ * vanish silently. With neither, the tests fail, saying what they need.
  */
 import { execFile, execFileSync } from "node:child_process"
 import { existsSync, readdirSync } from "node:fs"
