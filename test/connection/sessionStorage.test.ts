@@ -6,7 +6,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import { SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/node.ts"
+import { SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/sessions.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 
