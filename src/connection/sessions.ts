@@ -3,7 +3,9 @@
  * the fiber that turns each accepted socket into a running session.
  */
 import * as Cause from "effect/Cause"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Pull from "effect/Pull"
 import * as Queue from "effect/Queue"
 import { Broadcasts } from "../broadcast/Broadcasts.ts"
@@ -18,7 +20,8 @@ import {
   type SessionPorts,
   type SessionRunner
 } from "../protocol/session.ts"
-import { mapStorageOperations, Storage, type StorageService } from "../storage/Storage.ts"
+import type { Notification } from "../domain/notification.ts"
+import { mapStorageOperations, type MessageSave, Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { PeerNodes } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import type { PushSocket, TransportLimits } from "./socket.ts"
@@ -34,8 +37,54 @@ export const SESSION_STORAGE_CONCURRENCY = 128
 export const sessionStorage = (storage: StorageService) =>
   Effect.sync(() => {
     const inFlight = new Permits(SESSION_STORAGE_CONCURRENCY)
-    return mapStorageOperations(storage, () => (operation) => inFlight.withPermit(operation), { values: false })
+    const bounded = mapStorageOperations(storage, () => (operation) => inFlight.withPermit(operation), { values: false })
+    return { ...bounded, saveMessages: batchedSaves(bounded) }
   })
+
+/** The most saves one `saveManyMessages` takes (on SQL stores, a transaction holding the write lock a few ms). */
+export const SAVES_AT_ONCE = 256
+
+interface WaitingSave {
+  readonly save: MessageSave
+  readonly done: Deferred.Deferred<ReadonlyArray<Notification>, StorageError>
+}
+
+const nextTurn = Effect.callback<void>((resume) => {
+  const turn = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(turn))
+})
+
+/**
+ * `saveMessages` of the node's sessions, gathered: the saves asked for in one turn of the event loop
+ * (up to `SAVES_AT_ONCE`) go to the store as one `saveManyMessages` — a node that stops, or loses
+ * many clients at once, saves them in a few large writes instead of one each. A save alone in its
+ * turn goes as it is. The first save of a turn makes the write, uninterruptibly (the others wait for
+ * it); a failure fails every save of the batch, each retried by its session.
+ */
+const batchedSaves = (storage: Pick<StorageService, "saveMessages" | "saveManyMessages">): StorageService["saveMessages"] => {
+  let open: Array<WaitingSave> | undefined
+  const write = (batch: Array<WaitingSave>) =>
+    Effect.gen(function*() {
+      yield* nextTurn
+      if (open === batch) open = undefined
+      if (batch.length === 1) {
+        const [{ done, save }] = batch as [WaitingSave]
+        return yield* Deferred.done(done, yield* Effect.exit(storage.saveMessages(save.uaid, save.table, save.messages)))
+      }
+      const exit = yield* Effect.exit(storage.saveManyMessages(batch.map((waiting) => waiting.save)))
+      batch.forEach((waiting, i) => Deferred.doneUnsafe(waiting.done, Exit.map(exit, (saved) => saved[i] ?? [])))
+    })
+  return (uaid, table, messages) =>
+    Effect.suspend(() => {
+      const waiting: WaitingSave = { save: { uaid, table, messages }, done: Deferred.makeUnsafe() }
+      if (open !== undefined && open.length < SAVES_AT_ONCE) {
+        open.push(waiting)
+        return Deferred.await(waiting.done)
+      }
+      const batch = open = [waiting]
+      return Effect.andThen(Effect.uninterruptible(write(batch)), Deferred.await(waiting.done))
+    })
+}
 
 /** What a session talks to, from the node's services: the one place the session's ports are assembled. */
 export const sessionPorts = (options: SessionOptions, logFrames: boolean) =>

@@ -3,11 +3,13 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import type { Server } from "node:http"
 import type { SessionRunner } from "../protocol/session.ts"
 import { causeText, type NodeSession, type StorageError } from "../storage/Storage.ts"
 import type { NodeFibers } from "./fibers.ts"
 import type { NodeRegistryService } from "./registry.ts"
+import type { SessionHandle } from "../protocol/session.ts"
 
 /** Whether the node is stopping; `cut`: sessions ended without their unacked messages saved. */
 export interface StopAccounting {
@@ -33,9 +35,33 @@ export const stopAccounting = (fibers: NodeFibers) => {
 
 const monotonicMillis = Effect.map(Clock.monotonicTimeNanos, (nanos) => Number(nanos / 1_000_000n))
 
+/** Sessions told to close at once, beyond those that have ended since the drain began. */
+export const CLOSING_AT_ONCE = 2_000
+/** How often the drain tells the next sessions to close. */
+const WAVE_MS = 20
+
+/**
+ * Tell the sessions to close (1001) in waves, in the order they connected: at most
+ * `CLOSING_AT_ONCE` more than have ended so far, and never fewer than the share of the first half
+ * of `timeoutMs` gone by (all of them by then). The clients' reconnects to other nodes come spread
+ * over the stop instead of all in its first moment, and each wave's saves find the node free to
+ * make them; a node that keeps up tells them all at once in effect.
+ */
+const closeInWaves = (handles: ReadonlyArray<SessionHandle>, registry: NodeRegistryService, began: number, timeoutMs: number) =>
+  Effect.gen(function*() {
+    let told = 0
+    while (told < handles.length) {
+      const ended = handles.length - registry.connections.size
+      const due = Math.ceil(handles.length * Math.min(1, ((yield* monotonicMillis) - began) / (timeoutMs / 2)))
+      const upTo = Math.min(handles.length, Math.max(ended + CLOSING_AT_ONCE, due))
+      for (; told < upTo; told++) handles[told]!.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
+      if (told < handles.length) yield* Effect.sleep(WAVE_MS)
+    }
+  })
+
 /**
  * Graceful drain: stop accepting connections, close every session with 1001 (Firefox reconnects,
- * elsewhere or here once restarted); each session saves its unacked direct messages on the way out,
+ * elsewhere or here once restarted), in waves (`closeInWaves`); each session saves its unacked direct messages on the way out,
  * and from the moment it closes the router port answers 404 for it, so endpoints store instead.
  * Waits for the sessions up to `timeoutMs`; the rest are interrupted, and their cleanup still runs
  * (`interruptSessions` waits for it). Then the node takes its id out of the records of the sessions
@@ -62,13 +88,15 @@ export const drain = (
     const began = yield* monotonicMillis
     publicServer.close()
     stopAccepting()
-    const sessions = registry.connections.size
+    const handles = [...registry.connections]
+    const sessions = handles.length
     const identified: Array<NodeSession> = []
-    for (const handle of registry.connections) {
+    for (const handle of handles) {
       if (handle.uaid !== undefined) identified.push({ uaid: handle.uaid, connectedAt: handle.connectedAt })
-      handle.mailbox.offer({ _tag: "Kick", kind: "shutdown" })
     }
+    const waves = yield* Effect.forkChild(closeInWaves(handles, registry, began, timeoutMs))
     const done = yield* sessionsDone.pipe(Effect.timeoutOption(timeoutMs))
+    yield* Fiber.interrupt(waves)
     if (done._tag === "None") yield* interruptSessions
     // What is left of `timeoutMs`, and at least a second: records not left by then name a node that
     // is gone, which endpoints find out for themselves (they store, and clear the node id).

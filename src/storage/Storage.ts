@@ -83,6 +83,20 @@ export const clearNodeIdsEach = (
     (cleared) => cleared.filter((one) => one).length
   )
 
+/** One user's save, as `saveMessages` takes it. */
+export interface MessageSave {
+  readonly uaid: string
+  readonly table: string
+  readonly messages: ReadonlyArray<Notification>
+}
+
+/** `saveManyMessages` as one `saveMessages` per save, `concurrency` at once (stores without transactions). */
+export const saveManyMessagesEach = (
+  saveMessages: StorageService["saveMessages"],
+  concurrency: number
+): StorageService["saveManyMessages"] =>
+(saves) => Effect.forEach(saves, (save) => saveMessages(save.uaid, save.table, save.messages), { concurrency })
+
 /** One page of a user's message rows, in sort-key order. */
 interface MessagePage {
   readonly messages: ReadonlyArray<Notification>
@@ -193,6 +207,12 @@ export interface StorageService {
     table: string,
     messages: ReadonlyArray<Notification>
   ) => Effect.Effect<ReadonlyArray<Notification>, StorageError>
+  /**
+   * `saveMessages` for many users at once (the sessions of a node that stops save together: on SQL
+   * stores in one transaction, where one each would cost a commit and a round of the write lock
+   * each); the messages as stored, save by save. A failure fails them all.
+   */
+  readonly saveManyMessages: (saves: ReadonlyArray<MessageSave>) => Effect.Effect<ReadonlyArray<ReadonlyArray<Notification>>, StorageError>
   /**
    * How many messages `channelId` has stored in `table` (unexpired, not tombstones), counted up to
    * `atMost`, leaving out the row of topic `replacing` (a message of that topic would replace it):

@@ -25,7 +25,7 @@ import {
   timestampLowerBound,
   TOPIC_PREFIX
 } from "../model.ts"
-import type { AckedRow, StorageError } from "../Storage.ts"
+import { type AckedRow, saveManyMessagesEach, type StorageError } from "../Storage.ts"
 
 /** Rows `saveMessages` writes at once: a save of one session is not to take all the client's sockets. */
 const SAVE_CONCURRENCY = 16
@@ -260,6 +260,8 @@ export const makeMessages = (client: DynamoClient, { call, conditional, query, q
     deleteUserRows,
     saveMessage,
     saveMessages,
+    // A conditional write per row (no conditional batch write): sessions' saves side by side, as many as one session's rows.
+    saveManyMessages: saveManyMessagesEach(saveMessages, SAVE_CONCURRENCY),
     countChannelMessages,
     fetchTopicMessages,
     fetchMessages,

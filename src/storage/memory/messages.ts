@@ -23,7 +23,7 @@ import {
   TOPIC_END,
   TOPIC_PREFIX
 } from "../model.ts"
-import type { AckedRow } from "../Storage.ts"
+import { type AckedRow, saveManyMessagesEach } from "../Storage.ts"
 
 /** What a read returns: unexpired messages, no tombstones. */
 const readable = (row: MessageRow, now: number): boolean => row.cancelled !== true && isVisible(expiryOf(row), now)
@@ -135,6 +135,7 @@ export const makeMemoryMessages = (store: MemoryStore) => {
   return {
     saveMessage,
     saveMessages,
+    saveManyMessages: saveManyMessagesEach(saveMessages, 1),
     countChannelMessages,
     fetchTopicMessages,
     fetchMessages,

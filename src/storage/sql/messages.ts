@@ -27,7 +27,7 @@ import {
 import { jsonList } from "./dialect.ts"
 import { changed, fromExcluded, nothing, placeholders, sql, type Sql, type SqlDriver } from "./driver.ts"
 import { ident, MESSAGE_COLUMNS, messageFromRow, type MessageRow, messageValues } from "./tables.ts"
-import type { AckedRow } from "../Storage.ts"
+import type { AckedRow, MessageSave } from "../Storage.ts"
 
 const COLUMNS = MESSAGE_COLUMNS.split(", ")
 /** A message row's values, and the update of a row it replaces (every column but the key). */
@@ -94,6 +94,18 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
       })
     )
 
+  /** A user's messages, each at its key or the next ms free (`saveMessages`). */
+  function* saveAll(uaid: string, table: string, messages: ReadonlyArray<Notification>): Sql<ReadonlyArray<Notification>> {
+    const saved: Array<Notification> = []
+    for (const message of messages) {
+      let placed = message
+      let outcome = yield* putMessage(uaid, table, placed)
+      while (outcome === "taken") outcome = yield* putMessage(uaid, table, placed = nextFreeMs(placed))
+      if (outcome === "stored") saved.push(placed)
+    }
+    return saved
+  }
+
   /**
    * What a row becomes when it is buried: its tombstone, key and version kept, expiring
    * `TOMBSTONE_SECONDS` after `now` (the statement's parameter `$n`) unless the message expires sooner.
@@ -105,16 +117,13 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
   return {
     saveMessage: (uaid: string, table: string, message: Notification) => run("saveMessage", () => putMessage(uaid, table, message)),
     saveMessages: (uaid: string, table: string, messages: ReadonlyArray<Notification>) =>
-      run("saveMessages", function*() {
-        const saved: Array<Notification> = []
-        for (const message of messages) {
-          let placed = message
-          let outcome = yield* putMessage(uaid, table, placed)
-          while (outcome === "taken") outcome = yield* putMessage(uaid, table, placed = nextFreeMs(placed))
-          if (outcome === "stored") saved.push(placed)
-        }
+      run("saveMessages", () => saveAll(uaid, table, messages), messages.length > 0),
+    saveManyMessages: (saves: ReadonlyArray<MessageSave>) =>
+      run("saveManyMessages", function*() {
+        const saved: Array<ReadonlyArray<Notification>> = []
+        for (const save of saves) saved.push(yield* saveAll(save.uaid, save.table, save.messages))
         return saved
-      }, messages.length > 0),
+      }, saves.length > 0),
     /** The channel's topic rows (a range) and timestamp rows (the user's, by the key's end), readable ones, `atMost` at most. */
     countChannelMessages: (uaid: string, table: string, channelId: string, atMost: number, replacing?: string) =>
       atNow((now) =>
