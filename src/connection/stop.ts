@@ -5,11 +5,10 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import type { Server } from "node:http"
-import type { SessionRunner } from "../protocol/session.ts"
+import type { SessionHandle, SessionRunner } from "../protocol/session.ts"
 import { causeText, type NodeSession, type StorageError } from "../storage/Storage.ts"
 import type { NodeFibers } from "./fibers.ts"
 import type { NodeRegistryService } from "./registry.ts"
-import type { SessionHandle } from "../protocol/session.ts"
 
 /** Whether the node is stopping; `cut`: sessions ended without their unacked messages saved. */
 export interface StopAccounting {
@@ -36,7 +35,7 @@ export const stopAccounting = (fibers: NodeFibers) => {
 const monotonicMillis = Effect.map(Clock.monotonicTimeNanos, (nanos) => Number(nanos / 1_000_000n))
 
 /** Sessions told to close at once, beyond those that have ended since the drain began. */
-export const CLOSING_AT_ONCE = 2_000
+const CLOSING_AT_ONCE = 2_000
 /** How often the drain tells the next sessions to close. */
 const WAVE_MS = 20
 
