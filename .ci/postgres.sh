@@ -6,8 +6,14 @@
 #   AUTOPUSH_TEST_POSTGRES_DSN=postgres://autopush:autopush@127.0.0.1:5433/autopush
 # `eval "$(.ci/postgres.sh)"` exports it. Running it again while that cluster runs just prints it.
 # `.ci/postgres.sh stop` stops the cluster. Root runs the server as the `postgres` user.
+#
+# Replication, for the failover lane: with AUTOPUSH_TEST_POSTGRES_PRIMARY_PORT set, a new cluster
+# is a streaming-replication standby of the cluster on that port (a `pg_basebackup` of it, named
+# `standby` to it; the test makes replication synchronous once it streams). `kill` stops a cluster
+# the way a crash does (`pg_ctl stop -m immediate`), `promote` makes a standby the primary.
 set -euo pipefail
 port=${AUTOPUSH_TEST_POSTGRES_PORT:-5433}
+primary_port=${AUTOPUSH_TEST_POSTGRES_PRIMARY_PORT:-}
 # Under /tmp, not $TMPDIR: the server runs as another user, which must reach it.
 dir=${AUTOPUSH_TEST_POSTGRES_DIR:-/tmp/autopush-postgres-$port}
 dsn="postgres://autopush:autopush@127.0.0.1:$port/autopush"
@@ -28,16 +34,27 @@ bin=$(bindir || true)
 # One caller at a time sets the cluster up (test files start it in parallel).
 exec 9>"$dir.lock"
 flock 9
-if [ "${1:-}" = stop ]; then
-  [ -n "$bin" ] && [ -f "$dir/postmaster.pid" ] && as_owner "$bin/pg_ctl" -D "$dir" -m fast stop >&2
-  exit 0
-fi
+case "${1:-}" in
+  stop) [ -n "$bin" ] && [ -f "$dir/postmaster.pid" ] && as_owner "$bin/pg_ctl" -D "$dir" -m fast stop >&2; exit 0 ;;
+  kill) as_owner "$bin/pg_ctl" -D "$dir" -m immediate stop >&2; exit 0 ;;
+  promote) as_owner "$bin/pg_ctl" -D "$dir" -w -t 60 promote >&2; exit 0 ;;
+esac
 
 if [ -z "$bin" ]; then
   if [ "$(id -u)" != 0 ]; then echo "postgresql is not installed (apt-get install postgresql, as root)" >&2; exit 1; fi
   apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
   bin=$(bindir)
+fi
+
+if ! [ -f "$dir/PG_VERSION" ] && [ -n "$primary_port" ]; then
+  mkdir -p "$dir"
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+  chmod 700 "$dir"
+  as_owner env PGPASSWORD=autopush "$bin/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U autopush -D "$dir" -X stream -c fast >&2
+  as_owner touch "$dir/standby.signal"
+  echo "primary_conninfo = 'host=127.0.0.1 port=$primary_port user=autopush password=autopush application_name=standby'" |
+    as_owner tee -a "$dir/postgresql.auto.conf" >/dev/null
 fi
 
 if ! [ -f "$dir/PG_VERSION" ]; then

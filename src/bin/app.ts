@@ -28,6 +28,7 @@ import type { EventLog } from "../observability/EventLog.ts"
 import type { Metrics } from "../observability/Metrics.ts"
 import { EventLogOpenError } from "../observability/eventLogFile.ts"
 import { observabilityLayer } from "../observability/observability.ts"
+import { storageBreaker } from "../observability/storageBreaker.ts"
 import { timedStorage } from "../observability/timedStorage.ts"
 import { tracingLayer } from "../observability/tracing.ts"
 import { versionInfo } from "../observability/version.ts"
@@ -57,7 +58,7 @@ import { layerPostgres } from "../storage/postgres/layer.ts"
 import { postgresFailure } from "../storage/postgres/pool.ts"
 import { layerSqlite } from "../storage/sqlite/layer.ts"
 import { databaseFiles, makeDataPrivate, markDatabaseStarted, refuseLostDatabase, startedMarkerOf } from "../storage/sqlite/data.ts"
-import { causeText, type Storage, StorageError } from "../storage/Storage.ts"
+import { failureText, type Storage, StorageError } from "../storage/Storage.ts"
 import { layerTableKeeper } from "../storage/tableKeeper.ts"
 import * as HttpServerError from "effect/http/HttpServerError"
 import { Broadcasts, megaphoneSource, storageSource } from "../broadcast/Broadcasts.ts"
@@ -125,8 +126,8 @@ const startupFailure = (settings: Settings, error: unknown): string | undefined 
     }
     if (settings.dbDsn !== undefined) return `${storageDescription(settings)} cannot be used (option db_dsn): ${postgresFailure(error)}`
     return settings.storageEndpoint === undefined
-      ? `the embedded storage (${storageDescription(settings)}) did not start (option data_dir): ${causeText(error.cause)}`
-      : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${causeText(error.cause)}`
+      ? `the embedded storage (${storageDescription(settings)}) did not start (option data_dir): ${failureText(error)}`
+      : `DynamoDB at ${settings.storageEndpoint} cannot be used (option storage_endpoint): ${failureText(error)}`
   }
   if (error instanceof HttpServerError.ServeError) return listenFailure("endpoint_port", settings.bindHost, settings.endpointPort, error.cause).message
   return undefined
@@ -490,15 +491,19 @@ export const allInOneLayer = (settings: Settings) => Layer.unwrap(Effect.map(end
   return endpoint.pipe(Layer.provideMerge(connectionLayer(settings, "autopush")))
 }))
 
+/** The storage breaker of every backend, from the settings: operations refused at once while the store cannot be reached. */
+const breakerOf = (settings: Settings) =>
+  storageBreaker({ threshold: settings.storageBreakerThreshold, maxBackoffMs: ms(settings.storageBreakerMaxBackoff) })
+
 /**
- * A role's node layers with what they run on: the given storage (timed), the crypto keys, one
+ * A role's node layers with what they run on: the given storage (behind the breaker, timed), the crypto keys, one
  * observability instance (metrics, event log, trace), shared by both nodes of the all-in-one, and
  * the tracer (OTLP, or tracing off).
  */
 export const withServices = <SE>(role: Role, settings: Settings, storage: Layer.Layer<Storage, SE>) =>
 <A, E>(nodes: Layer.Layer<A, E, Storage | EndpointCrypto | RouterAuth | EventLog | Metrics>) =>
   nodes.pipe(
-    Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(storage)), cryptoLayer(settings))),
+    Layer.provide(Layer.mergeAll(timedStorage.pipe(Layer.provide(breakerOf(settings)), Layer.provide(storage)), cryptoLayer(settings))),
     Layer.provideMerge(
       observabilityLayer({ role, statsdHost: settings.statsdHost, statsdPort: settings.statsdPort, eventLog: settings.eventLog, worker: WORKER?.index })
     ),

@@ -21,7 +21,8 @@ import {
   type SessionRunner
 } from "../protocol/session.ts"
 import type { Notification } from "../domain/notification.ts"
-import { mapStorageOperations, type MessageSave, Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
+import type { MessageSave } from "../storage/manySaves.ts"
+import { mapStorageOperations, Storage, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { PeerNodes } from "./peers.ts"
 import { NodeRegistry, type NodeRegistryService } from "./registry.ts"
 import type { PushSocket, TransportLimits } from "./socket.ts"

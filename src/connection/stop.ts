@@ -6,7 +6,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import type { Server } from "node:http"
 import type { SessionHandle, SessionRunner } from "../protocol/session.ts"
-import { causeText, type NodeSession, type StorageError } from "../storage/Storage.ts"
+import { failureText, type NodeSession, type StorageError } from "../storage/Storage.ts"
 import type { NodeFibers } from "./fibers.ts"
 import type { NodeRegistryService } from "./registry.ts"
 
@@ -105,7 +105,7 @@ export const drain = (
       Effect.catchTag("StorageError", (error) =>
         Effect.as(
           Effect.logWarning("could not leave the router records of this node's sessions").pipe(
-            Effect.annotateLogs({ sessions: identified.length, operation: error.operation, cause: causeText(error.cause) })
+            Effect.annotateLogs({ sessions: identified.length, operation: error.operation, reason: error.reason._tag, cause: failureText(error) })
           ),
           0
         ))

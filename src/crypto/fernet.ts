@@ -38,7 +38,7 @@ export class FernetError extends Data.TaggedError("FernetError")<{ readonly reas
 /** A key string that is not 32 bytes of base64url. The message never contains the key. */
 export class FernetKeyError extends Data.TaggedError("FernetKeyError")<{ readonly message: string }> {}
 
-/** Same bound as the reference implementations: a token may be this far ahead of our clock. */
+/** The Fernet libraries' bound (Python `cryptography`, Rust `fernet`): a token may be this far ahead of our clock. */
 export const MAX_CLOCK_SKEW_SECONDS = 60
 
 const VERSION = 0x80

@@ -66,7 +66,10 @@ export class InvalidRequestBody extends Data.TaggedError("InvalidRequestBody")<{
 /** 400/null: a request the HTTP parser could not read (request line, headers, framing), or a broken WebSocket handshake. */
 export class MalformedRequest extends Data.TaggedError("MalformedRequest")<{ readonly message: string }> {}
 /** 503/201: storage failed; the sender should retry later. */
-export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{}> {}
+export class StorageUnavailable extends Data.TaggedError("StorageUnavailable")<{
+  /** Seconds until storage is worth trying again, when known (the storage breaker's next probe); else the usual 503 one. */
+  readonly retryAfter?: number | undefined
+}> {}
 /**
  * The rate limit a request met: its sender's address, the VAPID key it is signed with, the
  * subscription it is sent to, or the pushes from its address whose signature for the key their

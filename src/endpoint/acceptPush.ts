@@ -1,10 +1,35 @@
 /**
  * The first step of a push: validation, from the request to an `AcceptedPush` (the message made,
  * `notification.accepted.1` recorded, with a receipt folded into its row first) or the `ApiError`
- * of the first rule it breaks. The rules run in autopush's order (#1–#16 below), so that a request
- * that is wrong in several ways always gets the same error; this service adds one, #2b, before #3
- * reads `Crypto-Key`: the headers a message is stored with are bounded (400/120). What becomes of
- * an accepted push: `deliverPush.ts`.
+ * of the first rule it breaks. The rules run in autopush's order, so that a request that is wrong
+ * in several ways always gets the same error; this service adds #2b, before #3 reads `Crypto-Key`.
+ * What becomes of an accepted push: `deliverPush.ts`.
+ *
+ * The push rules, in the order they are applied (status/errno of a push that breaks one):
+ *  1. the API version segment is `v1` (or none) or `v2` (404/102);
+ *  2. the token decrypts under one of the keys (404/102);
+ *  2b. each encryption header a message is stored with (`Encryption`, `Crypto-Key`,
+ *      `Encryption-Key`) is at most 512 characters (400/120);
+ *  3. an `Authorization` header parses as VAPID credentials (401/109; a `WebPush`/`Bearer` scheme
+ *     without a `p256ecdsa` key in `Crypto-Key`: 400/110), `vapid.ts`;
+ *  4. their JWT is ES256, signed by their key, for this endpoint's origin, not expired nor expiring
+ *     more than 24 h ahead (401/109), `vapid.ts`;
+ *  5. the token's plaintext has its version's length: 32 bytes for v1, 64 for v2 (404/102);
+ *  6. a v2 endpoint takes only pushes signed by the key it was made for, and with `require_vapid`
+ *     every push is signed (401/109);
+ *  7. the user has a router record (410/106), `subscriber.ts`;
+ *  8. the user has a destination: a WebPush user whose message table is still served, or a bridge
+ *     this node is configured for (410/106; a user never delivered to is dropped), `subscriber.ts`;
+ *  9. a WebPush user has the channel (410/106), `subscriber.ts`;
+ *  10. the body is at most `max_data_bytes` (413/104), `pushRequest.ts`;
+ *  11. `TTL` is a 64-bit integer (400/111);
+ *  12. `TTL` is not negative (400/114);
+ *  13. a `TTL` above `max_notification_ttl` is capped to it;
+ *  14. `Topic`, if given, is at most 32 characters of the URL-safe base64 alphabet (400/113);
+ *  15. a non-empty body has the encryption headers its `Content-Encoding` needs, or is an HPKE
+ *      message (400/110); an empty body's are ignored;
+ *  16. `Urgency`, if given, is `very-low`, `low`, `normal` or `high` (400/115).
+ * Rules 11–16 are `headers.ts`'s.
  *
  * A storage failure is not answered here: it goes up as a `StorageError`, to the error edge.
  */

@@ -149,7 +149,7 @@ const makeCollect = (
           orElse: () =>
             Effect.suspend(() => {
               endedCount("stalled")
-              return res.headersSent ? Effect.sync(() => void res.destroy()) : Effect.fail(new StorageUnavailable())
+              return res.headersSent ? Effect.sync(() => void res.destroy()) : Effect.fail(new StorageUnavailable({}))
             })
         }),
         // The server stops: a held answer ends (an SSE client reconnects, a push client asks again).

@@ -30,7 +30,8 @@ import { makeReceiptRoutes, SUBSCRIPTION_ID } from "./receiptRoutes.ts"
 /** The link relation of the receipt subscribe resource (RFC 8030 §5.1). */
 const RECEIPT_RELATION = "urn:ietf:params:push:receipt"
 
-export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions, limits: RateLimits) {
+/** The endpoint's push receipts: `Push-Receipt` on a push, its message's status row through the receipt book, the receipt routes. */
+export const makeEndpointReceipts = Effect.fnUntraced(function*(options: EndpointOptions, limits: RateLimits) {
   const storage = yield* Storage
   const events = yield* EventLog
   const idleSeconds = options.receipts?.idleSeconds ?? RECEIPT_RETENTION_SECONDS
@@ -109,4 +110,4 @@ export const makeReceipts = Effect.fnUntraced(function*(options: EndpointOptions
   return { claim, accepted, routed, deleted, link: urls.link, ...routes }
 })
 
-export type Receipts = Effect.Success<ReturnType<typeof makeReceipts>>
+export type Receipts = Effect.Success<ReturnType<typeof makeEndpointReceipts>>

@@ -50,7 +50,7 @@ import { type Front, makeFront } from "./front.ts"
 import { clientRequestTimeoutOf, type EndpointOptions } from "./options.ts"
 import { peerOf, withHttp2 } from "./http2.ts"
 import { makeRateLimits, NO_LIMITS } from "./rateLimits.ts"
-import { makeReceipts } from "./receipts.ts"
+import { makeEndpointReceipts } from "./receipts.ts"
 import { makeRoutes, ROUTER_CONFIG } from "./routes.ts"
 import { makeWebPushHandlers } from "./webpush.ts"
 
@@ -80,7 +80,7 @@ export const makeEndpoint = (
   Effect.gen(function*() {
     const observe = yield* endpointInstrumentation
     const limits = makeRateLimits(options.rateLimits ?? NO_LIMITS, yield* Metrics)
-    const receipts = yield* makeReceipts(options, limits)
+    const receipts = yield* makeEndpointReceipts(options, limits)
     const webpush = yield* makeWebPushHandlers(options, receipts, limits)
     // The Matrix push gateway: its messages go through the push path (`sendMade`, where each
     // subscription's limit applies); a notify counts against its sender's address as a push does;

@@ -1,6 +1,6 @@
 /**
  * VAPID (RFC 8292, and the draft-01 `WebPush`/`Bearer` form) as the endpoint checks it
- * (rules #3 and #4 of `webpush.ts`): `parseVapid` reads `Authorization` (+ `Crypto-Key`), `verifyVapid` checks
+ * (rules #3 and #4 of `acceptPush.ts`): `parseVapid` reads `Authorization` (+ `Crypto-Key`), `verifyVapid` checks
  * the key, the ES256 signature (with `jose`) and the `exp`/`aud` claims. Every failure is 401/109,
  * except a draft-01 scheme without its `Crypto-Key: p256ecdsa=` key, which is 400/110.
  *

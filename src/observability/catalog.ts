@@ -82,6 +82,8 @@ export const METRICS = {
     operation: "getUser / saveMessage / fetchTimestampMessages / ...",
     outcome: "ok / error"
   }),
+  storageBreakerOpen: m("storage.breaker.open", "gauge", "both", "1 while the storage breaker is open (the store could not be reached: storage operations fail at once, one probe at a time reaches it), else 0"),
+  storageBreakerOpened: m("storage.breaker.opened", "counter", "both", "Times the storage breaker opened (storage_breaker_threshold unreachable failures in a row)"),
   // ── endpoint node ──
   received: m("notification.received", "counter", "endpoint", "Notifications accepted (valid POST /wpush/...)"),
   routed: m("notification.routed", "counter", "endpoint", "Accepted notifications by routing outcome (refused: its subscription had max_stored_per_subscription stored, 429/119)", {

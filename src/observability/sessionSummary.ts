@@ -68,7 +68,7 @@ export const foldSummary = (s: SessionSummary, event: DomainEvent): SessionSumma
   }
 }
 
-/** The summary as logged (field names of the reference's `Session` record). */
+/** The summary as logged (field names of autopush-rs's `Session` record). */
 export const summaryFields = (s: SessionSummary, opaque: (uaid: string) => string): Record<string, unknown> => ({
   uaid_hash: s.uaid === undefined ? null : opaque(s.uaid),
   connection_time: s.helloAt === undefined || s.endedAt === undefined ? 0 : s.endedAt - s.helloAt,

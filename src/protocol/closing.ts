@@ -1,7 +1,7 @@
 /**
  * The end of a connection, and what storage failures mean on the way: a socket that closes (or a
  * close we decide) leaves the node; a live session then saves what the client did not ack
- * (`Closing`, a storage call a stage: delete acked rows, save into the session's table — then take
+ * (`Closing`, a storage call a stage: acked rows made tombstones, save into the session's table — then take
  * the rows it moved out of the table they were in —, leave the record, read it to follow a month
  * move, poke the node the user moved to, or take back what was saved for a user dropped meanwhile),
  * and ends (`Closed`). Where a message moves between tables it is saved first and taken after: a
@@ -44,7 +44,7 @@ export const socketClosedLive = (phase: Live, _input: unknown, out: Out): Phase 
 
 export const socketClosedEarly = (): Closed => ({ _tag: "Closed" })
 
-/** An ack that came before the client answered our close frame: taken (its rows deleted with the others, first thing of the save). */
+/** An ack that came before the client answered our close frame: taken (its rows made tombstones with the others, first thing of the save). */
 export const closingAck = (phase: Closing, message: Extract<ClientMessage, { readonly messageType: "ack" }>, out: Out): Phase => {
   if (phase.stage._tag !== "Answering") return phase
   const taken = takeAcks(phase.session, message, out)
@@ -67,9 +67,9 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
  * (never re-stamped: `DELETE` of the push's `Location` must find the row, and a retried save must
  * land on the row it wrote before); a topic message only if it is still the newest of its topic;
  * and unacked stored rows the session read from a table the user has since left (last month's, read
- * after the move: no later hello reads it), which follow the user. Acked rows not deleted yet go
- * first — those acked since the last delete, and those of a delete that failed and waits for its
- * retry: acked means deleted, whenever the socket closes.
+ * after the move: no later hello reads it), which follow the user. Acked rows not made tombstones yet go
+ * first — those acked since the last `TombstoneAcked`, and those of one that failed and waits for
+ * its retry: acked means a tombstone, whenever the socket closes.
  */
 export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase => {
   const s = phase.session
@@ -92,11 +92,11 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
     if (isExpired(n, nowSec)) continue
     if (n.topic === undefined || newest) messages.push(n)
   }
-  const pending = s.retry?.command._tag === "DeleteMessages" ? s.retry.command.messages : NOTHING
+  const pending = s.retry?.command._tag === "TombstoneAcked" ? s.retry.command.messages : NOTHING
   const acked = replaced.length === 0 && pending.length === 0 ? ackedRows : [...pending, ...ackedRows, ...replaced]
   if (acked.length === 0) return saveUnacked(phase, messages, strays, out)
-  out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: acked, attempt: 0 })
-  return { ...phase, stage: { _tag: "DeletingAcked", messages, strays } }
+  out.run({ _tag: "TombstoneAcked", uaid: s.uaid, messages: acked, attempt: 0 })
+  return { ...phase, stage: { _tag: "TombstoningAcked", messages, strays } }
 }
 
 /**
@@ -112,10 +112,10 @@ const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, stra
   return { ...phase, stage: { _tag: "Saving", table: s.table, strays } }
 }
 
-/** Acked rows deleted: the save next. */
-export const closingRowsDeleted = (phase: Closing, _input: unknown, out: Out): Phase => {
+/** Acked rows made tombstones: the save next. */
+export const closingAckedTombstoned = (phase: Closing, _input: unknown, out: Out): Phase => {
   const { stage } = phase
-  if (stage._tag !== "DeletingAcked") throw new Error(`MessagesDeleted at stage ${stage._tag}`)
+  if (stage._tag !== "TombstoningAcked") throw new Error(`AckedTombstoned at stage ${stage._tag}`)
   return saveUnacked(phase, stage.messages, stage.strays, out)
 }
 
@@ -268,7 +268,7 @@ export const closingFailed = (phase: Closing, { command }: Failed, out: Out): Ph
     case "ReadUser":
     case "SaveMessages":
     case "ClearNodeId":
-    case "DeleteMessages":
+    case "TombstoneAcked":
     case "TakeMessage": {
       if (out.now - phase.since >= out.options.saveRetryForMs) return ended(phase, NOTHING, out)
       return { ...phase, retry: { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.options, command.attempt) } }

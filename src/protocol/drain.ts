@@ -1,6 +1,6 @@
 /**
  * Deliveries, acks and the storage drain, as autopush does them except where noted (acked messages
- * are deleted, never re-sent; `msg_limit` counts the backlog found at hello, whatever the page size):
+ * leave tombstones, never re-sent; `msg_limit` counts the backlog found at hello, whatever the page size):
  * - a delivery from an endpoint node is sent at once (TTL 0: only now, fire and forget);
  * - stored messages are drained after hello and after every check-storage poke, a page at a time
  *   (topic messages, then timestamp order; a page from a table's first row holds both kinds, one
@@ -107,7 +107,7 @@ const advance = <P extends Reading>(phase: P, out: Out, finish: (phase: P, out: 
       if (drain.tables.length > 1) return advance({ ...phase, drain: nextTable(drain) }, out, finish)
       if (drain.poked && roomy) return readPage({ ...phase, drain: { ...drain, poked: false } }, table, "timestamp", out)
     } else {
-      // A page is read once what the drain sent is acked (and, for a read from the first row, deleted):
+      // A page is read once what the drain sent is acked (and, for a read from the first row, made tombstones):
       // the backlog goes a page at a time. A poke reads the next timestamp page at once, acked or not.
       const poked = drain.rows === "timestamp" && drain.poked && roomy
       if (stored > 0 && !poked) return phase
@@ -172,7 +172,7 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   })
   // A page from the first row on that reached a timestamp row, or the end, has read every topic row:
   // timestamp rows after it are what is left. One that ended among topic rows is read again from the
-  // start once its rows are acked and deleted.
+  // start once its rows are acked and made tombstones.
   const topicsLeft = command.rows === "first" && input.lastSortKey === undefined && input.more
   const last = !input.more && lastIfShort
   if (messages.length === 0) {
@@ -217,13 +217,14 @@ export const pageRead = <P extends Reading>(advanceP: Advance<P>, lastIfShort: b
   return advanceP({ ...phase, session, drain: next }, out)
 }
 
-export const messagesDeleted = <P extends Reading>(advanceP: Advance<P>) => (phase: P, _input: unknown, out: Out): Phase => advanceP(phase, out)
+/** The acked rows are tombstones: the drain goes on. */
+export const ackedTombstoned = <P extends Reading>(advanceP: Advance<P>) => (phase: P, _input: unknown, out: Out): Phase => advanceP(phase, out)
 
 // ── acks ────────────────────────────────────────────────────────────────────────────────────────
 
 /**
  * The updates of an ack frame that name messages the client holds: their events recorded, direct
- * ones forgotten, stored ones added to the rows to delete; undefined when none did. `topicRows`:
+ * ones forgotten, stored ones added to the rows to make tombstones; undefined when none did. `topicRows`:
  * a stored topic message was among them.
  */
 export const takeAcks = (s: Session, message: Msg<"ack">, out: Out): { readonly acks: Acks; readonly topicRows: boolean } | undefined => {
@@ -249,7 +250,7 @@ export const takeAcks = (s: Session, message: Msg<"ack">, out: Out): { readonly 
 }
 
 /**
- * Acks: direct messages are forgotten; acked stored rows are deleted before the next page is read
+ * Acks: direct messages are forgotten; acked stored rows become tombstones before the next page is read
  * (a topic page would otherwise show them again), together — when a topic row was acked, a page of
  * them waits, or no stored message is outstanding any more.
  */
@@ -258,16 +259,16 @@ export const ack = <P extends Live>(advanceP: Advance<P>) => (phase: P, message:
   if (taken === undefined) return advanceP(phase, out)
   const { acks, topicRows } = taken
   const s = { ...phase.session, acks }
-  // Timestamp rows are deleted together, a page at a time or once nothing stored is outstanding.
+  // Timestamp rows become tombstones together, a page at a time or once nothing stored is outstanding.
   if (!topicRows && storedOutstanding(acks) > 0 && acks.ackedRows.length < out.options.pageSize) return advanceP(withSession(phase, s), out)
   if (acks.ackedRows.length === 0) return advanceP(withSession(phase, s), out)
   const { ackedRows } = acks
   const cleared = { ...s, acks: { ...acks, ackedRows: NOTHING } }
-  if (s.retry?.command._tag === "DeleteMessages") {
+  if (s.retry?.command._tag === "TombstoneAcked") {
     const pending = s.retry.command
     return withSession(phase, { ...cleared, retry: { ...s.retry, command: { ...pending, messages: [...pending.messages, ...ackedRows] } } })
   }
-  out.run({ _tag: "DeleteMessages", uaid: s.uaid, messages: ackedRows, attempt: 0 })
+  out.run({ _tag: "TombstoneAcked", uaid: s.uaid, messages: ackedRows, attempt: 0 })
   return withSession(phase, cleared)
 }
 

@@ -83,7 +83,7 @@ export type CommandResult =
     /** Rows after this page may exist (it was full). */
     readonly more: boolean
   }
-  | { readonly _tag: "MessagesDeleted" }
+  | { readonly _tag: "AckedTombstoned" }
   | { readonly _tag: "MessageTaken"; readonly taken: boolean }
   | { readonly _tag: "ChannelsRead"; readonly channels: ReadonlySet<string> }
   | { readonly _tag: "ChannelsAdded" }
@@ -104,7 +104,7 @@ const RESULT_TAGS: { readonly [K in CommandResult["_tag"]]: true } = {
   ChannelRemoved: true,
   UrgencyWritten: true,
   PageRead: true,
-  MessagesDeleted: true,
+  AckedTombstoned: true,
   MessageTaken: true,
   ChannelsRead: true,
   ChannelsAdded: true,

@@ -93,7 +93,7 @@ const frameError = (reason: FrameError["reason"], detail: string): FrameError =>
 
 const PING: ClientMessage = { messageType: "ping" }
 
-/** Decode one text frame. `{}` and `{"messageType":"ping"}` are pings (the empty object first, as RS). */
+/** Decode one text frame. `{}` and `{"messageType":"ping"}` are pings (the empty object first, as autopush-rs does). */
 export const decodeClientFrame = (text: string): ClientMessage | FrameError => {
   let value: unknown
   try {

@@ -41,7 +41,7 @@ export interface ProtocolOptions {
   readonly commandsPerSecond: number
   /** …and in a burst; beyond it its commands wait (and its socket is not read while many wait). */
   readonly commandBurst: number
-  /** First retry of a failed storage read, delete or month move; doubles up to `storageRetryMaxMs`. */
+  /** First retry of a failed storage read, write or month move; doubles up to `storageRetryMaxMs`. */
   readonly storageRetryMs: number
   readonly storageRetryMaxMs: number
   /** How long a session that ended keeps trying to save its unacked messages. */
@@ -105,7 +105,7 @@ export interface Topics {
 export const TOPICS_GENERATION = 500
 
 /**
- * What the client has been sent and not acked (RS: `AckState`). Ledgers, not Maps: a frame updates
+ * What the client has been sent and not acked (autopush-rs's `AckState`). Ledgers, not Maps: a frame updates
  * them in O(1) whatever they hold (`ledger.ts`). How many messages are unacked is bounded where they
  * come from: direct ones by `clientChannelCapacity` together with those queued (the router port
  * refuses more, and the endpoint stores them), stored ones by a page (the next page is read once
@@ -115,10 +115,10 @@ export interface Acks {
   /** By version; `counted`: the stored ones. */
   readonly unacked: Ledger<Unacked>
   /**
-   * Stored timestamp messages the client acked whose rows are not deleted yet: they are deleted
-   * together once no stored message is outstanding (a page at a time), or when the session ends.
+   * Stored timestamp messages the client acked whose rows are not tombstones yet: they become
+   * tombstones together once no stored message is outstanding (a page at a time), or when the session ends.
    * (A timestamp row is never rewritten, and pages are read after the last row read, so nothing
-   * acked is read again meanwhile; topic rows are deleted at once, on their version.)
+   * acked is read again meanwhile; topic rows become tombstones at once, on their version.)
    */
   readonly ackedRows: ReadonlyArray<StoredUnacked>
   /**
@@ -212,7 +212,7 @@ export type RetriedCommand =
     readonly limit: number
     readonly attempt: number
   }
-  | { readonly _tag: "DeleteMessages"; readonly uaid: string; readonly messages: ReadonlyArray<StoredUnacked>; readonly attempt: number }
+  | { readonly _tag: "TombstoneAcked"; readonly uaid: string; readonly messages: ReadonlyArray<StoredUnacked>; readonly attempt: number }
   /** The month move, a write at a time: the user's channels read in the old table, copied into the new one, the record pointed at it. */
   | { readonly _tag: "ReadChannels"; readonly uaid: string; readonly table: string; readonly attempt: number }
   | { readonly _tag: "AddChannels"; readonly uaid: string; readonly table: string; readonly channels: ReadonlySet<string>; readonly attempt: number }
@@ -379,10 +379,10 @@ export type ClosingStage =
   /** Deliveries still in the mailbox are kept, until it is drained. */
   | { readonly _tag: "Collecting" }
   /**
-   * Acked rows not deleted yet are deleted; then `messages` (unacked) and `strays` (stored rows sent
+   * Acked rows not made tombstones yet become tombstones; then `messages` (unacked) and `strays` (stored rows sent
    * from a table the user has left: last month's, read after the move) are saved.
    */
-  | { readonly _tag: "DeletingAcked"; readonly messages: ReadonlyArray<Notification>; readonly strays: ReadonlyArray<StoredUnacked> }
+  | { readonly _tag: "TombstoningAcked"; readonly messages: ReadonlyArray<Notification>; readonly strays: ReadonlyArray<StoredUnacked> }
   /** `messages` (strays among them) are saved into the session's table. */
   | { readonly _tag: "Saving"; readonly table: string; readonly strays: ReadonlyArray<StoredUnacked> }
   /** This node leaves the record; `table` undefined: nothing was saved. */

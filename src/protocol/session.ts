@@ -22,7 +22,7 @@ import type { EndpointCrypto } from "../crypto/endpoint.ts"
 import type { EventLogService } from "../observability/EventLog.ts"
 import { opaqueId } from "../observability/opaque.ts"
 import { emptySummary, foldSummary, type SessionSummary, summaryFields } from "../observability/sessionSummary.ts"
-import { type AckedRow, causeText, type StorageError, type StorageService } from "../storage/Storage.ts"
+import { type AckedRow, failureText, type StorageError, type StorageService } from "../storage/Storage.ts"
 import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, CommandResult, Input, MailboxInput, Signal, Transition } from "./inputs.ts"
 import { type Consumer, type InboxBound, Mailbox } from "./mailbox.ts"
@@ -412,12 +412,14 @@ export class SessionRunner implements Consumer<MailboxInput> {
   private execute(command: Command, now: number): Effect.Effect<CommandResult> {
     return this.perform(command, now).pipe(
       Effect.catchTag("StorageError", (error) =>
-        Effect.logWarning("storage failed").pipe(
+        // An open breaker said so once, when it opened: its refusals are no news.
+        (error.reason._tag === "BreakerOpen" ? Effect.logDebug : Effect.logWarning)("storage failed").pipe(
           Effect.annotateLogs({
             command: command._tag,
             operation: error.operation,
             ...("table" in command ? { table: command.table } : {}),
-            cause: causeText(error.cause)
+            reason: error.reason._tag,
+            cause: failureText(error)
           }),
           Effect.as<CommandResult>({ _tag: "CommandFailed", command })
         ))
@@ -462,8 +464,8 @@ export class SessionRunner implements Consumer<MailboxInput> {
           : storage.fetchTimestampMessages(command.uaid, command.table, command.after, command.limit)
         return Effect.map(read, (page) => ({ _tag: "PageRead", command, messages: page.messages, lastSortKey: page.lastSortKey, more: page.more }))
       }
-      case "DeleteMessages":
-        return Effect.as(this.deleteRows(command.uaid, command.messages), { _tag: "MessagesDeleted" })
+      case "TombstoneAcked":
+        return Effect.as(this.tombstoneAcked(command.uaid, command.messages), { _tag: "AckedTombstoned" })
       case "TakeMessage": {
         const { notification: n, table } = command.row
         return Effect.map(storage.deleteMessage(command.uaid, table, messageKeyOf(n), n.version), (taken) => ({ _tag: "MessageTaken", taken }))
@@ -486,7 +488,7 @@ export class SessionRunner implements Consumer<MailboxInput> {
    * newer message may have replaced a topic's), so that a save of it retried by another session
    * whose first answer was lost does not write it again.
    */
-  private deleteRows(uaid: string, rows: ReadonlyArray<StoredUnacked>): Effect.Effect<void, StorageError> {
+  private tombstoneAcked(uaid: string, rows: ReadonlyArray<StoredUnacked>): Effect.Effect<void, StorageError> {
     const { storage } = this.ports
     const byTable = new Map<string, Array<AckedRow>>()
     for (const { notification: n, table } of rows) {

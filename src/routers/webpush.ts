@@ -27,6 +27,8 @@ import type { RouteOutcome } from "../domain/events.ts"
 import { messageKeyOf, type Notification, sortkeyMs } from "../domain/notification.ts"
 import { EndpointCrypto } from "../crypto/endpoint.ts"
 import { tableMovedTo, type UserRecord } from "../domain/user.ts"
+import { saveAtFreeMs } from "../storage/messageRules.ts"
+import { nextFreeMs } from "../storage/model.ts"
 import { Storage, type StorageError } from "../storage/Storage.ts"
 import { messageSpans } from "../observability/tracing.ts"
 import { NodeClient } from "./NodeClient.ts"
@@ -81,21 +83,21 @@ const makeWebPushRouter = (options: WebPushRouterOptions) =>
      * the later one takes the next free ms, with a message id that names it. (A topic message that
      * a newer one of its topic superseded meanwhile is not written: it was replaced.)
      */
-    const store = Effect.fnUntraced(function*(uaid: string, table: string, first: Notification) {
-      let notification = first
-      while ((yield* storage.saveMessage(uaid, table, notification)) === "taken") {
-        const sortkeyTimestamp = sortkeyMs(notification) + 1
-        const version = yield* crypto.makeMessageId({
-          kind: "timestamp",
-          uaid,
-          channelId: notification.channelId,
-          sortkeyTimestamp,
-          receipt: notification.receipt
+    const store = (uaid: string, table: string, first: Notification) =>
+      Effect.gen(function*() {
+        const { placed } = yield* saveAtFreeMs((n) => storage.saveMessage(uaid, table, n), first, function*(taken) {
+          const moved = nextFreeMs(taken)
+          const version = yield* crypto.makeMessageId({
+            kind: "timestamp",
+            uaid,
+            channelId: moved.channelId,
+            sortkeyTimestamp: sortkeyMs(moved),
+            receipt: moved.receipt
+          })
+          return { ...moved, version }
         })
-        notification = { ...notification, sortkeyTimestamp, version }
-      }
-      return notification
-    })
+        return placed
+      })
 
     /** The node is gone: forget it unless the client has reconnected since (then the record changed). */
     const forgetNode = (uaid: string, nodeId: string, connectedAt: number) =>

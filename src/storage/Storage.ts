@@ -13,58 +13,20 @@
  * leaves out the tombstones cancelled and acked messages leave (`cancelMessage`, `ackMessages`, `model.ts`).
  *
  * Tables must exist before use (`createTables`; every node keeps them present: `tableKeeper.ts`); an
- * operation on a missing table fails with a `StorageError` (cause named `ResourceNotFoundException`).
+ * operation on a missing table fails with a `StorageError` whose reason is `MissingTable`
+ * (`failures.ts`: why an operation failed, and whether to retry it).
  * Table names, rotation and the stale-user month range: `tables.ts`; sort keys: `model.ts`.
  */
 import * as Context from "effect/Context"
-import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import * as Predicate from "effect/Predicate"
-import { StorageUnavailable } from "../domain/errors.ts"
 import type { MessageKey, Notification } from "../domain/notification.ts"
 import type { MessageStatus, ReceiptSubscription, StatusUpdate } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
+import type { StorageError } from "./failures.ts"
+import type { ManySaves } from "./manySaves.ts"
 import type { SaveOutcome } from "./model.ts"
 
-export class StorageError extends Data.TaggedError("StorageError")<{
-  readonly operation: string
-  readonly cause: unknown
-}> {}
-
-/**
- * A `StorageError`'s cause when the database cannot grow: the disk holding it is full (or it reached
- * its size limit). The store that finds it says so in the log, throttled, so one request refused
- * for it is not one more line.
- */
-export class StorageFull extends Error {
-  override readonly name = "StorageFull"
-  readonly database: string
-  constructor(database: string) {
-    super(`the disk holding ${database} is full`)
-    this.database = database
-  }
-}
-
-/** A storage failure's cause as one line, for logs and messages: the server's error name, message and code, never a stack. */
-export const causeText = (cause: unknown): string => {
-  const name = Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : undefined
-  const message = Predicate.hasProperty(cause, "message") && Predicate.isString(cause.message) ? cause.message : undefined
-  const code = Predicate.hasProperty(cause, "code") && Predicate.isString(cause.code) ? cause.code : undefined
-  if (name === undefined && message === undefined) return String(cause).split("\n")[0] as string
-  const text = [name !== undefined && name !== "Error" ? name : undefined, message, code !== undefined && !(message ?? "").includes(code) ? `(${code})` : undefined]
-  return (text.filter((part) => part !== undefined && part !== "").join(": ").split("\n")[0]) as string
-}
-
-/**
- * A storage failure as the API answers it — 503/201 with Retry-After (`StorageUnavailable`), the
- * cause logged once (a full disk is logged by the store, throttled: `StorageFull`): used by the
- * endpoint's error edge, and where a failure is answered without one.
- */
-export const storageUnavailable = (error: StorageError): Effect.Effect<never, StorageUnavailable> =>
-  (error.cause instanceof StorageFull
-    ? Effect.void
-    : Effect.logError("storage failed").pipe(Effect.annotateLogs({ operation: error.operation, cause: causeText(error.cause) })))
-    .pipe(Effect.andThen(Effect.fail(new StorageUnavailable())))
+export { failureText, hasReason, StorageError, storageUnavailable } from "./failures.ts"
 
 /** A session of a node, as its router record names it. */
 export interface NodeSession {
@@ -82,20 +44,6 @@ export const clearNodeIdsEach = (
     Effect.forEach(sessions, (session) => clearNodeId(session.uaid, nodeId, session.connectedAt), { concurrency }),
     (cleared) => cleared.filter((one) => one).length
   )
-
-/** One user's save, as `saveMessages` takes it. */
-export interface MessageSave {
-  readonly uaid: string
-  readonly table: string
-  readonly messages: ReadonlyArray<Notification>
-}
-
-/** `saveManyMessages` as one `saveMessages` per save, `concurrency` at once (stores without transactions). */
-export const saveManyMessagesEach = (
-  saveMessages: StorageService["saveMessages"],
-  concurrency: number
-): StorageService["saveManyMessages"] =>
-(saves) => Effect.forEach(saves, (save) => saveMessages(save.uaid, save.table, save.messages), { concurrency })
 
 /** One page of a user's message rows, in sort-key order. */
 interface MessagePage {
@@ -127,7 +75,7 @@ export interface TableStatus {
 /** A table's status by whether it is there. */
 export const tableFound = (table: string, found: boolean): TableStatus => (found ? { table, ok: true } : { table, ok: false, cause: "table not found" })
 
-export interface StorageService {
+export interface StorageService extends ManySaves<StorageError> {
   // ── router table ─────────────────────────────────────────────────────────────────────────────
   readonly getUser: (uaid: string) => Effect.Effect<UserRecord | undefined, StorageError>
   /** Write the whole record unless a record with a newer-or-equal `connectedAt` exists; true when written. */
@@ -207,12 +155,6 @@ export interface StorageService {
     table: string,
     messages: ReadonlyArray<Notification>
   ) => Effect.Effect<ReadonlyArray<Notification>, StorageError>
-  /**
-   * `saveMessages` for many users at once (the sessions of a node that stops save together: on SQL
-   * stores in one transaction, where one each would cost a commit and a round of the write lock
-   * each); the messages as stored, save by save. A failure fails them all.
-   */
-  readonly saveManyMessages: (saves: ReadonlyArray<MessageSave>) => Effect.Effect<ReadonlyArray<ReadonlyArray<Notification>>, StorageError>
   /**
    * How many messages `channelId` has stored in `table` (unexpired, not tombstones), counted up to
    * `atMost`, leaving out the row of topic `replacing` (a message of that topic would replace it):

@@ -1,24 +1,14 @@
 /**
- * Deadlines of storage operations, whatever the backend: the default `storage_timeout`, the cause a
- * late operation fails with, and the wrapper that gives each operation of a `StorageService` its
- * deadline. Deadlines run on the live clock even under a `TestClock`: they are about the real server.
+ * Deadlines of storage operations, whatever the backend: the default `storage_timeout`, and the
+ * wrapper that gives each operation of a `StorageService` its deadline (past it, reason `Timeout`). Deadlines run on the live clock even under a `TestClock`: they are about the real server.
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import { mapStorageOperations, StorageError, type StorageService } from "./Storage.ts"
+import { StorageError, Timeout } from "./failures.ts"
+import { mapStorageOperations, type StorageService } from "./Storage.ts"
 
 /** Default deadline of one storage operation: a server that accepts and never answers must not park callers. */
 export const STORAGE_TIMEOUT_MS = 5_000
-
-/** The cause of a `StorageError` whose operation ran out of time. */
-export class StorageTimeout extends Error {
-  override readonly name = "StorageTimeout"
-  readonly timeoutMs: number
-  constructor(timeoutMs: number) {
-    super(`no answer within ${timeoutMs} ms`)
-    this.timeoutMs = timeoutMs
-  }
-}
 
 /** The clock deadlines and back-off waits run on, whatever clock the caller's effects use. */
 export const liveClock = Clock.Clock.defaultValue()
@@ -46,14 +36,14 @@ const OPERATIONS_WITHOUT_DEADLINE: ReadonlySet<string> = new Set([
 /**
  * One deadline, `timeoutMs`, for each operation of `storage` (but `OPERATIONS_WITHOUT_DEADLINE`),
  * all its requests, retries and back-off together: one past it fails with a `StorageError` whose
- * cause is a `StorageTimeout`, and its request still out is aborted. The deadline runs on the live
+ * reason is a `Timeout`, and its request still out is aborted. The deadline runs on the live
  * clock; the operation itself keeps the caller's (expiry is judged by it).
  */
 export const withOperationDeadlines = (storage: StorageService, timeoutMs: number): StorageService =>
   mapStorageOperations(storage, (name) => {
     if (OPERATIONS_WITHOUT_DEADLINE.has(name)) return (operation) => operation
     const late = Effect.sleep(timeoutMs).pipe(
-      Effect.andThen(Effect.fail(new StorageError({ operation: name, cause: new StorageTimeout(timeoutMs) }))),
+      Effect.andThen(Effect.fail(new StorageError({ operation: name, reason: new Timeout({ timeoutMs }) }))),
       Effect.provideService(Clock.Clock, liveClock)
     )
     // Every operation wrapped here fails with a StorageError only: the deadline adds no new error type.

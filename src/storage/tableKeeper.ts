@@ -23,7 +23,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
-import { causeText, createActiveTables, Storage, type StorageError, type StorageService, type TableStatus } from "./Storage.ts"
+import { createActiveTables, failureText, Storage, type StorageError, type StorageService, type TableStatus } from "./Storage.ts"
 
 /** How often a node checks that its tables exist. */
 const TABLE_CHECK_INTERVAL = Duration.hours(1)
@@ -72,7 +72,7 @@ const ensureTables = (aheadMs: number): Effect.Effect<void, StorageError, Storag
         Effect.logError(
           `tables missing and not created: ${missing.join(", ")}; run \`${CREATE_TABLES_COMMAND}\` with credentials that may ` +
             "create tables, or allow dynamodb:CreateTable to this node"
-        ).pipe(Effect.annotateLogs({ cause: causeText(error.cause) })))
+        ).pipe(Effect.annotateLogs({ reason: error.reason._tag, cause: failureText(error) })))
     )
   })
 
@@ -102,7 +102,7 @@ export const layerTableKeeper: Layer.Layer<never, StorageError, Storage> = Layer
       if (tables === checked.tables && now - checked.at < intervalMs) return
       checked = { at: now, tables }
       yield* ensureTables(leadMs).pipe(Effect.catchTag("StorageError", (error) =>
-        Effect.logWarning("checking the tables failed").pipe(Effect.annotateLogs({ cause: causeText(error.cause) }))))
+        Effect.logWarning("checking the tables failed").pipe(Effect.annotateLogs({ reason: error.reason._tag, cause: failureText(error) }))))
     })
     yield* checkWhenDue.pipe(Effect.repeat(Schedule.spaced(TICK)), Effect.delay(TICK), Effect.forkScoped)
   })

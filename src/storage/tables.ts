@@ -14,6 +14,7 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import { Invalid, StorageError } from "./failures.ts"
 
 export interface StorageOptions {
   /** Name of the router table (default `router`): one row per user, keyed by uaid, holding its router record. */
@@ -60,6 +61,10 @@ export const isMessageTable = (options: StorageOptions, name: string): boolean =
   if (!name.startsWith(`${options.messageTablePrefix}_`)) return false
   return /^\d{4}_(0[1-9]|1[0-2])$/.test(name.slice(options.messageTablePrefix.length + 1))
 }
+
+/** What `dropMessageTable` does first: any table but one of our message tables is refused. */
+export const onlyMessageTable = (options: StorageOptions, table: string): Effect.Effect<void, StorageError> =>
+  isMessageTable(options, table) ? Effect.void : Effect.fail(new StorageError({ operation: "dropMessageTable", reason: new Invalid(), cause: `not a message table: ${table}` }))
 
 /**
  * Our message tables among `names`, oldest first (`{YYYY}_{MM}` sorts chronologically; the bare

@@ -17,9 +17,8 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options, secretNote } from "../config/options.ts"
-import { errorName } from "../storage/dynamo/requests.ts"
 import { stopTeardown } from "../platform/teardown.ts"
-import { causeText, type StorageError } from "../storage/Storage.ts"
+import { failureText, type StorageError } from "../storage/Storage.ts"
 
 /** Bad arguments: printed with a pointer to `--help`, exit 2. */
 export class UsageError extends Data.TaggedError("UsageError")<{ readonly message: string }> {}
@@ -161,17 +160,15 @@ export const settingsHelp = (names: ReadonlyArray<OptionName>): ReadonlyArray<st
 
 /** What went wrong with storage, with a hint for the usual causes. */
 export const describeStorageError = (error: StorageError, settings?: Settings): string => {
-  const name = errorName(error.cause)
-  const text = causeText(error.cause)
   const where = settings?.storageEndpoint ?? (settings !== undefined ? "AWS DynamoDB" : "storage")
-  const hint = name === "ResourceNotFoundException"
+  const hint = error.reason._tag === "MissingTable"
     ? " (a table is missing: run `maintenance create-tables`)"
-    : /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|fetch failed/.test(text)
+    : error.reason._tag === "Unavailable"
     ? ` (cannot reach ${where})`
-    : name === "UnrecognizedClientException" || name === "AccessDeniedException" || name === "CredentialsProviderError"
-    ? " (check the AWS credentials and IAM permissions: docs/aws.md)"
+    : error.reason._tag === "Denied"
+    ? settings?.dbDsn !== undefined ? " (check the user name and password of option db_dsn)" : " (check the AWS credentials and IAM permissions: docs/aws.md)"
     : ""
-  return `storage error in ${error.operation}: ${text}${hint}`
+  return `storage error in ${error.operation}: ${failureText(error)}${hint}`
 }
 
 /**

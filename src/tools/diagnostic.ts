@@ -29,8 +29,7 @@ import { endpointOrigin } from "../endpoint/options.ts"
 import { parseVapid, SENDER_WARNING_TEXT, type SenderWarning, senderWarnings, verifyVapid } from "../endpoint/vapid.ts"
 import type { Notification } from "../domain/notification.ts"
 import type { UserRecord } from "../domain/user.ts"
-import { errorName } from "../storage/dynamo/requests.ts"
-import { Storage, StorageError } from "../storage/Storage.ts"
+import { hasReason, Storage, StorageError } from "../storage/Storage.ts"
 import {
   describeStorageError,
   NegativeResult,
@@ -187,8 +186,6 @@ interface Diagnosis {
   readonly problems: ReadonlyArray<string>
 }
 
-const isMissingTable = (error: StorageError): boolean => errorName(error.cause) === "ResourceNotFoundException"
-
 /** Every unexpired message of a user in one table. */
 const allMessages = (uaid: string, table: string) =>
   Effect.gen(function*() {
@@ -281,7 +278,7 @@ const diagnose = (opened: OpenedToken, ref: EndpointRef, keys: number, vapidKey:
       problems.push(`current_month ${table} is not an active message table: the endpoint node drops the user (410, errno 106)`)
     }
     const missing = <A>(self: Effect.Effect<A, StorageError, Storage>) =>
-      self.pipe(Effect.catchIf(isMissingTable, () => Effect.succeed(undefined)))
+      self.pipe(Effect.catchIf(hasReason("MissingTable"), () => Effect.succeed(undefined)))
     const channels = yield* missing(storage.getChannels(opened.uaid, table))
     if (channels === undefined) {
       problems.push(`the message table ${table} does not exist`)

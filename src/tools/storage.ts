@@ -27,6 +27,7 @@ import { layerPostgres, type PostgresOptions } from "../storage/postgres/layer.t
 import { layerSqlite, type SqliteOptions } from "../storage/sqlite/layer.ts"
 import { layerSqliteTableCopy } from "../storage/sqlite/export.ts"
 import { type Storage, StorageError } from "../storage/Storage.ts"
+import { Unsupported } from "../storage/failures.ts"
 import type { StorageOptions } from "../storage/tables.ts"
 import { ToolFailure } from "./cli.ts"
 import { writePrivateFile } from "../platform/privateFile.ts"
@@ -226,6 +227,7 @@ const postgresHasNoTableCopies = Layer.succeed(TableCopy, {
 const noTableCopies = (operation: string) =>
   new StorageError({
     operation,
+    reason: new Unsupported(),
     cause: new Error(
       "export and import move the embedded database and DynamoDB tables; PostgreSQL's own tools back up and copy its data (pg_dump, pg_restore)"
     )

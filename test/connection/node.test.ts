@@ -20,6 +20,7 @@ import { layerEmbedded } from "../../src/storage/dynalite/embedded.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { layerSqlite } from "../../src/storage/sqlite/layer.ts"
 import { createActiveTables, mapStorageOperations, Storage, StorageError } from "../../src/storage/Storage.ts"
+import { Unavailable } from "../../src/storage/failures.ts"
 import { httpRequest, nodeOptions, openClient, routerDelivery, routerRequest } from "./client.ts"
 
 const CHID = "eac8e1de-cddf-42d6-9919-a7b0e0f41e59"
@@ -288,7 +289,9 @@ describe("connection node shutdown", () => {
       const storage = Context.get(yield* Layer.build(layerMemory(storageOptions)), Storage)
       // Every save fails: the sessions retry until the stop cuts them.
       const failing = mapStorageOperations(storage, (operation) => (effect) =>
-        operation === "saveMessages" || operation === "saveManyMessages" ? Effect.fail(new StorageError({ operation, cause: new Error("down") })) as unknown as typeof effect : effect)
+        operation === "saveMessages" || operation === "saveManyMessages"
+          ? Effect.fail(new StorageError({ operation, reason: new Unavailable(), cause: new Error("down") })) as unknown as typeof effect
+          : effect)
       const scope = yield* Scope.make()
       const options = { ...nodeOptions, shutdownTimeoutMs: 200 }
       const context = yield* Layer.buildWithScope(

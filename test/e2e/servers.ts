@@ -270,7 +270,8 @@ const startSeparateOnce = async (
       await exited
       await new Promise((r) => setTimeout(r, downMs))
       dynalite = startDynalite()
-      await waitForPort(dynamoPort)
+      // As long as its first start may take: the machine is as loaded as then.
+      await waitForPort(dynamoPort, 30_000)
     },
     storageFreeze: () => {
       dynalite.kill("SIGSTOP")

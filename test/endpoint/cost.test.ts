@@ -23,6 +23,7 @@ import { Metrics } from "../../src/observability/Metrics.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage, StorageError } from "../../src/storage/Storage.ts"
+import { Unavailable } from "../../src/storage/failures.ts"
 import { cachedTableStatus, TABLE_STATUS_TTL_MS } from "../../src/storage/tableKeeper.ts"
 import { HEADER_ROOM, PROTOCOLS, refusedAsTooLarge, ROUTE_ABUSES, send, type Targets } from "./abusive.ts"
 import { endpointWith, FakeNodeClient, fakeNode, options, subscribe, TestStorage } from "./harness.ts"
@@ -173,7 +174,7 @@ describe("the health routes' storage status", () => {
           name === "checkTables"
             ? Effect.suspend(() => {
               state.checks++
-              return state.failing ? Effect.fail(new StorageError({ operation: name, cause: "down" })) as never : operation
+              return state.failing ? Effect.fail(new StorageError({ operation: name, reason: new Unavailable(), cause: "down" })) as never : operation
             })
             : operation))
     )

@@ -19,6 +19,7 @@ import { NodeClient, type NodeClientService, NodeTransportError } from "../../sr
 import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { createActiveTables, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
+import { Unavailable } from "../../src/storage/failures.ts"
 
 export const options: EndpointOptions = {
   ...defaultEndpointOptions,
@@ -46,7 +47,7 @@ const faultyStorage = Layer.effect(
     const fault = (operation: keyof StorageService) =>
       faults.get(operation) === "die"
         ? Effect.die(new Error(`injected defect in ${operation}`))
-        : Effect.fail(new StorageError({ operation, cause: "injected fault" }))
+        : Effect.fail(new StorageError({ operation, reason: new Unavailable(), cause: "injected fault" }))
     const wrapped: Record<string, unknown> = {}
     for (const [name, member] of Object.entries(inner)) {
       const key = name as keyof StorageService

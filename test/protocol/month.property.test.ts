@@ -48,13 +48,14 @@ import { EndpointCrypto, TEST_ENDPOINT_URL } from "../../src/crypto/endpoint.ts"
 import { toErrorResponse } from "../../src/domain/errors.ts"
 import { defaultEndpointOptions, type EndpointOptions } from "../../src/endpoint/options.ts"
 import { makeRateLimits, NO_LIMITS } from "../../src/endpoint/rateLimits.ts"
-import { makeReceipts } from "../../src/endpoint/receipts.ts"
+import { makeEndpointReceipts } from "../../src/endpoint/receipts.ts"
 import { makeWebPushHandlers, type PushRequest } from "../../src/endpoint/webpush.ts"
 import { EventLog } from "../../src/observability/EventLog.ts"
 import { isLive } from "../../src/protocol/phases.ts"
 import { WebPushRouter } from "../../src/routers/webpush.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
+import { Unavailable } from "../../src/storage/failures.ts"
 import { activeTableNames, type StorageOptions } from "../../src/storage/tables.ts"
 import { type Client, makeHarness, pump, STORAGE_LATENCY_MS } from "./harness.ts"
 
@@ -206,7 +207,7 @@ const worldParts = (world: World) =>
             if (fault === "refused") {
               world.failed.push(name)
               yield* TestClock.adjust(ms - before)
-              return yield* Effect.fail(new StorageError({ operation: name, cause: "injected fault" }) as E)
+              return yield* Effect.fail(new StorageError({ operation: name, reason: new Unavailable(), cause: "injected fault" }) as E)
             }
             const result = yield* operation
             world.applied.push(name)
@@ -221,7 +222,7 @@ const worldParts = (world: World) =>
             yield* TestClock.adjust(ms - before)
             if (fault === "lost") {
               world.failed.push(`${name}:lost`)
-              return yield* Effect.fail(new StorageError({ operation: name, cause: "injected fault: applied, answer lost" }) as E)
+              return yield* Effect.fail(new StorageError({ operation: name, reason: new Unavailable(), cause: "injected fault: applied, answer lost" }) as E)
             }
             return result
           }))
@@ -292,7 +293,7 @@ const makeScene = (world: World, receiptsOn: boolean) =>
   Effect.gen(function*() {
     const harness = yield* makeHarness({ msgLimit: 10_000, pageSize: 3 })
     const limits = makeRateLimits(NO_LIMITS)
-    const receipts = yield* makeReceipts(ENDPOINT, limits)
+    const receipts = yield* makeEndpointReceipts(ENDPOINT, limits)
     const webpush = yield* makeWebPushHandlers(ENDPOINT, receipts, limits).pipe(
       Effect.provideService(WebPushRouter, harness.router),
       Effect.provide(Bridges.none)
@@ -986,7 +987,7 @@ describe("messages across month boundaries, storage failing", () => {
         scene.world.failNext.set("ackMessages", ["refused"])
         yield* scene.ack(c!, [stored.version!])
         const phase = c!.machine.phase
-        assert.strictEqual(isLive(phase) ? phase.session.retry?.command._tag : undefined, "DeleteMessages", "the delete is to be retried")
+        assert.strictEqual(isLive(phase) ? phase.session.retry?.command._tag : undefined, "TombstoneAcked", "the delete is to be retried")
         yield* scene.disconnect
         scene.world.faultsOn = false
         yield* scene.advance(5_000)

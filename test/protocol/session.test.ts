@@ -5,6 +5,7 @@ import { EndpointCrypto } from "../../src/crypto/endpoint.ts"
 import { opaqueId } from "../../src/observability/opaque.ts"
 import { emptySummary, foldSummary, summaryFields } from "../../src/observability/sessionSummary.ts"
 import { mapStorageOperations, Storage, StorageError, type StorageService } from "../../src/storage/Storage.ts"
+import { Unavailable } from "../../src/storage/failures.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { type Client, type Harness, makeHarness, pump, pushMessage, sessionOptions, setBroadcasts, TestParts, testParts } from "./harness.ts"
 
@@ -813,7 +814,7 @@ describe("session: storage faults and the command budget", () => {
           name !== operation ? call : Effect.suspend(() => {
             if (failures.left === 0) return call
             failures.left--
-            return Effect.fail(new StorageError({ operation: name, cause: "injected" })) as unknown as typeof call
+            return Effect.fail(new StorageError({ operation: name, reason: new Unavailable(), cause: "injected" })) as unknown as typeof call
           })))
     ).pipe(Layer.provideMerge(testParts()))
   const failingReads = { left: 0 }
@@ -838,7 +839,7 @@ describe("session: storage faults and the command budget", () => {
       assert.isUndefined(again.sent.closed)
     }).pipe(Effect.provide(failingStorage("fetchMessages", failingReads))))
 
-  it.effect("the node's shutdown (the session's fiber ends) deletes acked rows whose delete failed and waits for its retry", () => {
+  it.effect("the node's shutdown (the session's fiber ends) makes tombstones of acked rows whose tombstoning failed and waits for its retry", () => {
     const failingDeletes = { left: 0 }
     return Effect.gen(function*() {
       const harness = yield* setup()
@@ -850,7 +851,7 @@ describe("session: storage faults and the command budget", () => {
       failingDeletes.left = 1
       yield* ackAll(again)
       const phase = again.machine.phase
-      assert.strictEqual(phase._tag === "Identified" || phase._tag === "Draining" ? phase.session.retry?.command._tag : undefined, "DeleteMessages")
+      assert.strictEqual(phase._tag === "Identified" || phase._tag === "Draining" ? phase.session.retry?.command._tag : undefined, "TombstoneAcked")
       // Shutdown: the node interrupts the session's fiber, which ends the session as a closed socket would.
       const ending = yield* Effect.forkChild(again.machine.finish())
       yield* TestClock.adjust(5_000)
@@ -862,7 +863,7 @@ describe("session: storage faults and the command budget", () => {
     }).pipe(Effect.provide(failingStorage("ackMessages", failingDeletes)))
   })
 
-  it.effect("a register that meets a missing message table is answered status 500 (the client may retry), and the log names the table and the cause", () => {
+  it.effect("a register that meets a missing message table is answered status 500 (the client may retry), and the log names the table and the reason", () => {
     const logged: Array<{ readonly message: unknown; readonly annotations: Record<string, unknown> }> = []
     const capture = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void logged.push(entry))])
     return Effect.gen(function*() {
@@ -876,8 +877,7 @@ describe("session: storage faults and the command budget", () => {
       assert.deepInclude(client.of("register")[0], { status: 500, pushEndpoint: "" })
       assert.isUndefined(client.sent.closed, "the socket stays")
       const line = logged.find((entry) => entry.message === "storage failed")
-      assert.deepInclude(line?.annotations, { command: "AddChannel", table })
-      assert.include(String(line?.annotations["cause"]), `ResourceNotFoundException: Requested resource not found: ${table}`)
+      assert.deepInclude(line?.annotations, { command: "AddChannel", table, reason: "MissingTable", cause: `table not found: ${table}` })
       // Once the table is back, the same register succeeds.
       yield* storage.createTables([table])
       yield* client.frame({ messageType: "register", channelID: CHID })

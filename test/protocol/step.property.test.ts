@@ -193,8 +193,8 @@ const run = (
         for (const m of messages) urgencyOf.set(m.version, m.urgency)
         return { _tag: "PageRead", command, messages, lastSortKey: n > topics ? now - 1_000 + n - 1 : undefined, more: n === command.limit }
       }
-      case "DeleteMessages":
-        return o === "fail" ? failed : { _tag: "MessagesDeleted" }
+      case "TombstoneAcked":
+        return o === "fail" ? failed : { _tag: "AckedTombstoned" }
       case "TakeMessage":
         return o === "fail" ? failed : { _tag: "MessageTaken", taken: o !== "no" }
       case "ReadChannels":

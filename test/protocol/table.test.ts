@@ -572,16 +572,16 @@ describe("step: Identified, deliveries and acks", () => {
   })
   const paged = { tables: [THIS_MONTH], rows: "timestamp" as const, after: NOW - 5_000, again: false, poked: false, backlog: 1, backlogByChannel: new Map() }
   const ackV1 = frame({ messageType: "ack", updates: [{ channelID: CHID, version: "v1", code: 100 }] })
-  row("acking the last outstanding stored message deletes the page's acked rows together, before the next page", identified({
+  row("acking the last outstanding stored message makes the page's acked rows tombstones together, before the next page", identified({
     unacked: unacked([[message(), THIS_MONTH]]),
     ackedRows: [stored(message({ version: "v0" }))],
     drain: paged
   }), ackV1, {
     phase: "Draining",
     events: ["notification.acked.1"],
-    command: { _tag: "DeleteMessages", uaid: UAID },
+    command: { _tag: "TombstoneAcked", uaid: UAID },
     check: (t) => {
-      const command = t.command as Extract<Command, { _tag: "DeleteMessages" }>
+      const command = t.command as Extract<Command, { _tag: "TombstoneAcked" }>
       assert.deepStrictEqual(command.messages.map((m) => m.notification.version), ["v0", "v1"])
       assert.deepStrictEqual(sessionOf(t).ackedRows, [])
     }
@@ -594,24 +594,24 @@ describe("step: Identified, deliveries and acks", () => {
     events: ["notification.acked.1"],
     check: (t) => assert.deepStrictEqual(sessionOf(t).ackedRows.map((m) => m.notification.version), ["v1"])
   })
-  it("acked timestamp rows are deleted a page at a time while others stay outstanding", () => {
+  it("acked timestamp rows become tombstones a page at a time while others stay outstanding", () => {
     const outstanding = Array.from({ length: OPTIONS.pageSize + 1 }, (_, i) => message({ version: `w${i}`, sortkeyTimestamp: NOW - 5_000 - i }))
     const holding = identified({ unacked: unacked(outstanding.map((m) => [m, THIS_MONTH])), drain: { ...paged, rows: "read" } })
     const acked = step(holding, frame({ messageType: "ack", updates: outstanding.slice(0, OPTIONS.pageSize).map((m) => ({ channelID: CHID, version: m.version, code: 100 })) }), NOW)
-    assert.strictEqual(acked.command?._tag, "DeleteMessages")
-    assert.strictEqual((acked.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.length, OPTIONS.pageSize)
+    assert.strictEqual(acked.command?._tag, "TombstoneAcked")
+    assert.strictEqual((acked.command as Extract<Command, { _tag: "TombstoneAcked" }>).messages.length, OPTIONS.pageSize)
     assert.strictEqual(sessionOf(acked).unacked.size, 1)
   })
-  row("acking a stored topic message deletes at once (on its version), with the rows waiting", identified({
+  row("acking a stored topic message makes its tombstone at once (on its version), with the rows waiting", identified({
     unacked: unacked([[message({ topic: "a" }), THIS_MONTH], [message({ version: "v2" }), THIS_MONTH]]),
     ackedRows: [stored(message({ version: "v0" }))],
     drain: paged
   }), ackV1, {
     phase: "Draining",
-    command: { _tag: "DeleteMessages", uaid: UAID },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["v0", "v1"])
+    command: { _tag: "TombstoneAcked", uaid: UAID },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "TombstoneAcked" }>).messages.map((m) => m.notification.version), ["v0", "v1"])
   })
-  row("rows deleted, page acked: the next page is read", identified({ drain: paged }), { _tag: "MessagesDeleted" }, {
+  row("rows tombstoned, page acked: the next page is read", identified({ drain: paged }), { _tag: "AckedTombstoned" }, {
     phase: "Draining",
     command: { _tag: "ReadPage", rows: "timestamp", after: NOW - 5_000 }
   })
@@ -656,25 +656,25 @@ describe("step: Identified, deliveries and acks", () => {
     phase: "Identified",
     check: (t) => assert.isUndefined(sessionOf(t).drain)
   })
-  it("a first page that was not full: topic messages, then timestamp messages, sent together; once acked and deleted, the drain is over", () => {
+  it("a first page that was not full: topic messages, then timestamp messages, sent together; once acked and tombstoned, the drain is over", () => {
     const sent = step(identified({ drain: start }), read("first", [topic("t1"), message({ version: "s1" })], NOW - 1_000), NOW)
     assert.deepStrictEqual(sent.frames.map((f) => JSON.parse(f).version), ["t1", "s1"])
     assert.deepInclude(sessionOf(sent).drain ?? {}, { rows: "read", after: NOW - 1_000 })
     const acked = step(sent.phase, frame({ messageType: "ack", updates: ["t1", "s1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), NOW)
-    assert.deepStrictEqual((acked.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((row) => row.notification.version), ["t1", "s1"])
-    const done = deleted(acked)
+    assert.deepStrictEqual((acked.command as Extract<Command, { _tag: "TombstoneAcked" }>).messages.map((row) => row.notification.version), ["t1", "s1"])
+    const done = tombstoned(acked)
     assert.isUndefined(done.command)
     assert.isUndefined(sessionOf(done).drain)
   })
   it("a full first page that reached the timestamp rows: the next page is timestamp rows after it", () => {
     const sent = step(identified({ drain: start }), read("first", [topic("t1"), message({ version: "v1" })], NOW - 1_000, true), NOW)
     const afterAck = step(sent.phase, frame({ messageType: "ack", updates: ["t1", "v1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), NOW)
-    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: NOW - 1_000, limit: OPTIONS.pageSize, attempt: 0 })
+    assert.deepStrictEqual(tombstoned(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: NOW - 1_000, limit: OPTIONS.pageSize, attempt: 0 })
   })
-  it("a full first page of topic rows only: read again from the first row once acked and deleted (more topic rows may follow)", () => {
+  it("a full first page of topic rows only: read again from the first row once acked and tombstoned (more topic rows may follow)", () => {
     const sent = step(identified({ drain: start }), read("first", [topic("t1")], undefined, true), NOW)
     const afterAck = step(sent.phase, frame({ messageType: "ack", updates: [{ channelID: CHID, version: "t1", code: 100 }] }), NOW)
-    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "first", after: undefined, limit: OPTIONS.pageSize, attempt: 0 })
+    assert.deepStrictEqual(tombstoned(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "first", after: undefined, limit: OPTIONS.pageSize, attempt: 0 })
   })
   row("a full first page of topic rows all in hand (sent directly): timestamp rows next, not the same page again", identified({
     drain: start,
@@ -709,18 +709,18 @@ describe("step: Identified, deliveries and acks", () => {
     check: (t) => assert.isUndefined(sessionOf(t).drain)
   })
   const acked = (t: { readonly phase: Phase }) => step(t.phase, frame({ messageType: "ack", updates: [{ channelID: CHID, version: "v1", code: 100 }] }), NOW)
-  const deleted = (t: { readonly phase: Phase }) => step(t.phase, { _tag: "MessagesDeleted" }, NOW)
-  it("a full page, once acked and deleted: the next page is read after it", () => {
+  const tombstoned = (t: { readonly phase: Phase }) => step(t.phase, { _tag: "AckedTombstoned" }, NOW)
+  it("a full page, once acked and tombstoned: the next page is read after it", () => {
     const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [message()], NOW - 1_000, true), NOW)
     const afterAck = acked(sent)
-    assert.strictEqual(afterAck.command?._tag, "DeleteMessages")
-    assert.deepStrictEqual(deleted(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: NOW - 1_000, limit: OPTIONS.pageSize, attempt: 0 })
+    assert.strictEqual(afterAck.command?._tag, "TombstoneAcked")
+    assert.deepStrictEqual(tombstoned(afterAck).command, { _tag: "ReadPage", uaid: UAID, table: THIS_MONTH, rows: "timestamp", after: NOW - 1_000, limit: OPTIONS.pageSize, attempt: 0 })
   })
-  it("a page that was not full, once acked and deleted: the table is not read again, the drain is over", () => {
+  it("a page that was not full, once acked and tombstoned: the table is not read again, the drain is over", () => {
     const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [message()], NOW - 1_000), NOW)
-    const afterDelete = deleted(acked(sent))
-    assert.isUndefined(afterDelete.command)
-    assert.isUndefined(sessionOf(afterDelete).drain)
+    const afterTombstones = tombstoned(acked(sent))
+    assert.isUndefined(afterTombstones.command)
+    assert.isUndefined(sessionOf(afterTombstones).drain)
   })
   row("a stored message that expired between the read and now is not sent", identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", [
     message({ ttl: 5, timestamp: Math.floor(NOW / 1000) - 5 })
@@ -748,8 +748,8 @@ describe("step: Identified, deliveries and acks", () => {
     const one = ack(sent, "v1", NOW + 50)
     assert.isUndefined(one.command)
     const both = ack(one, "v2", NOW + 90)
-    assert.strictEqual(both.command?._tag, "DeleteMessages")
-    const drop = step(both.phase, { _tag: "MessagesDeleted" }, NOW + 120)
+    assert.strictEqual(both.command?._tag, "TombstoneAcked")
+    const drop = step(both.phase, { _tag: "AckedTombstoned" }, NOW + 120)
     assert.deepInclude(drop.command as object, { _tag: "DropUser", reason: "too_many_messages", connectedAt: NOW - 1_000 })
   })
   it("messages pushed since hello never count towards msg_limit: a backlog of msg_limit and a burst after it are all sent, nobody is dropped", () => {
@@ -760,7 +760,7 @@ describe("step: Identified, deliveries and acks", () => {
     assert.strictEqual(sent.frames.length, 2 * OPTIONS.msgLimit)
     assert.strictEqual(sessionOf(sent).drain?.backlog, Math.ceil(OPTIONS.msgLimit / 2), "its channel counts up to half of msg_limit; the burst not at all")
     const acked = step(sent.phase, frame({ messageType: "ack", updates: [...backlog, ...burst].map((m) => ({ channelID: CHID, version: m.version, code: 100 })) }), NOW + 10)
-    const done = step(acked.phase, { _tag: "MessagesDeleted" }, NOW + 20)
+    const done = step(acked.phase, { _tag: "AckedTombstoned" }, NOW + 20)
     assert.isUndefined(done.command)
     assert.isUndefined(sessionOf(done).drain)
   })
@@ -771,7 +771,7 @@ describe("step: Identified, deliveries and acks", () => {
     const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", page, NOW - 5_000 + page.length - 1), NOW)
     assert.strictEqual(sent.frames.length, OPTIONS.msgLimit)
     const acked = step(sent.phase, frame({ messageType: "ack", updates: page.slice(0, OPTIONS.msgLimit).map((m) => ({ channelID: m.channelId, version: m.version, code: 100 })) }), NOW + 10)
-    const drop = step(acked.phase, { _tag: "MessagesDeleted" }, NOW + 20)
+    const drop = step(acked.phase, { _tag: "AckedTombstoned" }, NOW + 20)
     assert.deepInclude(drop.command as object, { _tag: "DropUser", reason: "too_many_messages" })
   })
   it("exactly msg_limit stored: all are sent and nobody is dropped", () => {
@@ -779,7 +779,7 @@ describe("step: Identified, deliveries and acks", () => {
     const sent = step(identified({ drain: { ...start, rows: "timestamp" } }), read("timestamp", page, NOW - 1_000 + OPTIONS.msgLimit - 1), NOW)
     assert.strictEqual(sent.frames.length, OPTIONS.msgLimit)
     const acked = step(sent.phase, frame({ messageType: "ack", updates: page.map((m) => ({ channelID: CHID, version: m.version, code: 100 })) }), NOW + 10)
-    const done = step(acked.phase, { _tag: "MessagesDeleted" }, NOW + 20)
+    const done = step(acked.phase, { _tag: "AckedTombstoned" }, NOW + 20)
     assert.isUndefined(done.command)
     assert.isUndefined(sessionOf(done).drain)
   })
@@ -936,7 +936,7 @@ describe("step: Closing", () => {
     close: "already-hello",
     check: (t) => assert.deepStrictEqual((t.phase as PhaseOf<"Closing">).stage, { _tag: "Answering", until: NOW + OPTIONS.closeGraceMs })
   })
-  row("an ack before the client answered our close is taken: a direct message forgotten, a stored row to delete with the save", answering({
+  row("an ack before the client answered our close is taken: a direct message forgotten, a stored row to make a tombstone with the save", answering({
     unacked: new Map([["d1", direct(sent)], ["s1", stored(message({ version: "s1" }))], ["s2", stored(message({ version: "s2" }))]])
   }), frame({ messageType: "ack", updates: ["d1", "s1"].map((version) => ({ channelID: CHID, version, code: 100 })) }), {
     phase: "Closing",
@@ -989,21 +989,21 @@ describe("step: Closing", () => {
     newestTopic: new Map([[`${CHID}:a`, message({ version: "t0", topic: "a" })]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "DeleteMessages" },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["s1"])
+    command: { _tag: "TombstoneAcked" },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "TombstoneAcked" }>).messages.map((m) => m.notification.version), ["s1"])
   })
-  row("mailbox drained: acked rows not deleted yet are deleted first", closing({
+  row("mailbox drained: acked rows not tombstoned yet become tombstones first", closing({
     ackedRows: [stored(message({ version: "s0" }))],
     unacked: new Map([["d1", direct(sent)]])
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "DeleteMessages" },
+    command: { _tag: "TombstoneAcked" },
     check: (t) => {
-      assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["s0"])
-      assert.strictEqual(stageOf(t)._tag, "DeletingAcked")
+      assert.deepStrictEqual((t.command as Extract<Command, { _tag: "TombstoneAcked" }>).messages.map((m) => m.notification.version), ["s0"])
+      assert.strictEqual(stageOf(t)._tag, "TombstoningAcked")
     }
   })
-  row("acked rows deleted: then the save", closing({}, NOW - 10, { _tag: "DeletingAcked", messages: [sent], strays: [] }), { _tag: "MessagesDeleted" }, {
+  row("acked rows tombstoned: then the save", closing({}, NOW - 10, { _tag: "TombstoningAcked", messages: [sent], strays: [] }), { _tag: "AckedTombstoned" }, {
     phase: "Closing",
     command: { _tag: "SaveMessages", table: THIS_MONTH }
   })
@@ -1136,16 +1136,16 @@ describe("step: Closing", () => {
       assert.deepStrictEqual([command.row.table, command.row.notification.version], [LAST_MONTH, "s1"])
     }
   })
-  row("mailbox drained: acked rows whose delete failed and waits for its retry are deleted too", closing({
+  row("mailbox drained: acked rows whose tombstoning failed and waits for its retry are tombstoned too", closing({
     ackedRows: [stored(message({ version: "s0" }))],
     retry: {
       at: NOW + 1_000,
-      command: { _tag: "DeleteMessages", uaid: UAID, messages: [stored(message({ version: "p1" }))], attempt: 1 }
+      command: { _tag: "TombstoneAcked", uaid: UAID, messages: [stored(message({ version: "p1" }))], attempt: 1 }
     }
   }), { _tag: "MailboxDrained" }, {
     phase: "Closing",
-    command: { _tag: "DeleteMessages" },
-    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "DeleteMessages" }>).messages.map((m) => m.notification.version), ["p1", "s0"])
+    command: { _tag: "TombstoneAcked" },
+    check: (t) => assert.deepStrictEqual((t.command as Extract<Command, { _tag: "TombstoneAcked" }>).messages.map((m) => m.notification.version), ["p1", "s0"])
   })
   const save: Command = { _tag: "SaveMessages", uaid: UAID, table: THIS_MONTH, messages: [sent], attempt: 0 }
   row("a step of the end failed: retried later", closing({}, NOW - 10, { _tag: "Saving", table: THIS_MONTH, strays: [] }), { _tag: "CommandFailed", command: save }, {
@@ -1199,9 +1199,9 @@ describe("step: what every live phase does alike", () => {
       ...(tag === "Draining" || tag === "Migrating" ? { command: { _tag: "ReadPage" } as const } : {}),
       check: (t) => assert.strictEqual(sessionOf(t).unacked.size, 0)
     })
-    row(`${tag}: a failed delete is retried`, phase, {
+    row(`${tag}: a failed tombstoning is retried`, phase, {
       _tag: "CommandFailed",
-      command: { _tag: "DeleteMessages", uaid: UAID, messages: [], attempt: 0 }
+      command: { _tag: "TombstoneAcked", uaid: UAID, messages: [], attempt: 0 }
     }, { phase: tag, check: (t) => assert.strictEqual(sessionOf(t).retry?.at, NOW + OPTIONS.storageRetryMs) })
   }
   const registering = { channelId: CHID, endpoint: "http://e/wpush/v1/t" }
@@ -1232,7 +1232,7 @@ describe("step: what every live phase does alike", () => {
     phase: "Migrating",
     check: (t) => assert.isTrue(sessionOf(t).drain?.again)
   })
-  row("Migrating: rows deleted, the old table read on", migrating(), { _tag: "MessagesDeleted" }, { phase: "Migrating", command: { _tag: "ReadPage", table: LAST_MONTH } })
+  row("Migrating: rows deleted, the old table read on", migrating(), { _tag: "AckedTombstoned" }, { phase: "Migrating", command: { _tag: "ReadPage", table: LAST_MONTH } })
   row("Migrating: dropped for too many messages: close 1000", migrating(), { _tag: "UserDropped", dropped: true }, { phase: "Closing", close: "uaid-reset" })
   row("Rechecking: storage failing closes StorageError", rechecking, { _tag: "CommandFailed", command: { _tag: "ReadUser", uaid: UAID, attempt: 0 } }, {
     phase: "Closed",

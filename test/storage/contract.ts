@@ -53,8 +53,6 @@ const user = (n: number, fields: Partial<UserRecord> = {}): UserRecord => ({
 const message = (fields: Partial<Notification> & { readonly channelId: string; readonly version: string }) =>
   ({ ttl: 3600, timestamp: T0_SECONDS, ...fields }) as Notification
 
-const errorName = (e: StorageError): unknown => (e.cause as { readonly name?: unknown } | undefined)?.name
-
 export const storageContract = (name: string, make: MakeStorage) =>
   describe(`Storage contract: ${name}`, () => {
     const test = (
@@ -92,8 +90,9 @@ export const storageContract = (name: string, make: MakeStorage) =>
 
         const missing = yield* Effect.flip(s.getChannels(uaid(1), yield* s.currentMessageTable))
         assert.strictEqual(missing.operation, "getChannels")
-        assert.strictEqual(errorName(missing), "ResourceNotFoundException")
-        assert.strictEqual(errorName(yield* Effect.flip(s.getUser(uaid(1)))), "ResourceNotFoundException")
+        assert.strictEqual(missing.reason._tag, "MissingTable")
+        assert.isFalse(missing.isRetryable)
+        assert.strictEqual((yield* Effect.flip(s.getUser(uaid(1)))).reason._tag, "MissingTable")
 
         yield* createActiveTables
         yield* createActiveTables // idempotent
@@ -812,14 +811,14 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.strictEqual(yield* s.dropStaleUsers({ monthsAgo: 4, lookbackMonths: 0 }), 1)
       }))
 
-    test("operations on a missing message table fail with a StorageError naming the operation", (s) =>
+    test("operations on a missing message table fail with a StorageError naming the operation, reason MissingTable", (s) =>
       Effect.gen(function*() {
         const exit = yield* Effect.exit(s.saveMessage(uaid(1), "no_such_table_anywhere", message({ channelId: chid(1), version: "v" })))
         assert.isTrue(Exit.isFailure(exit))
         const error = yield* Effect.flip(s.fetchMessages(uaid(1), "no_such_table_anywhere", 1))
         assert.instanceOf(error, StorageError)
         assert.strictEqual(error.operation, "fetchMessages")
-        assert.strictEqual(errorName(error), "ResourceNotFoundException")
+        assert.strictEqual(error.reason._tag, "MissingTable")
       }))
 
     // ── push receipts ───────────────────────────────────────────────────────────────────────────

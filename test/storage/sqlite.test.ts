@@ -13,13 +13,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
-import { StorageTimeout } from "../../src/storage/deadlines.ts"
 import { layerSqlite } from "../../src/storage/sqlite/layer.ts"
 import { scopedSqlite } from "../../src/storage/sqlite/driver.ts"
 import { TOMBSTONE_SECONDS } from "../../src/storage/model.ts"
 import { makeSqlMaintenance } from "../../src/storage/sql/maintenance.ts"
 import { SWEEP_BATCH } from "../../src/storage/sql/sweep.ts"
-import { createActiveTables, Storage, StorageError, StorageFull, type StorageService, storageUnavailable } from "../../src/storage/Storage.ts"
+import { createActiveTables, Storage, StorageError, type StorageService, storageUnavailable } from "../../src/storage/Storage.ts"
+import { DiskFull, Unknown } from "../../src/storage/failures.ts"
 import { makeSqlStorage } from "../../src/storage/sql/storage.ts"
 import { storageContract } from "./contract.ts"
 
@@ -144,7 +144,7 @@ describe("SQLite store", () => {
       }
     }).pipe(Effect.scoped), 60_000)
 
-  it.live("a write waits for another process's lock at most storage_timeout, the event loop free, then fails with a StorageTimeout; reads go on", () =>
+  it.live("a write waits for another process's lock at most storage_timeout, the event loop free, then fails with reason Timeout; reads go on", () =>
     Effect.gen(function*() {
       const options = fresh(join(dir, "locked.sqlite"), 300)
       const s = yield* openStore(options)
@@ -160,7 +160,7 @@ describe("SQLite store", () => {
         clearInterval(ticking)
         const waited = Date.now() - started
         assert.strictEqual(error.operation, "registerUser")
-        assert.instanceOf(error.cause, StorageTimeout)
+        assert.strictEqual(error.reason._tag, "Timeout")
         assert.isAtLeast(waited, 250)
         assert.isBelow(waited, 5_000)
         assert.isAtLeast(ticks, 5, "timers ran while the write waited: it did not hold the thread")
@@ -377,7 +377,7 @@ describe("SQLite store", () => {
       assert.isAtLeast(size(), before + 2_000_000, `the database file grew within ${waited} ms: ${before} → ${size()} bytes`)
     }).pipe(Effect.scoped), 30_000)
 
-  it.effect("a full disk: every write refused is a StorageFull; the log says so in one line a minute, a message with the count since the line before", () =>
+  it.effect("a full disk: every write refused is DiskFull; the log says so in one line a minute, a message with the count since the line before", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(T0)
       const logged: Array<{ readonly message: unknown; readonly annotations: Record<string, unknown> }> = []
@@ -393,8 +393,7 @@ describe("SQLite store", () => {
       const capture = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void logged.push(entry))])
       const refusals = yield* Effect.forEach([1, 2, 3, 4, 5], write).pipe(Effect.provide(capture))
       for (const error of refusals) {
-        assert.instanceOf(error.cause, StorageFull)
-        assert.strictEqual((error.cause as StorageFull).database, options.path)
+        assert.deepStrictEqual(error.reason, new DiskFull({ database: options.path }))
       }
       assert.deepStrictEqual(logged.map((entry) => entry.message), [
         `the disk holding ${options.path} is full: 1 storage operation refused since the last line (one a minute at most), answered 503 to their senders; free space on that disk (option data_dir)`
@@ -412,8 +411,8 @@ describe("SQLite store", () => {
       const edge = Logger.layer([Logger.map(Logger.formatStructured, (entry) => void answered.push([entry.message, entry.annotations]))])
       yield* Effect.flip(storageUnavailable(refusals[0]!)).pipe(Effect.provide(edge))
       assert.deepStrictEqual(answered, [])
-      yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", cause: new Error("boom") }))).pipe(Effect.provide(edge))
-      assert.deepStrictEqual(answered, [["storage failed", { operation: "getUser", cause: "boom" }]])
+      yield* Effect.flip(storageUnavailable(new StorageError({ operation: "getUser", reason: new Unknown(), cause: new Error("boom") }))).pipe(Effect.provide(edge))
+      assert.deepStrictEqual(answered, [["storage failed", { operation: "getUser", reason: "Unknown", cause: "boom" }]])
     }).pipe(Effect.scoped))
 
   it.effect("a file that is not a database is a clear StorageError at start", () =>

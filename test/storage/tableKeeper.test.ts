@@ -9,6 +9,7 @@ import { Clock, Effect, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 import { mapStorageOperations, Storage, StorageError } from "../../src/storage/Storage.ts"
+import { Denied, Unavailable } from "../../src/storage/failures.ts"
 import { CREATE_TABLES_COMMAND, layerTableKeeper, TABLE_CHECK_SPREAD } from "../../src/storage/tableKeeper.ts"
 import { Duration } from "effect"
 
@@ -32,7 +33,7 @@ const deniedCreate = Layer.effect(
   Effect.map(Storage, (inner) =>
     mapStorageOperations(inner, (name) => (operation) =>
       name === "createTables"
-        ? Effect.fail(new StorageError({ operation: name, cause: Object.assign(new Error("not authorized to perform: dynamodb:CreateTable"), { name: "AccessDeniedException" }) })) as never
+        ? Effect.fail(new StorageError({ operation: name, reason: new Denied(), cause: Object.assign(new Error("not authorized to perform: dynamodb:CreateTable"), { name: "AccessDeniedException" }) })) as never
         : operation))
 ).pipe(Layer.provideMerge(layerMemory(options)))
 
@@ -127,7 +128,7 @@ describe("table keeper", () => {
       const unreachable = Layer.effect(
         Storage,
         Effect.map(Storage, (inner) =>
-          mapStorageOperations(inner, (name) => () => Effect.fail(new StorageError({ operation: name, cause: "connect ECONNREFUSED 127.0.0.1:8000" })) as never))
+          mapStorageOperations(inner, (name) => () => Effect.fail(new StorageError({ operation: name, reason: new Unavailable(), cause: "connect ECONNREFUSED 127.0.0.1:8000" })) as never))
       ).pipe(Layer.provideMerge(layerMemory(options)))
       const exit = yield* Layer.build(layerTableKeeper).pipe(Effect.provide(unreachable), Effect.exit)
       assert.isTrue(exit._tag === "Failure")

@@ -21,6 +21,7 @@ import type * as Scope from "effect/Scope"
 import { layerDynamo } from "../dynamo/layer.ts"
 import { dynaliteWorker } from "./worker.ts"
 import { type Storage, StorageError } from "../Storage.ts"
+import { Unknown } from "../failures.ts"
 import type { StartupError } from "../../platform/startup.ts"
 import { layerTableKeeper } from "../tableKeeper.ts"
 import type { StorageOptions } from "../tables.ts"
@@ -54,7 +55,7 @@ const startThread = (dataDir: string, listen: DynaliteListen) =>
     worker.postMessage({ open: dataDir, host: listen.host, listenPort: listen.port })
     const failed = (error: EmbeddedDataError | Error | StartupError) => {
       void worker.terminate()
-      resume(Effect.fail(new StorageError({ operation: "startDynalite", cause: error })))
+      resume(Effect.fail(new StorageError({ operation: "startDynalite", reason: new Unknown(), cause: error })))
     }
     worker.once("error", failed)
     worker.once("message", (message: ThreadMessage) => {

@@ -6,28 +6,23 @@
  */
 import * as Effect from "effect/Effect"
 import type { DynamoClient } from "./client.ts"
-import { type DynamoRequests, isNamed } from "./requests.ts"
+import type { DynamoRequests } from "./requests.ts"
 import { messageKey } from "./rows.ts"
 import { type Item, N, S } from "../items.ts"
 import { CHANNEL_END, CHANNEL_PREFIX, channelSortKey, META_SORT_KEY } from "../model.ts"
+import { hasReason } from "../Storage.ts"
 
-export const makeChannels = (client: DynamoClient, { call, conditional, queryAll, batchWrite }: DynamoRequests) => {
-  const getMeta = (operation: string, uaid: string, table: string, attribute: string) =>
-    call(operation, (o) =>
-      client.send(
-        "GetItem", {
-          TableName: table,
-          Key: messageKey(uaid, META_SORT_KEY),
-          ProjectionExpression: "#a",
-          ExpressionAttributeNames: { "#a": attribute },
-          ConsistentRead: true
-        },
-        o
-      )).pipe(Effect.map((result) => result.Item?.[attribute]))
+/** A channel's row: `00:{chid}`, no `expiry` (it lives as long as the user). */
+const channelKey = (uaid: string, channelId: string): Item => messageKey(uaid, channelSortKey(channelId))
 
-  /** A channel's row: `00:{chid}`, no `expiry` (it lives as long as the user). */
-  const channelKey = (uaid: string, channelId: string): Item => messageKey(uaid, channelSortKey(channelId))
+export const makeChannels = (client: DynamoClient, requests: DynamoRequests) => ({
+  ...makeChannelAdds(client, requests),
+  removeChannel: makeRemoveChannel(client, requests),
+  ...makeChannelReads(client, requests)
+})
 
+/** Adding channels: one (bounded by the meta row's count), or many at once (a month move). */
+const makeChannelAdds = (client: DynamoClient, { call, conditional, queryAll, batchWrite }: DynamoRequests) => {
   /** Count the user's channel rows once more and store the count (after a bulk copy). */
   const recount = Effect.fnUntraced(function*(operation: string, uaid: string, table: string) {
     const rows = yield* queryAll(operation, {
@@ -91,8 +86,12 @@ export const makeChannels = (client: DynamoClient, { call, conditional, queryAll
     yield* recount("addChannels", uaid, table)
   })
 
-  /** The channel's row (and the count), or else the meta row's `chids` set (written before channel rows existed). */
-  const removeChannel = Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
+  return { addChannel, addChannels }
+}
+
+/** The channel's row (and the count), or else the meta row's `chids` set (written before channel rows existed). */
+const makeRemoveChannel = (client: DynamoClient, { call, conditional }: DynamoRequests) =>
+  Effect.fnUntraced(function*(uaid: string, table: string, channelId: string) {
     const removed = yield* call("removeChannel", (o) =>
       client.send("DeleteItem", { TableName: table, Key: channelKey(uaid, channelId), ReturnValues: "ALL_OLD" }, o))
     if (removed.Attributes !== undefined) {
@@ -107,7 +106,7 @@ export const makeChannels = (client: DynamoClient, { call, conditional, queryAll
             ExpressionAttributeValues: { ":minus": N(-1), ":zero": N(0) }
           },
           o
-        )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.void))
+        )).pipe(Effect.catchIf(hasReason("Conflict"), () => Effect.void))
       return true
     }
     return yield* conditional(call("removeChannel", (o) =>
@@ -123,6 +122,21 @@ export const makeChannels = (client: DynamoClient, { call, conditional, queryAll
         o
       )))
   })
+
+/** Reading the set, whole or one channel of it. */
+const makeChannelReads = (client: DynamoClient, { call, queryAll }: DynamoRequests) => {
+  const getMeta = (operation: string, uaid: string, table: string, attribute: string) =>
+    call(operation, (o) =>
+      client.send(
+        "GetItem", {
+          TableName: table,
+          Key: messageKey(uaid, META_SORT_KEY),
+          ProjectionExpression: "#a",
+          ExpressionAttributeNames: { "#a": attribute },
+          ConsistentRead: true
+        },
+        o
+      )).pipe(Effect.map((result) => result.Item?.[attribute]))
 
   const getChannels = Effect.fnUntraced(function*(uaid: string, table: string) {
     const rows = yield* queryAll("getChannels", {
@@ -160,5 +174,5 @@ export const makeChannels = (client: DynamoClient, { call, conditional, queryAll
     return legacy?.SS?.includes(channelId) ?? false
   })
 
-  return { addChannel, addChannels, removeChannel, getChannels, hasChannel }
+  return { getChannels, hasChannel }
 }

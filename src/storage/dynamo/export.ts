@@ -9,11 +9,11 @@ import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { scopedDynamoClient } from "./client.ts"
 import type { DynamoOptions } from "./layer.ts"
-import { isNamed, makeRequests } from "./requests.ts"
+import { makeRequests } from "./requests.ts"
 import { STORAGE_TIMEOUT_MS } from "../deadlines.ts"
 import { type Item, S } from "../items.ts"
 import { BROADCASTS_KEY } from "../model.ts"
-import type { StorageError } from "../Storage.ts"
+import { hasReason, type StorageError } from "../Storage.ts"
 import { TableCopy } from "../tableCopy.ts"
 
 /** Items read by one Scan request: a backup of a live table must not take the nodes' capacity. */
@@ -55,7 +55,7 @@ export const layerDynamoTableCopy = (options: DynamoOptions): Layer.Layer<TableC
           start = page.LastEvaluatedKey
         } while (start !== undefined)
         return users
-      }, Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed(0)))
+      }, Effect.catchIf(hasReason("MissingTable"), () => Effect.succeed(0)))
 
       const putItems = (table: string, items: ReadonlyArray<Item>) =>
         batchWrite("import", table, items.map((Item) => ({ PutRequest: { Item } })))

@@ -2,8 +2,8 @@
  * Storage on the DynamoDB API: AWS, DynamoDB Local, dynalite (the embedded default) or any
  * compatible server (ScyllaDB Alternator), by endpoint URL. Only what all of them support: single
  * item reads and (conditional) writes, Query, BatchWriteItem, table management; no transactions,
- * no PartiQL. Failures become `StorageError`s; server errors are told apart by their `name`, never
- * by message text. Reserved words (`data`, `ttl`, `timestamp`, ...) are always escaped.
+ * no PartiQL. Failures become `StorageError`s whose reason is read from the server's error type
+ * (`dynamo/requests.ts`), never from message text. Reserved words (`data`, `ttl`, `timestamp`, ...) are always escaped.
  *
  * Expiry is judged by the Effect `Clock` of the caller. The operations by table, as for SQLite and
  * in memory: the router table (users, the broadcast set) `dynamo/users.ts`; channel sets
@@ -17,7 +17,7 @@ import { makeChannels } from "./channels.ts"
 import { scopedDynamoClient } from "./client.ts"
 import { makeMaintenance } from "./maintenance.ts"
 import { makeMessages } from "./messages.ts"
-import { makeReceipts } from "./receipts.ts"
+import { makeDynamoReceipts } from "./receipts.ts"
 import { makeRequests } from "./requests.ts"
 import { STORAGE_TIMEOUT_MS, withOperationDeadlines } from "../deadlines.ts"
 import { makeUsers } from "./users.ts"
@@ -47,7 +47,7 @@ export const layerDynamo = (options: DynamoOptions): Layer.Layer<Storage> =>
         ...tablesByClock(options),
         ...makeChannels(client, requests),
         ...messages,
-        ...makeReceipts(client, requests, options),
+        ...makeDynamoReceipts(client, requests, options),
         ...makeMaintenance(client, requests, options, deleteUserRows)
       }, timeoutMs))
     })

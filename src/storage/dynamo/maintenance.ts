@@ -7,18 +7,19 @@ import type { AttributeValue, CreateTableCommandInput } from "@aws-sdk/client-dy
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type { DynamoClient } from "./client.ts"
-import { type DynamoRequests, errorName, isNamed } from "./requests.ts"
+import type { DynamoRequests } from "./requests.ts"
 import { liveClock } from "../deadlines.ts"
 import { type Item, N, S } from "../items.ts"
 import { staleKeys } from "../staleUsers.ts"
-import { type StaleUserSweep, StorageError, tableFound, type TableStatus } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "../tables.ts"
+import { StorageError, Timeout } from "../failures.ts"
+import { hasReason, type StaleUserSweep, tableFound, type TableStatus } from "../Storage.ts"
+import { activeTableNames, messageTablesOf, onlyMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
 
 const ACCESS_INDEX = "AccessIndex"
 /** Index entries read at a time by a stale-user sweep: it must not eat the table's capacity. */
 const STALE_PAGE = 25
-/** What servers without TTL answer to `UpdateTimeToLive` (dynalite: UnknownOperationException). */
-const TTL_UNSUPPORTED = new Set(["UnknownOperationException", "UnsupportedOperationException", "NotImplementedException"])
+/** How long a table may take to become ACTIVE, or to go (AWS takes seconds). */
+const TABLE_WAIT_MS = 120_000
 
 export const makeMaintenance = (
   client: DynamoClient,
@@ -28,12 +29,56 @@ export const makeMaintenance = (
   deleteUserRows: (operation: string, uaid: string, table: string) => Effect.Effect<void, StorageError>
 ) => {
   const router = options.routerTable
+  const receipts = receiptTableName(options)
+  const { describe, awaitTable } = makeTableWaits(client, call)
 
+  const checkTables = Effect.gen(function*() {
+    const active = activeTableNames(options, yield* Clock.currentTimeMillis)
+    return yield* Effect.forEach([router, receipts, ...active], (table) =>
+      describe("checkTables", table).pipe(
+        Effect.map((description): TableStatus => {
+          if (description === undefined) return tableFound(table, false)
+          const status = description.TableStatus ?? "UNKNOWN"
+          return status === "ACTIVE" || status === "UPDATING" ? { table, ok: true } : { table, ok: false, cause: status }
+        })
+      ), { concurrency: "unbounded" })
+  })
 
+  const listMessageTables = Effect.gen(function*() {
+    const names: Array<string> = []
+    let start: string | undefined
+    do {
+      const page = yield* call("listMessageTables", (o) =>
+        client.send("ListTables", { ExclusiveStartTableName: start }, o))
+      names.push(...(page.TableNames ?? []))
+      start = page.LastEvaluatedTableName
+    } while (start !== undefined)
+    return messageTablesOf(options, names)
+  })
+
+  const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
+    yield* onlyMessageTable(options, table)
+    yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
+      Effect.catchIf(hasReason("MissingTable"), () => Effect.void)
+    )
+    yield* awaitTable("dropMessageTable", table, true)
+  })
+
+  return {
+    createTables: makeTableCreation(client, call, options, describe, awaitTable),
+    checkTables,
+    listMessageTables,
+    dropMessageTable,
+    dropStaleUsers: makeStaleUserSweep(client, call, query, router, deleteUserRows)
+  }
+}
+
+/** Reading a table's description, and waiting until the server is done with a table. */
+const makeTableWaits = (client: DynamoClient, call: DynamoRequests["call"]) => {
   const describe = (operation: string, table: string) =>
     call(operation, (o) => client.send("DescribeTable", { TableName: table }, o)).pipe(
       Effect.map((result) => result.Table),
-      Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.succeed(undefined))
+      Effect.catchIf(hasReason("MissingTable"), () => Effect.succeed(undefined))
     )
 
   /**
@@ -41,15 +86,33 @@ export const makeMaintenance = (
    * soon at first (a local server is done in milliseconds), then less often (AWS takes seconds).
    */
   const awaitTable = Effect.fnUntraced(function*(operation: string, table: string, gone = false) {
-    for (let waited = 0, pause = 5; waited < 120_000; waited += pause, pause = Math.min(pause * 2, 1_000)) {
+    for (let waited = 0, pause = 5; waited < TABLE_WAIT_MS; waited += pause, pause = Math.min(pause * 2, 1_000)) {
       const d = yield* describe(operation, table)
       const active = d?.TableStatus === "ACTIVE" &&
         (d.GlobalSecondaryIndexes ?? []).every((index) => index.IndexStatus === "ACTIVE")
       if (gone ? d === undefined : active) return
       yield* Effect.sleep(pause)
     }
-    return yield* new StorageError({ operation, cause: `table ${table} did not become ${gone ? "deleted" : "ACTIVE"}` })
+    return yield* new StorageError({
+      operation,
+      reason: new Timeout({ timeoutMs: TABLE_WAIT_MS }),
+      cause: `table ${table} did not become ${gone ? "deleted" : "ACTIVE"}`
+    })
   }, Effect.provideService(Clock.Clock, liveClock))
+
+  return { describe, awaitTable }
+}
+
+/** `createTables`: the router, receipt and message tables, each made when missing and waited for until ACTIVE. */
+const makeTableCreation = (
+  client: DynamoClient,
+  call: DynamoRequests["call"],
+  options: StorageOptions,
+  describe: ReturnType<typeof makeTableWaits>["describe"],
+  awaitTable: ReturnType<typeof makeTableWaits>["awaitTable"]
+) => {
+  const router = options.routerTable
+  const receipts = receiptTableName(options)
 
   const createTable = Effect.fnUntraced(function*(input: CreateTableCommandInput, ttl: boolean) {
     const table = input.TableName ?? ""
@@ -63,14 +126,14 @@ export const makeMaintenance = (
           TimeToLiveSpecification: { AttributeName: "expiry", Enabled: true }
         },
         o
-      )).pipe(Effect.catchIf((e) => TTL_UNSUPPORTED.has(errorName(e.cause) ?? ""), () => Effect.void))
+      )).pipe(Effect.catchIf(hasReason("Unsupported"), () => Effect.void)) // servers without TTL (dynalite)
   })
 
   /** CreateTable; false when it already exists (or another node is creating it). */
   const conditionalCreate = (input: CreateTableCommandInput) =>
     call("createTables", (o) => client.send("CreateTable", input, o)).pipe(
       Effect.as(true),
-      Effect.catchIf(isNamed("ResourceInUseException"), () => Effect.succeed(false))
+      Effect.catchIf(hasReason("Conflict"), () => Effect.succeed(false))
     )
 
   /** The router table and the message tables, side by side. */
@@ -113,46 +176,22 @@ export const makeMaintenance = (
         ]
       }, true))
 
-  const receipts = receiptTableName(options)
   const createReceiptTable = createKeyedTable(receipts, "subscription", "message")
 
   const createMessageTables = (messageTables: ReadonlyArray<string>) =>
     Effect.forEach(messageTables, (table) => createKeyedTable(table, "uaid", "chidmessageid"), { concurrency: "unbounded", discard: true })
 
-  const checkTables = Effect.gen(function*() {
-    const active = activeTableNames(options, yield* Clock.currentTimeMillis)
-    return yield* Effect.forEach([router, receipts, ...active], (table) =>
-      describe("checkTables", table).pipe(
-        Effect.map((description): TableStatus => {
-          if (description === undefined) return tableFound(table, false)
-          const status = description.TableStatus ?? "UNKNOWN"
-          return status === "ACTIVE" || status === "UPDATING" ? { table, ok: true } : { table, ok: false, cause: status }
-        })
-      ), { concurrency: "unbounded" })
-  })
+  return createTables
+}
 
-  const listMessageTables = Effect.gen(function*() {
-    const names: Array<string> = []
-    let start: string | undefined
-    do {
-      const page = yield* call("listMessageTables", (o) =>
-        client.send("ListTables", { ExclusiveStartTableName: start }, o))
-      names.push(...(page.TableNames ?? []))
-      start = page.LastEvaluatedTableName
-    } while (start !== undefined)
-    return messageTablesOf(options, names)
-  })
-
-  const dropMessageTable = Effect.fn("Storage.dropMessageTable")(function*(table: string) {
-    if (!isMessageTable(options, table)) {
-      return yield* new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` })
-    }
-    yield* call("dropMessageTable", (o) => client.send("DeleteTable", { TableName: table }, o)).pipe(
-      Effect.catchIf(isNamed("ResourceNotFoundException"), () => Effect.void)
-    )
-    yield* awaitTable("dropMessageTable", table, true)
-  })
-
+/** `dropStaleUsers`: the `last_connect` index read in small pages, each user dropped unless it connected since. */
+const makeStaleUserSweep = (
+  client: DynamoClient,
+  call: DynamoRequests["call"],
+  query: DynamoRequests["query"],
+  router: string,
+  deleteUserRows: (operation: string, uaid: string, table: string) => Effect.Effect<void, StorageError>
+) => {
   /**
    * Drop one stale user: delete the router record only if `last_connect` is still the value the
    * index showed (the user may have connected since), then its rows in its message table.
@@ -169,7 +208,7 @@ export const makeMaintenance = (
           ReturnValues: "ALL_OLD"
         },
         o
-      )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
+      )).pipe(Effect.catchIf(hasReason("Conflict"), () => Effect.succeed(undefined)))
     if (result === undefined) return 0
     const table = result.Attributes?.current_month?.S
     if (table !== undefined) yield* deleteUserRows("dropStaleUsers", uaid, table)
@@ -210,5 +249,5 @@ export const makeMaintenance = (
     return dropped
   })
 
-  return { createTables, checkTables, listMessageTables, dropMessageTable, dropStaleUsers }
+  return dropStaleUsers
 }

@@ -25,7 +25,8 @@ const ITEMS: ReceiptRowReader<Item> = { message: (item) => item.message?.S, expi
 
 const key = (subscription: string, message: string): Item => ({ subscription: S(subscription), message: S(message) })
 
-export const makeReceipts = (client: DynamoClient, { call, conditional, queryAll, batchWrite }: DynamoRequests, options: StorageOptions) => {
+/** The receipt table's operations of the `Storage` service on the DynamoDB API. */
+export const makeDynamoReceipts = (client: DynamoClient, { call, conditional, queryAll, batchWrite }: DynamoRequests, options: StorageOptions) => {
   const table = receiptTableName(options)
 
   const createReceiptSubscription = (id: string, expiry: number) =>

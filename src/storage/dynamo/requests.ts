@@ -1,6 +1,7 @@
 /**
  * Requests to a DynamoDB-API server as the storage layer makes them: failures as `StorageError`s
- * told apart by name, throttling and dropped connections retried briefly, every request within the
+ * whose reason is read from the server's error type or the connection's system error code (here
+ * only), the retryable ones (throttling, an unreachable server) retried briefly, every request within the
  * deadline; conditional writes, paged queries and batch writes on top. The deadline of a whole
  * Storage operation, whatever number of requests it makes, is `withOperationDeadlines`
  * (`../deadlines.ts`).
@@ -15,48 +16,86 @@ import * as Predicate from "effect/Predicate"
 import * as Schedule from "effect/Schedule"
 import type { DynamoClient } from "./client.ts"
 import { chunks } from "./rows.ts"
-import { liveClock, StorageTimeout } from "../deadlines.ts"
+import { liveClock } from "../deadlines.ts"
+import {
+  Conflict,
+  Contention,
+  Denied,
+  hasReason,
+  Invalid,
+  MissingTable,
+  StorageError,
+  type StorageFailure,
+  Throttled,
+  Timeout,
+  Unavailable,
+  Unknown,
+  Unsupported
+} from "../failures.ts"
 import { type Item } from "../items.ts"
-import { StorageError } from "../Storage.ts"
 
 const BATCH_WRITE_MAX = 25
-const THROUGHPUT_ERRORS = new Set(["ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"])
-/** Connection errors worth one more try (a reused keep-alive socket the server had closed). */
-const TRANSIENT_CODES = new Set(["ECONNRESET", "EPIPE", "ETIMEDOUT"])
 
-/** The `name` of an SDK error (`ConditionalCheckFailedException`, ...). */
-export const errorName = (cause: unknown): string | undefined =>
-  Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : undefined
+/** The reason of each error type a DynamoDB-API server (DynamoDB, DynamoDB Local, Alternator, dynalite) answers with. */
+const REASONS_BY_ERROR_TYPE: ReadonlyMap<string, () => StorageFailure> = new Map<string, () => StorageFailure>([
+  ["ResourceNotFoundException", () => new MissingTable({})],
+  ["ConditionalCheckFailedException", () => new Conflict()],
+  ["ResourceInUseException", () => new Conflict()],
+  ["TransactionConflictException", () => new Contention()],
+  ["ProvisionedThroughputExceededException", () => new Throttled()],
+  ["ThrottlingException", () => new Throttled()],
+  ["RequestLimitExceeded", () => new Throttled()],
+  ["InternalServerError", () => new Unavailable()],
+  ["ServiceUnavailable", () => new Unavailable()],
+  ["UnrecognizedClientException", () => new Denied()],
+  ["AccessDeniedException", () => new Denied()],
+  ["InvalidSignatureException", () => new Denied()],
+  ["MissingAuthenticationTokenException", () => new Denied()],
+  ["CredentialsProviderError", () => new Denied()],
+  ["UnknownOperationException", () => new Unsupported()],
+  ["UnsupportedOperationException", () => new Unsupported()],
+  ["NotImplementedException", () => new Unsupported()],
+  ["ValidationException", () => new Invalid()],
+  ["SerializationException", () => new Invalid()]
+])
 
-export const isNamed = (name: string) => (error: StorageError): boolean => errorName(error.cause) === name
+/** System error codes of a server that cannot be reached, or a connection it dropped (a reused keep-alive socket it had closed). */
+const UNREACHABLE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"])
 
-/** Throttling or a dropped connection: retried a few times, quickly. */
-const isRetryable = (error: StorageError): boolean =>
-  THROUGHPUT_ERRORS.has(errorName(error.cause) ?? "") ||
-  (Predicate.hasProperty(error.cause, "code") && TRANSIENT_CODES.has(String(error.cause.code)))
+/** Why a request failed, from the server's error type (its `name`) or the connection's system error `code`. */
+export const dynamoFailure = (cause: unknown): StorageFailure => {
+  const name = Predicate.hasProperty(cause, "name") && Predicate.isString(cause.name) ? cause.name : ""
+  const byType = REASONS_BY_ERROR_TYPE.get(name)
+  if (byType !== undefined) return byType()
+  return unreachableCode(cause) ? new Unavailable() : new Unknown()
+}
+
+/** A connection to a host of several addresses (localhost: ::1 and 127.0.0.1) fails with each, as one `AggregateError`. */
+const unreachableCode = (cause: unknown): boolean =>
+  cause instanceof AggregateError
+    ? cause.errors.some(unreachableCode)
+    : Predicate.hasProperty(cause, "code") && UNREACHABLE_CODES.has(String(cause.code))
 
 /** 25, 50, 100, 200 ms (jittered): a throttled request fails within about half a second. */
 const retryBackoff = Schedule.exponential("25 millis").pipe(Schedule.jittered, Schedule.upTo({ times: 4 }))
 
 export type DynamoRequests = ReturnType<typeof makeRequests>
 
-
-
 /** The requests of one layer: its client, and the deadline of each request (at most that of its operation). */
 export const makeRequests = (client: DynamoClient, timeoutMs: number) => {
   /**
-   * One request; throttling and dropped connections retried with a short bounded back-off, all
-   * within the deadline (a request still out then is aborted).
+   * One request; a retryable failure (throttled, the server unreachable) retried with a short
+   * bounded back-off, all within the deadline (a request still out then is aborted).
    */
   const call = <A>(operation: string, send: (o: { abortSignal: AbortSignal }) => Promise<A>) =>
     Effect.tryPromise({
       try: (abortSignal) => send({ abortSignal }),
-      catch: (cause) => new StorageError({ operation, cause })
+      catch: (cause) => new StorageError({ operation, reason: dynamoFailure(cause), cause })
     }).pipe(
-      Effect.retry({ schedule: retryBackoff, while: isRetryable }),
+      Effect.retry({ schedule: retryBackoff, while: (error) => error.isRetryable }),
       Effect.timeoutOrElse({
         duration: timeoutMs,
-        orElse: () => Effect.fail(new StorageError({ operation, cause: new StorageTimeout(timeoutMs) }))
+        orElse: () => Effect.fail(new StorageError({ operation, reason: new Timeout({ timeoutMs }) }))
       }),
       Effect.provideService(Clock.Clock, liveClock)
     )
@@ -65,7 +104,7 @@ export const makeRequests = (client: DynamoClient, timeoutMs: number) => {
   const conditional = (self: Effect.Effect<unknown, StorageError>) =>
     self.pipe(
       Effect.as(true),
-      Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(false))
+      Effect.catchIf(hasReason("Conflict"), () => Effect.succeed(false))
     )
 
   const query = (operation: string, input: QueryCommandInput) =>
@@ -93,7 +132,7 @@ export const makeRequests = (client: DynamoClient, timeoutMs: number) => {
       let pending: Array<WriteRequest> = [...chunk]
       for (let attempt = 0; pending.length > 0; attempt++) {
         if (attempt >= 8) {
-          return yield* new StorageError({ operation, cause: `${pending.length} unprocessed items in ${table}` })
+          return yield* new StorageError({ operation, reason: new Throttled(), cause: `${pending.length} unprocessed items in ${table}` })
         }
         if (attempt > 0) yield* Effect.sleep(Math.min(1000, 25 * 2 ** attempt))
         const result = yield* call(operation, (o) =>

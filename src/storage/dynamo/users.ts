@@ -8,14 +8,40 @@
 import * as Effect from "effect/Effect"
 import type { UserRecord } from "../../domain/user.ts"
 import type { DynamoClient } from "./client.ts"
-import { type DynamoRequests, isNamed } from "./requests.ts"
+import type { DynamoRequests } from "./requests.ts"
 import { type Item, N, S, userFromItem, userToItem, userValue } from "../items.ts"
 import { BROADCAST_ATTRIBUTE_PREFIX, BROADCASTS_KEY, userFields } from "../model.ts"
-import { clearNodeIdsEach, type StorageError, type UserPatch } from "../Storage.ts"
+import { clearNodeIdsEach, hasReason, type StorageError, type UserPatch } from "../Storage.ts"
 import type { StorageOptions } from "../tables.ts"
 
 /** Records `clearNodeIds` clears at once: one request each (DynamoDB has no conditional batch write). */
 const CLEAR_CONCURRENCY = 64
+
+/**
+ * The UpdateItem expression of a patch: `SET` for the fields it gives a value, `REMOVE` for those
+ * it sets undefined (names and values bound, `#uaid` among them); "" when it changes nothing.
+ */
+const patchExpression = (patch: UserPatch) => {
+  const names: Record<string, string> = { "#uaid": "uaid" }
+  const values: Item = {}
+  const sets: Array<string> = []
+  const removes: Array<string> = []
+  for (const [field, attribute] of userFields) {
+    if (!(field in patch)) continue
+    names[`#${attribute}`] = attribute
+    const value = patch[field]
+    if (value === undefined) removes.push(`#${attribute}`)
+    else {
+      values[`:${attribute}`] = userValue(field, value)
+      sets.push(`#${attribute} = :${attribute}`)
+    }
+  }
+  const update = [
+    ...(sets.length > 0 ? [`SET ${sets.join(", ")}`] : []),
+    ...(removes.length > 0 ? [`REMOVE ${removes.join(", ")}`] : [])
+  ].join(" ")
+  return { update, names, values }
+}
 
 export const makeUsers = (
   client: DynamoClient,
@@ -53,25 +79,8 @@ export const makeUsers = (
     putUser("resumeUser", user, "attribute_exists(#uaid) AND #connected_at < :connected_at")
 
   const updateUser = Effect.fnUntraced(function*(uaid: string, patch: UserPatch) {
-    const names: Record<string, string> = { "#uaid": "uaid" }
-    const values: Item = {}
-    const sets: Array<string> = []
-    const removes: Array<string> = []
-    for (const [field, attribute] of userFields) {
-      if (!(field in patch)) continue
-      names[`#${attribute}`] = attribute
-      const value = patch[field]
-      if (value === undefined) removes.push(`#${attribute}`)
-      else {
-        values[`:${attribute}`] = userValue(field, value)
-        sets.push(`#${attribute} = :${attribute}`)
-      }
-    }
-    if (sets.length === 0 && removes.length === 0) return (yield* getUser(uaid)) !== undefined
-    const update = [
-      ...(sets.length > 0 ? [`SET ${sets.join(", ")}`] : []),
-      ...(removes.length > 0 ? [`REMOVE ${removes.join(", ")}`] : [])
-    ].join(" ")
+    const { update, names, values } = patchExpression(patch)
+    if (update === "") return (yield* getUser(uaid)) !== undefined
     return yield* conditional(call("updateUser", (o) =>
       client.send(
         "UpdateItem", {
@@ -80,7 +89,7 @@ export const makeUsers = (
           UpdateExpression: update,
           ConditionExpression: "attribute_exists(#uaid)",
           ExpressionAttributeNames: names,
-          ...(sets.length > 0 ? { ExpressionAttributeValues: values } : {})
+          ...(Object.keys(values).length > 0 ? { ExpressionAttributeValues: values } : {})
         },
         o
       )))
@@ -101,7 +110,7 @@ export const makeUsers = (
           })
         },
         o
-      )).pipe(Effect.catchIf(isNamed("ConditionalCheckFailedException"), () => Effect.succeed(undefined)))
+      )).pipe(Effect.catchIf(hasReason("Conflict"), () => Effect.succeed(undefined)))
     if (result?.Attributes === undefined) return false
     const table = result.Attributes.current_month?.S
     if (table !== undefined) yield* deleteUserRows("dropUser", uaid, table)
@@ -122,8 +131,18 @@ export const makeUsers = (
         o
       )))
 
-  // ── broadcasts ────────────────────────────────────────────────────────────────────────────
+  const clearNodeIds = clearNodeIdsEach(clearNodeId, CLEAR_CONCURRENCY)
 
+  return { getUser, registerUser, resumeUser, updateUser, dropUser, clearNodeId, clearNodeIds, ...makeBroadcasts(client, call, conditional, router) }
+}
+
+/** The broadcast set: one item of the router table, keyed `broadcasts`, one attribute per broadcast id. */
+const makeBroadcasts = (
+  client: DynamoClient,
+  call: DynamoRequests["call"],
+  conditional: DynamoRequests["conditional"],
+  router: string
+) => {
   const getBroadcasts = call("getBroadcasts", (o) =>
     client.send("GetItem", { TableName: router, Key: { uaid: S(BROADCASTS_KEY) }, ConsistentRead: true }, o)).pipe(
       Effect.map((result) => {
@@ -161,7 +180,5 @@ export const makeUsers = (
         o
       )))
 
-  const clearNodeIds = clearNodeIdsEach(clearNodeId, CLEAR_CONCURRENCY)
-
-  return { getUser, registerUser, resumeUser, updateUser, dropUser, clearNodeId, clearNodeIds, getBroadcasts, putBroadcast, deleteBroadcast }
+  return { getBroadcasts, putBroadcast, deleteBroadcast }
 }

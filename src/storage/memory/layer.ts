@@ -1,9 +1,8 @@
 /**
  * In-memory Storage: the DynamoDB layer's semantics without a server, for tests of the services
  * above storage. Tables must be created (`createTables`) before use, exactly as with DynamoDB; an
- * operation on a missing table fails with a `StorageError` whose cause is named
- * `ResourceNotFoundException`. Each operation runs without yielding, so conditional writes are
- * atomic as they are on the server.
+ * operation on a missing table fails with a `StorageError` whose reason is `MissingTable`. Each
+ * operation runs without yielding, so conditional writes are atomic as they are on the server.
  *
  * The operations by table, as for SQLite and DynamoDB: the tables and rows `memory/rows.ts`; the
  * router table (users, the broadcast set) `memory/users.ts`; channel sets `memory/channels.ts`;

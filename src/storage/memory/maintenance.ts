@@ -6,8 +6,8 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { deleteUserRows, type MemoryStore, routerTable } from "./rows.ts"
 import { dropInBatches, staleKeys } from "../staleUsers.ts"
-import { type StaleUserSweep, StorageError, tableFound } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName } from "../tables.ts"
+import { type StaleUserSweep, tableFound } from "../Storage.ts"
+import { activeTableNames, messageTablesOf, onlyMessageTable, receiptTableName } from "../tables.ts"
 
 export const makeMemoryMaintenance = (store: MemoryStore) => {
   const { options, messageTables } = store
@@ -28,9 +28,7 @@ export const makeMemoryMaintenance = (store: MemoryStore) => {
   })
 
   const dropMessageTable = Effect.fnUntraced(function*(table: string) {
-    if (!isMessageTable(options, table)) {
-      return yield* new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` })
-    }
+    yield* onlyMessageTable(options, table)
     messageTables.delete(table)
   })
 

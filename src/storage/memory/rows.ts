@@ -3,14 +3,14 @@
  * (one record per user, by uaid), the broadcast set, each month's message table (per user: its
  * channel set and its message rows by sort key, `model.ts`) and the receipt table (per
  * subscription: its expiry and its messages' status rows). A table is absent until `createTables`
- * makes it; an operation on a missing one fails as on DynamoDB, with a `StorageError` whose cause is
- * named `ResourceNotFoundException`.
+ * makes it; an operation on a missing one fails as on DynamoDB, with a `StorageError` whose reason
+ * is `MissingTable`.
  */
 import * as Effect from "effect/Effect"
 import type { Notification } from "../../domain/notification.ts"
 import type { MessageStatus } from "../../domain/receipt.ts"
 import type { UserRecord } from "../../domain/user.ts"
-import { StorageError } from "../Storage.ts"
+import { MissingTable, StorageError } from "../failures.ts"
 import { receiptTableName, type StorageOptions } from "../tables.ts"
 
 /** A message row: the message, or, `cancelled`, its tombstone (`model.ts`). */
@@ -50,10 +50,7 @@ export const makeMemoryStore = (options: StorageOptions): MemoryStore => ({
 })
 
 const notFound = (operation: string, table: string) =>
-  new StorageError({
-    operation,
-    cause: Object.assign(new Error(`Requested resource not found: ${table}`), { name: "ResourceNotFoundException" })
-  })
+  new StorageError({ operation, reason: new MissingTable({ table }) })
 
 export const routerTable = (store: MemoryStore, operation: string) =>
   store.router === undefined ? Effect.fail(notFound(operation, store.options.routerTable)) : Effect.succeed(store.router)

@@ -4,18 +4,30 @@
  * and gives it back; a connection that failed (the server went away) is closed instead, and the
  * pool opens a new one for a later operation — so nodes carry on by themselves once the server
  * is back. An operation as a whole, waiting for a connection included, has the deadline
- * `storage_timeout` (`withOperationDeadlines`: past it, a `StorageTimeout`), and so has every
+ * `storage_timeout` (`withOperationDeadlines`: past it, reason `Timeout`), and so has every
  * statement on the server (`statement_timeout`).
  *
- * Errors are told apart by their SQLSTATE code only (never the message text): a missing table
- * (42P01) is a `StorageError` whose cause is named `ResourceNotFoundException`, as on the other
- * stores; a statement cancelled by `statement_timeout` (57014) is a `StorageTimeout`.
+ * A failure's reason is read from its SQLSTATE code only (never the message text), `postgresReason`:
+ * a missing table (42P01) is `MissingTable`, a statement cancelled by `statement_timeout` (57014)
+ * `Timeout`, a failed connection (no SQLSTATE, class 08, 57P) `Unavailable`, ….
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import pg from "pg"
-import { StorageTimeout } from "../deadlines.ts"
-import { causeText, StorageError } from "../Storage.ts"
+import {
+  Contention,
+  Denied,
+  DiskFull,
+  failureText,
+  Invalid,
+  MissingTable,
+  StorageError,
+  type StorageFailure,
+  Throttled,
+  Timeout,
+  Unavailable,
+  Unknown
+} from "../failures.ts"
 
 /** One statement on the operation's connection: its rows and how many rows it changed. */
 export type Query = (sql: string, values?: ReadonlyArray<unknown>) => Promise<{ readonly rows: ReadonlyArray<Record<string, unknown>>; readonly rowCount: number }>
@@ -57,15 +69,24 @@ const connectionIsSound = (cause: unknown): boolean => {
   return state !== undefined && !state.startsWith("08") && !state.startsWith("57P")
 }
 
-/** A PostgreSQL failure as a `StorageError` (see the header). */
-export const postgresError = (operation: string, cause: unknown, timeoutMs: number): StorageError => {
+/** Why a statement or connection failed, by SQLSTATE (its class, the first two characters, for most). */
+const postgresReason = (cause: unknown, timeoutMs: number): StorageFailure => {
   const state = sqlState(cause)
-  if (state === UNDEFINED_TABLE) {
-    const message = cause instanceof Error ? cause.message : String(cause)
-    return new StorageError({ operation, cause: Object.assign(new Error(message), { name: "ResourceNotFoundException", code: state }) })
-  }
-  return new StorageError({ operation, cause: state === QUERY_CANCELED ? new StorageTimeout(timeoutMs) : cause })
+  if (state === undefined || !connectionIsSound(cause)) return new Unavailable()
+  if (state === UNDEFINED_TABLE) return new MissingTable({})
+  if (state === QUERY_CANCELED) return new Timeout({ timeoutMs })
+  if (state === "53100") return new DiskFull({ database: "the PostgreSQL database" })
+  if (state === "53300" || state === "53400") return new Throttled()
+  if (state === "40001" || state === "40P01" || state === "55P03") return new Contention()
+  const stateClass = state.slice(0, 2)
+  if (stateClass === "28" || state === "42501") return new Denied()
+  if (stateClass === "22" || stateClass === "23" || stateClass === "42") return new Invalid()
+  return stateClass === "53" ? new Unavailable() : new Unknown()
 }
+
+/** A PostgreSQL failure as a `StorageError` (see the header), the server's error kept as its cause. */
+export const postgresError = (operation: string, cause: unknown, timeoutMs: number): StorageError =>
+  new StorageError({ operation, reason: postgresReason(cause, timeoutMs), cause })
 
 /** BIGINT columns (ms since 1970, counts) read as numbers: all are below 2^53. */
 const INT8_OID = 20
@@ -91,7 +112,7 @@ export const scopedPostgres = (
           connectionString: dsn,
           max: options.poolSize,
           // A little past the operation's deadline, which comes first and fails the operation with a
-          // StorageTimeout; this bounds a wait for a connection outside an operation (the check at
+          // reason Timeout; this bounds a wait for a connection outside an operation (the check at
           // start, the sweep) and ends a connection attempt that never completes.
           connectionTimeoutMillis: timeoutMs + CLIENT_MARGIN_MS,
           idleTimeoutMillis: IDLE_MS,
@@ -171,6 +192,6 @@ export const postgresFailure = (error: StorageError): string => {
   const code = (error.cause as { readonly code?: unknown } | undefined)?.code
   const hint = typeof code === "string" ? CONNECT_HINTS.find(([matches]) => matches(code))?.[1] : undefined
   const state = sqlState(error.cause)
-  const cause = state !== undefined && error.cause instanceof Error ? `${error.cause.message} (SQLSTATE ${state})` : causeText(error.cause)
+  const cause = state !== undefined && error.cause instanceof Error ? `${error.cause.message} (SQLSTATE ${state})` : failureText(error)
   return hint === undefined ? cause : `${hint}: ${cause}`
 }

@@ -19,8 +19,8 @@ import { SWEEP_BATCH, SWEEP_GRACE_SECONDS } from "./sweep.ts"
 import { broadcastTableName, cancelledColumnSql, fixedTablesSql, ident, messageTableSql } from "./tables.ts"
 import { deleteUserRows } from "./users.ts"
 import { dropInBatches, staleKeys } from "../staleUsers.ts"
-import { type StaleUserSweep, StorageError, tableFound } from "../Storage.ts"
-import { activeTableNames, isMessageTable, messageTablesOf, receiptTableName, type StorageOptions } from "../tables.ts"
+import { type StaleUserSweep, type StorageError, tableFound } from "../Storage.ts"
+import { activeTableNames, messageTablesOf, onlyMessageTable, receiptTableName, type StorageOptions } from "../tables.ts"
 
 /** A turn of the event loop: what waits for it (sockets, timers) runs first. */
 const nextTurn = Effect.callback<void>((resume) => {
@@ -63,12 +63,13 @@ export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: St
   })
 
   const dropMessageTable = (table: string) =>
-    isMessageTable(options, table)
-      ? run("dropMessageTable", function*() {
+    Effect.andThen(
+      onlyMessageTable(options, table),
+      run("dropMessageTable", function*() {
         yield sql(`DROP TABLE IF EXISTS ${ident(table)}`)
         for (const statement of dialect.afterDropTable) yield sql(statement)
       })
-      : Effect.fail(new StorageError({ operation: "dropMessageTable", cause: `not a message table: ${table}` }))
+    )
 
   /**
    * Drop users whose `last_connect` is one of the month range's index keys, a batch per

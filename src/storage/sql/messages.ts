@@ -3,31 +3,22 @@
  * message keyed by (`uaid`, `chidmessageid`: `01:` topic, `02:` timestamp), with its `expiry`
  * (seconds), and its tombstone once cancelled or acked (`cancelled` 1, content gone, key and
  * version kept, expiry cut to `TOMBSTONE_SECONDS` from then: the sweep deletes it within minutes,
- * `sql/sweep.ts`); on either store's driver (`sql/driver.ts`).
+ * `sql/sweep.ts`); on either store's driver (`sql/driver.ts`). The row operations the message rules
+ * are written over (`messageRules.ts`), and three operations done faster in SQL: a session's saves
+ * in one transaction, a channel's count and an ack in one statement each.
  *
  * Expiry is judged by the Effect `Clock` on every read (`expiry > now`), as on the other layers.
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import { type MessageKey, type Notification, sortkeyMs } from "../../domain/notification.ts"
-import {
-  messageSortKey,
-  nextFreeMs,
-  type SaveOutcome,
-  sortKeyMsOf,
-  sortKeyOf,
-  TIMESTAMP_END,
-  TIMESTAMP_PREFIX,
-  timestampLowerBound,
-  TOMBSTONE_SECONDS,
-  TOPIC_END,
-  TOPIC_PREFIX,
-  topicSortKey
-} from "../model.ts"
+import { type Notification, sortkeyMs } from "../../domain/notification.ts"
+import { keepingTheId, makeMessageOperations, type MessageRows, saveAtFreeMs, saveOutcome } from "../messageRules.ts"
+import { messageSortKey, type SaveOutcome, sortKeyOf, TIMESTAMP_END, TIMESTAMP_PREFIX, TOMBSTONE_SECONDS, TOPIC_PREFIX, topicSortKey } from "../model.ts"
+import type { AckedRow } from "../Storage.ts"
+import type { MessageSave } from "../manySaves.ts"
 import { jsonList } from "./dialect.ts"
-import { changed, fromExcluded, nothing, placeholders, sql, type Sql, type SqlDriver } from "./driver.ts"
+import { changed, found, fromExcluded, nothing, placeholders, type Result, sql, type Sql, type SqlDriver, type Statement } from "./driver.ts"
 import { ident, MESSAGE_COLUMNS, messageFromRow, type MessageRow, messageValues } from "./tables.ts"
-import type { AckedRow, MessageSave } from "../Storage.ts"
 
 const COLUMNS = MESSAGE_COLUMNS.split(", ")
 /** A message row's values, and the update of a row it replaces (every column but the key). */
@@ -37,95 +28,105 @@ const UPDATE_ALL = fromExcluded(COLUMNS.slice(2))
 /** An operation that judges expiry: `now` is the caller's Clock (ms). */
 export const atNow = <A, E>(body: (now: number) => Effect.Effect<A, E>): Effect.Effect<A, E> => Effect.flatMap(Clock.currentTimeMillis, body)
 
-export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
-  /**
-   * One message: a timestamp message into a free sort key or over its own row (the same
-   * `updateid`: a save retried after a lost answer stores it once), never over another
-   * message; a topic message replaces the row unless that one was accepted later (its sort
-   * ms, or its `timestamp` seconds for rows without one); none over its own tombstone.
-   */
-  function* putMessage(uaid: string, table: string, message: Notification): Sql<SaveOutcome> {
-    const insert = `INSERT INTO ${ident(table)} AS m (${MESSAGE_COLUMNS}) VALUES (${VALUES})
-      ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${UPDATE_ALL}`
-    const written = message.topic === undefined
-      ? yield sql(`${insert} WHERE m.updateid = excluded.updateid AND m.cancelled IS NULL`, ...messageValues(uaid, message))
-      : yield sql(
-        `${insert} WHERE coalesce(m.sortkey_timestamp, m.timestamp * 1000) <= $${COLUMNS.length + 1}
-         AND (m.cancelled IS NULL OR m.updateid IS DISTINCT FROM excluded.updateid)`,
-        ...messageValues(uaid, message),
-        sortkeyMs(message)
-      )
-    if (written.changes > 0) return "stored"
-    const tombstone = yield sql(
-      `SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NOT NULL`,
-      uaid,
-      messageSortKey(message),
-      message.version
+/** The write rule (`mayWriteOver`) as an upsert's condition. */
+const putStatement = (uaid: string, table: string, message: Notification): Statement => {
+  const insert = `INSERT INTO ${ident(table)} AS m (${MESSAGE_COLUMNS}) VALUES (${VALUES})
+    ON CONFLICT (uaid, chidmessageid) DO UPDATE SET ${UPDATE_ALL}`
+  return message.topic === undefined
+    ? sql(`${insert} WHERE m.updateid = excluded.updateid AND m.cancelled IS NULL`, ...messageValues(uaid, message))
+    : sql(
+      `${insert} WHERE coalesce(m.sortkey_timestamp, m.timestamp * 1000) <= $${COLUMNS.length + 1}
+       AND (m.cancelled IS NULL OR m.updateid IS DISTINCT FROM excluded.updateid)`,
+      ...messageValues(uaid, message),
+      sortkeyMs(message)
     )
-    return tombstone.rows.length > 0 ? "cancelled" : message.topic === undefined ? "taken" : "superseded"
+}
+
+const ownTombstoneStatement = (uaid: string, table: string, message: Notification): Statement =>
+  sql(
+    `SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NOT NULL`,
+    uaid,
+    messageSortKey(message),
+    message.version
+  )
+
+/**
+ * What a row becomes when it is buried: its tombstone, key and version kept, expiring
+ * `TOMBSTONE_SECONDS` after `now` (the statement's parameter `$n`) unless the message expires sooner.
+ */
+const bury = (n: number) =>
+  `SET cancelled = 1, data = NULL, headers = NULL, expiry = CASE WHEN expiry IS NULL OR expiry > $${n} THEN $${n} ELSE expiry END`
+const tombstoneExpiry = (now: number) => Math.floor(now / 1000) + TOMBSTONE_SECONDS
+
+export const sqlMessageRows = ({ one }: SqlDriver): MessageRows => ({
+  put: (operation, uaid, table, message) => one(operation, putStatement(uaid, table, message), changed),
+  holdsOwnTombstone: (operation, uaid, table, message) => one(operation, ownTombstoneStatement(uaid, table, message), found),
+  readable: (operation, uaid, table, lo, hi, limit, now) =>
+    one(
+      operation,
+      sql(
+        `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3
+         AND (expiry IS NULL OR expiry > $4) AND cancelled IS NULL ORDER BY chidmessageid LIMIT $5`,
+        uaid,
+        lo,
+        hi,
+        Math.floor(now / 1000),
+        limit
+      ),
+      ({ rows }) =>
+        (rows as unknown as ReadonlyArray<MessageRow>).flatMap((row) => {
+          const message = messageFromRow(row)
+          return message === undefined ? [] : [{ sortKey: row.chidmessageid, message }]
+        })
+    ),
+  remove: (operation, uaid, table, sortKey, version) =>
+    version === undefined
+      ? one(operation, sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKey), () => true)
+      : one(
+        operation,
+        sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKey, version),
+        changed
+      ),
+  bury: (operation, uaid, table, sortKey, version, now) =>
+    one(
+      operation,
+      sql(
+        `UPDATE ${ident(table)} ${bury(4)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`,
+        uaid,
+        sortKey,
+        version,
+        tombstoneExpiry(now)
+      ),
+      changed
+    )
+})
+
+/** One statement as a step of an operation, its answer read from its result. */
+function* step<A>(statement: Statement, answer: (result: Result) => A): Sql<A> {
+  return answer(yield statement)
+}
+
+/** A user's messages, each at its key or the next ms free (the id kept), as statements; the messages as stored. */
+function* saveAll({ messages, table, uaid }: MessageSave): Sql<ReadonlyArray<Notification>> {
+  const saved: Array<Notification> = []
+  for (const message of messages) {
+    const { outcome, placed } = yield* saveAtFreeMs((n) => saveRow(uaid, table, n), message, keepingTheId)
+    if (outcome === "stored") saved.push(placed)
   }
+  return saved
+}
 
-  /** Readable rows (not expired at `now`, not tombstones) after `lo` and before `hi`, `limit` at most. */
-  const readable = (table: string, uaid: string, lo: string, hi: string, now: number, limit: number) =>
-    sql(
-      `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3
-       AND (expiry IS NULL OR expiry > $4) AND cancelled IS NULL ORDER BY chidmessageid LIMIT $5`,
-      uaid,
-      lo,
-      hi,
-      Math.floor(now / 1000),
-      limit
-    )
+/** One message's save as statements (a step of a transaction). */
+const saveRow = (uaid: string, table: string, message: Notification): Sql<SaveOutcome> =>
+  saveOutcome(message, step(putStatement(uaid, table, message), changed), () => step(ownTombstoneStatement(uaid, table, message), found))
 
-  /**
-   * One page: `limit` readable rows (expired rows and tombstones are not counted: a page of
-   * them ending among topic rows would leave the topic rows after it unread).
-   */
-  const messagePage = (operation: string, uaid: string, table: string, lo: string, limit: number) =>
-    atNow((now) =>
-      one(operation, readable(table, uaid, lo, TIMESTAMP_END, now, limit), (result) => {
-        const rows = result.rows as unknown as ReadonlyArray<MessageRow>
-        const last = rows.at(-1)
-        return {
-          messages: rows.flatMap((row) => messageFromRow(row) ?? []),
-          lastSortKey: last === undefined ? undefined : sortKeyMsOf(last.chidmessageid),
-          more: rows.length === limit
-        }
-      })
-    )
-
-  /** A user's messages, each at its key or the next ms free (`saveMessages`). */
-  function* saveAll(uaid: string, table: string, messages: ReadonlyArray<Notification>): Sql<ReadonlyArray<Notification>> {
-    const saved: Array<Notification> = []
-    for (const message of messages) {
-      let placed = message
-      let outcome = yield* putMessage(uaid, table, placed)
-      while (outcome === "taken") outcome = yield* putMessage(uaid, table, placed = nextFreeMs(placed))
-      if (outcome === "stored") saved.push(placed)
-    }
-    return saved
-  }
-
-  /**
-   * What a row becomes when it is buried: its tombstone, key and version kept, expiring
-   * `TOMBSTONE_SECONDS` after `now` (the statement's parameter `$n`) unless the message expires sooner.
-   */
-  const bury = (n: number) =>
-    `SET cancelled = 1, data = NULL, headers = NULL, expiry = CASE WHEN expiry IS NULL OR expiry > $${n} THEN $${n} ELSE expiry END`
-  const tombstoneExpiry = (now: number) => Math.floor(now / 1000) + TOMBSTONE_SECONDS
-
-  return {
-    saveMessage: (uaid: string, table: string, message: Notification) => run("saveMessage", () => putMessage(uaid, table, message)),
-    saveMessages: (uaid: string, table: string, messages: ReadonlyArray<Notification>) =>
-      run("saveMessages", () => saveAll(uaid, table, messages), messages.length > 0),
-    saveManyMessages: (saves: ReadonlyArray<MessageSave>) =>
-      run("saveManyMessages", function*() {
-        const saved: Array<ReadonlyArray<Notification>> = []
-        for (const save of saves) saved.push(yield* saveAll(save.uaid, save.table, save.messages))
-        return saved
-      }, saves.length > 0),
-    /** The channel's topic rows (a range) and timestamp rows (the user's, by the key's end), readable ones, `atMost` at most. */
-    countChannelMessages: (uaid: string, table: string, channelId: string, atMost: number, replacing?: string) =>
+export const makeSqlMessages = (driver: SqlDriver) => {
+  const { dialect, one, run } = driver
+  const operations = makeMessageOperations(sqlMessageRows(driver), {
+    /** All in one transaction: one commit for a session's saves. */
+    saveMessages: (uaid, table, messages) => run("saveMessages", () => saveAll({ uaid, table, messages }), messages.length > 0),
+    /** One statement: the channel's topic rows (a range) and timestamp rows (the user's, by the key's end), readable ones, `atMost` at most. */
+    countChannelMessages: (uaid, table, channelId, atMost, replacing) =>
       atNow((now) =>
         one(
           "countChannelMessages",
@@ -147,25 +148,6 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
           ({ rows }) => Number((rows[0] as { readonly n: unknown } | undefined)?.n ?? 0)
         )
       ),
-    fetchTopicMessages: (uaid: string, table: string, limit: number) =>
-      atNow((now) =>
-        one(
-          "fetchTopicMessages",
-          readable(table, uaid, TOPIC_PREFIX, TOPIC_END, now, limit),
-          ({ rows }) => rows.flatMap((row) => messageFromRow(row as unknown as MessageRow) ?? [])
-        )
-      ),
-    fetchMessages: (uaid: string, table: string, limit: number) => messagePage("fetchMessages", uaid, table, TOPIC_PREFIX, limit),
-    fetchTimestampMessages: (uaid: string, table: string, after: number | undefined, limit: number) =>
-      messagePage("fetchTimestampMessages", uaid, table, timestampLowerBound(after), limit),
-    deleteMessage: (uaid: string, table: string, key: MessageKey, version?: string) =>
-      version === undefined
-        ? one("deleteMessage", sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKeyOf(key)), () => true)
-        : one(
-          "deleteMessage",
-          sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`, uaid, sortKeyOf(key), version),
-          changed
-        ),
     /** One statement: each row still holding its acked version becomes its tombstone (rows found by key, then version). */
     ackMessages: (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) =>
       rows.length === 0 ? Effect.void : atNow((now) =>
@@ -181,21 +163,16 @@ export const makeSqlMessages = ({ dialect, one, run }: SqlDriver) => {
           ),
           nothing
         )
-      ),
-    /** The row becomes its tombstone if it holds the message of `version`. */
-    cancelMessage: (uaid: string, table: string, key: MessageKey, version: string) =>
-      atNow((now) =>
-        one(
-          "cancelMessage",
-          sql(
-            `UPDATE ${ident(table)} ${bury(4)} WHERE uaid = $1 AND chidmessageid = $2 AND updateid = $3 AND cancelled IS NULL`,
-            uaid,
-            sortKeyOf(key),
-            version,
-            tombstoneExpiry(now)
-          ),
-          changed
-        )
       )
+  })
+  return {
+    ...operations,
+    /** Many users' saves in one transaction: one commit, one round of the write lock. */
+    saveManyMessages: (saves: ReadonlyArray<MessageSave>) =>
+      run("saveManyMessages", function*() {
+        const saved: Array<ReadonlyArray<Notification>> = []
+        for (const save of saves) saved.push(yield* saveAll(save))
+        return saved
+      }, saves.length > 0)
   }
 }

@@ -27,11 +27,15 @@ export function* deleteUserRows(options: StorageOptions, uaid: string, table: st
 /** Records one `clearNodeIds` statement clears at most: its write lock is held a few ms. */
 const CLEAR_BATCH = 500
 
-export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageOptions) => {
-  const router = ident(options.routerTable)
-  const broadcasts = ident(broadcastTableName(options))
+export const makeSqlUsers = (driver: SqlDriver, options: StorageOptions) => ({
+  ...makeSqlRouterRecords(driver, options),
+  ...makeSqlBroadcasts(driver, options),
+  ...makeSqlChannels(driver)
+})
 
-  // ── router table ──────────────────────────────────────────────────────────────────────────────
+/** The router table: one row per user, its router record. */
+const makeSqlRouterRecords = ({ dialect, one, run }: SqlDriver, options: StorageOptions) => {
+  const router = ident(options.routerTable)
 
   const getUser = (uaid: string) =>
     one("getUser", sql(`SELECT * FROM ${router} WHERE uaid = $1`, uaid), ({ rows }) => rows[0] === undefined ? undefined : userFromRow(rows[0]))
@@ -88,7 +92,12 @@ export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageO
       (counts) => counts.reduce((a, b) => a + b, 0)
     )
 
-  // ── broadcasts ────────────────────────────────────────────────────────────────────────────────
+  return { getUser, registerUser, resumeUser, updateUser, dropUser, clearNodeId, clearNodeIds }
+}
+
+/** The broadcast set: `{router}_broadcasts`, one row per broadcast id. */
+const makeSqlBroadcasts = ({ one }: SqlDriver, options: StorageOptions) => {
+  const broadcasts = ident(broadcastTableName(options))
 
   const getBroadcasts = one(
     "getBroadcasts",
@@ -99,8 +108,11 @@ export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageO
     one("putBroadcast", sql(`INSERT INTO ${broadcasts} (id, version) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET version = excluded.version`, id, version), nothing)
   const deleteBroadcast = (id: string) => one("deleteBroadcast", sql(`DELETE FROM ${broadcasts} WHERE id = $1`, id), changed)
 
-  // ── channels: one row per channel, `00:{chid}` ────────────────────────────────────────────────
+  return { getBroadcasts, putBroadcast, deleteBroadcast }
+}
 
+/** A user's channel set in a message table: one row per channel, `00:{chid}`. */
+const makeSqlChannels = ({ dialect, one, run }: SqlDriver) => {
   /**
    * Add the channel's row unless the user has `maxChannels` others: the look, the count (of the
    * user's channel rows by their key range: an index range) and the insert in one transaction.
@@ -154,21 +166,5 @@ export const makeSqlUsers = ({ dialect, one, run }: SqlDriver, options: StorageO
   const hasChannel = (uaid: string, table: string, channelId: string) =>
     one("hasChannel", sql(`SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, channelSortKey(channelId)), found)
 
-  return {
-    getUser,
-    registerUser,
-    resumeUser,
-    updateUser,
-    dropUser,
-    clearNodeId,
-    clearNodeIds,
-    getBroadcasts,
-    putBroadcast,
-    deleteBroadcast,
-    addChannel,
-    addChannels,
-    removeChannel,
-    getChannels,
-    hasChannel
-  }
+  return { addChannel, addChannels, removeChannel, getChannels, hasChannel }
 }

@@ -29,8 +29,8 @@ import { closeSync, mkdirSync, openSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseSync, type StatementSync } from "node:sqlite"
 import { Worker } from "node:worker_threads"
-import { liveClock, StorageTimeout } from "../deadlines.ts"
-import { StorageError, StorageFull } from "../Storage.ts"
+import { liveClock } from "../deadlines.ts"
+import { DiskFull, MissingTable, StorageError, Timeout, Unknown } from "../failures.ts"
 import type { Result, Sql, SqlDriver, Statement } from "../sql/driver.ts"
 import { SQLITE } from "../sql/dialect.ts"
 
@@ -113,7 +113,7 @@ const BUSY_PAUSE_MAX_MS = 16
  * The database at `path` (`openSqlite`) for as long as the scope, and how operations run on it:
  * one that finds another process writing runs again after a pause (1, 2, 4 … ms, at most
  * `BUSY_PAUSE_MAX_MS`, on the live clock), until it has tried for `timeoutMs`; then it fails with
- * a `StorageTimeout`.
+ * reason `Timeout`.
  */
 export const scopedSqlite = (
   path: string,
@@ -171,7 +171,7 @@ type Attempt = "committed" | "busy"
  * one `BEGIN IMMEDIATE … COMMIT` when the lock is free — one round of the lock and one commit for
  * all of them, where each would otherwise wait, retry and take the lock on its own. The batch is
  * tried after 1, 2, 4 … ms (at most `BUSY_PAUSE_MAX_MS`); an operation still waiting at its own
- * deadline (`timeoutMs` after it came) fails with a `StorageTimeout`; one whose fiber is
+ * deadline (`timeoutMs` after it came) fails with reason `Timeout`; one whose fiber is
  * interrupted before its batch runs is taken out of it; `BATCH_MAX` at most commit together, the
  * rest on the next turn of the event loop.
  *
@@ -191,7 +191,7 @@ const groupCommit = (path: string, connection: SqliteConnection, timeoutMs: numb
     pending.resume(exit.ok ? Effect.succeed(exit.value) : Effect.fail(sqliteError(path, pending.operation, exit.cause, timeoutMs)))
 
   /** Another process held the lock until the operation's deadline. */
-  const timedOut = (pending: Pending) => pending.resume(Effect.fail(new StorageError({ operation: pending.operation, cause: new StorageTimeout(timeoutMs) })))
+  const timedOut = (pending: Pending) => pending.resume(Effect.fail(new StorageError({ operation: pending.operation, reason: new Timeout({ timeoutMs }) })))
 
   const rollback = () => {
     if (db.isTransaction) statement("ROLLBACK").run()
@@ -404,16 +404,19 @@ const isFull = (cause: unknown): boolean => {
 }
 
 /**
- * An SQLite failure of the database at `path` as a `StorageError`: a missing table's cause is named
- * `ResourceNotFoundException` (as DynamoDB's), the lock still held by another process after
- * `timeoutMs` of attempts is a `StorageTimeout`, a full disk a `StorageFull`.
+ * An SQLite failure of the database at `path` as a `StorageError`, SQLite's error kept as its cause:
+ * a missing table is `MissingTable`, the lock still held by another process after `timeoutMs` of
+ * attempts `Timeout`, a full disk `DiskFull`.
  */
 const sqliteError = (path: string, operation: string, cause: unknown, timeoutMs: number): StorageError => {
-  if (isMissingTable(cause)) {
-    const message = cause instanceof Error ? cause.message : String(cause)
-    return new StorageError({ operation, cause: Object.assign(new Error(message), { name: "ResourceNotFoundException" }) })
-  }
-  return new StorageError({ operation, cause: isBusy(cause) ? new StorageTimeout(timeoutMs) : isFull(cause) ? new StorageFull(path) : cause })
+  const reason = isMissingTable(cause)
+    ? new MissingTable({})
+    : isBusy(cause)
+    ? new Timeout({ timeoutMs })
+    : isFull(cause)
+    ? new DiskFull({ database: path })
+    : new Unknown()
+  return new StorageError({ operation, reason, cause })
 }
 
 /** A full disk is said at most this often: one line, with the operations it refused since the line before. */
@@ -440,6 +443,6 @@ const fullDiskLog = (path: string) => {
   })
   /** `effect`, its failure for a full disk noted. */
   const noted = <A>(effect: Effect.Effect<A, StorageError>): Effect.Effect<A, StorageError> =>
-    Effect.tapError(effect, (error) => error.cause instanceof StorageFull ? note : Effect.void)
+    Effect.tapError(effect, (error) => error.reason._tag === "DiskFull" ? note : Effect.void)
   return { noted }
 }

@@ -14,6 +14,7 @@ import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { TableCopy } from "../tableCopy.ts"
 import { STORAGE_TIMEOUT_MS } from "../deadlines.ts"
+import { hasReason } from "../failures.ts"
 import { type Item, messageFromItem, messageToItem, S, userFromItem, userToItem } from "../items.ts"
 import { BROADCAST_ATTRIBUTE_PREFIX, BROADCASTS_KEY, CHANNEL_PREFIX, channelSortKey, META_SORT_KEY } from "../model.ts"
 import type { SqliteOptions } from "./layer.ts"
@@ -64,7 +65,7 @@ export const layerSqliteTableCopy = (options: SqliteOptions): Layer.Layer<TableC
 
       const countUsers = (routerTable: string) =>
         run("import", () => Number(statement(`SELECT COUNT(*) AS n FROM ${ident(routerTable)}`).get()?.["n"] ?? 0)).pipe(
-          Effect.catchIf((e) => (e.cause as Error | undefined)?.name === "ResourceNotFoundException", () => Effect.succeed(0))
+          Effect.catchIf(hasReason("MissingTable"), () => Effect.succeed(0))
         )
 
       const putRouterItem = (item: Item) => {

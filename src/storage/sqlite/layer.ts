@@ -7,7 +7,7 @@
  * Every operation is a few synchronous statements on the caller's thread (the message passing to
  * a thread of its own would cost more than the statement). A write that finds another process
  * writing does not wait on the thread: it is tried again after a pause, the event loop free
- * meanwhile, until `storage_timeout` (then a `StorageError` whose cause is a `StorageTimeout`);
+ * meanwhile, until `storage_timeout` (then a `StorageError` whose reason is `Timeout`);
  * writes hold the lock for a few statements only, and those that wait for it commit together, in
  * one `BEGIN IMMEDIATE` transaction (group commit), each in a savepoint of its own. Transactions
  * are `BEGIN IMMEDIATE`: atomic across processes.
