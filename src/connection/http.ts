@@ -1,39 +1,16 @@
 /**
- * Plain `node:http` handling for the connection node's two ports: the private router API
- * (`PUT /push/{uaid}`, `PUT /notif/{uaid}`, `DELETE /notif/{uaid}/{connected_at}`, router port only),
- * the operators' routes (`GET /metrics`, `GET /__trace__/{message_id}`, router port only) and the
- * health routes (both ports). The router API is the per-notification hot path and only hands
- * events to a session's mailbox, so it runs without an HTTP framework in between. Its three routes
- * take only requests signed by a node of this deployment (`crypto/routerAuth.ts`): an unsigned one
- * is answered 401, one whose signature is malformed, out of time or not good 403 (the connection is
- * closed); what can be judged before the body (the header's form and time) is, before it is read.
+ * Plain `node:http` handling shared by the connection node's two ports: the boundary every request
+ * runs under (`serve`) and the health routes (both ports; the public port answers nothing else
+ * besides WebSocket upgrades). The router port's own routes are in `routerRoutes.ts`.
  *
- * Every request runs under one boundary (`serve`): a bug answers 500/999 with a request id and is
- * logged once, never the process; every error answer is the JSON of `toErrorResponse`, the same
- * table as the endpoint's. Paths and a notification body are decoded by hand: they are read on every
- * direct delivery (the body: `domain/router-wire.ts`); a body over `MAX_BODY` is answered 413 (once
- * read to its end), one that stops arriving for `bodyTimeoutMs` 408, and the connection is closed.
+ * Under the boundary a bug answers 500/999 with a request id and is logged once, never the process;
+ * every error answer is the JSON of `toErrorResponse`, the same table as the endpoint's.
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { randomBytes } from "node:crypto"
-import { CONNECTED_AT_HEADER, decodeTransportNotification, parseConnectedAt } from "../domain/router-wire.ts"
-import { ROUTER_AUTH_HEADER, type RouterAuthRefusal, type RouterAuthService } from "../crypto/routerAuth.ts"
-import {
-  ClientUnavailable,
-  InternalError,
-  InvalidRequestBody,
-  LogCheck,
-  MethodNotAllowed,
-  PayloadTooLarge,
-  RouteNotFound,
-  RouterAuthMissing,
-  RouterAuthRefused,
-  toErrorResponse
-} from "../domain/errors.ts"
-import { type Body, readBody, sendError, sendJson } from "../platform/raw-http.ts"
-import { parseUaid } from "../domain/ids.ts"
-import { PROMETHEUS_CONTENT_TYPE } from "../observability/Metrics.ts"
-import type { RouterObservability } from "../observability/observability.ts"
+import { InternalError, LogCheck, RouteNotFound, toErrorResponse } from "../domain/errors.ts"
+import { sendError, sendJson } from "../platform/raw-http.ts"
+import { DEFAULT_SOCKET_LIMITS, httpServerTimeouts, type SocketLimits } from "../platform/socket-limits.ts"
 import { versionInfo } from "../observability/version.ts"
 import type { NodeRegistryService } from "./registry.ts"
 
@@ -47,27 +24,32 @@ export interface HealthSource {
   readonly logRejected?: ((fields: Readonly<Record<string, unknown>>) => void) | undefined
 }
 
-/** Who may use the router API: the deployment's signatures, checked on the node's clock. */
-export interface RouterGuard {
-  readonly auth: RouterAuthService
-  /** The node's clock (ms): tests move it. */
-  readonly now: () => number
-  /** A refused request, or an unsigned one let through (`router_accept_unsigned`): counted, logged at debug. */
-  readonly noted: (reason: RouterAuthRefusal | "accepted_unsigned", route: string) => void
+/**
+ * The bounds both ports' servers share (`platform/socket-limits.ts`): nothing or a partial request →
+ * closed (408) after the client request timeout, idle keep-alive → closed; a WebSocket that upgraded
+ * has `hello_timeout` to say hello (the session's own timer).
+ */
+export const httpPortLimits = (
+  options: { readonly clientRequestTimeoutMs: number; readonly socketLimits?: Omit<SocketLimits, "requestTimeoutMs"> | undefined }
+) => {
+  const socketLimits: SocketLimits = { ...(options.socketLimits ?? DEFAULT_SOCKET_LIMITS), requestTimeoutMs: options.clientRequestTimeoutMs }
+  const serverOptions = {
+    ...httpServerTimeouts(socketLimits),
+    // Node's own 408 only backs up the routes' timeout, which answers with the error JSON.
+    requestTimeout: options.clientRequestTimeoutMs + 1_000
+  }
+  return { socketLimits, serverOptions }
 }
 
-/** Largest router-port body: a notification is at most a few KiB (data ≤ max_data_bytes, base64url). */
-const MAX_BODY = 64 * 1024
+export type HttpPortLimits = ReturnType<typeof httpPortLimits>
 
-const sendText = (res: ServerResponse, status: number, text: string): void => {
+export const sendText = (res: ServerResponse, status: number, text: string): void => {
   res.writeHead(status, { "content-type": "text/plain", "content-length": Buffer.byteLength(text) })
   res.end(text)
 }
 
-// ── paths ───────────────────────────────────────────────────────────────────────────────────────
-
 /** A path segment, percent-decoded (one without `%` is as it is); a malformed escape is no segment (never a throw). */
-const segment = (raw: string): string | undefined => {
+export const segment = (raw: string): string | undefined => {
   if (!raw.includes("%")) return raw
   try {
     return decodeURIComponent(raw)
@@ -76,37 +58,16 @@ const segment = (raw: string): string | undefined => {
   }
 }
 
-const CONNECTED_AT = /^\d{1,16}$/
-
-/** A router API path, its segments decoded: the uaid in simple hex (sent in any UUID spelling: hyphenated by the endpoint, simple by a disconnect hook). */
-interface RouterPath {
-  readonly kind: "push" | "notif"
-  readonly uaid: string
-  readonly connectedAt: string | undefined
-}
-
-/** `/push/{uaid}`, `/notif/{uaid}`, `/notif/{uaid}/{connected_at}` (`parts`: the path split at `/`) → its route, else undefined. */
-const routerPath = (parts: ReadonlyArray<string>): RouterPath | undefined => {
-  if (parts.length !== 3 && parts.length !== 4) return undefined
-  const kind = segment(parts[1] as string)
-  const rawUaid = segment(parts[2] as string)
-  const connectedAt = parts.length === 4 ? segment(parts[3] as string) : undefined
-  if ((kind !== "push" && kind !== "notif") || rawUaid === undefined) return undefined
-  if (parts.length === 4 && (kind !== "notif" || connectedAt === undefined || !CONNECTED_AT.test(connectedAt))) return undefined
-  const uaid = parseUaid(rawUaid)
-  return uaid === undefined ? undefined : { kind, uaid, connectedAt }
-}
-
 // ── the boundary ────────────────────────────────────────────────────────────────────────────────
 
-type Handler = (req: IncomingMessage, res: ServerResponse, path: string) => void | Promise<void>
+export type Handler = (req: IncomingMessage, res: ServerResponse, path: string) => void | Promise<void>
 
 /**
  * Run a handler so that nothing it throws or rejects reaches the server: the answer is 500/999 with
  * a request id (unless already sent) and one error log line carries the id and the cause. Error
  * answers leave an access-log line.
  */
-const serve = (health: HealthSource, handler: Handler) => (req: IncomingMessage, res: ServerResponse): void => {
+export const serve = (health: HealthSource, handler: Handler) => (req: IncomingMessage, res: ServerResponse): void => {
   const path = (req.url ?? "/").split("?", 1)[0] as string
   if (health.logRejected !== undefined) {
     const log = health.logRejected
@@ -143,7 +104,7 @@ const routeLabel = (path: string): string => {
 // ── routes ──────────────────────────────────────────────────────────────────────────────────────
 
 /** Health routes; true when the request was one of them. */
-const handleHealth = (
+export const handleHealth = (
   req: IncomingMessage,
   res: ServerResponse,
   path: string,
@@ -185,158 +146,12 @@ const handleHealth = (
   }
 }
 
-/**
- * `GET /metrics` (Prometheus text) and `GET /__trace__/{message_id}` (a message's lifecycle, 404
- * once it left the trace window); true when the request was one of them. Absent parts answer 404.
- */
-const handleOperators = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  path: string,
-  observability: RouterObservability | undefined
-): boolean => {
-  if (observability === undefined || (req.method !== "GET" && req.method !== "HEAD")) return false
-  if (path === "/metrics" && observability.metrics !== undefined) {
-    const text = observability.metrics.prometheus()
-    res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) })
-    res.end(text)
-    return true
-  }
-  const trace = observability.trace
-  if (trace === undefined || !path.startsWith("/__trace__/")) return false
-  const id = segment(path.slice("/__trace__/".length))
-  const document = id === undefined || id === "" || id.includes("/") ? undefined : trace.lookup(id)
-  if (document === undefined) sendError(res, new RouteNotFound())
-  else sendJson(res, 200, document)
-  return true
-}
-
-const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${MAX_BODY} bytes` })
-
-/** Not here, or its queue is full: 404 makes the endpoint store the message instead (a normal outcome). */
-const unavailable = (res: ServerResponse): void => {
-  res.setHeader("x-autopush-quiet", "1")
-  sendError(res, new ClientUnavailable())
-}
-
-const accepted = (res: ServerResponse, text = ""): void => sendText(res, 200, text)
-
-/** The signature header, when there is exactly one. */
-const signatureOf = (req: IncomingMessage): string | undefined => {
-  const header = req.headers[ROUTER_AUTH_HEADER]
-  return typeof header === "string" ? header : undefined
-}
-
-/**
- * Whether a router API request may go on. `"headers"`: what can be judged before a push's body is
- * read; `{ body }`: the whole check (a route without a body checks an empty one). A refused request is
- * answered here and its connection closed.
- */
-const authorized = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  guard: RouterGuard,
-  route: "/push" | "/notif",
-  stage: "headers" | { readonly body: Uint8Array | undefined }
-): boolean => {
-  const header = signatureOf(req)
-  const refusal = stage === "headers"
-    ? guard.auth.precheck(guard.now(), header)
-    : guard.auth.verify(guard.now(), header, req.method ?? "", req.url ?? "/", firstHeader(req, CONNECTED_AT_HEADER), stage.body)
-  if (refusal === undefined) {
-    if (header === undefined && stage !== "headers") guard.noted("accepted_unsigned", route)
-    return true
-  }
-  guard.noted(refusal, route)
-  req.resume()
-  sendError(res, refusal === "unsigned" ? new RouterAuthMissing() : new RouterAuthRefused(), true)
-  return false
-}
-
-const firstHeader = (req: IncomingMessage, name: string): string | undefined => {
-  const value = req.headers[name]
-  return Array.isArray(value) ? value[0] : value
-}
-
-/** `PUT /push/{uaid}`: a notification for the uaid's session here. */
-const push = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, guard: RouterGuard, bodyTimeoutMs: number) => {
-  if (!authorized(req, res, guard, "/push", "headers")) return
-  readBody(req, { maxBytes: MAX_BODY, tooLarge, idleMs: bodyTimeoutMs }, (body) => delivered(req, res, uaid, registry, guard, body))
-}
-
-const delivered = (req: IncomingMessage, res: ServerResponse, uaid: string, registry: NodeRegistryService, guard: RouterGuard, body: Body): void => {
-  if (body._tag === "Refused") return sendError(res, body.error, true)
-  if (!authorized(req, res, guard, "/push", { body: body.bytes })) return
-  const decoded = decodeTransportNotification(body.bytes.toString("utf8"))
-  if (decoded === undefined) return sendError(res, new InvalidRequestBody({ message: "The body is not a notification" }))
-  const connectedAt = parseConnectedAt(req.headers[CONNECTED_AT_HEADER])
-  if (connectedAt === "invalid") return sendError(res, new InvalidRequestBody({ message: `${CONNECTED_AT_HEADER} is not a time in ms` }))
-  const traceparent = req.headers["traceparent"]
-  const notification = typeof traceparent === "string" ? { ...decoded, traceparent } : decoded
-  return registry.deliver(uaid, notification, connectedAt) ? accepted(res) : unavailable(res)
-}
-
-/**
- * Router API on the private port, with `/metrics` and `/__trace__/{message_id}` when `observability`
- * is given (see `routerObservability`).
- */
-const routerHandler = (
-  registry: NodeRegistryService,
-  health: HealthSource,
-  guard: RouterGuard,
-  observability: RouterObservability | undefined,
-  bodyTimeoutMs: number
-): Handler =>
-(req, res, path) => {
-  const parts = path.split("/")
-  if (parts[1] === "push" || parts[1] === "notif") {
-    const route = routerPath(parts)
-    if (route === undefined) {
-      req.resume()
-      return sendError(res, new RouteNotFound())
-    }
-    const { kind, uaid, connectedAt } = route
-    if (kind === "push" && req.method === "PUT") return push(req, res, uaid, registry, guard, bodyTimeoutMs)
-    req.resume()
-    if (kind === "notif" && connectedAt === undefined && req.method === "PUT") {
-      if (!authorized(req, res, guard, "/notif", { body: undefined })) return
-      return registry.checkStorage(uaid) ? accepted(res) : unavailable(res)
-    }
-    if (kind === "notif" && connectedAt !== undefined && req.method === "DELETE") {
-      if (!authorized(req, res, guard, "/notif", { body: undefined })) return
-      const session = registry.get(uaid)
-      if (session !== undefined && session.connectedAt === Number(connectedAt)) {
-        session.mailbox.offerFirst({ _tag: "Kick", kind: "ghost" })
-        return accepted(res, "Terminated duplicate")
-      }
-      return unavailable(res)
-    }
-    return sendError(res, new MethodNotAllowed())
-  }
-  req.resume()
-  if (handleOperators(req, res, path, observability)) return
-  if (handleHealth(req, res, path, registry, health)) return
-  sendError(res, new RouteNotFound())
-}
-
 /** Non-upgrade requests on the public WebSocket port: health only. */
 const publicHandler = (registry: NodeRegistryService, health: HealthSource): Handler => (req, res, path) => {
   req.resume()
   if (handleHealth(req, res, path, registry, health)) return
   sendError(res, new RouteNotFound())
 }
-
-/**
- * The router port's request listener: its router API guarded by `guard`; a request body that stops
- * arriving for `bodyTimeoutMs` is answered 408.
- */
-export const handleRouterRequest = (
-  registry: NodeRegistryService,
-  health: HealthSource,
-  guard: RouterGuard,
-  observability?: RouterObservability,
-  bodyTimeoutMs = 10_000
-) => serve(health, routerHandler(registry, health, guard, observability, bodyTimeoutMs))
 
 /** The public port's request listener (for requests that are not WebSocket upgrades). */
 export const handlePublicRequest = (registry: NodeRegistryService, health: HealthSource) =>

@@ -23,6 +23,7 @@ import type { MessageKey, Notification } from "../domain/notification.ts"
 import type { MessageStatus, ReceiptSubscription, StatusUpdate } from "../domain/receipt.ts"
 import type { UserRecord } from "../domain/user.ts"
 import type { StorageError } from "./failures.ts"
+import type { ManySaves } from "./manySaves.ts"
 import type { SaveOutcome } from "./model.ts"
 
 export { failureText, hasReason, StorageError, storageUnavailable } from "./failures.ts"
@@ -74,7 +75,7 @@ export interface TableStatus {
 /** A table's status by whether it is there. */
 export const tableFound = (table: string, found: boolean): TableStatus => (found ? { table, ok: true } : { table, ok: false, cause: "table not found" })
 
-export interface StorageService {
+export interface StorageService extends ManySaves<StorageError> {
   // ── router table ─────────────────────────────────────────────────────────────────────────────
   readonly getUser: (uaid: string) => Effect.Effect<UserRecord | undefined, StorageError>
   /** Write the whole record unless a record with a newer-or-equal `connectedAt` exists; true when written. */

@@ -237,11 +237,17 @@ describe("connection node shutdown", () => {
       Effect.gen(function*() {
         const storage = Context.get(yield* Layer.build(store()), Storage)
         const calls = new Map<string, number>()
-        const counted = mapStorageOperations(storage, (operation) => (effect) =>
+        const wrapped = mapStorageOperations(storage, (operation) => (effect) =>
           Effect.suspend(() => {
             calls.set(operation, (calls.get(operation) ?? 0) + 1)
             return effect
           }))
+        // Saves made together (the node gathers its sessions' saves) count one each.
+        let savedTogether = 0
+        const counted: typeof storage = {
+          ...wrapped,
+          saveManyMessages: (saves) => Effect.andThen(Effect.sync(() => void (savedTogether += saves.length)), wrapped.saveManyMessages(saves))
+        }
         const scope = yield* Scope.make()
         const context = yield* Layer.buildWithScope(nodeLayer(Layer.succeed(Storage, counted)), scope)
         const node = Context.get(context, ConnectionNode)
@@ -272,7 +278,7 @@ describe("connection node shutdown", () => {
         // One bulk call left the records; no session left its own, and those with nothing to save made no call.
         assert.strictEqual(calls.get("clearNodeId"), undefined)
         assert.strictEqual(calls.get("clearNodeIds"), 1)
-        assert.strictEqual(calls.get("saveMessages"), unacked.size)
+        assert.strictEqual((calls.get("saveMessages") ?? 0) + savedTogether, unacked.size)
       }))
   }
 
@@ -283,7 +289,9 @@ describe("connection node shutdown", () => {
       const storage = Context.get(yield* Layer.build(layerMemory(storageOptions)), Storage)
       // Every save fails: the sessions retry until the stop cuts them.
       const failing = mapStorageOperations(storage, (operation) => (effect) =>
-        operation === "saveMessages" ? Effect.fail(new StorageError({ operation, reason: new Unavailable(), cause: new Error("down") })) as unknown as typeof effect : effect)
+        operation === "saveMessages" || operation === "saveManyMessages"
+          ? Effect.fail(new StorageError({ operation, reason: new Unavailable(), cause: new Error("down") })) as unknown as typeof effect
+          : effect)
       const scope = yield* Scope.make()
       const options = { ...nodeOptions, shutdownTimeoutMs: 200 }
       const context = yield* Layer.buildWithScope(

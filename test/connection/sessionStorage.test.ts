@@ -1,12 +1,13 @@
 /**
  * A node's sessions have at most SESSION_STORAGE_CONCURRENCY storage operations in flight; the rest
- * wait in the node and start, each with its own deadline, as earlier ones finish.
+ * wait in the node and start, each with its own deadline, as earlier ones finish. Saves asked for in
+ * one turn of the event loop go to the store together.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import { SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/node.ts"
+import { SAVES_AT_ONCE, SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/sessions.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 
@@ -38,5 +39,28 @@ describe("sessionStorage", () => {
       const users = yield* Fiber.join(reads)
       assert.strictEqual(users.length, storm)
       assert.strictEqual(most, SESSION_STORAGE_CONCURRENCY)
+    }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
+
+  it.effect("saves of one turn: one saveManyMessages of at most SAVES_AT_ONCE; a save alone, one saveMessages", () =>
+    Effect.gen(function*() {
+      const store = yield* Storage
+      const table = yield* store.currentMessageTable
+      yield* store.createTables([table])
+      const calls: Array<string> = []
+      const counted = mapStorageOperations(store, (name) => (operation) => Effect.andThen(Effect.sync(() => calls.push(name)), operation), { values: false })
+      const storage = yield* sessionStorage(counted)
+      const message = (i: number) => ({ channelId: "c", version: `v${i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: 1_000 + i })
+      const storm = SAVES_AT_ONCE + 10
+      const saved = yield* Effect.forEach(
+        Array.from({ length: storm }, (_, i) => i),
+        (i) => storage.saveMessages(`uaid${i}`, table, [message(i)]),
+        { concurrency: "unbounded" }
+      )
+      assert.deepStrictEqual(saved.map((one) => one.map((n) => n.version)), Array.from({ length: storm }, (_, i) => [`v${i}`]))
+      assert.deepStrictEqual(calls, ["saveManyMessages", "saveManyMessages"])
+      assert.deepStrictEqual((yield* store.fetchMessages(`uaid${storm - 1}`, table, 10)).messages.map((n) => n.version), [`v${storm - 1}`])
+      calls.length = 0
+      assert.deepStrictEqual((yield* storage.saveMessages("alone", table, [message(0)])).map((n) => n.version), ["v0"])
+      assert.deepStrictEqual(calls, ["saveMessages"])
     }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
 })

@@ -567,6 +567,24 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual((yield* s.fetchTopicMessages(uaid(1), table, 10)).map((m) => m.version), ["t2"])
       }))
 
+    test("saveManyMessages saves each user's messages as saveMessages would, and answers save by save", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, message({ channelId: chid(1), version: "there", sortkeyTimestamp: T0 })), "stored")
+        assert.strictEqual(yield* s.saveMessage(uaid(2), table, message({ channelId: chid(1), version: "newer", topic: "t", sortkeyTimestamp: T0 + 1 })), "stored")
+        const saved = yield* s.saveManyMessages([
+          { uaid: uaid(1), table, messages: [message({ channelId: chid(1), version: "same-ms", sortkeyTimestamp: T0 })] },
+          { uaid: uaid(2), table, messages: [message({ channelId: chid(1), version: "older", topic: "t", sortkeyTimestamp: T0 })] },
+          { uaid: uaid(3), table, messages: [] },
+          { uaid: uaid(3), table, messages: [message({ channelId: chid(2), version: "a", sortkeyTimestamp: T0 }), message({ channelId: chid(2), version: "b", sortkeyTimestamp: T0 + 5 })] }
+        ])
+        assert.deepStrictEqual(saved.map((one) => one.map((m) => [m.version, m.sortkeyTimestamp])), [[["same-ms", T0 + 1]], [], [], [["a", T0], ["b", T0 + 5]]])
+        assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(1), table, undefined, 10)).messages.map((m) => m.version), ["there", "same-ms"])
+        assert.deepStrictEqual((yield* s.fetchTopicMessages(uaid(2), table, 10)).map((m) => m.version), ["newer"])
+        assert.deepStrictEqual((yield* s.fetchTimestampMessages(uaid(3), table, undefined, 10)).messages.map((m) => m.version), ["a", "b"])
+        assert.deepStrictEqual(yield* s.saveManyMessages([]), [])
+      }))
+
     test("saving a message again writes over its own row: a save retried from the start stores each message once", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable

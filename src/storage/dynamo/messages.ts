@@ -17,6 +17,7 @@ import { type Item, messageToItem, N, S } from "../items.ts"
 import { makeMessageOperations, type MessageRows, type ReadRow, saveKeepingTheId, saveOutcome } from "../messageRules.ts"
 import { CANCELLED, messageSortKey, sortKeyOf } from "../model.ts"
 import { type AckedRow, hasReason } from "../Storage.ts"
+import { saveManyMessagesEach } from "../manySaves.ts"
 
 /** Rows `saveMessages` and `ackMessages` write at once: a save of one session is not to take all the client's sockets. */
 const SAVE_CONCURRENCY = 16
@@ -165,5 +166,6 @@ export const makeMessages = (client: DynamoClient, requests: DynamoRequests) => 
           discard: true
         }))
   })
-  return { deleteUserRows, ...operations }
+  // A conditional write per row (no conditional batch write): sessions' saves side by side, as many as one session's rows.
+  return { deleteUserRows, ...operations, saveManyMessages: saveManyMessagesEach(operations.saveMessages, SAVE_CONCURRENCY) }
 }

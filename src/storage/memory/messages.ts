@@ -6,6 +6,7 @@
  */
 import * as Effect from "effect/Effect"
 import { makeMessageOperations, mayWriteOver, type MessageRows, saveOutcome } from "../messageRules.ts"
+import { saveManyMessagesEach } from "../manySaves.ts"
 import { expiryOf, isVisible, messageSortKey, storedNotification } from "../model.ts"
 import { type MemoryStore, type MessageRow, messageTable, range, rowsOf } from "./rows.ts"
 
@@ -57,4 +58,7 @@ const memoryMessageRows = (store: MemoryStore): MessageRows => ({
     })
 })
 
-export const makeMemoryMessages = (store: MemoryStore) => makeMessageOperations(memoryMessageRows(store))
+export const makeMemoryMessages = (store: MemoryStore) => {
+  const operations = makeMessageOperations(memoryMessageRows(store))
+  return { ...operations, saveManyMessages: saveManyMessagesEach(operations.saveMessages, 1) }
+}

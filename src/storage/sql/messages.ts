@@ -15,6 +15,7 @@ import { type Notification, sortkeyMs } from "../../domain/notification.ts"
 import { keepingTheId, makeMessageOperations, type MessageRows, saveAtFreeMs, saveOutcome } from "../messageRules.ts"
 import { messageSortKey, type SaveOutcome, sortKeyOf, TIMESTAMP_END, TIMESTAMP_PREFIX, TOMBSTONE_SECONDS, TOPIC_PREFIX, topicSortKey } from "../model.ts"
 import type { AckedRow } from "../Storage.ts"
+import type { MessageSave } from "../manySaves.ts"
 import { jsonList } from "./dialect.ts"
 import { changed, found, fromExcluded, nothing, placeholders, type Result, sql, type Sql, type SqlDriver, type Statement } from "./driver.ts"
 import { ident, MESSAGE_COLUMNS, messageFromRow, type MessageRow, messageValues } from "./tables.ts"
@@ -66,6 +67,16 @@ function* step<A>(statement: Statement, answer: (result: Result) => A): Sql<A> {
 const saveRow = (uaid: string, table: string, message: Notification): Sql<SaveOutcome> =>
   saveOutcome(message, step(putStatement(uaid, table, message), changed), () => step(ownTombstoneStatement(uaid, table, message), found))
 
+/** A user's messages, each at its key or the next ms free (the id kept), as statements; the messages as stored. */
+function* saveAll({ messages, table, uaid }: MessageSave): Sql<ReadonlyArray<Notification>> {
+  const saved: Array<Notification> = []
+  for (const message of messages) {
+    const { outcome, placed } = yield* saveAtFreeMs((n) => saveRow(uaid, table, n), message, keepingTheId)
+    if (outcome === "stored") saved.push(placed)
+  }
+  return saved
+}
+
 const sqlMessageRows = ({ one, run }: SqlDriver): MessageRows => ({
   /** Its two statements as one operation: no write of another fiber comes between the put and the read that tells why it was refused. */
   save: (operation, uaid, table, message) => run(operation, () => saveRow(uaid, table, message)),
@@ -111,17 +122,9 @@ const sqlMessageRows = ({ one, run }: SqlDriver): MessageRows => ({
 
 export const makeSqlMessages = (driver: SqlDriver) => {
   const { dialect, one, run } = driver
-  return makeMessageOperations(sqlMessageRows(driver), {
+  const operations = makeMessageOperations(sqlMessageRows(driver), {
     /** All in one transaction: one commit for a session's saves. */
-    saveMessages: (uaid, table, messages) =>
-      run("saveMessages", function*() {
-        const saved: Array<Notification> = []
-        for (const message of messages) {
-          const { outcome, placed } = yield* saveAtFreeMs((n) => saveRow(uaid, table, n), message, keepingTheId)
-          if (outcome === "stored") saved.push(placed)
-        }
-        return saved
-      }, messages.length > 0),
+    saveMessages: (uaid, table, messages) => run("saveMessages", () => saveAll({ uaid, table, messages }), messages.length > 0),
     /** One statement: the channel's topic rows (a range) and timestamp rows (the user's, by the key's end), readable ones, `atMost` at most. */
     countChannelMessages: (uaid, table, channelId, atMost, replacing) =>
       atNow((now) =>
@@ -162,4 +165,14 @@ export const makeSqlMessages = (driver: SqlDriver) => {
         )
       )
   })
+  return {
+    ...operations,
+    /** Many users' saves in one transaction: one commit, one round of the write lock. */
+    saveManyMessages: (saves: ReadonlyArray<MessageSave>) =>
+      run("saveManyMessages", function*() {
+        const saved: Array<ReadonlyArray<Notification>> = []
+        for (const save of saves) saved.push(yield* saveAll(save))
+        return saved
+      }, saves.length > 0)
+  }
 }
