@@ -70,7 +70,10 @@ describe("clients as they are", () => {
   // Large messages for the client that stops reading: its unread frames pass max_send_buffer
   // (64 KiB) before its connection holds client_channel_capacity of them; a close frame queued
   // behind megabytes the client never read reaches it once it reads again (close_grace).
-  const slowDeployment = deploymentFor(() => startSeparate(["--max-send-buffer", "65536", "--close-grace", "20"], [], unlimited))
+  // The close frame waits behind what the client never read: it reaches the client only if the
+  // server keeps the connection until the client reads again, after the whole burst (over 30 s on
+  // two loaded cores), so close_grace is well beyond that.
+  const slowDeployment = deploymentFor(() => startSeparate(["--max-send-buffer", "65536", "--close-grace", "240"], [], unlimited))
   // Bursts of 1,000 through the deployment's processes took over two minutes on two cores loaded
   // by other work: a test that hangs still fails, later.
   const liveOn = (on: () => Deployment) => (title: string, body: (d: Deployment) => Promise<void>) =>
