@@ -60,7 +60,7 @@ const nextTurn = Effect.callback<void>((resume) => {
  * (up to `SAVES_AT_ONCE`) go to the store as one `saveManyMessages` — a node that stops, or loses
  * many clients at once, saves them in a few large writes instead of one each. A save alone in its
  * turn goes as it is. The first save of a turn makes the write, uninterruptibly (the others wait for
- * it); a failure fails every save of the batch, each retried by its session.
+ * it); after a failed batch each save is made alone, so a failure is only its own.
  */
 const batchedSaves = (storage: Pick<StorageService, "saveMessages" | "saveManyMessages">): StorageService["saveMessages"] => {
   let open: Array<WaitingSave> | undefined
@@ -73,7 +73,11 @@ const batchedSaves = (storage: Pick<StorageService, "saveMessages" | "saveManyMe
         return yield* Deferred.done(done, yield* Effect.exit(storage.saveMessages(save.uaid, save.table, save.messages)))
       }
       const exit = yield* Effect.exit(storage.saveManyMessages(batch.map((waiting) => waiting.save)))
-      batch.forEach((waiting, i) => Deferred.doneUnsafe(waiting.done, Exit.map(exit, (saved) => saved[i] ?? [])))
+      if (Exit.isSuccess(exit)) return batch.forEach((waiting, i) => Deferred.doneUnsafe(waiting.done, Exit.succeed(exit.value[i] ?? [])))
+      // One save that fails must not fail the others with it (nor keep failing the batches its
+      // retries join): after a failed batch each save goes alone and gets its own outcome.
+      yield* Effect.forEach(batch, ({ done, save }) =>
+        Effect.flatMap(Effect.exit(storage.saveMessages(save.uaid, save.table, save.messages)), (alone) => Deferred.done(done, alone)), { concurrency: 8 })
     })
   return (uaid, table, messages) =>
     Effect.suspend(() => {

@@ -8,6 +8,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import { SAVES_AT_ONCE, SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/sessions.ts"
+import { Invalid, StorageError } from "../../src/storage/failures.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 
@@ -62,5 +63,26 @@ describe("sessionStorage", () => {
       calls.length = 0
       assert.deepStrictEqual((yield* storage.saveMessages("alone", table, [message(0)])).map((n) => n.version), ["v0"])
       assert.deepStrictEqual(calls, ["saveMessages"])
+    }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
+
+  it.effect("a failed batch: each save made alone, so one that fails fails only itself", () =>
+    Effect.gen(function*() {
+      const store = yield* Storage
+      const table = yield* store.currentMessageTable
+      yield* store.createTables([table])
+      // The batch fails whenever it holds the bad user's save; that save alone fails too.
+      const bad = "uaid-bad"
+      const failing = mapStorageOperations(store, (name) => (operation) =>
+        Effect.suspend(() => {
+          const badSave = name === "saveManyMessages" || (name === "saveMessages" && calledFor.at(-1) === bad)
+          return badSave ? Effect.fail(new StorageError({ operation: name, reason: new Invalid() })) as unknown as typeof operation : operation
+        }), { values: false })
+      const calledFor: Array<string> = []
+      const storage = yield* sessionStorage({ ...failing, saveMessages: (uaid, t, messages) => Effect.suspend(() => (calledFor.push(uaid), failing.saveMessages(uaid, t, messages))) })
+      const message = (i: number) => ({ channelId: "c", version: `v${i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: 1_000 + i })
+      const users = ["uaid0", bad, "uaid2"]
+      const outcomes = yield* Effect.forEach(users, (uaid, i) => Effect.exit(storage.saveMessages(uaid, table, [message(i)])), { concurrency: "unbounded" })
+      assert.deepStrictEqual(outcomes.map((exit) => exit._tag), ["Success", "Failure", "Success"])
+      assert.deepStrictEqual((yield* store.fetchMessages("uaid2", table, 10)).messages.map((n) => n.version), ["v2"])
     }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
 })
