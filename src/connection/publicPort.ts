@@ -6,7 +6,7 @@
 import * as Effect from "effect/Effect"
 import { createServer, type IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
-import { WebSocketServer } from "ws"
+import { type ServerOptions, WebSocketServer } from "ws"
 import { MalformedRequest, MethodNotAllowed, TooManyConnections } from "../domain/errors.ts"
 import { Metrics } from "../observability/Metrics.ts"
 import { portCounters } from "../observability/sockets.ts"
@@ -32,10 +32,15 @@ export interface PublicPortOptions {
 }
 
 /** Pings are answered by PushSocket, under a rate limit: `ws`'s own answering drops the TCP connection without a close frame once too many pongs are pending. */
-const webSocketServer = (maxPayload: number) => {
-  const wss = new WebSocketServer<typeof PushSocket>({
+const webSocketServer = (maxPayload: number, closeGraceMs: number) => {
+  // `closeTimeout` is an option of ws (8.23 here) its type declarations do not list yet.
+  const options: ServerOptions<typeof PushSocket> & { readonly closeTimeout: number } = {
     noServer: true,
     maxPayload,
+    // `ws` ends a connection this long after its close frame was queued (30 s of its own
+    // otherwise): behind megabytes a slow client has not read yet, the close frame would be cut off
+    // before it could get there, however long `close_grace` is.
+    closeTimeout: closeGraceMs,
     clientTracking: false,
     autoPong: false,
     // One client message per turn of the event loop: `ws` would otherwise hand over every frame of
@@ -43,7 +48,8 @@ const webSocketServer = (maxPayload: number) => {
     // others wait.
     allowSynchronousEvents: false,
     WebSocket: PushSocket
-  })
+  }
+  const wss = new WebSocketServer<typeof PushSocket>(options)
   // A broken handshake gets the error JSON too (ws would answer in plain text).
   wss.on("wsClientError", (error: Error, socket: Duplex, req: IncomingMessage) =>
     answerOnSocket(
@@ -75,7 +81,7 @@ export const servePublicPort = (
       socket.limits = socketLimits
       admit(socket)
     }
-    const wss = webSocketServer(options.maxMessageBytes)
+    const wss = webSocketServer(options.maxMessageBytes, options.closeGraceMs)
     const counters = portCounters(metrics, "websocket")
     const refuse = (socket: Duplex): void => void answerOnSocket(socket, new TooManyConnections())
     const server = capPerAddress(

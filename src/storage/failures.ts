@@ -11,136 +11,80 @@ import * as Effect from "effect/Effect"
 import * as Predicate from "effect/Predicate"
 import { StorageUnavailable } from "../domain/errors.ts"
 
-/** A table the operation needs is not there (not created yet, or dropped). */
-export class MissingTable extends Data.TaggedClass("MissingTable")<{ readonly table?: string | undefined }> {
-  get isRetryable(): boolean {
-    return false
+/**
+ * A reason's class: its tag, its fields, whether the request may be tried again soon
+ * (`isRetryable`), and what it says (`message`, from its fields).
+ */
+const reason = <A extends Record<string, unknown> = {}>() =>
+<const Tag extends string>(tag: Tag, retryable: boolean, says: (fields: A) => string) => {
+  class Reason extends Data.TaggedClass(tag)<Record<string, unknown>> {
+    get isRetryable(): boolean {
+      return retryable
+    }
+    get message(): string {
+      return says(this as unknown as A)
+    }
   }
-  get message(): string {
-    return this.table === undefined ? "table not found" : `table not found: ${this.table}`
-  }
+  // The class above is written over any fields; as the reason's class it has `A`'s.
+  return Reason as unknown as new(
+    ...args: keyof A extends never ? [fields?: {}] : [fields: A]
+  ) => Readonly<A> & { readonly _tag: Tag; readonly isRetryable: boolean; readonly message: string }
 }
+
+/** A table the operation needs is not there (not created yet, or dropped). */
+export class MissingTable extends reason<{ readonly table?: string | undefined }>()(
+  "MissingTable",
+  false,
+  ({ table }) => table === undefined ? "table not found" : `table not found: ${table}`
+) {}
 
 /** No answer within the deadline (the operation's, a statement's, or a lock another process held). */
-export class Timeout extends Data.TaggedClass("Timeout")<{ readonly timeoutMs: number }> {
-  get isRetryable(): boolean {
-    return true
-  }
-  get message(): string {
-    return `no answer within ${this.timeoutMs} ms`
-  }
-}
+export class Timeout extends reason<{ readonly timeoutMs: number }>()("Timeout", true, ({ timeoutMs }) => `no answer within ${timeoutMs} ms`) {}
 
 /** The server refused the request for its rate (throughput exceeded, too many requests). */
-export class Throttled extends Data.TaggedClass("Throttled")<{}> {
-  get isRetryable(): boolean {
-    return true
-  }
-  get message(): string {
-    return "the server throttled the request"
-  }
-}
+export class Throttled extends reason()("Throttled", true, () => "the server throttled the request") {}
 
 /** The server could not be reached or went away (connection refused or dropped, shutting down, an internal error). */
-export class Unavailable extends Data.TaggedClass("Unavailable")<{}> {
-  get isRetryable(): boolean {
-    return true
-  }
-  get message(): string {
-    return "the server is unavailable"
-  }
-}
+export class Unavailable extends reason()("Unavailable", true, () => "the server is unavailable") {}
 
 /** The write lost to a concurrent one (deadlock, serialization failure): tried again, it may pass. */
-export class Contention extends Data.TaggedClass("Contention")<{}> {
-  get isRetryable(): boolean {
-    return true
-  }
-  get message(): string {
-    return "the write lost to a concurrent one"
-  }
-}
+export class Contention extends reason()("Contention", true, () => "the write lost to a concurrent one") {}
 
 /**
  * A condition of the request did not hold (a conditional write refused, a table being created or
  * deleted): the same request meets the same state.
  */
-export class Conflict extends Data.TaggedClass("Conflict")<{}> {
-  get isRetryable(): boolean {
-    return false
-  }
-  get message(): string {
-    return "a condition of the request did not hold"
-  }
-}
+export class Conflict extends reason()("Conflict", false, () => "a condition of the request did not hold") {}
 
 /** The database cannot grow: the disk holding it is full (or it reached its size limit). */
-export class DiskFull extends Data.TaggedClass("DiskFull")<{ readonly database: string }> {
-  get isRetryable(): boolean {
-    return false
-  }
-  get message(): string {
-    return `the disk holding ${this.database} is full`
-  }
-}
+export class DiskFull extends reason<{ readonly database: string }>()("DiskFull", false, ({ database }) => `the disk holding ${database} is full`) {}
 
 /** The credentials or permissions do not allow the request. */
-export class Denied extends Data.TaggedClass("Denied")<{}> {
-  get isRetryable(): boolean {
-    return false
-  }
-  get message(): string {
-    return "the credentials or permissions do not allow the request"
-  }
-}
+export class Denied extends reason()("Denied", false, () => "the credentials or permissions do not allow the request") {}
 
 /** The store does not implement the request (TTL on some DynamoDB-API servers, table copies on PostgreSQL). */
-export class Unsupported extends Data.TaggedClass("Unsupported")<{}> {
-  get isRetryable(): boolean {
-    return false
-  }
-  get message(): string {
-    return "the store does not support the request"
-  }
-}
+export class Unsupported extends reason()("Unsupported", false, () => "the store does not support the request") {}
 
 /** The request was refused as invalid (a malformed request, a table that is not ours). */
-export class Invalid extends Data.TaggedClass("Invalid")<{}> {
-  get isRetryable(): boolean {
-    return false
-  }
-  get message(): string {
-    return "the request was refused as invalid"
-  }
-}
+export class Invalid extends reason()("Invalid", false, () => "the request was refused as invalid") {}
 
 /**
  * The storage breaker is open (`breaker.ts`): the store could not be reached, and the operation was
  * refused without a request. Not retried at once: the breaker says when (`retryAfterMs`).
  */
-export class BreakerOpen extends Data.TaggedClass("BreakerOpen")<{
+export class BreakerOpen extends reason<{
   /** When the breaker lets its next probe through (ms from now; 0: a probe is out). */
   readonly retryAfterMs: number
   /** The failure that opened the breaker, as one line. */
   readonly opened: string
-}> {
-  get isRetryable(): boolean {
-    return false
-  }
-  get message(): string {
-    return `the storage breaker is open (${this.opened}): operations are refused until a probe reaches the store`
-  }
-}
+}>()(
+  "BreakerOpen",
+  false,
+  ({ opened }) => `the storage breaker is open (${opened}): operations are refused until a probe reaches the store`
+) {}
 
 /** Anything else. */
-export class Unknown extends Data.TaggedClass("Unknown")<{}> {
-  get isRetryable(): boolean {
-    return false
-  }
-  get message(): string {
-    return "storage failed"
-  }
-}
+export class Unknown extends reason()("Unknown", false, () => "storage failed") {}
 
 export type StorageFailure =
   | MissingTable

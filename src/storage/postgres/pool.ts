@@ -177,9 +177,6 @@ export const scopedPostgres = (
     return { run, transaction }
   })
 
-/** `$from, $from+1, …`: `count` placeholders. */
-export const placeholders = (count: number, from = 1): string => Array.from({ length: count }, (_, i) => `$${from + i}`).join(", ")
-
 /** What an operator reads of a failure to reach PostgreSQL at start: what is wrong, then the cause. */
 const CONNECT_HINTS: ReadonlyArray<readonly [(code: string) => boolean, string]> = [
   [(code) => code === "28P01" || code === "28000", "the server refused the user name or password"],
