@@ -120,16 +120,20 @@ const space = withStore((s, connection, sweep, path) =>
     return rounds
   }))
 
+/** The reads' median (µs) and the longest the event loop was held meanwhile (ms). */
 const medianReadUs = (s: Store) =>
   Effect.gen(function*() {
     const times: Array<number> = []
+    const delay = monitorEventLoopDelay({ resolution: 1 })
+    delay.enable()
     for (let i = 0; i < 200; i++) {
       const start = process.hrtime.bigint()
       const page = yield* s.fetchMessages(uaid(1), "message", 10)
       times.push(Number(process.hrtime.bigint() - start) / 1000)
       if (page.messages.length !== 1) throw new Error(`one live message expected, ${page.messages.length} read`)
     }
-    return times.sort((a, b) => a - b)[100]!
+    delay.disable()
+    return { us: times.sort((a, b) => a - b)[100]!, heldMs: delay.max / 1e6 }
   })
 
 /** The hello read behind `dead` rows of the kind given (none: a fresh user), after the sweep of 11 minutes later unless `swept` is false. */
@@ -151,7 +155,7 @@ const hello = (kind: "fresh" | "acked" | "expired", swept = true) =>
       const sweepMs = performance.now() - sweepStart
       delay.disable()
       yield* s.saveMessage(uaid(1), "message", message(DEAD + 1, "live"))
-      return { us: yield* medianReadUs(s), sweep: `${deleted} rows in ${sweepMs.toFixed(0)} ms, the event loop held ${(delay.max / 1e6).toFixed(1)} ms at most` }
+      return { ...yield* medianReadUs(s), sweep: `${deleted} rows in ${sweepMs.toFixed(0)} ms, the event loop held ${(delay.max / 1e6).toFixed(1)} ms at most` }
     }))
 
 /** The WAL index's count of frames in the log (its header in the -shm file: `mxFrame` at byte 16). */
@@ -186,10 +190,11 @@ const program = Effect.gen(function*() {
   const expired = yield* hello("expired")
   const unswept = yield* hello("acked", false)
   const unsweptExpired = yield* hello("expired", false)
-  const ratio = (us: number) => `${us.toFixed(0)} µs (${(us / fresh.us).toFixed(1)}×)`
+  const ratio = (read: { readonly us: number; readonly heldMs: number }) =>
+    `${read.us.toFixed(0)} µs (${(read.us / fresh.us).toFixed(1)}×, event loop held ${read.heldMs.toFixed(1)} ms at most)`
   console.log(
-    `hello: first page read, median of 200: fresh user ${fresh.us.toFixed(0)} µs; behind ${DEAD} rows, swept 11 minutes later: acked ${ratio(acked.us)}, ` +
-      `expired ${ratio(expired.us)}; not swept yet: acked (tombstones) ${ratio(unswept.us)}, expired ${ratio(unsweptExpired.us)}`
+    `hello: first page read, median of 200: fresh user ${ratio(fresh)}; behind ${DEAD} rows, swept 11 minutes later: acked ${ratio(acked)}, ` +
+      `expired ${ratio(expired)}; not swept yet: acked (tombstones) ${ratio(unswept)}, expired ${ratio(unsweptExpired)}`
   )
   console.log(`sweep of the acked rows: ${acked.sweep}; of the expired rows: ${expired.sweep}`)
   const log = yield* logBytes
