@@ -12,9 +12,9 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type Notification, sortkeyMs } from "../../domain/notification.ts"
-import { keepingTheId, makeMessageOperations, type MessageRows, type ReadRow, saveAtFreeMs, saveOutcome } from "../messageRules.ts"
+import { keepingTheId, makeMessageOperations, type MessageRows, saveAtFreeMs, saveOutcome } from "../messageRules.ts"
 import { messageSortKey, type SaveOutcome, sortKeyOf, TIMESTAMP_END, TIMESTAMP_PREFIX, TOMBSTONE_SECONDS, TOPIC_PREFIX, topicSortKey } from "../model.ts"
-import type { AckedRow, StorageError } from "../Storage.ts"
+import type { AckedRow } from "../Storage.ts"
 import type { MessageSave } from "../manySaves.ts"
 import { jsonList } from "./dialect.ts"
 import { changed, found, fromExcluded, nothing, placeholders, type Result, sql, type Sql, type SqlDriver, type Statement } from "./driver.ts"
@@ -92,63 +92,55 @@ type LiveKey = { readonly chidmessageid: string; readonly expiry: number | strin
  * their rows in one statement that judges them again. When a row went (acked or cancelled) between
  * the two, the read is made again, so a page is short only where the rows end.
  */
-const readLive = (
-  { dialect, one }: Pick<SqlDriver, "dialect" | "one">,
-  operation: string,
-  uaid: string,
-  table: string,
-  lo: string,
-  hi: string,
-  limit: number,
-  now: number
-): Effect.Effect<ReadonlyArray<ReadRow>, StorageError> =>
-  Effect.gen(function*() {
-    const nowSeconds = Math.floor(now / 1000)
-    const keys: Array<string> = []
-    for (let from = lo; keys.length < limit;) {
-      const scanned = yield* one(
+const readLive = ({ dialect, one }: Pick<SqlDriver, "dialect" | "one">): MessageRows["readable"] => {
+  const read: MessageRows["readable"] = (operation, uaid, table, lo, hi, limit, now) =>
+    Effect.gen(function*() {
+      const nowSeconds = Math.floor(now / 1000)
+      const keys: Array<string> = []
+      for (let from = lo; keys.length < limit;) {
+        const scanned = yield* one(
+          operation,
+          sql(
+            `SELECT chidmessageid, expiry FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3
+             AND cancelled IS NULL ORDER BY chidmessageid LIMIT ${SCAN_CHUNK}`,
+            uaid,
+            from,
+            hi
+          ),
+          ({ rows }) => rows as unknown as ReadonlyArray<LiveKey>
+        )
+        for (const row of scanned) if (row.expiry === null || Number(row.expiry) > nowSeconds) keys.push(row.chidmessageid)
+        const last = scanned.at(-1)
+        if (last === undefined || scanned.length < SCAN_CHUNK) break
+        from = last.chidmessageid
+        yield* Effect.yieldNow
+      }
+      const wanted = keys.slice(0, limit)
+      if (wanted.length === 0) return []
+      const live = yield* one(
         operation,
         sql(
-          `SELECT chidmessageid, expiry FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3
-           AND cancelled IS NULL ORDER BY chidmessageid LIMIT ${SCAN_CHUNK}`,
+          `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)}
+           AND (expiry IS NULL OR expiry > $3) AND cancelled IS NULL ORDER BY chidmessageid`,
           uaid,
-          from,
-          hi
+          jsonList(wanted),
+          nowSeconds
         ),
-        ({ rows }) => rows as unknown as ReadonlyArray<LiveKey>
+        ({ rows }) =>
+          (rows as unknown as ReadonlyArray<MessageRow>).flatMap((row) => {
+            const message = messageFromRow(row)
+            return message === undefined ? [] : [{ sortKey: row.chidmessageid, message }]
+          })
       )
-      for (const row of scanned) if (row.expiry === null || Number(row.expiry) > nowSeconds) keys.push(row.chidmessageid)
-      const last = scanned.at(-1)
-      if (last === undefined || scanned.length < SCAN_CHUNK) break
-      from = last.chidmessageid
-      yield* Effect.yieldNow
-    }
-    const wanted = keys.slice(0, limit)
-    if (wanted.length === 0) return []
-    const read = yield* one(
-      operation,
-      sql(
-        `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)}
-         AND (expiry IS NULL OR expiry > $3) AND cancelled IS NULL ORDER BY chidmessageid`,
-        uaid,
-        jsonList(wanted),
-        nowSeconds
-      ),
-      ({ rows }) =>
-        (rows as unknown as ReadonlyArray<MessageRow>).flatMap((row) => {
-          const message = messageFromRow(row)
-          return message === undefined ? [] : [{ sortKey: row.chidmessageid, message }]
-        })
-    )
-    return read.length < wanted.length && keys.length >= limit
-      ? yield* readLive({ dialect, one }, operation, uaid, table, lo, hi, limit, now)
-      : read
-  })
+      return live.length < wanted.length && keys.length >= limit ? yield* read(operation, uaid, table, lo, hi, limit, now) : live
+    })
+  return read
+}
 
 const sqlMessageRows = ({ dialect, one, run }: SqlDriver): MessageRows => ({
   /** Its two statements as one operation: no write of another fiber comes between the put and the read that tells why it was refused. */
   save: (operation, uaid, table, message) => run(operation, () => saveRow(uaid, table, message)),
-  readable: (operation, uaid, table, lo, hi, limit, now) => readLive({ dialect, one }, operation, uaid, table, lo, hi, limit, now),
+  readable: readLive({ dialect, one }),
   remove: (operation, uaid, table, sortKey, version) =>
     version === undefined
       ? one(operation, sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKey), () => true)
