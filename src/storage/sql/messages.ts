@@ -78,69 +78,67 @@ function* saveAll({ messages, table, uaid }: MessageSave): Sql<ReadonlyArray<Not
 }
 
 /**
- * Index entries a page read passes at a time (`readLive`): one statement reads at most this many,
- * so a user's rows that expired since the sweep's last round (not yet deleted) cost the read
- * steps of a bounded length, with the event loop free between them, instead of one long statement.
+ * Index entries one step of a page read passes at most (`readLive`), so a user's rows that expired
+ * since the sweep's last round (not yet deleted) cost steps of a bounded length (about a
+ * millisecond each), with the event loop free between them, instead of one long statement.
  */
-const SCAN_CHUNK = 256
-
-type LiveKey = { readonly chidmessageid: string; readonly expiry: number | string | null }
+const SCAN_CHUNK = 1024
 
 /**
- * Readable rows with `lo < key < hi`, `limit` at most: the user's live keys found through the live
- * index (`liveIndexSql`; keys and expiry only, `SCAN_CHUNK` at a time, expired ones passed), then
- * their rows in one statement that judges them again. When a row went (acked or cancelled) between
- * the two, the read is made again, so a page is short only where the rows end.
+ * Readable rows with `lo < key < hi`, `limit` at most, through the live index (`liveIndexSql`).
+ * First the next `limit` rows that are not tombstones, whole: where they are live (the common case)
+ * that is the page, in one statement. Where some had expired, the rest is read in steps: the key
+ * `SCAN_CHUNK` entries on (keys only, in the index), then the live rows up to it, judged by the
+ * database, so a dead entry costs the database's time and no row object.
  */
-const readLive = ({ dialect, one }: Pick<SqlDriver, "dialect" | "one">): MessageRows["readable"] => {
-  const read: MessageRows["readable"] = (operation, uaid, table, lo, hi, limit, now) =>
+const readLive = ({ one }: Pick<SqlDriver, "one">): MessageRows["readable"] => {
+  const messages = (rows: ReadonlyArray<MessageRow>) =>
+    rows.flatMap((row) => {
+      const message = messageFromRow(row)
+      return message === undefined ? [] : [{ sortKey: row.chidmessageid, message }]
+    })
+  return (operation, uaid, table, lo, hi, limit, now) =>
     Effect.gen(function*() {
       const nowSeconds = Math.floor(now / 1000)
-      const keys: Array<string> = []
-      for (let from = lo; keys.length < limit;) {
-        const scanned = yield* one(
-          operation,
-          sql(
-            `SELECT chidmessageid, expiry FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND chidmessageid < $3
-             AND cancelled IS NULL ORDER BY chidmessageid LIMIT ${SCAN_CHUNK}`,
-            uaid,
-            from,
-            hi
-          ),
-          ({ rows }) => rows as unknown as ReadonlyArray<LiveKey>
-        )
-        for (const row of scanned) if (row.expiry === null || Number(row.expiry) > nowSeconds) keys.push(row.chidmessageid)
-        const last = scanned.at(-1)
-        if (last === undefined || scanned.length < SCAN_CHUNK) break
-        from = last.chidmessageid
-        yield* Effect.yieldNow
-      }
-      const wanted = keys.slice(0, limit)
-      if (wanted.length === 0) return []
-      const live = yield* one(
+      const range = `FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND cancelled IS NULL`
+      const first = yield* one(
         operation,
-        sql(
-          `SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid ${dialect.inList(2)}
-           AND (expiry IS NULL OR expiry > $3) AND cancelled IS NULL ORDER BY chidmessageid`,
-          uaid,
-          jsonList(wanted),
-          nowSeconds
-        ),
-        ({ rows }) =>
-          (rows as unknown as ReadonlyArray<MessageRow>).flatMap((row) => {
-            const message = messageFromRow(row)
-            return message === undefined ? [] : [{ sortKey: row.chidmessageid, message }]
-          })
+        sql(`SELECT * ${range} AND chidmessageid < $3 ORDER BY chidmessageid LIMIT $4`, uaid, lo, hi, limit),
+        ({ rows }) => rows as unknown as ReadonlyArray<MessageRow>
       )
-      return live.length < wanted.length && keys.length >= limit ? yield* read(operation, uaid, table, lo, hi, limit, now) : live
+      const page = messages(first.filter((row) => row.expiry === null || Number(row.expiry) > nowSeconds))
+      for (let from = first.at(-1)?.chidmessageid; first.length === limit && page.length < limit && from !== undefined;) {
+        yield* Effect.yieldNow
+        const bound = yield* one(
+          operation,
+          sql(`SELECT chidmessageid ${range} AND chidmessageid < $3 ORDER BY chidmessageid LIMIT 1 OFFSET ${SCAN_CHUNK - 1}`, uaid, from, hi),
+          ({ rows }) => (rows[0] as { readonly chidmessageid: string } | undefined)?.chidmessageid
+        )
+        page.push(
+          ...yield* one(
+            operation,
+            sql(
+              `SELECT * ${range} AND chidmessageid ${bound === undefined ? "<" : "<="} $3 AND (expiry IS NULL OR expiry > $4)
+               ORDER BY chidmessageid LIMIT $5`,
+              uaid,
+              from,
+              bound ?? hi,
+              nowSeconds,
+              limit - page.length
+            ),
+            ({ rows }) => messages(rows as unknown as ReadonlyArray<MessageRow>)
+          )
+        )
+        from = bound
+      }
+      return page
     })
-  return read
 }
 
-const sqlMessageRows = ({ dialect, one, run }: SqlDriver): MessageRows => ({
+const sqlMessageRows = ({ one, run }: SqlDriver): MessageRows => ({
   /** Its two statements as one operation: no write of another fiber comes between the put and the read that tells why it was refused. */
   save: (operation, uaid, table, message) => run(operation, () => saveRow(uaid, table, message)),
-  readable: readLive({ dialect, one }),
+  readable: readLive({ one }),
   remove: (operation, uaid, table, sortKey, version) =>
     version === undefined
       ? one(operation, sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKey), () => true)
