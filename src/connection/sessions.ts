@@ -39,11 +39,18 @@ export const sessionStorage = (storage: StorageService) =>
   Effect.sync(() => {
     const inFlight = new Permits(SESSION_STORAGE_CONCURRENCY)
     const bounded = mapStorageOperations(storage, () => (operation) => inFlight.withPermit(operation), { values: false })
-    return { ...bounded, saveMessages: batchedSaves(bounded) }
+    // A gathered save holds a permit of its own, as every other operation: a batch is made of
+    // saves in flight, so the store's queue stays what it can answer within `storage_timeout`.
+    const saves = batchedSaves(storage)
+    const saveMessages: StorageService["saveMessages"] = (uaid, table, messages) => inFlight.withPermit(saves(uaid, table, messages))
+    return { ...bounded, saveMessages }
   })
 
-/** The most saves one `saveManyMessages` takes (on SQL stores, a transaction holding the write lock a few ms). */
-export const SAVES_AT_ONCE = 256
+/**
+ * The most saves one `saveManyMessages` takes (on SQL stores, a transaction holding the write lock a
+ * few ms): as many as may be in flight.
+ */
+export const SAVES_AT_ONCE = SESSION_STORAGE_CONCURRENCY
 
 interface WaitingSave {
   readonly save: MessageSave
@@ -74,6 +81,11 @@ const batchedSaves = (storage: Pick<StorageService, "saveMessages" | "saveManyMe
       }
       const exit = yield* Effect.exit(storage.saveManyMessages(batch.map((waiting) => waiting.save)))
       if (Exit.isSuccess(exit)) return batch.forEach((waiting, i) => Deferred.doneUnsafe(waiting.done, Exit.succeed(exit.value[i] ?? [])))
+      // A store too busy to answer in time (or unavailable) is no save's own failure: each save
+      // is told so and retries, in the batches of its next turn. Made alone, the batch's saves
+      // would each take the write lock where once was too slow.
+      const busy = Cause.findErrorOption(exit.cause)
+      if (busy._tag === "Some" && busy.value.isRetryable) return batch.forEach((waiting) => Deferred.doneUnsafe(waiting.done, Exit.failCause(exit.cause)))
       // One save that fails must not fail the others with it (nor keep failing the batches its
       // retries join): after a failed batch each save goes alone and gets its own outcome.
       yield* Effect.forEach(batch, ({ done, save }) =>

@@ -1,14 +1,14 @@
 /**
  * A node's sessions have at most SESSION_STORAGE_CONCURRENCY storage operations in flight; the rest
  * wait in the node and start, each with its own deadline, as earlier ones finish. Saves asked for in
- * one turn of the event loop go to the store together.
+ * one turn of the event loop go to the store together, each save counting as one in flight.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import { SAVES_AT_ONCE, SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/sessions.ts"
-import { Invalid, StorageError } from "../../src/storage/failures.ts"
+import { Invalid, StorageError, Timeout } from "../../src/storage/failures.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
 
@@ -84,5 +84,51 @@ describe("sessionStorage", () => {
       const outcomes = yield* Effect.forEach(users, (uaid, i) => Effect.exit(storage.saveMessages(uaid, table, [message(i)])), { concurrency: "unbounded" })
       assert.deepStrictEqual(outcomes.map((exit) => exit._tag), ["Success", "Failure", "Success"])
       assert.deepStrictEqual((yield* store.fetchMessages("uaid2", table, 10)).messages.map((n) => n.version), ["v2"])
+    }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
+
+  it.live("a storm of saves: at most SESSION_STORAGE_CONCURRENCY saves at the store at once, however they are gathered", () =>
+    Effect.gen(function*() {
+      const store = yield* Storage
+      const table = yield* store.currentMessageTable
+      yield* store.createTables([table])
+      let inFlight = 0
+      let most = 0
+      // A store that takes a while over each batch, counting the saves it holds.
+      const counting = {
+        ...store,
+        saveManyMessages: (saves: Parameters<typeof store.saveManyMessages>[0]) =>
+          Effect.suspend(() => {
+            inFlight += saves.length
+            most = Math.max(most, inFlight)
+            return store.saveManyMessages(saves).pipe(Effect.delay("2 millis"), Effect.ensuring(Effect.sync(() => void (inFlight -= saves.length))))
+          })
+      }
+      const storage = yield* sessionStorage(counting)
+      const message = (i: number) => ({ channelId: "c", version: `v${i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: 1_000 + i })
+      const storm = 3 * SESSION_STORAGE_CONCURRENCY
+      const saved = yield* Effect.forEach(
+        Array.from({ length: storm }, (_, i) => i),
+        (i) => storage.saveMessages(`uaid${i}`, table, [message(i)]),
+        { concurrency: "unbounded" }
+      )
+      assert.strictEqual(saved.filter((one) => one.length === 1).length, storm)
+      assert.isAtMost(most, SESSION_STORAGE_CONCURRENCY, "saves at the store at once")
+    }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
+
+  it.effect("a batch the store did not answer in time: each of its saves fails with that, none is made alone", () =>
+    Effect.gen(function*() {
+      const store = yield* Storage
+      const table = yield* store.currentMessageTable
+      yield* store.createTables([table])
+      const alone: Array<string> = []
+      const storage = yield* sessionStorage({
+        ...store,
+        saveManyMessages: () => Effect.fail(new StorageError({ operation: "saveManyMessages", reason: new Timeout({ timeoutMs: 5_000 }) })),
+        saveMessages: (uaid, t, messages) => Effect.suspend(() => (alone.push(uaid), store.saveMessages(uaid, t, messages)))
+      })
+      const message = (i: number) => ({ channelId: "c", version: `v${i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: 1_000 + i })
+      const outcomes = yield* Effect.forEach([0, 1, 2], (i) => Effect.flip(storage.saveMessages(`uaid${i}`, table, [message(i)])), { concurrency: "unbounded" })
+      assert.deepStrictEqual(outcomes.map((error) => error.reason._tag), ["Timeout", "Timeout", "Timeout"])
+      assert.deepStrictEqual(alone, [])
     }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
 })
