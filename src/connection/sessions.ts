@@ -40,17 +40,12 @@ export const sessionStorage = (storage: StorageService) =>
     const inFlight = new Permits(SESSION_STORAGE_CONCURRENCY)
     const bounded = mapStorageOperations(storage, () => (operation) => inFlight.withPermit(operation), { values: false })
     // A gathered save holds a permit of its own, as every other operation: a batch is made of
-    // saves in flight, so the store's queue stays what it can answer within `storage_timeout`.
+    // saves in flight (SESSION_STORAGE_CONCURRENCY at most; on SQL stores a transaction holding the
+    // write lock a few ms), so the store's queue stays what it can answer within `storage_timeout`.
     const saves = batchedSaves(storage)
     const saveMessages: StorageService["saveMessages"] = (uaid, table, messages) => inFlight.withPermit(saves(uaid, table, messages))
     return { ...bounded, saveMessages }
   })
-
-/**
- * The most saves one `saveManyMessages` takes (on SQL stores, a transaction holding the write lock a
- * few ms): as many as may be in flight.
- */
-export const SAVES_AT_ONCE = SESSION_STORAGE_CONCURRENCY
 
 interface WaitingSave {
   readonly save: MessageSave
@@ -64,7 +59,7 @@ const nextTurn = Effect.callback<void>((resume) => {
 
 /**
  * `saveMessages` of the node's sessions, gathered: the saves asked for in one turn of the event loop
- * (up to `SAVES_AT_ONCE`) go to the store as one `saveManyMessages` — a node that stops, or loses
+ * go to the store as one `saveManyMessages` — a node that stops, or loses
  * many clients at once, saves them in a few large writes instead of one each. A save alone in its
  * turn goes as it is. The first save of a turn makes the write, uninterruptibly (the others wait for
  * it); after a failed batch each save is made alone, so a failure is only its own.
@@ -94,7 +89,7 @@ const batchedSaves = (storage: Pick<StorageService, "saveMessages" | "saveManyMe
   return (uaid, table, messages) =>
     Effect.suspend(() => {
       const waiting: WaitingSave = { save: { uaid, table, messages }, done: Deferred.makeUnsafe() }
-      if (open !== undefined && open.length < SAVES_AT_ONCE) {
+      if (open !== undefined) {
         open.push(waiting)
         return Deferred.await(waiting.done)
       }

@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import { SAVES_AT_ONCE, SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/sessions.ts"
+import { SESSION_STORAGE_CONCURRENCY, sessionStorage } from "../../src/connection/sessions.ts"
 import { Invalid, StorageError, Timeout } from "../../src/storage/failures.ts"
 import { mapStorageOperations, Storage } from "../../src/storage/Storage.ts"
 import { layerMemory } from "../../src/storage/memory/layer.ts"
@@ -42,7 +42,7 @@ describe("sessionStorage", () => {
       assert.strictEqual(most, SESSION_STORAGE_CONCURRENCY)
     }).pipe(Effect.provide(layerMemory({ routerTable: "router", messageTablePrefix: "message", noTableRotation: false }))))
 
-  it.effect("saves of one turn: one saveManyMessages of at most SAVES_AT_ONCE; a save alone, one saveMessages", () =>
+  it.effect("saves of one turn: one saveManyMessages of at most SESSION_STORAGE_CONCURRENCY (the saves in flight); a save alone, one saveMessages", () =>
     Effect.gen(function*() {
       const store = yield* Storage
       const table = yield* store.currentMessageTable
@@ -51,7 +51,7 @@ describe("sessionStorage", () => {
       const counted = mapStorageOperations(store, (name) => (operation) => Effect.andThen(Effect.sync(() => calls.push(name)), operation), { values: false })
       const storage = yield* sessionStorage(counted)
       const message = (i: number) => ({ channelId: "c", version: `v${i}`, ttl: 60, timestamp: 1, sortkeyTimestamp: 1_000 + i })
-      const storm = SAVES_AT_ONCE + 10
+      const storm = SESSION_STORAGE_CONCURRENCY + 10
       const saved = yield* Effect.forEach(
         Array.from({ length: storm }, (_, i) => i),
         (i) => storage.saveMessages(`uaid${i}`, table, [message(i)]),
