@@ -139,7 +139,7 @@ export const makeDeliverPush = Effect.fnUntraced(function*(receipts: Receipts, s
     // else is routed on a fresh one. TTL 0 is never dropped on a cached record.
     const startNanos = clock.monotonicTimeNanosUnsafe()
     const storeCached = target.cached && target.user.nodeId === undefined && notification.ttl > 0
-    const direct = target.cached && !storeCached ? yield* router.routeDirect(target.user, notification) : undefined
+    const direct = target.cached && !storeCached ? yield* router.routeDirect(target.user, target.table, notification) : undefined
     const fresh = direct !== undefined || !target.cached || storeCached ? target : yield* subscribers.subscriberOf(uaid, channelId)
     if (direct === undefined && fresh.bridge !== undefined) {
       yield* sendBridged(recorders, clock, fresh.bridge, fresh.user, notification, startNanos)

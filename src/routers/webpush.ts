@@ -2,7 +2,8 @@
  * Routing an accepted notification to a WebPush user, as Mozilla's autopush routes it:
  *
  * 1. the user has a `node_id` → `PUT {node}/push/{uaid}` for its session connected at `connected_at`;
- *    200 → delivered ("direct"); another status (not there, another session, the channel unregistered
+ *    200 → delivered ("direct"; a topic message then replaces the stored one of its topic, which
+ *    autopush leaves for a later session to deliver after it); another status (not there, another session, the channel unregistered
  *    in that session, queue full) → go on; a transport failure → clear `node_id` (only if it and
  *    `connected_at` still match), go on;
  * 2. TTL 0 → nothing is stored ("dropped");
@@ -67,7 +68,7 @@ export interface WebPushRouterService {
    * Step 1 alone, for a router record that may be out of date: delivered to the node it names, or
    * undefined (then route on a fresh record).
    */
-  readonly routeDirect: (user: UserRecord, notification: Notification) => Effect.Effect<Routed | undefined>
+  readonly routeDirect: (user: UserRecord, table: string, notification: Notification) => Effect.Effect<Routed | undefined>
 }
 
 /** The router over the node client and storage, with `options`' bound. */
@@ -106,10 +107,21 @@ const makeWebPushRouter = (options: WebPushRouterOptions) =>
         Effect.asVoid
       )
 
+    /**
+     * A topic message its client got directly replaces the stored one of its topic, which a later
+     * session would otherwise deliver after it. The push is delivered whatever this does: a failure
+     * is logged, not answered.
+     */
+    const replaceStoredTopic = (uaid: string, table: string, notification: Notification) =>
+      notification.topic === undefined ? Effect.void : storage.replaceTopicMessage(uaid, table, notification).pipe(
+        Effect.catchTag("StorageError", (error) => Effect.logWarning("replacing a stored topic message failed", error)),
+        Effect.asVoid
+      )
+
     /** Step 1: true when the node took it for its connected client. */
-    const deliverDirect = (user: UserRecord, nodeId: string, notification: Notification) =>
+    const deliverDirect = (user: UserRecord, table: string, nodeId: string, notification: Notification) =>
       Effect.matchEffect(node.push(nodeId, user.uaid, notification, user.connectedAt), {
-        onSuccess: (status) => Effect.succeed(status === 200),
+        onSuccess: (status) => status === 200 ? replaceStoredTopic(user.uaid, table, notification).pipe(Effect.as(true)) : Effect.succeed(false),
         onFailure: () => forgetNode(user.uaid, nodeId, user.connectedAt).pipe(Effect.as(false)) // a NodeTransportError: the node is gone
       })
 
@@ -174,17 +186,17 @@ const makeWebPushRouter = (options: WebPushRouterOptions) =>
       table: string,
       notification: Notification
     ): Effect.fn.Return<Routed, StorageError | UserDeletedDuringRouting | TooManyStored> {
-      if (user.nodeId !== undefined && (yield* deliverDirect(user, user.nodeId, notification))) return { outcome: "direct", notification }
+      if (user.nodeId !== undefined && (yield* deliverDirect(user, table, user.nodeId, notification))) return { outcome: "direct", notification }
       if (notification.ttl === 0) return { outcome: "dropped", notification }
       yield* withinStoredBound(user, table, notification)
       const stored = yield* store(user.uaid, table, notification).pipe(spans.span("notification.store"))
       return yield* afterStore(user.uaid, table, stored)
     })
 
-    const routeDirect = (user: UserRecord, notification: Notification): Effect.Effect<Routed | undefined> =>
+    const routeDirect = (user: UserRecord, table: string, notification: Notification): Effect.Effect<Routed | undefined> =>
       user.nodeId === undefined
         ? Effect.undefined
-        : Effect.map(deliverDirect(user, user.nodeId, notification), (took) => (took ? { outcome: "direct", notification } : undefined))
+        : Effect.map(deliverDirect(user, table, user.nodeId, notification), (took) => (took ? { outcome: "direct", notification } : undefined))
 
     const traced = <A extends Routed | undefined, E>(routing: Effect.Effect<A, E>): Effect.Effect<A, E> =>
       routing.pipe(
@@ -195,7 +207,7 @@ const makeWebPushRouter = (options: WebPushRouterOptions) =>
     return WebPushRouter.of(spans.enabled
       ? {
         route: (user, table, notification) => traced(route(user, table, notification)),
-        routeDirect: (user, notification) => traced(routeDirect(user, notification))
+        routeDirect: (user, table, notification) => traced(routeDirect(user, table, notification))
       }
       : { route, routeDirect })
   })

@@ -212,6 +212,13 @@ export interface StorageService extends ManySaves<StorageError> {
    * tombstone already, or no row is left as it is.
    */
   readonly ackMessages: (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) => Effect.Effect<void, StorageError>
+  /**
+   * A topic message reached its client without being stored (delivered directly): the stored message
+   * of its topic, if accepted before it, becomes its tombstone, as an ack makes it, so that no later
+   * read brings the older message after the newer one. True when one did; a newer stored message of
+   * the topic, or none, is left as it is. Nothing for a message without topic.
+   */
+  readonly replaceTopicMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<boolean, StorageError>
 
   // ── push receipts (the `{router_table}_receipts` table; expiries in seconds, as message TTLs) ─
   /** Create a receipt subscription that lives until `expiry`. */

@@ -18,6 +18,7 @@ import {
   TIMESTAMP_END,
   timestampLowerBound,
   TOPIC_END,
+  topicKeyBounds,
   TOPIC_PREFIX
 } from "./model.ts"
 import type { StorageError, StorageService } from "./Storage.ts"
@@ -74,6 +75,7 @@ export type MessageOperations = Pick<
   | "deleteMessage"
   | "cancelMessage"
   | "ackMessages"
+  | "replaceTopicMessage"
 >
 
 /**
@@ -191,7 +193,16 @@ export const makeMessageOperations = (rows: MessageRows, faster: Partial<Message
       Effect.flatMap(Clock.currentTimeMillis, (now) => rows.bury("cancelMessage", uaid, table, sortKeyOf(key), version, now)),
     ackMessages: (uaid, table, acked) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        Effect.forEach(acked, ({ key, version }) => rows.bury("ackMessages", uaid, table, sortKeyOf(key), version, now), { discard: true }))
+        Effect.forEach(acked, ({ key, version }) => rows.bury("ackMessages", uaid, table, sortKeyOf(key), version, now), { discard: true })),
+    replaceTopicMessage: (uaid, table, message) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        if (message.topic === undefined) return Effect.succeed(false)
+        const [lo, hi] = topicKeyBounds(message.channelId, message.topic)
+        return Effect.flatMap(rows.readable("replaceTopicMessage", uaid, table, lo, hi, 1, now), ([row]) =>
+          row === undefined || sortkeyMs(row.message) >= sortkeyMs(message)
+            ? Effect.succeed(false)
+            : rows.bury("replaceTopicMessage", uaid, table, row.sortKey, row.message.version, now))
+      })
   }
   return { ...operations, ...faster }
 }

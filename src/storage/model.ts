@@ -57,6 +57,17 @@ export const sortKeyOf = (key: MessageKey): string =>
 export const messageSortKey = (n: Notification): string => sortKeyOf(messageKeyOf(n))
 
 /**
+ * Exclusive bounds around a topic row's sort key that hold no other key: a topic is of the URL-safe
+ * base64 alphabet (and `=`), which sorts after `!` and before `~`, so the key with its last character
+ * one lower and `~` after it is below the key and above every other, and the key with `!` after it
+ * is above the key and below every key it begins.
+ */
+export const topicKeyBounds = (channelId: string, topic: string): readonly [lo: string, hi: string] => {
+  const key = topicSortKey(channelId, topic)
+  return [`${key.slice(0, -1)}${String.fromCharCode(key.charCodeAt(key.length - 1) - 1)}~`, `${key}!`]
+}
+
+/**
  * Exclusive lower bound of a timestamp page: every key of a later ms is greater, every key of
  * `after` itself is smaller (`z` sorts after any hex digit or `-`), as autopush's `02:{ts}:z`.
  */

@@ -223,7 +223,6 @@ const runScenario = (commands: ReadonlyArray<Command>, gap: () => number) =>
     }
 
     // Final drain: a fresh session acks whatever comes until nothing more does.
-    const ackedDuringRun = ackedAll()
     const live = current()
     if (live !== undefined) yield* feed(live, { _tag: "SocketClosed" })
     const last = yield* connect
@@ -320,16 +319,10 @@ const runScenario = (commands: ReadonlyArray<Command>, gap: () => number) =>
 
     // Every accepted message ends acked, expired, replaced by a newer one of its topic, or (TTL 0)
     // dropped; none is left behind. A topic message is replaced by a later one of its topic that
-    // reached storage (stored at once, or delivered directly and saved when its session ended
-    // unacked) or reached the client (a TTL 0 one handed to its session: the client has the newer).
+    // reached storage or the client (handed to its session, acked or not, TTL 0 or not): only a TTL 0
+    // one nobody was connected for replaces nothing.
     const finalSec = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-    // A direct message reached storage if it was not acked during the run (saved when its session
-    // ended) or if it came back from storage (saved unacked, acked later from there).
-    const cameFromStorage = new Set(sessions.flatMap((r) =>
-      r.events.flatMap((e) => e.type === "notification.delivered.1" && e.data.source === "stored" ? [e.data.version] : [])
-    ))
-    const replaces = (q: Pushed) =>
-      q.ttl > 0 ? !q.direct || !ackedDuringRun.has(q.version) || cameFromStorage.has(q.version) : q.direct
+    const replaces = (q: Pushed) => q.direct || q.ttl > 0
     for (const [i, p] of pushed.entries()) {
       const superseded = p.topicKey !== undefined && pushed.slice(i + 1).some((q) => q.topicKey === p.topicKey && replaces(q))
       if (superseded) {

@@ -582,6 +582,29 @@ describe("session: delivery", () => {
       assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["newer-stored"])
     }).pipe(Effect.provide(TestParts)))
 
+  it.effect("a topic message delivered directly replaces the older stored one of its topic: a later connection does not get the older one after it", () =>
+    Effect.gen(function*() {
+      const harness = yield* setup()
+      const { client, uaid } = yield* subscribed(harness)
+      // Stored while connected (the node refused them): the poke reads timestamp rows after the page
+      // the client holds unacked, not the topic row stored meanwhile.
+      yield* pushMessage(harness, uaid, CHID, { data: "held", direct: false })
+      yield* pump(client)
+      yield* TestClock.adjust(1)
+      yield* pushMessage(harness, uaid, CHID, { topic: "t", data: "older", direct: false })
+      yield* pump(client)
+      yield* TestClock.adjust(1)
+      const newer = yield* pushMessage(harness, uaid, CHID, { topic: "t", data: "newer" })
+      assert.isTrue(newer.direct)
+      yield* pump(client)
+      assert.deepStrictEqual(client.of("notification").map((f) => f["data"]), ["held", "newer"])
+      yield* client.frame({ messageType: "ack", updates: [{ channelID: CHID, version: newer.notification.version }] })
+      yield* client.feed({ _tag: "SocketClosed" })
+      const again = yield* harness.connect()
+      yield* hello(again, uaid)
+      assert.deepStrictEqual(again.of("notification").map((f) => f["data"]), ["held"])
+    }).pipe(Effect.provide(TestParts)))
+
   it.effect("deliveries still queued when the socket closes are saved, not dropped", () =>
     Effect.gen(function*() {
       const harness = yield* setup()

@@ -407,6 +407,34 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.deepStrictEqual(yield* s.fetchTopicMessages(uaid(1), table, 10), [otherTopic, other].map(storedNotification))
       }))
 
+    test("replaceTopicMessage: a newer message of a topic, delivered directly, makes the stored one of its topic a tombstone, and no other", (s) =>
+      Effect.gen(function*() {
+        const table = yield* s.currentMessageTable
+        const stored = (topic: string, channel = 1) =>
+          message({ channelId: chid(channel), version: `${channel}-${topic}`, topic, sortkeyTimestamp: T0 - 10 })
+        // Topics sorting next to "b" (and "-", the alphabet's first character), and "b" of another channel.
+        const neighbours = [stored("-"), stored("a"), stored("az"), stored("b-"), stored("b0"), stored("bz"), stored("c"), stored("b", 2)]
+        yield* s.saveMessages(uaid(1), table, [...neighbours, stored("b")])
+        const newer = message({ channelId: chid(1), version: "direct", topic: "b", sortkeyTimestamp: T0 })
+
+        assert.isTrue(yield* s.replaceTopicMessage(uaid(1), table, newer))
+        const left = yield* s.fetchTopicMessages(uaid(1), table, 20)
+        assert.sameMembers(left.map((m) => m.version), neighbours.map((m) => m.version), "only topic b of channel 1 went")
+        assert.isFalse(yield* s.replaceTopicMessage(uaid(1), table, newer), "a tombstone is not replaced again")
+        // The old message's save, retried, does not bring it back; the newer one's save goes over it.
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, stored("b")), "cancelled")
+        assert.strictEqual(yield* s.saveMessage(uaid(1), table, newer), "stored")
+
+        // An older message than the stored one, or one without topic, replaces nothing.
+        assert.isFalse(yield* s.replaceTopicMessage(uaid(1), table, message({ channelId: chid(1), version: "older", topic: "c", sortkeyTimestamp: T0 - 20 })))
+        assert.isFalse(yield* s.replaceTopicMessage(uaid(1), table, message({ channelId: chid(1), version: "no topic", sortkeyTimestamp: T0 })))
+        assert.isFalse(yield* s.replaceTopicMessage(uaid(2), table, newer), "another user's")
+        assert.strictEqual((yield* s.fetchTopicMessages(uaid(1), table, 20)).length, neighbours.length + 1)
+        const [lone] = yield* s.fetchTopicMessages(uaid(1), table, 1)
+        assert.isTrue(yield* s.replaceTopicMessage(uaid(1), table, { ...lone!, version: "newer -", sortkeyTimestamp: T0 }))
+        assert.notInclude((yield* s.fetchTopicMessages(uaid(1), table, 20)).map((m) => m.version), lone!.version)
+      }))
+
     test("a channel's stored messages are counted: its timestamp and topic rows, readable ones only, up to atMost, without the topic a new message replaces", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable
