@@ -35,10 +35,7 @@ export interface NodeSession {
 }
 
 /** `clearNodeIds` as one `clearNodeId` per session, `concurrency` at once (stores without transactions). */
-export const clearNodeIdsEach = (
-  clearNodeId: StorageService["clearNodeId"],
-  concurrency: number
-): StorageService["clearNodeIds"] =>
+export const clearNodeIdsEach = (clearNodeId: StorageService["clearNodeId"], concurrency: number): StorageService["clearNodeIds"] =>
 (nodeId, sessions) =>
   Effect.map(
     Effect.forEach(sessions, (session) => clearNodeId(session.uaid, nodeId, session.connectedAt), { concurrency }),
@@ -48,10 +45,7 @@ export const clearNodeIdsEach = (
 /** One page of a user's message rows, in sort-key order. */
 interface MessagePage {
   readonly messages: ReadonlyArray<Notification>
-  /**
-   * Sort key (ms) of the last row read, expired or not, when it is a timestamp row: where the next
-   * timestamp page starts. Undefined when the page read no timestamp row.
-   */
+  /** Sort key (ms) of the last row read, expired or not, if a timestamp row: where the next timestamp page starts. */
   readonly lastSortKey?: number | undefined
   /** Rows after this page may exist: it was full (false: there were none when it was read). */
   readonly more: boolean
@@ -213,10 +207,9 @@ export interface StorageService extends ManySaves<StorageError> {
    */
   readonly ackMessages: (uaid: string, table: string, rows: ReadonlyArray<AckedRow>) => Effect.Effect<void, StorageError>
   /**
-   * A topic message reached its client without being stored (delivered directly): the stored message
-   * of its topic, if accepted before it, becomes its tombstone, as an ack makes it, so that no later
-   * read brings the older message after the newer one. True when one did; a newer stored message of
-   * the topic, or none, is left as it is. Nothing for a message without topic.
+   * A topic message delivered directly (not stored): the stored message of its topic, if accepted
+   * before it, becomes its tombstone as an ack makes it, so no later read brings the older after the
+   * newer. True when one did; a newer one, or none, is left as it is (also for a message without topic).
    */
   readonly replaceTopicMessage: (uaid: string, table: string, message: Notification) => Effect.Effect<boolean, StorageError>
 
@@ -257,16 +250,14 @@ export interface StorageService extends ManySaves<StorageError> {
   /** Delete one of our message tables (anything else is refused) and wait until it is gone; a missing one is fine. */
   readonly dropMessageTable: (table: string) => Effect.Effect<void, StorageError>
   /**
-   * Drop users whose `last_connect` month is `monthsAgo` months before now or older (looking back
-   * `lookbackMonths` months further: months `monthsAgo` … `monthsAgo + lookbackMonths` ago, both
-   * included), via the `last_connect` index, with their rows in their current message table. A user
-   * whose `last_connect` changed meanwhile is kept. `onProgress` gets the running total after each
-   * small batch. Returns how many were dropped; with `dryRun`, how many would be (nothing is dropped).
+   * Drop the users of `sweep`'s months, via the `last_connect` index, with their rows in their
+   * current message table; one whose `last_connect` changed meanwhile is kept. How many were
+   * dropped (with `dryRun`: would be, nothing is dropped).
    */
   readonly dropStaleUsers: (sweep: StaleUserSweep) => Effect.Effect<number, StorageError>
 }
 
-/** What a stale-user sweep drops (`dropStaleUsers`): months `monthsAgo` … `monthsAgo + lookbackMonths` ago. */
+/** What a stale-user sweep drops (`dropStaleUsers`): users last connected `monthsAgo` … `monthsAgo + lookbackMonths` months ago, both included. */
 export interface StaleUserSweep {
   readonly monthsAgo: number
   readonly lookbackMonths: number

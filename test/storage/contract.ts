@@ -561,7 +561,7 @@ export const storageContract = (name: string, make: MakeStorage) =>
         assert.isFalse(page.more)
       }))
 
-    test("a page behind and among 1,500 expired rows holds the live ones, in order, and is full when more live ones follow", (s) =>
+    test("a page behind and among 1,500 expired rows holds the live ones, in order, and is full when more live ones follow, also past 1,100 more", (s) =>
       Effect.gen(function*() {
         const table = yield* s.currentMessageTable
         // 1,500 expiring rows first (more than a store reads in one step), then every 100th row of
@@ -569,12 +569,18 @@ export const storageContract = (name: string, make: MakeStorage) =>
         const expiringFirst = Array.from({ length: 1_500 }, (_, i) => message({ channelId: chid(1), version: `e${i}`, sortkeyTimestamp: T0 + i, ttl: 60 }))
         const mixed = Array.from({ length: 1_000 }, (_, i) =>
           message({ channelId: chid(1), version: `m${i}`, sortkeyTimestamp: T0 + 1_500 + i, ttl: i % 100 === 99 ? 3600 : 60 }))
+        // User 2 has the same rows and 1,100 live ones after them: more live rows than a store may
+        // look up by their expiry.
+        const liveAfter = Array.from({ length: 1_100 }, (_, i) => message({ channelId: chid(1), version: `l${i}`, sortkeyTimestamp: T0 + 2_500 + i }))
         for (let i = 0; i < 2_500; i += 500) yield* s.saveMessages(uaid(1), table, [...expiringFirst, ...mixed].slice(i, i + 500))
+        for (let i = 0; i < 3_600; i += 500) yield* s.saveMessages(uaid(2), table, [...expiringFirst, ...mixed, ...liveAfter].slice(i, i + 500))
         yield* TestClock.setTime(T0 + 60_000)
-        const first = yield* s.fetchTimestampMessages(uaid(1), table, undefined, 4)
-        assert.deepStrictEqual([first.messages.map((m) => m.version), first.more], [["m99", "m199", "m299", "m399"], true])
-        const rest = yield* s.fetchTimestampMessages(uaid(1), table, first.lastSortKey, 10)
-        assert.deepStrictEqual([rest.messages.map((m) => m.version), rest.more], [["m499", "m599", "m699", "m799", "m899", "m999"], false])
+        for (const [user, last] of [[1, []], [2, ["l0", "l1", "l2", "l3"]]] as const) {
+          const first = yield* s.fetchTimestampMessages(uaid(user), table, undefined, 4)
+          assert.deepStrictEqual([first.messages.map((m) => m.version), first.more], [["m99", "m199", "m299", "m399"], true])
+          const rest = yield* s.fetchTimestampMessages(uaid(user), table, first.lastSortKey, 10)
+          assert.deepStrictEqual([rest.messages.map((m) => m.version), rest.more], [["m499", "m599", "m699", "m799", "m899", "m999", ...last], user === 2])
+        }
       }))
 
     test("saveMessages: more than one batch, the last message for a key wins", (s) =>

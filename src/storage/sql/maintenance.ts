@@ -45,7 +45,7 @@ export const makeSqlMaintenance = ({ dialect, one, run }: SqlDriver, options: St
       for (const table of messageTables) {
         const { rows } = yield sql(dialect.columnNames, table)
         if (!rows.some((row) => row["name"] === CANCELLED)) yield sql(cancelledColumnSql(table, dialect))
-        yield sql(liveIndexSql(table))
+        for (const statement of liveIndexSql(table)) yield sql(statement)
       }
     }, true)
 

@@ -12,7 +12,7 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { type Notification, sortkeyMs } from "../../domain/notification.ts"
-import { keepingTheId, makeMessageOperations, type MessageRows, saveAtFreeMs, saveOutcome } from "../messageRules.ts"
+import { keepingTheId, makeMessageOperations, type MessageRows, type ReadRow, saveAtFreeMs, saveOutcome } from "../messageRules.ts"
 import { messageSortKey, type SaveOutcome, sortKeyOf, TIMESTAMP_END, TIMESTAMP_PREFIX, TOMBSTONE_SECONDS, TOPIC_PREFIX, topicSortKey } from "../model.ts"
 import type { AckedRow } from "../Storage.ts"
 import type { MessageSave } from "../manySaves.ts"
@@ -27,6 +27,12 @@ const UPDATE_ALL = fromExcluded(COLUMNS.slice(2))
 
 /** An operation that judges expiry: `now` is the caller's Clock (ms). */
 export const atNow = <A, E>(body: (now: number) => Effect.Effect<A, E>): Effect.Effect<A, E> => Effect.flatMap(Clock.currentTimeMillis, body)
+
+/**
+ * A user's unexpired messages, as the expiry index (`_live_expiry`, `liveIndexSql`) holds them, `$2`
+ * the time (s): a condition that implies the index's own, so that the database can read them there.
+ */
+const UNEXPIRED = "cancelled IS NULL AND expiry IS NOT NULL AND expiry > $2"
 
 /** The write rule (`mayWriteOver`) as an upsert's condition. */
 const putStatement = (uaid: string, table: string, message: Notification): Statement => {
@@ -78,67 +84,104 @@ function* saveAll({ messages, table, uaid }: MessageSave): Sql<ReadonlyArray<Not
 }
 
 /**
- * Index entries one step of a page read passes at most (`readLive`), so a user's rows that expired
- * since the sweep's last round (not yet deleted) cost steps of a bounded length (about a
- * millisecond each), with the event loop free between them, instead of one long statement.
+ * Index entries one step of a page read passes at most (`readLive`) for a user with more unexpired
+ * messages than `LIVE_PROBE` among rows that expired since the sweep's last round: steps of a
+ * bounded length (about a millisecond each), with the event loop free between them, instead of one
+ * long statement.
  */
 const SCAN_CHUNK = 1024
 
-/**
- * Readable rows with `lo < key < hi`, `limit` at most, through the live index (`liveIndexSql`).
- * First the next `limit` rows that are not tombstones, whole: where they are live (the common case)
- * that is the page, in one statement. Where some had expired, the rest is read in steps: the key
- * `SCAN_CHUNK` entries on (keys only, in the index), then the live rows up to it, judged by the
- * database, so a dead entry costs the database's time and no row object.
- */
-const readLive = ({ one }: Pick<SqlDriver, "one">): MessageRows["readable"] => {
-  const messages = (rows: ReadonlyArray<MessageRow>) =>
-    rows.flatMap((row) => {
-      const message = messageFromRow(row)
-      return message === undefined ? [] : [{ sortKey: row.chidmessageid, message }]
-    })
-  return (operation, uaid, table, lo, hi, limit, now) =>
-    Effect.gen(function*() {
-      const nowSeconds = Math.floor(now / 1000)
-      const range = `FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND cancelled IS NULL`
-      const first = yield* one(
-        operation,
-        sql(`SELECT * ${range} AND chidmessageid < $3 ORDER BY chidmessageid LIMIT $4`, uaid, lo, hi, limit),
-        ({ rows }) => rows as unknown as ReadonlyArray<MessageRow>
-      )
-      const page = messages(first.filter((row) => row.expiry === null || Number(row.expiry) > nowSeconds))
-      for (let from = first.at(-1)?.chidmessageid; first.length === limit && page.length < limit && from !== undefined;) {
-        yield* Effect.yieldNow
-        const bound = yield* one(
-          operation,
-          sql(`SELECT chidmessageid ${range} AND chidmessageid < $3 ORDER BY chidmessageid LIMIT 1 OFFSET ${SCAN_CHUNK - 1}`, uaid, from, hi),
-          ({ rows }) => (rows[0] as { readonly chidmessageid: string } | undefined)?.chidmessageid
-        )
-        page.push(
-          ...yield* one(
-            operation,
-            sql(
-              `SELECT * ${range} AND chidmessageid ${bound === undefined ? "<" : "<="} $3 AND (expiry IS NULL OR expiry > $4)
-               ORDER BY chidmessageid LIMIT $5`,
-              uaid,
-              from,
-              bound ?? hi,
-              nowSeconds,
-              limit - page.length
-            ),
-            ({ rows }) => messages(rows as unknown as ReadonlyArray<MessageRow>)
-          )
-        )
-        from = bound
-      }
-      return page
-    })
-}
+/** The keys of a user's unexpired messages a page read past expired rows takes from the expiry index at most. */
+const LIVE_PROBE = 1024
 
-const sqlMessageRows = ({ one, run }: SqlDriver): MessageRows => ({
+const readRows = (rows: ReadonlyArray<MessageRow>) =>
+  rows.flatMap((row) => {
+    const message = messageFromRow(row)
+    return message === undefined ? [] : [{ sortKey: row.chidmessageid, message }]
+  })
+
+const messageRowsOf = ({ rows }: Result): ReadonlyArray<MessageRow> => rows as unknown as ReadonlyArray<MessageRow>
+
+/** Rows in key order, as the stores compare keys (byte by byte: the keys are ASCII). */
+const byKey = (a: MessageRow, b: MessageRow) => (a.chidmessageid < b.chidmessageid ? -1 : a.chidmessageid > b.chidmessageid ? 1 : 0)
+
+/** A row a read returns: not a tombstone, unexpired at `nowSeconds`. */
+const readable = (nowSeconds: number) => (row: MessageRow) => row.cancelled === null && (row.expiry === null || Number(row.expiry) > nowSeconds)
+
+type ReadArgs = Parameters<MessageRows["readable"]>
+
+/**
+ * Readable rows with `lo < key < hi`, `limit` at most. First the next `limit` rows that are not
+ * tombstones, whole, by key (`_live`, `liveIndexSql`): where they are unexpired (the common case)
+ * that is the page, in one statement. Where some had expired (the sweep deletes them within a
+ * minute), the rest of the page is found by expiry, past every expired row however many, in
+ * statements run together as one operation: the user's unexpired messages whole when they are at
+ * most `limit`; else their keys, in the expiry index alone (`LIVE_PROBE` + 1 at most, to know
+ * whether there are more), then the page's rows by their keys. A user with more is read on in
+ * steps (`inSteps`).
+ */
+const readLive = (driver: Pick<SqlDriver, "dialect" | "one" | "run">): MessageRows["readable"] => (...args) =>
+  Effect.gen(function*() {
+    const [operation, uaid, table, lo, hi, limit, now] = args
+    const nowSeconds = Math.floor(now / 1000)
+    const read = yield* driver.run(operation, function*() {
+      const first = messageRowsOf(yield sql(`SELECT * ${liveRange(table)} AND chidmessageid < $3 ORDER BY chidmessageid LIMIT $4`, uaid, lo, hi, limit))
+      const page = readRows(first.filter(readable(nowSeconds)))
+      const from = first.at(-1)?.chidmessageid
+      if (first.length < limit || page.length === limit || from === undefined) return { page }
+      // A user with few unexpired messages (the page's worth) has them all read whole at once.
+      const few = messageRowsOf(yield sql(`SELECT * FROM ${ident(table)} WHERE uaid = $1 AND ${UNEXPIRED} ORDER BY expiry LIMIT $3`, uaid, nowSeconds, limit + 1))
+      const after = (rows: ReadonlyArray<MessageRow>) =>
+        readRows(rows.filter((row) => row.chidmessageid > from && row.chidmessageid < hi).sort(byKey).slice(0, limit - page.length))
+      if (few.length <= limit) return { page: [...page, ...after(few)] }
+      const unexpired = (yield sql(
+        `SELECT chidmessageid FROM ${ident(table)} WHERE uaid = $1 AND ${UNEXPIRED} ORDER BY expiry LIMIT ${LIVE_PROBE + 1}`,
+        uaid,
+        nowSeconds
+      )).rows.map((row) => String(row["chidmessageid"]))
+      if (unexpired.length > LIVE_PROBE) return { page, from }
+      const keys = unexpired.filter((key) => key > from && key < hi).sort().slice(0, limit - page.length)
+      if (keys.length === 0) return { page }
+      // By key alone, a seek each (with the index's condition, SQLite would read the expiry index again).
+      const rows = messageRowsOf(yield sql(`SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid ${driver.dialect.inList(2)}`, uaid, jsonList(keys)))
+      return { page: [...page, ...after(rows.filter(readable(nowSeconds)))] }
+    })
+    return read.from === undefined ? read.page : [...read.page, ...yield* inSteps(driver, args, read.from, limit - read.page.length)]
+  })
+
+/** A user's rows that are not tombstones with keys after `$2`, as the `_live` index holds them. */
+const liveRange = (table: string) => `FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid > $2 AND cancelled IS NULL`
+
+/**
+ * The next `wanted` readable rows after `from`, for a user with more than `LIVE_PROBE` unexpired
+ * messages among expired ones: steps of `SCAN_CHUNK` entries of `_live`, the key that far (keys
+ * only), then the live rows up to it, judged by the database, the event loop free between steps.
+ */
+const inSteps = Effect.fnUntraced(function*({ one }: Pick<SqlDriver, "one">, args: ReadArgs, from: string, wanted: number) {
+  const [operation, uaid, table, , hi, , now] = args
+  const page: Array<ReadRow> = []
+  for (let after: string | undefined = from; page.length < wanted && after !== undefined;) {
+    yield* Effect.yieldNow
+    const bound: string | undefined = yield* one(
+      operation,
+      sql(`SELECT chidmessageid ${liveRange(table)} AND chidmessageid < $3 ORDER BY chidmessageid LIMIT 1 OFFSET ${SCAN_CHUNK - 1}`, uaid, after, hi),
+      ({ rows }) => (rows[0] as { readonly chidmessageid: string } | undefined)?.chidmessageid
+    )
+    page.push(...readRows(yield* one(
+      operation,
+      sql(`SELECT * ${liveRange(table)} AND chidmessageid ${bound === undefined ? "<" : "<="} $3 AND (expiry IS NULL OR expiry > $4)
+           ORDER BY chidmessageid LIMIT $5`, uaid, after, bound ?? hi, Math.floor(now / 1000), wanted - page.length),
+      messageRowsOf
+    )))
+    after = bound
+  }
+  return page
+})
+
+const sqlMessageRows = ({ dialect, one, run }: SqlDriver): MessageRows => ({
   /** Its two statements as one operation: no write of another fiber comes between the put and the read that tells why it was refused. */
   save: (operation, uaid, table, message) => run(operation, () => saveRow(uaid, table, message)),
-  readable: readLive({ one }),
+  readable: readLive({ dialect, one, run }),
   remove: (operation, uaid, table, sortKey, version) =>
     version === undefined
       ? one(operation, sql(`DELETE FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid = $2`, uaid, sortKey), () => true)
@@ -172,18 +215,17 @@ export const makeSqlMessages = (driver: SqlDriver) => {
         one(
           "countChannelMessages",
           sql(
-            `SELECT count(*) AS n FROM (SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND (
-               (chidmessageid > $2 AND chidmessageid < $3 AND chidmessageid LIKE $4)
-               OR (chidmessageid >= $5 AND chidmessageid < $6 AND chidmessageid <> $7))
-             AND (expiry IS NULL OR expiry > $8) AND cancelled IS NULL LIMIT $9) AS counted`,
+            `SELECT count(*) AS n FROM (SELECT 1 FROM ${ident(table)} WHERE uaid = $1 AND ${UNEXPIRED} AND (
+               (chidmessageid > $3 AND chidmessageid < $4 AND chidmessageid LIKE $5)
+               OR (chidmessageid >= $6 AND chidmessageid < $7 AND chidmessageid <> $8)) LIMIT $9) AS counted`,
             uaid,
+            Math.floor(now / 1000),
             TIMESTAMP_PREFIX,
             TIMESTAMP_END,
             `${TIMESTAMP_PREFIX}%:${channelId}`,
             `${TOPIC_PREFIX}${channelId}:`,
             `${TOPIC_PREFIX}${channelId};`,
             replacing === undefined ? "" : topicSortKey(channelId, replacing),
-            Math.floor(now / 1000),
             atMost
           ),
           ({ rows }) => Number((rows[0] as { readonly n: unknown } | undefined)?.n ?? 0)

@@ -102,14 +102,21 @@ export const messageTableSql = (table: string, d: SqlDialect = SQLITE): Readonly
 ]
 
 /**
- * The index of a message table's live rows (no tombstones), which a user's page reads and counts
- * use: they seek the user's first live row past the page's start and never meet a tombstone (an
- * ack's rows stay as tombstones until the sweep, `TOMBSTONE_SECONDS` later). `expiry` in it lets
- * the reads pass expired rows (deleted at the sweep's next round) without reading them. Made after
- * the tombstone column (`cancelledColumnSql`), also on tables made before it.
+ * The indexes of a message table's rows that are not tombstones, which a user's page reads and a
+ * channel's count use, made after the tombstone column (`cancelledColumnSql`), also on tables made
+ * before it:
+ * - `_live`, by key: a read seeks the user's first such row past the page's start and never meets
+ *   a tombstone (an ack leaves one until the sweep, `TOMBSTONE_SECONDS` later);
+ * - `_live_expiry`, the user's messages by expiry (no channel rows): a read that met expired rows
+ *   (the sweep deletes them within a minute) and a count seek the user's first unexpired message,
+ *   however many expired before it. `cancelled`, NULL in every entry, lets SQLite judge their
+ *   condition in the index alone.
  */
-export const liveIndexSql = (table: string): string =>
-  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_live`)} ON ${ident(table)} (uaid, chidmessageid, expiry) WHERE ${CANCELLED} IS NULL`
+export const liveIndexSql = (table: string): ReadonlyArray<string> => [
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_live`)} ON ${ident(table)} (uaid, chidmessageid, expiry) WHERE ${CANCELLED} IS NULL`,
+  `CREATE INDEX IF NOT EXISTS ${ident(`${table}_live_expiry`)} ON ${ident(table)} (uaid, expiry, chidmessageid, ${CANCELLED})
+    WHERE ${CANCELLED} IS NULL AND expiry IS NOT NULL`
+]
 
 /** The tombstone column, for a message table made without it (the caller checks first). */
 export const cancelledColumnSql = (table: string, d: SqlDialect = SQLITE): string =>
