@@ -8,10 +8,12 @@
  *   Printed: the database's size (its pages, log included) and its free pages after each round, and
  *   the log bytes the stores and the drain with the sweep appended per message;
  * - hello: the first page read at hello (`fetchMessages`, 10) of a user with one live message
- *   behind N dead rows — acked (tombstones), or expired — after the sweep of 11 minutes later,
- *   against a fresh user with the one message (median µs of 1,000 reads after 1,000 untimed ones), and behind N acked or
- *   expired rows before any sweep (the tombstones' 10 minutes, an expired row's minute at most);
- *   the sweep's time and longest hold of the event loop;
+ *   behind N dead rows — acked (tombstones), or expired — after the sweep of 11 minutes later, and
+ *   before any sweep (the tombstones' 10 minutes, an expired row's minute at most), against a fresh
+ *   user with the one message, a user with none, and one with a backlog of 100 live 2 KB messages
+ *   (nothing dead, a full page read): median µs of 1,000 reads of each, the cases' stores read in turns
+ *   (after 1,000 untimed rounds) so that the machine's ups and downs weigh on every case alike; the
+ *   longest hold of the event loop per case; the sweep's time and longest hold;
  * - log: the write-ahead log bytes one stored push appends (frames counted in the WAL index as
  *   each save commits, restarts of the log included), for 2 KB messages.
  *
@@ -45,17 +47,20 @@ let files = 0
 type Store = import("../src/storage/Storage.ts").StorageService
 type Connection = import("../src/storage/sqlite/connection.ts").SqliteConnection
 
-/** A fresh store on a file of its own, with its raw connection and its sweep, for `body`. */
+/** A fresh store on a file of its own, with its raw connection and its sweep, open for the caller's scope. */
+const openStore = Effect.gen(function*() {
+  const path = join(dir, `space-${files++}.sqlite`)
+  const options = { path, routerTable: "router", messageTablePrefix: "message", noTableRotation: true }
+  const { connection, driver } = yield* scopedSqlite(path, 5000)
+  const s = yield* makeSqlStorage(driver, options)
+  yield* createActiveTables.pipe(Effect.provideService(Storage, s))
+  yield* s.addChannel(uaid(1), "message", chid)
+  return { s, connection, sweep: makeSqlMaintenance(driver, options).sweepExpired, path }
+})
+
+/** A fresh store for `body`, closed after it. */
 const withStore = <A>(body: (s: Store, connection: Connection, sweep: (nowMs: number) => Effect.Effect<number, unknown>, path: string) => Effect.Effect<A, unknown>) =>
-  Effect.gen(function*() {
-    const path = join(dir, `space-${files++}.sqlite`)
-    const options = { path, routerTable: "router", messageTablePrefix: "message", noTableRotation: true }
-    const { connection, driver } = yield* scopedSqlite(path, 5000)
-    const s = yield* makeSqlStorage(driver, options)
-    yield* createActiveTables.pipe(Effect.provideService(Storage, s))
-    yield* s.addChannel(uaid(1), "message", chid)
-    return yield* body(s, connection, makeSqlMaintenance(driver, options).sweepExpired, path)
-  }).pipe(Effect.scoped)
+  Effect.scoped(Effect.flatMap(openStore, ({ s, connection, sweep, path }) => body(s, connection, sweep, path)))
 
 const BASE_MS = Date.now()
 let sequence = 0
@@ -120,51 +125,75 @@ const space = withStore((s, connection, sweep, path) =>
     return rounds
   }))
 
-/** Reads timed for a median (after as many untimed ones). */
+/** Live messages of the user with a backlog: more than a page, nothing dead. */
+const BACKLOG = 100
+
+/** Reads timed per case for a median (after as many untimed ones). */
 const READS = 1000
 
-/** The reads' median (µs) and the longest the event loop was held meanwhile (ms). */
-const medianReadUs = (s: Store) =>
+/** The first page read at hello, as a returning client's session makes it (10 messages): `expected` of them. */
+const helloRead = (s: Store, expected: number) =>
+  Effect.flatMap(s.fetchMessages(uaid(1), "message", 10), (page) =>
+    page.messages.length === expected ? Effect.void : Effect.die(new Error(`${expected} messages expected, ${page.messages.length} read`)))
+
+/** A turn of the event loop, as a node's other clients have between two reads. */
+const turn = Effect.promise(() => new Promise((resolve) => setImmediate(resolve)))
+
+/**
+ * The median read (µs) of each store, the stores read in turns (one read of each, then a turn of
+ * the event loop), so that what the machine does meanwhile weighs on every case alike.
+ */
+const mediansInTurns = (stores: ReadonlyArray<{ readonly s: Store; readonly expected: number }>) =>
   Effect.gen(function*() {
-    // Untimed reads first: the first case measured would otherwise pay the compiler's warm-up.
-    for (let i = 0; i < READS; i++) yield* s.fetchMessages(uaid(1), "message", 10)
-    const times: Array<number> = []
-    const delay = monitorEventLoopDelay({ resolution: 1 })
-    delay.enable()
+    // Untimed rounds first: the compiler's warm-up is paid by no case.
+    for (let i = 0; i < READS; i++) yield* Effect.forEach(stores, ({ expected, s }) => helloRead(s, expected))
+    const times = stores.map((): Array<number> => [])
     for (let i = 0; i < READS; i++) {
-      const start = process.hrtime.bigint()
-      const page = yield* s.fetchMessages(uaid(1), "message", 10)
-      times.push(Number(process.hrtime.bigint() - start) / 1000)
-      if (page.messages.length !== 1) throw new Error(`one live message expected, ${page.messages.length} read`)
-      // A turn of the event loop between reads, as a node's other clients have: the delay monitor
-      // samples only there, so a read that held the loop shows as the delay of that turn.
-      yield* Effect.promise(() => new Promise((resolve) => setImmediate(resolve)))
+      for (const [k, { expected, s }] of stores.entries()) {
+        const start = process.hrtime.bigint()
+        yield* helloRead(s, expected)
+        times[k]!.push(Number(process.hrtime.bigint() - start) / 1000)
+      }
+      yield* turn
     }
-    delay.disable()
-    return { us: times.sort((a, b) => a - b)[READS / 2]!, heldMs: delay.max / 1e6 }
+    return times.map((t) => t.sort((a, b) => a - b)[READS / 2]!)
   })
 
-/** The hello read behind `dead` rows of the kind given (none: a fresh user), after the sweep of 11 minutes later unless `swept` is false. */
-const hello = (kind: "fresh" | "acked" | "expired", swept = true) =>
-  withStore((s, _connection, sweep) =>
-    Effect.gen(function*() {
-      const batch = 500
-      for (let done = 0; kind !== "fresh" && done < DEAD; done += batch) {
-        const messages = Array.from({ length: batch }, (_, i) => kind === "expired" ? message(done + i, "", 60, 120) : message(done + i, ""))
-        yield* s.saveMessages(uaid(1), "message", messages)
-        if (kind === "acked") {
-          yield* s.ackMessages(uaid(1), "message", messages.map((m) => ({ key: { kind: "timestamp" as const, channelId: chid, sortkeyTimestamp: m.sortkeyTimestamp }, version: m.version })))
-        }
+/** The longest the event loop was held (ms) over 200 reads of one store, a turn between two: the delay monitor samples only there. */
+const heldMs = ({ expected, s }: { readonly s: Store; readonly expected: number }) =>
+  Effect.gen(function*() {
+    const delay = monitorEventLoopDelay({ resolution: 1 })
+    delay.enable()
+    for (let i = 0; i < 200; i++) yield* Effect.andThen(helloRead(s, expected), turn)
+    delay.disable()
+    return delay.max / 1e6
+  })
+
+/**
+ * A store for the hello read behind `DEAD` rows of the kind given (none: a fresh user), after the
+ * sweep of 11 minutes later unless `swept` is false, open for the caller's scope.
+ */
+const helloStore = (kind: "empty" | "fresh" | "acked" | "expired" | "backlog", swept = true) =>
+  Effect.gen(function*() {
+    const { s, sweep } = yield* openStore
+    if (kind === "backlog") yield* s.saveMessages(uaid(1), "message", Array.from({ length: BACKLOG }, (_, i) => message(i, "x".repeat(2048))))
+    const batch = 500
+    for (let done = 0; (kind === "acked" || kind === "expired") && done < DEAD; done += batch) {
+      const messages = Array.from({ length: batch }, (_, i) => kind === "expired" ? message(done + i, "", 60, 120) : message(done + i, ""))
+      yield* s.saveMessages(uaid(1), "message", messages)
+      if (kind === "acked") {
+        yield* s.ackMessages(uaid(1), "message", messages.map((m) => ({ key: { kind: "timestamp" as const, channelId: chid, sortkeyTimestamp: m.sortkeyTimestamp }, version: m.version })))
       }
-      const delay = monitorEventLoopDelay({ resolution: 1 })
-      delay.enable()
-      const sweepStart = performance.now()
-      const deleted = swept ? yield* sweep(Date.now() + LATER_MS) : 0
-      const sweepMs = performance.now() - sweepStart
-      delay.disable()
-      yield* s.saveMessage(uaid(1), "message", message(DEAD + 1, "live"))
-      return { ...yield* medianReadUs(s), sweep: `${deleted} rows in ${sweepMs.toFixed(0)} ms, the event loop held ${(delay.max / 1e6).toFixed(1)} ms at most` }
-    }))
+    }
+    const delay = monitorEventLoopDelay({ resolution: 1 })
+    delay.enable()
+    const sweepStart = performance.now()
+    const deleted = swept ? yield* sweep(Date.now() + LATER_MS) : 0
+    const sweepMs = performance.now() - sweepStart
+    delay.disable()
+    if (kind !== "empty" && kind !== "backlog") yield* s.saveMessage(uaid(1), "message", message(DEAD + 1, "live"))
+    return { s, expected: kind === "empty" ? 0 : kind === "backlog" ? 10 : 1, sweep: `${deleted} rows in ${sweepMs.toFixed(0)} ms, the event loop held ${(delay.max / 1e6).toFixed(1)} ms at most` }
+  })
 
 /** The WAL index's count of frames in the log (its header in the -shm file: `mxFrame` at byte 16). */
 const walFrames = (path: string): number => {
@@ -193,24 +222,19 @@ const program = Effect.gen(function*() {
   console.log(`sources: ${ROOT}`)
   const rounds = yield* space
   rounds.forEach((r, i) => console.log(`space: after round ${i + 1} of ${MESSAGES} drained 2 KB messages: ${r.mib.toFixed(1)} MiB, ${r.free} free pages; log per message of the stores ${r.storeKiB.toFixed(1)} KiB, of the drain and sweep ${r.drainKiB.toFixed(1)} KiB`))
-  const fresh = yield* hello("fresh")
-  const acked = yield* hello("acked")
-  const expired = yield* hello("expired")
-  const unswept = yield* hello("acked", false)
-  const unsweptExpired = yield* hello("expired", false)
-  // The fresh user again, last: the figure the others are compared with is the better of the two
-  // (the first store the process reads from may pay for what the space measure left behind).
-  const freshAgain = yield* hello("fresh")
-  const baseline = freshAgain.us < fresh.us ? freshAgain : fresh
-  const ratio = (read: { readonly us: number; readonly heldMs: number }) =>
-    `${read.us.toFixed(0)} µs (${(read.us / baseline.us).toFixed(1)}×, event loop held ${read.heldMs.toFixed(1)} ms at most)`
-  console.log(
-    `hello: first page read, median of ${READS}: fresh user ${ratio(baseline)} (first ${fresh.us.toFixed(0)}, last ${freshAgain.us.toFixed(0)} µs); behind ${DEAD} rows, swept 11 minutes later: acked ${ratio(acked)}, ` +
-      `expired ${ratio(expired)}; not swept yet: acked (tombstones) ${ratio(unswept)}, expired ${ratio(unsweptExpired)}`
+  const cases = yield* Effect.forEach(
+    [["fresh user", "fresh", true], ["a user with no message", "empty", true], [`a backlog of ${BACKLOG} 2 KB messages, nothing dead (a page of 10)`, "backlog", true], ["acked, swept", "acked", true], ["expired, swept", "expired", true], ["acked, not swept yet (tombstones)", "acked", false], ["expired, not swept yet", "expired", false]] as const,
+    ([name, kind, swept]) => Effect.map(helloStore(kind, swept), (store) => ({ name, ...store }))
   )
-  console.log(`sweep of the acked rows: ${acked.sweep}; of the expired rows: ${expired.sweep}`)
+  const medians = yield* mediansInTurns(cases)
+  const holds = yield* Effect.forEach(cases, heldMs)
+  const figures = cases.map((c, k) =>
+    `${c.name} ${medians[k]!.toFixed(0)} µs (${(medians[k]! / medians[0]!).toFixed(1)}×, event loop held ${holds[k]!.toFixed(1)} ms at most)`
+  )
+  console.log(`hello: first page read, median of ${READS} read in turns; behind ${DEAD} rows but for the first three: ${figures.join("; ")}`)
+  console.log(`sweep of the acked rows: ${cases[3]!.sweep}; of the expired rows: ${cases[4]!.sweep}`)
   const log = yield* logBytes
   console.log(`log: per stored 2 KB push ${log.frames.toFixed(2)} frames, ${(log.bytes / 1024).toFixed(1)} KiB`)
 })
 
-await Effect.runPromise(program).finally(() => rmSync(dir, { recursive: true, force: true }))
+await Effect.runPromise(Effect.scoped(program)).finally(() => rmSync(dir, { recursive: true, force: true }))

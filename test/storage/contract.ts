@@ -580,6 +580,11 @@ export const storageContract = (name: string, make: MakeStorage) =>
           assert.deepStrictEqual([first.messages.map((m) => m.version), first.more], [["m99", "m199", "m299", "m399"], true])
           const rest = yield* s.fetchTimestampMessages(uaid(user), table, first.lastSortKey, 10)
           assert.deepStrictEqual([rest.messages.map((m) => m.version), rest.more], [["m499", "m599", "m699", "m799", "m899", "m999", ...last], user === 2])
+          // From the first row on (a hello's read): a page of fewer than the live rows, and one of all of them.
+          const hello = yield* s.fetchMessages(uaid(user), table, 4)
+          assert.deepStrictEqual([hello.messages.map((m) => m.version), hello.lastSortKey], [["m99", "m199", "m299", "m399"], T0 + 1_899])
+          const whole = yield* s.fetchMessages(uaid(user), table, 10)
+          assert.deepStrictEqual(whole.messages.map((m) => m.version), [...first.messages, ...rest.messages].slice(0, 10).map((m) => m.version))
         }
       }))
 

@@ -111,40 +111,45 @@ const readable = (nowSeconds: number) => (row: MessageRow) => row.cancelled === 
 type ReadArgs = Parameters<MessageRows["readable"]>
 
 /**
- * Readable rows with `lo < key < hi`, `limit` at most. First the next `limit` rows that are not
- * tombstones, whole, by key (`_live`, `liveIndexSql`): where they are unexpired (the common case)
- * that is the page, in one statement. Where some had expired (the sweep deletes them within a
- * minute), the rest of the page is found by expiry, past every expired row however many, in
- * statements run together as one operation: the user's unexpired messages whole when they are at
- * most `limit`; else their keys, in the expiry index alone (`LIVE_PROBE` + 1 at most, to know
- * whether there are more), then the page's rows by their keys. A user with more is read on in
- * steps (`inSteps`).
+ * Readable rows with `lo < key < hi`, `limit` at most, in statements run together as one operation.
+ * A read from the user's first row on (a hello's) starts with the keys of the user's unexpired
+ * messages, in the expiry index alone (`_live_expiry`, `liveIndexSql`), past any dead rows: when
+ * they are a page's worth or fewer (nearly every user; none, most often), their rows are the page.
+ * Otherwise, the next `limit` rows that are not tombstones, whole, by key (`_live`): where they are
+ * unexpired that is the page. Where some had expired (the sweep deletes them within a minute), the
+ * rest of the page is found by expiry: the keys of the user's unexpired messages (`LIVE_PROBE` + 1
+ * at most, to know whether there are more), then the page's rows by key. A user with more is read
+ * on in steps (`inSteps`).
  */
 const readLive = (driver: Pick<SqlDriver, "dialect" | "one" | "run">): MessageRows["readable"] => (...args) =>
   Effect.gen(function*() {
     const [operation, uaid, table, lo, hi, limit, now] = args
     const nowSeconds = Math.floor(now / 1000)
+    /** The keys of the user's unexpired messages, `atMost` of them, in any order. */
+    function* unexpiredKeys(atMost: number): Sql<ReadonlyArray<string>> {
+      const { rows } = yield sql(`SELECT chidmessageid FROM ${ident(table)} WHERE uaid = $1 AND ${UNEXPIRED} ORDER BY expiry LIMIT $3`, uaid, nowSeconds, atMost)
+      return rows.map((row) => String(row["chidmessageid"]))
+    }
+    /** Of `keys`, those after `from` in the range, `wanted` at most in key order, read whole: a seek each. */
+    function* rowsOf(keys: ReadonlyArray<string>, from: string, wanted: number): Sql<ReadonlyArray<ReadRow>> {
+      const chosen = keys.filter((key) => key > from && key < hi).sort().slice(0, wanted)
+      if (chosen.length === 0) return []
+      // By key alone (with the index's condition, SQLite would read the expiry index again).
+      const rows = messageRowsOf(yield sql(`SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid ${driver.dialect.inList(2)}`, uaid, jsonList(chosen)))
+      return readRows(rows.filter(readable(nowSeconds)).sort(byKey))
+    }
     const read = yield* driver.run(operation, function*() {
+      if (lo === TOPIC_PREFIX) {
+        const keys = yield* unexpiredKeys(limit + 1)
+        if (keys.length <= limit) return { page: yield* rowsOf(keys, lo, limit) }
+      }
       const first = messageRowsOf(yield sql(`SELECT * ${liveRange(table)} AND chidmessageid < $3 ORDER BY chidmessageid LIMIT $4`, uaid, lo, hi, limit))
       const page = readRows(first.filter(readable(nowSeconds)))
       const from = first.at(-1)?.chidmessageid
       if (first.length < limit || page.length === limit || from === undefined) return { page }
-      // A user with few unexpired messages (the page's worth) has them all read whole at once.
-      const few = messageRowsOf(yield sql(`SELECT * FROM ${ident(table)} WHERE uaid = $1 AND ${UNEXPIRED} ORDER BY expiry LIMIT $3`, uaid, nowSeconds, limit + 1))
-      const after = (rows: ReadonlyArray<MessageRow>) =>
-        readRows(rows.filter((row) => row.chidmessageid > from && row.chidmessageid < hi).sort(byKey).slice(0, limit - page.length))
-      if (few.length <= limit) return { page: [...page, ...after(few)] }
-      const unexpired = (yield sql(
-        `SELECT chidmessageid FROM ${ident(table)} WHERE uaid = $1 AND ${UNEXPIRED} ORDER BY expiry LIMIT ${LIVE_PROBE + 1}`,
-        uaid,
-        nowSeconds
-      )).rows.map((row) => String(row["chidmessageid"]))
-      if (unexpired.length > LIVE_PROBE) return { page, from }
-      const keys = unexpired.filter((key) => key > from && key < hi).sort().slice(0, limit - page.length)
-      if (keys.length === 0) return { page }
-      // By key alone, a seek each (with the index's condition, SQLite would read the expiry index again).
-      const rows = messageRowsOf(yield sql(`SELECT * FROM ${ident(table)} WHERE uaid = $1 AND chidmessageid ${driver.dialect.inList(2)}`, uaid, jsonList(keys)))
-      return { page: [...page, ...after(rows.filter(readable(nowSeconds)))] }
+      const keys = yield* unexpiredKeys(LIVE_PROBE + 1)
+      if (keys.length > LIVE_PROBE) return { page, from }
+      return { page: [...page, ...yield* rowsOf(keys, from, limit - page.length)] }
     })
     return read.from === undefined ? read.page : [...read.page, ...yield* inSteps(driver, args, read.from, limit - read.page.length)]
   })
