@@ -194,15 +194,15 @@ export const makeMessageOperations = (rows: MessageRows, faster: Partial<Message
     ackMessages: (uaid, table, acked) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
         Effect.forEach(acked, ({ key, version }) => rows.bury("ackMessages", uaid, table, sortKeyOf(key), version, now), { discard: true })),
-    replaceTopicMessage: (uaid, table, message) =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        if (message.topic === undefined) return Effect.succeed(false)
-        const [lo, hi] = topicKeyBounds(message.channelId, message.topic)
-        return Effect.flatMap(rows.readable("replaceTopicMessage", uaid, table, lo, hi, 1, now), ([row]) =>
+    replaceTopicMessage: (uaid, table, message) => {
+      if (message.topic === undefined) return Effect.succeed(false)
+      const [lo, hi] = topicKeyBounds(message.channelId, message.topic)
+      return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Effect.flatMap(rows.readable("replaceTopicMessage", uaid, table, lo, hi, 1, now), ([row]) =>
           row === undefined || sortkeyMs(row.message) >= sortkeyMs(message)
             ? Effect.succeed(false)
-            : rows.bury("replaceTopicMessage", uaid, table, row.sortKey, row.message.version, now))
-      })
+            : rows.bury("replaceTopicMessage", uaid, table, row.sortKey, row.message.version, now)))
+    }
   }
   return { ...operations, ...faster }
 }
