@@ -1,27 +1,24 @@
 /**
- * The end of a connection, and what storage failures mean on the way: a socket that closes (or a
- * close we decide) leaves the node; a live session then saves what the client did not ack
- * (`Closing`, a storage call a stage: acked rows made tombstones, save into the session's table — then take
+ * The end of a connection: a socket that closes (or a close we decide) leaves the node; a live
+ * session then saves what the client did not ack (`Closing`, a storage call a stage: acked rows
+ * made tombstones, save into the session's table — then take
  * the rows it moved out of the table they were in —, leave the record, read it to follow a month
  * move, poke the node the user moved to, or take back what was saved for a user dropped meanwhile),
  * and ends (`Closed`). Where a message moves between tables it is saved first and taken after: a
  * node that dies between the two steps leaves it in both (delivered once more at worst: the client
- * de-duplicates by version), never in neither. Storage failures: a hello closes; a register or
- * unregister is answered 500; reads, deletes, month moves and the steps of the end are retried
- * with backoff.
+ * de-duplicates by version), never in neither. A session that ends in the middle of its month
+ * move first sweeps last month's table (`sweep.ts`). What storage failures mean: `failures.ts`.
  */
 import type { CloseKind } from "./close.ts"
 import { takeAcks } from "./drain.ts"
 import type { ClientMessage } from "./messages.ts"
 import type { CommandResult } from "./inputs.ts"
-import { refuse } from "./refusal.ts"
-import { backoff, closeEarly, closeLive, COLLECTING, newestOfTopic, NOTHING, type Out, remember, withSession } from "./out.ts"
-import type { Closed, Closing, ClosingStage, Live, Phase, Retry, StoredUnacked, Unidentified } from "./phases.ts"
+import { closeEarly, closeLive, COLLECTING, newestOfTopic, NOTHING, type Out, remember } from "./out.ts"
+import { type Closed, type Closing, type ClosingStage, type Live, type Phase, type StoredUnacked, type Sweep, sweepOf } from "./phases.ts"
+import { startSweep, sweepPageRead, sweepSaved, sweepTaken, sweepUserRead } from "./sweep.ts"
 import { withReceipt } from "../domain/events.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
 import { tableMovedTo, type UserRecord } from "../domain/user.ts"
-
-type Failed = Extract<CommandResult, { _tag: "CommandFailed" }>
 
 // ── closes ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -39,7 +36,8 @@ export const socketClosedLive = (phase: Live, _input: unknown, out: Out): Phase 
   nodeStops: false,
   since: out.now,
   retry: undefined,
-  stage: COLLECTING
+  stage: COLLECTING,
+  sweep: sweepOf(phase)
 })
 
 export const socketClosedEarly = (): Closed => ({ _tag: "Closed" })
@@ -74,6 +72,7 @@ export const leftover = (phase: Closing, { notification }: { readonly notificati
 export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase => {
   const s = phase.session
   if (!s.recorded) return ended(phase, NOTHING, out)
+  if (phase.sweep !== undefined && phase.sweep.moved === undefined) return startSweep(phase, out)
   const nowSec = Math.floor(out.now / 1000)
   const messages: Array<Notification> = []
   // Stored topic messages the client has since had a newer message of (a TTL 0 one, sent and never
@@ -107,7 +106,8 @@ export const mailboxDrained = (phase: Closing, _input: unknown, out: Out): Phase
 const saveUnacked = (phase: Closing, messages: ReadonlyArray<Notification>, strays: ReadonlyArray<StoredUnacked>, out: Out): Phase => {
   const s = phase.session
   const all = strays.length === 0 ? messages : [...messages, ...strays.map((row) => row.notification)]
-  if (all.length === 0) return leave(phase, undefined, NOTHING, out)
+  // Nothing to save, but rows a sweep moved: the record is read again, for a session elsewhere to be told.
+  if (all.length === 0) return leave(phase, (phase.sweep?.moved ?? 0) > 0 ? s.table : undefined, NOTHING, out)
   out.run({ _tag: "SaveMessages", uaid: s.uaid, table: s.table, messages: all, attempt: 0 })
   return { ...phase, stage: { _tag: "Saving", table: s.table, strays } }
 }
@@ -136,8 +136,14 @@ const take = (phase: Closing, stage: Extract<ClosingStage, { _tag: "Taking" }>, 
     out.run({ _tag: "TakeMessage", uaid, row: { _tag: "Stored", notification: copy, table: stage.table }, attempt: 0 })
     return { ...phase, stage }
   }
-  if (stage.then._tag === "Finish") return finish(phase, stage.then.after, stage.saved, out)
-  return leave(phase, stage.table, stage.saved, out)
+  switch (stage.then._tag) {
+    case "Finish":
+      return finish(phase, stage.then.after, stage.saved, out)
+    case "Sweep":
+      return sweepTaken(phase, sweepUnderWay(phase), stage.table, stage.then.moved + stage.saved.length, out)
+    case "Clear":
+      return leave(phase, stage.table, stage.saved, out)
+  }
 }
 
 /**
@@ -174,13 +180,14 @@ export const closingMessageTaken = (phase: Closing, { taken }: { readonly taken:
  */
 export const closingUserRead = (phase: Closing, { user }: { readonly user: UserRecord | undefined }, out: Out): Phase => {
   const { stage, session } = phase
+  if (stage._tag === "Sweeping" && stage.to === undefined) return sweepUserRead(phase, sweepUnderWay(phase), user, resumeAfterSweep, out)
   if (stage._tag !== "ReadingAfter") throw new Error(`UserRead at stage ${stage._tag}`)
   if (user === undefined) {
     const left = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.table }))
     return take(phase, { _tag: "Taking", table: stage.table, then: { _tag: "Finish", after: undefined }, saved: NOTHING, left, undo: NOTHING }, out)
   }
   const moved = tableMovedTo(stage.table, user)
-  if (moved === undefined) return finish(phase, user, stage.saved, out)
+  if (moved === undefined || stage.saved.length === 0) return finish(phase, user, stage.saved, out)
   out.run({ _tag: "SaveMessages", uaid: session.uaid, table: moved, messages: stage.saved, attempt: 0 })
   return { ...phase, stage: { _tag: "Following", from: stage.table, to: moved, after: user, saved: stage.saved } }
 }
@@ -191,6 +198,9 @@ export const closingMessagesSaved = (phase: Closing, { saved }: { readonly saved
   switch (stage._tag) {
     case "Saving":
       return take(phase, { _tag: "Taking", table: stage.table, then: { _tag: "Clear" }, saved, left: stage.strays, undo: NOTHING }, out)
+    case "Sweeping":
+      if (stage.to === undefined) throw new Error("MessagesSaved while a sweep reads the record")
+      return take(phase, sweepSaved(sweepUnderWay(phase), stage, stage.to, saved), out)
     case "Following": {
       const left = stage.saved.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: stage.from }))
       return take(phase, { _tag: "Taking", table: stage.to, then: { _tag: "Finish", after: stage.after }, saved, left, undo: NOTHING }, out)
@@ -199,6 +209,21 @@ export const closingMessagesSaved = (phase: Closing, { saved }: { readonly saved
       throw new Error(`MessagesSaved at stage ${stage._tag}`)
   }
 }
+
+/** A page of the old table, read by the sweep. */
+export const closingPageRead = (phase: Closing, input: Extract<CommandResult, { _tag: "PageRead" }>, out: Out): Phase => {
+  const { stage } = phase
+  if (stage._tag !== "Sweeping" || stage.to === undefined) throw new Error(`PageRead at stage ${stage._tag}`)
+  return sweepPageRead(phase, sweepUnderWay(phase), stage.to, stage.moved, input.messages, resumeAfterSweep, out)
+}
+
+const sweepUnderWay = (phase: Closing): Sweep => {
+  if (phase.sweep === undefined) throw new Error(`a sweep's step at stage ${phase.stage._tag} with no sweep`)
+  return phase.sweep
+}
+
+/** The sweep done: the end goes on from the save of what is unacked (into the session's table, the record's now). */
+const resumeAfterSweep = (phase: Closing, out: Out): Phase => mailboxDrained(phase, undefined, out)
 
 /** This node left the record: with nothing saved, the end; else the record is read again. */
 export const closingNodeCleared = (phase: Closing, _input: unknown, out: Out): Phase => {
@@ -215,65 +240,11 @@ const finish = (phase: Closing, after: UserRecord | undefined, saved: ReadonlyAr
   return ended(phase, saved, out)
 }
 
-const ended = (phase: Closing, saved: ReadonlyArray<Notification>, out: Out): Phase => {
+export const ended = (phase: Closing, saved: ReadonlyArray<Notification>, out: Out): Phase => {
   const uaid = phase.session.uaid
   for (const n of saved) {
     out.event("notification.stored.1", uaid, withReceipt({ channelId: n.channelId, version: n.version, reason: "disconnect" }, n))
   }
   out.event("session.ended.1", uaid, { reason: phase.reason })
   return { _tag: "Closed" }
-}
-
-// ── storage failures ────────────────────────────────────────────────────────────────────────────
-
-/** A hello's storage failed (or did not answer within `storage_timeout`): close — as a handshake timeout once `hello_timeout` has passed. */
-export const helloFailed = (phase: Unidentified, _input: Failed, out: Out): Phase =>
-  closeEarly(out.now >= phase.openedAt + out.options.helloTimeoutMs ? "hello-timeout" : "storage-error", out)
-
-/** A live session's storage failed: a register or unregister is answered 500; the rest is retried with backoff. */
-export const liveCommandFailed = (phase: Live, { command }: Failed, out: Out): Phase => {
-  switch (command._tag) {
-    case "MintUaid":
-    case "ReadUser":
-    case "SaveMessages":
-    case "ClearNodeId":
-    case "TakeMessage":
-      throw new Error(`${command._tag} failed in phase ${phase._tag}`)
-    case "WriteUser":
-      if (command.purpose._tag === "Resume") throw new Error(`a resume write failed in phase ${phase._tag}`)
-      refuse(out, phase.session.uaid, { messageType: "register", channelID: command.purpose.registering.channelId }, "not-written")
-      return phase
-    case "MakeEndpoint":
-      refuse(out, phase.session.uaid, { messageType: "register", channelID: command.channelId }, "not-written")
-      return phase
-    case "AddChannel":
-      refuse(out, phase.session.uaid, { messageType: "register", channelID: command.registering.channelId }, "not-written")
-      return phase
-    case "RemoveChannel":
-      refuse(out, phase.session.uaid, { messageType: "unregister", channelID: command.channelId }, "not-written")
-      return phase
-    case "WriteUrgency":
-      refuse(out, phase.session.uaid, { messageType: "urgency" }, "not-written")
-      return phase
-    default: {
-      const retry: Retry = { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.options, command.attempt) }
-      return withSession(phase, { ...phase.session, retry })
-    }
-  }
-}
-
-/** A step of the end failed: retried with backoff until `saveRetryForMs`; then the session ends without what was left. */
-export const closingFailed = (phase: Closing, { command }: Failed, out: Out): Phase => {
-  switch (command._tag) {
-    case "ReadUser":
-    case "SaveMessages":
-    case "ClearNodeId":
-    case "TombstoneAcked":
-    case "TakeMessage": {
-      if (out.now - phase.since >= out.options.saveRetryForMs) return ended(phase, NOTHING, out)
-      return { ...phase, retry: { command: { ...command, attempt: command.attempt + 1 }, at: out.now + backoff(out.options, command.attempt) } }
-    }
-    default:
-      throw new Error(`${command._tag} failed in phase Closing`)
-  }
 }

@@ -7,7 +7,7 @@ import { closeFrame, type CloseKind } from "./close.ts"
 import type { Command, Signal, Transition } from "./inputs.ts"
 import { notificationFrame } from "./messages.ts"
 import { Ledger } from "./ledger.ts"
-import { type Acks, type BroadcastSet, type Closed, type Closing, type Live, type Phase, type ProtocolOptions, type Session, type TopicSent, type Topics, TOPICS_GENERATION, type Unacked } from "./phases.ts"
+import { type Acks, type BroadcastSet, type Closed, type Closing, type Live, type Phase, type ProtocolOptions, type Session, sweepOf, type TopicSent, type Topics, TOPICS_GENERATION, type Unacked } from "./phases.ts"
 import { domainEvent, type DomainEvent, type DomainEventType, type EventData, withReceipt } from "../domain/events.ts"
 import { memoize } from "../platform/memo.ts"
 import { type Notification, sortkeyMs } from "../domain/notification.ts"
@@ -169,7 +169,8 @@ export const closeLive = (phase: Live, kind: CloseKind, out: Out): Closing => {
     nodeStops: kind === "shutdown",
     since: out.now,
     retry: undefined,
-    stage: { _tag: "Answering", until: out.now + out.options.closeGraceMs }
+    stage: { _tag: "Answering", until: out.now + out.options.closeGraceMs },
+    sweep: sweepOf(phase)
   }
 }
 

@@ -367,6 +367,34 @@ export interface Closing {
   readonly since: number
   readonly retry: Retry | undefined
   readonly stage: ClosingStage
+  /** The month move the session ended in the middle of, if any: its old table is read first (`sweep.ts`). */
+  readonly sweep: Sweep | undefined
+}
+
+/**
+ * A session that ends while moving its user to this month's table (`Moving`, or `Draining` the old
+ * table after the move) may have pointed the record at the new table already without reading the
+ * old one (`from`) since: an endpoint that read the old record may have stored there, and no later
+ * hello reads it. Its close reads `from` first and moves what it finds to the table the record
+ * names; `moved`: how many rows it moved (undefined: not read yet).
+ */
+export interface Sweep {
+  readonly from: string
+  readonly moved: number | undefined
+}
+
+/** The sweep a live phase leaves to its close: the table it was moving out of and had not read since. */
+export const sweepOf = (phase: Live): Sweep | undefined => {
+  switch (phase._tag) {
+    case "Moving":
+      return { from: phase.session.table, moved: undefined }
+    case "Draining": {
+      const [first] = phase.drain.tables
+      return first !== undefined && first !== phase.session.table ? { from: first, moved: undefined } : undefined
+    }
+    default:
+      return undefined
+  }
 }
 
 /** How far the end of a session is, each step one storage call (`closing.ts`). */
@@ -378,6 +406,12 @@ export type ClosingStage =
   | { readonly _tag: "Answering"; readonly until: number }
   /** Deliveries still in the mailbox are kept, until it is drained. */
   | { readonly _tag: "Collecting" }
+  /**
+   * The sweep: the record is read (`to` undefined), then pages of the old table: their rows (`rows`,
+   * while saved) are saved into `to` (the record's table) and taken out of the old one (`Taking`,
+   * then `Sweep`); `moved` so far.
+   */
+  | { readonly _tag: "Sweeping"; readonly to: string | undefined; readonly moved: number; readonly rows: ReadonlyArray<Notification> }
   /**
    * Acked rows not made tombstones yet become tombstones; then `messages` (unacked) and `strays` (stored rows sent
    * from a table the user has left: last month's, read after the move) are saved.
@@ -392,7 +426,7 @@ export type ClosingStage =
   /** The user moved to table `to` meanwhile: what was saved into `from` is saved into `to`… */
   | { readonly _tag: "Following"; readonly from: string; readonly to: string; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
   /**
-   * …rows saved into `table` (strays, or what follows a move: `then` says which) are taken out of the
+   * …rows saved into `table` (strays, what follows a move, or a sweep's: `then` says which) are taken out of the
    * table they were in, one by one (`left[0]` now); or, the user gone, what was saved is taken back
    * out of `table` (`then` finishes with no record). The copy of one no longer there (read and acked
    * there, replaced, cancelled) is taken back out of `table` afterwards (`undo`, one by one).
@@ -400,7 +434,10 @@ export type ClosingStage =
   | {
     readonly _tag: "Taking"
     readonly table: string
-    readonly then: { readonly _tag: "Clear" } | { readonly _tag: "Finish"; readonly after: UserRecord | undefined }
+    readonly then:
+      | { readonly _tag: "Clear" }
+      | { readonly _tag: "Finish"; readonly after: UserRecord | undefined }
+      | { readonly _tag: "Sweep"; readonly moved: number }
     readonly saved: ReadonlyArray<Notification>
     readonly left: ReadonlyArray<StoredUnacked>
     readonly undo: ReadonlyArray<Notification>

@@ -9,7 +9,8 @@
  * the phase issued (an unexpected one is a bug and throws). The handlers live by what they handle:
  * `hello.ts` (hello and resume), `commands.ts` (register, unregister, ping, nack, the budget),
  * `drain.ts` (deliveries, acks, the storage drain, the month move), `broadcasts.ts`, `timers.ts`,
- * `closing.ts` (closes, the final save, storage failures).
+ * `closing.ts` (closes, the final save), `sweep.ts` (a month move cut short by the close),
+ * `failures.ts` (storage failures).
  */
 import { broadcastSubscribe } from "./broadcasts.ts"
 import {
@@ -31,21 +32,20 @@ import {
   closeEarlyWith,
   closingAck,
   closeLiveWith,
-  closingFailed,
   closingMessagesSaved,
   closingMessageTaken,
+  closingPageRead,
   closingNodeCleared,
   closingAckedTombstoned,
   closingUserRead,
-  helloFailed,
   kickedEarly,
   kickedLive,
   leftover,
-  liveCommandFailed,
   mailboxDrained,
   socketClosedEarly,
   socketClosedLive
 } from "./closing.ts"
+import { closingFailed, helloFailed, liveCommandFailed } from "./failures.ts"
 import {
   ack,
   advanceDraining,
@@ -178,6 +178,7 @@ export const TRANSITIONS: Transitions = {
     AckedTombstoned: closingAckedTombstoned,
     MessageTaken: closingMessageTaken,
     UserRead: closingUserRead,
+    PageRead: closingPageRead,
     MessagesSaved: closingMessagesSaved,
     NodeCleared: closingNodeCleared,
     CommandFailed: closingFailed,

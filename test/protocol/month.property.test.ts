@@ -854,6 +854,8 @@ describe("messages across month boundaries, storage failing", () => {
     { timeout: 120_000, arbitrary: { runs: 500, size: 24 } }
   )
 
+
+
   // ── examples ──────────────────────────────────────────────────────────────────────────────────
 
   /** A scene at `start` with storage taking the usual time. */
@@ -901,6 +903,34 @@ describe("messages across month boundaries, storage failing", () => {
         assert.isDefined(c, "the client is connected")
         yield* scene.ackAll(c!)
         assert.include(c!.acked, raced.version, "a push answered 201, stored in last month's table as the client moved, did not reach its live session")
+        yield* scene.finish(false)
+      })))
+
+  it.effect("a push stored into last month's table as its client moves, the client leaving before it read that table again, is delivered at the next hello", () =>
+    example(Date.UTC(2026, 11, 31, 23, 59, 50), (scene) =>
+      Effect.gen(function*() {
+        // Offline on December's table, past midnight. The client comes back between the endpoint's
+        // read of the record (December) and its store, and drains December's table; its move's
+        // writes are applied but their answers lost, so the message lands in December's table while
+        // the record still names it, and the session is still retrying when the record has moved.
+        yield* scene.disconnect
+        yield* scene.advance(Date.UTC(2027, 0, 1, 0, 0, 1) - (yield* Clock.currentTimeMillis))
+        scene.world.faultsOn = true
+        scene.world.failNext.set("addChannels", ["lost"])
+        scene.world.failNext.set("updateUser", Array.from({ length: 20 }, () => "lost" as const))
+        const raced = yield* scene.push({ channel: 0, ttl: 3600, race: "resume" })
+        assert.strictEqual(raced.status, 201)
+        yield* scene.advance(1_000)
+        assert.strictEqual((yield* scene.raw.getUser(scene.uaid).pipe(Effect.orDie))?.currentMonth, "message_2027_01", "the record points at January")
+        const c = scene.live()
+        assert.strictEqual(c?.machine.phase._tag, "Moving", "the client is connected, its session still moving")
+        assert.notInclude(c!.acked.concat(scene.unacked(c!)), raced.version, "not delivered before the client leaves")
+        // The client leaves before its session reads December's table again.
+        yield* scene.disconnect
+        scene.world.faultsOn = false
+        const again = yield* scene.resume
+        yield* scene.ackAll(again!)
+        assert.include(again!.acked, raced.version, "a push answered 201, stored in December's table as the client moved, was not delivered")
         yield* scene.finish(false)
       })))
 

@@ -24,7 +24,8 @@ import {
   type Unacked
 } from "../../src/protocol/phases.ts"
 import { Ledger } from "../../src/protocol/ledger.ts"
-import { unackedOf } from "../../src/protocol/out.ts"
+import { COLLECTING, unackedOf } from "../../src/protocol/out.ts"
+import { newDrain } from "../../src/protocol/drain.ts"
 import { makeProtocol, TRANSITIONS } from "../../src/protocol/table.ts"
 import { monthTableName } from "../../src/storage/tables.ts"
 import { sessionOptions } from "./harness.ts"
@@ -125,7 +126,8 @@ const closing = (overrides: Partial<Flat> = {}, since = NOW - 10, stage: Closing
   nodeStops,
   since,
   retry: undefined,
-  stage
+  stage,
+  sweep: undefined
 })
 
 const direct = (n: Notification): Unacked => ({ _tag: "Direct", notification: n })
@@ -1158,6 +1160,108 @@ describe("step: Closing", () => {
   }, {
     phase: "Closed",
     events: ["session.ended.1"]
+  })
+})
+
+describe("step: the sweep of a month move cut short by the close", () => {
+  const stageOf = (t: Transition) => (t.phase as PhaseOf<"Closing">).stage
+  const sweepOf = (t: Transition) => (t.phase as PhaseOf<"Closing">).sweep
+  const sent = message({ version: "d1" })
+  /** A closing session that was moving its user out of last month's table. */
+  const sweeping = (stage: ClosingStage, overrides: Partial<Flat> = {}, moved: number | undefined = undefined): Phase => ({
+    ...(closing(overrides, NOW - 10, stage) as PhaseOf<"Closing">),
+    sweep: { from: LAST_MONTH, moved }
+  })
+  const cases: ReadonlyArray<readonly [string, Phase, string | undefined]> = [
+    ["moving", moving(), LAST_MONTH],
+    ["draining last month's table after the move", draining({ drain: newDrain(LAST_MONTH, THIS_MONTH) }), LAST_MONTH],
+    ["draining this month's table", draining(), undefined],
+    ["migrating (the record not pointed yet)", migrating(), undefined]
+  ]
+  for (const [name, phase, from] of cases) {
+    row(`the client leaves while ${name}: ${from === undefined ? "no sweep" : "last month's table is swept"}`, phase, { _tag: "SocketClosed" }, {
+      phase: "Closing",
+      check: (t) => assert.deepStrictEqual(sweepOf(t), from === undefined ? undefined : { from, moved: undefined })
+    })
+  }
+  row("mailbox drained with a sweep due: the record is read first", sweeping(COLLECTING, { unacked: new Map([["d1", direct(sent)]]) }), { _tag: "MailboxDrained" }, {
+    phase: "Closing",
+    command: { _tag: "ReadUser", uaid: UAID },
+    check: (t) => assert.deepStrictEqual(stageOf(t), { _tag: "Sweeping", to: undefined, moved: 0, rows: [] })
+  })
+  row("the record still names last month's table: nothing to sweep (the next hello moves the user), the save goes on there", sweeping({ _tag: "Sweeping", to: undefined, moved: 0, rows: [] }, {
+    table: LAST_MONTH,
+    unacked: new Map([["d1", direct(sent)]])
+  }), { _tag: "UserRead", user: user({ currentMonth: LAST_MONTH }) }, {
+    phase: "Closing",
+    command: { _tag: "SaveMessages", table: LAST_MONTH },
+    check: (t) => assert.deepStrictEqual(sweepOf(t), { from: LAST_MONTH, moved: 0 })
+  })
+  row("the record names this month's table: last month's is read from its first row, past the rows the session holds", sweeping({ _tag: "Sweeping", to: undefined, moved: 0, rows: [] }, {
+    table: LAST_MONTH,
+    unacked: new Map([["s1", stored(message({ version: "s1" }), LAST_MONTH)]])
+  }), { _tag: "UserRead", user: user({ currentMonth: THIS_MONTH }) }, {
+    phase: "Closing",
+    command: { _tag: "ReadPage", table: LAST_MONTH, rows: "first", limit: OPTIONS.pageSize + 1 },
+    check: (t) => assert.deepStrictEqual([stageOf(t), sessionOf(t).table], [{ _tag: "Sweeping", to: THIS_MONTH, moved: 0, rows: [] }, THIS_MONTH])
+  })
+  const readOld: Extract<Command, { _tag: "ReadPage" }> = { _tag: "ReadPage", uaid: UAID, table: LAST_MONTH, rows: "first", after: undefined, limit: 11, attempt: 0 }
+  row("a page of last month's table: the rows the session does not hold are saved into the record's table", sweeping({ _tag: "Sweeping", to: THIS_MONTH, moved: 0, rows: [] }, {
+    unacked: new Map([["s1", stored(message({ version: "s1" }), LAST_MONTH)]]),
+    ackedRows: [stored(message({ version: "a1" }), LAST_MONTH)]
+  }), { _tag: "PageRead", command: readOld, messages: [message({ version: "s1" }), message({ version: "a1" }), message({ version: "e1" })], lastSortKey: undefined, more: false }, {
+    phase: "Closing",
+    command: { _tag: "SaveMessages", table: THIS_MONTH },
+    check: (t) => {
+      assert.deepStrictEqual((t.command as Extract<Command, { _tag: "SaveMessages" }>).messages.map((m) => m.version), ["e1"])
+      assert.deepStrictEqual(stageOf(t), { _tag: "Sweeping", to: THIS_MONTH, moved: 0, rows: [message({ version: "e1" })] })
+    }
+  })
+  row("the swept rows saved: each is taken out of last month's table, also one the save left out (replaced or cancelled there)", sweeping({
+    _tag: "Sweeping",
+    to: THIS_MONTH,
+    moved: 0,
+    rows: [message({ version: "e1" }), message({ version: "r1", topic: "a" })]
+  }), { _tag: "MessagesSaved", saved: [message({ version: "e1" })] }, {
+    phase: "Closing",
+    command: { _tag: "TakeMessage" },
+    check: (t) => {
+      const command = t.command as Extract<Command, { _tag: "TakeMessage" }>
+      const stage = stageOf(t)
+      assert.deepStrictEqual([command.row.table, command.row.notification.version], [LAST_MONTH, "e1"])
+      assert.deepStrictEqual(stage._tag === "Taking" ? stage.left.map((row) => [row.table, row.notification.version]) : [], [[LAST_MONTH, "e1"], [LAST_MONTH, "r1"]])
+    }
+  })
+  row("the page's rows taken out: the next page is read", sweeping({
+    _tag: "Taking",
+    table: THIS_MONTH,
+    then: { _tag: "Sweep", moved: 0 },
+    saved: [message({ version: "e1" })],
+    left: [stored(message({ version: "e1" }), LAST_MONTH)],
+    undo: []
+  }), { _tag: "MessageTaken", taken: true }, {
+    phase: "Closing",
+    command: { _tag: "ReadPage", table: LAST_MONTH, rows: "first" },
+    check: (t) => assert.deepStrictEqual(stageOf(t), { _tag: "Sweeping", to: THIS_MONTH, moved: 1, rows: [] })
+  })
+  row("an empty page: the sweep is done; nothing else to save, the node leaves the record, which is read again then", sweeping({ _tag: "Sweeping", to: THIS_MONTH, moved: 1, rows: [] }), {
+    _tag: "PageRead",
+    command: readOld,
+    messages: [],
+    lastSortKey: undefined,
+    more: false
+  }, {
+    phase: "Closing",
+    command: { _tag: "ClearNodeId" },
+    check: (t) => assert.deepStrictEqual([stageOf(t), sweepOf(t)], [{ _tag: "Clearing", table: THIS_MONTH, saved: [] }, { from: LAST_MONTH, moved: 1 }])
+  })
+  row("read again after a sweep with nothing saved: a session of the user elsewhere is told to check storage", sweeping({ _tag: "ReadingAfter", table: THIS_MONTH, saved: [] }, {}, 1), {
+    _tag: "UserRead",
+    user: user({ nodeId: "http://node-b:8081", connectedAt: NOW - 5, currentMonth: THIS_MONTH })
+  }, { phase: "Closed", signals: ["NotifyPeer"], events: ["session.ended.1"] })
+  row("a sweep's read failed: retried later", sweeping({ _tag: "Sweeping", to: THIS_MONTH, moved: 0, rows: [] }), { _tag: "CommandFailed", command: readOld }, {
+    phase: "Closing",
+    check: (t) => assert.deepStrictEqual([deadline(t.phase), (t.phase as PhaseOf<"Closing">).retry?.command._tag], [NOW + OPTIONS.storageRetryMs, "ReadPage"])
   })
 })
 
