@@ -1,10 +1,9 @@
 /**
  * The end of a connection: a socket that closes (or a close we decide) leaves the node; a live
  * session then saves what the client did not ack (`Closing`, a storage call a stage: acked rows
- * made tombstones, save into the session's table — then take
- * the rows it moved out of the table they were in —, leave the record, read it to follow a month
- * move, poke the node the user moved to, or take back what was saved for a user dropped meanwhile),
- * and ends (`Closed`). Where a message moves between tables it is saved first and taken after: a
+ * made tombstones, save into the session's table — then take the rows it moved out of the table
+ * they were in —, leave the record, read it to follow a month move, poke the node the user moved
+ * to, or take back what was saved for a user dropped meanwhile), and ends (`Closed`). Where a message moves between tables it is saved first and taken after: a
  * node that dies between the two steps leaves it in both (delivered once more at worst: the client
  * de-duplicates by version), never in neither. A session that ends in the middle of its month
  * move first sweeps last month's table (`sweep.ts`). What storage failures mean: `failures.ts`.
@@ -15,7 +14,7 @@ import type { ClientMessage } from "./messages.ts"
 import type { CommandResult } from "./inputs.ts"
 import { closeEarly, closeLive, COLLECTING, newestOfTopic, NOTHING, type Out, remember } from "./out.ts"
 import { type Closed, type Closing, type ClosingStage, type Live, type Phase, type StoredUnacked, type Sweep, sweepOf } from "./phases.ts"
-import { startSweep, sweepPageRead, sweepSaved, sweepTaken, sweepUserRead } from "./sweep.ts"
+import { startSweep, sweepNextPage, sweepPageRead, sweepSaved, sweepUserRead } from "./sweep.ts"
 import { withReceipt } from "../domain/events.ts"
 import { isExpired, type Notification } from "../domain/notification.ts"
 import { tableMovedTo, type UserRecord } from "../domain/user.ts"
@@ -139,8 +138,8 @@ const take = (phase: Closing, stage: Extract<ClosingStage, { _tag: "Taking" }>, 
   switch (stage.then._tag) {
     case "Finish":
       return finish(phase, stage.then.after, stage.saved, out)
-    case "Sweep":
-      return sweepTaken(phase, sweepUnderWay(phase), stage.table, stage.then.moved + stage.saved.length, out)
+    case "Sweep": // a page moved (less what was gone from the old table meanwhile): the next one
+      return sweepNextPage(phase, sweepUnderWay(phase), stage.table, stage.then.moved + stage.saved.length, out)
     case "Clear":
       return leave(phase, stage.table, stage.saved, out)
   }

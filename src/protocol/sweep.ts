@@ -28,8 +28,11 @@ const held = (s: Session): ReadonlySet<string> => {
   return versions
 }
 
-/** A page of the old table from its first row, enough rows to pass those the session holds. */
-const readPage = (phase: Closing, sweep: Sweep, to: string, moved: number, out: Out): Phase => {
+/**
+ * The next page of the old table, from its first row (the rows moved so far are gone from it), with
+ * enough rows to pass those the session holds; `moved` so far.
+ */
+export const sweepNextPage = (phase: Closing, sweep: Sweep, to: string, moved: number, out: Out): Phase => {
   const s = phase.session
   out.run({ _tag: "ReadPage", uaid: s.uaid, table: sweep.from, rows: "first", after: undefined, limit: out.options.pageSize + held(s).size, attempt: 0 })
   return { ...phase, stage: { _tag: "Sweeping", to, moved, rows: [] } }
@@ -42,7 +45,7 @@ const done = (phase: Closing, sweep: Sweep, moved: number, resume: Resume, out: 
 export const sweepUserRead = (phase: Closing, sweep: Sweep, user: UserRecord | undefined, resume: Resume, out: Out): Phase => {
   const to = tableMovedTo(sweep.from, user)
   if (to === undefined) return done(phase, sweep, 0, resume, out)
-  return readPage({ ...phase, session: { ...phase.session, table: to } }, sweep, to, 0, out)
+  return sweepNextPage({ ...phase, session: { ...phase.session, table: to } }, sweep, to, 0, out)
 }
 
 /** A page: the rows the session does not hold are saved into the record's table `to`; none left, the sweep is done. */
@@ -72,6 +75,3 @@ export const sweepSaved = (
   left: stage.rows.map((notification): StoredUnacked => ({ _tag: "Stored", notification, table: sweep.from })),
   undo: []
 })
-
-/** A page moved (less what was gone from the old table meanwhile): the next one. */
-export const sweepTaken = (phase: Closing, sweep: Sweep, to: string, moved: number, out: Out): Phase => readPage(phase, sweep, to, moved, out)

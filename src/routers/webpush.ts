@@ -3,9 +3,9 @@
  *
  * 1. the user has a `node_id` → `PUT {node}/push/{uaid}` for its session connected at `connected_at`;
  *    200 → delivered ("direct"; a topic message then replaces the stored one of its topic, which
- *    autopush leaves for a later session to deliver after it); another status (not there, another session, the channel unregistered
- *    in that session, queue full) → go on; a transport failure → clear `node_id` (only if it and
- *    `connected_at` still match), go on;
+ *    autopush leaves for a later session to deliver after it); another status (not there, another
+ *    session, the channel unregistered in that session, queue full) → go on; a transport failure →
+ *    clear `node_id` (only if it and `connected_at` still match), go on;
  * 2. TTL 0 → nothing is stored ("dropped");
  * 3. store in the user's message table (failure → 503/201); a timestamp message whose ms is taken
  *    for its channel goes to the next ms, under a new id. Not when the subscription has
