@@ -7,9 +7,11 @@
  * message per user, users in random order, batches of `--batch` (20: about what one turn of a
  * stopping worker's event loop gathers) and of ten times that, by 1 process and by `--processes`
  * (7, as `bench:stop -- --clients 100000 --workers 7`) at once on the same file, each round on a
- * copy of the filled file. Each process opens the store first; the saves start together. Printed: the CPU a message costs (all threads of all
- * processes: the statements, the log's writes, the checkpoint threads) and how much of it is the
- * kernel's, the wall time for the 100,000, and the messages saved a second.
+ * copy of the filled file. Each process opens the store first; the saves start together.
+ *
+ * Printed: the CPU a message costs (all threads of all processes: the statements, the log's
+ * writes, the checkpoint threads) and how much of it is the kernel's, the wall time for the
+ * 100,000, and the messages saved a second.
  *
  * Options (flag or environment): --processes/BENCH_PROCESSES (7), --batch/BENCH_BATCH (20).
  */
@@ -26,7 +28,7 @@ import { option } from "./harness.ts"
 const PROCESSES = Number(option("processes", "BENCH_PROCESSES", "7"))
 const BATCH = Number(option("batch", "BENCH_BATCH", "20"))
 const USERS = 100_000
-/** The size of a small push's stored row (an encrypted 32-byte body, base64url, and its headers). */
+/** About the body `bench:stop` pushes (128 bytes, base64url) as a stored row holds it. */
 const DATA = "x".repeat(200)
 
 /** The `index`th user's save: spread over the key space as random uaids are. */
