@@ -222,6 +222,14 @@ const envLayers = Effect.fnUntraced(function*(role: Role, env: LoadInput["env"])
 /** `--Router-Port` → `router_port` (anything that is not an option name is reported as unknown). */
 const flagKey = (flag: string): string => flag.slice(2).toLowerCase().replaceAll("-", "_")
 
+/** Whether `arg` is one of the flags (`--name` or `--name=value`): an option's, or a `--config-…` file's. */
+const namesFlag = (arg: string): boolean => {
+  if (!arg.startsWith("--")) return false
+  const eq = arg.indexOf("=")
+  const key = flagKey(eq < 0 ? arg : arg.slice(0, eq))
+  return isOptionName(key) || scopeNames.some((scope) => key === `config_${scope}`)
+}
+
 const flagLayer = Effect.fnUntraced(function*(role: Role, argv: ReadonlyArray<string>) {
   const layer: Source = new Map()
   const configPaths: Partial<Record<Scope, string>> = {}
@@ -238,9 +246,11 @@ const flagLayer = Effect.fnUntraced(function*(role: Role, argv: ReadonlyArray<st
     const eq = arg.indexOf("=")
     const flag = eq < 0 ? arg : arg.slice(0, eq)
     const inline = eq < 0 ? undefined : arg.slice(eq + 1)
+    // The next argument, unless it is another flag: a value may start with "--" itself (one Fernet
+    // key in 4,096 does, base64url having "-" among its letters).
     const nextValue = (): string | undefined => {
       const next = argv[i + 1]
-      if (next === undefined || next.startsWith("--")) return undefined
+      if (next === undefined || next === "--" || namesFlag(next)) return undefined
       i++
       return next
     }

@@ -509,6 +509,18 @@ describe("crypto_key spellings", () => {
       const single = yield* sandbox().load("autoendpoint", { env: { AUTOEND__CRYPTO_KEYS: KEY1 } })
       assert.deepStrictEqual(single.cryptoKey, [KEY1])
     }))
+
+  it.effect("a key that starts with -- is the value of --crypto-key given apart; a flag after it is not", () =>
+    Effect.gen(function*() {
+      // base64url writes 0xfb 0xef … as "--…": one key that autokey makes in 4,096 starts so.
+      const dashed = Buffer.concat([Buffer.from([0xfb, 0xef]), Buffer.alloc(30, 7)]).toString("base64url") + "="
+      assert.isTrue(dashed.startsWith("--"))
+      assert.deepStrictEqual((yield* sandbox().load("autoconnect", { argv: ["--crypto-key", dashed, "--port", "9000"] })).cryptoKey, [dashed])
+      const refused = yield* sandbox().fail("autoconnect", { argv: ["--crypto-key", "--port", "9000"] })
+      assert.strictEqual(refused.message, "--crypto-key needs a value: --crypto-key LIST or --crypto-key=LIST")
+      const configFile = yield* sandbox().fail("autoconnect", { argv: ["--crypto-key", "--config-shared=x.ini"] })
+      assert.strictEqual(configFile.message, "--crypto-key needs a value: --crypto-key LIST or --crypto-key=LIST")
+    }))
 })
 
 describe("derived URLs", () => {
