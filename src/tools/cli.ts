@@ -56,9 +56,19 @@ const configFlagTakesValue = (flag: string): boolean | undefined => {
   return isOptionName(key) ? (options[key] as OptionDef).kind.metavar !== "" : undefined
 }
 
-/** Separates positional arguments, the tool's flags and configuration flags. */
+/**
+ * Separates positional arguments, the tool's flags and configuration flags. A flag's value given
+ * apart is the next argument unless that is itself a flag: a value may start with "--" (a
+ * Fernet key in 4,096 does).
+ */
 export const splitArgs = (argv: ReadonlyArray<string>, toolFlags: ToolFlags): Effect.Effect<SplitArgs, UsageError> =>
   Effect.gen(function*() {
+    const isFlag = (arg: string): boolean => {
+      if (!arg.startsWith("--")) return false
+      const eq = arg.indexOf("=")
+      const flag = eq < 0 ? arg : arg.slice(0, eq)
+      return arg === "--" || arg === "--help" || toolFlags[flag] !== undefined || configFlagTakesValue(flag) !== undefined
+    }
     const positional: Array<string> = []
     const flags = new Map<string, string>()
     const config: Array<string> = []
@@ -82,7 +92,7 @@ export const splitArgs = (argv: ReadonlyArray<string>, toolFlags: ToolFlags): Ef
         flags.set(flag, "true")
       } else if (kind === "value") {
         const value = inline ?? argv[i + 1]
-        if (value === undefined || (inline === undefined && value.startsWith("--"))) {
+        if (value === undefined || (inline === undefined && isFlag(value))) {
           return yield* new UsageError({ message: `${flag} needs a value` })
         }
         if (inline === undefined) i++
@@ -92,7 +102,7 @@ export const splitArgs = (argv: ReadonlyArray<string>, toolFlags: ToolFlags): Ef
         if (takesValue === undefined) return yield* new UsageError({ message: `unknown flag ${flag}` })
         config.push(arg)
         const next = argv[i + 1]
-        if (inline === undefined && takesValue && next !== undefined && !next.startsWith("--")) {
+        if (inline === undefined && takesValue && next !== undefined && !isFlag(next)) {
           config.push(next)
           i++
         }

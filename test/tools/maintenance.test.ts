@@ -82,6 +82,7 @@ describe("maintenance: arguments", () => {
       [["drop-tables", "--older-than", "0"], '"0" is not an integer of at least 1'],
       [["drop-tables", "--older-than", "three"], '"three" is not an integer'],
       [["drop-tables", "--older-than"], "--older-than needs a value"],
+      [["drop-tables", "--older-than", "--yes"], "--older-than needs a value"],
       [["drop-users", "--months", "2", "--lookback", "-1"], "--lookback"],
       [["drop-users"], "--months N is required"],
       [["drop-users", "--months", "2", "--yes=no"], "--yes takes no value"],
@@ -96,6 +97,11 @@ describe("maintenance: arguments", () => {
     }
     const config = await failureOf(["list-tables", "--storage-endpoint", "ftp://nope"])
     expect(config).toEqual({ tag: "ConfigError", text: expect.stringContaining("storage_endpoint") })
+    // A configuration value given apart may start with "--" (one Fernet key in 4,096 does): it is the
+    // flag's value, and the settings are read (the bad endpoint after it is what fails).
+    const dashedKey = Buffer.concat([Buffer.from([0xfb, 0xef]), Buffer.alloc(30, 7)]).toString("base64url") + "="
+    const dashed = await failureOf(["list-tables", "--crypto-key", dashedKey, "--storage-endpoint", "ftp://nope"])
+    expect(dashed).toEqual({ tag: "ConfigError", text: expect.stringContaining("storage_endpoint") })
   })
 
   it("unreachable storage exits 1 and says so", async () => {
