@@ -4,6 +4,7 @@ export {
   changedSettings,
   ConfigError,
   HelpRequested,
+  isConfigFlag,
   loadSettings,
   loadSettingsAndFiles,
   makeSettings,

@@ -222,8 +222,8 @@ const envLayers = Effect.fnUntraced(function*(role: Role, env: LoadInput["env"])
 /** `--Router-Port` → `router_port` (anything that is not an option name is reported as unknown). */
 const flagKey = (flag: string): string => flag.slice(2).toLowerCase().replaceAll("-", "_")
 
-/** Whether `arg` is one of the flags (`--name` or `--name=value`): an option's, or a `--config-…` file's. */
-const namesFlag = (arg: string): boolean => {
+/** Whether `arg` is a configuration flag (`--name` or `--name=value`): an option's, or a `--config-…` file's. */
+export const isConfigFlag = (arg: string): boolean => {
   if (!arg.startsWith("--")) return false
   const eq = arg.indexOf("=")
   const key = flagKey(eq < 0 ? arg : arg.slice(0, eq))
@@ -250,7 +250,7 @@ const flagLayer = Effect.fnUntraced(function*(role: Role, argv: ReadonlyArray<st
     // key in 4,096 does, base64url having "-" among its letters).
     const nextValue = (): string | undefined => {
       const next = argv[i + 1]
-      if (next === undefined || next === "--" || namesFlag(next)) return undefined
+      if (next === undefined || next === "--" || isConfigFlag(next)) return undefined
       i++
       return next
     }

@@ -3,9 +3,10 @@
  * session then saves what the client did not ack (`Closing`, a storage call a stage: acked rows
  * made tombstones, save into the session's table — then take the rows it moved out of the table
  * they were in —, leave the record, read it to follow a month move, poke the node the user moved
- * to, or take back what was saved for a user dropped meanwhile), and ends (`Closed`). Where a message moves between tables it is saved first and taken after: a
- * node that dies between the two steps leaves it in both (delivered once more at worst: the client
- * de-duplicates by version), never in neither. A session that ends in the middle of its month
+ * to, or take back what was saved for a user dropped meanwhile), and ends (`Closed`). Where a
+ * message moves between tables it is saved first and taken after: a node that dies between the
+ * two steps leaves it in both (delivered once more at worst: the client de-duplicates by version),
+ * never in neither. A session that ends in the middle of its month
  * move first sweeps last month's table (`sweep.ts`). What storage failures mean: `failures.ts`.
  */
 import type { CloseKind } from "./close.ts"

@@ -427,9 +427,10 @@ export type ClosingStage =
   | { readonly _tag: "Following"; readonly from: string; readonly to: string; readonly after: UserRecord; readonly saved: ReadonlyArray<Notification> }
   /**
    * …rows saved into `table` (strays, what follows a move, or a sweep's: `then` says which) are
-   * taken out of the table they were in, one by one (`left[0]` now); or, the user gone, what was saved is taken back
-   * out of `table` (`then` finishes with no record). The copy of one no longer there (read and acked
-   * there, replaced, cancelled) is taken back out of `table` afterwards (`undo`, one by one).
+   * taken out of the table they were in, one by one (`left[0]` now); or, the user gone, what was
+   * saved is taken back out of `table` (`then` finishes with no record). The copy of one no longer
+   * there (read and acked there, replaced, cancelled) is taken back out of `table` afterwards
+   * (`undo`, one by one).
    */
   | {
     readonly _tag: "Taking"

@@ -15,7 +15,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import { type ConfigError, HelpRequested, loadSettings, type Settings } from "../config/index.ts"
+import { type ConfigError, HelpRequested, isConfigFlag, loadSettings, type Settings } from "../config/index.ts"
 import { defaultSpelling, envNamesOf, flagOf, integer, isOptionName, type OptionDef, type OptionName, options, secretNote } from "../config/options.ts"
 import { stopTeardown } from "../platform/teardown.ts"
 import { failureText, type StorageError } from "../storage/Storage.ts"
@@ -63,12 +63,8 @@ const configFlagTakesValue = (flag: string): boolean | undefined => {
  */
 export const splitArgs = (argv: ReadonlyArray<string>, toolFlags: ToolFlags): Effect.Effect<SplitArgs, UsageError> =>
   Effect.gen(function*() {
-    const isFlag = (arg: string): boolean => {
-      if (!arg.startsWith("--")) return false
-      const eq = arg.indexOf("=")
-      const flag = eq < 0 ? arg : arg.slice(0, eq)
-      return arg === "--" || arg === "--help" || toolFlags[flag] !== undefined || configFlagTakesValue(flag) !== undefined
-    }
+    const isFlag = (arg: string): boolean =>
+      arg === "--" || arg === "--help" || toolFlags[arg.split("=", 1)[0] ?? arg] !== undefined || isConfigFlag(arg)
     const positional: Array<string> = []
     const flags = new Map<string, string>()
     const config: Array<string> = []

@@ -14,6 +14,8 @@ afterAll(() => rmSync(root, { recursive: true, force: true }))
 /** Two valid Fernet keys (URL-safe base64 of 32 bytes). */
 export const KEY1 = "hkclU1V37Dnp-0DMF9HLe_40Nnr8kDTYVbo2yxuylzk="
 export const KEY2 = Buffer.alloc(32, 7).toString("base64url") + "="
+/** A key that starts with "--" (base64url writes 0xfb 0xef … so): one key that autokey makes in 4,096 does. */
+export const DASHED_KEY = Buffer.concat([Buffer.from([0xfb, 0xef]), Buffer.alloc(30, 7)]).toString("base64url") + "="
 
 export interface Sandbox {
   readonly etc: string

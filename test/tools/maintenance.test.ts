@@ -7,6 +7,7 @@ import { layerEmbedded } from "../../src/storage/dynalite/embedded.ts"
 import { Storage } from "../../src/storage/Storage.ts"
 import { activeTableNames, monthTableName } from "../../src/storage/tables.ts"
 import { maintenance, maintenanceHelp, tablesToDrop } from "../../src/tools/maintenance.ts"
+import { DASHED_KEY } from "../config/sandbox.ts"
 import { runTool, scratch, startServer, storageFlags, tablesFor, withStorage } from "./harness.ts"
 
 let server: Awaited<ReturnType<typeof startServer>>
@@ -99,8 +100,7 @@ describe("maintenance: arguments", () => {
     expect(config).toEqual({ tag: "ConfigError", text: expect.stringContaining("storage_endpoint") })
     // A configuration value given apart may start with "--" (one Fernet key in 4,096 does): it is the
     // flag's value, and the settings are read (the bad endpoint after it is what fails).
-    const dashedKey = Buffer.concat([Buffer.from([0xfb, 0xef]), Buffer.alloc(30, 7)]).toString("base64url") + "="
-    const dashed = await failureOf(["list-tables", "--crypto-key", dashedKey, "--storage-endpoint", "ftp://nope"])
+    const dashed = await failureOf(["list-tables", "--crypto-key", DASHED_KEY, "--storage-endpoint", "ftp://nope"])
     expect(dashed).toEqual({ tag: "ConfigError", text: expect.stringContaining("storage_endpoint") })
   })
 
